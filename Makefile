@@ -1,0 +1,36 @@
+# The two commands a user needs on a fresh clone: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-long lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m examples.crash_resume_demo
+
+test: $(STAMP)
+	$(BIN)/pytest -q
+
+# Crash and chaos suites with many more cases (LGR_CRASH_CASES) than the default.
+test-long: $(STAMP)
+	LGR_CRASH_CASES=50 $(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy --strict langgraph_resilience
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/checkpoint_overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,190 @@
+"""What the four resilient savers share and that is not SQL: their shared state,
+connection targets, and the pure helpers around the store operations."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+
+from langgraph_resilience.checkpoint import _store
+from langgraph_resilience.checkpoint._retry import DEFAULT_STORE_RETRY, is_store_error
+from langgraph_resilience.errors import (
+    CheckpointCorrupt,
+    ConfigError,
+    ResilienceError,
+    StoreUnavailable,
+)
+from langgraph_resilience.policy import Backoff
+
+T = TypeVar("T")
+
+
+@dataclass
+class SaverState:
+    """State every copy of a saver shares (``compile()`` may ``copy.copy`` a saver).
+
+    Attributes:
+        backoff: how store operations are retried.
+        counters: save counters waiting to be stored.
+        conn: the live connection (Postgres savers replace a broken one).
+        conninfo: how to open a fresh Postgres connection, password included.
+        schema_checked: whether the resilience schema version was verified.
+    """
+
+    backoff: Backoff = DEFAULT_STORE_RETRY
+    counters: _store.Counters = field(default_factory=_store.Counters)
+    conn: Any = None
+    conninfo: str | None = None
+    schema_checked: bool = False
+
+
+def make_state(store_retry: Backoff | None) -> SaverState:
+    if store_retry is not None and not isinstance(store_retry, Backoff):
+        raise ConfigError(
+            f"store_retry must be a langgraph_resilience.Backoff, got {type(store_retry).__name__}"
+        )
+    return SaverState(backoff=store_retry or DEFAULT_STORE_RETRY)
+
+
+def thread_key(config: RunnableConfig) -> tuple[str, str, str | None]:
+    """(thread_id, checkpoint_ns, checkpoint_id) of a config, with a clear error."""
+    configurable = config.get("configurable") or {}
+    if configurable.get("thread_id") is None:
+        raise ConfigError(
+            'config["configurable"]["thread_id"] is required, e.g. '
+            '{"configurable": {"thread_id": "job-42"}}'
+        )
+    return (
+        str(configurable["thread_id"]),
+        str(configurable.get("checkpoint_ns") or ""),
+        configurable.get("checkpoint_id"),
+    )
+
+
+def corrupt(
+    config: RunnableConfig | None, checkpoint_id: str | None, exc: BaseException
+) -> BaseException:
+    """Map a decoding failure to `CheckpointCorrupt`; pass anything else through."""
+    if is_store_error(exc) or isinstance(exc, ResilienceError) or config is None:
+        return exc
+    thread_id, ns, _ = thread_key(config)
+    return CheckpointCorrupt(
+        thread_id=thread_id, checkpoint_ns=ns, checkpoint_id=checkpoint_id, cause=exc
+    )
+
+
+@contextmanager
+def counted(state: SaverState, ok: str | None) -> Iterator[dict[str, int]]:
+    """The counter deltas one try of a write stores in its own transaction.
+
+    Failed tries wait in memory and ride along with the next successful write;
+    if this try fails, its deltas go back.
+    """
+    if ok is None:
+        yield {}
+        return
+    deltas = state.counters.take(ok)
+    try:
+        yield deltas
+    except BaseException:
+        state.counters.give_back(deltas, ok)
+        raise
+
+
+def count_failure(state: SaverState, failed: str | None) -> None:
+    if failed is not None:
+        state.counters.failed(failed)
+
+
+# ---------------------------------------------------------------------------
+# Connection targets and their errors
+# ---------------------------------------------------------------------------
+
+
+def sqlite_path_error(conn_string: str) -> ConfigError | None:
+    """A clear error for a SQLite path whose directory is missing."""
+    if conn_string == ":memory:" or conn_string.startswith("file:"):
+        return None
+    directory = os.path.dirname(os.path.abspath(conn_string))
+    if not os.path.isdir(directory):
+        return ConfigError(
+            f"cannot open SQLite database {conn_string!r}: directory {directory!r} "
+            "does not exist. Create it first (os.makedirs), or pass another path "
+            'or ":memory:".'
+        )
+    return None
+
+
+def sqlite_unavailable(conn_string: str, exc: sqlite3.Error) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"cannot open SQLite database {conn_string!r}: {exc}", target=conn_string, attempts=1
+    )
+
+
+def masked_dsn(conninfo: str) -> str:
+    """A DSN safe to print: the password is removed."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        params = conninfo_to_dict(conninfo)
+    except Exception:
+        return "<unparseable DSN>"
+    params.pop("password", None)
+    return make_conninfo("", **{k: v for k, v in params.items() if v is not None})
+
+
+def pg_unavailable(conninfo: str, exc: BaseException) -> StoreUnavailable:
+    target = masked_dsn(conninfo)
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return StoreUnavailable(
+        f"cannot connect to Postgres at {target!r}: {reason}. Check that the server is "
+        "running and that host, port, database and user in the DSN are right.",
+        target=target,
+        attempts=1,
+    )
+
+
+def live_conninfo(conn: Any) -> str | None:
+    """How to reopen a psycopg connection (its DSN plus the password)."""
+    info = getattr(conn, "info", None)
+    if info is None:
+        return None
+    from psycopg.conninfo import make_conninfo
+
+    password = getattr(info, "password", None)
+    return make_conninfo(info.dsn, **({"password": password} if password else {}))
+
+
+def missing_schema(exc: BaseException) -> ConfigError | None:
+    """A clear error when the resilience tables were never created (Postgres)."""
+    if getattr(exc, "sqlstate", None) in ("42P01", "42883"):  # undefined table / function
+        return ConfigError(
+            f"the resilience tables are missing ({exc}). Call saver.setup() once on this "
+            "database before running graphs (LangGraph's Postgres savers need the same)."
+        )
+    return None
+
+
+def bridge(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, owner: str) -> T:
+    """Run an async saver method from a sync caller in another thread."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        coro.close()
+        raise asyncio.InvalidStateError(
+            f"synchronous calls to {owner} are only allowed from a thread other than "
+            "its event loop's; from async code, use the a-prefixed methods"
+        )
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+Translate = Callable[[BaseException], BaseException | None]

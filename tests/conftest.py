@@ -1,0 +1,142 @@
+"""One checkpointer fixture over every backend: SQLite and Postgres, sync and async.
+
+Postgres is reached through ``LGR_POSTGRES_URL`` (default
+``postgresql://postgres@127.0.0.1:5432/postgres``); each test module gets a fresh
+database, dropped afterwards. Without a server the Postgres cases skip with the
+reason, except under ``CI=true``, where they fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+PG_URL = os.environ.get("LGR_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+CRASH_CASES = int(os.environ.get("LGR_CRASH_CASES", "3"))
+
+
+def _pg_reason() -> str | None:
+    try:
+        psycopg.connect(PG_URL, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        return f"Postgres at {PG_URL} unreachable ({str(exc).strip().splitlines()[0]})"
+    return None
+
+
+_PG_DOWN = _pg_reason()
+
+
+def require_postgres() -> None:
+    if _PG_DOWN is None:
+        return
+    if IN_CI:
+        pytest.fail(f"CI=true but {_PG_DOWN}; Postgres tests must run in CI")
+    pytest.skip(_PG_DOWN)
+
+
+def _with_db(url: str, dbname: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(url)
+    params["dbname"] = dbname
+    return make_conninfo("", **params)
+
+
+@pytest.fixture(scope="module")
+def pg_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh Postgres database for this test module."""
+    require_postgres()
+    name = f"lgr_{request.module.__name__.split('.')[-1][:30]}_{uuid.uuid4().hex[:8]}".lower()
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _with_db(PG_URL, name)
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def sqlite_path(tmp_path: Path) -> str:
+    return str(tmp_path / "checkpoints.db")
+
+
+@dataclass
+class Harness:
+    """A saver of one backend, with calls that read the same for sync and async."""
+
+    backend: str  # "sqlite" | "postgres"
+    is_async: bool
+    saver: Any
+    target: str  # SQLite path or Postgres DSN
+
+    @property
+    def id(self) -> str:
+        return f"{self.backend}{'-async' if self.is_async else ''}"
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if self.is_async:
+            return await getattr(self.saver, "a" + method)(*args, **kwargs)
+        return await asyncio.to_thread(getattr(self.saver, method), *args, **kwargs)
+
+    async def listed(self, config: Any, **kwargs: Any) -> list[Any]:
+        if self.is_async:
+            return [t async for t in self.saver.alist(config, **kwargs)]
+        return await asyncio.to_thread(lambda: list(self.saver.list(config, **kwargs)))
+
+    async def invoke(self, graph: Any, value: Any, config: Any, **kwargs: Any) -> Any:
+        if self.is_async:
+            return await graph.ainvoke(value, config, **kwargs)
+        return await asyncio.to_thread(graph.invoke, value, config, **kwargs)
+
+
+async def open_saver(backend: str, is_async: bool, target: str, stack: AsyncExitStack) -> Any:
+    if backend == "sqlite":
+        if is_async:
+            from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+
+            return await stack.enter_async_context(
+                AsyncResilientSqliteSaver.from_conn_string(target)
+            )
+        from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+        return stack.enter_context(ResilientSqliteSaver.from_conn_string(target))
+    if is_async:
+        from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
+
+        saver = await stack.enter_async_context(
+            AsyncResilientPostgresSaver.from_conn_string(target)
+        )
+        await saver.setup()
+        return saver
+    from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+
+    saver = stack.enter_context(ResilientPostgresSaver.from_conn_string(target))
+    await asyncio.to_thread(saver.setup)
+    return saver
+
+
+BACKENDS = [("sqlite", False), ("sqlite", True), ("postgres", False), ("postgres", True)]
+
+
+@pytest.fixture(params=BACKENDS, ids=["sqlite", "sqlite-async", "postgres", "postgres-async"])
+async def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
+    """A resilient saver per backend: SQLite (file) and Postgres, sync and async."""
+    backend, is_async = request.param
+    if backend == "postgres":
+        target = request.getfixturevalue("pg_dsn")
+    else:
+        target = str(tmp_path / "checkpoints.db")
+    async with AsyncExitStack() as stack:
+        saver = await open_saver(backend, is_async, target, stack)
+        yield Harness(backend, is_async, saver, target)
