@@ -211,9 +211,9 @@ class ResilientPostgresSaver(PostgresSaver):
     # -- the transaction driver ----------------------------------------------
 
     @contextmanager
-    def _transaction(self) -> Iterator[Cursor[DictRow]]:
+    def _transaction(self, pipeline: bool) -> Iterator[Cursor[DictRow]]:
         with self.lock, _internal.get_connection(self.conn) as conn:
-            if self.pipe is None and self.supports_pipeline:
+            if pipeline and self.pipe is None and self.supports_pipeline:
                 with conn.pipeline(), conn.transaction(), conn.cursor(binary=True) as cur:
                     yield cur
             else:
@@ -230,12 +230,17 @@ class ResilientPostgresSaver(PostgresSaver):
         failed: str | None = None,
         translate: _base.Translate | None = None,
         check: bool = True,
+        pipeline: bool = False,
     ) -> T:
         def attempt() -> T:
+            # Pipeline mode sends the whole transaction in one round trip, but it
+            # can hand a fetch the rows of an earlier statement (after a NOTICE),
+            # so only statement lists that fetch nothing use it.
+            checked = self._state.schema_checked or not check
             with _base.counted(self._state, ok) as deltas:
                 try:
-                    with self._transaction() as cur:
-                        if check and not self._state.schema_checked:
+                    with self._transaction(pipeline and checked) as cur:
+                        if not checked:
                             _store.execute(cur, _store.check_schema(POSTGRES))
                         result = _store.execute(cur, statements())
                         _store.execute(
@@ -298,6 +303,7 @@ class ResilientPostgresSaver(PostgresSaver):
             ok=_store.CHECKPOINT_OK,
             failed=_store.CHECKPOINT_FAILED,
             translate=fork_translator(put),
+            pipeline=True,
         )
         return {
             "configurable": {
@@ -320,6 +326,7 @@ class ResilientPostgresSaver(PostgresSaver):
             lambda: _store.put_writes(sql, rows),
             ok=_store.WRITES_OK,
             failed=_store.WRITES_FAILED,
+            pipeline=True,
         )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

@@ -130,9 +130,9 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
     # -- the transaction driver ----------------------------------------------
 
     @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[AsyncCursor[DictRow]]:
+    async def _transaction(self, pipeline: bool) -> AsyncIterator[AsyncCursor[DictRow]]:
         async with self.lock, _ainternal.get_connection(self.conn) as conn:
-            if self.pipe is None and self.supports_pipeline:
+            if pipeline and self.pipe is None and self.supports_pipeline:
                 async with conn.pipeline(), conn.transaction(), conn.cursor(binary=True) as cur:
                     yield cur
             else:
@@ -149,12 +149,17 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
         failed: str | None = None,
         translate: _base.Translate | None = None,
         check: bool = True,
+        pipeline: bool = False,
     ) -> T:
         async def attempt() -> T:
+            # Pipeline mode sends the whole transaction in one round trip, but it
+            # can hand a fetch the rows of an earlier statement (after a NOTICE),
+            # so only statement lists that fetch nothing use it.
+            checked = self._state.schema_checked or not check
             with _base.counted(self._state, ok) as deltas:
                 try:
-                    async with self._transaction() as cur:
-                        if check and not self._state.schema_checked:
+                    async with self._transaction(pipeline and checked) as cur:
+                        if not checked:
                             await _store.aexecute(cur, _store.check_schema(POSTGRES))
                         result = await _store.aexecute(cur, statements())
                         await _store.aexecute(
@@ -219,6 +224,7 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
             ok=_store.CHECKPOINT_OK,
             failed=_store.CHECKPOINT_FAILED,
             translate=fork_translator(put),
+            pipeline=True,
         )
         return {
             "configurable": {
@@ -241,6 +247,7 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
             lambda: _store.put_writes(sql, rows),
             ok=_store.WRITES_OK,
             failed=_store.WRITES_FAILED,
+            pipeline=True,
         )
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

@@ -1,0 +1,101 @@
+"""Small helpers shared by the tests: graphs, raw SQL on the store, history checks."""
+
+from __future__ import annotations
+
+import operator
+import sqlite3
+import time
+from collections import Counter
+from typing import Annotated, Any, TypedDict
+
+import psycopg
+from langgraph.graph import END, START, StateGraph
+
+
+class PipelineState(TypedDict):
+    done: Annotated[list[str], operator.add]
+
+
+def linear_graph(names: list[str], behaviour: Any = None) -> StateGraph:
+    """START -> names[0] -> ... -> END; each node appends its name to ``done``.
+
+    ``behaviour(name)`` runs first in every node (count calls, raise, sleep).
+    """
+    graph = StateGraph(PipelineState)
+
+    def make(name: str) -> Any:
+        def node(state: PipelineState) -> dict[str, Any]:
+            if behaviour is not None:
+                behaviour(name)
+            return {"done": [name]}
+
+        return node
+
+    for name in names:
+        graph.add_node(name, make(name))
+    graph.add_edge(START, names[0])
+    for a, b in zip(names, names[1:], strict=False):
+        graph.add_edge(a, b)
+    graph.add_edge(names[-1], END)
+    return graph
+
+
+def sql(backend: str, target: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement on the store through a separate connection."""
+    if backend == "sqlite":
+        conn = sqlite3.connect(target)
+        try:
+            rows = conn.execute(query, params).fetchall()
+            conn.commit()
+            return rows
+        finally:
+            conn.close()
+    with psycopg.connect(target, autocommit=True) as conn:
+        cur = conn.execute(query.replace("?", "%s"), params)
+        return cur.fetchall() if cur.description else []
+
+
+def add_resilience_rows(backend: str, target: str, thread_id: str, checkpoint_id: str) -> None:
+    """One node attempt, one effect and one run tied to a checkpoint of a thread."""
+    now = time.time()
+    sql(
+        backend,
+        target,
+        "INSERT INTO resilience_node_attempts (thread_id, checkpoint_ns, checkpoint_id, task_id, "
+        "attempt, node, status, started_at) VALUES (?, '', ?, 'task-1', 1, 'a', 'succeeded', ?)",
+        (thread_id, checkpoint_id, now),
+    )
+    sql(
+        backend,
+        target,
+        "INSERT INTO resilience_effects (thread_id, idempotency_key, checkpoint_ns, checkpoint_id, "
+        "task_id, name, status, intent_at) VALUES (?, ?, '', ?, 'task-1', 'send', 'done', ?)",
+        (thread_id, f"{thread_id}|send|{checkpoint_id}", checkpoint_id, now),
+    )
+    sql(
+        backend,
+        target,
+        "INSERT INTO resilience_runs (run_id, thread_id, status, created_at, updated_at) "
+        "VALUES (?, ?, 'success', ?, ?)",
+        (f"run-{thread_id}-{checkpoint_id}", thread_id, now, now),
+    )
+
+
+def resilience_counts(backend: str, target: str, thread_id: str) -> dict[str, int]:
+    return {
+        table: sql(backend, target, f"SELECT count(*) FROM {table} WHERE thread_id = ?", (thread_id,))[0][0]
+        for table in ("resilience_node_attempts", "resilience_effects", "resilience_runs")
+    }
+
+
+def assert_no_fork(backend: str, target: str, thread_id: str) -> None:
+    """No checkpoint of the thread has two children in the same namespace."""
+    rows = sql(
+        backend,
+        target,
+        "SELECT checkpoint_ns, parent_checkpoint_id FROM checkpoints "
+        "WHERE thread_id = ? AND parent_checkpoint_id IS NOT NULL",
+        (thread_id,),
+    )
+    twins = {k: n for k, n in Counter(rows).items() if n > 1}
+    assert twins == {}, f"forked history in thread {thread_id!r}: {twins}"
