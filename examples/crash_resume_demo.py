@@ -180,14 +180,14 @@ def report_and_verify(db: Path, ledger: Path, pid1: int, pid2: int) -> None:
     in_flight = pid1_steps[-1] if pid1_steps else None
 
     print(f"\nwhich process ran which step (ledger: {ledger}):")
-    print(f"  {'step':<13}{f'worker 1 (pid {pid1})':<20}{f'worker 2 (pid {pid2})':<20}".rstrip())
+    print(f"  {'step':<13}{f'worker 1 (pid {pid1})':<24}{f'worker 2 (pid {pid2})':<24}".rstrip())
     for i, name in enumerate(STEPS, 1):
         one = "ran" if pid1 in ran[name] else "-"
         two = "ran" if pid2 in ran[name] else "-"
         note = ""
         if name == in_flight:
             one, note = "started, killed", "<- in flight when killed (re-run)"
-        print(f"  {i} {name:<11}{one:<20}{two:<20}{note}".rstrip())
+        print(f"  {i} {name:<11}{one:<24}{two:<24}{note}".rstrip())
 
     with ResilientSqliteSaver.from_conn_string(str(db)) as saver:
         graph = build_graph(saver, ledger)

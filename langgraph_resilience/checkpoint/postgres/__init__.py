@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from langgraph_resilience.checkpoint import _base, _store
-from langgraph_resilience.checkpoint._retry import call_with_retry
+from langgraph_resilience.checkpoint._retry import call_with_retry, is_transient_store_error
 from langgraph_resilience.checkpoint._store import POSTGRES, Statements
 from langgraph_resilience.policy import Backoff
 
@@ -212,15 +212,23 @@ class ResilientPostgresSaver(PostgresSaver):
 
     @contextmanager
     def _transaction(self, pipeline: bool) -> Iterator[Cursor[DictRow]]:
-        with self.lock, _internal.get_connection(self.conn) as conn:
-            if pipeline and self.pipe is None and self.supports_pipeline:
-                with conn.pipeline(), conn.transaction(), conn.cursor(binary=True) as cur:
-                    yield cur
-            else:
-                with conn.transaction(), conn.cursor(binary=True) as cur:
-                    yield cur
-                if self.pipe is not None:
-                    self.pipe.sync()
+        with self.lock:
+            try:
+                with _internal.get_connection(self.conn) as conn:
+                    if pipeline and self.pipe is None and self.supports_pipeline:
+                        with conn.pipeline(), conn.transaction(), conn.cursor(binary=True) as cur:
+                            yield cur
+                    else:
+                        with conn.transaction(), conn.cursor(binary=True) as cur:
+                            yield cur
+                        if self.pipe is not None:
+                            self.pipe.sync()
+            except Exception as exc:
+                # Replace a broken connection before the lock goes to the next
+                # caller, so one outage fails one operation, not every queued one.
+                if is_transient_store_error(exc):
+                    self._reset_connection()
+                raise
 
     def _run(
         self,

@@ -22,7 +22,7 @@ from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool
 
 from langgraph_resilience.checkpoint import _base, _store
-from langgraph_resilience.checkpoint._retry import acall_with_retry
+from langgraph_resilience.checkpoint._retry import acall_with_retry, is_transient_store_error
 from langgraph_resilience.checkpoint._store import POSTGRES, Statements
 from langgraph_resilience.checkpoint.postgres import (
     CONNECT_KWARGS,
@@ -131,15 +131,27 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
 
     @asynccontextmanager
     async def _transaction(self, pipeline: bool) -> AsyncIterator[AsyncCursor[DictRow]]:
-        async with self.lock, _ainternal.get_connection(self.conn) as conn:
-            if pipeline and self.pipe is None and self.supports_pipeline:
-                async with conn.pipeline(), conn.transaction(), conn.cursor(binary=True) as cur:
-                    yield cur
-            else:
-                async with conn.transaction(), conn.cursor(binary=True) as cur:
-                    yield cur
-                if self.pipe is not None:
-                    await self.pipe.sync()
+        async with self.lock:
+            try:
+                async with _ainternal.get_connection(self.conn) as conn:
+                    if pipeline and self.pipe is None and self.supports_pipeline:
+                        async with (
+                            conn.pipeline(),
+                            conn.transaction(),
+                            conn.cursor(binary=True) as cur,
+                        ):
+                            yield cur
+                    else:
+                        async with conn.transaction(), conn.cursor(binary=True) as cur:
+                            yield cur
+                        if self.pipe is not None:
+                            await self.pipe.sync()
+            except Exception as exc:
+                # Replace a broken connection before the lock goes to the next
+                # caller, so one outage fails one operation, not every queued one.
+                if is_transient_store_error(exc):
+                    await self._reset_connection()
+                raise
 
     async def _run(
         self,
