@@ -1,0 +1,126 @@
+"""A worker process for the crash tests: runs (or resumes) a linear pipeline.
+
+    python tests/crash_worker.py BACKEND TARGET THREAD LEDGER [options]
+
+Every node appends ``<node> <pid>`` to LEDGER (fsynced) when it starts, then
+sleeps ``--node-seconds``. Options:
+
+--resume               resume with invoke(None) instead of starting
+--async                use the async saver and ainvoke
+--kill-in-put N        SIGKILL this process inside the N-th checkpoint write,
+                       after the row is written and before the commit
+--barrier NODE:K       NODE waits until K processes have started it (in LEDGER)
+--fail-once NODE       NODE raises the first time it runs in this thread
+
+Prints one JSON line: {"status": "completed" | "conflict", "done": [...]}.
+Exit codes: 0 completed, 3 CheckpointConflict, 4 the node failed as asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from conftest import open_saver  # noqa: E402
+from helpers import linear_graph  # noqa: E402
+
+from langgraph_resilience.checkpoint import _store  # noqa: E402
+from langgraph_resilience.errors import CheckpointConflict  # noqa: E402
+
+STEPS = ["a", "b", "c", "d", "e"]
+
+
+def ledger_lines(ledger: str) -> list[str]:
+    try:
+        return Path(ledger).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def append(ledger: str, line: str) -> None:
+    with open(ledger, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def kill_inside_put(n: int) -> None:
+    """Die (SIGKILL) inside the n-th checkpoint transaction, before its commit."""
+    original = _store.put_checkpoint
+    seen = 0
+
+    def dying(*args: Any, **kwargs: Any) -> Any:
+        nonlocal seen
+        yield from original(*args, **kwargs)
+        seen += 1
+        if seen == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    _store.put_checkpoint = dying  # type: ignore[assignment]
+
+
+def behaviour_for(args: argparse.Namespace) -> Any:
+    def behaviour(name: str) -> None:
+        append(args.ledger, f"{name} {os.getpid()}")
+        if args.barrier and args.barrier[0] == name:
+            node, k = args.barrier
+            deadline = time.monotonic() + 20
+            while sum(line.startswith(node + " ") for line in ledger_lines(args.ledger)) < int(k):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"barrier {node}:{k} not reached")
+                time.sleep(0.01)
+        if args.fail_once == name:
+            if sum(line.startswith(name + " ") for line in ledger_lines(args.ledger)) == 1:
+                raise RuntimeError(f"{name} fails the first time")
+        time.sleep(args.node_seconds)
+
+    return behaviour
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("backend")
+    parser.add_argument("target")
+    parser.add_argument("thread")
+    parser.add_argument("ledger")
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--async", dest="is_async", action="store_true")
+    parser.add_argument("--kill-in-put", type=int, default=0)
+    parser.add_argument("--barrier", type=lambda s: s.split(":"), default=None)
+    parser.add_argument("--fail-once", default=None)
+    parser.add_argument("--node-seconds", type=float, default=0.0)
+    args = parser.parse_args()
+    if args.kill_in_put:
+        kill_inside_put(args.kill_in_put)
+    config = {"configurable": {"thread_id": args.thread}}
+    value = None if args.resume else {"done": []}
+    async with AsyncExitStack() as stack:
+        saver = await open_saver(args.backend, args.is_async, args.target, stack)
+        graph = linear_graph(STEPS, behaviour_for(args)).compile(checkpointer=saver)
+        try:
+            if args.is_async:
+                out = await graph.ainvoke(value, config, durability="sync")
+            else:
+                out = await asyncio.to_thread(graph.invoke, value, config, durability="sync")
+        except CheckpointConflict as exc:
+            print(json.dumps({"status": "conflict", "error": str(exc)}), flush=True)
+            return 3
+        except RuntimeError as exc:
+            print(json.dumps({"status": "failed", "error": str(exc)}), flush=True)
+            return 4
+    print(json.dumps({"status": "completed", "done": out["done"]}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,148 @@
+"""Crash tests with real processes (SIGKILL), on SQLite and Postgres.
+
+- killed inside a checkpoint write: the previous checkpoint stays readable and
+  the run resumes, with no completed step run again;
+- killed while a step is in flight: the resume redoes only that step;
+- two processes resuming one thread at once: one continues, the other gets
+  `CheckpointConflict`, and the history has no fork.
+
+``LGR_CRASH_CASES`` (default 3) sets how many kill points each test tries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CRASH_CASES, require_postgres
+from crash_worker import STEPS, ledger_lines
+from helpers import assert_no_fork, sql
+
+from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+pytestmark = pytest.mark.crash
+WORKER = str(Path(__file__).parent / "crash_worker.py")
+ROOT = str(Path(__file__).parent.parent)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    if request.param == "postgres":
+        require_postgres()
+        return "postgres", request.getfixturevalue("pg_dsn")
+    return "sqlite", str(tmp_path / "crash.db")
+
+
+def worker(store: tuple[str, str], thread: str, ledger: Path, *options: str) -> subprocess.Popen[str]:
+    backend, target = store
+    return subprocess.Popen(
+        [sys.executable, WORKER, backend, target, thread, str(ledger), *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, dict[str, Any]]:
+    out, err = proc.communicate(timeout=timeout)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert lines or proc.returncode < 0, f"worker printed nothing (rc={proc.returncode}):\n{err}"
+    return proc.returncode, json.loads(lines[-1]) if lines else {}
+
+
+def runs_by_pid(ledger: Path) -> dict[str, list[int]]:
+    ran: dict[str, list[int]] = {}
+    for line in ledger_lines(str(ledger)):
+        node, pid = line.split()
+        ran.setdefault(node, []).append(int(pid))
+    return ran
+
+
+def checkpoint_count(store: tuple[str, str], thread: str) -> int:
+    return int(sql(*store, "SELECT count(*) FROM checkpoints WHERE thread_id = ?", (thread,))[0][0])
+
+
+def cases(options: list[Any]) -> list[Any]:
+    return options[: max(1, CRASH_CASES)] if CRASH_CASES < len(options) else options
+
+
+@pytest.mark.parametrize("kill_at", cases([3, 5, 2, 4, 6, 7]))
+def test_killed_inside_a_checkpoint_write(store: tuple[str, str], tmp_path: Path, kill_at: int) -> None:
+    thread, ledger = f"put-kill-{kill_at}", tmp_path / "ledger.txt"
+    first = worker(store, thread, ledger, "--kill-in-put", str(kill_at))
+    rc, _ = finish(first)
+    assert rc == -signal.SIGKILL
+    # The write in flight left nothing behind; the one before it is intact.
+    assert checkpoint_count(store, thread) == kill_at - 1
+    saver_cls = ResilientSqliteSaver if store[0] == "sqlite" else ResilientPostgresSaver
+    with saver_cls.from_conn_string(store[1]) as saver:
+        latest = saver.get_tuple({"configurable": {"thread_id": thread}})
+    assert latest is not None and latest.metadata["step"] == kill_at - 3
+    before_resume = runs_by_pid(ledger)
+
+    rc, result = finish(worker(store, thread, ledger, "--resume"))
+    assert (rc, result["done"]) == (0, STEPS)
+    ran = runs_by_pid(ledger)
+    redone = {node for node, pids in ran.items() if len(pids) > 1}
+    # A step whose writes were saved is not run again; at most the step whose
+    # checkpoint was being written, if its writes had not landed yet.
+    assert len(redone) <= 1, ran
+    assert all(len(pids) == 1 for node, pids in ran.items() if node in before_resume and node not in redone)
+    assert sorted(ran) == sorted(STEPS)
+    assert_no_fork(*store, thread)
+
+
+@pytest.mark.parametrize("victim", cases(["c", "b", "d", "e", "a"]))
+def test_killed_while_a_step_is_in_flight(store: tuple[str, str], tmp_path: Path, victim: str) -> None:
+    thread, ledger = f"step-kill-{victim}", tmp_path / "ledger.txt"
+    first = worker(store, thread, ledger, "--node-seconds", "0.5")
+    deadline = time.monotonic() + 60
+    while victim not in runs_by_pid(ledger):
+        assert first.poll() is None, f"worker ended before {victim} started: {first.communicate()}"
+        assert time.monotonic() < deadline, "worker never reached the victim step"
+        time.sleep(0.005)
+    os.kill(first.pid, signal.SIGKILL)
+    assert finish(first)[0] == -signal.SIGKILL
+
+    second = worker(store, thread, ledger, "--resume")
+    rc, result = finish(second)
+    assert (rc, result["done"]) == (0, STEPS)
+    ran = runs_by_pid(ledger)
+    position = STEPS.index(victim)
+    for node in STEPS[:position]:
+        assert ran[node] == [first.pid], f"{node} ran again: {ran}"
+    assert ran[victim] == [first.pid, second.pid]
+    for node in STEPS[position + 1 :]:
+        assert ran[node] == [second.pid], ran
+    assert_no_fork(*store, thread)
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_two_processes_resuming_one_thread(store: tuple[str, str], tmp_path: Path, is_async: bool) -> None:
+    thread, ledger = f"race-{is_async}", tmp_path / "ledger.txt"
+    mode = ["--async"] if is_async else []
+    rc, result = finish(worker(store, thread, ledger, "--fail-once", "b", *mode))
+    assert rc == 4, result
+    both = [
+        worker(store, thread, ledger, "--resume", "--barrier", "b:3", *mode) for _ in range(2)
+    ]
+    outcomes = sorted(finish(p) for p in both)
+    codes = [code for code, _ in outcomes]
+    assert codes == [0, 3], outcomes
+    assert outcomes[0][1]["done"] == STEPS
+    assert "moved past checkpoint" in outcomes[1][1]["error"]
+    assert_no_fork(*store, thread)
+    ran = Counter(node for node, pids in runs_by_pid(ledger).items() for _ in pids)
+    # b: the failed try and one per resumer (the loser's result is refused);
+    # everything after b ran only in the winner.
+    assert ran == {"a": 1, "b": 3, "c": 1, "d": 1, "e": 1}
