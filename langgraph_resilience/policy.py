@@ -19,9 +19,7 @@ def _seconds(name: str, value: Seconds) -> float:
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(
-            f"{name} must be seconds as a float or a timedelta, got {value!r}"
-        )
+        raise ConfigError(f"{name} must be seconds as a float or a timedelta, got {value!r}")
     if not math.isfinite(value) or value < 0:
         raise ConfigError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
     return float(value)
@@ -73,9 +71,7 @@ class Backoff:
             or not math.isfinite(self.backoff_factor)
             or self.backoff_factor < 1
         ):
-            raise ConfigError(
-                f"backoff_factor must be a number >= 1, got {self.backoff_factor!r}"
-            )
+            raise ConfigError(f"backoff_factor must be a number >= 1, got {self.backoff_factor!r}")
         if self.jitter not in ("full", "none"):
             raise ConfigError(f'jitter must be "full" or "none", got {self.jitter!r}')
 

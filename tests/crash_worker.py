@@ -31,11 +31,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from conftest import open_saver  # noqa: E402
-from helpers import linear_graph  # noqa: E402
+from conftest import open_saver
+from helpers import linear_graph
 
-from langgraph_resilience.checkpoint import _store  # noqa: E402
-from langgraph_resilience.errors import CheckpointConflict  # noqa: E402
+from langgraph_resilience.checkpoint import _store
+from langgraph_resilience.errors import CheckpointConflict
 
 STEPS = ["a", "b", "c", "d", "e"]
 
@@ -79,9 +79,9 @@ def behaviour_for(args: argparse.Namespace) -> Any:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"barrier {node}:{k} not reached")
                 time.sleep(0.01)
-        if args.fail_once == name:
-            if sum(line.startswith(name + " ") for line in ledger_lines(args.ledger)) == 1:
-                raise RuntimeError(f"{name} fails the first time")
+        runs = sum(line.startswith(name + " ") for line in ledger_lines(args.ledger))
+        if args.fail_once == name and runs == 1:
+            raise RuntimeError(f"{name} fails the first time")
         time.sleep(args.node_seconds)
 
     return behaviour

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import operator
 import sqlite3
 import time
@@ -34,13 +35,15 @@ def linear_graph(names: list[str], behaviour: Any = None) -> StateGraph:
     for name in names:
         graph.add_node(name, make(name))
     graph.add_edge(START, names[0])
-    for a, b in zip(names, names[1:], strict=False):
+    for a, b in itertools.pairwise(names):
         graph.add_edge(a, b)
     graph.add_edge(names[-1], END)
     return graph
 
 
-def sql(backend: str, target: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def sql(
+    backend: str, target: str, query: str, params: tuple[Any, ...] = ()
+) -> list[tuple[Any, ...]]:
     """Run one statement on the store through a separate connection."""
     if backend == "sqlite":
         conn = sqlite3.connect(target)
@@ -83,7 +86,9 @@ def add_resilience_rows(backend: str, target: str, thread_id: str, checkpoint_id
 
 def resilience_counts(backend: str, target: str, thread_id: str) -> dict[str, int]:
     return {
-        table: sql(backend, target, f"SELECT count(*) FROM {table} WHERE thread_id = ?", (thread_id,))[0][0]
+        table: sql(
+            backend, target, f"SELECT count(*) FROM {table} WHERE thread_id = ?", (thread_id,)
+        )[0][0]
         for table in ("resilience_node_attempts", "resilience_effects", "resilience_runs")
     }
 

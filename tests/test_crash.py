@@ -42,7 +42,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
     return "sqlite", str(tmp_path / "crash.db")
 
 
-def worker(store: tuple[str, str], thread: str, ledger: Path, *options: str) -> subprocess.Popen[str]:
+def worker(
+    store: tuple[str, str], thread: str, ledger: Path, *options: str
+) -> subprocess.Popen[str]:
     backend, target = store
     return subprocess.Popen(
         [sys.executable, WORKER, backend, target, thread, str(ledger), *options],
@@ -73,11 +75,13 @@ def checkpoint_count(store: tuple[str, str], thread: str) -> int:
 
 
 def cases(options: list[Any]) -> list[Any]:
-    return options[: max(1, CRASH_CASES)] if CRASH_CASES < len(options) else options
+    return options[: max(1, CRASH_CASES)] if len(options) > CRASH_CASES else options
 
 
 @pytest.mark.parametrize("kill_at", cases([3, 5, 2, 4, 6, 7]))
-def test_killed_inside_a_checkpoint_write(store: tuple[str, str], tmp_path: Path, kill_at: int) -> None:
+def test_killed_inside_a_checkpoint_write(
+    store: tuple[str, str], tmp_path: Path, kill_at: int
+) -> None:
     thread, ledger = f"put-kill-{kill_at}", tmp_path / "ledger.txt"
     first = worker(store, thread, ledger, "--kill-in-put", str(kill_at))
     rc, _ = finish(first)
@@ -97,13 +101,17 @@ def test_killed_inside_a_checkpoint_write(store: tuple[str, str], tmp_path: Path
     # A step whose writes were saved is not run again; at most the step whose
     # checkpoint was being written, if its writes had not landed yet.
     assert len(redone) <= 1, ran
-    assert all(len(pids) == 1 for node, pids in ran.items() if node in before_resume and node not in redone)
+    assert all(
+        len(pids) == 1 for node, pids in ran.items() if node in before_resume and node not in redone
+    )
     assert sorted(ran) == sorted(STEPS)
     assert_no_fork(*store, thread)
 
 
 @pytest.mark.parametrize("victim", cases(["c", "b", "d", "e", "a"]))
-def test_killed_while_a_step_is_in_flight(store: tuple[str, str], tmp_path: Path, victim: str) -> None:
+def test_killed_while_a_step_is_in_flight(
+    store: tuple[str, str], tmp_path: Path, victim: str
+) -> None:
     thread, ledger = f"step-kill-{victim}", tmp_path / "ledger.txt"
     first = worker(store, thread, ledger, "--node-seconds", "0.5")
     deadline = time.monotonic() + 60
@@ -128,14 +136,14 @@ def test_killed_while_a_step_is_in_flight(store: tuple[str, str], tmp_path: Path
 
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
-def test_two_processes_resuming_one_thread(store: tuple[str, str], tmp_path: Path, is_async: bool) -> None:
+def test_two_processes_resuming_one_thread(
+    store: tuple[str, str], tmp_path: Path, is_async: bool
+) -> None:
     thread, ledger = f"race-{is_async}", tmp_path / "ledger.txt"
     mode = ["--async"] if is_async else []
     rc, result = finish(worker(store, thread, ledger, "--fail-once", "b", *mode))
     assert rc == 4, result
-    both = [
-        worker(store, thread, ledger, "--resume", "--barrier", "b:3", *mode) for _ in range(2)
-    ]
+    both = [worker(store, thread, ledger, "--resume", "--barrier", "b:3", *mode) for _ in range(2)]
     outcomes = sorted(finish(p) for p in both)
     codes = [code for code, _ in outcomes]
     assert codes == [0, 3], outcomes

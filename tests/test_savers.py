@@ -46,7 +46,9 @@ async def put_chain(h: Any, thread_id: str, n: int, ns: str = "") -> list[dict[s
         if parent:
             config["configurable"]["checkpoint_id"] = parent
         source = "input" if step == 0 else "loop"
-        saved = await h.call("put", config, new_checkpoint(), {"source": source, "step": step - 1}, {})
+        saved = await h.call(
+            "put", config, new_checkpoint(), {"source": source, "step": step - 1}, {}
+        )
         parent = saved["configurable"]["checkpoint_id"]
         stored.append(saved)
     return stored
@@ -78,7 +80,9 @@ async def test_second_child_of_a_checkpoint_is_refused(checkpointer: Any) -> Non
     """Two resumers of one thread: the second continuation is refused, no fork."""
     thread_id = "fork-" + checkpointer.id
     first, second = await put_chain(checkpointer, thread_id, 2)
-    resumer_view = cfg(thread_id, checkpoint_ns="", checkpoint_id=first["configurable"]["checkpoint_id"])
+    resumer_view = cfg(
+        thread_id, checkpoint_ns="", checkpoint_id=first["configurable"]["checkpoint_id"]
+    )
     refused = new_checkpoint()
     with pytest.raises(CheckpointConflict) as info:
         await checkpointer.call("put", resumer_view, refused, {"source": "loop", "step": 1}, {})
@@ -130,11 +134,16 @@ async def test_maintenance_covers_the_resilience_rows(checkpointer: Any) -> None
     backend, target = checkpointer.backend, checkpointer.target
     tid = "maint-" + checkpointer.id + "-" + uuid.uuid4().hex[:6]
     chain = await put_chain(checkpointer, tid, 3)
-    old, latest = chain[0]["configurable"]["checkpoint_id"], chain[-1]["configurable"]["checkpoint_id"]
+    old, latest = (
+        chain[0]["configurable"]["checkpoint_id"],
+        chain[-1]["configurable"]["checkpoint_id"],
+    )
     add_resilience_rows(backend, target, tid, old)
     add_resilience_rows(backend, target, tid, latest)
     assert resilience_counts(backend, target, tid) == {
-        "resilience_node_attempts": 2, "resilience_effects": 2, "resilience_runs": 2
+        "resilience_node_attempts": 2,
+        "resilience_effects": 2,
+        "resilience_runs": 2,
     }
 
     await checkpointer.call("copy_thread", tid, tid + "-copy")
@@ -145,7 +154,9 @@ async def test_maintenance_covers_the_resilience_rows(checkpointer: Any) -> None
         await checkpointer.call("copy_thread", tid, tid + "-copy")
 
     await checkpointer.call("prune", [tid], strategy="keep_latest")
-    assert [t.config["configurable"]["checkpoint_id"] for t in await checkpointer.listed(cfg(tid))] == [latest]
+    assert [
+        t.config["configurable"]["checkpoint_id"] for t in await checkpointer.listed(cfg(tid))
+    ] == [latest]
     kept = resilience_counts(backend, target, tid)
     assert kept == {"resilience_node_attempts": 1, "resilience_effects": 1, "resilience_runs": 2}
 
@@ -158,15 +169,28 @@ async def test_maintenance_covers_the_resilience_rows(checkpointer: Any) -> None
 async def test_delete_for_runs_removes_their_rows_only(checkpointer: Any) -> None:
     tid = "runs-" + checkpointer.id
     keep, drop = "run-keep-" + checkpointer.id, "run-drop-" + checkpointer.id
-    first = await checkpointer.call("put", cfg(tid, checkpoint_ns=""), new_checkpoint(), {"source": "input", "step": -1, "run_id": drop}, {})
+    first = await checkpointer.call(
+        "put",
+        cfg(tid, checkpoint_ns=""),
+        new_checkpoint(),
+        {"source": "input", "step": -1, "run_id": drop},
+        {},
+    )
     second_cfg = cfg(tid, checkpoint_ns="", checkpoint_id=first["configurable"]["checkpoint_id"])
-    second = await checkpointer.call("put", second_cfg, new_checkpoint(), {"source": "loop", "step": 0, "run_id": keep}, {})
-    add_resilience_rows(checkpointer.backend, checkpointer.target, tid, first["configurable"]["checkpoint_id"])
+    second = await checkpointer.call(
+        "put", second_cfg, new_checkpoint(), {"source": "loop", "step": 0, "run_id": keep}, {}
+    )
+    add_resilience_rows(
+        checkpointer.backend, checkpointer.target, tid, first["configurable"]["checkpoint_id"]
+    )
     await checkpointer.call("delete_for_runs", [drop])
     remaining = await checkpointer.listed(cfg(tid))
     assert [t.metadata["run_id"] for t in remaining] == [keep]
     assert remaining[0].parent_config is None  # its parent is gone
-    assert remaining[0].config["configurable"]["checkpoint_id"] == second["configurable"]["checkpoint_id"]
+    assert (
+        remaining[0].config["configurable"]["checkpoint_id"]
+        == second["configurable"]["checkpoint_id"]
+    )
     counts = resilience_counts(checkpointer.backend, checkpointer.target, tid)
     assert counts["resilience_node_attempts"] == 0 and counts["resilience_effects"] == 0
 
@@ -191,12 +215,23 @@ async def test_corrupt_blob_names_thread_and_checkpoint(checkpointer: Any) -> No
     bad, good = "corrupt-" + checkpointer.id, "healthy-" + checkpointer.id
     await checkpointer.invoke(graph, {"done": []}, cfg(bad), durability="sync")
     await checkpointer.invoke(graph, {"done": []}, cfg(good), durability="sync")
-    latest = (await checkpointer.call("get_tuple", cfg(bad))).config["configurable"]["checkpoint_id"]
+    latest = (await checkpointer.call("get_tuple", cfg(bad))).config["configurable"][
+        "checkpoint_id"
+    ]
     if backend == "sqlite":
-        sql(backend, target, "UPDATE checkpoints SET checkpoint = ? WHERE thread_id = ? AND checkpoint_id = ?",
-            (b"\xc1\xff not msgpack", bad, latest))
+        sql(
+            backend,
+            target,
+            "UPDATE checkpoints SET checkpoint = ? WHERE thread_id = ? AND checkpoint_id = ?",
+            (b"\xc1\xff not msgpack", bad, latest),
+        )
     else:
-        sql(backend, target, "UPDATE checkpoint_blobs SET blob = ? WHERE thread_id = ?", (b"\xc1\xff not msgpack", bad))
+        sql(
+            backend,
+            target,
+            "UPDATE checkpoint_blobs SET blob = ? WHERE thread_id = ?",
+            (b"\xc1\xff not msgpack", bad),
+        )
     with pytest.raises(CheckpointCorrupt) as info:
         await checkpointer.call("get_tuple", cfg(bad))
     assert info.value.thread_id == bad
@@ -207,7 +242,9 @@ async def test_corrupt_blob_names_thread_and_checkpoint(checkpointer: Any) -> No
     # Nothing else is harmed: the other thread loads and runs.
     healthy = await checkpointer.call("get_tuple", cfg(good))
     assert healthy.checkpoint["channel_values"]["done"] == STEPS
-    assert (await checkpointer.invoke(graph, {"done": []}, cfg(good), durability="sync"))["done"] == STEPS * 2
+    assert (await checkpointer.invoke(graph, {"done": []}, cfg(good), durability="sync"))[
+        "done"
+    ] == STEPS * 2
 
 
 async def test_prune_and_copy_reject_bad_arguments(checkpointer: Any) -> None:

@@ -64,8 +64,11 @@ def test_retry_loop_retries_transient_errors_only_and_counts_each_try() -> None:
         return outcome
 
     result = call_with_retry(
-        op, backoff=Backoff(max_attempts=3, initial_interval=1.0), on_failure=failures.append,
-        sleep=sleeps.append, rand=lambda: 0.5,
+        op,
+        backoff=Backoff(max_attempts=3, initial_interval=1.0),
+        on_failure=failures.append,
+        sleep=sleeps.append,
+        rand=lambda: 0.5,
     )
     assert result == "saved" and len(failures) == 2
     assert sleeps == [0.5, 1.0]  # full jitter: half of the caps 1 s and 2 s
@@ -73,7 +76,9 @@ def test_retry_loop_retries_transient_errors_only_and_counts_each_try() -> None:
     with pytest.raises(sqlite3.OperationalError, match="no such table"):
         call_with_retry(
             lambda: (_ for _ in ()).throw(sqlite3.OperationalError("no such table: x")),
-            backoff=FAST, on_failure=failures.append, sleep=sleeps.append,
+            backoff=FAST,
+            on_failure=failures.append,
+            sleep=sleeps.append,
         )
     assert len(failures) == 3  # counted once, not retried
 
@@ -209,9 +214,11 @@ async def test_postgres_backend_terminated_mid_run(pg_dsn: str, is_async: bool) 
 
 def test_missing_sqlite_directory_is_a_clear_error(tmp_path: Path) -> None:
     missing = tmp_path / "no" / "such" / "dir" / "runs.db"
-    with pytest.raises(ConfigError, match="does not exist") as info:
-        with ResilientSqliteSaver.from_conn_string(str(missing)):
-            pass
+    with (
+        pytest.raises(ConfigError, match="does not exist") as info,
+        ResilientSqliteSaver.from_conn_string(str(missing)),
+    ):
+        pass
     assert str(missing.parent) in str(info.value)
     assert not (tmp_path / "no").exists()
 
@@ -224,9 +231,8 @@ async def test_missing_sqlite_directory_async(tmp_path: Path) -> None:
 
 def test_unreachable_dsn_is_a_clear_error() -> None:
     dsn = "postgresql://postgres:s3cret@127.0.0.1:1/nowhere?connect_timeout=2"
-    with pytest.raises(StoreUnavailable) as info:
-        with ResilientPostgresSaver.from_conn_string(dsn):
-            pass
+    with pytest.raises(StoreUnavailable) as info, ResilientPostgresSaver.from_conn_string(dsn):
+        pass
     message = str(info.value)
     assert "127.0.0.1" in message and "port=1" in message and "nowhere" in message
     assert "s3cret" not in message
@@ -245,18 +251,33 @@ async def test_unreachable_dsn_async() -> None:
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-async def test_newer_schema_is_refused_and_left_alone(backend: str, tmp_path: Path, request: Any) -> None:
+async def test_newer_schema_is_refused_and_left_alone(
+    backend: str, tmp_path: Path, request: Any
+) -> None:
     from contextlib import AsyncExitStack
 
     from helpers import sql
 
-    target = str(tmp_path / "newer.db") if backend == "sqlite" else request.getfixturevalue("pg_dsn")
+    target = (
+        str(tmp_path / "newer.db") if backend == "sqlite" else request.getfixturevalue("pg_dsn")
+    )
     async with AsyncExitStack() as stack:
         saver = await open_saver(backend, False, target, stack)
-        await asyncio.to_thread(saver.put, {"configurable": {"thread_id": "kept", "checkpoint_ns": ""}},
-                                {"v": 4, "id": "1", "ts": "", "channel_values": {}, "channel_versions": {},
-                                 "versions_seen": {}, "updated_channels": None},
-                                {"source": "input", "step": -1}, {})
+        await asyncio.to_thread(
+            saver.put,
+            {"configurable": {"thread_id": "kept", "checkpoint_ns": ""}},
+            {
+                "v": 4,
+                "id": "1",
+                "ts": "",
+                "channel_values": {},
+                "channel_versions": {},
+                "versions_seen": {},
+                "updated_channels": None,
+            },
+            {"source": "input", "step": -1},
+            {},
+        )
     future = _store.SCHEMA_VERSION + 1
     sql(backend, target, "INSERT INTO resilience_migrations (v) VALUES (?)", (future,))
     with pytest.raises(ConfigError, match="newer than this"):
@@ -264,7 +285,9 @@ async def test_newer_schema_is_refused_and_left_alone(backend: str, tmp_path: Pa
             saver = await open_saver(backend, False, target, stack)
             saver.get_tuple({"configurable": {"thread_id": "kept"}})  # SQLite sets up on first use
     assert sql(backend, target, "SELECT max(v) FROM resilience_migrations")[0][0] == future
-    assert sql(backend, target, "SELECT count(*) FROM checkpoints WHERE thread_id = 'kept'")[0][0] == 1
+    assert (
+        sql(backend, target, "SELECT count(*) FROM checkpoints WHERE thread_id = 'kept'")[0][0] == 1
+    )
     sql(backend, target, "DELETE FROM resilience_migrations WHERE v = ?", (future,))
 
 
@@ -278,12 +301,24 @@ async def test_postgres_without_setup_is_a_clear_error(pg_dsn: str) -> None:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
         dsn = _with_db(PG_URL, name)
-        with ResilientPostgresSaver.from_conn_string(dsn) as saver:
-            with pytest.raises(ConfigError, match=r"saver\.setup\(\)"):
-                saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
-                          {"v": 4, "id": "1", "ts": "", "channel_values": {}, "channel_versions": {},
-                           "versions_seen": {}, "updated_channels": None},
-                          {"source": "input", "step": -1}, {})
+        with (
+            ResilientPostgresSaver.from_conn_string(dsn) as saver,
+            pytest.raises(ConfigError, match=r"saver\.setup\(\)"),
+        ):
+            saver.put(
+                {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+                {
+                    "v": 4,
+                    "id": "1",
+                    "ts": "",
+                    "channel_values": {},
+                    "channel_versions": {},
+                    "versions_seen": {},
+                    "updated_channels": None,
+                },
+                {"source": "input", "step": -1},
+                {},
+            )
     finally:
         with psycopg.connect(PG_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -134,7 +134,8 @@ _COMMON_MIGRATIONS: tuple[tuple[str, ...], ...] = (
             updated_at REAL_T NOT NULL
         )""",
         "CREATE INDEX IF NOT EXISTS resilience_runs_thread ON resilience_runs (thread_id)",
-        "CREATE INDEX IF NOT EXISTS resilience_runs_claim ON resilience_runs (status, lease_expires_at)",
+        "CREATE INDEX IF NOT EXISTS resilience_runs_claim "
+        "ON resilience_runs (status, lease_expires_at)",
     ),
     # 2: node attempts, one row per try of a task.
     (
@@ -331,9 +332,7 @@ def bump(d: Dialect, scope: str, deltas: dict[str, int]) -> Statements[None]:
 
 
 def read_counters(d: Dialect) -> Statements[dict[str, int]]:
-    rows = yield Stmt(
-        "SELECT name, sum(value) FROM resilience_counters GROUP BY name", fetch=True
-    )
+    rows = yield Stmt("SELECT name, sum(value) FROM resilience_counters GROUP BY name", fetch=True)
     found = {name: 0 for name in COUNTER_NAMES}
     found.update({str(name): int(value) for name, value in rows})
     return found
@@ -576,7 +575,10 @@ def delete_checkpoints(
                 (thread_id, ns, channel, sorted(versions)),
             )
     else:
-        yield Stmt(d.sql(f"DELETE FROM checkpoints WHERE {key} AND checkpoint_id IN_LIST(?)"), (thread_id, ns, ids))
+        yield Stmt(
+            d.sql(f"DELETE FROM checkpoints WHERE {key} AND checkpoint_id IN_LIST(?)"),
+            (thread_id, ns, ids),
+        )
     yield Stmt(
         d.sql(
             f"UPDATE checkpoints SET parent_checkpoint_id = NULL WHERE {key} "

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
@@ -14,11 +14,11 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
-    SerializerProtocol,
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.postgres import PostgresSaver, _internal
 from langgraph.checkpoint.postgres.base import BasePostgresSaver
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from psycopg import Connection, Cursor, Pipeline
 from psycopg.rows import DictRow, dict_row
@@ -26,14 +26,22 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from langgraph_resilience.checkpoint import _base, _store
-from langgraph_resilience.checkpoint._retry import call_with_retry, is_transient_store_error
+from langgraph_resilience.checkpoint._retry import (
+    call_with_retry,
+    is_store_error,
+    is_transient_store_error,
+)
 from langgraph_resilience.checkpoint._store import POSTGRES, Statements
 from langgraph_resilience.policy import Backoff
 
 __all__ = ["ResilientPostgresSaver", "pg_put", "pg_write_rows"]
 
 T = TypeVar("T")
-CONNECT_KWARGS: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+CONNECT_KWARGS: dict[str, Any] = {
+    "autocommit": True,
+    "prepare_threshold": 0,
+    "row_factory": dict_row,
+}
 
 
 def pg_put(
@@ -157,7 +165,7 @@ class ResilientPostgresSaver(PostgresSaver):
     # The connection lives in the shared state, so a copy of this saver (made by
     # compile() under strict msgpack) sees the fresh connection that replaced a
     # broken one.
-    @property  # type: ignore[override]
+    @property
     def conn(self) -> _internal.Conn:
         return self._state.conn  # type: ignore[no-any-return]
 
@@ -167,7 +175,7 @@ class ResilientPostgresSaver(PostgresSaver):
 
     @classmethod
     @contextmanager
-    def from_conn_string(  # type: ignore[override]
+    def from_conn_string(
         cls, conn_string: str, *, pipeline: bool = False, store_retry: Backoff | None = None
     ) -> Iterator[ResilientPostgresSaver]:
         """Connect to Postgres with a DSN.
@@ -192,7 +200,7 @@ class ResilientPostgresSaver(PostgresSaver):
         finally:
             conn.close()
             if saver is not None and saver.conn is not conn:
-                saver.conn.close()  # type: ignore[union-attr]
+                saver.conn.close()
 
     def setup(self) -> None:
         """Run LangGraph's migrations, then the resilience ones (in one transaction).
@@ -343,7 +351,7 @@ class ResilientPostgresSaver(PostgresSaver):
             return self._call(lambda: super(ResilientPostgresSaver, self).get_tuple(config))
         except Exception as exc:
             thread_id, ns, checkpoint_id = _base.thread_key(config)
-            if checkpoint_id is None and not _base.is_store_error(exc):
+            if checkpoint_id is None and not is_store_error(exc):
                 checkpoint_id = self._run(lambda: _store.locate_checkpoint(POSTGRES, thread_id, ns))
             raise _base.corrupt(config, checkpoint_id, exc) from exc
 
@@ -356,7 +364,10 @@ class ResilientPostgresSaver(PostgresSaver):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """As `PostgresSaver.list`; an undecodable row raises `CheckpointCorrupt`."""
-        listed = super().list(config, filter=filter, before=before, limit=limit)
+        listed = cast(
+            Generator[CheckpointTuple, None, None],
+            super().list(config, filter=filter, before=before, limit=limit),
+        )
         while True:
             try:
                 item = next(listed)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
@@ -13,16 +13,20 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
-    SerializerProtocol,
 )
 from langgraph.checkpoint.postgres import _ainternal
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
 from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool
 
 from langgraph_resilience.checkpoint import _base, _store
-from langgraph_resilience.checkpoint._retry import acall_with_retry, is_transient_store_error
+from langgraph_resilience.checkpoint._retry import (
+    acall_with_retry,
+    is_store_error,
+    is_transient_store_error,
+)
 from langgraph_resilience.checkpoint._store import POSTGRES, Statements
 from langgraph_resilience.checkpoint.postgres import (
     CONNECT_KWARGS,
@@ -67,7 +71,7 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
         if isinstance(conn, AsyncConnection):
             self._state.conninfo = _base.live_conninfo(conn)
 
-    @property  # type: ignore[override]
+    @property
     def conn(self) -> _ainternal.Conn:
         return self._state.conn  # type: ignore[no-any-return]
 
@@ -77,7 +81,7 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
 
     @classmethod
     @asynccontextmanager
-    async def from_conn_string(  # type: ignore[override]
+    async def from_conn_string(
         cls,
         conn_string: str,
         *,
@@ -109,7 +113,7 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
         finally:
             await conn.close()
             if saver is not None and saver.conn is not conn:
-                await saver.conn.close()  # type: ignore[union-attr]
+                await saver.conn.close()
 
     async def setup(self) -> None:
         """Run LangGraph's migrations, then the resilience ones (in one transaction).
@@ -270,7 +274,7 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
             )
         except Exception as exc:
             thread_id, ns, checkpoint_id = _base.thread_key(config)
-            if checkpoint_id is None and not _base.is_store_error(exc):
+            if checkpoint_id is None and not is_store_error(exc):
                 checkpoint_id = await self._run(
                     lambda: _store.locate_checkpoint(POSTGRES, thread_id, ns)
                 )
@@ -285,7 +289,10 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """As `AsyncPostgresSaver.alist`; an undecodable row raises `CheckpointCorrupt`."""
-        listed = super().alist(config, filter=filter, before=before, limit=limit)
+        listed = cast(
+            AsyncGenerator[CheckpointTuple, None],
+            super().alist(config, filter=filter, before=before, limit=limit),
+        )
         while True:
             try:
                 item = await listed.__anext__()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing, contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -15,13 +15,13 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
-    SerializerProtocol,
     get_checkpoint_metadata,
 )
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from langgraph_resilience.checkpoint import _base, _store
-from langgraph_resilience.checkpoint._retry import call_with_retry
+from langgraph_resilience.checkpoint._retry import call_with_retry, is_store_error
 from langgraph_resilience.checkpoint._store import SQLITE, Statements
 from langgraph_resilience.policy import Backoff
 
@@ -128,7 +128,7 @@ class ResilientSqliteSaver(SqliteSaver):
 
     @classmethod
     @contextmanager
-    def from_conn_string(  # type: ignore[override]
+    def from_conn_string(
         cls, conn_string: str, *, store_retry: Backoff | None = None
     ) -> Iterator[ResilientSqliteSaver]:
         """Open (or create) a SQLite database file, or ``":memory:"``.
@@ -154,7 +154,11 @@ class ResilientSqliteSaver(SqliteSaver):
             return
         super().setup()
         try:
-            self._in_transaction(lambda cur: _store.execute(cur, _store.migrate(SQLITE, where="this SQLite database")))
+            self._in_transaction(
+                lambda cur: _store.execute(
+                    cur, _store.migrate(SQLITE, where="this SQLite database")
+                )
+            )
         except BaseException:
             self.is_setup = False
             raise
@@ -273,7 +277,10 @@ class ResilientSqliteSaver(SqliteSaver):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """As `SqliteSaver.list`; an undecodable row raises `CheckpointCorrupt`."""
-        listed = super().list(config, filter=filter, before=before, limit=limit)
+        listed = cast(
+            Generator[CheckpointTuple, None, None],
+            super().list(config, filter=filter, before=before, limit=limit),
+        )
         while True:
             try:
                 item = next(listed)
@@ -286,7 +293,7 @@ class ResilientSqliteSaver(SqliteSaver):
 
     def _corrupt(self, config: RunnableConfig, exc: BaseException) -> BaseException:
         thread_id, ns, checkpoint_id = _base.thread_key(config)
-        if checkpoint_id is None and not _base.is_store_error(exc):
+        if checkpoint_id is None and not is_store_error(exc):
             checkpoint_id = self._read(lambda: _store.locate_checkpoint(SQLITE, thread_id, ns))
         return _base.corrupt(config, checkpoint_id, exc)
 

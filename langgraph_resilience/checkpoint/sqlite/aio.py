@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import aiosqlite
 from langchain_core.runnables import RunnableConfig
@@ -13,12 +13,12 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
-    SerializerProtocol,
 )
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from langgraph_resilience.checkpoint import _base, _store
-from langgraph_resilience.checkpoint._retry import acall_with_retry
+from langgraph_resilience.checkpoint._retry import acall_with_retry, is_store_error
 from langgraph_resilience.checkpoint._store import SQLITE, Statements
 from langgraph_resilience.checkpoint.sqlite import sqlite_put, sqlite_write_rows
 from langgraph_resilience.policy import Backoff
@@ -59,7 +59,7 @@ class AsyncResilientSqliteSaver(AsyncSqliteSaver):
 
     @classmethod
     @asynccontextmanager
-    async def from_conn_string(  # type: ignore[override]
+    async def from_conn_string(
         cls, conn_string: str, *, store_retry: Backoff | None = None
     ) -> AsyncIterator[AsyncResilientSqliteSaver]:
         """Open (or create) a SQLite database file, or ``":memory:"``.
@@ -207,7 +207,7 @@ class AsyncResilientSqliteSaver(AsyncSqliteSaver):
             )
         except Exception as exc:
             thread_id, ns, checkpoint_id = _base.thread_key(config)
-            if checkpoint_id is None and not _base.is_store_error(exc):
+            if checkpoint_id is None and not is_store_error(exc):
                 checkpoint_id = await self._read(
                     lambda: _store.locate_checkpoint(SQLITE, thread_id, ns)
                 )
@@ -222,7 +222,10 @@ class AsyncResilientSqliteSaver(AsyncSqliteSaver):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """As `AsyncSqliteSaver.alist`; an undecodable row raises `CheckpointCorrupt`."""
-        listed = super().alist(config, filter=filter, before=before, limit=limit)
+        listed = cast(
+            AsyncGenerator[CheckpointTuple, None],
+            super().alist(config, filter=filter, before=before, limit=limit),
+        )
         while True:
             try:
                 item = await listed.__anext__()
