@@ -263,6 +263,7 @@ def render_table(results: list[PairResult], skipped: dict[str, str], settings: S
             f"{r.ratio:>7.3f} {r.median_repeat_ratio:>12.3f}  {verdict}"
         )
     lines.extend(f"{name} pair skipped: {why}" for name, why in skipped.items())
+    lines.append("ratio = median(ours) / median(stock); median ratio = median of per-repeat ratios")
     lines.append(f"target: ratio <= {TARGET_RATIO:.2f}")
     return "\n".join(lines)
 
@@ -296,7 +297,7 @@ def positive_int(text: str) -> int:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--repeats", type=positive_int, default=7, help="batches per saver")
+    parser.add_argument("--repeats", type=positive_int, default=15, help="batches per saver")
     parser.add_argument("--runs", type=positive_int, default=40, help="invocations per batch")
     parser.add_argument("--warmup", type=int, default=5, help="untimed runs per saver first")
     parser.add_argument(

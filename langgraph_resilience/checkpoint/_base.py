@@ -4,9 +4,11 @@ connection targets, and the pure helpers around the store operations."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sqlite3
-from collections.abc import Callable, Coroutine, Iterator
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -24,6 +26,7 @@ from langgraph_resilience.errors import (
 from langgraph_resilience.policy import Backoff
 
 T = TypeVar("T")
+logger = logging.getLogger("langgraph_resilience")
 
 
 @dataclass
@@ -81,26 +84,49 @@ def corrupt(
 
 
 @contextmanager
-def counted(state: SaverState, ok: str | None) -> Iterator[dict[str, int]]:
-    """The counter deltas one try of a write stores in its own transaction.
+def counted(state: SaverState, ok: str | None, *, flush: bool = False) -> Iterator[dict[str, int]]:
+    """The counts one try of a write stores in its own transaction (maybe none).
 
-    Failed tries wait in memory and ride along with the next successful write;
-    if this try fails, its deltas go back.
+    They go back if the try fails; the try itself is counted once it is known
+    to have succeeded (here) or failed (`count_failure`).
     """
-    if ok is None:
+    if ok is None and not flush:
         yield {}
         return
-    deltas = state.counters.take(ok)
+    counters = state.counters
+    deltas = counters.take_all() if flush else counters.take_due(time.monotonic())
     try:
         yield deltas
     except BaseException:
-        state.counters.give_back(deltas, ok)
+        counters.give_back(deltas)
         raise
+    if ok is not None:
+        counters.add(ok)
+
+
+def flush_quietly(state: SaverState, flush: Callable[[], object]) -> None:
+    """Store waiting counts when a saver closes; a store that is down loses them."""
+    if not state.counters.snapshot():
+        return
+    try:
+        flush()
+    except Exception as exc:
+        logger.warning("could not store save counters on close: %s", exc)
+
+
+async def aflush_quietly(state: SaverState, flush: Callable[[], Awaitable[object]]) -> None:
+    """Async twin of `flush_quietly`."""
+    if not state.counters.snapshot():
+        return
+    try:
+        await flush()
+    except Exception as exc:
+        logger.warning("could not store save counters on close: %s", exc)
 
 
 def count_failure(state: SaverState, failed: str | None) -> None:
     if failed is not None:
-        state.counters.failed(failed)
+        state.counters.add(failed)
 
 
 # ---------------------------------------------------------------------------

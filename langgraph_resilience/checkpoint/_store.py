@@ -40,12 +40,13 @@ Row = tuple[Any, ...]
 
 
 class Stmt(NamedTuple):
-    """One statement: SQL, its parameters, whether rows come back, executemany."""
+    """One statement: SQL, its parameters, what comes back, executemany."""
 
     sql: str
     params: Any = ()
     fetch: bool = False
     many: bool = False
+    rowcount: bool = False  # send back [(rows affected,)]
 
 
 Statements = Generator[Stmt, list[Row], T]
@@ -288,35 +289,56 @@ def process_scope() -> str:
     return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
 
 
+#: Successful tries are stored at most this often (seconds); failed ones with
+#: the next successful write. Storing a count with every write would cost the
+#: happy path a row update per checkpoint.
+COUNTER_FLUSH_INTERVAL = 1.0
+
+
 @dataclass
 class Counters:
     """Counts kept by one saver (and every copy of it, e.g. under strict msgpack).
 
-    Failed tries cannot be stored in the transaction that failed, so they wait
-    here and are written with the next successful one.
+    A try's outcome is known only after its transaction, so counts wait here
+    and ride along with a later successful write: at once when a failure is
+    waiting, otherwise at most every `COUNTER_FLUSH_INTERVAL` seconds. What
+    waits here when the process dies is lost; `flush_counters()` on a saver (run
+    when its ``from_conn_string`` block exits) stores it.
     """
 
     scope: str = field(default_factory=process_scope)
-    pending: dict[str, int] = field(default_factory=dict)
+    unflushed: dict[str, int] = field(default_factory=dict)
+    last_flush: float = 0.0
+    interval: float = COUNTER_FLUSH_INTERVAL
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def failed(self, name: str) -> None:
+    def add(self, name: str) -> None:
         with self.lock:
-            self.pending[name] = self.pending.get(name, 0) + 1
+            self.unflushed[name] = self.unflushed.get(name, 0) + 1
 
-    def take(self, ok_name: str) -> dict[str, int]:
-        """The deltas to store with a successful write (clears the pending ones)."""
+    def take_due(self, now: float) -> dict[str, int]:
+        """The counts to store with the write about to run (maybe none)."""
         with self.lock:
-            deltas, self.pending = self.pending, {}
-        deltas[ok_name] = deltas.get(ok_name, 0) + 1
+            failures = any(name.endswith("_failed") for name in self.unflushed)
+            if not self.unflushed or not (failures or now - self.last_flush >= self.interval):
+                return {}
+            deltas, self.unflushed, self.last_flush = self.unflushed, {}, now
         return deltas
 
-    def give_back(self, deltas: dict[str, int], ok_name: str) -> None:
-        """Undo `take` after the transaction failed after all."""
+    def take_all(self) -> dict[str, int]:
+        with self.lock:
+            deltas, self.unflushed = self.unflushed, {}
+        return deltas
+
+    def give_back(self, deltas: dict[str, int]) -> None:
+        """Undo a take after the transaction failed after all."""
         with self.lock:
             for name, n in deltas.items():
-                if name != ok_name:
-                    self.pending[name] = self.pending.get(name, 0) + n
+                self.unflushed[name] = self.unflushed.get(name, 0) + n
+
+    def snapshot(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.unflushed)
 
 
 _BUMP = (
@@ -331,10 +353,17 @@ def bump(d: Dialect, scope: str, deltas: dict[str, int]) -> Statements[None]:
         yield Stmt(d.sql(_BUMP), rows, many=True)
 
 
-def read_counters(d: Dialect) -> Statements[dict[str, int]]:
+def no_statements() -> Statements[None]:
+    """Nothing to run (a transaction that only stores waiting counts)."""
+    yield from ()
+
+
+def read_counters(d: Dialect, counters: Counters) -> Statements[dict[str, int]]:
+    """Stored counts of every process, plus what this saver has not stored yet."""
     rows = yield Stmt("SELECT name, sum(value) FROM resilience_counters GROUP BY name", fetch=True)
-    found = {name: 0 for name in COUNTER_NAMES}
-    found.update({str(name): int(value) for name, value in rows})
+    found = dict.fromkeys(COUNTER_NAMES, 0)
+    for name, value in [*rows, *counters.snapshot().items()]:
+        found[str(name)] = found.get(str(name), 0) + int(value)
     return found
 
 
@@ -660,6 +689,10 @@ def _rows(cur: Any, fetched: Sequence[Any]) -> list[Row]:
     return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in fetched]
 
 
+def _count(cur: Any, stmt: Stmt) -> list[Row]:
+    return [(cur.rowcount,)] if stmt.rowcount else []
+
+
 def execute(cur: Any, statements: Statements[T]) -> T:
     """Run a statement generator on a sync cursor (sqlite3 or psycopg)."""
     try:
@@ -670,7 +703,7 @@ def execute(cur: Any, statements: Statements[T]) -> T:
                 rows: list[Row] = []
             else:
                 cur.execute(stmt.sql, stmt.params)
-                rows = _rows(cur, cur.fetchall()) if stmt.fetch else []
+                rows = _rows(cur, cur.fetchall()) if stmt.fetch else _count(cur, stmt)
             stmt = statements.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
@@ -686,7 +719,7 @@ async def aexecute(cur: Any, statements: Statements[T]) -> T:
                 rows: list[Row] = []
             else:
                 await cur.execute(stmt.sql, stmt.params)
-                rows = _rows(cur, await cur.fetchall()) if stmt.fetch else []
+                rows = _rows(cur, await cur.fetchall()) if stmt.fetch else _count(cur, stmt)
             stmt = statements.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
@@ -720,15 +753,43 @@ class PutCheckpoint(NamedTuple):
     blob_rows: Sequence[tuple[Any, ...]] = ()  # Postgres only
 
 
+_SQLITE_PUT_UNLESS_NEWER = _SQLITE_PUT.replace(
+    "VALUES (?, ?, ?, ?, ?, ?, ?)", "SELECT ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS ("
+) + _NEWER_THAN_PARENT.replace("SELECT checkpoint_id", "SELECT 1").replace(
+    " ORDER BY checkpoint_id DESC LIMIT 1", ")"
+)
+
+
+_PG_PUT_UNLESS_NEWER = """
+INSERT INTO checkpoints
+    (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata)
+SELECT %s, %s, %s, %s, %s, %s FROM resilience_refuse_fork(%s, %s, %s, %s)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
+DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata
+"""
+
+
 def put_checkpoint(
     d: Dialect, put: PutCheckpoint, *, upsert_sql: str = "", blobs_sql: str = ""
 ) -> Statements[None]:
     """Refuse a fork, then store the checkpoint (and its blobs on Postgres)."""
-    if put.check_fork:
+    if d is SQLITE and put.check_fork:
+        # The check and the insert in one statement, under BEGIN IMMEDIATE.
         assert put.parent_id is not None
-        yield from refuse_fork(d, put.thread_id, put.ns, put.parent_id, put.checkpoint_id)
+        keys = (put.thread_id, put.ns, put.parent_id, put.checkpoint_id)
+        rows = yield Stmt(_SQLITE_PUT_UNLESS_NEWER, (*put.row, *keys), rowcount=True)
+        if rows[0][0] == 0:
+            yield from refuse_fork(d, *keys)
+            raise AssertionError("checkpoint neither stored nor refused")  # pragma: no cover
+        return
     if put.blob_rows:
         yield Stmt(blobs_sql, put.blob_rows, many=True)
+    if put.check_fork:
+        # The check and the upsert in one statement: the guard raises first.
+        assert put.parent_id is not None
+        keys = (put.thread_id, put.ns, put.parent_id, put.checkpoint_id)
+        yield Stmt(_PG_PUT_UNLESS_NEWER, (*put.row, *keys))
+        return
     yield Stmt(upsert_sql or _SQLITE_PUT, put.row)
 
 

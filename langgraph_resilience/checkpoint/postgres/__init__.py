@@ -198,6 +198,8 @@ class ResilientPostgresSaver(PostgresSaver):
                 saver = cls(conn, store_retry=store_retry)
                 yield saver
         finally:
+            if saver is not None:
+                _base.flush_quietly(saver._state, saver.flush_counters)
             conn.close()
             if saver is not None and saver.conn is not conn:
                 saver.conn.close()
@@ -223,8 +225,15 @@ class ResilientPostgresSaver(PostgresSaver):
         with self.lock:
             try:
                 with _internal.get_connection(self.conn) as conn:
-                    if pipeline and self.pipe is None and self.supports_pipeline:
-                        with conn.pipeline(), conn.transaction(), conn.cursor(binary=True) as cur:
+                    if (
+                        pipeline
+                        and self.pipe is None
+                        and self.supports_pipeline
+                        and conn.autocommit
+                    ):
+                        # One round trip: an autocommit pipeline runs everything up
+                        # to its Sync as one implicit transaction, all or nothing.
+                        with conn.pipeline(), conn.cursor(binary=True) as cur:
                             yield cur
                     else:
                         with conn.transaction(), conn.cursor(binary=True) as cur:
@@ -244,6 +253,7 @@ class ResilientPostgresSaver(PostgresSaver):
         *,
         ok: str | None = None,
         failed: str | None = None,
+        flush: bool = False,
         translate: _base.Translate | None = None,
         check: bool = True,
         pipeline: bool = False,
@@ -253,7 +263,7 @@ class ResilientPostgresSaver(PostgresSaver):
             # can hand a fetch the rows of an earlier statement (after a NOTICE),
             # so only statement lists that fetch nothing use it.
             checked = self._state.schema_checked or not check
-            with _base.counted(self._state, ok) as deltas:
+            with _base.counted(self._state, ok, flush=flush) as deltas:
                 try:
                     with self._transaction(pipeline and checked) as cur:
                         if not checked:
@@ -378,9 +388,13 @@ class ResilientPostgresSaver(PostgresSaver):
                 raise _base.corrupt(config, None, exc) from exc
             yield item
 
+    def flush_counters(self) -> None:
+        """Store the save counts this saver holds in memory (run on close)."""
+        self._run(_store.no_statements, flush=True)
+
     def read_counters(self) -> dict[str, int]:
         """Checkpoint and write tries stored so far, summed over every process."""
-        return self._run(lambda: _store.read_counters(POSTGRES))
+        return self._run(lambda: _store.read_counters(POSTGRES, self._state.counters))
 
     # -- thread maintenance ----------------------------------------------------
 

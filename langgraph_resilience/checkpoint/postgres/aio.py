@@ -111,6 +111,8 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
                 saver = cls(conn, serde=serde, store_retry=store_retry)
                 yield saver
         finally:
+            if saver is not None:
+                await _base.aflush_quietly(saver._state, saver.aflush_counters)
             await conn.close()
             if saver is not None and saver.conn is not conn:
                 await saver.conn.close()
@@ -138,12 +140,15 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
         async with self.lock:
             try:
                 async with _ainternal.get_connection(self.conn) as conn:
-                    if pipeline and self.pipe is None and self.supports_pipeline:
-                        async with (
-                            conn.pipeline(),
-                            conn.transaction(),
-                            conn.cursor(binary=True) as cur,
-                        ):
+                    if (
+                        pipeline
+                        and self.pipe is None
+                        and self.supports_pipeline
+                        and conn.autocommit
+                    ):
+                        # One round trip: an autocommit pipeline runs everything up
+                        # to its Sync as one implicit transaction, all or nothing.
+                        async with conn.pipeline(), conn.cursor(binary=True) as cur:
                             yield cur
                     else:
                         async with conn.transaction(), conn.cursor(binary=True) as cur:
@@ -163,6 +168,7 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
         *,
         ok: str | None = None,
         failed: str | None = None,
+        flush: bool = False,
         translate: _base.Translate | None = None,
         check: bool = True,
         pipeline: bool = False,
@@ -172,7 +178,7 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
             # can hand a fetch the rows of an earlier statement (after a NOTICE),
             # so only statement lists that fetch nothing use it.
             checked = self._state.schema_checked or not check
-            with _base.counted(self._state, ok) as deltas:
+            with _base.counted(self._state, ok, flush=flush) as deltas:
                 try:
                     async with self._transaction(pipeline and checked) as cur:
                         if not checked:
@@ -303,9 +309,13 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
                 raise _base.corrupt(config, None, exc) from exc
             yield item
 
+    async def aflush_counters(self) -> None:
+        """Store the save counts this saver holds in memory (run on close)."""
+        await self._run(_store.no_statements, flush=True)
+
     async def aread_counters(self) -> dict[str, int]:
         """Checkpoint and write tries stored so far, summed over every process."""
-        return await self._run(lambda: _store.read_counters(POSTGRES))
+        return await self._run(lambda: _store.read_counters(POSTGRES, self._state.counters))
 
     # -- thread maintenance ----------------------------------------------------
 

@@ -138,7 +138,11 @@ class ResilientSqliteSaver(SqliteSaver):
             StoreUnavailable: SQLite cannot open the file.
         """
         with closing(sqlite_connect(conn_string)) as conn:
-            yield cls(conn, store_retry=store_retry)
+            saver = cls(conn, store_retry=store_retry)
+            try:
+                yield saver
+            finally:
+                _base.flush_quietly(saver._state, saver.flush_counters)
 
     # -- setup ---------------------------------------------------------------
 
@@ -187,11 +191,12 @@ class ResilientSqliteSaver(SqliteSaver):
         *,
         ok: str | None = None,
         failed: str | None = None,
+        flush: bool = False,
     ) -> T:
         def attempt() -> T:
             with self.lock:
                 self.setup()
-                with _base.counted(self._state, ok) as deltas:
+                with _base.counted(self._state, ok, flush=flush) as deltas:
 
                     def body(cur: sqlite3.Cursor) -> T:
                         result = _store.execute(cur, statements())
@@ -297,9 +302,13 @@ class ResilientSqliteSaver(SqliteSaver):
             checkpoint_id = self._read(lambda: _store.locate_checkpoint(SQLITE, thread_id, ns))
         return _base.corrupt(config, checkpoint_id, exc)
 
+    def flush_counters(self) -> None:
+        """Store the save counts this saver holds in memory (run on close)."""
+        self._run(_store.no_statements, flush=True)
+
     def read_counters(self) -> dict[str, int]:
         """Checkpoint and write tries stored so far, summed over every process."""
-        return self._read(lambda: _store.read_counters(SQLITE))
+        return self._read(lambda: _store.read_counters(SQLITE, self._state.counters))
 
     # -- thread maintenance ----------------------------------------------------
 

@@ -74,9 +74,11 @@ class AsyncResilientSqliteSaver(AsyncSqliteSaver):
             conn = await aiosqlite.connect(conn_string)
         except aiosqlite.Error as exc:
             raise _base.sqlite_unavailable(conn_string, exc) from exc
+        saver = cls(conn, store_retry=store_retry)
         try:
-            yield cls(conn, store_retry=store_retry)
+            yield saver
         finally:
+            await _base.aflush_quietly(saver._state, saver.aflush_counters)
             await conn.close()
 
     async def setup(self) -> None:
@@ -124,11 +126,12 @@ class AsyncResilientSqliteSaver(AsyncSqliteSaver):
         *,
         ok: str | None = None,
         failed: str | None = None,
+        flush: bool = False,
     ) -> T:
         async def attempt() -> T:
             await self.setup()
             async with self.lock:
-                with _base.counted(self._state, ok) as deltas:
+                with _base.counted(self._state, ok, flush=flush) as deltas:
 
                     async def body(cur: aiosqlite.Cursor) -> T:
                         result = await _store.aexecute(cur, statements())
@@ -236,9 +239,13 @@ class AsyncResilientSqliteSaver(AsyncSqliteSaver):
                 raise _base.corrupt(config, None, exc) from exc
             yield item
 
+    async def aflush_counters(self) -> None:
+        """Store the save counts this saver holds in memory (run on close)."""
+        await self._run(_store.no_statements, flush=True)
+
     async def aread_counters(self) -> dict[str, int]:
         """Checkpoint and write tries stored so far, summed over every process."""
-        return await self._read(lambda: _store.read_counters(SQLITE))
+        return await self._read(lambda: _store.read_counters(SQLITE, self._state.counters))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete a thread's checkpoints, writes and resilience rows."""
