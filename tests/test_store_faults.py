@@ -330,3 +330,42 @@ def test_langgraph_migration_list_is_left_alone() -> None:
     assert ResilientPostgresSaver.MIGRATIONS is BasePostgresSaver.MIGRATIONS
     assert not any("resilience" in m for m in BasePostgresSaver.MIGRATIONS)
     assert len(_store.migrations(_store.SQLITE)) == len(_store.migrations(_store.POSTGRES))
+
+
+# -- counters ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_counters_are_stored_and_add_up_across_savers(
+    backend: str, tmp_path: Path, request: Any
+) -> None:
+    """Two savers (as two processes would) each run a pipeline; a third reads the sum."""
+    from contextlib import AsyncExitStack
+
+    from helpers import sql
+
+    target = (
+        str(tmp_path / "counts.db") if backend == "sqlite" else request.getfixturevalue("pg_dsn")
+    )
+    async with AsyncExitStack() as stack:
+        (await open_saver(backend, False, target, stack)).setup()
+    sql(backend, target, "DELETE FROM resilience_counters")  # other tests share the database
+    for run in range(2):
+        async with AsyncExitStack() as stack:
+            saver = await open_saver(backend, False, target, stack)
+            graph = linear_graph(STEPS).compile(checkpointer=saver)
+            config = {"configurable": {"thread_id": f"count-{run}"}}
+            await asyncio.to_thread(graph.invoke, {"done": []}, config, durability="sync")
+    async with AsyncExitStack() as stack:
+        reader = await open_saver(backend, False, target, stack)
+        counters = reader.read_counters()
+    # per run: input + one checkpoint per step + the final one; one write per
+    # task (the input's __start__ task and each step)
+    assert counters == {
+        "checkpoint_put_ok": 2 * (len(STEPS) + 2),
+        "checkpoint_put_failed": 0,
+        "writes_put_ok": 2 * (len(STEPS) + 1),
+        "writes_put_failed": 0,
+    }
+    scopes = sql(backend, target, "SELECT count(DISTINCT scope) FROM resilience_counters")
+    assert scopes[0][0] == 2
