@@ -207,6 +207,10 @@ def report_and_verify(db: Path, ledger: Path, pid1: int, pid2: int) -> None:
         print(f"next nodes: {list(final.next) or '(none: the run finished)'}")
         counters = saver.read_counters()
     print("saver counters: " + ", ".join(f"{k}={v}" for k, v in sorted(counters.items())))
+    print(
+        "  (each process stores its counts at most once a second and when it closes its\n"
+        "  saver, so the killed worker's last second of counts is missing here)"
+    )
 
     problems = []
     if in_flight is None:
