@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
@@ -13,7 +13,6 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
-    CheckpointTuple,
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.postgres import PostgresSaver, _internal
@@ -28,9 +27,9 @@ from psycopg_pool import ConnectionPool
 from langgraph_resilience.checkpoint import _base, _store
 from langgraph_resilience.checkpoint._retry import (
     call_with_retry,
-    is_store_error,
     is_transient_store_error,
 )
+from langgraph_resilience.checkpoint._savers import SyncResilience
 from langgraph_resilience.checkpoint._store import POSTGRES, Statements
 from langgraph_resilience.policy import Backoff
 
@@ -114,13 +113,7 @@ def pg_write_rows(
     return sql, list(rows)
 
 
-def fork_translator(put: _store.PutCheckpoint) -> _base.Translate:
-    return lambda exc: _store.fork_conflict(
-        exc, put.thread_id, put.ns, put.parent_id or "", put.checkpoint_id
-    )
-
-
-class ResilientPostgresSaver(PostgresSaver):
+class ResilientPostgresSaver(SyncResilience, PostgresSaver):
     """A drop-in `PostgresSaver` that survives store faults and refuses silent forks.
 
     On top of LangGraph's saver it:
@@ -148,6 +141,8 @@ class ResilientPostgresSaver(PostgresSaver):
         >>> with ResilientPostgresSaver.from_conn_string(DSN) as saver:  # doctest: +SKIP
         ...     saver.setup()
     """
+
+    _dialect = POSTGRES
 
     def __init__(
         self,
@@ -308,124 +303,16 @@ class ResilientPostgresSaver(PostgresSaver):
     def _call(self, op: Callable[[], T]) -> T:
         return call_with_retry(op, backoff=self._state.backoff, on_failure=self._on_failure(None))
 
-    # -- checkpoints and writes ----------------------------------------------
+    def _read(self, statements: Callable[[], Statements[T]]) -> T:
+        return self._run(statements)
 
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Store a checkpoint in one transaction; refuse one that would fork the thread.
+    # -- the dialect's rows ------------------------------------------------------
 
-        Raises:
-            CheckpointConflict: another process moved the thread past this
-                checkpoint's parent.
-        """
-        put = pg_put(self, config, checkpoint, metadata, new_versions)
-        self._run(
-            lambda: pg_put_statements(self, put),
-            ok=_store.CHECKPOINT_OK,
-            failed=_store.CHECKPOINT_FAILED,
-            translate=fork_translator(put),
-            pipeline=True,
-        )
-        return {
-            "configurable": {
-                "thread_id": config["configurable"]["thread_id"],
-                "checkpoint_ns": put.ns,
-                "checkpoint_id": checkpoint["id"],
-            }
-        }
+    _prepare_put = pg_put
+    _put_statements = pg_put_statements
+    _write_rows = pg_write_rows
 
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """Store a task's writes, retrying transient store errors."""
-        sql, rows = pg_write_rows(self, config, writes, task_id, task_path)
-        self._run(
-            lambda: _store.put_writes(sql, rows),
-            ok=_store.WRITES_OK,
-            failed=_store.WRITES_FAILED,
-            pipeline=True,
-        )
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """As `PostgresSaver.get_tuple`; an undecodable row raises `CheckpointCorrupt`."""
-        try:
-            return self._call(lambda: super(ResilientPostgresSaver, self).get_tuple(config))
-        except Exception as exc:
-            thread_id, ns, checkpoint_id = _base.thread_key(config)
-            if checkpoint_id is None and not is_store_error(exc):
-                checkpoint_id = self._run(lambda: _store.locate_checkpoint(POSTGRES, thread_id, ns))
-            raise _base.corrupt(config, checkpoint_id, exc) from exc
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        """As `PostgresSaver.list`; an undecodable row raises `CheckpointCorrupt`."""
-        listed = cast(
-            Generator[CheckpointTuple, None, None],
-            super().list(config, filter=filter, before=before, limit=limit),
-        )
-        while True:
-            try:
-                item = next(listed)
-            except StopIteration:
-                return
-            except Exception as exc:
-                listed.close()
-                raise _base.corrupt(config, None, exc) from exc
-            yield item
-
-    def flush_counters(self) -> None:
-        """Store the save counts this saver holds in memory (run on close)."""
-        self._run(_store.no_statements, flush=True)
-
-    def read_counters(self) -> dict[str, int]:
-        """Checkpoint and write tries stored so far, summed over every process."""
-        return self._run(lambda: _store.read_counters(POSTGRES, self._state.counters))
-
-    # -- thread maintenance ----------------------------------------------------
-
-    def delete_thread(self, thread_id: str) -> None:
-        """Delete a thread's checkpoints, blobs, writes and resilience rows."""
-        self._run(lambda: _store.delete_threads(POSTGRES, [str(thread_id)]))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy a thread's checkpoints, blobs, writes and resilience rows.
-
-        Raises:
-            ConfigError: the target thread already has checkpoints.
-        """
-        self._run(lambda: _store.copy_thread(POSTGRES, source_thread_id, target_thread_id))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Delete the checkpoints (with writes, freed blobs, resilience rows) of runs."""
-        self._run(lambda: _store.delete_for_runs(POSTGRES, run_ids))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """LangGraph's prune, extended to the resilience rows.
-
-        Raises:
-            ConfigError: unknown strategy, or a single str for ``thread_ids``.
-            NotImplementedError: ``keep_latest`` on a thread using a DeltaChannel.
-        """
-        ids = _store.check_prune_args(thread_ids, strategy)
-        if not ids:
-            return
-        if strategy == "delete":
-            self._run(lambda: _store.delete_threads(POSTGRES, ids))
-            return
-        self._call(lambda: super(ResilientPostgresSaver, self).prune(ids, strategy=strategy))
-        self._run(lambda: _store.delete_orphans(POSTGRES, ids))
+    def _keep_latest(self, thread_ids: list[str]) -> None:
+        # LangGraph's own keep_latest (one transaction per thread), then our rows.
+        self._call(lambda: PostgresSaver.prune(self, thread_ids, strategy="keep_latest"))
+        self._run(lambda: _store.delete_orphans(POSTGRES, thread_ids))

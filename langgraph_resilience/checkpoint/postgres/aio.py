@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar, cast
+from typing import TypeVar
 
 import psycopg
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-)
 from langgraph.checkpoint.postgres import _ainternal
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -24,13 +17,12 @@ from psycopg_pool import AsyncConnectionPool
 from langgraph_resilience.checkpoint import _base, _store
 from langgraph_resilience.checkpoint._retry import (
     acall_with_retry,
-    is_store_error,
     is_transient_store_error,
 )
+from langgraph_resilience.checkpoint._savers import AsyncResilience
 from langgraph_resilience.checkpoint._store import POSTGRES, Statements
 from langgraph_resilience.checkpoint.postgres import (
     CONNECT_KWARGS,
-    fork_translator,
     pg_put,
     pg_put_statements,
     pg_write_rows,
@@ -42,7 +34,7 @@ __all__ = ["AsyncResilientPostgresSaver"]
 T = TypeVar("T")
 
 
-class AsyncResilientPostgresSaver(AsyncPostgresSaver):
+class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
     """A drop-in `AsyncPostgresSaver` with the resilience store.
 
     The async twin of `ResilientPostgresSaver`: same tables, one transaction per
@@ -57,6 +49,8 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
         ...     async with AsyncResilientPostgresSaver.from_conn_string(dsn) as saver:
         ...         await saver.setup()
     """
+
+    _dialect = POSTGRES
 
     def __init__(
         self,
@@ -225,146 +219,18 @@ class AsyncResilientPostgresSaver(AsyncPostgresSaver):
             op, backoff=self._state.backoff, on_failure=self._on_failure(None)
         )
 
-    # -- checkpoints and writes ----------------------------------------------
+    async def _read(self, statements: Callable[[], Statements[T]]) -> T:
+        return await self._run(statements)
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Store a checkpoint in one transaction; refuse one that would fork the thread.
+    # -- the dialect's rows ------------------------------------------------------
 
-        Raises:
-            CheckpointConflict: another process moved the thread past this
-                checkpoint's parent.
-        """
-        put = pg_put(self, config, checkpoint, metadata, new_versions)
-        await self._run(
-            lambda: pg_put_statements(self, put),
-            ok=_store.CHECKPOINT_OK,
-            failed=_store.CHECKPOINT_FAILED,
-            translate=fork_translator(put),
-            pipeline=True,
-        )
-        return {
-            "configurable": {
-                "thread_id": config["configurable"]["thread_id"],
-                "checkpoint_ns": put.ns,
-                "checkpoint_id": checkpoint["id"],
-            }
-        }
+    _prepare_put = pg_put
+    _put_statements = pg_put_statements
+    _write_rows = pg_write_rows
 
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """Store a task's writes, retrying transient store errors."""
-        sql, rows = pg_write_rows(self, config, writes, task_id, task_path)
-        await self._run(
-            lambda: _store.put_writes(sql, rows),
-            ok=_store.WRITES_OK,
-            failed=_store.WRITES_FAILED,
-            pipeline=True,
-        )
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """As `AsyncPostgresSaver.aget_tuple`; an undecodable row raises `CheckpointCorrupt`."""
-        try:
-            return await self._call(
-                lambda: super(AsyncResilientPostgresSaver, self).aget_tuple(config)
-            )
-        except Exception as exc:
-            thread_id, ns, checkpoint_id = _base.thread_key(config)
-            if checkpoint_id is None and not is_store_error(exc):
-                checkpoint_id = await self._run(
-                    lambda: _store.locate_checkpoint(POSTGRES, thread_id, ns)
-                )
-            raise _base.corrupt(config, checkpoint_id, exc) from exc
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """As `AsyncPostgresSaver.alist`; an undecodable row raises `CheckpointCorrupt`."""
-        listed = cast(
-            AsyncGenerator[CheckpointTuple, None],
-            super().alist(config, filter=filter, before=before, limit=limit),
-        )
-        while True:
-            try:
-                item = await listed.__anext__()
-            except StopAsyncIteration:
-                return
-            except Exception as exc:
-                await listed.aclose()
-                raise _base.corrupt(config, None, exc) from exc
-            yield item
-
-    async def aflush_counters(self) -> None:
-        """Store the save counts this saver holds in memory (run on close)."""
-        await self._run(_store.no_statements, flush=True)
-
-    async def aread_counters(self) -> dict[str, int]:
-        """Checkpoint and write tries stored so far, summed over every process."""
-        return await self._run(lambda: _store.read_counters(POSTGRES, self._state.counters))
-
-    # -- thread maintenance ----------------------------------------------------
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """Delete a thread's checkpoints, blobs, writes and resilience rows."""
-        await self._run(lambda: _store.delete_threads(POSTGRES, [str(thread_id)]))
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy a thread's checkpoints, blobs, writes and resilience rows.
-
-        Raises:
-            ConfigError: the target thread already has checkpoints.
-        """
-        await self._run(lambda: _store.copy_thread(POSTGRES, source_thread_id, target_thread_id))
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Delete the checkpoints (with writes, freed blobs, resilience rows) of runs."""
-        await self._run(lambda: _store.delete_for_runs(POSTGRES, run_ids))
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """LangGraph's prune, extended to the resilience rows.
-
-        Raises:
-            ConfigError: unknown strategy, or a single str for ``thread_ids``.
-            NotImplementedError: ``keep_latest`` on a thread using a DeltaChannel.
-        """
-        ids = _store.check_prune_args(thread_ids, strategy)
-        if not ids:
-            return
-        if strategy == "delete":
-            await self._run(lambda: _store.delete_threads(POSTGRES, ids))
-            return
+    async def _keep_latest(self, thread_ids: list[str]) -> None:
+        # LangGraph's own keep_latest (one transaction per thread), then our rows.
         await self._call(
-            lambda: super(AsyncResilientPostgresSaver, self).aprune(ids, strategy=strategy)
+            lambda: AsyncPostgresSaver.aprune(self, thread_ids, strategy="keep_latest")
         )
-        await self._run(lambda: _store.delete_orphans(POSTGRES, ids))
-
-    # Sync bridges for the methods AsyncPostgresSaver lacks.
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._bridge(self.acopy_thread(source_thread_id, target_thread_id))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._bridge(self.adelete_for_runs(run_ids))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._bridge(self.aprune(thread_ids, strategy=strategy))
-
-    def read_counters(self) -> dict[str, int]:
-        return self._bridge(self.aread_counters())
-
-    def _bridge(self, coro: Coroutine[Any, Any, T]) -> T:
-        return _base.bridge(coro, self.loop, type(self).__name__)
+        await self._run(lambda: _store.delete_orphans(POSTGRES, thread_ids))

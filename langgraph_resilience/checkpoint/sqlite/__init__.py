@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
+    BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
-    CheckpointTuple,
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from langgraph_resilience.checkpoint import _base, _store
-from langgraph_resilience.checkpoint._retry import call_with_retry, is_store_error
+from langgraph_resilience.checkpoint._retry import call_with_retry
+from langgraph_resilience.checkpoint._savers import SyncResilience
 from langgraph_resilience.checkpoint._store import SQLITE, Statements
 from langgraph_resilience.policy import Backoff
 
@@ -31,14 +32,15 @@ T = TypeVar("T")
 
 
 def sqlite_put(
-    serde: SerializerProtocol,
+    saver: BaseCheckpointSaver[str],
     config: RunnableConfig,
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
 ) -> _store.PutCheckpoint:
     """The row SqliteSaver.put stores, and whether the fork check applies."""
     thread_id, ns, parent_id = _base.thread_key(config)
-    type_, blob = serde.dumps_typed(checkpoint)
+    type_, blob = saver.serde.dumps_typed(checkpoint)
     meta = json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False)
     row = (thread_id, ns, checkpoint["id"], parent_id, type_, blob, meta.encode("utf-8", "ignore"))
     return _store.PutCheckpoint(
@@ -52,7 +54,7 @@ def sqlite_put(
 
 
 def sqlite_write_rows(
-    serde: SerializerProtocol,
+    saver: BaseCheckpointSaver[str],
     config: RunnableConfig,
     writes: Sequence[tuple[str, Any]],
     task_id: str,
@@ -74,7 +76,7 @@ def sqlite_write_rows(
             task_path,
             WRITES_IDX_MAP.get(channel, idx),
             channel,
-            *serde.dumps_typed(value),
+            *saver.serde.dumps_typed(value),
         )
         for idx, (channel, value) in enumerate(writes)
     ]
@@ -91,7 +93,7 @@ def sqlite_connect(conn_string: str) -> sqlite3.Connection:
         raise _base.sqlite_unavailable(conn_string, exc) from exc
 
 
-class ResilientSqliteSaver(SqliteSaver):
+class ResilientSqliteSaver(SyncResilience, SqliteSaver):
     """A drop-in `SqliteSaver` that survives store faults and refuses silent forks.
 
     On top of LangGraph's saver it:
@@ -115,6 +117,8 @@ class ResilientSqliteSaver(SqliteSaver):
         >>> with ResilientSqliteSaver.from_conn_string(":memory:") as saver:
         ...     saver.setup()
     """
+
+    _dialect = SQLITE
 
     def __init__(
         self,
@@ -191,19 +195,23 @@ class ResilientSqliteSaver(SqliteSaver):
         *,
         ok: str | None = None,
         failed: str | None = None,
+        translate: _base.Translate | None = None,
+        pipeline: bool = False,
         flush: bool = False,
     ) -> T:
+        def body(deltas: dict[str, int]) -> Callable[[sqlite3.Cursor], T]:
+            def run(cur: sqlite3.Cursor) -> T:
+                result = _store.execute(cur, statements())
+                _store.execute(cur, _store.bump(SQLITE, self._state.counters.scope, deltas))
+                return result
+
+            return run
+
         def attempt() -> T:
             with self.lock:
                 self.setup()
                 with _base.counted(self._state, ok, flush=flush) as deltas:
-
-                    def body(cur: sqlite3.Cursor) -> T:
-                        result = _store.execute(cur, statements())
-                        _store.execute(cur, _store.bump(SQLITE, self._state.counters.scope, deltas))
-                        return result
-
-                    return self._in_transaction(body)
+                    return self._in_transaction(body(deltas))
 
         return call_with_retry(
             attempt,
@@ -218,127 +226,13 @@ class ResilientSqliteSaver(SqliteSaver):
 
         return call_with_retry(attempt, backoff=self._state.backoff, on_failure=lambda exc: None)
 
-    # -- checkpoints and writes ----------------------------------------------
+    def _call(self, op: Callable[[], T]) -> T:
+        return call_with_retry(op, backoff=self._state.backoff, on_failure=lambda exc: None)
 
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Store a checkpoint; refuse one that would fork the thread.
+    # -- the dialect's rows ------------------------------------------------------
 
-        Raises:
-            CheckpointConflict: another process moved the thread past this
-                checkpoint's parent.
-        """
-        put = sqlite_put(self.serde, config, checkpoint, metadata)
-        self._run(
-            lambda: _store.put_checkpoint(SQLITE, put),
-            ok=_store.CHECKPOINT_OK,
-            failed=_store.CHECKPOINT_FAILED,
-        )
-        return {
-            "configurable": {
-                "thread_id": config["configurable"]["thread_id"],
-                "checkpoint_ns": put.ns,
-                "checkpoint_id": checkpoint["id"],
-            }
-        }
+    _prepare_put = sqlite_put
+    _write_rows = sqlite_write_rows
 
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """Store a task's writes, retrying transient store errors."""
-        sql, rows = sqlite_write_rows(self.serde, config, writes, task_id, task_path)
-        self._run(
-            lambda: _store.put_writes(sql, rows),
-            ok=_store.WRITES_OK,
-            failed=_store.WRITES_FAILED,
-        )
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """As `SqliteSaver.get_tuple`; an undecodable row raises `CheckpointCorrupt`."""
-        try:
-            return call_with_retry(
-                lambda: super(ResilientSqliteSaver, self).get_tuple(config),
-                backoff=self._state.backoff,
-                on_failure=lambda exc: None,
-            )
-        except Exception as exc:
-            raise self._corrupt(config, exc) from exc
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        """As `SqliteSaver.list`; an undecodable row raises `CheckpointCorrupt`."""
-        listed = cast(
-            Generator[CheckpointTuple, None, None],
-            super().list(config, filter=filter, before=before, limit=limit),
-        )
-        while True:
-            try:
-                item = next(listed)
-            except StopIteration:
-                return
-            except Exception as exc:
-                listed.close()
-                raise _base.corrupt(config, None, exc) from exc
-            yield item
-
-    def _corrupt(self, config: RunnableConfig, exc: BaseException) -> BaseException:
-        thread_id, ns, checkpoint_id = _base.thread_key(config)
-        if checkpoint_id is None and not is_store_error(exc):
-            checkpoint_id = self._read(lambda: _store.locate_checkpoint(SQLITE, thread_id, ns))
-        return _base.corrupt(config, checkpoint_id, exc)
-
-    def flush_counters(self) -> None:
-        """Store the save counts this saver holds in memory (run on close)."""
-        self._run(_store.no_statements, flush=True)
-
-    def read_counters(self) -> dict[str, int]:
-        """Checkpoint and write tries stored so far, summed over every process."""
-        return self._read(lambda: _store.read_counters(SQLITE, self._state.counters))
-
-    # -- thread maintenance ----------------------------------------------------
-
-    def delete_thread(self, thread_id: str) -> None:
-        """Delete a thread's checkpoints, writes and resilience rows."""
-        self._run(lambda: _store.delete_threads(SQLITE, [str(thread_id)]))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy a thread's checkpoints, writes and resilience rows to a new thread.
-
-        Raises:
-            ConfigError: the target thread already has checkpoints.
-        """
-        self._run(lambda: _store.copy_thread(SQLITE, source_thread_id, target_thread_id))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Delete the checkpoints (and writes, resilience rows) of the given runs."""
-        self._run(lambda: _store.delete_for_runs(SQLITE, run_ids))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Keep only the latest checkpoint per namespace, or delete the threads.
-
-        Raises:
-            ConfigError: unknown strategy, or a single str for ``thread_ids``.
-            NotImplementedError: ``keep_latest`` on a thread using a DeltaChannel.
-        """
-        ids = _store.check_prune_args(thread_ids, strategy)
-        if not ids:
-            return
-        if strategy == "delete":
-            self._run(lambda: _store.delete_threads(SQLITE, ids))
-        else:
-            self._run(lambda: _store.sqlite_keep_latest(ids))
+    def _keep_latest(self, thread_ids: list[str]) -> None:
+        self._run(lambda: _store.sqlite_keep_latest(thread_ids))

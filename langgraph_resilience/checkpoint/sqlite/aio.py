@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import aiosqlite
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-)
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from langgraph_resilience.checkpoint import _base, _store
-from langgraph_resilience.checkpoint._retry import acall_with_retry, is_store_error
+from langgraph_resilience.checkpoint._retry import acall_with_retry
+from langgraph_resilience.checkpoint._savers import AsyncResilience
 from langgraph_resilience.checkpoint._store import SQLITE, Statements
 from langgraph_resilience.checkpoint.sqlite import sqlite_put, sqlite_write_rows
 from langgraph_resilience.policy import Backoff
@@ -32,7 +26,7 @@ async def _no_reset(exc: BaseException) -> None:
     return None
 
 
-class AsyncResilientSqliteSaver(AsyncSqliteSaver):
+class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
     """A drop-in `AsyncSqliteSaver` with the resilience store.
 
     The async twin of `ResilientSqliteSaver`: same tables, retries, fork refusal
@@ -46,6 +40,8 @@ class AsyncResilientSqliteSaver(AsyncSqliteSaver):
         ...         await saver.setup()
         >>> asyncio.run(main())
     """
+
+    _dialect = SQLITE
 
     def __init__(
         self,
@@ -126,6 +122,8 @@ class AsyncResilientSqliteSaver(AsyncSqliteSaver):
         *,
         ok: str | None = None,
         failed: str | None = None,
+        translate: _base.Translate | None = None,
+        pipeline: bool = False,
         flush: bool = False,
     ) -> T:
         async def attempt() -> T:
@@ -158,138 +156,13 @@ class AsyncResilientSqliteSaver(AsyncSqliteSaver):
 
         return await acall_with_retry(attempt, backoff=self._state.backoff, on_failure=_no_reset)
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Store a checkpoint; refuse one that would fork the thread.
+    async def _call(self, op: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        return await acall_with_retry(op, backoff=self._state.backoff, on_failure=_no_reset)
 
-        Raises:
-            CheckpointConflict: another process moved the thread past this
-                checkpoint's parent.
-        """
-        put = sqlite_put(self.serde, config, checkpoint, metadata)
-        await self._run(
-            lambda: _store.put_checkpoint(SQLITE, put),
-            ok=_store.CHECKPOINT_OK,
-            failed=_store.CHECKPOINT_FAILED,
-        )
-        return {
-            "configurable": {
-                "thread_id": config["configurable"]["thread_id"],
-                "checkpoint_ns": put.ns,
-                "checkpoint_id": checkpoint["id"],
-            }
-        }
+    # -- the dialect's rows ------------------------------------------------------
 
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """Store a task's writes, retrying transient store errors."""
-        sql, rows = sqlite_write_rows(self.serde, config, writes, task_id, task_path)
-        await self._run(
-            lambda: _store.put_writes(sql, rows),
-            ok=_store.WRITES_OK,
-            failed=_store.WRITES_FAILED,
-        )
+    _prepare_put = sqlite_put
+    _write_rows = sqlite_write_rows
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """As `AsyncSqliteSaver.aget_tuple`; an undecodable row raises `CheckpointCorrupt`."""
-        try:
-            return await acall_with_retry(
-                lambda: super(AsyncResilientSqliteSaver, self).aget_tuple(config),
-                backoff=self._state.backoff,
-                on_failure=_no_reset,
-            )
-        except Exception as exc:
-            thread_id, ns, checkpoint_id = _base.thread_key(config)
-            if checkpoint_id is None and not is_store_error(exc):
-                checkpoint_id = await self._read(
-                    lambda: _store.locate_checkpoint(SQLITE, thread_id, ns)
-                )
-            raise _base.corrupt(config, checkpoint_id, exc) from exc
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """As `AsyncSqliteSaver.alist`; an undecodable row raises `CheckpointCorrupt`."""
-        listed = cast(
-            AsyncGenerator[CheckpointTuple, None],
-            super().alist(config, filter=filter, before=before, limit=limit),
-        )
-        while True:
-            try:
-                item = await listed.__anext__()
-            except StopAsyncIteration:
-                return
-            except Exception as exc:
-                await listed.aclose()
-                raise _base.corrupt(config, None, exc) from exc
-            yield item
-
-    async def aflush_counters(self) -> None:
-        """Store the save counts this saver holds in memory (run on close)."""
-        await self._run(_store.no_statements, flush=True)
-
-    async def aread_counters(self) -> dict[str, int]:
-        """Checkpoint and write tries stored so far, summed over every process."""
-        return await self._read(lambda: _store.read_counters(SQLITE, self._state.counters))
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """Delete a thread's checkpoints, writes and resilience rows."""
-        await self._run(lambda: _store.delete_threads(SQLITE, [str(thread_id)]))
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy a thread's checkpoints, writes and resilience rows to a new thread.
-
-        Raises:
-            ConfigError: the target thread already has checkpoints.
-        """
-        await self._run(lambda: _store.copy_thread(SQLITE, source_thread_id, target_thread_id))
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Delete the checkpoints (and writes, resilience rows) of the given runs."""
-        await self._run(lambda: _store.delete_for_runs(SQLITE, run_ids))
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Keep only the latest checkpoint per namespace, or delete the threads.
-
-        Raises:
-            ConfigError: unknown strategy, or a single str for ``thread_ids``.
-            NotImplementedError: ``keep_latest`` on a thread using a DeltaChannel.
-        """
-        ids = _store.check_prune_args(thread_ids, strategy)
-        if not ids:
-            return
-        if strategy == "delete":
-            await self._run(lambda: _store.delete_threads(SQLITE, ids))
-        else:
-            await self._run(lambda: _store.sqlite_keep_latest(ids))
-
-    # The sync bridges of AsyncSqliteSaver, for the methods it lacks.
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._bridge(self.acopy_thread(source_thread_id, target_thread_id))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._bridge(self.adelete_for_runs(run_ids))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._bridge(self.aprune(thread_ids, strategy=strategy))
-
-    def read_counters(self) -> dict[str, int]:
-        return self._bridge(self.aread_counters())
-
-    def _bridge(self, coro: Coroutine[Any, Any, T]) -> T:
-        return _base.bridge(coro, self.loop, type(self).__name__)
+    async def _keep_latest(self, thread_ids: list[str]) -> None:
+        await self._run(lambda: _store.sqlite_keep_latest(thread_ids))
