@@ -71,6 +71,15 @@ def sqlite_path(tmp_path: Path) -> str:
     return str(tmp_path / "checkpoints.db")
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """(backend, target): a SQLite file path, or this module's Postgres database."""
+    if request.param == "postgres":
+        require_postgres()
+        return "postgres", request.getfixturevalue("pg_dsn")
+    return "sqlite", str(tmp_path / "store.db")
+
+
 @dataclass
 class Harness:
     """A saver of one backend, with calls that read the same for sync and async."""

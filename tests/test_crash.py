@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CRASH_CASES, require_postgres
+from conftest import CRASH_CASES
 from crash_worker import STEPS, ledger_lines
 from helpers import assert_no_fork, sql
 
@@ -32,14 +32,6 @@ from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 pytestmark = pytest.mark.crash
 WORKER = str(Path(__file__).parent / "crash_worker.py")
 ROOT = str(Path(__file__).parent.parent)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    if request.param == "postgres":
-        require_postgres()
-        return "postgres", request.getfixturevalue("pg_dsn")
-    return "sqlite", str(tmp_path / "crash.db")
 
 
 def worker(

@@ -12,13 +12,14 @@ import sqlite3
 import threading
 import time
 from collections import Counter
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from conftest import open_saver
-from helpers import linear_graph
+from helpers import linear_graph, sql
 
 from langgraph_resilience.checkpoint import _store
 from langgraph_resilience.checkpoint._retry import (
@@ -175,8 +176,6 @@ async def test_sqlite_put_that_finally_fails_raises_and_keeps_previous(tmp_path:
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 async def test_postgres_backend_terminated_mid_run(pg_dsn: str, is_async: bool) -> None:
-    from contextlib import AsyncExitStack
-
     calls: Counter[str] = Counter()
     async with AsyncExitStack() as stack:
         saver = await open_saver("postgres", is_async, pg_dsn, stack)
@@ -250,17 +249,8 @@ async def test_unreachable_dsn_async() -> None:
 # -- schema versions -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-async def test_newer_schema_is_refused_and_left_alone(
-    backend: str, tmp_path: Path, request: Any
-) -> None:
-    from contextlib import AsyncExitStack
-
-    from helpers import sql
-
-    target = (
-        str(tmp_path / "newer.db") if backend == "sqlite" else request.getfixturevalue("pg_dsn")
-    )
+async def test_newer_schema_is_refused_and_left_alone(store: tuple[str, str]) -> None:
+    backend, target = store
     async with AsyncExitStack() as stack:
         saver = await open_saver(backend, False, target, stack)
         await asyncio.to_thread(
@@ -335,18 +325,9 @@ def test_langgraph_migration_list_is_left_alone() -> None:
 # -- counters ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-async def test_counters_are_stored_and_add_up_across_savers(
-    backend: str, tmp_path: Path, request: Any
-) -> None:
+async def test_counters_are_stored_and_add_up_across_savers(store: tuple[str, str]) -> None:
     """Two savers (as two processes would) each run a pipeline; a third reads the sum."""
-    from contextlib import AsyncExitStack
-
-    from helpers import sql
-
-    target = (
-        str(tmp_path / "counts.db") if backend == "sqlite" else request.getfixturevalue("pg_dsn")
-    )
+    backend, target = store
     async with AsyncExitStack() as stack:
         (await open_saver(backend, False, target, stack)).setup()
     sql(backend, target, "DELETE FROM resilience_counters")  # other tests share the database

@@ -23,6 +23,8 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
+from langgraph.checkpoint.base import WRITES_IDX_MAP
+
 from langgraph_resilience.errors import CheckpointConflict, ConfigError
 
 __all__ = [
@@ -791,6 +793,11 @@ def put_checkpoint(
         yield Stmt(_PG_PUT_UNLESS_NEWER, (*put.row, *keys))
         return
     yield Stmt(upsert_sql or _SQLITE_PUT, put.row)
+
+
+def writes_sql(writes: Sequence[tuple[str, Any]], *, replace: str, keep_first: str) -> str:
+    """Special writes (error, interrupt, resume) replace older ones; others keep the first."""
+    return replace if all(w[0] in WRITES_IDX_MAP for w in writes) else keep_first
 
 
 def put_writes(sql: str, rows: Sequence[tuple[Any, ...]]) -> Statements[None]:

@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
@@ -104,10 +103,10 @@ def pg_write_rows(
 ) -> tuple[str, list[tuple[Any, ...]]]:
     """The statement and rows PostgresSaver.put_writes stores."""
     thread_id, ns, checkpoint_id = _base.thread_key(config)
-    sql = (
-        saver.UPSERT_CHECKPOINT_WRITES_SQL
-        if all(w[0] in WRITES_IDX_MAP for w in writes)
-        else saver.INSERT_CHECKPOINT_WRITES_SQL
+    sql = _store.writes_sql(
+        writes,
+        replace=saver.UPSERT_CHECKPOINT_WRITES_SQL,
+        keep_first=saver.INSERT_CHECKPOINT_WRITES_SQL,
     )
     rows = saver._dump_writes(thread_id, ns, str(checkpoint_id), task_id, task_path, writes)
     return sql, list(rows)

@@ -62,10 +62,8 @@ def sqlite_write_rows(
 ) -> tuple[str, list[tuple[Any, ...]]]:
     """The statement and rows SqliteSaver.put_writes stores."""
     thread_id, ns, checkpoint_id = _base.thread_key(config)
-    sql = (
-        _store.SQLITE_WRITES_REPLACE
-        if all(w[0] in WRITES_IDX_MAP for w in writes)
-        else _store.SQLITE_WRITES_IGNORE
+    sql = _store.writes_sql(
+        writes, replace=_store.SQLITE_WRITES_REPLACE, keep_first=_store.SQLITE_WRITES_IGNORE
     )
     rows = [
         (
