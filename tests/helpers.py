@@ -104,3 +104,11 @@ def assert_no_fork(backend: str, target: str, thread_id: str) -> None:
     )
     twins = {k: n for k, n in Counter(rows).items() if n > 1}
     assert twins == {}, f"forked history in thread {thread_id!r}: {twins}"
+
+
+def put_first_checkpoint(saver: Any, thread_id: str) -> Any:
+    """Store an empty input checkpoint that starts a thread (sync saver)."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    return saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})

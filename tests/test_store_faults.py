@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import open_saver
-from helpers import linear_graph, sql
+from helpers import linear_graph, put_first_checkpoint, sql
 
 from langgraph_resilience.checkpoint import _store
 from langgraph_resilience.checkpoint._retry import (
@@ -253,21 +253,7 @@ async def test_newer_schema_is_refused_and_left_alone(store: tuple[str, str]) ->
     backend, target = store
     async with AsyncExitStack() as stack:
         saver = await open_saver(backend, False, target, stack)
-        await asyncio.to_thread(
-            saver.put,
-            {"configurable": {"thread_id": "kept", "checkpoint_ns": ""}},
-            {
-                "v": 4,
-                "id": "1",
-                "ts": "",
-                "channel_values": {},
-                "channel_versions": {},
-                "versions_seen": {},
-                "updated_channels": None,
-            },
-            {"source": "input", "step": -1},
-            {},
-        )
+        await asyncio.to_thread(put_first_checkpoint, saver, "kept")
     future = _store.SCHEMA_VERSION + 1
     sql(backend, target, "INSERT INTO resilience_migrations (v) VALUES (?)", (future,))
     with pytest.raises(ConfigError, match="newer than this"):
@@ -295,20 +281,7 @@ async def test_postgres_without_setup_is_a_clear_error(pg_dsn: str) -> None:
             ResilientPostgresSaver.from_conn_string(dsn) as saver,
             pytest.raises(ConfigError, match=r"saver\.setup\(\)"),
         ):
-            saver.put(
-                {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
-                {
-                    "v": 4,
-                    "id": "1",
-                    "ts": "",
-                    "channel_values": {},
-                    "channel_versions": {},
-                    "versions_seen": {},
-                    "updated_channels": None,
-                },
-                {"source": "input", "step": -1},
-                {},
-            )
+            put_first_checkpoint(saver, "t")
     finally:
         with psycopg.connect(PG_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
