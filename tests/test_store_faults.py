@@ -323,3 +323,28 @@ async def test_counters_are_stored_and_add_up_across_savers(store: tuple[str, st
     }
     scopes = sql(backend, target, "SELECT count(DISTINCT scope) FROM resilience_counters")
     assert scopes[0][0] == 2
+
+
+def test_postgres_pool_survives_terminated_backends(pg_dsn: str) -> None:
+    """With a ConnectionPool, broken pooled connections are dropped and replaced."""
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool
+
+    kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+    with ConnectionPool(pg_dsn, min_size=2, max_size=2, kwargs=kwargs, open=True) as pool:
+        saver = ResilientPostgresSaver(pool, store_retry=FAST)
+        saver.setup()
+
+        def behaviour(name: str) -> None:
+            if name == "c":  # every backend the pool holds is terminated
+                with psycopg.connect(pg_dsn, autocommit=True) as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+
+        graph = linear_graph(STEPS, behaviour).compile(checkpointer=saver)
+        out = graph.invoke({"done": []}, {"configurable": {"thread_id": "pool"}}, durability="sync")
+        counters = saver.read_counters()
+    assert out["done"] == STEPS
+    assert counters["checkpoint_put_failed"] + counters["writes_put_failed"] >= 1
