@@ -222,7 +222,7 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
             with self.cursor(transaction=False) as cur:
                 return _store.execute(cur, statements())
 
-        return call_with_retry(attempt, backoff=self._state.backoff, on_failure=lambda exc: None)
+        return self._call(attempt)
 
     def _call(self, op: Callable[[], T]) -> T:
         return call_with_retry(op, backoff=self._state.backoff, on_failure=lambda exc: None)

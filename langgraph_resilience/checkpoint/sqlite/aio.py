@@ -154,7 +154,7 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
                 finally:
                     await cur.close()
 
-        return await acall_with_retry(attempt, backoff=self._state.backoff, on_failure=_no_reset)
+        return await self._call(attempt)
 
     async def _call(self, op: Callable[[], Coroutine[Any, Any, T]]) -> T:
         return await acall_with_retry(op, backoff=self._state.backoff, on_failure=_no_reset)
