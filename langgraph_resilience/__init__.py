@@ -7,26 +7,60 @@ The savers live in `langgraph_resilience.checkpoint.sqlite` (and ``.aio``) and
 
 from __future__ import annotations
 
+from langgraph_resilience.classify import Classification, Classifier, FailureKind, classify
 from langgraph_resilience.errors import (
+    BudgetExhausted,
     CheckpointConflict,
     CheckpointCorrupt,
     ConfigError,
+    ContextOverflow,
+    DegradableError,
     EffectOutcomeUnknown,
     LeaseLost,
+    NodeFailure,
+    PermanentError,
     ResilienceError,
     StoreUnavailable,
+    TransientError,
+    ValidationFailed,
 )
-from langgraph_resilience.policy import Backoff
+from langgraph_resilience.graph import (
+    ResilientStateGraph,
+    aretry_failed,
+    current_attempt,
+    retry_failed,
+)
+from langgraph_resilience.policy import Attempt, Backoff, NodePolicy
+from langgraph_resilience.state import ResilientState, RunOutcome
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Attempt",
     "Backoff",
+    "BudgetExhausted",
     "CheckpointConflict",
     "CheckpointCorrupt",
+    "Classification",
+    "Classifier",
     "ConfigError",
+    "ContextOverflow",
+    "DegradableError",
     "EffectOutcomeUnknown",
+    "FailureKind",
     "LeaseLost",
+    "NodeFailure",
+    "NodePolicy",
+    "PermanentError",
     "ResilienceError",
+    "ResilientState",
+    "ResilientStateGraph",
+    "RunOutcome",
     "StoreUnavailable",
+    "TransientError",
+    "ValidationFailed",
+    "aretry_failed",
+    "classify",
+    "current_attempt",
+    "retry_failed",
 ]

@@ -13,6 +13,17 @@ database driver's::
     ├── LeaseLost              this worker's lease was taken over (fencing)
     └── EffectOutcomeUnknown   a side effect's intent has no recorded outcome
 
+Node code raises these to state how its failure should be handled (see
+`langgraph_resilience.classify`); they are not the library's own errors::
+
+    NodeFailure                  retry_after, details
+    ├── TransientError           retry with backoff
+    ├── PermanentError           no retry
+    ├── ValidationFailed         retry with other parameters (NodePolicy.adapt)
+    ├── DegradableError          take the fallback at once
+    ├── ContextOverflow          compress the context, then retry
+    └── BudgetExhausted          pause until the budget is topped up
+
 The driver's own exceptions (``sqlite3.Error``, ``psycopg.Error``) are mapped to
 these at the saver boundary only where the saver knows more than the driver
 does (which thread, which checkpoint, what to do next); otherwise they pass
@@ -22,13 +33,20 @@ through unchanged, chained as ``__cause__``.
 from __future__ import annotations
 
 __all__ = [
+    "BudgetExhausted",
     "CheckpointConflict",
     "CheckpointCorrupt",
     "ConfigError",
+    "ContextOverflow",
+    "DegradableError",
     "EffectOutcomeUnknown",
     "LeaseLost",
+    "NodeFailure",
+    "PermanentError",
     "ResilienceError",
     "StoreUnavailable",
+    "TransientError",
+    "ValidationFailed",
 ]
 
 
@@ -127,3 +145,53 @@ class LeaseLost(ResilienceError):
 
 class EffectOutcomeUnknown(ResilienceError):
     """A side effect was started but its outcome was never recorded."""
+
+
+class NodeFailure(Exception):
+    """Base of the exceptions node code raises to state its failure's kind.
+
+    Args:
+        message: what went wrong.
+        retry_after: seconds the caller asked to wait before a retry, if any.
+        details: anything worth keeping in the run log (must be JSON-friendly).
+
+    Example:
+        >>> raise TransientError("rate limited", retry_after=2.0)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self, message: str = "", *, retry_after: float | None = None, **details: object
+    ) -> None:
+        super().__init__(message)
+        if retry_after is not None and (
+            isinstance(retry_after, bool)
+            or not isinstance(retry_after, (int, float))
+            or retry_after < 0
+        ):
+            raise ConfigError(f"retry_after must be seconds >= 0, got {retry_after!r}")
+        self.retry_after = None if retry_after is None else float(retry_after)
+        self.details = details
+
+
+class TransientError(NodeFailure):
+    """A failure that may pass on its own: retried with backoff."""
+
+
+class PermanentError(NodeFailure):
+    """A failure a retry cannot fix: no retry."""
+
+
+class ValidationFailed(NodeFailure):
+    """The output was not acceptable: retried with the `NodePolicy.adapt` overrides."""
+
+
+class DegradableError(NodeFailure):
+    """A failure with an acceptable fallback: the fallback node runs at once."""
+
+
+class ContextOverflow(NodeFailure):
+    """The model's context window was exceeded: the context is compressed, then retried."""
+
+
+class BudgetExhausted(NodeFailure):
+    """The run's budget ran out: the run pauses until it is topped up."""

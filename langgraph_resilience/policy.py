@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph_resilience.errors import ConfigError
 
-__all__ = ["Backoff", "Seconds"]
+if TYPE_CHECKING:
+    from langgraph_resilience.classify import Classifier, FailureKind
+
+__all__ = ["Attempt", "Backoff", "NodePolicy", "Seconds"]
 
 Seconds = float | timedelta
 Jitter = Literal["full", "none"]
@@ -90,3 +94,95 @@ class Backoff:
         """The wait before the ``retry``-th retry, given ``rand`` uniform in [0, 1)."""
         cap = self.cap(retry)
         return cap * rand if self.jitter == "full" else cap
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attempt:
+    """What a node sees of its own retries, through `current_attempt()`.
+
+    Attributes:
+        number: this try of the task, 1-based; it counts tries before a crash too.
+        last_kind: the kind of the previous try's failure, if there was one.
+        last_error: the previous failure, as ``"Type: message"``.
+        overrides: the `NodePolicy.adapt` overrides in force for this try.
+        validation_failures: how many tries so far failed validation.
+    """
+
+    number: int = 1
+    last_kind: FailureKind | None = None
+    last_error: str | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    validation_failures: int = 0
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def _optional_callable(name: str, value: object, what: str) -> None:
+    if value is not None and not callable(value):
+        raise ConfigError(f"{name} must be a callable ({what}) or None, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodePolicy:
+    """How one node answers each kind of failure (DESIGN.md section 3).
+
+    Args:
+        retry: backoff for TRANSIENT failures (``None``: no retry).
+        fallback: name of the node to run when this one fails for good, or at
+            once on a DEGRADABLE failure.
+        critical: when it fails for good without a fallback, ``True`` ends the run
+            with a partial result; ``False`` marks the step degraded and goes on
+            along the node's normal edges.
+        validate: ``validate(output)`` checks a successful output; it raises
+            `ValidationFailed` (or returns ``False``) to reject it.
+        adapt: ``adapt(attempt) -> dict`` gives overrides for the next try after a
+            VALIDATION failure (another prompt, temperature, model); the node
+            reads them with ``current_attempt().overrides``.
+        max_validation_attempts: tries in all that may fail validation.
+        compress: ``compress(state) -> dict`` shrinks the context after a
+            CONTEXT_OVERFLOW failure; by default the ``messages`` key is trimmed
+            with langchain-core, keeping the system message.
+        timeout: seconds (or timedelta) one try of an async node may take; a try
+            that takes longer fails as TRANSIENT.
+        classifier: rules of this node in front of the default ones.
+
+    Example:
+        >>> from langgraph_resilience import Backoff, NodePolicy
+        >>> NodePolicy(retry=Backoff(max_attempts=4), fallback="search_cache", critical=False)
+        NodePolicy(...)  # doctest: +SKIP
+    """
+
+    retry: Backoff | None = field(default_factory=Backoff)
+    fallback: str | None = None
+    critical: bool = True
+    validate: Callable[[Any], Any] | None = None
+    adapt: Callable[[Attempt], Mapping[str, Any]] | None = None
+    max_validation_attempts: int = 3
+    compress: Callable[[Any], Mapping[str, Any]] | None = None
+    timeout: Seconds | None = None
+    classifier: Classifier | None = None
+
+    def __post_init__(self) -> None:
+        from langgraph_resilience.classify import Classifier
+
+        if self.retry is not None and not isinstance(self.retry, Backoff):
+            raise ConfigError(f"retry must be a Backoff or None, got {self.retry!r}")
+        if self.fallback is not None and (not isinstance(self.fallback, str) or not self.fallback):
+            raise ConfigError(f"fallback must be a node name (str) or None, got {self.fallback!r}")
+        if not isinstance(self.critical, bool):
+            raise ConfigError(f"critical must be True or False, got {self.critical!r}")
+        _optional_callable("validate", self.validate, "output -> None, raising ValidationFailed")
+        _optional_callable("adapt", self.adapt, "Attempt -> dict of overrides")
+        _optional_callable("compress", self.compress, "state -> dict update")
+        _positive_int("max_validation_attempts", self.max_validation_attempts)
+        if self.timeout is not None:
+            seconds = _seconds("timeout", self.timeout)
+            if seconds <= 0:
+                raise ConfigError(f"timeout must be > 0 seconds, got {self.timeout!r}")
+            object.__setattr__(self, "timeout", seconds)
+        if self.classifier is not None and not isinstance(self.classifier, Classifier):
+            raise ConfigError(f"classifier must be a Classifier, got {self.classifier!r}")

@@ -12,6 +12,9 @@ MODULES = [
     "langgraph_resilience",
     "langgraph_resilience.errors",
     "langgraph_resilience.policy",
+    "langgraph_resilience.classify",
+    "langgraph_resilience.state",
+    "langgraph_resilience.graph",
     "langgraph_resilience.checkpoint.sqlite",
     "langgraph_resilience.checkpoint.sqlite.aio",
     "langgraph_resilience.checkpoint.postgres",
@@ -32,4 +35,4 @@ def test_top_level_exports_every_error() -> None:
 
     assert set(errors.__all__) <= set(langgraph_resilience.__all__)
     for name in errors.__all__:
-        assert issubclass(getattr(errors, name), errors.ResilienceError)
+        assert issubclass(getattr(errors, name), (errors.ResilienceError, errors.NodeFailure))

@@ -189,6 +189,16 @@ class SyncResilience(_Hooks):
         """Checkpoint and write tries stored so far, summed over every process."""
         return self._read(lambda: _store.read_counters(self._dialect, self._state.counters))
 
+    def record_attempt(
+        self, key: tuple[str, str, str, str], record: _store.AttemptRecord, started_at: float
+    ) -> None:
+        """Store a failed try of a task (thread, ns, checkpoint, task)."""
+        self._run(lambda: _store.record_attempt(self._dialect, key, record, started_at))
+
+    def node_attempts(self, key: tuple[str, str, str, str]) -> Sequence[_store.AttemptRecord]:
+        """The failed tries stored for a task (thread, ns, checkpoint, task)."""
+        return self._read(lambda: _store.read_attempts(self._dialect, key))
+
     def delete_thread(self, thread_id: str) -> None:
         """Delete a thread's checkpoints, writes (and blobs) and resilience rows."""
         self._run(lambda: _store.delete_threads(self._dialect, [str(thread_id)]))
@@ -330,6 +340,18 @@ class AsyncResilience(_Hooks):
         """Checkpoint and write tries stored so far, summed over every process."""
         return await self._read(lambda: _store.read_counters(self._dialect, self._state.counters))
 
+    async def arecord_attempt(
+        self, key: tuple[str, str, str, str], record: _store.AttemptRecord, started_at: float
+    ) -> None:
+        """Store a failed try of a task (thread, ns, checkpoint, task)."""
+        await self._run(lambda: _store.record_attempt(self._dialect, key, record, started_at))
+
+    async def anode_attempts(
+        self, key: tuple[str, str, str, str]
+    ) -> Sequence[_store.AttemptRecord]:
+        """The failed tries stored for a task (thread, ns, checkpoint, task)."""
+        return await self._read(lambda: _store.read_attempts(self._dialect, key))
+
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete a thread's checkpoints, writes (and blobs) and resilience rows."""
         await self._run(lambda: _store.delete_threads(self._dialect, [str(thread_id)]))
@@ -375,6 +397,14 @@ class AsyncResilience(_Hooks):
 
     def read_counters(self) -> dict[str, int]:
         return self._bridge(self.aread_counters())
+
+    def record_attempt(
+        self, key: tuple[str, str, str, str], record: _store.AttemptRecord, started_at: float
+    ) -> None:
+        self._bridge(self.arecord_attempt(key, record, started_at))
+
+    def node_attempts(self, key: tuple[str, str, str, str]) -> Sequence[_store.AttemptRecord]:
+        return self._bridge(self.anode_attempts(key))
 
     def flush_counters(self) -> None:
         self._bridge(self.aflush_counters())

@@ -816,3 +816,58 @@ def check_schema(d: Dialect) -> Statements[None]:
             "also runs LangGraph's own migrations."
         )
     check_schema_version(found, where=f"this {d.name} database")
+
+
+# ---------------------------------------------------------------------------
+# Node attempts
+# ---------------------------------------------------------------------------
+
+
+class AttemptRecord(NamedTuple):
+    """One failed try of a task, as stored."""
+
+    attempt: int
+    node: str
+    kind: str | None
+    error_type: str | None
+    reason: str | None
+    finished_at: float | None
+
+
+_INSERT_ATTEMPT = (
+    "INSERT INTO resilience_node_attempts (thread_id, checkpoint_ns, checkpoint_id, task_id, "
+    "attempt, node, status, kind, error_type, reason, started_at, finished_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, 'failed', ?, ?, ?, ?, ?) "
+    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, attempt) DO UPDATE SET "
+    "kind = excluded.kind, error_type = excluded.error_type, reason = excluded.reason, "
+    "finished_at = excluded.finished_at"
+)
+_SELECT_ATTEMPTS = (
+    "SELECT attempt, node, kind, error_type, reason, finished_at FROM resilience_node_attempts "
+    "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? AND task_id = ? "
+    "ORDER BY attempt"
+)
+
+
+def record_attempt(
+    d: Dialect, key: tuple[str, str, str, str], record: AttemptRecord, started_at: float
+) -> Statements[None]:
+    """Store a failed try (before the wait that follows it), idempotently."""
+    yield Stmt(
+        d.sql(_INSERT_ATTEMPT),
+        (
+            *key,
+            record.attempt,
+            record.node,
+            record.kind,
+            record.error_type,
+            record.reason,
+            started_at,
+            record.finished_at,
+        ),
+    )
+
+
+def read_attempts(d: Dialect, key: tuple[str, str, str, str]) -> Statements[list[AttemptRecord]]:
+    rows = yield Stmt(d.sql(_SELECT_ATTEMPTS), key, fetch=True)
+    return [AttemptRecord(int(r[0]), str(r[1]), *r[2:]) for r in rows]
