@@ -146,3 +146,51 @@ def test_two_processes_resuming_one_thread(
     # b: the failed try and one per resumer (the loser's result is refused);
     # everything after b ran only in the winner.
     assert ran == {"a": 1, "b": 3, "c": 1, "d": 1, "e": 1}
+
+
+BACKOFF_WORKER = str(Path(__file__).parent / "backoff_worker.py")
+
+
+def stored_attempts(store: tuple[str, str], thread: str) -> int:
+    try:
+        query = "SELECT count(*) FROM resilience_node_attempts WHERE thread_id = ?"
+        return int(sql(*store, query, (thread,))[0][0])
+    except Exception:  # the worker has not created the tables yet
+        return 0
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_killed_during_retry_backoff_resumes_at_the_next_attempt(
+    store: tuple[str, str], tmp_path: Path, is_async: bool
+) -> None:
+    """A crash during the wait before attempt 3 must not reset the count to 1."""
+    thread, ledger = f"backoff-{is_async}", tmp_path / "attempts.txt"
+    mode = ["--async"] if is_async else []
+
+    def start(*extra: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, BACKOFF_WORKER, *store, thread, str(ledger), *extra, *mode],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+
+    first = start()
+    stored = 0
+    deadline = time.monotonic() + 60
+    while stored < 2:  # attempt 2 failed and was stored: the 10 s wait has begun
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline, "attempt 2 was never stored"
+        time.sleep(0.02)
+        stored = stored_attempts(store, thread)
+    os.kill(first.pid, signal.SIGKILL)
+    assert finish(first)[0] == -signal.SIGKILL
+
+    second = start("--resume")
+    rc, result = finish(second)
+    assert rc == 0, result
+    attempts = [line.split() for line in ledger_lines(str(ledger))]
+    assert attempts == [["1", str(first.pid)], ["2", str(first.pid)], ["3", str(second.pid)]]
+    assert result["status"] == "partial_complete"
+    assert result["failed_step"]["attempts"] == 3  # max_attempts held across the crash
