@@ -65,6 +65,7 @@ __all__ = [
 PARTIAL_RESULT = "partial_result"
 _DURABILITY_KEY = "__pregel_durability"
 _UNSET: Any = object()
+_DEFAULTS = Classifier()
 _CURRENT: ContextVar[Attempt | None] = ContextVar("langgraph_resilience_attempt", default=None)
 
 
@@ -169,12 +170,11 @@ def _error_text(exc: BaseException) -> str:
 def _log_update(
     ctx: NodeContext, state: Any, status: str, attempts: int, kind: str | None, output: Any
 ) -> dict[str, Any]:
-    now = run_log.now_iso()
-    update: dict[str, Any] = {
-        "steps": {
-            ctx.name: {"status": status, "attempts": attempts, "kind": kind, "completed_at": now}
-        },
-    }
+    now = time.time()
+    entry: dict[str, Any] = {"status": status, "attempts": attempts, "completed_at": now}
+    if kind is not None:
+        entry["kind"] = kind
+    update: dict[str, Any] = {"steps": {ctx.name: entry}}
     if status == "completed":
         update["completed_steps"] = [
             {
@@ -201,7 +201,8 @@ def _with_log(output: Any, log: dict[str, Any]) -> Any:
     if output is None:
         return {"resilience": log}
     if isinstance(output, dict):
-        merged = run_log.merge_run_log(output.get("resilience"), log)  # type: ignore[arg-type]
+        own = output.get("resilience")
+        merged = log if own is None else run_log.merge_run_log(own, log)  # type: ignore[arg-type]
         return {**output, "resilience": merged}
     if isinstance(output, Command):
         update = output.update
@@ -225,7 +226,7 @@ def _compressed(policy: NodePolicy, state: Any) -> tuple[Any, dict[str, Any]]:
         update = default_compress(state)
     new_state = {**state, **update} if isinstance(state, Mapping) else state
     kept = {k: (len(v) if isinstance(v, list) else "changed") for k, v in update.items()}
-    return new_state, {"at": run_log.now_iso(), "kept": kept}
+    return new_state, {"at": time.time(), "kept": kept}
 
 
 def default_compress(state: Any) -> dict[str, Any]:
@@ -396,14 +397,33 @@ def _attempt_key(config: RunnableConfig) -> tuple[str, str, str, str] | None:
     return (str(info.thread_id), info.checkpoint_ns or "", info.checkpoint_id, info.task_id)
 
 
-def _store_of(config: RunnableConfig) -> Any:
-    saver = config.get("configurable", {}).get("__pregel_checkpointer")
-    return saver if hasattr(saver, "record_attempt") else None
+class _Store:
+    """Where a task's failed tries are kept: the run's resilient saver, if it has one.
+
+    Looked up only when a try fails or a resumed task starts, never on the happy path.
+    """
+
+    def __init__(self, config: RunnableConfig) -> None:
+        self._config = config
+
+    @functools.cached_property
+    def saver(self) -> Any:
+        saver = self._config.get("configurable", {}).get("__pregel_checkpointer")
+        return saver if hasattr(saver, "record_attempt") else None
+
+    @functools.cached_property
+    def key(self) -> tuple[str, str, str, str] | None:
+        return _attempt_key(self._config)
+
+    @property
+    def ready(self) -> bool:
+        return self.saver is not None and self.key is not None
 
 
-def run_sync(ctx: NodeContext, state: Any, call: Callable[[Any], Any]) -> Any:
-    config = get_config()
-    saver, key = _store_of(config), _attempt_key(config)
+def run_sync(
+    ctx: NodeContext, state: Any, call: Callable[[Any], Any], config: RunnableConfig
+) -> Any:
+    store = _Store(config)
     loop = node_loop(ctx, state)
     reply: Any = None
     while True:
@@ -420,10 +440,10 @@ def run_sync(ctx: NodeContext, state: Any, call: Callable[[Any], Any]) -> Any:
             finally:
                 _CURRENT.reset(token)
         elif isinstance(op, LoadAttempts):
-            reply = saver.node_attempts(key) if saver is not None and key else []
+            reply = store.saver.node_attempts(store.key) if store.ready else []
         elif isinstance(op, Record):
-            if saver is not None and key:
-                saver.record_attempt(key, op.record, op.started_at)
+            if store.ready:
+                store.saver.record_attempt(store.key, op.record, op.started_at)
             reply = None
         else:
             time.sleep(op.seconds)
@@ -431,10 +451,13 @@ def run_sync(ctx: NodeContext, state: Any, call: Callable[[Any], Any]) -> Any:
 
 
 async def run_async(
-    ctx: NodeContext, state: Any, call: Callable[[Any], Awaitable[Any]], timeout: float | None
+    ctx: NodeContext,
+    state: Any,
+    call: Callable[[Any], Awaitable[Any]],
+    config: RunnableConfig,
+    timeout: float | None,
 ) -> Any:
-    config = get_config()
-    saver, key = _store_of(config), _attempt_key(config)
+    store = _Store(config)
     loop = node_loop(ctx, state)
     reply: Any = None
     while True:
@@ -454,10 +477,10 @@ async def run_async(
             finally:
                 _CURRENT.reset(token)
         elif isinstance(op, LoadAttempts):
-            reply = await saver.anode_attempts(key) if saver is not None and key else []
+            reply = await store.saver.anode_attempts(store.key) if store.ready else []
         elif isinstance(op, Record):
-            if saver is not None and key:
-                await saver.arecord_attempt(key, op.record, op.started_at)
+            if store.ready:
+                await store.saver.arecord_attempt(store.key, op.record, op.started_at)
             reply = None
         else:
             await asyncio.sleep(op.seconds)
@@ -476,7 +499,7 @@ def _error_handler(node: str) -> Callable[..., Command[Any]]:
             if isinstance(error.error, BaseException):
                 raise error.error
             raise RuntimeError(f"node {node!r} failed: {error.error}")
-        now = run_log.now_iso()
+        now = time.time()
         status = "fallback" if route["route"] == Action.FALLBACK.value else "failed"
         log: dict[str, Any] = {
             "steps": {
@@ -598,7 +621,7 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
             return NodeContext(
                 name=name,
                 policy=policy,
-                classifier=(policy.classifier if policy and policy.classifier else Classifier()),
+                classifier=(policy.classifier if policy and policy.classifier else _DEFAULTS),
                 terminal=name in self._terminal,
                 resuming=bool(configurable.get("__pregel_resuming")),
                 step=config.get("metadata", {}).get("langgraph_step"),
@@ -609,12 +632,12 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
         if isinstance(action, Runnable):
 
             def sync_runnable(state: Any, config: RunnableConfig) -> Any:
-                return run_sync(context(config), state, lambda s: action.invoke(s, config))
+                call = lambda s: action.invoke(s, config)  # noqa: E731
+                return run_sync(context(config), state, call, config)
 
             async def async_runnable(state: Any, config: RunnableConfig) -> Any:
-                return await run_async(
-                    context(config), state, lambda s: action.ainvoke(s, config), timeout
-                )
+                call = lambda s: action.ainvoke(s, config)  # noqa: E731
+                return await run_async(context(config), state, call, config, timeout)
 
             from langchain_core.runnables import RunnableLambda
 
@@ -623,14 +646,17 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
 
             @functools.wraps(action)
             async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
+                config = get_config()
                 call = lambda s: action(s, *args, **kwargs)  # noqa: E731
-                return await run_async(context(get_config()), state, call, timeout)
+                return await run_async(context(config), state, call, config, timeout)
 
             return async_node
 
         @functools.wraps(action)
         def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
-            return run_sync(context(get_config()), state, lambda s: action(s, *args, **kwargs))
+            config = get_config()
+            call = lambda s: action(s, *args, **kwargs)  # noqa: E731
+            return run_sync(context(config), state, call, config)
 
         return sync_node
 

@@ -6,7 +6,6 @@ checkpoint with LangGraph's own serializer and survives a crash with the state.
 
 from __future__ import annotations
 
-import datetime as _dt
 from typing import Annotated, Any, TypedDict, get_type_hints
 
 from langgraph_resilience.errors import ConfigError
@@ -17,14 +16,14 @@ __all__ = ["ResilientState", "RunOutcome", "merge_run_log", "require_resilient_s
 class StepRecord(TypedDict, total=False):
     status: str  # completed | degraded | fallback | failed
     attempts: int
-    kind: str | None  # the last failure's kind, if any
-    completed_at: str
+    kind: str  # the last failure's kind; absent when no try failed
+    completed_at: float  # seconds since the epoch
 
 
 class CompletedStep(TypedDict):
     node: str
     step: int | None
-    completed_at: str
+    completed_at: float  # seconds since the epoch
     summary: str
 
 
@@ -44,7 +43,7 @@ class RunOutcome(TypedDict, total=False):
         status: ``"running"``, then ``"success"`` or ``"partial_complete"``.
         task_spec: the run's first input, verbatim.
         steps: per executed node, its status, attempts, last failure kind and
-            completion time (the step completion map).
+            completion time (the step completion map; times are epoch seconds).
         completed_steps: node, step, completion time and a short summary of the
             output, in order.
         failed_step: the step that ended the run (None on success).
@@ -118,10 +117,6 @@ def require_resilient_schema(schema: Any) -> None:
             f"`class {name}(ResilientState): ...` (from langgraph_resilience import "
             "ResilientState)."
         )
-
-
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def summarize(output: Any, limit: int = 120) -> str:

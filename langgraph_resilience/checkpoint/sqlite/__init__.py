@@ -169,13 +169,21 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
             self.is_setup = False
             raise
 
-    def _in_transaction(self, body: Callable[[sqlite3.Cursor], T]) -> T:
-        """Run ``body`` in one BEGIN IMMEDIATE transaction (caller holds the lock)."""
+    def _in_transaction(self, body: Callable[[sqlite3.Cursor], T], *, immediate: bool = True) -> T:
+        """Run ``body`` in one transaction (caller holds the lock).
+
+        ``immediate`` takes the write lock up front (BEGIN IMMEDIATE), for
+        statement lists that read before they write. A checkpoint or writes
+        (``pipeline``) needs no more than the implicit deferred transaction: its
+        fork check and insert are one statement, and in WAL mode a write from a
+        stale snapshot fails as "database is locked", which is retried.
+        """
         if self.conn.in_transaction:
             self.conn.commit()
         cur = self.conn.cursor()
         try:
-            cur.execute("BEGIN IMMEDIATE")
+            if immediate:
+                cur.execute("BEGIN IMMEDIATE")
             result = body(cur)
             self.conn.commit()
             return result
@@ -209,7 +217,7 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
             with self.lock:
                 self.setup()
                 with _base.counted(self._state, ok, flush=flush) as deltas:
-                    return self._in_transaction(body(deltas))
+                    return self._in_transaction(body(deltas), immediate=not pipeline)
 
         return call_with_retry(
             attempt,

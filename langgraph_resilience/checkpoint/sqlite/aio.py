@@ -100,13 +100,16 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
                 raise
             self._state.schema_checked = True
 
-    async def _in_transaction(self, body: Callable[[aiosqlite.Cursor], Awaitable[T]]) -> T:
-        """Run ``body`` in one BEGIN IMMEDIATE transaction (caller holds the lock)."""
+    async def _in_transaction(
+        self, body: Callable[[aiosqlite.Cursor], Awaitable[T]], *, immediate: bool = True
+    ) -> T:
+        """Run ``body`` in one transaction (caller holds the lock); see the sync twin."""
         if self.conn.in_transaction:
             await self.conn.commit()
         cur = await self.conn.cursor()
         try:
-            await cur.execute("BEGIN IMMEDIATE")
+            if immediate:
+                await cur.execute("BEGIN IMMEDIATE")
             result = await body(cur)
             await self.conn.commit()
             return result
@@ -137,7 +140,7 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
                         await _store.aexecute(cur, _store.bump(SQLITE, scope, deltas))
                         return result
 
-                    return await self._in_transaction(body)
+                    return await self._in_transaction(body, immediate=not pipeline)
 
         async def on_failure(exc: BaseException) -> None:
             _base.count_failure(self._state, failed)
