@@ -643,3 +643,24 @@ async def test_parallel_branch_routed_to_fallback_does_not_cancel_siblings(
     out = await checkpointer.invoke(graph, {"done": []}, cfg(checkpointer, "parallel-fb"))
     assert script.calls == {"flaky": 1, "cache": 1, "slow": 1}
     assert sorted(out["done"]) == ["cache", "slow"]
+
+
+async def test_async_node_timeout_is_a_transient_failure(checkpointer: Any) -> None:
+    if not checkpointer.is_async:
+        pytest.skip("a timeout needs an async node (LangGraph cannot stop a sync function)")
+    tries: list[int] = []
+
+    async def slow_then_fast(state: dict[str, Any]) -> dict[str, Any]:
+        tries.append(current_attempt().number)
+        if len(tries) == 1:
+            await asyncio.sleep(5)
+        return {"done": ["ok"]}
+
+    g = ResilientStateGraph(State)
+    g.add_node("call", slow_then_fast, policy=NodePolicy(retry=FAST, timeout=0.05))
+    g.add_edge(START, "call")
+    g.add_edge("call", END)
+    graph = g.compile(checkpointer=checkpointer.saver)
+    out = await checkpointer.invoke(graph, {"done": []}, cfg(checkpointer, "timeout"))
+    assert out["done"] == ["ok"] and tries == [1, 2]
+    assert out["resilience"]["steps"]["call"]["kind"] == "transient"
