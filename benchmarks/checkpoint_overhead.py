@@ -15,8 +15,8 @@ Pairs compared:
   is unreachable the Postgres pair is skipped and the reason printed.
 
 It is a side-by-side comparison in one process: both savers of a pair are warmed up, then
-for each repeat a batch of N invocations runs with the stock saver and a batch with ours,
-alternating which goes first per repeat to cancel drift. Reported per pair: the median
+each repeat interleaves N invocations of each, one by one, alternating which goes first,
+so that drift of the machine (disk, other load) hits both alike. Reported per pair: the median
 seconds per invocation of each, ``ratio`` = median(ours) / median(stock), and the median of
 the per-repeat ratios. The target is ``ratio <= 1.10``. It is a measurement, not a test: the
 exit code is 0 unless an exception occurs.
@@ -152,27 +152,30 @@ class PairResult:
         }
 
 
-def time_batch(graph: Graph, runs: int) -> float:
-    """Seconds per invocation over ``runs`` invocations."""
-    gc.collect()
+def time_once(graph: Graph) -> float:
     start = time.perf_counter()
-    for _ in range(runs):
-        invoke_once(graph)
-    return (time.perf_counter() - start) / runs
+    invoke_once(graph)
+    return time.perf_counter() - start
 
 
 def measure_pair(name: str, stock: Graph, ours: Graph, settings: Settings) -> PairResult:
-    """Warm both up, then alternate which batch goes first per repeat."""
+    """Warm both up; then, per repeat, interleave single invocations of the two
+    (alternating which goes first) so that drift of the machine (disk, other
+    load) hits both alike. A repeat's figure is its mean seconds per invocation.
+    """
     for graph in (stock, ours):
         for _ in range(settings.warmup):
             invoke_once(graph)
     result = PairResult(name)
     for repeat in range(settings.repeats):
-        stock_first = repeat % 2 == 0
-        order = ("stock", "ours") if stock_first else ("ours", "stock")
-        for which in order:
-            graph = stock if which == "stock" else ours
-            getattr(result, which).append(time_batch(graph, settings.runs))
+        gc.collect()
+        totals = {"stock": 0.0, "ours": 0.0}
+        for run in range(settings.runs):
+            order = ("stock", "ours") if (repeat + run) % 2 == 0 else ("ours", "stock")
+            for which in order:
+                totals[which] += time_once(stock if which == "stock" else ours)
+        result.stock.append(totals["stock"] / settings.runs)
+        result.ours.append(totals["ours"] / settings.runs)
     return result
 
 

@@ -6,7 +6,7 @@ linear graph with no failures, on a new thread each time. Ours has a
 `NodePolicy` on every node (the node wrapper, the run log in every checkpoint,
 the error-handler routes and the partial_result node); the baseline is the same
 graph built with ``StateGraph`` on LangGraph's stock ``SqliteSaver``. Both run
-side by side in one process, batches alternating, as in ``checkpoint_overhead.py``
+side by side in one process, invocations interleaved, as in ``checkpoint_overhead.py``
 (whose measurement code this reuses). Target: ratio <= 1.15.
 
 Run it from the repository root::

@@ -144,7 +144,7 @@ class LoadAttempts(NamedTuple):
 Op = Call | Record | Sleep | LoadAttempts
 
 
-@dataclass
+@dataclass(slots=True)
 class Outcome:
     """What a call returned (``output``) or raised (``error``)."""
 
@@ -152,15 +152,18 @@ class Outcome:
     error: BaseException | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeContext:
+    """What a node's wrapper knows of its node, fixed when the node is added."""
+
     name: str
     policy: NodePolicy | None
     classifier: Classifier
-    terminal: bool  # every static edge out of the node goes to END
-    resuming: bool
-    step: int | None
+    is_terminal: Callable[[str], bool]  # every static edge out of the node goes to END
     rand: Callable[[], float]
+
+
+_FIRST = Attempt()
 
 
 def _error_text(exc: BaseException) -> str:
@@ -168,7 +171,13 @@ def _error_text(exc: BaseException) -> str:
 
 
 def _log_update(
-    ctx: NodeContext, state: Any, status: str, attempts: int, kind: str | None, output: Any
+    ctx: NodeContext,
+    step: int | None,
+    state: Any,
+    status: str,
+    attempts: int,
+    kind: str | None,
+    output: Any,
 ) -> dict[str, Any]:
     now = time.time()
     entry: dict[str, Any] = {"status": status, "attempts": attempts, "completed_at": now}
@@ -179,7 +188,7 @@ def _log_update(
         update["completed_steps"] = [
             {
                 "node": ctx.name,
-                "step": ctx.step,
+                "step": step,
                 "completed_at": now,
                 "summary": run_log.summarize(output),
             }
@@ -189,7 +198,7 @@ def _log_update(
     known = state.get("resilience") if isinstance(state, Mapping) else None
     if not (known or {}).get("task_spec") and isinstance(state, Mapping):
         update["task_spec"] = {k: v for k, v in state.items() if k != "resilience"}
-    if ctx.terminal:
+    if ctx.is_terminal(ctx.name):
         update["status"] = "success"
     elif not (known or {}).get("status"):
         update["status"] = "running"
@@ -251,26 +260,32 @@ def default_compress(state: Any) -> dict[str, Any]:
     return {"messages": trimmed}
 
 
-def node_loop(ctx: NodeContext, state: Any) -> Generator[Op, Any, Any]:
+def node_loop(ctx: NodeContext, state: Any, config: RunnableConfig) -> Generator[Op, Any, Any]:
     """Run a node under its policy: yields I/O to do, returns the node's output.
 
     Raises `ResilienceRoute` to route to the fallback or the partial result, and
     lets LangGraph's control flow (interrupts, drains) through untouched.
     """
     policy = ctx.policy
-    loads = ctx.resuming and policy is not None
+    step = config.get("metadata", {}).get("langgraph_step")
+    resuming = bool(config.get("configurable", {}).get("__pregel_resuming"))
+    loads = resuming and policy is not None
     earlier: list[AttemptRecord] = list((yield LoadAttempts())) if loads else []
     overrides: Mapping[str, Any] = {}
     summaries: list[dict[str, Any]] = []
     while True:
         number = len(earlier) + 1
         last = earlier[-1] if earlier else None
-        attempt = Attempt(
-            number=number,
-            last_kind=FailureKind(last.kind) if last and last.kind else None,
-            last_error=f"{last.error_type}: {last.reason}" if last else None,
-            overrides=overrides,
-            validation_failures=sum(r.kind == FailureKind.VALIDATION.value for r in earlier),
+        attempt = (
+            _FIRST
+            if last is None and not overrides
+            else Attempt(
+                number=number,
+                last_kind=FailureKind(last.kind) if last and last.kind else None,
+                last_error=f"{last.error_type}: {last.reason}" if last else None,
+                overrides=overrides,
+                validation_failures=sum(r.kind == FailureKind.VALIDATION.value for r in earlier),
+            )
         )
         started = time.time()
         outcome: Outcome = yield Call(state, attempt)
@@ -279,7 +294,7 @@ def node_loop(ctx: NodeContext, state: Any) -> Generator[Op, Any, Any]:
             exc = _validation_error(policy, outcome.output)
         if exc is None:
             kind = last.kind if last else None
-            log = _log_update(ctx, state, "completed", number, kind, outcome.output)
+            log = _log_update(ctx, step, state, "completed", number, kind, outcome.output)
             if summaries:
                 log["context_summary"] = summaries
             return _with_log(outcome.output, log)
@@ -310,7 +325,7 @@ def node_loop(ctx: NodeContext, state: Any) -> Generator[Op, Any, Any]:
                 yield Sleep(decision.delay)
             continue
         if decision.action is Action.DEGRADE:
-            log = _log_update(ctx, state, "degraded", number, failure.kind.value, None)
+            log = _log_update(ctx, step, state, "degraded", number, failure.kind.value, None)
             log["recovery_suggestions"] = [suggestion(ctx.name, failure, exc, number)]
             return {"resilience": log}
         raise ResilienceRoute(_route(ctx, decision, failure, exc, number))
@@ -424,7 +439,7 @@ def run_sync(
     ctx: NodeContext, state: Any, call: Callable[[Any], Any], config: RunnableConfig
 ) -> Any:
     store = _Store(config)
-    loop = node_loop(ctx, state)
+    loop = node_loop(ctx, state, config)
     reply: Any = None
     while True:
         try:
@@ -458,7 +473,7 @@ async def run_async(
     timeout: float | None,
 ) -> Any:
     store = _Store(config)
-    loop = node_loop(ctx, state)
+    loop = node_loop(ctx, state, config)
     reply: Any = None
     while True:
         try:
@@ -616,28 +631,24 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
         return super().add_node(node, self._wrap(node, action, policy), **kwargs)
 
     def _wrap(self, name: str, action: Any, policy: NodePolicy | None) -> Any:
-        def context(config: RunnableConfig) -> NodeContext:
-            configurable = config.get("configurable", {})
-            return NodeContext(
-                name=name,
-                policy=policy,
-                classifier=(policy.classifier if policy and policy.classifier else _DEFAULTS),
-                terminal=name in self._terminal,
-                resuming=bool(configurable.get("__pregel_resuming")),
-                step=config.get("metadata", {}).get("langgraph_step"),
-                rand=random.random,
-            )
+        ctx = NodeContext(
+            name=name,
+            policy=policy,
+            classifier=(policy.classifier if policy and policy.classifier else _DEFAULTS),
+            is_terminal=lambda node: node in self._terminal,
+            rand=random.random,
+        )
 
         timeout = float(policy.timeout) if policy and policy.timeout else None  # type: ignore[arg-type]
         if isinstance(action, Runnable):
 
             def sync_runnable(state: Any, config: RunnableConfig) -> Any:
                 call = lambda s: action.invoke(s, config)  # noqa: E731
-                return run_sync(context(config), state, call, config)
+                return run_sync(ctx, state, call, config)
 
             async def async_runnable(state: Any, config: RunnableConfig) -> Any:
                 call = lambda s: action.ainvoke(s, config)  # noqa: E731
-                return await run_async(context(config), state, call, config, timeout)
+                return await run_async(ctx, state, call, config, timeout)
 
             from langchain_core.runnables import RunnableLambda
 
@@ -648,7 +659,7 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
             async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
                 config = get_config()
                 call = lambda s: action(s, *args, **kwargs)  # noqa: E731
-                return await run_async(context(config), state, call, config, timeout)
+                return await run_async(ctx, state, call, config, timeout)
 
             return async_node
 
@@ -656,7 +667,7 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
         def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
             config = get_config()
             call = lambda s: action(s, *args, **kwargs)  # noqa: E731
-            return run_sync(context(config), state, call, config)
+            return run_sync(ctx, state, call, config)
 
         return sync_node
 

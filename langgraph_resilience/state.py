@@ -120,17 +120,24 @@ def require_resilient_schema(schema: Any) -> None:
 
 
 def summarize(output: Any, limit: int = 120) -> str:
-    """A short, single-line summary of a node's output."""
+    """A short, single-line summary of a node's output.
+
+    Cheap on large outputs: strings are cut before anything is built, and
+    collections are summarised by their length, never rendered whole.
+    """
     if isinstance(output, dict):
-        parts = [f"{k}={_short(v)}" for k, v in output.items() if k != "resilience"]
-        text = ", ".join(parts)
+        text = ", ".join(f"{k}={_short(v)}" for k, v in output.items() if k != "resilience")
     else:
         text = _short(output)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _short(value: Any) -> str:
-    if isinstance(value, list):
-        return f"[{len(value)} items]" if len(value) > 3 else repr(value)
-    text = repr(value).replace("\n", " ")
-    return text if len(text) <= 60 else text[:59] + "…"
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        cut = value[:40].replace("\n", " ")
+        return repr(cut) if len(value) <= 40 else repr(cut)[:-1] + "…'"
+    if isinstance(value, (list, tuple, set, dict)):
+        return f"<{type(value).__name__} of {len(value)}>"
+    return f"<{type(value).__name__}>"
