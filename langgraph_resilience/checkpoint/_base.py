@@ -8,8 +8,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -83,25 +82,34 @@ def corrupt(
     )
 
 
-@contextmanager
-def counted(state: SaverState, ok: str | None, *, flush: bool = False) -> Iterator[dict[str, int]]:
+class Counted:
     """The counts one try of a write stores in its own transaction (maybe none).
 
-    They go back if the try fails; the try itself is counted once it is known
-    to have succeeded (here) or failed (`count_failure`).
+    ``with Counted(state, ok) as counts:`` hands out what is due; the counts go
+    back if the try fails, and the try itself is counted once it succeeded (here)
+    or failed (`count_failure`). A class, not a generator: it runs on every write.
     """
-    if ok is None and not flush:
-        yield {}
-        return
-    counters = state.counters
-    deltas = counters.take_all() if flush else counters.take_due(time.monotonic())
-    try:
-        yield deltas
-    except BaseException:
-        counters.give_back(deltas)
-        raise
-    if ok is not None:
-        counters.add(ok)
+
+    __slots__ = ("_counters", "_counts", "_flush", "_ok")
+
+    def __init__(self, state: SaverState, ok: str | None, *, flush: bool = False) -> None:
+        self._counters = state.counters
+        self._ok = ok
+        self._flush = flush
+        self._counts: dict[str, int] = {}
+
+    def __enter__(self) -> dict[str, int]:
+        if self._flush:
+            self._counts = self._counters.take_all()
+        elif self._ok is not None:
+            self._counts = self._counters.take_due(time.monotonic())
+        return self._counts
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            self._counters.give_back(self._counts)
+        elif self._ok is not None:
+            self._counters.add(self._ok)
 
 
 def flush_quietly(state: SaverState, flush: Callable[[], object]) -> None:

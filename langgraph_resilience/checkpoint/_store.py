@@ -42,13 +42,12 @@ Row = tuple[Any, ...]
 
 
 class Stmt(NamedTuple):
-    """One statement: SQL, its parameters, what comes back, executemany."""
+    """One statement: SQL, its parameters, whether rows come back, executemany."""
 
     sql: str
     params: Any = ()
     fetch: bool = False
     many: bool = False
-    rowcount: bool = False  # send back [(rows affected,)]
 
 
 Statements = Generator[Stmt, list[Row], T]
@@ -197,7 +196,7 @@ THREAD_TABLES = (*CHECKPOINT_TABLES, "resilience_runs")
 # Postgres refuses a fork in the same transaction and round trip as the write:
 # this function takes a per-thread lock, then raises when the namespace already
 # holds a checkpoint newer than the parent (other than the one being written).
-# SQLite runs the same query under BEGIN IMMEDIATE instead (`_check_continues`).
+# SQLite runs the same query in the write's transaction instead (`put_checkpoint`).
 FORK_MARKER = "resilience-fork"
 _PG_REFUSE_FORK = f"""
 CREATE OR REPLACE FUNCTION resilience_refuse_fork(
@@ -691,10 +690,6 @@ def _rows(cur: Any, fetched: Sequence[Any]) -> list[Row]:
     return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in fetched]
 
 
-def _count(cur: Any, stmt: Stmt) -> list[Row]:
-    return [(cur.rowcount,)] if stmt.rowcount else []
-
-
 def execute(cur: Any, statements: Statements[T]) -> T:
     """Run a statement generator on a sync cursor (sqlite3 or psycopg)."""
     try:
@@ -705,7 +700,7 @@ def execute(cur: Any, statements: Statements[T]) -> T:
                 rows: list[Row] = []
             else:
                 cur.execute(stmt.sql, stmt.params)
-                rows = _rows(cur, cur.fetchall()) if stmt.fetch else _count(cur, stmt)
+                rows = _rows(cur, cur.fetchall()) if stmt.fetch else []
             stmt = statements.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
@@ -721,7 +716,7 @@ async def aexecute(cur: Any, statements: Statements[T]) -> T:
                 rows: list[Row] = []
             else:
                 await cur.execute(stmt.sql, stmt.params)
-                rows = _rows(cur, await cur.fetchall()) if stmt.fetch else _count(cur, stmt)
+                rows = _rows(cur, await cur.fetchall()) if stmt.fetch else []
             stmt = statements.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
@@ -755,13 +750,6 @@ class PutCheckpoint(NamedTuple):
     blob_rows: Sequence[tuple[Any, ...]] = ()  # Postgres only
 
 
-_SQLITE_PUT_UNLESS_NEWER = _SQLITE_PUT.replace(
-    "VALUES (?, ?, ?, ?, ?, ?, ?)", "SELECT ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS ("
-) + _NEWER_THAN_PARENT.replace("SELECT checkpoint_id", "SELECT 1").replace(
-    " ORDER BY checkpoint_id DESC LIMIT 1", ")"
-)
-
-
 _PG_PUT_UNLESS_NEWER = """
 INSERT INTO checkpoints
     (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata)
@@ -776,13 +764,13 @@ def put_checkpoint(
 ) -> Statements[None]:
     """Refuse a fork, then store the checkpoint (and its blobs on Postgres)."""
     if d is SQLITE and put.check_fork:
-        # The check and the insert in one statement, under BEGIN IMMEDIATE.
+        # Check, then insert, in one transaction: in WAL mode a transaction that
+        # read a snapshot another process has since moved past cannot write
+        # ("database is locked"), and the retry reads afresh. (A single INSERT ...
+        # SELECT copies the blob through a temporary table: slower.)
         assert put.parent_id is not None
-        keys = (put.thread_id, put.ns, put.parent_id, put.checkpoint_id)
-        rows = yield Stmt(_SQLITE_PUT_UNLESS_NEWER, (*put.row, *keys), rowcount=True)
-        if rows[0][0] == 0:
-            yield from refuse_fork(d, *keys)
-            raise AssertionError("checkpoint neither stored nor refused")  # pragma: no cover
+        yield from refuse_fork(d, put.thread_id, put.ns, put.parent_id, put.checkpoint_id)
+        yield Stmt(_SQLITE_PUT, put.row)
         return
     if put.blob_rows:
         yield Stmt(blobs_sql, put.blob_rows, many=True)

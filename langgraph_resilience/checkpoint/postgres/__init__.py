@@ -257,7 +257,7 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
             # can hand a fetch the rows of an earlier statement (after a NOTICE),
             # so only statement lists that fetch nothing use it.
             checked = self._state.schema_checked or not check
-            with _base.counted(self._state, ok, flush=flush) as deltas:
+            with _base.Counted(self._state, ok, flush=flush) as deltas:
                 try:
                     with self._transaction(pipeline and checked) as cur:
                         if not checked:

@@ -172,7 +172,7 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
             # can hand a fetch the rows of an earlier statement (after a NOTICE),
             # so only statement lists that fetch nothing use it.
             checked = self._state.schema_checked or not check
-            with _base.counted(self._state, ok, flush=flush) as deltas:
+            with _base.Counted(self._state, ok, flush=flush) as deltas:
                 try:
                     async with self._transaction(pipeline and checked) as cur:
                         if not checked:

@@ -160,31 +160,33 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
             return
         super().setup()
         try:
-            self._in_transaction(
-                lambda cur: _store.execute(
-                    cur, _store.migrate(SQLITE, where="this SQLite database")
-                )
-            )
+            self._in_transaction(lambda: _store.migrate(SQLITE, where="this SQLite database"))
         except BaseException:
             self.is_setup = False
             raise
 
-    def _in_transaction(self, body: Callable[[sqlite3.Cursor], T], *, immediate: bool = True) -> T:
-        """Run ``body`` in one transaction (caller holds the lock).
+    def _in_transaction(
+        self,
+        statements: Callable[[], Statements[T]],
+        counts: dict[str, int] | None = None,
+        *,
+        immediate: bool = True,
+    ) -> T:
+        """Run the statements, and store ``counts``, in one transaction (caller holds the lock).
 
-        ``immediate`` takes the write lock up front (BEGIN IMMEDIATE), for
-        statement lists that read before they write. A checkpoint or writes
-        (``pipeline``) needs no more than the implicit deferred transaction: its
-        fork check and insert are one statement, and in WAL mode a write from a
-        stale snapshot fails as "database is locked", which is retried.
+        ``immediate`` takes the write lock up front (BEGIN IMMEDIATE). A
+        checkpoint or writes (``pipeline``) needs only a deferred BEGIN: in WAL
+        mode a transaction that read a snapshot another process has since moved
+        past cannot write ("database is locked"), and the retry reads afresh.
         """
         if self.conn.in_transaction:
             self.conn.commit()
         cur = self.conn.cursor()
         try:
-            if immediate:
-                cur.execute("BEGIN IMMEDIATE")
-            result = body(cur)
+            cur.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            result = _store.execute(cur, statements())
+            if counts:
+                _store.execute(cur, _store.bump(SQLITE, self._state.counters.scope, counts))
             self.conn.commit()
             return result
         except BaseException:
@@ -205,19 +207,11 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
         pipeline: bool = False,
         flush: bool = False,
     ) -> T:
-        def body(deltas: dict[str, int]) -> Callable[[sqlite3.Cursor], T]:
-            def run(cur: sqlite3.Cursor) -> T:
-                result = _store.execute(cur, statements())
-                _store.execute(cur, _store.bump(SQLITE, self._state.counters.scope, deltas))
-                return result
-
-            return run
-
         def attempt() -> T:
             with self.lock:
                 self.setup()
-                with _base.counted(self._state, ok, flush=flush) as deltas:
-                    return self._in_transaction(body(deltas), immediate=not pipeline)
+                with _base.Counted(self._state, ok, flush=flush) as counts:
+                    return self._in_transaction(statements, counts, immediate=not pipeline)
 
         return call_with_retry(
             attempt,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -91,9 +91,7 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
                 return
             try:
                 await self._in_transaction(
-                    lambda cur: _store.aexecute(
-                        cur, _store.migrate(SQLITE, where="this SQLite database")
-                    )
+                    lambda: _store.migrate(SQLITE, where="this SQLite database")
                 )
             except BaseException:
                 self.is_setup = False
@@ -101,16 +99,23 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
             self._state.schema_checked = True
 
     async def _in_transaction(
-        self, body: Callable[[aiosqlite.Cursor], Awaitable[T]], *, immediate: bool = True
+        self,
+        statements: Callable[[], Statements[T]],
+        counts: dict[str, int] | None = None,
+        *,
+        immediate: bool = True,
     ) -> T:
-        """Run ``body`` in one transaction (caller holds the lock); see the sync twin."""
+        """Run the statements, and store ``counts``, in one transaction (caller holds
+        the lock); see the sync twin."""
         if self.conn.in_transaction:
             await self.conn.commit()
         cur = await self.conn.cursor()
         try:
-            if immediate:
-                await cur.execute("BEGIN IMMEDIATE")
-            result = await body(cur)
+            await cur.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            result = await _store.aexecute(cur, statements())
+            if counts:
+                scope = self._state.counters.scope
+                await _store.aexecute(cur, _store.bump(SQLITE, scope, counts))
             await self.conn.commit()
             return result
         except BaseException:
@@ -132,15 +137,8 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
         async def attempt() -> T:
             await self.setup()
             async with self.lock:
-                with _base.counted(self._state, ok, flush=flush) as deltas:
-
-                    async def body(cur: aiosqlite.Cursor) -> T:
-                        result = await _store.aexecute(cur, statements())
-                        scope = self._state.counters.scope
-                        await _store.aexecute(cur, _store.bump(SQLITE, scope, deltas))
-                        return result
-
-                    return await self._in_transaction(body, immediate=not pipeline)
+                with _base.Counted(self._state, ok, flush=flush) as counts:
+                    return await self._in_transaction(statements, counts, immediate=not pipeline)
 
         async def on_failure(exc: BaseException) -> None:
             _base.count_failure(self._state, failed)
