@@ -308,10 +308,11 @@ def node_loop(ctx: NodeContext, state: Any, config: RunnableConfig) -> Generator
             number, ctx.name, failure.kind.value, type(exc).__name__, str(exc)[:500], time.time()
         )
         if decision.action is Action.PAUSE:
+            # Raises until the run is resumed (Command(resume=...)); then try again.
             interrupt({"reason": "budget_exhausted", "node": ctx.name, "error": _error_text(exc)})
         yield Record(record, started)
         earlier.append(record)
-        if decision.action is Action.RETRY:
+        if decision.action in (Action.RETRY, Action.PAUSE):
             if decision.adapt and policy.adapt is not None:
                 overrides = dict(
                     policy.adapt(

@@ -353,6 +353,30 @@ async def test_budget_exhausted_pauses_and_resumes(checkpointer: Any) -> None:
     assert script.calls == {"plan": 1, "think": 2, "answer": 1}
 
 
+async def test_budget_exhausted_again_on_resume_pauses_again(checkpointer: Any) -> None:
+    script = Script()
+    script.raises["think"] = [
+        BudgetExhausted("used 1"),
+        BudgetExhausted("used 2"),
+        BudgetExhausted("used 3"),
+        None,
+    ]
+    graph = linear(checkpointer, script, ["think", "answer"]).compile(
+        checkpointer=checkpointer.saver
+    )
+    config = cfg(checkpointer, "budget-twice")
+    out = await checkpointer.invoke(graph, {"done": []}, config)
+    assert "__interrupt__" in out
+    # Resumed, the node re-runs from its first line (LangGraph's rule): that try
+    # answers the first pause, the next one runs out again and pauses anew...
+    out = await checkpointer.invoke(graph, Command(resume={"max_tokens": 10}), config)
+    assert "used 3" in out["__interrupt__"][0].value["error"]
+    # ...and the next top-up lets it finish.
+    out = await checkpointer.invoke(graph, Command(resume={"max_tokens": 9000}), config)
+    assert out["done"] == ["think", "answer"]
+    assert script.calls == {"think": 4, "answer": 1}
+
+
 # -- the headline scenario and recovery ------------------------------------------------------
 
 SEVEN = ["fetch", "clean", "embed", "search", "rank", "draft", "publish"]
