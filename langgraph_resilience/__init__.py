@@ -8,6 +8,7 @@ The savers live in `langgraph_resilience.checkpoint.sqlite` (and ``.aio``) and
 from __future__ import annotations
 
 from langgraph_resilience.classify import Classification, Classifier, FailureKind, classify
+from langgraph_resilience.effects import side_effect
 from langgraph_resilience.errors import (
     BudgetExhausted,
     CheckpointConflict,
@@ -63,4 +64,5 @@ __all__ = [
     "classify",
     "current_attempt",
     "retry_failed",
+    "side_effect",
 ]

@@ -329,7 +329,11 @@ def node_loop(ctx: NodeContext, state: Any, config: RunnableConfig) -> Generator
             log = _log_update(ctx, step, state, "degraded", number, failure.kind.value, None)
             log["recovery_suggestions"] = [suggestion(ctx.name, failure, exc, number)]
             return {"resilience": log}
-        raise ResilienceRoute(_route(ctx, decision, failure, exc, number))
+        route = _route(ctx, decision, failure, exc, number)
+        # Where the step ran: retry_failed re-runs it as a new task, whose side
+        # effects must keep this task's idempotency keys.
+        route["task"] = effect_scope(config)
+        raise ResilienceRoute(route)
 
 
 def _validation_error(policy: NodePolicy, output: Any) -> BaseException | None:
@@ -359,6 +363,15 @@ def _route(
         "exhausted": decision.exhausted,
         "suggestion": suggestion(ctx.name, failure, exc, n),
     }
+
+
+def effect_scope(config: RunnableConfig) -> str:
+    """The task part of a step's side-effect keys: its namespace and task id."""
+    configurable = config.get("configurable", {})
+    return f"{configurable.get('checkpoint_ns', '')}|{configurable.get('__pregel_task_id', '')}"
+
+
+EFFECT_SCOPE_KEY = "lgr_effect_scope"
 
 
 def suggestion(node: str, failure: Classification, exc: BaseException, attempts: int) -> str:
@@ -531,7 +544,8 @@ def _error_handler(node: str) -> Callable[..., Command[Any]]:
             log["degraded_steps"] = [node]
         else:
             log["failed_step"] = {
-                k: route[k] for k in ("node", "kind", "reason", "error_type", "message", "attempts")
+                k: route.get(k)
+                for k in ("node", "kind", "reason", "error_type", "message", "attempts", "task")
             }
             log["recovery_suggestions"] = [route["suggestion"]]
         return Command(goto=route["target"], update={"resilience": log})
@@ -751,6 +765,15 @@ def _retry_command(
     return Command(goto=failed["node"], update={**(update or {}), "resilience": reset})
 
 
+def _with_effect_scope(config: RunnableConfig, values: Mapping[str, Any]) -> RunnableConfig:
+    """The config for re-running a failed step: its side effects keep their keys."""
+    failed = (values.get("resilience") or {}).get("failed_step") or {}
+    if not failed.get("task"):
+        return config
+    scope = {"node": failed["node"], "task": failed["task"]}
+    return {**config, "configurable": {**config.get("configurable", {}), EFFECT_SCOPE_KEY: scope}}
+
+
 def retry_failed(
     graph: Any, config: RunnableConfig, *, update: Mapping[str, Any] | None = None
 ) -> Any:
@@ -767,7 +790,7 @@ def retry_failed(
     """
     values = graph.get_state(config).values
     command = _retry_command(values, config["configurable"]["thread_id"], update)
-    return graph.invoke(command, config)
+    return graph.invoke(command, _with_effect_scope(config, values))
 
 
 async def aretry_failed(
@@ -776,4 +799,4 @@ async def aretry_failed(
     """Async twin of `retry_failed`."""
     values = (await graph.aget_state(config)).values
     command = _retry_command(values, config["configurable"]["thread_id"], update)
-    return await graph.ainvoke(command, config)
+    return await graph.ainvoke(command, _with_effect_scope(config, values))

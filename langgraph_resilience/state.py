@@ -34,6 +34,7 @@ class FailedStep(TypedDict):
     error_type: str
     message: str
     attempts: int
+    task: str | None  # the failed task's namespace and id (keeps its side-effect keys)
 
 
 class RunOutcome(TypedDict, total=False):

@@ -199,6 +199,24 @@ class SyncResilience(_Hooks):
         """The failed tries stored for a task (thread, ns, checkpoint, task)."""
         return self._read(lambda: _store.read_attempts(self._dialect, key))
 
+    def read_effect(self, thread_id: str, key: str) -> _store.EffectRecord | None:
+        """The stored record of one side effect, or None."""
+        return self._read(lambda: _store.read_effect(self._dialect, thread_id, key))
+
+    def record_intent(
+        self, thread_id: str, record: _store.EffectRecord, args_digest: str | None
+    ) -> None:
+        """Store an effect's intent durably, before the call."""
+        self._run(lambda: _store.record_intent(self._dialect, thread_id, record, args_digest))
+
+    def record_outcome(self, thread_id: str, key: str, **outcome: Any) -> None:
+        """Store an effect's outcome (or error) after the call."""
+        self._run(lambda: _store.record_outcome(self._dialect, thread_id, key, **outcome))
+
+    def list_effects(self, thread_id: str) -> Sequence[_store.EffectRecord]:
+        """A thread's side effects: key, name, intent and outcome times, status."""
+        return self._read(lambda: _store.list_effects(self._dialect, str(thread_id)))
+
     def delete_thread(self, thread_id: str) -> None:
         """Delete a thread's checkpoints, writes (and blobs) and resilience rows."""
         self._run(lambda: _store.delete_threads(self._dialect, [str(thread_id)]))
@@ -352,6 +370,24 @@ class AsyncResilience(_Hooks):
         """The failed tries stored for a task (thread, ns, checkpoint, task)."""
         return await self._read(lambda: _store.read_attempts(self._dialect, key))
 
+    async def aread_effect(self, thread_id: str, key: str) -> _store.EffectRecord | None:
+        """The stored record of one side effect, or None."""
+        return await self._read(lambda: _store.read_effect(self._dialect, thread_id, key))
+
+    async def arecord_intent(
+        self, thread_id: str, record: _store.EffectRecord, args_digest: str | None
+    ) -> None:
+        """Store an effect's intent durably, before the call."""
+        await self._run(lambda: _store.record_intent(self._dialect, thread_id, record, args_digest))
+
+    async def arecord_outcome(self, thread_id: str, key: str, **outcome: Any) -> None:
+        """Store an effect's outcome (or error) after the call."""
+        await self._run(lambda: _store.record_outcome(self._dialect, thread_id, key, **outcome))
+
+    async def alist_effects(self, thread_id: str) -> Sequence[_store.EffectRecord]:
+        """A thread's side effects: key, name, intent and outcome times, status."""
+        return await self._read(lambda: _store.list_effects(self._dialect, str(thread_id)))
+
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete a thread's checkpoints, writes (and blobs) and resilience rows."""
         await self._run(lambda: _store.delete_threads(self._dialect, [str(thread_id)]))
@@ -405,6 +441,20 @@ class AsyncResilience(_Hooks):
 
     def node_attempts(self, key: tuple[str, str, str, str]) -> Sequence[_store.AttemptRecord]:
         return self._bridge(self.anode_attempts(key))
+
+    def read_effect(self, thread_id: str, key: str) -> _store.EffectRecord | None:
+        return self._bridge(self.aread_effect(thread_id, key))
+
+    def record_intent(
+        self, thread_id: str, record: _store.EffectRecord, args_digest: str | None
+    ) -> None:
+        self._bridge(self.arecord_intent(thread_id, record, args_digest))
+
+    def record_outcome(self, thread_id: str, key: str, **outcome: Any) -> None:
+        self._bridge(self.arecord_outcome(thread_id, key, **outcome))
+
+    def list_effects(self, thread_id: str) -> Sequence[_store.EffectRecord]:
+        return self._bridge(self.alist_effects(thread_id))
 
     def flush_counters(self) -> None:
         self._bridge(self.aflush_counters())

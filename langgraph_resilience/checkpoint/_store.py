@@ -859,3 +859,119 @@ def record_attempt(
 def read_attempts(d: Dialect, key: tuple[str, str, str, str]) -> Statements[list[AttemptRecord]]:
     rows = yield Stmt(d.sql(_SELECT_ATTEMPTS), key, fetch=True)
     return [AttemptRecord(int(r[0]), str(r[1]), *r[2:]) for r in rows]
+
+
+# ---------------------------------------------------------------------------
+# Side effects: intent and outcome records
+# ---------------------------------------------------------------------------
+
+
+class EffectRecord(NamedTuple):
+    """One side effect of a thread, as stored."""
+
+    idempotency_key: str
+    name: str
+    status: str  # intent | done | failed
+    intent_at: float
+    outcome_at: float | None
+    outcome_type: str | None
+    outcome: bytes | None
+    error: str | None
+    checkpoint_ns: str = ""
+    checkpoint_id: str = ""
+    task_id: str = ""
+
+
+_EFFECT_COLUMNS = (
+    "idempotency_key, name, status, intent_at, outcome_at, outcome_type, outcome, error, "
+    "checkpoint_ns, checkpoint_id, task_id"
+)
+
+
+def _effect(row: Row) -> EffectRecord:
+    blob = row[6]
+    return EffectRecord(
+        str(row[0]),
+        str(row[1]),
+        str(row[2]),
+        float(row[3]),
+        None if row[4] is None else float(row[4]),
+        row[5],
+        None if blob is None else bytes(blob),
+        row[7],
+        str(row[8]),
+        str(row[9]),
+        str(row[10]),
+    )
+
+
+def read_effect(d: Dialect, thread_id: str, key: str) -> Statements[EffectRecord | None]:
+    rows = yield Stmt(
+        d.sql(
+            f"SELECT {_EFFECT_COLUMNS} FROM resilience_effects "
+            "WHERE thread_id = ? AND idempotency_key = ?"
+        ),
+        (thread_id, key),
+        fetch=True,
+    )
+    return _effect(rows[0]) if rows else None
+
+
+def record_intent(
+    d: Dialect,
+    thread_id: str,
+    record: EffectRecord,
+    args_digest: str | None,
+) -> Statements[None]:
+    """The intent, before the call (a second intent for the key changes nothing)."""
+    yield Stmt(
+        d.sql(
+            "INSERT INTO resilience_effects (thread_id, idempotency_key, checkpoint_ns, "
+            "checkpoint_id, task_id, name, args_digest, status, intent_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 'intent', ?) "
+            "ON CONFLICT (thread_id, idempotency_key) DO NOTHING"
+        ),
+        (
+            thread_id,
+            record.idempotency_key,
+            record.checkpoint_ns,
+            record.checkpoint_id,
+            record.task_id,
+            record.name,
+            args_digest,
+            record.intent_at,
+        ),
+    )
+
+
+def record_outcome(
+    d: Dialect,
+    thread_id: str,
+    key: str,
+    *,
+    status: str,
+    at: float,
+    outcome_type: str | None,
+    outcome: bytes | None,
+    error: str | None,
+) -> Statements[None]:
+    """The outcome (or the error) after the call."""
+    yield Stmt(
+        d.sql(
+            "UPDATE resilience_effects SET status = ?, outcome_at = ?, outcome_type = ?, "
+            "outcome = ?, error = ? WHERE thread_id = ? AND idempotency_key = ?"
+        ),
+        (status, at, outcome_type, outcome, error, thread_id, key),
+    )
+
+
+def list_effects(d: Dialect, thread_id: str) -> Statements[list[EffectRecord]]:
+    rows = yield Stmt(
+        d.sql(
+            f"SELECT {_EFFECT_COLUMNS} FROM resilience_effects WHERE thread_id = ? "
+            "ORDER BY intent_at, idempotency_key"
+        ),
+        (thread_id,),
+        fetch=True,
+    )
+    return [_effect(r) for r in rows]

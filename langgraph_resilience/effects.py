@@ -1,0 +1,397 @@
+"""`side_effect`: non-idempotent calls (email, payment, webhook) made exactly once.
+
+A retried or resumed node re-runs from its first line, so every call in it runs
+again unless it is recorded. Decorated with `side_effect`, a call inside a node
+of a graph compiled with a resilient saver:
+
+1. derives an idempotency key: the thread, the task (stable across retries,
+   resumes and crash recovery of the same step with ``durability="sync"``),
+   the effect's name and its call number within the try, plus ``key=``'s
+   business key if given;
+2. returns the recorded outcome, without calling, if there is one;
+3. if an intent has no outcome (the process died during the call, or the call
+   raised), asks ``reconcile(idempotency_key)`` when given; otherwise calls
+   again with the same key (``on_unknown="reexecute"``) or raises
+   `EffectOutcomeUnknown` (``on_unknown="raise"``, for payments);
+4. records the intent durably before the call and the outcome (or the error)
+   after it. A function with an ``idempotency_key`` parameter receives the key,
+   to pass on to the service so that it can deduplicate too.
+
+The decision is written once (`effect_steps`); the sync and async drivers only
+do its I/O.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import time
+from collections.abc import Callable, Generator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, TypeVar, overload
+
+from langgraph_resilience.checkpoint._store import EffectRecord
+from langgraph_resilience.errors import ConfigError, EffectOutcomeUnknown
+
+__all__ = ["EffectSpec", "side_effect"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+OnUnknown = Literal["reexecute", "raise"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EffectSpec:
+    """How one decorated function is recorded."""
+
+    name: str
+    key: Callable[..., Any] | None = None
+    reconcile: Callable[[str], Any] | None = None
+    on_unknown: OnUnknown = "reexecute"
+    passes_key: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or "|" in self.name:
+            raise ConfigError(
+                f"side_effect name must be a non-empty str without '|', got {self.name!r}"
+            )
+        if self.key is not None and not callable(self.key):
+            raise ConfigError(
+                "side_effect key= must be a callable taking the function's arguments and "
+                f"returning a business key (e.g. lambda order: order.id), got {self.key!r}"
+            )
+        if self.reconcile is not None and not callable(self.reconcile):
+            raise ConfigError(
+                "side_effect reconcile= must be a callable(idempotency_key) that returns the "
+                f"effect's result if it happened, or None if it did not; got {self.reconcile!r}"
+            )
+        if self.on_unknown not in ("reexecute", "raise"):
+            raise ConfigError(
+                f'side_effect on_unknown= must be "reexecute" or "raise", got {self.on_unknown!r}'
+            )
+
+
+# -- the decision ------------------------------------------------------------------
+
+
+class Lookup(NamedTuple):
+    pass
+
+
+class Reconcile(NamedTuple):
+    pass
+
+
+class Intent(NamedTuple):
+    pass
+
+
+class CallIt(NamedTuple):
+    pass
+
+
+class Outcome(NamedTuple):
+    status: str  # done | failed
+    value: Any = None
+    error: BaseException | None = None
+
+
+class Replay(NamedTuple):
+    record: EffectRecord
+
+
+Op = Lookup | Reconcile | Intent | CallIt | Outcome
+
+
+def effect_steps(spec: EffectSpec, key: str) -> Generator[Op, Any, Any]:
+    """What to do for one call: yields I/O, returns the result (or a `Replay`)."""
+    found: EffectRecord | None = yield Lookup()
+    if found is not None and found.status == "done":
+        return Replay(found)
+    if found is not None:  # an intent whose outcome is unknown, or a recorded error
+        if spec.reconcile is not None:
+            happened = yield Reconcile()
+            if happened is not None:
+                yield Outcome("done", happened)
+                return happened
+        elif spec.on_unknown == "raise" and found.status == "intent":
+            raise EffectOutcomeUnknown(
+                f"side effect {spec.name!r} (idempotency key {key!r}) was started but its "
+                "outcome was never recorded: the process stopped during the call. Verify "
+                "by hand whether it happened, then record it or resume; it will not be "
+                "called again on its own (on_unknown='raise')."
+            )
+    else:
+        yield Intent()
+    result = yield CallIt()
+    if isinstance(result, Outcome):  # the call raised
+        yield result
+        assert result.error is not None
+        raise result.error
+    yield Outcome("done", result)
+    return result
+
+
+# -- where the call is -----------------------------------------------------------------
+
+_SEQ: ContextVar[tuple[tuple[Any, ...], dict[str, int]] | None] = ContextVar(
+    "langgraph_resilience_effect_seq", default=None
+)
+
+
+class EffectContext(NamedTuple):
+    saver: Any
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    task_id: str
+    key: str
+
+
+def _context(spec: EffectSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> EffectContext:
+    from langgraph.config import get_config
+    from langgraph.runtime import get_runtime
+
+    try:
+        config = get_config()
+        info = get_runtime().execution_info
+    except Exception:
+        info = None
+        config = None
+    saver = (config or {}).get("configurable", {}).get("__pregel_checkpointer")
+    if info is None or not info.thread_id:
+        raise ConfigError(
+            f"side effect {spec.name!r} was called outside a node of a graph with a "
+            "checkpointer. Call it from inside a node, and compile the graph with a "
+            "resilient saver, e.g. graph.compile(checkpointer=ResilientSqliteSaver(...)); "
+            "run it with a thread_id in config['configurable']."
+        )
+    if not hasattr(saver, "record_intent"):
+        raise ConfigError(
+            f"side effect {spec.name!r} needs a resilient saver to record it, but the graph "
+            f"uses {type(saver).__name__}. Compile with one of "
+            "langgraph_resilience.checkpoint's savers (ResilientSqliteSaver, "
+            "ResilientPostgresSaver or their async twins)."
+        )
+    from langgraph_resilience.graph import _CURRENT, EFFECT_SCOPE_KEY
+
+    ours = _CURRENT.get()
+    scope = (info.task_id, info.node_attempt, ours.number if ours else 0)
+    held = _SEQ.get()
+    if held is None or held[0] != scope:
+        held = (scope, {})
+        _SEQ.set(held)
+    seq = held[1][spec.name] = held[1].get(spec.name, 0) + 1
+    task = f"{info.checkpoint_ns}|{info.task_id}"
+    # A step re-run by retry_failed is a new task; it keeps the failed task's keys.
+    retry_of = (config or {}).get("configurable", {}).get(EFFECT_SCOPE_KEY) or {}
+    if retry_of.get("node") == (config or {}).get("metadata", {}).get("langgraph_node"):
+        task = retry_of.get("task") or task
+    parts = [task, spec.name, str(seq)]
+    if spec.key is not None:
+        parts.append(str(spec.key(*args, **kwargs)))
+    return EffectContext(
+        saver,
+        str(info.thread_id),
+        info.checkpoint_ns,
+        info.checkpoint_id,
+        info.task_id,
+        "|".join(parts),
+    )
+
+
+def _digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    try:
+        return hashlib.sha256(repr((args, sorted(kwargs.items()))).encode()).hexdigest()[:16]
+    except Exception:
+        return None
+
+
+def _intent(spec: EffectSpec, ctx: EffectContext) -> EffectRecord:
+    return EffectRecord(
+        ctx.key,
+        spec.name,
+        "intent",
+        time.time(),
+        None,
+        None,
+        None,
+        None,
+        ctx.checkpoint_ns,
+        ctx.checkpoint_id,
+        ctx.task_id,
+    )
+
+
+def _outcome_fields(saver: Any, op: Outcome) -> dict[str, Any]:
+    if op.status == "done":
+        type_, blob = saver.serde.dumps_typed(op.value)
+        return {
+            "status": "done",
+            "at": time.time(),
+            "outcome_type": type_,
+            "outcome": blob,
+            "error": None,
+        }
+    error = f"{type(op.error).__name__}: {op.error}"[:1000]
+    return {
+        "status": "failed",
+        "at": time.time(),
+        "outcome_type": None,
+        "outcome": None,
+        "error": error,
+    }
+
+
+def _replayed(saver: Any, replay: Replay) -> Any:
+    record = replay.record
+    if record.outcome_type is None:
+        return None
+    return saver.serde.loads_typed((record.outcome_type, record.outcome))
+
+
+# -- the drivers -------------------------------------------------------------------------
+
+
+def _run_sync(
+    spec: EffectSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    ctx = _context(spec, args, kwargs)
+    saver, thread = ctx.saver, ctx.thread_id
+    if spec.passes_key:
+        kwargs = {**kwargs, "idempotency_key": ctx.key}
+    steps = effect_steps(spec, ctx.key)
+    reply: Any = None
+    while True:
+        try:
+            op = steps.send(reply)
+        except StopIteration as stop:
+            value = stop.value
+            return _replayed(saver, value) if isinstance(value, Replay) else value
+        reply = None
+        if isinstance(op, Lookup):
+            reply = saver.read_effect(thread, ctx.key)
+        elif isinstance(op, Intent):
+            saver.record_intent(thread, _intent(spec, ctx), _digest(args, kwargs))
+        elif isinstance(op, Reconcile):
+            assert spec.reconcile is not None
+            reply = spec.reconcile(ctx.key)
+        elif isinstance(op, CallIt):
+            try:
+                reply = fn(*args, **kwargs)
+            except Exception as exc:
+                reply = Outcome("failed", error=exc)
+        else:
+            saver.record_outcome(thread, ctx.key, **_outcome_fields(saver, op))
+
+
+async def _run_async(
+    spec: EffectSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    ctx = _context(spec, args, kwargs)
+    saver, thread = ctx.saver, ctx.thread_id
+    if spec.passes_key:
+        kwargs = {**kwargs, "idempotency_key": ctx.key}
+    steps = effect_steps(spec, ctx.key)
+    reply: Any = None
+    while True:
+        try:
+            op = steps.send(reply)
+        except StopIteration as stop:
+            value = stop.value
+            return _replayed(saver, value) if isinstance(value, Replay) else value
+        reply = None
+        if isinstance(op, Lookup):
+            reply = await saver.aread_effect(thread, ctx.key)
+        elif isinstance(op, Intent):
+            await saver.arecord_intent(thread, _intent(spec, ctx), _digest(args, kwargs))
+        elif isinstance(op, Reconcile):
+            assert spec.reconcile is not None
+            reply = spec.reconcile(ctx.key)
+            if inspect.isawaitable(reply):
+                reply = await reply
+        elif isinstance(op, CallIt):
+            try:
+                reply = await fn(*args, **kwargs)
+            except Exception as exc:
+                reply = Outcome("failed", error=exc)
+        else:
+            await saver.arecord_outcome(thread, ctx.key, **_outcome_fields(saver, op))
+
+
+@overload
+def side_effect(fn: F) -> F: ...
+
+
+@overload
+def side_effect(
+    *,
+    name: str | None = None,
+    key: Callable[..., Any] | None = None,
+    reconcile: Callable[[str], Any] | None = None,
+    on_unknown: OnUnknown = "reexecute",
+) -> Callable[[F], F]: ...
+
+
+def side_effect(
+    fn: Any = None,
+    *,
+    name: str | None = None,
+    key: Callable[..., Any] | None = None,
+    reconcile: Callable[[str], Any] | None = None,
+    on_unknown: OnUnknown = "reexecute",
+) -> Any:
+    """Record a non-idempotent call so that retries and resumes never repeat it.
+
+    Args:
+        name: the effect's name in keys and records (default: the function's).
+        key: ``key(*args, **kwargs) -> str``, a business key (an order id) added to
+            the idempotency key.
+        reconcile: ``reconcile(idempotency_key)`` asks the outside system whether an
+            effect whose outcome was not recorded happened: it returns the effect's
+            result if so (anything but None), or None if not.
+        on_unknown: without ``reconcile``, what to do about an intent without an
+            outcome: ``"reexecute"`` (call again with the same key; the default) or
+            ``"raise"`` (`EffectOutcomeUnknown`, which ends the run with a partial
+            result saying which effect to verify).
+
+    Example:
+        >>> @side_effect(reconcile=mailer.lookup)  # doctest: +SKIP
+        ... def send_report(to: str, body: str, *, idempotency_key: str) -> str:
+        ...     return mailer.send(to, body, idempotency_key=idempotency_key)
+    """
+
+    def decorate(func: Any) -> Any:
+        if not callable(func):
+            raise ConfigError(f"side_effect decorates a function, got {func!r}")
+        try:
+            params = inspect.signature(func).parameters
+        except (TypeError, ValueError):
+            params = {}  # type: ignore[assignment]
+        spec = EffectSpec(
+            name=name or str(getattr(func, "__name__", "effect")),
+            key=key,
+            reconcile=reconcile,
+            on_unknown=on_unknown,
+            passes_key="idempotency_key" in params,
+        )
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_effect(*args: Any, **kwargs: Any) -> Any:
+                return await _run_async(spec, func, args, kwargs)
+
+            async_effect.effect_spec = spec  # type: ignore[attr-defined]
+            return async_effect
+
+        @functools.wraps(func)
+        def sync_effect(*args: Any, **kwargs: Any) -> Any:
+            return _run_sync(spec, func, args, kwargs)
+
+        sync_effect.effect_spec = spec  # type: ignore[attr-defined]
+        return sync_effect
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate

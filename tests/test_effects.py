@@ -1,0 +1,423 @@
+"""Side effects exactly once: replay after retries, resumes and recovery, on every backend.
+
+A fake external service counts calls per idempotency key; a node's effects must
+reach it once per logical effect whatever happens to the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import operator
+import uuid
+from collections import Counter
+from typing import Annotated, Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START
+from langgraph.types import Send
+from pydantic import BaseModel
+
+from langgraph_resilience import (
+    Backoff,
+    ConfigError,
+    NodePolicy,
+    ResilientState,
+    ResilientStateGraph,
+    aretry_failed,
+    retry_failed,
+    side_effect,
+)
+
+FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.01)
+
+
+class Receipt(BaseModel):
+    id: str
+    amount: int
+
+
+@dataclasses.dataclass
+class Delivery:
+    message_id: str
+    to: str
+
+
+class State(ResilientState, total=False):
+    results: Annotated[list[Any], operator.add]
+    item: int
+
+
+class Service:
+    """A fake outside system: counts calls, remembers what each key did."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()  # by effect name
+        self.by_key: Counter[str] = Counter()
+        self.done: dict[str, Any] = {}
+
+    def deliver(self, to: str, key: str) -> Delivery:
+        self.calls["email"] += 1
+        self.by_key[key] += 1
+        self.done[key] = Delivery(message_id=f"m{len(self.done)}", to=to)
+        return self.done[key]
+
+    def charge(self, amount: int, key: str) -> Receipt:
+        self.calls["charge"] += 1
+        self.by_key[key] += 1
+        self.done[key] = Receipt(id=f"r{len(self.done)}", amount=amount)
+        return self.done[key]
+
+
+def effects_for(service: Service, is_async: bool, **options: Any) -> tuple[Any, Any]:
+    if is_async:
+
+        @side_effect(**options)
+        async def email(to: str, *, idempotency_key: str) -> Delivery:
+            await asyncio.sleep(0)
+            return service.deliver(to, idempotency_key)
+
+        @side_effect(name="charge")
+        async def pay(amount: int, *, idempotency_key: str) -> Receipt:
+            return service.charge(amount, idempotency_key)
+
+        return email, pay
+
+    @side_effect(**options)
+    def email(to: str, *, idempotency_key: str) -> Delivery:  # type: ignore[misc]
+        return service.deliver(to, idempotency_key)
+
+    @side_effect(name="charge")
+    def pay(amount: int, *, idempotency_key: str) -> Receipt:  # type: ignore[misc]
+        return service.charge(amount, idempotency_key)
+
+    return email, pay
+
+
+def node_calling(h: Any, email: Any, pay: Any, fail: list[BaseException | None]) -> Any:
+    """A node that charges, sends two emails, then fails as scripted."""
+
+    def after(results: list[Any]) -> dict[str, Any]:
+        exc = fail.pop(0) if fail else None
+        if exc is not None:
+            raise exc
+        return {"results": results}
+
+    if h.is_async:
+
+        async def notify(state: dict[str, Any]) -> dict[str, Any]:
+            results = [await pay(42), await email("a@x"), await email("b@x")]
+            return after(results)
+
+        return notify
+
+    def notify(state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+        return after([pay(42), email("a@x"), email("b@x")])
+
+    return notify
+
+
+def graph_with(h: Any, node: Any, policy: NodePolicy | None) -> Any:
+    g = ResilientStateGraph(State)
+    g.add_node("notify", node, policy=policy)
+    g.add_edge(START, "notify")
+    g.add_edge("notify", END)
+    return g.compile(checkpointer=h.saver)
+
+
+def cfg(h: Any, label: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": f"{label}-{h.id}-{uuid.uuid4().hex[:6]}"}}
+
+
+async def list_effects(h: Any, thread: str) -> list[Any]:
+    return list(await h.call("list_effects", thread))
+
+
+# -- replay -------------------------------------------------------------------------
+
+
+async def test_retries_replay_recorded_outcomes(checkpointer: Any) -> None:
+    service = Service()
+    email, pay = effects_for(service, checkpointer.is_async)
+    fail: list[BaseException | None] = [ConnectionError("after sending"), TimeoutError("again")]
+    graph = graph_with(
+        checkpointer, node_calling(checkpointer, email, pay, fail), NodePolicy(retry=FAST)
+    )
+    config = cfg(checkpointer, "replay")
+    out = await checkpointer.invoke(graph, {"results": []}, config)
+    assert service.calls == {"charge": 1, "email": 2}
+    assert all(n == 1 for n in service.by_key.values()) and len(service.by_key) == 3
+    receipt, first, second = out["results"]
+    assert isinstance(receipt, Receipt) and receipt == Receipt(id="r0", amount=42)
+    assert isinstance(first, Delivery) and first.to == "a@x" and second.to == "b@x"
+    records = await list_effects(checkpointer, config["configurable"]["thread_id"])
+    assert [(r.name, r.status) for r in records] == [
+        ("charge", "done"),
+        ("email", "done"),
+        ("email", "done"),
+    ]
+    assert all(r.outcome_at and r.outcome_at >= r.intent_at for r in records)
+
+
+async def test_resume_after_a_failure_does_not_repeat_effects(checkpointer: Any) -> None:
+    service = Service()
+    email, pay = effects_for(service, checkpointer.is_async)
+    graph = graph_with(
+        checkpointer,
+        node_calling(checkpointer, email, pay, [ValueError("bug after sending")]),
+        None,
+    )
+    config = cfg(checkpointer, "resume")
+    with pytest.raises(ValueError):
+        await checkpointer.invoke(graph, {"results": []}, config)
+    out = await checkpointer.invoke(graph, None, config)
+    assert service.calls == {"charge": 1, "email": 2}
+    assert [r.amount if isinstance(r, Receipt) else r.to for r in out["results"]] == [
+        42,
+        "a@x",
+        "b@x",
+    ]
+
+
+async def test_retry_failed_keeps_the_failed_steps_keys(checkpointer: Any) -> None:
+    service = Service()
+    email, pay = effects_for(service, checkpointer.is_async)
+    fail: list[BaseException | None] = [KeyError("missing template")]
+    graph = graph_with(
+        checkpointer, node_calling(checkpointer, email, pay, fail), NodePolicy(retry=FAST)
+    )
+    config = cfg(checkpointer, "retry-failed")
+    out = await checkpointer.invoke(graph, {"results": []}, config)
+    assert out["resilience"]["status"] == "partial_complete"
+    if checkpointer.is_async:
+        out = await aretry_failed(graph, config)
+    else:
+        out = await asyncio.to_thread(retry_failed, graph, config)
+    assert out["resilience"]["status"] == "success"
+    assert service.calls == {"charge": 1, "email": 2}
+
+
+async def test_keys_differ_per_call_loop_iteration_and_send_payload(checkpointer: Any) -> None:
+    service = Service()
+    email, _ = effects_for(service, checkpointer.is_async)
+
+    if checkpointer.is_async:
+
+        async def work(state: dict[str, Any]) -> dict[str, Any]:
+            return {"results": [await email(f"user{state['item']}")]}
+    else:
+
+        def work(state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+            return {"results": [email(f"user{state['item']}")]}
+
+    g = ResilientStateGraph(State)
+    g.add_node("work", work, policy=NodePolicy(retry=FAST))
+    g.add_node("again", lambda s: {})
+    g.add_conditional_edges(START, lambda s: [Send("work", {"item": i}) for i in (1, 2, 3)])
+    g.add_edge("work", "again")
+    g.add_conditional_edges(
+        "again", lambda s: END if len(s["results"]) >= 6 else "loop", {"loop": "work", END: END}
+    )
+    graph = g.compile(checkpointer=checkpointer.saver)
+    config = cfg(checkpointer, "keys")
+    out = await checkpointer.invoke(graph, {"results": [], "item": 9}, config)
+    # three Send payloads, then three loop visits of "work" with the same item 9:
+    # every one is a new step, so a new key, called once
+    assert service.calls["email"] == len(out["results"]) == 6
+    assert len(service.by_key) == 6 and set(service.by_key.values()) == {1}
+    assert [r.to for r in out["results"]].count("user9") == 3
+
+
+async def test_business_key_is_part_of_the_idempotency_key(checkpointer: Any) -> None:
+    service = Service()
+    email, _ = effects_for(service, checkpointer.is_async, key=lambda to: f"order-{to}")
+    graph = graph_with(checkpointer, node_calling(checkpointer, email, _, []), None)
+    config = cfg(checkpointer, "business")
+    await checkpointer.invoke(graph, {"results": []}, config)
+    keys = [
+        r.idempotency_key
+        for r in await list_effects(checkpointer, config["configurable"]["thread_id"])
+    ]
+    assert any(k.endswith("|email|1|order-a@x") for k in keys)
+    assert any(k.endswith("|email|2|order-b@x") for k in keys)
+
+
+# -- unknown outcomes --------------------------------------------------------------------
+
+
+class Crash(BaseException):
+    """Stands in for a process dying between the call and its outcome record."""
+
+
+async def expect_crash(run: Any) -> None:
+    try:
+        await run
+    except Crash:
+        return
+    raise AssertionError("the run should have crashed")
+
+
+async def test_unknown_outcome_is_reconciled(checkpointer: Any) -> None:
+    service = Service()
+    asked: list[str] = []
+
+    def lookup(key: str) -> Any:
+        asked.append(key)
+        return service.done.get(key)
+
+    crash = {"once": True}
+
+    def deliver(to: str, key: str) -> Delivery:
+        result = service.deliver(to, key)
+        if crash.pop("once", False):
+            raise Crash()
+        return result
+
+    if checkpointer.is_async:
+
+        @side_effect(reconcile=lookup)
+        async def email(to: str, *, idempotency_key: str) -> Delivery:
+            return deliver(to, idempotency_key)
+
+        async def notify(state: dict[str, Any]) -> dict[str, Any]:
+            return {"results": [await email("a@x")]}
+    else:
+
+        @side_effect(reconcile=lookup)
+        def email(to: str, *, idempotency_key: str) -> Delivery:  # type: ignore[misc]
+            return deliver(to, idempotency_key)
+
+        def notify(state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+            return {"results": [email("a@x")]}
+
+    graph = graph_with(checkpointer, notify, NodePolicy(retry=FAST))
+    config = cfg(checkpointer, "reconcile")
+    await expect_crash(checkpointer.invoke(graph, {"results": []}, config))
+    records = await list_effects(checkpointer, config["configurable"]["thread_id"])
+    assert [r.status for r in records] == ["intent"]
+    out = await checkpointer.invoke(graph, None, config)
+    assert service.calls["email"] == 1 and len(asked) == 1
+    assert out["results"][0].to == "a@x"
+
+
+async def test_unknown_outcome_can_stop_the_run_for_a_human(checkpointer: Any) -> None:
+    service = Service()
+    crash = {"once": True}
+
+    def charge(amount: int, key: str) -> Receipt:
+        result = service.charge(amount, key)
+        if crash.pop("once", False):
+            raise Crash()
+        return result
+
+    if checkpointer.is_async:
+
+        @side_effect(on_unknown="raise")
+        async def pay(amount: int, *, idempotency_key: str) -> Receipt:
+            return charge(amount, idempotency_key)
+
+        async def notify(state: dict[str, Any]) -> dict[str, Any]:
+            return {"results": [await pay(42)]}
+    else:
+
+        @side_effect(on_unknown="raise")
+        def pay(amount: int, *, idempotency_key: str) -> Receipt:  # type: ignore[misc]
+            return charge(amount, idempotency_key)
+
+        def notify(state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+            return {"results": [pay(42)]}
+
+    graph = graph_with(checkpointer, notify, NodePolicy(retry=FAST))
+    config = cfg(checkpointer, "raise")
+    await expect_crash(checkpointer.invoke(graph, {"results": []}, config))
+    out = await checkpointer.invoke(graph, None, config)
+    assert service.calls["charge"] == 1  # never called again on its own
+    failed = out["resilience"]["failed_step"]
+    assert failed["error_type"] == "EffectOutcomeUnknown"
+    assert "'pay'" in failed["message"] and "Verify" in out["resilience"]["recovery_suggestions"][0]
+
+
+# -- parallel branches ----------------------------------------------------------------------
+
+
+async def test_parallel_branches_cancelled_by_a_failing_sibling_do_not_repeat(
+    checkpointer: Any,
+) -> None:
+    """In async graphs LangGraph cancels running siblings when a node fails, and
+    re-runs them on resume, effects included."""
+    service = Service()
+    email, _ = effects_for(service, checkpointer.is_async)
+    fail = {"once": True}
+
+    if checkpointer.is_async:
+
+        async def branch(state: dict[str, Any]) -> dict[str, Any]:
+            sent = await email(f"user{state['item']}")
+            await asyncio.sleep(0.2)  # still running when the sibling fails
+            return {"results": [sent]}
+
+        async def failing(state: dict[str, Any]) -> dict[str, Any]:
+            await asyncio.sleep(0.05)
+            if fail.pop("once", False):
+                raise RuntimeError("sibling failed")
+            return {}
+    else:
+
+        def branch(state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+            return {"results": [email(f"user{state['item']}")]}
+
+        def failing(state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+            if fail.pop("once", False):
+                raise RuntimeError("sibling failed")
+            return {}
+
+    g = ResilientStateGraph(State)
+    g.add_node("branch", branch)
+    g.add_node("failing", failing)
+    g.add_conditional_edges(
+        START, lambda s: [Send("branch", {"item": i}) for i in (1, 2)] + ["failing"]
+    )
+    g.add_edge("branch", END)
+    g.add_edge("failing", END)
+    graph = g.compile(checkpointer=checkpointer.saver)
+    config = cfg(checkpointer, "parallel")
+    with pytest.raises(RuntimeError):
+        await checkpointer.invoke(graph, {"results": []}, config)
+    out = await checkpointer.invoke(graph, None, config)
+    assert service.calls["email"] == 2 and set(service.by_key.values()) == {1}
+    assert sorted(r.to for r in out["results"]) == ["user1", "user2"]
+
+
+# -- wiring mistakes -------------------------------------------------------------------------
+
+
+def test_effect_outside_a_graph_says_how_to_wire_it() -> None:
+    @side_effect
+    def send() -> None:
+        return None
+
+    with pytest.raises(ConfigError, match="outside a node"):
+        send()
+
+
+def test_effect_needs_a_resilient_saver() -> None:
+    @side_effect
+    def send() -> str:
+        return "sent"
+
+    g = ResilientStateGraph(State)
+    g.add_node("n", lambda s: {"results": [send()]})
+    g.add_edge(START, "n")
+    graph = g.compile(checkpointer=InMemorySaver())
+    with pytest.raises(ConfigError, match="needs a resilient saver"):
+        graph.invoke({"results": []}, {"configurable": {"thread_id": "x"}})
+
+
+def test_bad_options_are_refused() -> None:
+    with pytest.raises(ConfigError, match="on_unknown"):
+        side_effect(on_unknown="ignore")(lambda: None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="reconcile"):
+        side_effect(reconcile="lookup")(lambda: None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="key="):
+        side_effect(key="order")(lambda: None)  # type: ignore[arg-type]
