@@ -194,3 +194,99 @@ def test_killed_during_retry_backoff_resumes_at_the_next_attempt(
     assert attempts == [["1", str(first.pid)], ["2", str(first.pid)], ["3", str(second.pid)]]
     assert result["status"] == "partial_complete"
     assert result["failed_step"]["attempts"] == 3  # max_attempts held across the crash
+
+
+# -- side effects ------------------------------------------------------------------------
+
+EFFECT_WORKER = str(Path(__file__).parent / "effect_worker.py")
+CHAOS_RUNS = int(os.environ.get("LGR_CHAOS_RUNS", "100"))
+
+
+def effect_worker(store: tuple[str, str], service: Path, threads: str, *extra: str) -> Any:
+    return subprocess.Popen(
+        [sys.executable, EFFECT_WORKER, *store, str(service), threads, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def service_calls(service: Path) -> list[tuple[str, int, float]]:
+    from effect_worker import calls
+
+    return calls(service)
+
+
+@pytest.mark.parametrize("point", ["before-call", "after-call", "after-outcome"])
+def test_effect_killed_at_each_point_happens_once(
+    store: tuple[str, str], tmp_path: Path, point: str
+) -> None:
+    thread = f"effect-{point}"
+    first = effect_worker(store, tmp_path, thread, "--kill", point)
+    assert finish(first)[0] == -signal.SIGKILL
+    before = service_calls(tmp_path)
+    second = effect_worker(store, tmp_path, thread)
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    after = service_calls(tmp_path)
+    keys = [k for k, _, _ in after]
+    assert len(keys) == len(set(keys)) == 3  # reserve, charge, notify: each once
+    first_key = next(k for k in keys if "|reserve|" in k)
+    reconciled = (tmp_path / "reconcile.log").read_text() if point != "after-outcome" else ""
+    if point == "before-call":
+        assert before == []
+        assert [p for k, p, _ in after if k == first_key] == [second.pid]
+    elif point == "after-call":
+        assert [p for k, p, _ in before] == [first.pid]
+        assert first_key in reconciled and str(second.pid) in reconciled  # reconcile decided
+    else:
+        assert [p for k, p, _ in before] == [first.pid]
+        assert not (tmp_path / "reconcile.log").exists()  # the outcome was simply replayed
+
+
+def test_chaos_every_effect_delivered_once(store: tuple[str, str], tmp_path: Path) -> None:
+    """Kill a worker at random points while it runs many pipelines; resume until done."""
+    import random
+
+    rng = random.Random(1234)
+    threads = [f"chaos-{i}" for i in range(CHAOS_RUNS)]
+    kills = 0
+    deadline = time.monotonic() + 600
+    while True:
+        done = (
+            set((tmp_path / "done.log").read_text().split())
+            if (tmp_path / "done.log").exists()
+            else set()
+        )
+        todo = [t for t in threads if t not in done]
+        if not todo:
+            break
+        assert time.monotonic() < deadline, f"{len(todo)} pipelines never finished"
+        worker = effect_worker(store, tmp_path, ",".join(todo))
+        try:
+            worker.wait(timeout=rng.uniform(1.2, 2.5))  # imports take about one second
+        except subprocess.TimeoutExpired:
+            os.kill(worker.pid, signal.SIGKILL)
+            worker.wait()
+            kills += 1
+        else:
+            assert worker.returncode == 0, worker.communicate()[1]
+    assert kills >= 3, "the workers were never killed: the test proved nothing"
+    calls = service_calls(tmp_path)
+    delivered = {k for k, _, _ in calls}
+    assert len(delivered) == 3 * CHAOS_RUNS  # every logical effect delivered
+    # No call at all for an effect whose outcome had been recorded before it.
+    backend, target = store
+    query = (
+        "SELECT idempotency_key, outcome_at FROM resilience_effects "
+        "WHERE status = 'done' AND thread_id LIKE ?"
+    )
+    outcome_at = dict(sql(backend, target, query, ("chaos-%",)))
+    assert len(outcome_at) == 3 * CHAOS_RUNS
+    late = [(k, t) for k, _, t in calls if outcome_at[k] < t]
+    assert late == []
+    repeated = {k for k in delivered if sum(1 for c in calls if c[0] == k) > 1}
+    # A repeat is only possible for an intent whose outcome was lost to a kill;
+    # with reconcile it is never needed: every key was called once.
+    assert repeated == set()

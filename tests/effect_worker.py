@@ -1,0 +1,127 @@
+"""A worker for the side-effect crash and chaos tests.
+
+    python tests/effect_worker.py BACKEND TARGET SERVICE_DIR THREADS [--kill POINT]
+
+Runs (or resumes) the pipeline ``reserve -> charge -> notify`` on each thread
+in THREADS (comma-separated) until all are done. Each node calls one
+side effect against a fake outside service kept in SERVICE_DIR:
+
+- ``calls.log``: one line ``<key> <pid> <time>`` per call (fsynced);
+- the service deduplicates by key, as a real one given an idempotency key would;
+- ``reconcile.log``: one line per reconcile question.
+
+``--kill`` makes this process SIGKILL itself at one point of the first effect:
+``before-call`` (intent stored, service not called), ``after-call`` (service
+called, outcome not stored) or ``after-outcome`` (outcome stored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from conftest import open_saver
+from langgraph.graph import END, START
+
+from langgraph_resilience import (
+    NodePolicy,
+    ResilientState,
+    ResilientStateGraph,
+    side_effect,
+)
+
+STEPS = ("reserve", "charge", "notify")
+
+
+class State(ResilientState, total=False):
+    receipts: list[str]
+
+
+def append(path: Path, line: str) -> None:
+    with open(path, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def calls(service: Path) -> list[tuple[str, int, float]]:
+    try:
+        lines = (service / "calls.log").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [(k, int(p), float(t)) for k, p, t in (line.rsplit(" ", 2) for line in lines)]
+
+
+def build(service: Path, kill: str | None) -> ResilientStateGraph:
+    armed = {"kill": kill}
+
+    def die_at(point: str) -> None:
+        if armed["kill"] == point:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def lookup(key: str) -> Any:
+        append(service / "reconcile.log", f"{key} {os.getpid()}")
+        return f"receipt:{key}" if any(k == key for k, _, _ in calls(service)) else None
+
+    def make(step: str) -> Any:
+        @side_effect(name=step, reconcile=lookup)
+        def effect(*, idempotency_key: str) -> str:
+            die_at("before-call")
+            append(service / "calls.log", f"{idempotency_key} {os.getpid()} {time.time()}")
+            time.sleep(0.005)
+            die_at("after-call")
+            return f"receipt:{idempotency_key}"
+
+        def node(state: State) -> dict[str, Any]:
+            receipt = effect()
+            die_at("after-outcome")
+            time.sleep(0.005)
+            return {"receipts": [*state.get("receipts", []), receipt]}
+
+        return node
+
+    g = ResilientStateGraph(State)
+    for step in STEPS:
+        g.add_node(step, make(step), policy=NodePolicy())
+    g.add_edge(START, STEPS[0])
+    g.add_edge(STEPS[0], STEPS[1])
+    g.add_edge(STEPS[1], STEPS[2])
+    g.add_edge(STEPS[2], END)
+    return g
+
+
+async def main() -> int:
+    import asyncio
+    from contextlib import AsyncExitStack
+
+    parser = argparse.ArgumentParser()
+    for name in ("backend", "target", "service", "threads"):
+        parser.add_argument(name)
+    parser.add_argument("--kill", default=None)
+    args = parser.parse_args()
+    service = Path(args.service)
+    async with AsyncExitStack() as stack:
+        saver = await open_saver(args.backend, False, args.target, stack)
+        graph = build(service, args.kill).compile(checkpointer=saver)
+        for thread in args.threads.split(","):
+            config = {"configurable": {"thread_id": thread}}
+            state = await asyncio.to_thread(graph.get_state, config)
+            if state.values.get("resilience", {}).get("status") == "success":
+                continue
+            start = None if state.created_at else {"receipts": []}
+            await asyncio.to_thread(graph.invoke, start, config)
+            append(service / "done.log", thread)
+    return 0
+
+
+if __name__ == "__main__":
+    import asyncio
+
+    sys.exit(asyncio.run(main()))
