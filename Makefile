@@ -20,9 +20,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/pytest -q
 
-# Crash and chaos suites with many more cases (LGR_CRASH_CASES) than the default.
+# Crash and chaos suites with many more cases than the default.
 test-long: $(STAMP)
-	LGR_CRASH_CASES=50 $(BIN)/pytest -q
+	LGR_CRASH_CASES=50 LGR_CHAOS_RUNS=500 $(BIN)/pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -32,6 +32,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/checkpoint_overhead.py
 	$(BIN)/python benchmarks/policy_overhead.py
+	$(BIN)/python benchmarks/effect_overhead.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -104,9 +104,13 @@ class Replay(NamedTuple):
 Op = Lookup | Reconcile | Intent | CallIt | Outcome
 
 
-def effect_steps(spec: EffectSpec, key: str) -> Generator[Op, Any, Any]:
-    """What to do for one call: yields I/O, returns the result (or a `Replay`)."""
-    found: EffectRecord | None = yield Lookup()
+def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[Op, Any, Any]:
+    """What to do for one call: yields I/O, returns the result (or a `Replay`).
+
+    ``fresh``: the first try of a task that is not being resumed, which cannot
+    have records yet, so nothing is looked up.
+    """
+    found: EffectRecord | None = None if fresh else (yield Lookup())
     if found is not None and found.status == "done":
         return Replay(found)
     if found is not None:  # an intent whose outcome is unknown, or a recorded error
@@ -147,6 +151,7 @@ class EffectContext(NamedTuple):
     checkpoint_id: str
     task_id: str
     key: str
+    fresh: bool
 
 
 def _context(spec: EffectSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> EffectContext:
@@ -191,6 +196,9 @@ def _context(spec: EffectSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     parts = [task, spec.name, str(seq)]
     if spec.key is not None:
         parts.append(str(spec.key(*args, **kwargs)))
+    # The first try of a task that is not being resumed cannot have records yet.
+    resuming = bool((config or {}).get("configurable", {}).get("__pregel_resuming"))
+    fresh = not resuming and not retry_of and scope[1:] in ((1, 0), (1, 1))
     return EffectContext(
         saver,
         str(info.thread_id),
@@ -198,6 +206,7 @@ def _context(spec: EffectSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         info.checkpoint_id,
         info.task_id,
         "|".join(parts),
+        fresh,
     )
 
 
@@ -261,7 +270,7 @@ def _run_sync(
     saver, thread = ctx.saver, ctx.thread_id
     if spec.passes_key:
         kwargs = {**kwargs, "idempotency_key": ctx.key}
-    steps = effect_steps(spec, ctx.key)
+    steps = effect_steps(spec, ctx.key, ctx.fresh)
     reply: Any = None
     while True:
         try:
@@ -293,7 +302,7 @@ async def _run_async(
     saver, thread = ctx.saver, ctx.thread_id
     if spec.passes_key:
         kwargs = {**kwargs, "idempotency_key": ctx.key}
-    steps = effect_steps(spec, ctx.key)
+    steps = effect_steps(spec, ctx.key, ctx.fresh)
     reply: Any = None
     while True:
         try:

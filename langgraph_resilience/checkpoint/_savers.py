@@ -96,6 +96,7 @@ class SyncResilience(_Hooks):
         translate: _base.Translate | None = None,
         pipeline: bool = False,
         flush: bool = False,
+        relaxed: bool = False,
     ) -> T:
         raise NotImplementedError
 
@@ -207,11 +208,18 @@ class SyncResilience(_Hooks):
         self, thread_id: str, record: _store.EffectRecord, args_digest: str | None
     ) -> None:
         """Store an effect's intent durably, before the call."""
-        self._run(lambda: _store.record_intent(self._dialect, thread_id, record, args_digest))
+        self._run(
+            lambda: _store.record_intent(self._dialect, thread_id, record, args_digest),
+            pipeline=True,
+        )
 
     def record_outcome(self, thread_id: str, key: str, **outcome: Any) -> None:
         """Store an effect's outcome (or error) after the call."""
-        self._run(lambda: _store.record_outcome(self._dialect, thread_id, key, **outcome))
+        self._run(
+            lambda: _store.record_outcome(self._dialect, thread_id, key, **outcome),
+            pipeline=True,
+            relaxed=True,
+        )
 
     def list_effects(self, thread_id: str) -> Sequence[_store.EffectRecord]:
         """A thread's side effects: key, name, intent and outcome times, status."""
@@ -265,6 +273,7 @@ class AsyncResilience(_Hooks):
         translate: _base.Translate | None = None,
         pipeline: bool = False,
         flush: bool = False,
+        relaxed: bool = False,
     ) -> T:
         raise NotImplementedError
 
@@ -382,7 +391,11 @@ class AsyncResilience(_Hooks):
 
     async def arecord_outcome(self, thread_id: str, key: str, **outcome: Any) -> None:
         """Store an effect's outcome (or error) after the call."""
-        await self._run(lambda: _store.record_outcome(self._dialect, thread_id, key, **outcome))
+        await self._run(
+            lambda: _store.record_outcome(self._dialect, thread_id, key, **outcome),
+            pipeline=True,
+            relaxed=True,
+        )
 
     async def alist_effects(self, thread_id: str) -> Sequence[_store.EffectRecord]:
         """A thread's side effects: key, name, intent and outcome times, status."""

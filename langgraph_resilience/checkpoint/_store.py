@@ -955,7 +955,16 @@ def record_outcome(
     outcome: bytes | None,
     error: str | None,
 ) -> Statements[None]:
-    """The outcome (or the error) after the call."""
+    """The outcome (or the error) after the call.
+
+    It is committed without waiting for the disk (Postgres ``synchronous_commit``
+    off for this transaction; SQLite's driver lowers ``synchronous`` around it):
+    a process crash keeps it, and if a server or power failure loses it, the
+    intent stays without outcome, which ``reconcile`` (or a call with the same
+    idempotency key) settles.
+    """
+    if d is POSTGRES:
+        yield Stmt("SELECT set_config('synchronous_commit', 'off', true)")
     yield Stmt(
         d.sql(
             "UPDATE resilience_effects SET status = ?, outcome_at = ?, outcome_type = ?, "

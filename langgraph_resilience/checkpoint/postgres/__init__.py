@@ -251,6 +251,7 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         translate: _base.Translate | None = None,
         check: bool = True,
         pipeline: bool = False,
+        relaxed: bool = False,  # Postgres relaxes in SQL: see _store.record_outcome
     ) -> T:
         def attempt() -> T:
             # Pipeline mode sends the whole transaction in one round trip, but it

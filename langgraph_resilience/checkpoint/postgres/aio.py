@@ -166,6 +166,7 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         translate: _base.Translate | None = None,
         check: bool = True,
         pipeline: bool = False,
+        relaxed: bool = False,  # Postgres relaxes in SQL: see _store.record_outcome
     ) -> T:
         async def attempt() -> T:
             # Pipeline mode sends the whole transaction in one round trip, but it

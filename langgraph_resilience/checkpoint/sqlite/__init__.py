@@ -127,6 +127,7 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
     ) -> None:
         super().__init__(conn, serde=serde)
         self._state = _base.make_state(store_retry)
+        self._synchronous = 2  # FULL, SQLite's default; read from the connection in setup
 
     @classmethod
     @contextmanager
@@ -159,6 +160,7 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
         if self.is_setup:
             return
         super().setup()
+        self._synchronous = int(self.conn.execute("PRAGMA synchronous").fetchone()[0])
         try:
             self._in_transaction(lambda: _store.migrate(SQLITE, where="this SQLite database"))
         except BaseException:
@@ -171,6 +173,7 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
         counts: dict[str, int] | None = None,
         *,
         immediate: bool = True,
+        relaxed: bool = False,
     ) -> T:
         """Run the statements, and store ``counts``, in one transaction (caller holds the lock).
 
@@ -182,6 +185,8 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
         if self.conn.in_transaction:
             self.conn.commit()
         cur = self.conn.cursor()
+        if relaxed:  # committed without fsync; see _store.record_outcome
+            cur.execute("PRAGMA synchronous = NORMAL")
         try:
             cur.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
             result = _store.execute(cur, statements())
@@ -193,6 +198,8 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
             self.conn.rollback()
             raise
         finally:
+            if relaxed:
+                cur.execute(f"PRAGMA synchronous = {self._synchronous}")
             cur.close()
 
     # -- the transaction driver ----------------------------------------------
@@ -206,12 +213,15 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
         translate: _base.Translate | None = None,
         pipeline: bool = False,
         flush: bool = False,
+        relaxed: bool = False,
     ) -> T:
         def attempt() -> T:
             with self.lock:
                 self.setup()
                 with _base.Counted(self._state, ok, flush=flush) as counts:
-                    return self._in_transaction(statements, counts, immediate=not pipeline)
+                    return self._in_transaction(
+                        statements, counts, immediate=not pipeline, relaxed=relaxed
+                    )
 
         return call_with_retry(
             attempt,

@@ -52,6 +52,7 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
     ) -> None:
         super().__init__(conn, serde=serde)
         self._state = _base.make_state(store_retry)
+        self._synchronous = 2  # FULL, SQLite's default; read from the connection in setup
 
     @classmethod
     @asynccontextmanager
@@ -90,6 +91,9 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
             if self._state.schema_checked:
                 return
             try:
+                async with self.conn.execute("PRAGMA synchronous") as cur:
+                    row = await cur.fetchone()
+                self._synchronous = int(row[0]) if row else 2
                 await self._in_transaction(
                     lambda: _store.migrate(SQLITE, where="this SQLite database")
                 )
@@ -104,12 +108,15 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
         counts: dict[str, int] | None = None,
         *,
         immediate: bool = True,
+        relaxed: bool = False,
     ) -> T:
         """Run the statements, and store ``counts``, in one transaction (caller holds
         the lock); see the sync twin."""
         if self.conn.in_transaction:
             await self.conn.commit()
         cur = await self.conn.cursor()
+        if relaxed:  # committed without fsync; see _store.record_outcome
+            await cur.execute("PRAGMA synchronous = NORMAL")
         try:
             await cur.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
             result = await _store.aexecute(cur, statements())
@@ -122,6 +129,8 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
             await self.conn.rollback()
             raise
         finally:
+            if relaxed:
+                await cur.execute(f"PRAGMA synchronous = {self._synchronous}")
             await cur.close()
 
     async def _run(
@@ -133,12 +142,15 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
         translate: _base.Translate | None = None,
         pipeline: bool = False,
         flush: bool = False,
+        relaxed: bool = False,
     ) -> T:
         async def attempt() -> T:
             await self.setup()
             async with self.lock:
                 with _base.Counted(self._state, ok, flush=flush) as counts:
-                    return await self._in_transaction(statements, counts, immediate=not pipeline)
+                    return await self._in_transaction(
+                        statements, counts, immediate=not pipeline, relaxed=relaxed
+                    )
 
         async def on_failure(exc: BaseException) -> None:
             _base.count_failure(self._state, failed)

@@ -1,0 +1,172 @@
+"""The cost of one recorded side effect, in units of one checkpoint write on the same store.
+
+What it measures, per store (SQLite file, Postgres database):
+
+- effect cost: a one-node graph whose node makes ``CALLS`` calls, run with the
+  calls decorated by ``@side_effect`` and run with the same calls bare; the
+  difference per call is what recording costs (intent before, outcome after);
+- checkpoint write: ``saver.put`` of a small checkpoint continuing a thread, on
+  the same resilient saver;
+- ratio = effect cost / checkpoint write. Target: at most 1.0 (intent and
+  outcome together cost no more than one checkpoint write).
+
+Both are measured in one process, interleaved, medians over repeats. Run it from
+the repository root::
+
+    .venv/bin/python benchmarks/effect_overhead.py [--repeats 9] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.graph import END, START
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from langgraph_resilience import ResilientState, ResilientStateGraph, side_effect
+from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+CALLS = 5
+TARGET = 1.0
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+class State(ResilientState, total=False):
+    results: list[str]
+
+
+def deliver(to: str) -> str:
+    return f"sent to {to}"
+
+
+recorded = side_effect(name="deliver")(deliver)
+
+
+def build(saver: Any, call: Callable[[str], str]) -> Any:
+    def node(state: State) -> dict[str, Any]:
+        return {"results": [call(f"user{i}") for i in range(CALLS)]}
+
+    g = ResilientStateGraph(State)
+    g.add_node("notify", node, policy=None)
+    g.add_edge(START, "notify")
+    g.add_edge("notify", END)
+    return g.compile(checkpointer=saver)
+
+
+def time_invoke(graph: Any) -> float:
+    config = {"configurable": {"thread_id": str(uuid.uuid4())}}
+    start = time.perf_counter()
+    graph.invoke({"results": []}, config)
+    return time.perf_counter() - start
+
+
+def time_put(saver: Any, state: dict[str, Any]) -> float:
+    if "config" not in state:
+        config = {"configurable": {"thread_id": str(uuid.uuid4()), "checkpoint_ns": ""}}
+        state["config"] = saver.put(config, _checkpoint(0), {"source": "input", "step": -1}, {})
+    step = state["step"] = state.get("step", 0) + 1
+    start = time.perf_counter()
+    state["config"] = saver.put(
+        state["config"], _checkpoint(step), {"source": "loop", "step": step}, {"results": "1"}
+    )
+    return time.perf_counter() - start
+
+
+def _checkpoint(step: int) -> Any:
+    cp = empty_checkpoint()
+    cp["id"] = str(uuid6(clock_seq=step))
+    cp["channel_values"] = {"results": [f"sent to user{i}" for i in range(CALLS)]}
+    cp["channel_versions"] = {"results": str(step)}
+    return cp
+
+
+def measure(saver: Any, repeats: int, runs: int) -> dict[str, float]:
+    bare, effects = build(saver, deliver), build(saver, recorded)
+    put_state: dict[str, Any] = {}
+    for _ in range(5):
+        time_invoke(bare), time_invoke(effects), time_put(saver, put_state)
+    per_call, per_put = [], []
+    for _ in range(repeats):
+        t_bare = t_eff = t_put = 0.0
+        for _ in range(runs):
+            t_bare += time_invoke(bare)
+            t_eff += time_invoke(effects)
+            t_put += time_put(saver, put_state)
+        per_call.append((t_eff - t_bare) / runs / CALLS)
+        per_put.append(t_put / runs)
+    effect, put = statistics.median(per_call), statistics.median(per_put)
+    return {"effect_s": effect, "checkpoint_write_s": put, "ratio": effect / put}
+
+
+@contextmanager
+def postgres_db(dsn: str) -> Iterator[str]:
+    name = f"lgr_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        params = conninfo_to_dict(dsn)
+        params["dbname"] = name
+        yield make_conninfo("", **params)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    results: dict[str, Any] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="lgr_bench_") as tmp,
+        ResilientSqliteSaver.from_conn_string(os.path.join(tmp, "fx.sqlite")) as saver,
+    ):
+        results["sqlite"] = measure(saver, args.repeats, args.runs)
+    dsn = os.environ.get("LGR_POSTGRES_URL", DEFAULT_DSN)
+    try:
+        with postgres_db(dsn) as target, ResilientPostgresSaver.from_conn_string(target) as saver:
+            saver.setup()
+            results["postgres"] = measure(saver, args.repeats, args.runs)
+    except psycopg.OperationalError as exc:
+        print(f"postgres skipped: {str(exc).splitlines()[0]}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({**results, "target": TARGET}, indent=2))
+        return 0
+    print(
+        f"effect overhead: {CALLS} recorded calls per node, {args.repeats} repeats x "
+        f"{args.runs} runs, interleaved with bare calls and checkpoint writes"
+    )
+    print(f"{'store':9} {'effect ms':>10} {'ckpt write ms':>14} {'ratio':>6}  target")
+    for store, r in results.items():
+        verdict = "ok" if r["ratio"] <= TARGET else "ABOVE"
+        print(
+            f"{store:9} {r['effect_s'] * 1e3:10.3f} {r['checkpoint_write_s'] * 1e3:14.3f} "
+            f"{r['ratio']:6.3f}  {verdict}"
+        )
+    print(
+        f"ratio = (one recorded effect - one bare call) / one checkpoint write; target <= {TARGET}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
