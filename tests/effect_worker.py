@@ -113,10 +113,10 @@ async def main() -> int:
         for thread in args.threads.split(","):
             config = {"configurable": {"thread_id": thread}}
             state = await asyncio.to_thread(graph.get_state, config)
-            if state.values.get("resilience", {}).get("status") == "success":
-                continue
-            start = None if state.created_at else {"receipts": []}
-            await asyncio.to_thread(graph.invoke, start, config)
+            # A thread finished by a worker killed before it could say so is done too.
+            if state.values.get("resilience", {}).get("status") != "success":
+                start = None if state.created_at else {"receipts": []}
+                await asyncio.to_thread(graph.invoke, start, config)
             append(service / "done.log", thread)
     return 0
 
