@@ -223,10 +223,6 @@ def _with_log(output: Any, log: dict[str, Any]) -> Any:
     return output  # another state type: left as LangGraph would have it
 
 
-def _failure(ctx: NodeContext, exc: BaseException) -> Classification:
-    return ctx.classifier(exc)
-
-
 def _compressed(policy: NodePolicy, state: Any) -> tuple[Any, dict[str, Any]]:
     """The state for the next try after a context overflow, and what was kept."""
     if policy.compress is not None:
@@ -300,7 +296,7 @@ def node_loop(ctx: NodeContext, state: Any, config: RunnableConfig) -> Generator
             return _with_log(outcome.output, log)
         if is_control_flow(exc) or policy is None:
             raise exc
-        failure = _failure(ctx, exc)
+        failure = ctx.classifier(exc)
         decision = decide(
             policy, failure, [FailureKind(r.kind) for r in earlier if r.kind], ctx.rand()
         )

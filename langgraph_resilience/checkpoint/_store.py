@@ -392,11 +392,9 @@ _NEWER_THAN_PARENT = (
 def refuse_fork(
     d: Dialect, thread_id: str, ns: str, parent_id: str, checkpoint_id: str
 ) -> Statements[None]:
-    """Raise `CheckpointConflict` when the thread moved past ``parent_id``."""
+    """Raise `CheckpointConflict` when the thread moved past ``parent_id`` (SQLite;
+    Postgres checks inside its upsert, `_PG_PUT_UNLESS_NEWER`)."""
     params = (thread_id, ns, parent_id, checkpoint_id)
-    if d is POSTGRES:
-        yield Stmt("SELECT resilience_refuse_fork(%s, %s, %s, %s)", params)
-        return
     rows = yield Stmt(d.sql(_NEWER_THAN_PARENT), params, fetch=True)
     if rows:
         raise CheckpointConflict(
