@@ -17,6 +17,12 @@ of a graph compiled with a resilient saver:
    after it. A function with an ``idempotency_key`` parameter receives the key,
    to pass on to the service so that it can deduplicate too.
 
+The outcome is written behind: it rides along with the saver's next write (the
+next effect's intent, or the node's own writes as it ends), so a recorded effect
+costs one write, not two. A process killed after the call returned and before
+that write leaves the intent without an outcome, settled as in 3. An effect
+with ``on_unknown="raise"`` (no automatic settling) stores its outcome at once.
+
 The decision is written once (`effect_steps`); the sync and async drivers only
 do its I/O.
 """
@@ -32,7 +38,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar, overload
 
-from langgraph_resilience.checkpoint._store import EffectRecord
+from langgraph_resilience.checkpoint._store import EffectRecord, OutcomeFields
 from langgraph_resilience.errors import ConfigError, EffectOutcomeUnknown
 
 __all__ = ["EffectSpec", "side_effect"]
@@ -233,24 +239,12 @@ def _intent(spec: EffectSpec, ctx: EffectContext) -> EffectRecord:
     )
 
 
-def _outcome_fields(saver: Any, op: Outcome) -> dict[str, Any]:
+def _outcome_fields(saver: Any, op: Outcome) -> OutcomeFields:
     if op.status == "done":
         type_, blob = saver.serde.dumps_typed(op.value)
-        return {
-            "status": "done",
-            "at": time.time(),
-            "outcome_type": type_,
-            "outcome": blob,
-            "error": None,
-        }
+        return OutcomeFields("done", time.time(), type_, blob, None)
     error = f"{type(op.error).__name__}: {op.error}"[:1000]
-    return {
-        "status": "failed",
-        "at": time.time(),
-        "outcome_type": None,
-        "outcome": None,
-        "error": error,
-    }
+    return OutcomeFields("failed", time.time(), None, None, error)
 
 
 def _replayed(saver: Any, replay: Replay) -> Any:
@@ -291,8 +285,10 @@ def _run_sync(
                 reply = fn(*args, **kwargs)
             except Exception as exc:
                 reply = Outcome("failed", error=exc)
+        elif spec.on_unknown == "raise":
+            saver.record_outcome(thread, ctx.key, _outcome_fields(saver, op))
         else:
-            saver.record_outcome(thread, ctx.key, **_outcome_fields(saver, op))
+            saver.defer_outcome(thread, ctx.key, _outcome_fields(saver, op))
 
 
 async def _run_async(
@@ -325,8 +321,10 @@ async def _run_async(
                 reply = await fn(*args, **kwargs)
             except Exception as exc:
                 reply = Outcome("failed", error=exc)
+        elif spec.on_unknown == "raise":
+            await saver.arecord_outcome(thread, ctx.key, _outcome_fields(saver, op))
         else:
-            await saver.arecord_outcome(thread, ctx.key, **_outcome_fields(saver, op))
+            saver.defer_outcome(thread, ctx.key, _outcome_fields(saver, op))
 
 
 @overload

@@ -12,7 +12,10 @@ side effect against a fake outside service kept in SERVICE_DIR:
 
 ``--kill`` makes this process SIGKILL itself at one point of the first effect:
 ``before-call`` (intent stored, service not called), ``after-call`` (service
-called, outcome not stored) or ``after-outcome`` (outcome stored).
+called, outcome not stored), ``after-return`` (the effect returned, its outcome
+waits in memory for the saver's next write) or ``after-outcome`` (outcome
+stored: the node fails after the effect, the failed try's record carries the
+outcome, and the process dies as the retry starts).
 """
 
 from __future__ import annotations
@@ -31,9 +34,12 @@ from conftest import open_saver
 from langgraph.graph import END, START
 
 from langgraph_resilience import (
+    Backoff,
     NodePolicy,
     ResilientState,
     ResilientStateGraph,
+    TransientError,
+    current_attempt,
     side_effect,
 )
 
@@ -80,8 +86,12 @@ def build(service: Path, kill: str | None) -> ResilientStateGraph:
             return f"receipt:{idempotency_key}"
 
         def node(state: State) -> dict[str, Any]:
+            if current_attempt().number > 1:
+                die_at("after-outcome")
             receipt = effect()
-            die_at("after-outcome")
+            die_at("after-return")
+            if armed["kill"] == "after-outcome":
+                raise TransientError("fail after the effect; the try's record stores it")
             time.sleep(0.005)
             return {"receipts": [*state.get("receipts", []), receipt]}
 
@@ -89,7 +99,11 @@ def build(service: Path, kill: str | None) -> ResilientStateGraph:
 
     g = ResilientStateGraph(State)
     for step in STEPS:
-        g.add_node(step, make(step), policy=NodePolicy())
+        g.add_node(
+            step,
+            make(step),
+            policy=NodePolicy(retry=Backoff(initial_interval=0.01, max_attempts=3)),
+        )
     g.add_edge(START, STEPS[0])
     g.add_edge(STEPS[0], STEPS[1])
     g.add_edge(STEPS[1], STEPS[2])

@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Annotated, Any
 
 import pytest
+from helpers import sql
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START
 from langgraph.types import Send
@@ -336,6 +337,101 @@ async def test_unknown_outcome_can_stop_the_run_for_a_human(checkpointer: Any) -
     failed = out["resilience"]["failed_step"]
     assert failed["error_type"] == "EffectOutcomeUnknown"
     assert "'pay'" in failed["message"] and "Verify" in out["resilience"]["recovery_suggestions"][0]
+
+
+# -- when the outcome is stored -----------------------------------------------------------
+
+
+async def test_an_outcome_rides_with_the_next_write_unless_on_unknown_raise(
+    checkpointer: Any,
+) -> None:
+    """A plain effect's outcome is stored with the next intent (or the node's writes),
+    an ``on_unknown="raise"`` effect's at once; reads of the saver see both at once."""
+    service = Service()
+    email, _ = effects_for(service, checkpointer.is_async)
+    receipt, _ = effects_for(service, checkpointer.is_async, on_unknown="raise", name="receipt")
+    h = checkpointer
+    seen: dict[str, Any] = {}
+
+    def stored() -> dict[str, str]:  # through a separate connection
+        rows = sql(
+            h.backend,
+            h.target,
+            "SELECT name, status FROM resilience_effects WHERE thread_id = ? "
+            "ORDER BY intent_at, idempotency_key",
+            (thread,),
+        )
+        return {f"{name}{i}": status for i, (name, status) in enumerate(rows)}
+
+    def look(label: str) -> None:
+        seen[label] = stored()
+        emails = sql(
+            h.backend,
+            h.target,
+            "SELECT idempotency_key FROM resilience_effects WHERE thread_id = ? AND name = ?",
+            (thread, "email"),
+        )
+        if emails and not h.is_async:  # the saver's own read, from inside the node
+            record = h.saver.read_effect(thread, emails[0][0])
+            seen[label + " read"] = record.status
+
+    if h.is_async:
+
+        async def notify(state: dict[str, Any]) -> dict[str, Any]:
+            results = [await receipt("r@x")]
+            look("after receipt")
+            results.append(await email("a@x"))
+            look("after first email")
+            results.append(await email("b@x"))
+            look("after second email")
+            return {"results": results}
+    else:
+
+        def notify(state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+            results = [receipt("r@x")]
+            look("after receipt")
+            results.append(email("a@x"))
+            look("after first email")
+            results.append(email("b@x"))
+            look("after second email")
+            return {"results": results}
+
+    graph = graph_with(h, notify, None)
+    config = cfg(h, "behind")
+    thread = config["configurable"]["thread_id"]
+    await h.invoke(graph, {"results": []}, config)
+    assert seen["after receipt"] == {"receipt0": "done"}  # stored at once
+    assert seen["after first email"] == {"receipt0": "done", "email1": "intent"}
+    # The second intent carried the first outcome.
+    assert seen["after second email"] == {"receipt0": "done", "email1": "done", "email2": "intent"}
+    if not h.is_async:  # the saver's own reads see a waiting outcome
+        assert seen["after first email read"] == "done"
+    # The node's writes carried the last one.
+    assert stored() == {"receipt0": "done", "email1": "done", "email2": "done"}
+
+
+async def test_a_waiting_outcome_survives_a_failed_write_and_is_stored_on_close(
+    tmp_path: Any,
+) -> None:
+    from langgraph_resilience.checkpoint import _base, _store
+    from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+    path = str(tmp_path / "behind.db")
+    fields = _store.OutcomeFields("done", 2.0, "json", b'"ok"', None)
+    with ResilientSqliteSaver.from_conn_string(path) as saver:
+        saver.setup()
+        record = _store.EffectRecord("k1", "email", "intent", 1.0, None, None, None, None)
+        saver.record_intent("t1", record, None)
+        saver.defer_outcome("t1", "k1", fields)
+        with pytest.raises(RuntimeError), _base.Riders(saver._state, None):
+            raise RuntimeError("the write failed")
+        assert saver._state.outcomes.waiting == {("t1", "k1"): fields}  # given back
+        assert sql("sqlite", path, "SELECT status FROM resilience_effects") == [("intent",)]
+        assert saver.read_effect("t1", "k1").status == "done"  # type: ignore[union-attr]
+    # Closing the saver stored it.
+    assert sql("sqlite", path, "SELECT status, outcome FROM resilience_effects") == [
+        ("done", b'"ok"')
+    ]
 
 
 # -- parallel branches ----------------------------------------------------------------------

@@ -35,6 +35,7 @@ class SaverState:
     Attributes:
         backoff: how store operations are retried.
         counters: save counters waiting to be stored.
+        outcomes: side-effect outcomes waiting to be stored.
         conn: the live connection (Postgres savers replace a broken one).
         conninfo: how to open a fresh Postgres connection, password included.
         schema_checked: whether the resilience schema version was verified.
@@ -42,6 +43,7 @@ class SaverState:
 
     backoff: Backoff = DEFAULT_STORE_RETRY
     counters: _store.Counters = field(default_factory=_store.Counters)
+    outcomes: _store.PendingOutcomes = field(default_factory=_store.PendingOutcomes)
     conn: Any = None
     conninfo: str | None = None
     schema_checked: bool = False
@@ -82,54 +84,82 @@ def corrupt(
     )
 
 
-class Counted:
-    """The counts one try of a write stores in its own transaction (maybe none).
+class Riders:
+    """What one try of a write stores in its own transaction besides its statements:
+    waiting side-effect outcomes and the counts that are due (maybe nothing).
 
-    ``with Counted(state, ok) as counts:`` hands out what is due; the counts go
-    back if the try fails, and the try itself is counted once it succeeded (here)
-    or failed (`count_failure`). A class, not a generator: it runs on every write.
+    ``with Riders(state, ok) as riders:`` takes them; they go back if the try
+    fails, and the try itself is counted once it succeeded (here) or failed
+    (`count_failure`). A class, not a generator: it runs on every write.
+    ``ride=False`` (a read) takes nothing.
     """
 
-    __slots__ = ("_counters", "_counts", "_flush", "_ok")
+    __slots__ = ("_flush", "_ok", "_ride", "_state", "counts", "outcomes")
 
-    def __init__(self, state: SaverState, ok: str | None, *, flush: bool = False) -> None:
-        self._counters = state.counters
+    def __init__(
+        self, state: SaverState, ok: str | None, *, flush: bool = False, ride: bool = True
+    ) -> None:
+        self._state = state
         self._ok = ok
         self._flush = flush
-        self._counts: dict[str, int] = {}
+        self._ride = ride
+        self.counts: dict[str, int] = {}
+        self.outcomes: dict[tuple[str, str], _store.OutcomeFields] = {}
 
-    def __enter__(self) -> dict[str, int]:
+    def __enter__(self) -> Riders:
+        if not self._ride:
+            return self
+        counters = self._state.counters
         if self._flush:
-            self._counts = self._counters.take_all()
+            self.counts = counters.take_all()
         elif self._ok is not None:
-            self._counts = self._counters.take_due(time.monotonic())
-        return self._counts
+            self.counts = counters.take_due(time.monotonic())
+        self.outcomes = self._state.outcomes.take_all()
+        return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is not None:
-            self._counters.give_back(self._counts)
+            self._state.counters.give_back(self.counts)
+            if self.outcomes:
+                self._state.outcomes.give_back(self.outcomes)
         elif self._ok is not None:
-            self._counters.add(self._ok)
+            self._state.counters.add(self._ok)
+
+    def __bool__(self) -> bool:
+        return bool(self.counts or self.outcomes)
+
+    def statements(self, d: _store.Dialect) -> _store.Statements[None]:
+        return _store.riders(d, self._state.counters.scope, self.counts, self.outcomes)
 
 
 def flush_quietly(state: SaverState, flush: Callable[[], object]) -> None:
-    """Store waiting counts when a saver closes; a store that is down loses them."""
-    if not state.counters.snapshot():
+    """Store waiting counts and outcomes when a saver closes; a store that is down
+    loses them (an outcome lost so is settled like one lost to a crash)."""
+    if not (state.counters.snapshot() or state.outcomes.waiting):
         return
     try:
         flush()
     except Exception as exc:
-        logger.warning("could not store save counters on close: %s", exc)
+        logger.warning("could not store save counters and effect outcomes on close: %s", exc)
 
 
 async def aflush_quietly(state: SaverState, flush: Callable[[], Awaitable[object]]) -> None:
     """Async twin of `flush_quietly`."""
-    if not state.counters.snapshot():
+    if not (state.counters.snapshot() or state.outcomes.waiting):
         return
     try:
         await flush()
     except Exception as exc:
-        logger.warning("could not store save counters on close: %s", exc)
+        logger.warning("could not store save counters and effect outcomes on close: %s", exc)
+
+
+def overlay_all(
+    state: SaverState, thread_id: str, records: list[_store.EffectRecord]
+) -> list[_store.EffectRecord]:
+    """Stored effect records as they are once the outcomes waiting in memory are stored."""
+    if not state.outcomes.waiting:
+        return records
+    return [r for r in (state.outcomes.overlay(thread_id, r) for r in records) if r is not None]
 
 
 def count_failure(state: SaverState, failed: str | None) -> None:

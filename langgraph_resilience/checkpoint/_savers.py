@@ -74,6 +74,14 @@ class _Hooks(BaseCheckpointSaver[str]):
     def _put_statements(self, put: PutCheckpoint) -> Statements[None]:
         return _store.put_checkpoint(self._dialect, put)
 
+    def defer_outcome(self, thread_id: str, key: str, fields: _store.OutcomeFields) -> None:
+        """Store an effect's outcome with this saver's next write (no I/O now).
+
+        See `_store.PendingOutcomes` for when that is and what a crash before it
+        means; reads of this saver see the outcome at once.
+        """
+        self._state.outcomes.add(thread_id, key, fields)
+
     def _write_rows(
         self,
         config: RunnableConfig,
@@ -183,7 +191,8 @@ class SyncResilience(_Hooks):
             yield item
 
     def flush_counters(self) -> None:
-        """Store the save counts this saver holds in memory (run on close)."""
+        """Store the save counts and effect outcomes this saver holds in memory (run on
+        close)."""
         self._run(_store.no_statements, flush=True)
 
     def read_counters(self) -> dict[str, int]:
@@ -201,8 +210,9 @@ class SyncResilience(_Hooks):
         return self._read(lambda: _store.read_attempts(self._dialect, key))
 
     def read_effect(self, thread_id: str, key: str) -> _store.EffectRecord | None:
-        """The stored record of one side effect, or None."""
-        return self._read(lambda: _store.read_effect(self._dialect, thread_id, key))
+        """The record of one side effect (with its outcome if one waits), or None."""
+        found = self._read(lambda: _store.read_effect(self._dialect, thread_id, key))
+        return self._state.outcomes.overlay(thread_id, found)
 
     def record_intent(
         self, thread_id: str, record: _store.EffectRecord, args_digest: str | None
@@ -213,17 +223,18 @@ class SyncResilience(_Hooks):
             pipeline=True,
         )
 
-    def record_outcome(self, thread_id: str, key: str, **outcome: Any) -> None:
-        """Store an effect's outcome (or error) after the call."""
+    def record_outcome(self, thread_id: str, key: str, fields: _store.OutcomeFields) -> None:
+        """Store an effect's outcome (or error) after the call, at once."""
         self._run(
-            lambda: _store.record_outcome(self._dialect, thread_id, key, **outcome),
+            lambda: _store.record_outcome(self._dialect, thread_id, key, fields),
             pipeline=True,
             relaxed=True,
         )
 
     def list_effects(self, thread_id: str) -> Sequence[_store.EffectRecord]:
         """A thread's side effects: key, name, intent and outcome times, status."""
-        return self._read(lambda: _store.list_effects(self._dialect, str(thread_id)))
+        found = self._read(lambda: _store.list_effects(self._dialect, str(thread_id)))
+        return _base.overlay_all(self._state, str(thread_id), found)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete a thread's checkpoints, writes (and blobs) and resilience rows."""
@@ -360,7 +371,8 @@ class AsyncResilience(_Hooks):
             yield item
 
     async def aflush_counters(self) -> None:
-        """Store the save counts this saver holds in memory (run on close)."""
+        """Store the save counts and effect outcomes this saver holds in memory (run on
+        close)."""
         await self._run(_store.no_statements, flush=True)
 
     async def aread_counters(self) -> dict[str, int]:
@@ -380,26 +392,31 @@ class AsyncResilience(_Hooks):
         return await self._read(lambda: _store.read_attempts(self._dialect, key))
 
     async def aread_effect(self, thread_id: str, key: str) -> _store.EffectRecord | None:
-        """The stored record of one side effect, or None."""
-        return await self._read(lambda: _store.read_effect(self._dialect, thread_id, key))
+        """The record of one side effect (with its outcome if one waits), or None."""
+        found = await self._read(lambda: _store.read_effect(self._dialect, thread_id, key))
+        return self._state.outcomes.overlay(thread_id, found)
 
     async def arecord_intent(
         self, thread_id: str, record: _store.EffectRecord, args_digest: str | None
     ) -> None:
         """Store an effect's intent durably, before the call."""
-        await self._run(lambda: _store.record_intent(self._dialect, thread_id, record, args_digest))
-
-    async def arecord_outcome(self, thread_id: str, key: str, **outcome: Any) -> None:
-        """Store an effect's outcome (or error) after the call."""
         await self._run(
-            lambda: _store.record_outcome(self._dialect, thread_id, key, **outcome),
+            lambda: _store.record_intent(self._dialect, thread_id, record, args_digest),
+            pipeline=True,
+        )
+
+    async def arecord_outcome(self, thread_id: str, key: str, fields: _store.OutcomeFields) -> None:
+        """Store an effect's outcome (or error) after the call, at once."""
+        await self._run(
+            lambda: _store.record_outcome(self._dialect, thread_id, key, fields),
             pipeline=True,
             relaxed=True,
         )
 
     async def alist_effects(self, thread_id: str) -> Sequence[_store.EffectRecord]:
         """A thread's side effects: key, name, intent and outcome times, status."""
-        return await self._read(lambda: _store.list_effects(self._dialect, str(thread_id)))
+        found = await self._read(lambda: _store.list_effects(self._dialect, str(thread_id)))
+        return _base.overlay_all(self._state, str(thread_id), found)
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete a thread's checkpoints, writes (and blobs) and resilience rows."""
@@ -463,8 +480,8 @@ class AsyncResilience(_Hooks):
     ) -> None:
         self._bridge(self.arecord_intent(thread_id, record, args_digest))
 
-    def record_outcome(self, thread_id: str, key: str, **outcome: Any) -> None:
-        self._bridge(self.arecord_outcome(thread_id, key, **outcome))
+    def record_outcome(self, thread_id: str, key: str, fields: _store.OutcomeFields) -> None:
+        self._bridge(self.arecord_outcome(thread_id, key, fields))
 
     def list_effects(self, thread_id: str) -> Sequence[_store.EffectRecord]:
         return self._bridge(self.alist_effects(thread_id))

@@ -355,8 +355,18 @@ def bump(d: Dialect, scope: str, deltas: dict[str, int]) -> Statements[None]:
 
 
 def no_statements() -> Statements[None]:
-    """Nothing to run (a transaction that only stores waiting counts)."""
+    """Nothing to run (a transaction that only stores what waits to ride along)."""
     yield from ()
+
+
+def riders(
+    d: Dialect, scope: str, deltas: dict[str, int], outcomes: dict[tuple[str, str], OutcomeFields]
+) -> Statements[None]:
+    """What rides along with a write: side-effect outcomes written behind, then counts."""
+    if outcomes:
+        rows = [(*fields, thread, key) for (thread, key), fields in sorted(outcomes.items())]
+        yield Stmt(d.sql(_OUTCOME), rows, many=True)
+    yield from bump(d, scope, deltas)
 
 
 def read_counters(d: Dialect, counters: Counters) -> Statements[dict[str, int]]:
@@ -942,34 +952,79 @@ def record_intent(
     )
 
 
-def record_outcome(
-    d: Dialect,
-    thread_id: str,
-    key: str,
-    *,
-    status: str,
-    at: float,
-    outcome_type: str | None,
-    outcome: bytes | None,
-    error: str | None,
-) -> Statements[None]:
-    """The outcome (or the error) after the call.
+class OutcomeFields(NamedTuple):
+    """An effect's outcome (or error), as `record_outcome` stores it."""
 
-    It is committed without waiting for the disk (Postgres ``synchronous_commit``
-    off for this transaction; SQLite's driver lowers ``synchronous`` around it):
-    a process crash keeps it, and if a server or power failure loses it, the
-    intent stays without outcome, which ``reconcile`` (or a call with the same
-    idempotency key) settles.
+    status: str  # done | failed
+    at: float
+    outcome_type: str | None
+    outcome: bytes | None
+    error: str | None
+
+
+_OUTCOME = (
+    "UPDATE resilience_effects SET status = ?, outcome_at = ?, outcome_type = ?, "
+    "outcome = ?, error = ? WHERE thread_id = ? AND idempotency_key = ?"
+)
+
+
+@dataclass
+class PendingOutcomes:
+    """Effect outcomes written behind: they ride along with the saver's next write.
+
+    That write is, in a node, the next effect's intent or the node's own writes
+    (`put_writes`), which LangGraph stores as the node ends; a failed try stores
+    its attempt. A process killed before then loses the outcome, and the intent
+    stays without one, which ``reconcile`` (or a call with the same idempotency
+    key) settles, as for a kill during the call. Reads of this saver see them.
+    """
+
+    waiting: dict[tuple[str, str], OutcomeFields] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, thread_id: str, key: str, fields: OutcomeFields) -> None:
+        with self.lock:
+            self.waiting[(thread_id, key)] = fields
+
+    def take_all(self) -> dict[tuple[str, str], OutcomeFields]:
+        if not self.waiting:  # unlocked peek: the common case, nothing waits
+            return {}
+        with self.lock:
+            taken, self.waiting = self.waiting, {}
+        return taken
+
+    def give_back(self, taken: dict[tuple[str, str], OutcomeFields]) -> None:
+        """Undo a take after the transaction failed after all (newer ones win)."""
+        with self.lock:
+            self.waiting = {**taken, **self.waiting}
+
+    def overlay(self, thread_id: str, record: EffectRecord | None) -> EffectRecord | None:
+        """A stored record as it is once its waiting outcome is stored."""
+        fields = None if record is None else self.waiting.get((thread_id, record.idempotency_key))
+        if fields is None or record is None:
+            return record
+        return record._replace(
+            status=fields.status,
+            outcome_at=fields.at,
+            outcome_type=fields.outcome_type,
+            outcome=fields.outcome,
+            error=fields.error,
+        )
+
+
+def record_outcome(d: Dialect, thread_id: str, key: str, fields: OutcomeFields) -> Statements[None]:
+    """The outcome (or the error) after the call, stored at once.
+
+    Used for effects with ``on_unknown="raise"``; the others write it behind
+    (`PendingOutcomes`). It is committed without waiting for the disk (Postgres
+    ``synchronous_commit`` off for this transaction; SQLite's driver lowers
+    ``synchronous`` around it): a process crash keeps it, and if a server or
+    power failure loses it, the intent stays without outcome, which
+    ``reconcile`` (or a call with the same idempotency key) settles.
     """
     if d is POSTGRES:
         yield Stmt("SELECT set_config('synchronous_commit', 'off', true)")
-    yield Stmt(
-        d.sql(
-            "UPDATE resilience_effects SET status = ?, outcome_at = ?, outcome_type = ?, "
-            "outcome = ?, error = ? WHERE thread_id = ? AND idempotency_key = ?"
-        ),
-        (status, at, outcome_type, outcome, error, thread_id, key),
-    )
+    yield Stmt(d.sql(_OUTCOME), (*fields, thread_id, key))
 
 
 def list_effects(d: Dialect, thread_id: str) -> Statements[list[EffectRecord]]:

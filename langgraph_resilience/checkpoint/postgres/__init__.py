@@ -252,21 +252,21 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         check: bool = True,
         pipeline: bool = False,
         relaxed: bool = False,  # Postgres relaxes in SQL: see _store.record_outcome
+        ride: bool = True,  # False for a read: nothing rides along
     ) -> T:
         def attempt() -> T:
             # Pipeline mode sends the whole transaction in one round trip, but it
             # can hand a fetch the rows of an earlier statement (after a NOTICE),
             # so only statement lists that fetch nothing use it.
             checked = self._state.schema_checked or not check
-            with _base.Counted(self._state, ok, flush=flush) as deltas:
+            with _base.Riders(self._state, ok, flush=flush, ride=ride) as riders:
                 try:
                     with self._transaction(pipeline and checked) as cur:
                         if not checked:
                             _store.execute(cur, _store.check_schema(POSTGRES))
+                        if riders:
+                            _store.execute(cur, riders.statements(POSTGRES))
                         result = _store.execute(cur, statements())
-                        _store.execute(
-                            cur, _store.bump(POSTGRES, self._state.counters.scope, deltas)
-                        )
                 except Exception as exc:
                     mapped = (translate and translate(exc)) or _base.missing_schema(exc)
                     if mapped is not None:
@@ -304,7 +304,7 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         return call_with_retry(op, backoff=self._state.backoff, on_failure=self._on_failure(None))
 
     def _read(self, statements: Callable[[], Statements[T]]) -> T:
-        return self._run(statements)
+        return self._run(statements, ride=False)
 
     # -- the dialect's rows ------------------------------------------------------
 

@@ -167,21 +167,21 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         check: bool = True,
         pipeline: bool = False,
         relaxed: bool = False,  # Postgres relaxes in SQL: see _store.record_outcome
+        ride: bool = True,  # False for a read: nothing rides along
     ) -> T:
         async def attempt() -> T:
             # Pipeline mode sends the whole transaction in one round trip, but it
             # can hand a fetch the rows of an earlier statement (after a NOTICE),
             # so only statement lists that fetch nothing use it.
             checked = self._state.schema_checked or not check
-            with _base.Counted(self._state, ok, flush=flush) as deltas:
+            with _base.Riders(self._state, ok, flush=flush, ride=ride) as riders:
                 try:
                     async with self._transaction(pipeline and checked) as cur:
                         if not checked:
                             await _store.aexecute(cur, _store.check_schema(POSTGRES))
+                        if riders:
+                            await _store.aexecute(cur, riders.statements(POSTGRES))
                         result = await _store.aexecute(cur, statements())
-                        await _store.aexecute(
-                            cur, _store.bump(POSTGRES, self._state.counters.scope, deltas)
-                        )
                 except Exception as exc:
                     mapped = (translate and translate(exc)) or _base.missing_schema(exc)
                     if mapped is not None:
@@ -221,7 +221,7 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         )
 
     async def _read(self, statements: Callable[[], Statements[T]]) -> T:
-        return await self._run(statements)
+        return await self._run(statements, ride=False)
 
     # -- the dialect's rows ------------------------------------------------------
 

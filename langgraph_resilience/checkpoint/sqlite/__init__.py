@@ -170,12 +170,12 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
     def _in_transaction(
         self,
         statements: Callable[[], Statements[T]],
-        counts: dict[str, int] | None = None,
+        riders: _base.Riders | None = None,
         *,
         immediate: bool = True,
         relaxed: bool = False,
     ) -> T:
-        """Run the statements, and store ``counts``, in one transaction (caller holds the lock).
+        """Run the statements, and store ``riders``, in one transaction (caller holds the lock).
 
         ``immediate`` takes the write lock up front (BEGIN IMMEDIATE). A
         checkpoint or writes (``pipeline``) needs only a deferred BEGIN: in WAL
@@ -189,9 +189,9 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
             cur.execute("PRAGMA synchronous = NORMAL")
         try:
             cur.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            if riders:
+                _store.execute(cur, riders.statements(SQLITE))
             result = _store.execute(cur, statements())
-            if counts:
-                _store.execute(cur, _store.bump(SQLITE, self._state.counters.scope, counts))
             self.conn.commit()
             return result
         except BaseException:
@@ -218,9 +218,9 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
         def attempt() -> T:
             with self.lock:
                 self.setup()
-                with _base.Counted(self._state, ok, flush=flush) as counts:
+                with _base.Riders(self._state, ok, flush=flush) as riders:
                     return self._in_transaction(
-                        statements, counts, immediate=not pipeline, relaxed=relaxed
+                        statements, riders, immediate=not pipeline, relaxed=relaxed
                     )
 
         return call_with_retry(

@@ -105,12 +105,12 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
     async def _in_transaction(
         self,
         statements: Callable[[], Statements[T]],
-        counts: dict[str, int] | None = None,
+        riders: _base.Riders | None = None,
         *,
         immediate: bool = True,
         relaxed: bool = False,
     ) -> T:
-        """Run the statements, and store ``counts``, in one transaction (caller holds
+        """Run the statements, and store ``riders``, in one transaction (caller holds
         the lock); see the sync twin."""
         if self.conn.in_transaction:
             await self.conn.commit()
@@ -119,10 +119,9 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
             await cur.execute("PRAGMA synchronous = NORMAL")
         try:
             await cur.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            if riders:
+                await _store.aexecute(cur, riders.statements(SQLITE))
             result = await _store.aexecute(cur, statements())
-            if counts:
-                scope = self._state.counters.scope
-                await _store.aexecute(cur, _store.bump(SQLITE, scope, counts))
             await self.conn.commit()
             return result
         except BaseException:
@@ -147,9 +146,9 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
         async def attempt() -> T:
             await self.setup()
             async with self.lock:
-                with _base.Counted(self._state, ok, flush=flush) as counts:
+                with _base.Riders(self._state, ok, flush=flush) as riders:
                     return await self._in_transaction(
-                        statements, counts, immediate=not pipeline, relaxed=relaxed
+                        statements, riders, immediate=not pipeline, relaxed=relaxed
                     )
 
         async def on_failure(exc: BaseException) -> None:
