@@ -33,6 +33,7 @@ from langgraph_resilience.graph import (
 )
 from langgraph_resilience.policy import Attempt, Backoff, NodePolicy
 from langgraph_resilience.state import ResilientState, RunOutcome
+from langgraph_resilience.worker import Worker
 
 __version__ = "0.1.0"
 
@@ -60,6 +61,7 @@ __all__ = [
     "StoreUnavailable",
     "TransientError",
     "ValidationFailed",
+    "Worker",
     "aretry_failed",
     "classify",
     "current_attempt",

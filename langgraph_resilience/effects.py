@@ -38,7 +38,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar, overload
 
-from langgraph_resilience.checkpoint._store import EffectRecord, OutcomeFields
+from langgraph_resilience.checkpoint._base import fence_of
+from langgraph_resilience.checkpoint._store import EffectRecord, Fence, OutcomeFields
 from langgraph_resilience.errors import ConfigError, EffectOutcomeUnknown
 
 __all__ = ["EffectSpec", "side_effect"]
@@ -158,6 +159,7 @@ class EffectContext(NamedTuple):
     task_id: str
     key: str
     fresh: bool
+    fence: Fence | None
 
 
 def _context(spec: EffectSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> EffectContext:
@@ -213,6 +215,7 @@ def _context(spec: EffectSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         info.task_id,
         "|".join(parts),
         fresh,
+        fence_of(config),
     )
 
 
@@ -276,7 +279,7 @@ def _run_sync(
         if isinstance(op, Lookup):
             reply = saver.read_effect(thread, ctx.key)
         elif isinstance(op, Intent):
-            saver.record_intent(thread, _intent(spec, ctx), _digest(args, kwargs))
+            saver.record_intent(thread, _intent(spec, ctx), _digest(args, kwargs), ctx.fence)
         elif isinstance(op, Reconcile):
             assert spec.reconcile is not None
             reply = spec.reconcile(ctx.key)
@@ -286,7 +289,7 @@ def _run_sync(
             except Exception as exc:
                 reply = Outcome("failed", error=exc)
         elif spec.on_unknown == "raise":
-            saver.record_outcome(thread, ctx.key, _outcome_fields(saver, op))
+            saver.record_outcome(thread, ctx.key, _outcome_fields(saver, op), ctx.fence)
         else:
             saver.defer_outcome(thread, ctx.key, _outcome_fields(saver, op))
 
@@ -310,7 +313,7 @@ async def _run_async(
         if isinstance(op, Lookup):
             reply = await saver.aread_effect(thread, ctx.key)
         elif isinstance(op, Intent):
-            await saver.arecord_intent(thread, _intent(spec, ctx), _digest(args, kwargs))
+            await saver.arecord_intent(thread, _intent(spec, ctx), _digest(args, kwargs), ctx.fence)
         elif isinstance(op, Reconcile):
             assert spec.reconcile is not None
             reply = spec.reconcile(ctx.key)
@@ -322,7 +325,7 @@ async def _run_async(
             except Exception as exc:
                 reply = Outcome("failed", error=exc)
         elif spec.on_unknown == "raise":
-            await saver.arecord_outcome(thread, ctx.key, _outcome_fields(saver, op))
+            await saver.arecord_outcome(thread, ctx.key, _outcome_fields(saver, op), ctx.fence)
         else:
             saver.defer_outcome(thread, ctx.key, _outcome_fields(saver, op))
 

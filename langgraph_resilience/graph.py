@@ -43,14 +43,15 @@ from langgraph.types import Command, interrupt
 
 from langgraph_resilience import state as run_log
 from langgraph_resilience._engine import Action, Decision, decide
-from langgraph_resilience.checkpoint._store import AttemptRecord
+from langgraph_resilience.checkpoint._base import fence_of
+from langgraph_resilience.checkpoint._store import AttemptRecord, Fence
 from langgraph_resilience.classify import (
     Classification,
     Classifier,
     FailureKind,
     is_control_flow,
 )
-from langgraph_resilience.errors import ConfigError, ValidationFailed
+from langgraph_resilience.errors import ConfigError, LeaseLost, ValidationFailed
 from langgraph_resilience.policy import Attempt, NodePolicy
 
 __all__ = [
@@ -294,8 +295,8 @@ def node_loop(ctx: NodeContext, state: Any, config: RunnableConfig) -> Generator
             if summaries:
                 log["context_summary"] = summaries
             return _with_log(outcome.output, log)
-        if is_control_flow(exc) or policy is None:
-            raise exc
+        if is_control_flow(exc) or isinstance(exc, LeaseLost) or policy is None:
+            raise exc  # a lost lease ends this worker's part, it is no node failure
         failure = ctx.classifier(exc)
         decision = decide(
             policy, failure, [FailureKind(r.kind) for r in earlier if r.kind], ctx.rand()
@@ -440,6 +441,10 @@ class _Store:
     def key(self) -> tuple[str, str, str, str] | None:
         return _attempt_key(self._config)
 
+    @functools.cached_property
+    def fence(self) -> Fence | None:
+        return fence_of(self._config)
+
     @property
     def ready(self) -> bool:
         return self.saver is not None and self.key is not None
@@ -468,7 +473,7 @@ def run_sync(
             reply = store.saver.node_attempts(store.key) if store.ready else []
         elif isinstance(op, Record):
             if store.ready:
-                store.saver.record_attempt(store.key, op.record, op.started_at)
+                store.saver.record_attempt(store.key, op.record, op.started_at, store.fence)
             reply = None
         else:
             time.sleep(op.seconds)
@@ -505,7 +510,7 @@ async def run_async(
             reply = await store.saver.anode_attempts(store.key) if store.ready else []
         elif isinstance(op, Record):
             if store.ready:
-                await store.saver.arecord_attempt(store.key, op.record, op.started_at)
+                await store.saver.arecord_attempt(store.key, op.record, op.started_at, store.fence)
             reply = None
         else:
             await asyncio.sleep(op.seconds)

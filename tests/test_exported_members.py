@@ -15,6 +15,8 @@ MODULES = [
     "langgraph_resilience.classify",
     "langgraph_resilience.state",
     "langgraph_resilience.graph",
+    "langgraph_resilience.worker",
+    "langgraph_resilience.effects",
     "langgraph_resilience.checkpoint.sqlite",
     "langgraph_resilience.checkpoint.sqlite.aio",
     "langgraph_resilience.checkpoint.postgres",

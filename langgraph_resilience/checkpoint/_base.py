@@ -252,3 +252,24 @@ def bridge(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, owner:
 
 
 Translate = Callable[[BaseException], BaseException | None]
+
+# Where a `Worker` puts the run's fence in a run's config; every checkpoint,
+# write, attempt and effect record of that run is checked against it.
+FENCE_KEY = "__lgr_fence"
+
+
+def fence_of(config: RunnableConfig | None) -> _store.Fence | None:
+    """The fence a run's config carries, if a `Worker` runs it."""
+    found = ((config or {}).get("configurable") or {}).get(FENCE_KEY)
+    if found is None:
+        return None
+    return found if isinstance(found, _store.Fence) else _store.Fence(str(found[0]), int(found[1]))
+
+
+def fenced_translate(fence: _store.Fence | None, other: Translate | None = None) -> Translate:
+    """Map a Postgres fencing error to `LeaseLost`, then anything ``other`` maps."""
+
+    def translate(exc: BaseException) -> BaseException | None:
+        return _store.lease_lost(exc, fence) or (other(exc) if other else None)
+
+    return translate

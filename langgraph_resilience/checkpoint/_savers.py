@@ -131,11 +131,12 @@ class SyncResilience(_Hooks):
                 checkpoint's parent.
         """
         put = self._prepare_put(config, checkpoint, metadata, new_versions)
+        fence = _base.fence_of(config)
         self._run(
-            lambda: self._put_statements(put),
+            lambda: _store.fenced(self._dialect, fence, self._put_statements(put)),
             ok=_store.CHECKPOINT_OK,
             failed=_store.CHECKPOINT_FAILED,
-            translate=fork_translator(put),
+            translate=_base.fenced_translate(fence, fork_translator(put)),
             pipeline=True,
         )
         return next_config(config, put)
@@ -149,10 +150,12 @@ class SyncResilience(_Hooks):
     ) -> None:
         """Store a task's writes, retrying transient store errors."""
         sql, rows = self._write_rows(config, writes, task_id, task_path)
+        fence = _base.fence_of(config)
         self._run(
-            lambda: _store.put_writes(sql, rows),
+            lambda: _store.fenced(self._dialect, fence, _store.put_writes(sql, rows)),
             ok=_store.WRITES_OK,
             failed=_store.WRITES_FAILED,
+            translate=_base.fenced_translate(fence),
             pipeline=True,
         )
 
@@ -200,10 +203,19 @@ class SyncResilience(_Hooks):
         return self._read(lambda: _store.read_counters(self._dialect, self._state.counters))
 
     def record_attempt(
-        self, key: tuple[str, str, str, str], record: _store.AttemptRecord, started_at: float
+        self,
+        key: tuple[str, str, str, str],
+        record: _store.AttemptRecord,
+        started_at: float,
+        fence: _store.Fence | None = None,
     ) -> None:
         """Store a failed try of a task (thread, ns, checkpoint, task)."""
-        self._run(lambda: _store.record_attempt(self._dialect, key, record, started_at))
+        self._run(
+            lambda: _store.fenced(
+                self._dialect, fence, _store.record_attempt(self._dialect, key, record, started_at)
+            ),
+            translate=_base.fenced_translate(fence),
+        )
 
     def node_attempts(self, key: tuple[str, str, str, str]) -> Sequence[_store.AttemptRecord]:
         """The failed tries stored for a task (thread, ns, checkpoint, task)."""
@@ -215,18 +227,36 @@ class SyncResilience(_Hooks):
         return self._state.outcomes.overlay(thread_id, found)
 
     def record_intent(
-        self, thread_id: str, record: _store.EffectRecord, args_digest: str | None
+        self,
+        thread_id: str,
+        record: _store.EffectRecord,
+        args_digest: str | None,
+        fence: _store.Fence | None = None,
     ) -> None:
         """Store an effect's intent durably, before the call."""
+        intent = _store.record_intent
         self._run(
-            lambda: _store.record_intent(self._dialect, thread_id, record, args_digest),
+            lambda: _store.fenced(
+                self._dialect, fence, intent(self._dialect, thread_id, record, args_digest)
+            ),
+            translate=_base.fenced_translate(fence),
             pipeline=True,
         )
 
-    def record_outcome(self, thread_id: str, key: str, fields: _store.OutcomeFields) -> None:
+    def record_outcome(
+        self,
+        thread_id: str,
+        key: str,
+        fields: _store.OutcomeFields,
+        fence: _store.Fence | None = None,
+    ) -> None:
         """Store an effect's outcome (or error) after the call, at once."""
+        outcome = _store.record_outcome
         self._run(
-            lambda: _store.record_outcome(self._dialect, thread_id, key, fields),
+            lambda: _store.fenced(
+                self._dialect, fence, outcome(self._dialect, thread_id, key, fields)
+            ),
+            translate=_base.fenced_translate(fence),
             pipeline=True,
             relaxed=True,
         )
@@ -235,6 +265,52 @@ class SyncResilience(_Hooks):
         """A thread's side effects: key, name, intent and outcome times, status."""
         found = self._read(lambda: _store.list_effects(self._dialect, str(thread_id)))
         return _base.overlay_all(self._state, str(thread_id), found)
+
+    # -- runs and leases (the store side of `Worker`) ---------------------------
+
+    def submit_run(
+        self,
+        run_id: str,
+        thread_id: str,
+        input_: tuple[str, bytes] | None,
+        budget: tuple[str, bytes] | None,
+    ) -> None:
+        """Queue a run of a thread (see `Worker.submit`)."""
+        return self._run(
+            lambda: _store.submit_run(self._dialect, run_id, thread_id, input_, budget)
+        )
+
+    def claim_runs(self, owner: str, limit: int, lease_ttl: float) -> Sequence[_store.RunRecord]:
+        """Claim up to ``limit`` queued or lease-expired runs for ``owner``."""
+        return self._run(lambda: _store.claim_runs(self._dialect, owner, limit, lease_ttl))
+
+    def renew_leases(
+        self, owner: str, fences: Sequence[_store.Fence], lease_ttl: float
+    ) -> Sequence[str]:
+        """Extend ``owner``'s leases; returns the run ids it still holds."""
+        return self._run(lambda: _store.renew_leases(self._dialect, owner, fences, lease_ttl))
+
+    def finish_run(
+        self, fence: _store.Fence, status: str, outcome: tuple[str, bytes] | None
+    ) -> bool:
+        """End, pause or release a held run; False if its lease was lost."""
+        return self._run(lambda: _store.finish_run(self._dialect, fence, status, outcome))
+
+    def requeue_run(self, run_id: str, budget: tuple[str, bytes] | None) -> bool:
+        """Queue a paused run again, with a new budget if given."""
+        return self._run(lambda: _store.requeue_run(self._dialect, run_id, budget))
+
+    def read_run(self, run_id: str) -> _store.RunRecord | None:
+        """A run: status, claims, owner, lease expiry, fencing token, outcome."""
+        return self._read(lambda: _store.read_run(self._dialect, str(run_id)))
+
+    def list_runs(self, statuses: Sequence[str] = ()) -> Sequence[_store.RunRecord]:
+        """Runs, oldest first; only those in ``statuses`` if given."""
+        return self._read(lambda: _store.list_runs(self._dialect, statuses))
+
+    def open_runs(self) -> int:
+        """How many runs are queued or running."""
+        return self._read(lambda: _store.open_runs(self._dialect))
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete a thread's checkpoints, writes (and blobs) and resilience rows."""
@@ -311,11 +387,12 @@ class AsyncResilience(_Hooks):
                 checkpoint's parent.
         """
         put = self._prepare_put(config, checkpoint, metadata, new_versions)
+        fence = _base.fence_of(config)
         await self._run(
-            lambda: self._put_statements(put),
+            lambda: _store.fenced(self._dialect, fence, self._put_statements(put)),
             ok=_store.CHECKPOINT_OK,
             failed=_store.CHECKPOINT_FAILED,
-            translate=fork_translator(put),
+            translate=_base.fenced_translate(fence, fork_translator(put)),
             pipeline=True,
         )
         return next_config(config, put)
@@ -329,10 +406,12 @@ class AsyncResilience(_Hooks):
     ) -> None:
         """Store a task's writes, retrying transient store errors."""
         sql, rows = self._write_rows(config, writes, task_id, task_path)
+        fence = _base.fence_of(config)
         await self._run(
-            lambda: _store.put_writes(sql, rows),
+            lambda: _store.fenced(self._dialect, fence, _store.put_writes(sql, rows)),
             ok=_store.WRITES_OK,
             failed=_store.WRITES_FAILED,
+            translate=_base.fenced_translate(fence),
             pipeline=True,
         )
 
@@ -380,10 +459,19 @@ class AsyncResilience(_Hooks):
         return await self._read(lambda: _store.read_counters(self._dialect, self._state.counters))
 
     async def arecord_attempt(
-        self, key: tuple[str, str, str, str], record: _store.AttemptRecord, started_at: float
+        self,
+        key: tuple[str, str, str, str],
+        record: _store.AttemptRecord,
+        started_at: float,
+        fence: _store.Fence | None = None,
     ) -> None:
         """Store a failed try of a task (thread, ns, checkpoint, task)."""
-        await self._run(lambda: _store.record_attempt(self._dialect, key, record, started_at))
+        await self._run(
+            lambda: _store.fenced(
+                self._dialect, fence, _store.record_attempt(self._dialect, key, record, started_at)
+            ),
+            translate=_base.fenced_translate(fence),
+        )
 
     async def anode_attempts(
         self, key: tuple[str, str, str, str]
@@ -397,18 +485,36 @@ class AsyncResilience(_Hooks):
         return self._state.outcomes.overlay(thread_id, found)
 
     async def arecord_intent(
-        self, thread_id: str, record: _store.EffectRecord, args_digest: str | None
+        self,
+        thread_id: str,
+        record: _store.EffectRecord,
+        args_digest: str | None,
+        fence: _store.Fence | None = None,
     ) -> None:
         """Store an effect's intent durably, before the call."""
+        intent = _store.record_intent
         await self._run(
-            lambda: _store.record_intent(self._dialect, thread_id, record, args_digest),
+            lambda: _store.fenced(
+                self._dialect, fence, intent(self._dialect, thread_id, record, args_digest)
+            ),
+            translate=_base.fenced_translate(fence),
             pipeline=True,
         )
 
-    async def arecord_outcome(self, thread_id: str, key: str, fields: _store.OutcomeFields) -> None:
+    async def arecord_outcome(
+        self,
+        thread_id: str,
+        key: str,
+        fields: _store.OutcomeFields,
+        fence: _store.Fence | None = None,
+    ) -> None:
         """Store an effect's outcome (or error) after the call, at once."""
+        outcome = _store.record_outcome
         await self._run(
-            lambda: _store.record_outcome(self._dialect, thread_id, key, fields),
+            lambda: _store.fenced(
+                self._dialect, fence, outcome(self._dialect, thread_id, key, fields)
+            ),
+            translate=_base.fenced_translate(fence),
             pipeline=True,
             relaxed=True,
         )
@@ -417,6 +523,54 @@ class AsyncResilience(_Hooks):
         """A thread's side effects: key, name, intent and outcome times, status."""
         found = await self._read(lambda: _store.list_effects(self._dialect, str(thread_id)))
         return _base.overlay_all(self._state, str(thread_id), found)
+
+    # -- runs and leases (the store side of `Worker`) ---------------------------
+
+    async def asubmit_run(
+        self,
+        run_id: str,
+        thread_id: str,
+        input_: tuple[str, bytes] | None,
+        budget: tuple[str, bytes] | None,
+    ) -> None:
+        """Queue a run of a thread (see `Worker.submit`)."""
+        return await self._run(
+            lambda: _store.submit_run(self._dialect, run_id, thread_id, input_, budget)
+        )
+
+    async def aclaim_runs(
+        self, owner: str, limit: int, lease_ttl: float
+    ) -> Sequence[_store.RunRecord]:
+        """Claim up to ``limit`` queued or lease-expired runs for ``owner``."""
+        return await self._run(lambda: _store.claim_runs(self._dialect, owner, limit, lease_ttl))
+
+    async def arenew_leases(
+        self, owner: str, fences: Sequence[_store.Fence], lease_ttl: float
+    ) -> Sequence[str]:
+        """Extend ``owner``'s leases; returns the run ids it still holds."""
+        return await self._run(lambda: _store.renew_leases(self._dialect, owner, fences, lease_ttl))
+
+    async def afinish_run(
+        self, fence: _store.Fence, status: str, outcome: tuple[str, bytes] | None
+    ) -> bool:
+        """End, pause or release a held run; False if its lease was lost."""
+        return await self._run(lambda: _store.finish_run(self._dialect, fence, status, outcome))
+
+    async def arequeue_run(self, run_id: str, budget: tuple[str, bytes] | None) -> bool:
+        """Queue a paused run again, with a new budget if given."""
+        return await self._run(lambda: _store.requeue_run(self._dialect, run_id, budget))
+
+    async def aread_run(self, run_id: str) -> _store.RunRecord | None:
+        """A run: status, claims, owner, lease expiry, fencing token, outcome."""
+        return await self._read(lambda: _store.read_run(self._dialect, str(run_id)))
+
+    async def alist_runs(self, statuses: Sequence[str] = ()) -> Sequence[_store.RunRecord]:
+        """Runs, oldest first; only those in ``statuses`` if given."""
+        return await self._read(lambda: _store.list_runs(self._dialect, statuses))
+
+    async def aopen_runs(self) -> int:
+        """How many runs are queued or running."""
+        return await self._read(lambda: _store.open_runs(self._dialect))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete a thread's checkpoints, writes (and blobs) and resilience rows."""
@@ -465,9 +619,13 @@ class AsyncResilience(_Hooks):
         return self._bridge(self.aread_counters())
 
     def record_attempt(
-        self, key: tuple[str, str, str, str], record: _store.AttemptRecord, started_at: float
+        self,
+        key: tuple[str, str, str, str],
+        record: _store.AttemptRecord,
+        started_at: float,
+        fence: _store.Fence | None = None,
     ) -> None:
-        self._bridge(self.arecord_attempt(key, record, started_at))
+        self._bridge(self.arecord_attempt(key, record, started_at, fence))
 
     def node_attempts(self, key: tuple[str, str, str, str]) -> Sequence[_store.AttemptRecord]:
         return self._bridge(self.anode_attempts(key))
@@ -476,18 +634,62 @@ class AsyncResilience(_Hooks):
         return self._bridge(self.aread_effect(thread_id, key))
 
     def record_intent(
-        self, thread_id: str, record: _store.EffectRecord, args_digest: str | None
+        self,
+        thread_id: str,
+        record: _store.EffectRecord,
+        args_digest: str | None,
+        fence: _store.Fence | None = None,
     ) -> None:
-        self._bridge(self.arecord_intent(thread_id, record, args_digest))
+        self._bridge(self.arecord_intent(thread_id, record, args_digest, fence))
 
-    def record_outcome(self, thread_id: str, key: str, fields: _store.OutcomeFields) -> None:
-        self._bridge(self.arecord_outcome(thread_id, key, fields))
+    def record_outcome(
+        self,
+        thread_id: str,
+        key: str,
+        fields: _store.OutcomeFields,
+        fence: _store.Fence | None = None,
+    ) -> None:
+        self._bridge(self.arecord_outcome(thread_id, key, fields, fence))
 
     def list_effects(self, thread_id: str) -> Sequence[_store.EffectRecord]:
         return self._bridge(self.alist_effects(thread_id))
 
     def flush_counters(self) -> None:
         self._bridge(self.aflush_counters())
+
+    def submit_run(
+        self,
+        run_id: str,
+        thread_id: str,
+        input_: tuple[str, bytes] | None,
+        budget: tuple[str, bytes] | None,
+    ) -> None:
+        return self._bridge(self.asubmit_run(run_id, thread_id, input_, budget))
+
+    def claim_runs(self, owner: str, limit: int, lease_ttl: float) -> Sequence[_store.RunRecord]:
+        return self._bridge(self.aclaim_runs(owner, limit, lease_ttl))
+
+    def renew_leases(
+        self, owner: str, fences: Sequence[_store.Fence], lease_ttl: float
+    ) -> Sequence[str]:
+        return self._bridge(self.arenew_leases(owner, fences, lease_ttl))
+
+    def finish_run(
+        self, fence: _store.Fence, status: str, outcome: tuple[str, bytes] | None
+    ) -> bool:
+        return self._bridge(self.afinish_run(fence, status, outcome))
+
+    def requeue_run(self, run_id: str, budget: tuple[str, bytes] | None) -> bool:
+        return self._bridge(self.arequeue_run(run_id, budget))
+
+    def read_run(self, run_id: str) -> _store.RunRecord | None:
+        return self._bridge(self.aread_run(run_id))
+
+    def list_runs(self, statuses: Sequence[str] = ()) -> Sequence[_store.RunRecord]:
+        return self._bridge(self.alist_runs(statuses))
+
+    def open_runs(self) -> int:
+        return self._bridge(self.aopen_runs())
 
     def _bridge(self, coro: Coroutine[Any, Any, T]) -> T:
         return _base.bridge(coro, self.loop, type(self).__name__)

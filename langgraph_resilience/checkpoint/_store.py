@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 
-from langgraph_resilience.errors import CheckpointConflict, ConfigError
+from langgraph_resilience.errors import CheckpointConflict, ConfigError, LeaseLost
 
 __all__ = [
     "POSTGRES",
@@ -71,12 +71,15 @@ class Dialect:
     # LangGraph's own tables of this dialect, each with the columns that key a
     # row to its checkpoint (all of them have thread_id).
     writes_table: str
+    now: str  # the database's clock, epoch seconds (leases use one clock)
+    skip_locked: str  # what a claim's row selection ends with
     extra_thread_tables: tuple[str, ...] = ()
 
     def sql(self, text: str) -> str:
         text = text.replace("IN_LIST(?)", self.in_list)
         text = text.replace("BLOB_T", self.blob).replace("REAL_T", self.real)
-        text = text.replace("BIGINT_T", self.bigint)
+        text = text.replace("BIGINT_T", self.bigint).replace("NOW()", self.now)
+        text = text.replace("SKIP_LOCKED", self.skip_locked)
         return text.replace("?", self.placeholder)
 
     def list_param(self, values: Iterable[str]) -> Any:
@@ -92,6 +95,8 @@ SQLITE = Dialect(
     in_list="IN (SELECT value FROM json_each(?))",
     placeholder="?",
     writes_table="writes",
+    now="((julianday('now') - 2440587.5) * 86400.0)",
+    skip_locked="",  # the claim runs in an immediate transaction: one writer at a time
 )
 POSTGRES = Dialect(
     name="postgres",
@@ -101,6 +106,8 @@ POSTGRES = Dialect(
     in_list="= ANY(?)",
     placeholder="%s",
     writes_table="checkpoint_writes",
+    now="extract(epoch from clock_timestamp())::double precision",
+    skip_locked="FOR UPDATE SKIP LOCKED",
     extra_thread_tables=("checkpoint_blobs",),
 )
 
@@ -215,11 +222,29 @@ BEGIN
     END IF;
 END $$"""
 
+# Postgres fences a write in the same round trip: this function raises unless
+# the run still carries the writer's fencing token, and holds the run's row
+# (FOR SHARE) until the write commits, so a claim cannot slip in between.
+LEASE_MARKER = "resilience-lease-lost"
+_PG_CHECK_FENCE = f"""
+CREATE OR REPLACE FUNCTION resilience_check_fence(p_run TEXT, p_token BIGINT)
+RETURNS VOID LANGUAGE plpgsql AS $$
+DECLARE
+    current BIGINT;
+BEGIN
+    SELECT fencing_token INTO current FROM resilience_runs WHERE run_id = p_run FOR SHARE;
+    IF current IS DISTINCT FROM p_token THEN
+        RAISE EXCEPTION '{LEASE_MARKER}' USING DETAIL = coalesce(current::text, 'none');
+    END IF;
+END $$"""
+
 _PG_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 5: the fork check (Postgres only; SQLite's slot is a no-op).
     (_PG_REFUSE_FORK,),
+    # 6: the fencing check (Postgres only; SQLite checks in Python, `fenced`).
+    (_PG_CHECK_FENCE,),
 )
-_SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (("SELECT 1",),)
+_SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (("SELECT 1",), ("SELECT 1",))
 
 
 def migrations(d: Dialect) -> tuple[tuple[str, ...], ...]:
@@ -1037,3 +1062,251 @@ def list_effects(d: Dialect, thread_id: str) -> Statements[list[EffectRecord]]:
         fetch=True,
     )
     return [_effect(r) for r in rows]
+
+
+# ---------------------------------------------------------------------------
+# Runs, leases and fencing
+# ---------------------------------------------------------------------------
+
+RUN_STATUSES = ("queued", "running", "paused", "success", "partial_complete", "error")
+OPEN_STATUSES = ("queued", "running")
+
+
+class Fence(NamedTuple):
+    """The run a write belongs to and the fencing token its worker holds."""
+
+    run_id: str
+    token: int
+
+
+class RunRecord(NamedTuple):
+    """One run, as stored: its status and lease, and what it was given and gave back."""
+
+    run_id: str
+    thread_id: str
+    status: str
+    owner: str | None
+    fencing_token: int
+    lease_expires_at: float | None
+    attempts: int  # claims so far
+    recoveries: int  # claims of a run whose worker's lease had expired
+    input_type: str | None
+    input: bytes | None
+    budget_type: str | None
+    budget: bytes | None
+    outcome_type: str | None
+    outcome: bytes | None
+    created_at: float
+    updated_at: float
+
+
+_RUN_COLUMNS = (
+    "run_id, thread_id, status, owner, fencing_token, lease_expires_at, attempts, "
+    "recoveries, input_type, input, budget_type, budget, outcome_type, outcome, "
+    "created_at, updated_at"
+)
+
+
+def _run(row: Row) -> RunRecord:
+    def blob(v: Any) -> bytes | None:
+        return None if v is None else bytes(v)
+
+    return RunRecord(
+        str(row[0]),
+        str(row[1]),
+        str(row[2]),
+        row[3],
+        int(row[4]),
+        None if row[5] is None else float(row[5]),
+        int(row[6]),
+        int(row[7]),
+        row[8],
+        blob(row[9]),
+        row[10],
+        blob(row[11]),
+        row[12],
+        blob(row[13]),
+        float(row[14]),
+        float(row[15]),
+    )
+
+
+def fenced(d: Dialect, fence: Fence | None, statements: Statements[T]) -> Statements[T]:
+    """Refuse the statements' write, in their transaction, unless ``fence`` still holds.
+
+    Raises:
+        LeaseLost: another worker claimed the run since (SQLite; Postgres raises
+            a marked error that `lease_lost` maps).
+    """
+    if fence is not None:
+        if d is POSTGRES:
+            yield Stmt("SELECT resilience_check_fence(%s, %s)", (fence.run_id, fence.token))
+        else:
+            rows = yield Stmt(
+                "SELECT fencing_token FROM resilience_runs WHERE run_id = ?",
+                (fence.run_id,),
+                fetch=True,
+            )
+            current = int(rows[0][0]) if rows else None
+            if current != fence.token:
+                raise lease_lost_error(fence, current)
+    return (yield from statements)
+
+
+def lease_lost_error(fence: Fence, current: int | None) -> LeaseLost:
+    held = "the run is gone" if current is None else f"the run's token is now {current}"
+    return LeaseLost(
+        f"run {fence.run_id!r}: this worker's lease (fencing token {fence.token}) was "
+        f"taken over ({held}); its write was refused. Another worker resumes the run "
+        "from its last checkpoint; this one must stop working on it."
+    )
+
+
+def lease_lost(exc: BaseException, fence: Fence | None) -> LeaseLost | None:
+    """The `LeaseLost` behind a Postgres error raised by the fencing check."""
+    diag = getattr(exc, "diag", None)
+    if fence is None or diag is None or getattr(diag, "message_primary", None) != LEASE_MARKER:
+        return None
+    detail = str(diag.message_detail)
+    return lease_lost_error(fence, None if detail == "none" else int(detail))
+
+
+def submit_run(
+    d: Dialect,
+    run_id: str,
+    thread_id: str,
+    input_: tuple[str, bytes] | None,
+    budget: tuple[str, bytes] | None,
+) -> Statements[None]:
+    """A queued run. A thread with a queued or running run takes no second one."""
+    rows = yield Stmt(
+        d.sql(
+            "SELECT run_id, status FROM resilience_runs WHERE thread_id = ? "
+            "AND status IN ('queued', 'running', 'paused')"
+        ),
+        (thread_id,),
+        fetch=True,
+    )
+    if rows:
+        raise ConfigError(
+            f"thread {thread_id!r} already has run {rows[0][0]!r} ({rows[0][1]}); a thread "
+            "runs one run at a time. Submit to another thread_id (or none, for a new "
+            "one), or wait until that run ends."
+        )
+    yield Stmt(
+        d.sql(
+            "INSERT INTO resilience_runs (run_id, thread_id, status, input_type, input, "
+            "budget_type, budget, created_at, updated_at) "
+            "VALUES (?, ?, 'queued', ?, ?, ?, ?, NOW(), NOW())"
+        ),
+        (
+            run_id,
+            thread_id,
+            *(input_ or (None, None)),
+            *(budget or (None, None)),
+        ),
+    )
+
+
+def claim_runs(d: Dialect, owner: str, limit: int, lease_ttl: float) -> Statements[list[RunRecord]]:
+    """Claim up to ``limit`` runs: queued ones first, then running ones whose lease
+    expired (a recovery). Each claim bumps the fencing token."""
+    rows = yield Stmt(
+        d.sql(
+            "UPDATE resilience_runs SET status = 'running', owner = ?, "
+            "fencing_token = fencing_token + 1, lease_expires_at = NOW() + ?, "
+            "attempts = attempts + 1, "
+            "recoveries = recoveries + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
+            "updated_at = NOW() "
+            "WHERE run_id IN (SELECT run_id FROM resilience_runs "
+            "WHERE status = 'queued' OR (status = 'running' AND lease_expires_at < NOW()) "
+            "ORDER BY status = 'queued', created_at LIMIT ? SKIP_LOCKED) "
+            f"RETURNING {_RUN_COLUMNS}"
+        ),
+        (owner, float(lease_ttl), int(limit)),
+        fetch=True,
+    )
+    return sorted((_run(r) for r in rows), key=lambda r: r.created_at)
+
+
+def renew_leases(
+    d: Dialect, owner: str, fences: Sequence[Fence], lease_ttl: float
+) -> Statements[list[str]]:
+    """Extend the leases this worker still holds; returns their run ids."""
+    if not fences:
+        return []
+    rows = yield Stmt(
+        d.sql(
+            "UPDATE resilience_runs SET lease_expires_at = NOW() + ?, updated_at = NOW() "
+            "WHERE owner = ? AND status = 'running' AND run_id IN_LIST(?) "
+            "RETURNING run_id, fencing_token"
+        ),
+        (float(lease_ttl), owner, d.list_param(f.run_id for f in fences)),
+        fetch=True,
+    )
+    held = {(str(r[0]), int(r[1])) for r in rows}
+    return [f.run_id for f in fences if (f.run_id, f.token) in held]
+
+
+def finish_run(
+    d: Dialect,
+    fence: Fence,
+    status: str,
+    outcome: tuple[str, bytes] | None,
+) -> Statements[bool]:
+    """End (or release, ``status="queued"``; or pause) a run this worker holds.
+    False when the lease was lost meanwhile (nothing is changed)."""
+    if status not in RUN_STATUSES or status == "running":
+        raise ConfigError(f"a run cannot be finished as {status!r}")
+    rows = yield Stmt(
+        d.sql(
+            "UPDATE resilience_runs SET status = ?, owner = NULL, lease_expires_at = NULL, "
+            "outcome_type = ?, outcome = ?, updated_at = NOW() "
+            "WHERE run_id = ? AND fencing_token = ? AND status = 'running' RETURNING run_id"
+        ),
+        (status, *(outcome or (None, None)), fence.run_id, fence.token),
+        fetch=True,
+    )
+    return bool(rows)
+
+
+def requeue_run(d: Dialect, run_id: str, budget: tuple[str, bytes] | None) -> Statements[bool]:
+    """Queue a paused run again (with a new budget, if given)."""
+    rows = yield Stmt(
+        d.sql(
+            "UPDATE resilience_runs SET status = 'queued', "
+            "budget_type = coalesce(?, budget_type), budget = coalesce(?, budget), "
+            "updated_at = NOW() WHERE run_id = ? AND status = 'paused' RETURNING run_id"
+        ),
+        (*(budget or (None, None)), run_id),
+        fetch=True,
+    )
+    return bool(rows)
+
+
+def read_run(d: Dialect, run_id: str) -> Statements[RunRecord | None]:
+    rows = yield Stmt(
+        d.sql(f"SELECT {_RUN_COLUMNS} FROM resilience_runs WHERE run_id = ?"),
+        (run_id,),
+        fetch=True,
+    )
+    return _run(rows[0]) if rows else None
+
+
+def list_runs(d: Dialect, statuses: Sequence[str] = ()) -> Statements[list[RunRecord]]:
+    where = "WHERE status IN_LIST(?) " if statuses else ""
+    rows = yield Stmt(
+        d.sql(f"SELECT {_RUN_COLUMNS} FROM resilience_runs {where}ORDER BY created_at, run_id"),
+        (d.list_param(statuses),) if statuses else (),
+        fetch=True,
+    )
+    return [_run(r) for r in rows]
+
+
+def open_runs(d: Dialect) -> Statements[int]:
+    """Runs some worker still has to finish (queued, or running under a lease)."""
+    rows = yield Stmt(
+        "SELECT count(*) FROM resilience_runs WHERE status IN ('queued', 'running')",
+        fetch=True,
+    )
+    return int(rows[0][0])

@@ -1,0 +1,493 @@
+"""`Worker`: runs submitted runs to their end under a lease, and takes over the
+runs of workers that died.
+
+A run is a thread plus its input, queued in the saver's ``resilience_runs``
+table by `Worker.submit`. Any number of workers (threads, processes, machines
+sharing the database) claim queued runs, and runs whose lease expired, with a
+time-bounded lease and a fencing token that grows with every claim:
+
+- the worker renews its leases every ``lease_ttl / 3`` while the runs go on,
+  also while one long node runs (renewal is not done by the run's thread);
+- a run's config carries its fence, and the saver refuses every checkpoint,
+  write, attempt and effect record whose token is no longer the run's
+  (`LeaseLost`), in the same transaction: a worker that was paused past its
+  lease (a zombie) cannot write after another took over;
+- a worker that fails to renew asks the run to stop at the next step boundary
+  (LangGraph's ``RunControl.request_drain``);
+- SIGTERM or SIGINT drains the worker: the steps in flight finish, their runs
+  are released (queued again, nothing redone) and `run` returns;
+- a run claimed after more than ``max_recoveries`` takeovers (it keeps killing
+  its workers) ends as ``error``, with its partial result kept.
+
+The per-run flow is written once (`run_steps`); `run` (threads) and `arun`
+(asyncio tasks) only do its I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphDrained
+from langgraph.runtime import RunControl
+
+from langgraph_resilience.checkpoint._base import FENCE_KEY
+from langgraph_resilience.checkpoint._retry import is_store_error
+from langgraph_resilience.checkpoint._store import Fence, RunRecord
+from langgraph_resilience.errors import (
+    CheckpointConflict,
+    ConfigError,
+    LeaseLost,
+    StoreUnavailable,
+)
+
+__all__ = ["Worker"]
+
+logger = logging.getLogger("langgraph_resilience")
+
+
+# -- the decisions -----------------------------------------------------------------
+
+
+class HasCheckpoint(NamedTuple):
+    """Does the thread have a checkpoint (resume) or not (start with the input)?"""
+
+
+class CurrentValues(NamedTuple):
+    """The thread's latest state values."""
+
+
+class Invoke(NamedTuple):
+    value: Any  # the input, or None to resume
+
+
+class Invoked(NamedTuple):
+    """What a run's invocation came to."""
+
+    values: dict[str, Any] | None = None
+    error: BaseException | None = None
+    paused: bool = False  # stopped at an interrupt (a budget, a human)
+
+
+class Finish(NamedTuple):
+    status: str  # success | partial_complete | paused | error | queued (released)
+    outcome: dict[str, Any]
+
+
+Op = HasCheckpoint | CurrentValues | Invoke | Finish
+
+
+def run_steps(held: Held, input_value: Any, max_recoveries: int) -> Generator[Op, Any, str | None]:
+    """One claimed run: resume or start it, then say how it ended.
+
+    Returns the status the run was left in, or None when this worker lost it.
+    """
+    record = held.record
+    if record.recoveries > max_recoveries:
+        values = yield CurrentValues()
+        reason = (
+            f"run {record.run_id!r} was taken over {record.recoveries} times (more than "
+            f"max_recoveries={max_recoveries}): each worker running it died. It is not "
+            "run again; its partial result is kept. Find what kills the worker (memory, "
+            "a native crash) in the step named by failed_step or the last completed one."
+        )
+        yield Finish("error", {"error": reason, "values": values})
+        return "error"
+    resume = yield HasCheckpoint()
+    result: Invoked = yield Invoke(None if resume else input_value)
+    exc = result.error
+    if held.lost or isinstance(exc, LeaseLost):
+        return None  # another worker holds the run now; nothing more to write
+    if isinstance(exc, GraphDrained):  # this worker drains: release the run
+        yield Finish("queued", {"released": exc.reason})
+        return "queued"
+    if exc is not None:
+        kind = "conflict" if isinstance(exc, CheckpointConflict) else "error"
+        yield Finish("error", {kind: f"{type(exc).__name__}: {exc}"})
+        return "error"
+    values = result.values or {}
+    status = ended_status(values, result.paused)
+    yield Finish(status, {"values": values})
+    return status
+
+
+def ended_status(values: dict[str, Any], paused: bool) -> str:
+    if paused:
+        return "paused"
+    outcome = values.get("resilience") if isinstance(values, dict) else None
+    if isinstance(outcome, dict) and outcome.get("status") == "partial_complete":
+        return "partial_complete"
+    return "success"
+
+
+# -- what a worker holds ---------------------------------------------------------------
+
+
+@dataclass
+class Held:
+    """A run this worker claimed: its fence, its drain switch, its last renewal."""
+
+    record: RunRecord
+    control: RunControl = field(default_factory=RunControl)
+    renewed_at: float = field(default_factory=time.monotonic)
+    lost: bool = False
+
+    @property
+    def fence(self) -> Fence:
+        return Fence(self.record.run_id, self.record.fencing_token)
+
+    def config(self) -> RunnableConfig:
+        return {"configurable": {"thread_id": self.record.thread_id, FENCE_KEY: self.fence}}
+
+    def lose(self, reason: str) -> None:
+        if not self.lost:
+            logger.warning("run %s: %s; stopping at the next step", self.record.run_id, reason)
+        self.lost = True
+        self.control.request_drain(reason)
+
+
+def _default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def _positive(name: str, value: Any, example: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"Worker {name} must be a positive number, got {value!r} ({example})")
+    return float(value)
+
+
+class Worker:
+    """Claims runs under a lease, heartbeats, resumes crashed runs.
+
+    Args:
+        graph: a compiled `ResilientStateGraph` (or its builder, compiled here).
+        checkpointer: the resilient saver that holds the runs; default: the
+            graph's own. A sync saver for `run`, an async one for `arun`.
+        lease_ttl: seconds a claim lasts without renewal; a dead worker's runs
+            are taken over about this long after it died.
+        worker_id: this worker's name in the runs table (default host:pid:random).
+        concurrency: runs this worker runs at once.
+        poll_interval: seconds between looks for claimable runs (default
+            ``min(1, lease_ttl / 10)``).
+        max_recoveries: takeovers after which a run is given up as ``error``.
+
+    Example:
+        >>> worker = Worker(graph, checkpointer=saver, lease_ttl=30)  # doctest: +SKIP
+        >>> run_id = worker.submit({"topic": "tides"})  # doctest: +SKIP
+        >>> worker.run()  # until no run is queued or running  # doctest: +SKIP
+        >>> saver.read_run(run_id).status  # doctest: +SKIP
+        'success'
+    """
+
+    def __init__(
+        self,
+        graph: Any,
+        *,
+        checkpointer: Any = None,
+        lease_ttl: float = 30.0,
+        worker_id: str | None = None,
+        concurrency: int = 1,
+        poll_interval: float | None = None,
+        max_recoveries: int = 3,
+    ) -> None:
+        self.lease_ttl = _positive("lease_ttl", lease_ttl, "seconds, e.g. 30")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigError(f"Worker concurrency must be an int >= 1, got {concurrency!r}")
+        if isinstance(max_recoveries, bool) or not isinstance(max_recoveries, int):
+            raise ConfigError(f"Worker max_recoveries must be an int >= 0, got {max_recoveries!r}")
+        if max_recoveries < 0:
+            raise ConfigError(f"Worker max_recoveries must be an int >= 0, got {max_recoveries!r}")
+        self.poll_interval = (
+            min(1.0, self.lease_ttl / 10)
+            if poll_interval is None
+            else _positive("poll_interval", poll_interval, "seconds, e.g. 0.5")
+        )
+        self.concurrency = concurrency
+        self.max_recoveries = max_recoveries
+        self.worker_id = str(worker_id) if worker_id else _default_worker_id()
+        self.graph = _bind(graph, checkpointer)
+        self.saver = self.graph.checkpointer
+        self._held: dict[str, Held] = {}
+        self._draining = threading.Event()
+
+    # -- submitting ----------------------------------------------------------------
+
+    def submit(self, input: Any, *, thread_id: str | None = None, budget: Any = None) -> str:
+        """Queue a run of the graph on ``input``; returns its run id.
+
+        ``thread_id`` defaults to the run id. A thread takes one open run at a time.
+        """
+        run_id, thread, blobs = self._new_run(input, thread_id, budget)
+        self.saver.submit_run(run_id, thread, *blobs)
+        return run_id
+
+    async def asubmit(self, input: Any, *, thread_id: str | None = None, budget: Any = None) -> str:
+        """Async twin of `submit`."""
+        run_id, thread, blobs = self._new_run(input, thread_id, budget)
+        await self.saver.asubmit_run(run_id, thread, *blobs)
+        return run_id
+
+    def _new_run(
+        self, input: Any, thread_id: str | None, budget: Any
+    ) -> tuple[str, str, tuple[tuple[str, bytes], tuple[str, bytes] | None]]:
+        if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
+            raise ConfigError(f"thread_id must be a non-empty str or None, got {thread_id!r}")
+        run_id = str(uuid.uuid4())
+        serde = self.saver.serde
+        budget_blob = None if budget is None else serde.dumps_typed(budget)
+        return run_id, thread_id or run_id, (serde.dumps_typed(input), budget_blob)
+
+    # -- draining --------------------------------------------------------------------
+
+    def drain(self, reason: str = "worker draining") -> None:
+        """Stop claiming; the runs in flight stop at their next step and are released."""
+        self._draining.set()
+        for held in list(self._held.values()):
+            held.control.request_drain(reason)
+
+    @contextmanager
+    def _signals(self) -> Iterator[None]:
+        """SIGTERM/SIGINT drain the worker (main thread only; elsewhere call `drain`)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {
+            sig: signal.signal(sig, lambda signum, frame: self.drain(f"signal {signum}"))
+            for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    # -- leases --------------------------------------------------------------------
+
+    def _fences(self) -> list[Fence]:
+        return [h.fence for h in self._held.values() if not h.lost]
+
+    def _renewed(self, kept: Sequence[str] | None, asked: Sequence[Fence]) -> None:
+        """Mark runs whose renewal failed (or is overdue) as lost."""
+        now = time.monotonic()
+        for fence in asked:
+            held = self._held.get(fence.run_id)
+            if held is None:
+                continue
+            if kept is not None and fence.run_id in kept:
+                held.renewed_at = now
+            elif kept is not None:
+                held.lose("another worker took the lease over")
+            elif now - held.renewed_at > self.lease_ttl:
+                held.lose("the lease could not be renewed in time (store unreachable)")
+
+    def _claim_room(self) -> int:
+        return 0 if self._draining.is_set() else self.concurrency - len(self._held)
+
+    def _input_of(self, record: RunRecord) -> Any:
+        if record.input_type is None:
+            return None
+        return self.saver.serde.loads_typed((record.input_type, record.input))
+
+    def _outcome_blob(self, outcome: dict[str, Any]) -> tuple[str, bytes]:
+        blob: tuple[str, bytes] = self.saver.serde.dumps_typed(outcome)
+        return blob
+
+    # -- sync ----------------------------------------------------------------------
+
+    def run(self, until_idle: bool = True) -> dict[str, str]:
+        """Claim and run runs in threads until idle (no run queued or running
+        anywhere, if ``until_idle``) or drained; returns {run id: status left in}.
+
+        Runs this worker lost to another (its lease expired) are not in the result.
+        """
+        done: dict[str, str] = {}
+        futures: dict[concurrent.futures.Future[str | None], str] = {}
+        next_beat = time.monotonic() + self.lease_ttl / 3
+        with (
+            self._signals(),
+            concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool,
+        ):
+            while True:
+                room = self._claim_room()
+                claimed = self._call(self.saver.claim_runs, self.worker_id, room, self.lease_ttl)
+                for record in claimed or []:
+                    held = self._held[record.run_id] = Held(record)
+                    futures[pool.submit(self._execute, held)] = record.run_id
+                finished, _ = concurrent.futures.wait(
+                    futures,
+                    timeout=0 if claimed else min(self.poll_interval, self.lease_ttl / 3),
+                    return_when=concurrent.futures.FIRST_COMPLETED,
+                )
+                for future in finished:
+                    run_id = futures.pop(future)
+                    self._held.pop(run_id, None)
+                    status = future.result()
+                    if status is not None:
+                        done[run_id] = status
+                if time.monotonic() >= next_beat:
+                    asked = self._fences()
+                    kept = self._call(
+                        self.saver.renew_leases, self.worker_id, asked, self.lease_ttl
+                    )
+                    self._renewed(kept, asked)
+                    next_beat = time.monotonic() + self.lease_ttl / 3
+                if futures or claimed:
+                    continue
+                if self._draining.is_set():
+                    return done
+                if until_idle and self._call(self.saver.open_runs) == 0:
+                    return done
+
+    def _call(self, method: Callable[..., Any], *args: Any) -> Any:
+        """A store call of the loop; a store that is down is tried again next round."""
+        try:
+            return method(*args)
+        except Exception as exc:
+            if not _store_down(exc):
+                raise
+            logger.warning("worker %s: %s failed: %s", self.worker_id, method.__name__, exc)
+            return None
+
+    def _execute(self, held: Held) -> str | None:
+        steps = run_steps(held, self._input_of(held.record), self.max_recoveries)
+        config = held.config()
+        reply: Any = None
+        while True:
+            try:
+                op = steps.send(reply)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            reply = None
+            if isinstance(op, HasCheckpoint):
+                reply = self.saver.get_tuple(config) is not None
+            elif isinstance(op, CurrentValues):
+                reply = dict(self.graph.get_state(config).values)
+            elif isinstance(op, Invoke):
+                try:
+                    self.graph.invoke(op.value, config, control=held.control)
+                    snapshot = self.graph.get_state(config)
+                    reply = Invoked(dict(snapshot.values), paused=bool(snapshot.next))
+                except Exception as exc:
+                    reply = Invoked(error=exc)
+            else:
+                blob = self._outcome_blob(op.outcome)
+                if not self._call(self.saver.finish_run, held.fence, op.status, blob):
+                    held.lose("the run's end could not be stored under this worker's lease")
+                    return None
+
+    # -- async -----------------------------------------------------------------------
+
+    async def arun(self, until_idle: bool = True) -> dict[str, str]:
+        """Async twin of `run`: runs are asyncio tasks on this event loop."""
+        done: dict[str, str] = {}
+        tasks: dict[asyncio.Task[str | None], str] = {}
+        next_beat = time.monotonic() + self.lease_ttl / 3
+        with self._signals():
+            while True:
+                room = self._claim_room()
+                claimed = await self._acall(
+                    self.saver.aclaim_runs, self.worker_id, room, self.lease_ttl
+                )
+                for record in claimed or []:
+                    held = self._held[record.run_id] = Held(record)
+                    tasks[asyncio.ensure_future(self._aexecute(held))] = record.run_id
+                finished: set[asyncio.Task[str | None]] = set()
+                if tasks:
+                    finished, _ = await asyncio.wait(
+                        tasks,
+                        timeout=0 if claimed else min(self.poll_interval, self.lease_ttl / 3),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                elif not claimed:
+                    await asyncio.sleep(self.poll_interval)
+                for task in finished:
+                    run_id = tasks.pop(task)
+                    self._held.pop(run_id, None)
+                    status = task.result()
+                    if status is not None:
+                        done[run_id] = status
+                if time.monotonic() >= next_beat:
+                    asked = self._fences()
+                    kept = await self._acall(
+                        self.saver.arenew_leases, self.worker_id, asked, self.lease_ttl
+                    )
+                    self._renewed(kept, asked)
+                    next_beat = time.monotonic() + self.lease_ttl / 3
+                if tasks or claimed:
+                    continue
+                if self._draining.is_set():
+                    return done
+                if until_idle and await self._acall(self.saver.aopen_runs) == 0:
+                    return done
+
+    async def _acall(self, method: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return await method(*args)
+        except Exception as exc:
+            if not _store_down(exc):
+                raise
+            logger.warning("worker %s: %s failed: %s", self.worker_id, method.__name__, exc)
+            return None
+
+    async def _aexecute(self, held: Held) -> str | None:
+        steps = run_steps(held, self._input_of(held.record), self.max_recoveries)
+        config = held.config()
+        reply: Any = None
+        while True:
+            try:
+                op = steps.send(reply)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            reply = None
+            if isinstance(op, HasCheckpoint):
+                reply = await self.saver.aget_tuple(config) is not None
+            elif isinstance(op, CurrentValues):
+                reply = dict((await self.graph.aget_state(config)).values)
+            elif isinstance(op, Invoke):
+                try:
+                    await self.graph.ainvoke(op.value, config, control=held.control)
+                    snapshot = await self.graph.aget_state(config)
+                    reply = Invoked(dict(snapshot.values), paused=bool(snapshot.next))
+                except Exception as exc:
+                    reply = Invoked(error=exc)
+            else:
+                blob = self._outcome_blob(op.outcome)
+                if not await self._acall(self.saver.afinish_run, held.fence, op.status, blob):
+                    held.lose("the run's end could not be stored under this worker's lease")
+                    return None
+
+
+def _store_down(exc: BaseException) -> bool:
+    """A store error the loop rides out (tried again next round), not a bug."""
+    return isinstance(exc, StoreUnavailable) or is_store_error(exc)
+
+
+def _bind(graph: Any, checkpointer: Any) -> Any:
+    """The compiled graph the worker runs, on the saver that holds the runs."""
+    from langgraph.graph import StateGraph
+
+    if isinstance(graph, StateGraph):
+        graph = graph.compile(checkpointer=checkpointer)
+    elif checkpointer is not None:
+        graph = graph.copy(update={"checkpointer": checkpointer})
+    saver = getattr(graph, "checkpointer", None)
+    if not hasattr(saver, "claim_runs"):
+        raise ConfigError(
+            "Worker needs a resilient saver to keep its runs and leases in: pass "
+            "checkpointer=ResilientSqliteSaver(...) or ResilientPostgresSaver(...) (or "
+            "their async twins for arun), or compile the graph with one; got "
+            f"{type(saver).__name__}."
+        )
+    return graph

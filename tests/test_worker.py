@@ -1,0 +1,296 @@
+"""Workers, leases and fencing in one process, on every backend.
+
+The multi-process cases (SIGKILL takeover, SIGSTOP zombie, SIGTERM drain) are in
+test_crash.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import threading
+import time
+import uuid
+from typing import Annotated, Any
+
+import pytest
+from helpers import assert_no_fork, sql
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START
+
+from langgraph_resilience import (
+    ConfigError,
+    LeaseLost,
+    NodePolicy,
+    PermanentError,
+    ResilientState,
+    ResilientStateGraph,
+    Worker,
+)
+from langgraph_resilience.checkpoint._store import AttemptRecord, EffectRecord, Fence
+
+STEPS = ["a", "b", "c"]
+
+
+class State(ResilientState, total=False):
+    done: Annotated[list[str], operator.add]
+    n: int
+
+
+def pipeline(behaviour: Any = None, *, critical: bool = True) -> ResilientStateGraph:
+    g = ResilientStateGraph(State)
+
+    def make(name: str) -> Any:
+        def node(state: State) -> dict[str, Any]:
+            if behaviour is not None:
+                behaviour(name, state)
+            return {"done": [name]}
+
+        return node
+
+    for name in STEPS:
+        g.add_node(name, make(name), policy=NodePolicy(retry=None, critical=critical))
+    g.add_edge(START, STEPS[0])
+    g.add_edge(STEPS[0], STEPS[1])
+    g.add_edge(STEPS[1], STEPS[2])
+    g.add_edge(STEPS[2], END)
+    return g
+
+
+@pytest.fixture
+def h(checkpointer: Any) -> Any:
+    """The backend's saver, with no runs left by an earlier test (Postgres databases
+    are shared by a module's tests, and a worker waits for every open run)."""
+    if checkpointer.backend == "postgres":  # SQLite: a fresh file per test
+        sql(checkpointer.backend, checkpointer.target, "DELETE FROM resilience_runs")
+    return checkpointer
+
+
+async def run_worker(h: Any, worker: Worker, **kwargs: Any) -> dict[str, str]:
+    if h.is_async:
+        return await worker.arun(**kwargs)
+    return await asyncio.to_thread(worker.run, **kwargs)
+
+
+async def submit(h: Any, worker: Worker, value: Any, **kwargs: Any) -> str:
+    if h.is_async:
+        return await worker.asubmit(value, **kwargs)
+    return await asyncio.to_thread(worker.submit, value, **kwargs)
+
+
+def outcome(h: Any, record: Any) -> Any:
+    return h.saver.serde.loads_typed((record.outcome_type, record.outcome))
+
+
+async def test_a_worker_runs_every_submitted_run_to_its_end(h: Any) -> None:
+
+    def behaviour(name: str, state: Any) -> None:
+        if name == "b" and state.get("n") == 2:
+            raise PermanentError("bad input for b")
+
+    worker = Worker(pipeline(behaviour), checkpointer=h.saver, lease_ttl=5, concurrency=2)
+    ids = [await submit(h, worker, {"done": [], "n": n}) for n in range(3)]
+    named = await submit(h, worker, {"done": [], "n": 9}, thread_id=f"named-{uuid.uuid4()}")
+    left = await run_worker(h, worker)
+    assert left == {
+        ids[0]: "success",
+        ids[1]: "success",
+        ids[2]: "partial_complete",
+        named: "success",
+    }
+    for run_id in ids:
+        record = await h.call("read_run", run_id)
+        assert record.status == left[run_id] and record.attempts == 1 and record.recoveries == 0
+        assert record.owner is None and record.lease_expires_at is None
+        assert record.fencing_token == 1
+    first = outcome(h, await h.call("read_run", ids[0]))
+    assert first["values"]["done"] == STEPS
+    failed = outcome(h, await h.call("read_run", ids[2]))["values"]["resilience"]
+    assert failed["failed_step"]["node"] == "b"
+    assert [s["node"] for s in failed["completed_steps"]] == ["a"]
+    assert (await h.call("read_run", named)).thread_id.startswith("named-")
+    assert await h.call("open_runs") == 0
+    assert await h.call("read_run", "no-such-run") is None
+
+
+async def test_a_thread_takes_one_open_run_at_a_time(h: Any) -> None:
+    worker = Worker(pipeline(), checkpointer=h.saver)
+    thread = f"one-{uuid.uuid4()}"
+    first = await submit(h, worker, {"done": []}, thread_id=thread)
+    with pytest.raises(ConfigError, match="already has run"):
+        await submit(h, worker, {"done": []}, thread_id=thread)
+    assert [r.run_id for r in await h.call("list_runs") if r.thread_id == thread] == [first]
+
+
+async def test_claims_bump_the_token_and_take_over_expired_leases(h: Any) -> None:
+    worker = Worker(pipeline(), checkpointer=h.saver)
+    run_id = await submit(h, worker, {"done": []})
+    [mine] = await h.call("claim_runs", "worker-a", 5, 0.3)
+    assert (mine.run_id, mine.fencing_token, mine.owner, mine.recoveries) == (
+        run_id,
+        1,
+        "worker-a",
+        0,
+    )
+    assert await h.call("claim_runs", "worker-b", 5, 0.3) == []  # held
+    assert await h.call("renew_leases", "worker-a", [Fence(run_id, 1)], 0.3) == [run_id]
+    await asyncio.sleep(0.5)  # the lease expires
+    [taken] = await h.call("claim_runs", "worker-b", 5, 5.0)
+    assert (taken.fencing_token, taken.owner, taken.recoveries, taken.attempts) == (
+        2,
+        "worker-b",
+        1,
+        2,
+    )
+    # The old holder can neither renew nor finish it.
+    assert await h.call("renew_leases", "worker-a", [Fence(run_id, 1)], 5.0) == []
+    assert await h.call("finish_run", Fence(run_id, 1), "success", None) is False
+    assert (await h.call("read_run", run_id)).status == "running"
+    assert await h.call("finish_run", Fence(run_id, 2), "success", None) is True
+
+
+async def test_a_stale_token_cannot_write_anything(h: Any) -> None:
+    """Every write of a run carries its fence; a taken-over worker's are refused whole."""
+    worker = Worker(pipeline(), checkpointer=h.saver)
+    run_id = await submit(h, worker, {"done": []})
+    thread = (await h.call("read_run", run_id)).thread_id
+    await h.call("claim_runs", "worker-a", 1, 0.2)
+    await asyncio.sleep(0.4)
+    await h.call("claim_runs", "worker-b", 1, 5.0)
+    stale = {
+        "configurable": {"thread_id": thread, "checkpoint_ns": "", "__lgr_fence": Fence(run_id, 1)}
+    }
+    fresh = {
+        "configurable": {"thread_id": thread, "checkpoint_ns": "", "__lgr_fence": Fence(run_id, 2)}
+    }
+    checkpoint = empty_checkpoint()
+    meta = {"source": "input", "step": -1}
+    with pytest.raises(LeaseLost, match="taken over"):
+        await h.call("put", stale, checkpoint, meta, {})
+    stored = await h.call("put", fresh, checkpoint, meta, {})
+    with pytest.raises(LeaseLost):
+        await h.call(
+            "put_writes",
+            {**stale, "configurable": {**stale["configurable"], **stored["configurable"]}},
+            [("done", ["x"])],
+            "task-1",
+        )
+    intent = EffectRecord("k", "email", "intent", time.time(), None, None, None, None)
+    with pytest.raises(LeaseLost):
+        await h.call("record_intent", thread, intent, None, Fence(run_id, 1))
+    attempt = AttemptRecord(1, "a", "transient", "E", "boom", time.time())
+    with pytest.raises(LeaseLost):
+        await h.call(
+            "record_attempt",
+            (thread, "", checkpoint["id"], "t"),
+            attempt,
+            time.time(),
+            Fence(run_id, 1),
+        )
+    counts = sql(
+        h.backend, h.target, "SELECT count(*) FROM checkpoints WHERE thread_id = ?", (thread,)
+    )
+    assert counts == [(1,)]  # only the fresh holder's checkpoint
+    writes_table = "writes" if h.backend == "sqlite" else "checkpoint_writes"
+    assert sql(
+        h.backend, h.target, f"SELECT count(*) FROM {writes_table} WHERE thread_id = ?", (thread,)
+    ) == [(0,)]
+    assert sql(
+        h.backend,
+        h.target,
+        "SELECT count(*) FROM resilience_effects WHERE thread_id = ?",
+        (thread,),
+    ) == [(0,)]
+
+
+async def test_a_run_whose_lease_is_taken_stops_and_writes_nothing_more(
+    h: Any,
+) -> None:
+    """While node b runs, another worker takes the run over: the first worker's
+    heartbeat notices, its writes are refused, and it reports nothing for the run."""
+    ran: list[str] = []
+    stolen = threading.Event()
+    ids: list[str] = []
+
+    def behaviour(name: str, state: Any) -> None:
+        ran.append(name)
+        if name == "b" and not stolen.is_set():
+            # Another worker takes the run over (as after an expired lease).
+            sql(
+                h.backend,
+                h.target,
+                "UPDATE resilience_runs SET fencing_token = fencing_token + 1, owner = 'thief', "
+                "lease_expires_at = ? WHERE run_id = ?",
+                (time.time() + 300, ids[0]),
+            )
+            stolen.set()
+            time.sleep(0.4)  # a heartbeat (every lease_ttl / 3) comes and fails
+
+    worker = Worker(pipeline(behaviour), checkpointer=h.saver, lease_ttl=0.6)
+    run_id = await submit(h, worker, {"done": []})
+    ids.append(run_id)
+    thread = (await h.call("read_run", run_id)).thread_id
+    task = asyncio.ensure_future(run_worker(h, worker, until_idle=True))
+    await asyncio.sleep(1.5)
+    worker.drain()  # the run is 'running' under the thief, so until_idle would wait on
+    left = await asyncio.wait_for(task, 10)
+    assert left == {}  # lost, not finished by this worker
+    assert ran == ["a", "b"]
+    record = await h.call("read_run", run_id)
+    assert (record.status, record.owner, record.fencing_token) == ("running", "thief", 2)
+    # b's writes were refused: the last checkpoint is the one after a.
+    rows = sql(
+        h.backend,
+        h.target,
+        "SELECT count(*) FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ''",
+        (thread,),
+    )
+    assert rows == [(3,)]  # the input, after START, after a
+    assert_no_fork(h.backend, h.target, thread)
+
+
+async def test_a_run_that_keeps_killing_its_workers_ends_as_error(h: Any) -> None:
+    worker = Worker(pipeline(), checkpointer=h.saver, lease_ttl=5, max_recoveries=1)
+    run_id = await submit(h, worker, {"done": []})
+    for n in range(2):  # two workers claim it and die (their leases expire)
+        [claimed] = await h.call("claim_runs", f"dead-{n}", 1, 0.05)
+        assert claimed.recoveries == n
+        await asyncio.sleep(0.15)
+    assert await run_worker(h, worker) == {run_id: "error"}
+    record = await h.call("read_run", run_id)
+    assert record.status == "error" and record.recoveries == 2
+    assert "max_recoveries=1" in outcome(h, record)["error"]
+
+
+async def test_drain_finishes_the_step_releases_the_run_and_nothing_is_redone(
+    h: Any,
+) -> None:
+    ran: list[str] = []
+    holder: dict[str, Worker] = {}
+
+    def behaviour(name: str, state: Any) -> None:
+        ran.append(name)
+        if name == "b" and len(ran) == 2:
+            holder["w"].drain("test drain")  # as SIGTERM would
+
+    worker = holder["w"] = Worker(pipeline(behaviour), checkpointer=h.saver, lease_ttl=5)
+    run_id = await submit(h, worker, {"done": []})
+    assert await run_worker(h, worker) == {run_id: "queued"}
+    record = await h.call("read_run", run_id)
+    assert (record.status, record.owner, record.recoveries) == ("queued", None, 0)
+    again = Worker(pipeline(behaviour), checkpointer=h.saver, lease_ttl=5)
+    assert await run_worker(h, again) == {run_id: "success"}
+    assert ran == ["a", "b", "c"]  # b finished before the drain; nothing ran twice
+    assert outcome(h, await h.call("read_run", run_id))["values"]["done"] == STEPS
+
+
+def test_bad_worker_configuration_is_refused() -> None:
+    with pytest.raises(ConfigError, match="resilient saver"):
+        Worker(pipeline(), checkpointer=InMemorySaver())
+    with pytest.raises(ConfigError, match="lease_ttl"):
+        Worker(pipeline(), checkpointer=InMemorySaver(), lease_ttl=0)
+    with pytest.raises(ConfigError, match="concurrency"):
+        Worker(pipeline(), checkpointer=InMemorySaver(), concurrency=0)
+    with pytest.raises(ConfigError, match="max_recoveries"):
+        Worker(pipeline(), checkpointer=InMemorySaver(), max_recoveries=-1)
