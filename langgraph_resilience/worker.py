@@ -143,6 +143,7 @@ class Held:
     control: RunControl = field(default_factory=RunControl)
     renewed_at: float = field(default_factory=time.monotonic)
     lost: bool = False
+    ending: bool = False  # its end is being stored: a failed renewal means nothing
 
     @property
     def fence(self) -> Fence:
@@ -283,7 +284,7 @@ class Worker:
         now = time.monotonic()
         for fence in asked:
             held = self._held.get(fence.run_id)
-            if held is None:
+            if held is None or held.ending:
                 continue
             if kept is not None and fence.run_id in kept:
                 held.renewed_at = now
@@ -382,6 +383,7 @@ class Worker:
                 except Exception as exc:
                     reply = Invoked(error=exc)
             else:
+                held.ending = True
                 blob = self._outcome_blob(op.outcome)
                 if not self._call(self.saver.finish_run, held.fence, op.status, blob):
                     held.lose("the run's end could not be stored under this worker's lease")
@@ -463,6 +465,7 @@ class Worker:
                 except Exception as exc:
                     reply = Invoked(error=exc)
             else:
+                held.ending = True
                 blob = self._outcome_blob(op.outcome)
                 if not await self._acall(self.saver.afinish_run, held.fence, op.status, blob):
                     held.lose("the run's end could not be stored under this worker's lease")

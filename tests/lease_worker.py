@@ -1,0 +1,157 @@
+"""A `Worker` process for the lease tests (takeover, zombie, drain) and the
+scaling benchmark.
+
+    python tests/lease_worker.py BACKEND TARGET SERVICE_DIR submit N [--prefix P]
+    python tests/lease_worker.py BACKEND TARGET SERVICE_DIR work [options]
+
+``submit`` queues N runs of the five-step pipeline and prints their ids (JSON).
+``work`` runs a Worker until no run is queued or running (or it is drained)
+and prints what it left each run in (JSON). Every step calls one side effect
+against a fake outside service in SERVICE_DIR (``calls.log``: one line per
+call, ``<key> <pid> <time>``; it reconciles by looking there) and logs
+``<thread> <step> <start|end> <pid> <time>`` to ``steps.log``.
+
+Options of ``work``: ``--lease-ttl``, ``--concurrency``, ``--poll``,
+``--step-sleep`` (seconds each step waits, as a model call would),
+``--slow STEP:SECONDS`` (the first execution of STEP anywhere waits that long
+after its side effect), ``--go FILE`` (wait for FILE before claiming: the
+benchmark starts every worker at once), ``--async`` (``Worker.arun`` on an
+async saver).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import sys
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from conftest import open_saver
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START
+
+from langgraph_resilience import (
+    NodePolicy,
+    ResilientState,
+    ResilientStateGraph,
+    Worker,
+    side_effect,
+)
+
+STEPS = ("s1", "s2", "s3", "s4", "s5")
+
+
+class State(ResilientState, total=False):
+    receipts: list[str]
+
+
+def append(path: Path, line: str) -> None:
+    with open(path, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def lines(path: Path) -> list[list[str]]:
+    try:
+        return [line.split() for line in path.read_text().splitlines() if line]
+    except FileNotFoundError:
+        return []
+
+
+def build(service: Path, step_sleep: float, slow: tuple[str, float] | None) -> Any:
+    def lookup(key: str) -> Any:
+        known = any(parts[0] == key for parts in lines(service / "calls.log"))
+        return f"receipt:{key}" if known else None
+
+    @side_effect(name="deliver", reconcile=lookup)
+    def deliver(*, idempotency_key: str) -> str:
+        append(service / "calls.log", f"{idempotency_key} {os.getpid()} {time.time()}")
+        return f"receipt:{idempotency_key}"
+
+    def make(step: str) -> Any:
+        def node(state: State, config: RunnableConfig) -> dict[str, Any]:
+            thread = config["configurable"]["thread_id"]
+            append(service / "steps.log", f"{thread} {step} start {os.getpid()} {time.time()}")
+            receipt = deliver()
+            if slow is not None and slow[0] == step:
+                marker = service / f"slow-{step}"
+                try:
+                    marker.touch(exist_ok=False)
+                except FileExistsError:
+                    pass
+                else:
+                    time.sleep(slow[1])
+            time.sleep(step_sleep)
+            append(service / "steps.log", f"{thread} {step} end {os.getpid()} {time.time()}")
+            return {"receipts": [*state.get("receipts", []), receipt]}
+
+        return node
+
+    g = ResilientStateGraph(State)
+    for step in STEPS:
+        g.add_node(step, make(step), policy=NodePolicy())
+    g.add_edge(START, STEPS[0])
+    for a, b in itertools.pairwise(STEPS):
+        g.add_edge(a, b)
+    g.add_edge(STEPS[-1], END)
+    return g
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser()
+    for name in ("backend", "target", "service", "mode"):
+        parser.add_argument(name)
+    parser.add_argument("count", nargs="?", type=int, default=0)
+    parser.add_argument("--prefix", default="run")
+    parser.add_argument("--lease-ttl", type=float, default=1.0)
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--poll", type=float, default=None)
+    parser.add_argument("--step-sleep", type=float, default=0.02)
+    parser.add_argument("--slow", default=None)
+    parser.add_argument("--go", default=None)
+    parser.add_argument("--async", dest="is_async", action="store_true")
+    args = parser.parse_args()
+    service = Path(args.service)
+    slow = None
+    if args.slow:
+        step, seconds = args.slow.split(":")
+        slow = (step, float(seconds))
+    async with AsyncExitStack() as stack:
+        saver = await open_saver(args.backend, args.is_async, args.target, stack)
+        worker = Worker(
+            build(service, args.step_sleep, slow),
+            checkpointer=saver,
+            lease_ttl=args.lease_ttl,
+            concurrency=args.concurrency,
+            poll_interval=args.poll,
+        )
+        if args.mode == "submit":
+            ids = [
+                await asyncio.to_thread(
+                    worker.submit, {"receipts": []}, thread_id=f"{args.prefix}-{i}"
+                )
+                for i in range(args.count)
+            ]
+            print(json.dumps(ids))
+            return 0
+        if args.go:
+            append(service / "ready.log", str(os.getpid()))
+            while not os.path.exists(args.go):
+                await asyncio.sleep(0.005)
+        # On the main thread, so that SIGTERM drains the worker.
+        left = await worker.arun() if args.is_async else worker.run()
+        print(json.dumps(left), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

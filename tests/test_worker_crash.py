@@ -1,0 +1,220 @@
+"""Workers as real processes, on SQLite and Postgres: a worker SIGKILLed mid-run
+is taken over, a SIGSTOPped one (a zombie) can no longer write when it wakes,
+and SIGTERM drains a worker at a step boundary.
+
+The worker is ``tests/lease_worker.py``: a five-step pipeline, one side effect
+per step against a fake service that logs every call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import assert_no_fork, sql
+from lease_worker import STEPS, lines
+
+pytestmark = pytest.mark.crash
+SCRIPT = str(Path(__file__).parent / "lease_worker.py")
+ROOT = str(Path(__file__).parent.parent)
+TTL = 1.0
+POLL = 0.1
+
+
+@pytest.fixture
+def fresh(store: tuple[str, str]) -> tuple[str, str]:
+    """The store with no runs left by an earlier test (a worker waits on every open one)."""
+    backend, target = store
+    if backend == "postgres":
+        from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+
+        with ResilientPostgresSaver.from_conn_string(target) as saver:
+            saver.setup()
+        sql(backend, target, "DELETE FROM resilience_runs")
+    return store
+
+
+def spawn(store: tuple[str, str], service: Path, *args: str) -> subprocess.Popen[str]:
+    backend, target = store
+    return subprocess.Popen(
+        [sys.executable, SCRIPT, backend, target, str(service), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def submit(store: tuple[str, str], service: Path, n: int, prefix: str) -> list[str]:
+    proc = spawn(store, service, "submit", str(n), "--prefix", prefix)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    return list(json.loads(out))
+
+
+def work(store: tuple[str, str], service: Path, *options: str) -> subprocess.Popen[str]:
+    return spawn(store, service, "work", "--lease-ttl", str(TTL), "--poll", str(POLL), *options)
+
+
+def result(proc: subprocess.Popen[str], timeout: float = 90) -> dict[str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"worker failed (rc={proc.returncode}):\n{err}"
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 60, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def steps(service: Path) -> list[tuple[str, str, str, int, float]]:
+    return [(t, s, what, int(p), float(at)) for t, s, what, p, at in lines(service / "steps.log")]
+
+
+def calls(service: Path) -> list[str]:
+    return [parts[0] for parts in lines(service / "calls.log")]
+
+
+def statuses(store: tuple[str, str], prefix: str) -> dict[str, str]:
+    rows = sql(
+        *store,
+        "SELECT thread_id, status FROM resilience_runs WHERE thread_id LIKE ?",
+        (f"{prefix}-%",),
+    )
+    return dict(rows)
+
+
+def assert_each_effect_once(service: Path, threads: list[str]) -> None:
+    counted = Counter(calls(service))
+    assert all(n == 1 for n in counted.values()), {k: n for k, n in counted.items() if n > 1}
+    assert len(counted) == len(threads) * len(STEPS)  # every step's effect delivered
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_killed_workers_runs_are_taken_over_after_its_lease(
+    fresh: tuple[str, str], tmp_path: Path, mode: str
+) -> None:
+    runs = 4
+    prefix = f"takeover-{uuid.uuid4().hex[:8]}"  # Postgres keeps earlier tests' threads
+    submit(fresh, tmp_path, runs, prefix)
+    extra = ["--async"] if mode == "async" else []
+    workers = [
+        work(fresh, tmp_path, "--concurrency", "2", "--step-sleep", "0.15", *extra)
+        for _ in range(3)
+    ]
+    # Kill the first worker that is inside a step, not between runs.
+    victim_pid = wait_for(
+        lambda: next(
+            (p for _, s, what, p, _ in steps(tmp_path) if what == "start" and s == "s2"), None
+        ),
+        what="a worker to reach s2",
+    )
+    victim = next(w for w in workers if w.pid == victim_pid)
+    os.kill(victim.pid, signal.SIGKILL)
+    killed_at = time.time()
+    victim.wait()
+    survivors = [w for w in workers if w is not victim]
+    left: dict[str, str] = {}
+    for w in survivors:
+        left.update(result(w))
+    threads = [f"{prefix}-{i}" for i in range(runs)]
+    assert statuses(fresh, prefix) == dict.fromkeys(threads, "success")
+    assert set(left.values()) == {"success"} and len(left) >= 1
+    taken = sql(*fresh, "SELECT thread_id FROM resilience_runs WHERE recoveries > 0")
+    assert taken, "no run of the killed worker was taken over"
+    log = steps(tmp_path)
+    for (thread,) in taken:
+        resumed = min(at for t, _, _, p, at in log if t == thread and p != victim_pid)
+        # Within the lease plus a poll (and a second of slack for a loaded machine).
+        assert resumed - killed_at < TTL + POLL + 1.0, resumed - killed_at
+        # Steps the victim completed are not run again; the rest completed once.
+        by_victim = {
+            s for t, s, what, p, _ in log if t == thread and what == "end" and p == victim_pid
+        }
+        by_others = [
+            s for t, s, what, p, _ in log if t == thread and what == "end" and p != victim_pid
+        ]
+        assert not by_victim & set(by_others) and len(by_others) == len(set(by_others))
+        assert by_victim | set(by_others) == set(STEPS)
+    assert_each_effect_once(tmp_path, threads)
+    for thread in threads:
+        assert_no_fork(*fresh, thread)
+
+
+@pytest.mark.timeout(300)
+def test_a_zombie_worker_cannot_write_after_its_run_was_taken_over(
+    fresh: tuple[str, str], tmp_path: Path
+) -> None:
+    prefix = f"zombie-{uuid.uuid4().hex[:8]}"
+    [run_id] = submit(fresh, tmp_path, 1, prefix)
+    thread = f"{prefix}-0"
+    zombie = work(fresh, tmp_path, "--slow", "s2:3")
+    wait_for(
+        lambda: any(s == "s2" for _, s, *_ in steps(tmp_path)) and len(calls(tmp_path)) >= 2,
+        what="the zombie to call s2's effect",
+    )
+    os.kill(zombie.pid, signal.SIGSTOP)
+    try:
+        time.sleep(TTL + 0.5)  # its lease expires
+        rescuer = work(fresh, tmp_path)
+        assert result(rescuer) == {run_id: "success"}
+    finally:
+        os.kill(zombie.pid, signal.SIGCONT)
+    out, err = zombie.communicate(timeout=60)
+    assert zombie.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == {}  # it finished nothing
+    assert "took the lease over" in err or "LeaseLost" in err, err
+    by_step: dict[str, list[int]] = {}
+    for _, s, what, p, _ in steps(tmp_path):
+        if what == "end":
+            by_step.setdefault(s, []).append(p)
+    # s2 ended twice: once by the rescuer, once by the zombie whose writes were refused.
+    assert sorted(by_step["s2"]) == sorted([zombie.pid, rescuer.pid])
+    assert all(by_step[s] == [rescuer.pid] for s in STEPS[2:])
+    record = sql(
+        *fresh,
+        "SELECT status, fencing_token, recoveries FROM resilience_runs WHERE run_id = ?",
+        (run_id,),
+    )
+    assert record == [("success", 2, 1)]
+    assert_each_effect_once(tmp_path, [thread])
+    assert_no_fork(*fresh, thread)
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_drains_the_worker_at_a_step_boundary(
+    fresh: tuple[str, str], tmp_path: Path
+) -> None:
+    prefix = f"drain-{uuid.uuid4().hex[:8]}"
+    [run_id] = submit(fresh, tmp_path, 1, prefix)
+    first = work(fresh, tmp_path, "--step-sleep", "0.4")
+    wait_for(lambda: any(s == "s2" for _, s, *_ in steps(tmp_path)), what="s2 to start")
+    os.kill(first.pid, signal.SIGTERM)
+    assert result(first) == {run_id: "queued"}  # released, not abandoned
+    done_by_first = [s for _, s, what, p, _ in steps(tmp_path) if what == "end"]
+    assert done_by_first == ["s1", "s2"]  # the step in flight finished
+    record = sql(
+        *fresh, "SELECT status, owner, recoveries FROM resilience_runs WHERE run_id = ?", (run_id,)
+    )
+    assert record == [("queued", None, 0)]
+    second = work(fresh, tmp_path)
+    assert result(second) == {run_id: "success"}
+    started = [s for _, s, what, _, _ in steps(tmp_path) if what == "start"]
+    assert started == list(STEPS)  # nothing ran twice
+    assert_each_effect_once(tmp_path, [f"{prefix}-0"])
