@@ -143,14 +143,15 @@ def test_a_killed_workers_runs_are_taken_over_after_its_lease(
         resumed = min(at for t, _, _, p, at in log if t == thread and p != victim_pid)
         # Within the lease plus a poll (and a second of slack for a loaded machine).
         assert resumed - killed_at < TTL + POLL + 1.0, resumed - killed_at
-        # Steps the victim completed are not run again; the rest completed once.
+        # Steps the victim completed are not run again, but for the one in flight
+        # (it may have logged its end and died before its writes were stored).
         by_victim = {
             s for t, s, what, p, _ in log if t == thread and what == "end" and p == victim_pid
         }
         by_others = [
             s for t, s, what, p, _ in log if t == thread and what == "end" and p != victim_pid
         ]
-        assert not by_victim & set(by_others) and len(by_others) == len(set(by_others))
+        assert len(by_victim & set(by_others)) <= 1 and len(by_others) == len(set(by_others))
         assert by_victim | set(by_others) == set(STEPS)
     assert_each_effect_once(tmp_path, threads)
     for thread in threads:
