@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/checkpoint_overhead.py
 	$(BIN)/python benchmarks/policy_overhead.py
 	$(BIN)/python benchmarks/effect_overhead.py
+	$(BIN)/python benchmarks/worker_scaling.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
