@@ -7,6 +7,7 @@ The savers live in `langgraph_resilience.checkpoint.sqlite` (and ``.aio``) and
 
 from __future__ import annotations
 
+from langgraph_resilience.budget import Budget, report_usage
 from langgraph_resilience.classify import Classification, Classifier, FailureKind, classify
 from langgraph_resilience.effects import side_effect
 from langgraph_resilience.errors import (
@@ -40,6 +41,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Attempt",
     "Backoff",
+    "Budget",
     "BudgetExhausted",
     "CheckpointConflict",
     "CheckpointCorrupt",
@@ -65,6 +67,7 @@ __all__ = [
     "aretry_failed",
     "classify",
     "current_attempt",
+    "report_usage",
     "retry_failed",
     "side_effect",
 ]

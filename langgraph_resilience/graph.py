@@ -43,6 +43,14 @@ from langgraph.types import Command, interrupt
 
 from langgraph_resilience import state as run_log
 from langgraph_resilience._engine import Action, Decision, decide
+from langgraph_resilience.budget import (
+    Budget,
+    add_usage,
+    metering,
+    pause_value,
+    run_budget,
+    used,
+)
 from langgraph_resilience.checkpoint._base import fence_of
 from langgraph_resilience.checkpoint._store import AttemptRecord, Fence
 from langgraph_resilience.classify import (
@@ -147,10 +155,11 @@ Op = Call | Record | Sleep | LoadAttempts
 
 @dataclass(slots=True)
 class Outcome:
-    """What a call returned (``output``) or raised (``error``)."""
+    """What a call returned (``output``) or raised (``error``), and what it used."""
 
     output: Any = None
     error: BaseException | None = None
+    usage: dict[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +213,23 @@ def _log_update(
     elif not (known or {}).get("status"):
         update["status"] = "running"
     return update
+
+
+def _budget_pause(ctx: NodeContext, record: AttemptRecord) -> dict[str, Any]:
+    """The interrupt of a node that raised `BudgetExhausted`."""
+    return {
+        "reason": "budget_exhausted",
+        "node": ctx.name,
+        "error": f"{record.error_type}: {record.reason}",
+        "resume_with": "Command(resume=Budget(...)) with higher limits, or any value to retry",
+    }
+
+
+def _add_spend(log: dict[str, Any], spent: dict[str, float], topped: Budget | None) -> None:
+    """What the node used (added up by the run log), and a top-up given to it."""
+    log["usage"] = spent
+    if topped is not None:
+        log["budget"] = topped.to_dict()
 
 
 def _with_log(output: Any, log: dict[str, Any]) -> Any:
@@ -266,10 +292,24 @@ def node_loop(ctx: NodeContext, state: Any, config: RunnableConfig) -> Generator
     policy = ctx.policy
     step = config.get("metadata", {}).get("langgraph_step")
     resuming = bool(config.get("configurable", {}).get("__pregel_resuming"))
+    # A step boundary: pause here if the run's budget is spent (until a top-up).
+    budget = run_budget(state, config)
+    topped: Budget | None = None
+    while budget is not None and (ran_out := budget.exhausted(used(state))):
+        resumed = interrupt(pause_value(ctx.name, budget, used(state), ran_out))
+        if isinstance(resumed, (Budget, Mapping)):
+            budget = topped = Budget.coerce(resumed, where="the value resumed with")
     loads = resuming and policy is not None
     earlier: list[AttemptRecord] = list((yield LoadAttempts())) if loads else []
+    if earlier and earlier[-1].kind == FailureKind.BUDGET_EXHAUSTED.value:
+        # Resumed after the node paused on BudgetExhausted: the same interrupt
+        # now returns what the run was resumed with (a top-up, maybe).
+        resumed = interrupt(_budget_pause(ctx, earlier[-1]))
+        if isinstance(resumed, (Budget, Mapping)):
+            topped = Budget.coerce(resumed, where="the value resumed with")
     overrides: Mapping[str, Any] = {}
     summaries: list[dict[str, Any]] = []
+    spent: dict[str, float] = {"steps": 1}
     while True:
         number = len(earlier) + 1
         last = earlier[-1] if earlier else None
@@ -286,6 +326,7 @@ def node_loop(ctx: NodeContext, state: Any, config: RunnableConfig) -> Generator
         )
         started = time.time()
         outcome: Outcome = yield Call(state, attempt)
+        spent = add_usage(spent, outcome.usage)
         exc = outcome.error
         if exc is None and policy is not None and policy.validate is not None:
             exc = _validation_error(policy, outcome.output)
@@ -294,6 +335,7 @@ def node_loop(ctx: NodeContext, state: Any, config: RunnableConfig) -> Generator
             log = _log_update(ctx, step, state, "completed", number, kind, outcome.output)
             if summaries:
                 log["context_summary"] = summaries
+            _add_spend(log, spent, topped)
             return _with_log(outcome.output, log)
         if is_control_flow(exc) or isinstance(exc, LeaseLost) or policy is None:
             raise exc  # a lost lease ends this worker's part, it is no node failure
@@ -304,10 +346,12 @@ def node_loop(ctx: NodeContext, state: Any, config: RunnableConfig) -> Generator
         record = AttemptRecord(
             number, ctx.name, failure.kind.value, type(exc).__name__, str(exc)[:500], time.time()
         )
-        if decision.action is Action.PAUSE:
-            # Raises until the run is resumed (Command(resume=...)); then try again.
-            interrupt({"reason": "budget_exhausted", "node": ctx.name, "error": _error_text(exc)})
         yield Record(record, started)
+        if decision.action is Action.PAUSE:
+            # Raises until the run is resumed (Command(resume=...)); the resumed
+            # node re-runs and, finding this try stored, takes the resume value
+            # above, then tries again.
+            interrupt(_budget_pause(ctx, record))
         earlier.append(record)
         if decision.action in (Action.RETRY, Action.PAUSE):
             if decision.adapt and policy.adapt is not None:
@@ -325,6 +369,7 @@ def node_loop(ctx: NodeContext, state: Any, config: RunnableConfig) -> Generator
         if decision.action is Action.DEGRADE:
             log = _log_update(ctx, step, state, "degraded", number, failure.kind.value, None)
             log["recovery_suggestions"] = [suggestion(ctx.name, failure, exc, number)]
+            _add_spend(log, spent, topped)
             return {"resilience": log}
         route = _route(ctx, decision, failure, exc, number)
         # Where the step ran: retry_failed re-runs it as a new task, whose side
@@ -463,12 +508,15 @@ def run_sync(
             return stop.value
         if isinstance(op, Call):
             token = _CURRENT.set(op.attempt)
-            try:
-                reply = Outcome(output=call(op.state))
-            except Exception as exc:
-                reply = Outcome(error=exc)
-            finally:
-                _CURRENT.reset(token)
+            started = time.monotonic()
+            with metering() as meter:
+                try:
+                    reply = Outcome(output=call(op.state))
+                except Exception as exc:
+                    reply = Outcome(error=exc)
+                finally:
+                    _CURRENT.reset(token)
+            reply.usage = meter.usage(time.monotonic() - started)
         elif isinstance(op, LoadAttempts):
             reply = store.saver.node_attempts(store.key) if store.ready else []
         elif isinstance(op, Record):
@@ -497,15 +545,18 @@ async def run_async(
             return stop.value
         if isinstance(op, Call):
             token = _CURRENT.set(op.attempt)
-            try:
-                reply = Outcome(output=await asyncio.wait_for(call(op.state), timeout))
-            except asyncio.TimeoutError as exc:
-                reply = Outcome(error=TimeoutError(f"{ctx.name} took longer than {timeout}s"))
-                reply.error.__cause__ = exc
-            except Exception as exc:
-                reply = Outcome(error=exc)
-            finally:
-                _CURRENT.reset(token)
+            started = time.monotonic()
+            with metering() as meter:
+                try:
+                    reply = Outcome(output=await asyncio.wait_for(call(op.state), timeout))
+                except asyncio.TimeoutError as exc:
+                    reply = Outcome(error=TimeoutError(f"{ctx.name} took longer than {timeout}s"))
+                    reply.error.__cause__ = exc
+                except Exception as exc:
+                    reply = Outcome(error=exc)
+                finally:
+                    _CURRENT.reset(token)
+            reply.usage = meter.usage(time.monotonic() - started)
         elif isinstance(op, LoadAttempts):
             reply = await store.saver.anode_attempts(store.key) if store.ready else []
         elif isinstance(op, Record):
@@ -694,9 +745,12 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
     def compile(self, checkpointer: Any = None, *, budget: Any = None, **kwargs: Any) -> Any:
         """Compile; routes fallbacks and critical failures; defaults to ``durability="sync"``.
 
+        ``budget``: the default `Budget` of every run (a run's
+        ``config["configurable"]["budget"]`` overrides it).
+
         Raises:
-            ConfigError: the state schema does not extend ResilientState, or a
-                fallback names a node that does not exist.
+            ConfigError: the state schema does not extend ResilientState, a
+                fallback names a node that does not exist, or the budget is bad.
         """
         run_log.require_resilient_schema(self.state_schema)
         routes: dict[str, list[str]] = {}
@@ -730,9 +784,13 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
             for n, targets in out_edges.items()
             if targets == {END} and n not in self.branches and n != START
         )
+        default_budget = Budget.coerce(budget, where="compile(budget=...)")
         compiled = super().compile(checkpointer, **kwargs)
         compiled.__class__ = ResilientCompiledStateGraph
-        return compiled.with_config(configurable={_DURABILITY_KEY: "sync"})
+        defaults: dict[str, Any] = {_DURABILITY_KEY: "sync"}
+        if default_budget is not None:  # config["configurable"]["budget"] overrides it
+            defaults["budget"] = default_budget
+        return compiled.with_config(configurable=defaults)
 
 
 def _is_async(action: Any) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, TypedDict, get_type_hints
 
+from langgraph_resilience.budget import add_usage
 from langgraph_resilience.errors import ConfigError
 
 __all__ = ["ResilientState", "RunOutcome", "merge_run_log", "require_resilient_schema"]
@@ -52,6 +53,10 @@ class RunOutcome(TypedDict, total=False):
         partial_output: the state when the run stopped short.
         recovery_suggestions: what to do next, by failure kind.
         context_summary: what context compression kept, and when.
+        usage: what the run used so far: ``tokens``, ``cost``, ``seconds`` (of
+            steps), ``steps`` (see `Budget`).
+        budget: a budget given on resume (``Command(resume=Budget(...))``),
+            in force from then on.
     """
 
     status: str
@@ -63,6 +68,8 @@ class RunOutcome(TypedDict, total=False):
     partial_output: dict[str, Any] | None
     recovery_suggestions: list[str]
     context_summary: list[dict[str, Any]]
+    usage: dict[str, float]
+    budget: dict[str, Any]
 
 
 _APPENDED = ("completed_steps", "context_summary")
@@ -73,7 +80,8 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
 
     ``task_spec`` keeps its first value, ``steps`` merges by node,
     ``completed_steps`` and ``context_summary`` append, ``degraded_steps``
-    appends new names, and every other key takes the newer value.
+    appends new names, ``usage`` adds up, and every other key takes the newer
+    value.
     """
     merged: dict[str, Any] = dict(left or {})
     update: dict[str, Any] = dict(right or {})
@@ -84,6 +92,8 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
             merged[key] = {**merged.get(key, {}), **value}
         elif key in _APPENDED:
             merged[key] = [*merged.get(key, []), *value]
+        elif key == "usage":
+            merged[key] = add_usage(merged.get(key), value)
         elif key == "degraded_steps":
             known = list(merged.get(key, []))
             merged[key] = known + [v for v in value if v not in known]

@@ -42,7 +42,9 @@ from typing import Any, NamedTuple
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
+from langgraph.types import Command
 
+from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint._base import FENCE_KEY
 from langgraph_resilience.checkpoint._retry import is_store_error
 from langgraph_resilience.checkpoint._store import Fence, RunRecord
@@ -61,8 +63,9 @@ logger = logging.getLogger("langgraph_resilience")
 # -- the decisions -----------------------------------------------------------------
 
 
-class HasCheckpoint(NamedTuple):
-    """Does the thread have a checkpoint (resume) or not (start with the input)?"""
+class ThreadState(NamedTuple):
+    """Where the thread is: "new" (start with the input), "resume" (from its last
+    checkpoint) or "interrupted" (paused: resume it with the run's budget)."""
 
 
 class CurrentValues(NamedTuple):
@@ -86,10 +89,12 @@ class Finish(NamedTuple):
     outcome: dict[str, Any]
 
 
-Op = HasCheckpoint | CurrentValues | Invoke | Finish
+Op = ThreadState | CurrentValues | Invoke | Finish
 
 
-def run_steps(held: Held, input_value: Any, max_recoveries: int) -> Generator[Op, Any, str | None]:
+def run_steps(
+    held: Held, input_value: Any, budget: Budget | None, max_recoveries: int
+) -> Generator[Op, Any, str | None]:
     """One claimed run: resume or start it, then say how it ended.
 
     Returns the status the run was left in, or None when this worker lost it.
@@ -105,8 +110,12 @@ def run_steps(held: Held, input_value: Any, max_recoveries: int) -> Generator[Op
         )
         yield Finish("error", {"error": reason, "values": values})
         return "error"
-    resume = yield HasCheckpoint()
-    result: Invoked = yield Invoke(None if resume else input_value)
+    where = yield ThreadState()
+    # A paused run resumes with its budget, a top-up if `Worker.resume` gave one
+    # (any other value re-checks the budget it had).
+    top_up = budget if budget is not None else "resumed without a new budget"
+    value = {"new": input_value, "resume": None}.get(where, Command(resume=top_up))
+    result: Invoked = yield Invoke(value)
     exc = result.error
     if held.lost or isinstance(exc, LeaseLost):
         return None  # another worker holds the run now; nothing more to write
@@ -149,8 +158,11 @@ class Held:
     def fence(self) -> Fence:
         return Fence(self.record.run_id, self.record.fencing_token)
 
-    def config(self) -> RunnableConfig:
-        return {"configurable": {"thread_id": self.record.thread_id, FENCE_KEY: self.fence}}
+    def config(self, budget: Budget | None) -> RunnableConfig:
+        configurable: dict[str, Any] = {"thread_id": self.record.thread_id, FENCE_KEY: self.fence}
+        if budget is not None:
+            configurable["budget"] = budget
+        return {"configurable": configurable}
 
     def lose(self, reason: str) -> None:
         if not self.lost:
@@ -246,9 +258,36 @@ class Worker:
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise ConfigError(f"thread_id must be a non-empty str or None, got {thread_id!r}")
         run_id = str(uuid.uuid4())
-        serde = self.saver.serde
-        budget_blob = None if budget is None else serde.dumps_typed(budget)
-        return run_id, thread_id or run_id, (serde.dumps_typed(input), budget_blob)
+        return (
+            run_id,
+            thread_id or run_id,
+            (self.saver.serde.dumps_typed(input), self._blob(budget)),
+        )
+
+    def _blob(self, budget: Any) -> tuple[str, bytes] | None:
+        """A budget as the runs table keeps it (a dict of its limits)."""
+        found = Budget.coerce(budget, where="budget")
+        if found is None:
+            return None
+        blob: tuple[str, bytes] = self.saver.serde.dumps_typed(found.to_dict())
+        return blob
+
+    # -- paused runs -------------------------------------------------------------------
+
+    def resume(self, run_id: str, budget: Any = None) -> None:
+        """Queue a paused run again, with a new `Budget` (a top-up) if given; a
+        worker resumes it at the step that paused, nothing redone.
+
+        Raises:
+            ConfigError: the run is not paused.
+        """
+        if not self.saver.requeue_run(str(run_id), self._blob(budget)):
+            raise ConfigError(_not_paused(run_id, self.saver.read_run(str(run_id))))
+
+    async def aresume(self, run_id: str, budget: Any = None) -> None:
+        """Async twin of `resume`."""
+        if not await self.saver.arequeue_run(str(run_id), self._blob(budget)):
+            raise ConfigError(_not_paused(run_id, await self.saver.aread_run(str(run_id))))
 
     # -- draining --------------------------------------------------------------------
 
@@ -300,6 +339,12 @@ class Worker:
         if record.input_type is None:
             return None
         return self.saver.serde.loads_typed((record.input_type, record.input))
+
+    def _budget_of(self, record: RunRecord) -> Budget | None:
+        if record.budget_type is None:
+            return None
+        found = self.saver.serde.loads_typed((record.budget_type, record.budget))
+        return Budget.coerce(found, where=f"run {record.run_id}'s stored budget")
 
     def _outcome_blob(self, outcome: dict[str, Any]) -> tuple[str, bytes]:
         blob: tuple[str, bytes] = self.saver.serde.dumps_typed(outcome)
@@ -362,8 +407,9 @@ class Worker:
             return None
 
     def _execute(self, held: Held) -> str | None:
-        steps = run_steps(held, self._input_of(held.record), self.max_recoveries)
-        config = held.config()
+        budget = self._budget_of(held.record)
+        steps = run_steps(held, self._input_of(held.record), budget, self.max_recoveries)
+        config = held.config(budget)
         reply: Any = None
         while True:
             try:
@@ -371,8 +417,8 @@ class Worker:
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             reply = None
-            if isinstance(op, HasCheckpoint):
-                reply = self.saver.get_tuple(config) is not None
+            if isinstance(op, ThreadState):
+                reply = _where(self.graph.get_state(config))
             elif isinstance(op, CurrentValues):
                 reply = dict(self.graph.get_state(config).values)
             elif isinstance(op, Invoke):
@@ -444,8 +490,9 @@ class Worker:
             return None
 
     async def _aexecute(self, held: Held) -> str | None:
-        steps = run_steps(held, self._input_of(held.record), self.max_recoveries)
-        config = held.config()
+        budget = self._budget_of(held.record)
+        steps = run_steps(held, self._input_of(held.record), budget, self.max_recoveries)
+        config = held.config(budget)
         reply: Any = None
         while True:
             try:
@@ -453,8 +500,8 @@ class Worker:
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             reply = None
-            if isinstance(op, HasCheckpoint):
-                reply = await self.saver.aget_tuple(config) is not None
+            if isinstance(op, ThreadState):
+                reply = _where(await self.graph.aget_state(config))
             elif isinstance(op, CurrentValues):
                 reply = dict((await self.graph.aget_state(config)).values)
             elif isinstance(op, Invoke):
@@ -470,6 +517,17 @@ class Worker:
                 if not await self._acall(self.saver.afinish_run, held.fence, op.status, blob):
                     held.lose("the run's end could not be stored under this worker's lease")
                     return None
+
+
+def _where(snapshot: Any) -> str:
+    if not snapshot.created_at:
+        return "new"
+    return "interrupted" if snapshot.interrupts else "resume"
+
+
+def _not_paused(run_id: str, record: RunRecord | None) -> str:
+    state = "does not exist" if record is None else f"is {record.status}"
+    return f"run {run_id!r} {state}; only a paused run can be resumed"
 
 
 def _store_down(exc: BaseException) -> bool:

@@ -369,10 +369,10 @@ async def test_budget_exhausted_again_on_resume_pauses_again(checkpointer: Any) 
     config = cfg(checkpointer, "budget-twice")
     out = await checkpointer.invoke(graph, {"done": []}, config)
     assert "__interrupt__" in out
-    # Resumed, the node re-runs from its first line (LangGraph's rule): that try
-    # answers the first pause, the next one runs out again and pauses anew...
+    # Resumed, the node takes the top-up and tries again; that try runs out
+    # again and pauses anew, saying why...
     out = await checkpointer.invoke(graph, Command(resume={"max_tokens": 10}), config)
-    assert "used 3" in out["__interrupt__"][0].value["error"]
+    assert "used 2" in out["__interrupt__"][0].value["error"]
     # ...and the next top-up lets it finish.
     out = await checkpointer.invoke(graph, Command(resume={"max_tokens": 9000}), config)
     assert out["done"] == ["think", "answer"]
