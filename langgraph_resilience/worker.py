@@ -141,6 +141,31 @@ def ended_status(values: dict[str, Any], paused: bool) -> str:
     return "success"
 
 
+class Claim(NamedTuple):
+    room: int  # how many runs to claim at most
+
+
+class Start(NamedTuple):
+    held: Held
+
+
+class Wait(NamedTuple):
+    """Until a run ends or ``timeout`` passes; replies [(run id, status or None)]."""
+
+    timeout: float
+
+
+class Renew(NamedTuple):
+    fences: list[Fence]
+
+
+class OpenRuns(NamedTuple):
+    pass
+
+
+LoopOp = Claim | Start | Wait | Renew | OpenRuns
+
+
 # -- what a worker holds ---------------------------------------------------------------
 
 
@@ -358,43 +383,64 @@ class Worker:
 
         Runs this worker lost to another (its lease expired) are not in the result.
         """
-        done: dict[str, str] = {}
+        loop = self._loop(until_idle)
         futures: dict[concurrent.futures.Future[str | None], str] = {}
-        next_beat = time.monotonic() + self.lease_ttl / 3
+        reply: Any = None
         with (
             self._signals(),
             concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool,
         ):
             while True:
-                room = self._claim_room()
-                claimed = self._call(self.saver.claim_runs, self.worker_id, room, self.lease_ttl)
-                for record in claimed or []:
-                    held = self._held[record.run_id] = Held(record)
-                    futures[pool.submit(self._execute, held)] = record.run_id
-                finished, _ = concurrent.futures.wait(
-                    futures,
-                    timeout=0 if claimed else min(self.poll_interval, self.lease_ttl / 3),
-                    return_when=concurrent.futures.FIRST_COMPLETED,
-                )
-                for future in finished:
-                    run_id = futures.pop(future)
-                    self._held.pop(run_id, None)
-                    status = future.result()
-                    if status is not None:
-                        done[run_id] = status
-                if time.monotonic() >= next_beat:
-                    asked = self._fences()
-                    kept = self._call(
-                        self.saver.renew_leases, self.worker_id, asked, self.lease_ttl
+                try:
+                    op = loop.send(reply)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                reply = None
+                if isinstance(op, Claim):
+                    reply = self._call(
+                        self.saver.claim_runs, self.worker_id, op.room, self.lease_ttl
                     )
-                    self._renewed(kept, asked)
-                    next_beat = time.monotonic() + self.lease_ttl / 3
-                if futures or claimed:
-                    continue
-                if self._draining.is_set():
-                    return done
-                if until_idle and self._call(self.saver.open_runs) == 0:
-                    return done
+                elif isinstance(op, Start):
+                    futures[pool.submit(self._execute, op.held)] = op.held.record.run_id
+                elif isinstance(op, Wait):
+                    if not futures:
+                        time.sleep(op.timeout)
+                        continue
+                    finished, _ = concurrent.futures.wait(
+                        futures, timeout=op.timeout, return_when=concurrent.futures.FIRST_COMPLETED
+                    )
+                    reply = [(futures.pop(f), f.result()) for f in finished]
+                elif isinstance(op, Renew):
+                    reply = self._call(
+                        self.saver.renew_leases, self.worker_id, op.fences, self.lease_ttl
+                    )
+                else:
+                    reply = self._call(self.saver.open_runs)
+
+    def _loop(self, until_idle: bool) -> Generator[LoopOp, Any, dict[str, str]]:
+        """The worker's loop, written once: claim, start, wait, renew, stop."""
+        done: dict[str, str] = {}
+        next_beat = time.monotonic() + self.lease_ttl / 3
+        while True:
+            claimed: list[RunRecord] = (yield Claim(self._claim_room())) or []
+            for record in claimed:
+                held = self._held[record.run_id] = Held(record)
+                yield Start(held)
+            wait = 0.0 if claimed else min(self.poll_interval, self.lease_ttl / 3)
+            for run_id, status in (yield Wait(wait)) or []:
+                self._held.pop(run_id, None)
+                if status is not None:
+                    done[run_id] = status
+            if time.monotonic() >= next_beat:
+                asked = self._fences()
+                self._renewed((yield Renew(asked)), asked)
+                next_beat = time.monotonic() + self.lease_ttl / 3
+            if self._held or claimed:
+                continue
+            if self._draining.is_set():
+                return done
+            if until_idle and (yield OpenRuns()) == 0:
+                return done
 
     def _call(self, method: Callable[..., Any], *args: Any) -> Any:
         """A store call of the loop; a store that is down is tried again next round."""
@@ -439,46 +485,36 @@ class Worker:
 
     async def arun(self, until_idle: bool = True) -> dict[str, str]:
         """Async twin of `run`: runs are asyncio tasks on this event loop."""
-        done: dict[str, str] = {}
+        loop = self._loop(until_idle)
         tasks: dict[asyncio.Task[str | None], str] = {}
-        next_beat = time.monotonic() + self.lease_ttl / 3
+        reply: Any = None
         with self._signals():
             while True:
-                room = self._claim_room()
-                claimed = await self._acall(
-                    self.saver.aclaim_runs, self.worker_id, room, self.lease_ttl
-                )
-                for record in claimed or []:
-                    held = self._held[record.run_id] = Held(record)
-                    tasks[asyncio.ensure_future(self._aexecute(held))] = record.run_id
-                finished: set[asyncio.Task[str | None]] = set()
-                if tasks:
+                try:
+                    op = loop.send(reply)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                reply = None
+                if isinstance(op, Claim):
+                    reply = await self._acall(
+                        self.saver.aclaim_runs, self.worker_id, op.room, self.lease_ttl
+                    )
+                elif isinstance(op, Start):
+                    tasks[asyncio.ensure_future(self._aexecute(op.held))] = op.held.record.run_id
+                elif isinstance(op, Wait):
+                    if not tasks:
+                        await asyncio.sleep(op.timeout)
+                        continue
                     finished, _ = await asyncio.wait(
-                        tasks,
-                        timeout=0 if claimed else min(self.poll_interval, self.lease_ttl / 3),
-                        return_when=asyncio.FIRST_COMPLETED,
+                        tasks, timeout=op.timeout, return_when=asyncio.FIRST_COMPLETED
                     )
-                elif not claimed:
-                    await asyncio.sleep(self.poll_interval)
-                for task in finished:
-                    run_id = tasks.pop(task)
-                    self._held.pop(run_id, None)
-                    status = task.result()
-                    if status is not None:
-                        done[run_id] = status
-                if time.monotonic() >= next_beat:
-                    asked = self._fences()
-                    kept = await self._acall(
-                        self.saver.arenew_leases, self.worker_id, asked, self.lease_ttl
+                    reply = [(tasks.pop(t), t.result()) for t in finished]
+                elif isinstance(op, Renew):
+                    reply = await self._acall(
+                        self.saver.arenew_leases, self.worker_id, op.fences, self.lease_ttl
                     )
-                    self._renewed(kept, asked)
-                    next_beat = time.monotonic() + self.lease_ttl / 3
-                if tasks or claimed:
-                    continue
-                if self._draining.is_set():
-                    return done
-                if until_idle and await self._acall(self.saver.aopen_runs) == 0:
-                    return done
+                else:
+                    reply = await self._acall(self.saver.aopen_runs)
 
     async def _acall(self, method: Callable[..., Any], *args: Any) -> Any:
         try:
