@@ -29,16 +29,14 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from _pg import postgres_db, server_dsn
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import END, START
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from langgraph_resilience import ResilientState, ResilientStateGraph, side_effect
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
@@ -46,7 +44,6 @@ from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
 CALLS = 5
 TARGET = 1.0
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 class State(ResilientState, total=False):
@@ -133,22 +130,6 @@ def measure(saver: Any, repeats: int, runs: int) -> dict[str, float]:
     }
 
 
-@contextmanager
-def postgres_db(dsn: str) -> Iterator[str]:
-    name = f"lgr_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        params = conninfo_to_dict(dsn)
-        params["dbname"] = name
-        yield make_conninfo("", **params)
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=9)
@@ -161,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         ResilientSqliteSaver.from_conn_string(os.path.join(tmp, "fx.sqlite")) as saver,
     ):
         results["sqlite"] = measure(saver, args.repeats, args.runs)
-    dsn = os.environ.get("LGR_POSTGRES_URL", DEFAULT_DSN)
+    dsn = server_dsn()
     try:
         with postgres_db(dsn) as target, ResilientPostgresSaver.from_conn_string(target) as saver:
             saver.setup()

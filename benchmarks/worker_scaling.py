@@ -32,16 +32,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from _pg import postgres_db, server_dsn
 
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 STEPS = 5
 STEP_WAIT = 0.02
 THROUGHPUT_TARGET = 3.5
@@ -90,22 +86,6 @@ def work(dsn: str, go: str, worker_id: str, lease_ttl: float) -> int:
 
 
 # -- the measurements --------------------------------------------------------------------
-
-
-@contextmanager
-def postgres_db(dsn: str) -> Iterator[str]:
-    name = f"lgr_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        params = conninfo_to_dict(dsn)
-        params["dbname"] = name
-        yield make_conninfo("", **params)
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
 
 
 def submit(dsn: str, runs: int) -> None:
@@ -203,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--takeovers", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    dsn = os.environ.get("LGR_POSTGRES_URL", DEFAULT_DSN)
+    dsn = server_dsn()
     rates: dict[int, list[float]] = {1: [], 4: []}
     latencies: list[float] = []
     with tempfile.TemporaryDirectory(prefix="lgr_bench_") as tmp, postgres_db(dsn) as target:

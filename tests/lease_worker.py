@@ -35,6 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from conftest import open_saver
+from effect_worker import append
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START
 
@@ -51,13 +52,6 @@ STEPS = ("s1", "s2", "s3", "s4", "s5")
 
 class State(ResilientState, total=False):
     receipts: list[str]
-
-
-def append(path: Path, line: str) -> None:
-    with open(path, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def lines(path: Path) -> list[list[str]]:
