@@ -64,8 +64,15 @@ logger = logging.getLogger("langgraph_resilience")
 
 
 class ThreadState(NamedTuple):
-    """Where the thread is: "new" (start with the input), "resume" (from its last
-    checkpoint) or "interrupted" (paused: resume it with the run's budget)."""
+    """Where the thread is: `Where`."""
+
+
+class Where(NamedTuple):
+    """A thread is "new" (start with the input), "resume" (continue from its last
+    checkpoint) or "interrupted" (paused: answer its pending interrupts)."""
+
+    state: str
+    interrupt_ids: tuple[str, ...] = ()
 
 
 class CurrentValues(NamedTuple):
@@ -110,11 +117,13 @@ def run_steps(
         )
         yield Finish("error", {"error": reason, "values": values})
         return "error"
-    where = yield ThreadState()
+    where: Where = yield ThreadState()
     # A paused run resumes with its budget, a top-up if `Worker.resume` gave one
     # (any other value re-checks the budget it had).
     top_up = budget if budget is not None else "resumed without a new budget"
-    value = {"new": input_value, "resume": None}.get(where, Command(resume=top_up))
+    # Every pending interrupt (parallel branches may each have paused) gets it.
+    answers: Command[Any] = Command(resume=dict.fromkeys(where.interrupt_ids, top_up))
+    value = {"new": input_value, "resume": None}.get(where.state, answers)
     result: Invoked = yield Invoke(value)
     exc = result.error
     if held.lost or isinstance(exc, LeaseLost):
@@ -555,10 +564,12 @@ class Worker:
                     return None
 
 
-def _where(snapshot: Any) -> str:
+def _where(snapshot: Any) -> Where:
     if not snapshot.created_at:
-        return "new"
-    return "interrupted" if snapshot.interrupts else "resume"
+        return Where("new")
+    if snapshot.interrupts:
+        return Where("interrupted", tuple(i.id for i in snapshot.interrupts))
+    return Where("resume")
 
 
 def _not_paused(run_id: str, record: RunRecord | None) -> str:

@@ -234,3 +234,50 @@ def test_bad_budgets_and_report_usage_outside_a_node_are_refused() -> None:
         pipeline(Counter(), "none", False).compile(checkpointer=InMemorySaver(), budget="lots")
     with pytest.raises(ConfigError, match="inside a node"):
         report_usage(cost=1.0)
+
+
+async def test_parallel_branches_paused_by_a_budget_resume_together_under_a_worker(
+    checkpointer: Any,
+) -> None:
+    """Both branches of a fan-out pause at their start; one top-up answers both."""
+    h = checkpointer
+    if h.backend == "postgres":
+        from helpers import sql
+
+        sql(h.backend, h.target, "DELETE FROM resilience_runs")
+    ran: Counter[str] = Counter()
+
+    def make(name: str) -> Any:
+        def node(state: State) -> dict[str, Any]:
+            ran[name] += 1
+            return {"done": [name]}
+
+        return node
+
+    g = ResilientStateGraph(State)
+    for name in ("a", "b1", "b2", "c"):
+        g.add_node(name, make(name))
+    g.add_edge(START, "a")
+    g.add_edge("a", "b1")
+    g.add_edge("a", "b2")
+    g.add_edge(["b1", "b2"], "c")
+    g.add_edge("c", END)
+    worker = Worker(g, checkpointer=h.saver, lease_ttl=5)
+
+    async def call(method: str, *args: Any, **kwargs: Any) -> Any:
+        if h.is_async:
+            return await getattr(worker, "a" + method)(*args, **kwargs)
+        return await asyncio.to_thread(getattr(worker, method), *args, **kwargs)
+
+    run_id = await call("submit", {"done": []}, budget=Budget(max_steps=1))
+    assert await call("run") == {run_id: "paused"}
+    thread = (await h.call("read_run", run_id)).thread_id
+    config = {"configurable": {"thread_id": thread}}
+    if h.is_async:
+        snapshot = await worker.graph.aget_state(config)
+    else:
+        snapshot = await asyncio.to_thread(worker.graph.get_state, config)
+    assert sorted(i.value["node"] for i in snapshot.interrupts) == ["b1", "b2"]
+    await call("resume", run_id, Budget(max_steps=10))
+    assert await call("run") == {run_id: "success"}
+    assert ran == {"a": 1, "b1": 1, "b2": 1, "c": 1}
