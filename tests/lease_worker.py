@@ -14,7 +14,8 @@ call, ``<key> <pid> <time>``; it reconciles by looking there) and logs
 Options of ``work``: ``--lease-ttl``, ``--concurrency``, ``--poll``,
 ``--step-sleep`` (seconds each step waits, as a model call would),
 ``--slow STEP:SECONDS`` (the first execution of STEP anywhere waits that long
-after its side effect), ``--go FILE`` (wait for FILE before claiming: the
+after its side effect), ``--die-at STEP`` (every execution of STEP SIGKILLs its
+own process: a poison run), ``--max-recoveries``, ``--go FILE`` (wait for FILE before claiming: the
 benchmark starts every worker at once), ``--async`` (``Worker.arun`` on an
 async saver).
 """
@@ -26,6 +27,7 @@ import asyncio
 import itertools
 import json
 import os
+import signal
 import sys
 import time
 from contextlib import AsyncExitStack
@@ -61,7 +63,9 @@ def lines(path: Path) -> list[list[str]]:
         return []
 
 
-def build(service: Path, step_sleep: float, slow: tuple[str, float] | None) -> Any:
+def build(
+    service: Path, step_sleep: float, slow: tuple[str, float] | None, die_at: str | None = None
+) -> Any:
     def lookup(key: str) -> Any:
         known = any(parts[0] == key for parts in lines(service / "calls.log"))
         return f"receipt:{key}" if known else None
@@ -75,6 +79,8 @@ def build(service: Path, step_sleep: float, slow: tuple[str, float] | None) -> A
         def node(state: State, config: RunnableConfig) -> dict[str, Any]:
             thread = config["configurable"]["thread_id"]
             append(service / "steps.log", f"{thread} {step} start {os.getpid()} {time.time()}")
+            if step == die_at:
+                os.kill(os.getpid(), signal.SIGKILL)
             receipt = deliver()
             if slow is not None and slow[0] == step:
                 marker = service / f"slow-{step}"
@@ -112,6 +118,8 @@ async def main() -> int:
     parser.add_argument("--step-sleep", type=float, default=0.02)
     parser.add_argument("--slow", default=None)
     parser.add_argument("--go", default=None)
+    parser.add_argument("--die-at", default=None)
+    parser.add_argument("--max-recoveries", type=int, default=3)
     parser.add_argument("--async", dest="is_async", action="store_true")
     args = parser.parse_args()
     service = Path(args.service)
@@ -122,11 +130,12 @@ async def main() -> int:
     async with AsyncExitStack() as stack:
         saver = await open_saver(args.backend, args.is_async, args.target, stack)
         worker = Worker(
-            build(service, args.step_sleep, slow),
+            build(service, args.step_sleep, slow, args.die_at),
             checkpointer=saver,
             lease_ttl=args.lease_ttl,
             concurrency=args.concurrency,
             poll_interval=args.poll,
+            max_recoveries=args.max_recoveries,
         )
         if args.mode == "submit":
             ids = [

@@ -1,6 +1,7 @@
 """Workers as real processes, on SQLite and Postgres: a worker SIGKILLed mid-run
 is taken over, a SIGSTOPped one (a zombie) can no longer write when it wakes,
-and SIGTERM drains a worker at a step boundary.
+SIGTERM drains a worker at a step boundary, and a run that kills every worker
+that takes it ends as ``error`` after ``max_recoveries``.
 
 The worker is ``tests/lease_worker.py``: a five-step pipeline, one side effect
 per step against a fake service that logs every call.
@@ -219,3 +220,38 @@ def test_sigterm_drains_the_worker_at_a_step_boundary(
     started = [s for _, s, what, _, _ in steps(tmp_path) if what == "start"]
     assert started == list(STEPS)  # nothing ran twice
     assert_each_effect_once(tmp_path, [f"{prefix}-0"])
+
+
+@pytest.mark.timeout(300)
+def test_a_run_that_kills_every_worker_ends_as_error_after_max_recoveries(
+    fresh: tuple[str, str], tmp_path: Path
+) -> None:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    prefix = f"poison-{uuid.uuid4().hex[:8]}"
+    [run_id] = submit(fresh, tmp_path, 1, prefix)
+    poison = ("--die-at", "s3", "--max-recoveries", "1")
+    killed = []
+    for _ in range(2):  # the first claim and one takeover: each dies in s3
+        proc = work(fresh, tmp_path, *poison)
+        proc.communicate(timeout=90)
+        killed.append(proc.returncode)
+    assert killed == [-signal.SIGKILL, -signal.SIGKILL]
+    last = work(fresh, tmp_path, *poison)
+    assert result(last) == {run_id: "error"}  # given up, not run a third time
+    [(status, recoveries, kind, blob)] = sql(
+        *fresh,
+        "SELECT status, recoveries, outcome_type, outcome FROM resilience_runs WHERE run_id = ?",
+        (run_id,),
+    )
+    assert (status, recoveries) == ("error", 2)
+    outcome = JsonPlusSerializer().loads_typed((kind, bytes(blob)))
+    assert "max_recoveries=1" in outcome["error"]
+    assert len(outcome["values"]["receipts"]) == 2  # the partial result: s1 and s2
+    assert [s for _, s, what, _, _ in steps(tmp_path) if what == "start"].count("s3") == 2
+    assert_each_effect_once_so_far(tmp_path)
+
+
+def assert_each_effect_once_so_far(service: Path) -> None:
+    counted = Counter(calls(service))
+    assert counted and all(n == 1 for n in counted.values()), counted
