@@ -160,13 +160,15 @@ def test_a_killed_workers_runs_are_taken_over_after_its_lease(
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_zombie_worker_cannot_write_after_its_run_was_taken_over(
-    fresh: tuple[str, str], tmp_path: Path
+    fresh: tuple[str, str], tmp_path: Path, mode: str
 ) -> None:
+    extra = ["--async"] if mode == "async" else []
     prefix = f"zombie-{uuid.uuid4().hex[:8]}"
     [run_id] = submit(fresh, tmp_path, 1, prefix)
     thread = f"{prefix}-0"
-    zombie = work(fresh, tmp_path, "--slow", "s2:3")
+    zombie = work(fresh, tmp_path, "--slow", "s2:3", *extra)
     wait_for(
         lambda: any(s == "s2" for _, s, *_ in steps(tmp_path)) and len(calls(tmp_path)) >= 2,
         what="the zombie to call s2's effect",
@@ -174,7 +176,7 @@ def test_a_zombie_worker_cannot_write_after_its_run_was_taken_over(
     os.kill(zombie.pid, signal.SIGSTOP)
     try:
         time.sleep(TTL + 0.5)  # its lease expires
-        rescuer = work(fresh, tmp_path)
+        rescuer = work(fresh, tmp_path, *extra)
         assert result(rescuer) == {run_id: "success"}
     finally:
         os.kill(zombie.pid, signal.SIGCONT)
@@ -200,12 +202,14 @@ def test_a_zombie_worker_cannot_write_after_its_run_was_taken_over(
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["sync", "async"])
 def test_sigterm_drains_the_worker_at_a_step_boundary(
-    fresh: tuple[str, str], tmp_path: Path
+    fresh: tuple[str, str], tmp_path: Path, mode: str
 ) -> None:
+    extra = ["--async"] if mode == "async" else []
     prefix = f"drain-{uuid.uuid4().hex[:8]}"
     [run_id] = submit(fresh, tmp_path, 1, prefix)
-    first = work(fresh, tmp_path, "--step-sleep", "0.4")
+    first = work(fresh, tmp_path, "--step-sleep", "0.4", *extra)
     wait_for(lambda: any(s == "s2" for _, s, *_ in steps(tmp_path)), what="s2 to start")
     os.kill(first.pid, signal.SIGTERM)
     assert result(first) == {run_id: "queued"}  # released, not abandoned
@@ -215,7 +219,7 @@ def test_sigterm_drains_the_worker_at_a_step_boundary(
         *fresh, "SELECT status, owner, recoveries FROM resilience_runs WHERE run_id = ?", (run_id,)
     )
     assert record == [("queued", None, 0)]
-    second = work(fresh, tmp_path)
+    second = work(fresh, tmp_path, *extra)
     assert result(second) == {run_id: "success"}
     started = [s for _, s, what, _, _ in steps(tmp_path) if what == "start"]
     assert started == list(STEPS)  # nothing ran twice
