@@ -118,9 +118,17 @@ async def test_a_thread_takes_one_open_run_at_a_time(h: Any) -> None:
     worker = Worker(pipeline(), checkpointer=h.saver)
     thread = f"one-{uuid.uuid4()}"
     first = await submit(h, worker, {"done": []}, thread_id=thread)
-    with pytest.raises(ConfigError, match="already has run"):
+    with pytest.raises(ConfigError, match="already has an open run"):
         await submit(h, worker, {"done": []}, thread_id=thread)
     assert [r.run_id for r in await h.call("list_runs") if r.thread_id == thread] == [first]
+    # The store refuses it too (two processes submitting at the same instant).
+    insert = (
+        "INSERT INTO resilience_runs (run_id, thread_id, status, created_at, updated_at) "
+        "VALUES (?, ?, 'queued', 0, 0)"
+    )
+    with pytest.raises(Exception, match="resilience_runs"):
+        sql(h.backend, h.target, insert, ("second", thread))
+    sql(h.backend, h.target, insert.replace("'queued'", "'success'"), ("ended", thread))
 
 
 async def test_claims_bump_the_token_and_take_over_expired_leases(h: Any) -> None:

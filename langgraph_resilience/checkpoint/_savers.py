@@ -277,7 +277,8 @@ class SyncResilience(_Hooks):
     ) -> None:
         """Queue a run of a thread (see `Worker.submit`)."""
         return self._run(
-            lambda: _store.submit_run(self._dialect, run_id, thread_id, input_, budget)
+            lambda: _store.submit_run(self._dialect, run_id, thread_id, input_, budget),
+            translate=lambda exc: _store.open_run_conflict(exc, thread_id),
         )
 
     def claim_runs(self, owner: str, limit: int, lease_ttl: float) -> Sequence[_store.RunRecord]:
@@ -535,7 +536,8 @@ class AsyncResilience(_Hooks):
     ) -> None:
         """Queue a run of a thread (see `Worker.submit`)."""
         return await self._run(
-            lambda: _store.submit_run(self._dialect, run_id, thread_id, input_, budget)
+            lambda: _store.submit_run(self._dialect, run_id, thread_id, input_, budget),
+            translate=lambda exc: _store.open_run_conflict(exc, thread_id),
         )
 
     async def aclaim_runs(

@@ -244,7 +244,13 @@ _PG_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 6: the fencing check (Postgres only; SQLite checks in Python, `fenced`).
     (_PG_CHECK_FENCE,),
 )
-_SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (("SELECT 1",), ("SELECT 1",))
+# At most one open run per thread, also when two processes submit at once.
+_ONE_OPEN_RUN = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS resilience_runs_one_open ON resilience_runs "
+    "(thread_id) WHERE status IN ('queued', 'running', 'paused')"
+)
+_PG_MIGRATIONS = (*_PG_MIGRATIONS, (_ONE_OPEN_RUN,))  # 7
+_SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (("SELECT 1",), ("SELECT 1",), (_ONE_OPEN_RUN,))
 
 
 def migrations(d: Dialect) -> tuple[tuple[str, ...], ...]:
@@ -1171,6 +1177,22 @@ def lease_lost(exc: BaseException, fence: Fence | None) -> LeaseLost | None:
     return lease_lost_error(fence, None if detail == "none" else int(detail))
 
 
+def one_open_run(thread_id: str) -> ConfigError:
+    return ConfigError(
+        f"thread {thread_id!r} already has an open run (queued, running or paused); a "
+        "thread runs one run at a time. Submit to another thread_id (or none, for a new "
+        "one), or wait until that run ends."
+    )
+
+
+def open_run_conflict(exc: BaseException, thread_id: str) -> ConfigError | None:
+    """The `ConfigError` behind the unique index refusing a second open run."""
+    text = str(exc)
+    if "resilience_runs_one_open" in text or "resilience_runs.thread_id" in text:
+        return one_open_run(thread_id)
+    return None
+
+
 def submit_run(
     d: Dialect,
     run_id: str,
@@ -1188,11 +1210,7 @@ def submit_run(
         fetch=True,
     )
     if rows:
-        raise ConfigError(
-            f"thread {thread_id!r} already has run {rows[0][0]!r} ({rows[0][1]}); a thread "
-            "runs one run at a time. Submit to another thread_id (or none, for a new "
-            "one), or wait until that run ends."
-        )
+        raise ConfigError(f"{one_open_run(thread_id)} (It is run {rows[0][0]!r}, {rows[0][1]}.)")
     yield Stmt(
         d.sql(
             "INSERT INTO resilience_runs (run_id, thread_id, status, input_type, input, "
