@@ -153,15 +153,6 @@ async def aflush_quietly(state: SaverState, flush: Callable[[], Awaitable[object
         logger.warning("could not store save counters and effect outcomes on close: %s", exc)
 
 
-def overlay_all(
-    state: SaverState, thread_id: str, records: list[_store.EffectRecord]
-) -> list[_store.EffectRecord]:
-    """Stored effect records as they are once the outcomes waiting in memory are stored."""
-    if not state.outcomes.waiting:
-        return records
-    return [r for r in (state.outcomes.overlay(thread_id, r) for r in records) if r is not None]
-
-
 def count_failure(state: SaverState, failed: str | None) -> None:
     if failed is not None:
         state.counters.add(failed)

@@ -224,7 +224,7 @@ class SyncResilience(_Hooks):
     def read_effect(self, thread_id: str, key: str) -> _store.EffectRecord | None:
         """The record of one side effect (with its outcome if one waits), or None."""
         found = self._read(lambda: _store.read_effect(self._dialect, thread_id, key))
-        return self._state.outcomes.overlay(thread_id, found)
+        return found and self._state.outcomes.overlay(thread_id, [found])[0]
 
     def record_intent(
         self,
@@ -264,7 +264,7 @@ class SyncResilience(_Hooks):
     def list_effects(self, thread_id: str) -> Sequence[_store.EffectRecord]:
         """A thread's side effects: key, name, intent and outcome times, status."""
         found = self._read(lambda: _store.list_effects(self._dialect, str(thread_id)))
-        return _base.overlay_all(self._state, str(thread_id), found)
+        return self._state.outcomes.overlay(str(thread_id), found)
 
     # -- runs and leases (the store side of `Worker`) ---------------------------
 
@@ -483,7 +483,7 @@ class AsyncResilience(_Hooks):
     async def aread_effect(self, thread_id: str, key: str) -> _store.EffectRecord | None:
         """The record of one side effect (with its outcome if one waits), or None."""
         found = await self._read(lambda: _store.read_effect(self._dialect, thread_id, key))
-        return self._state.outcomes.overlay(thread_id, found)
+        return found and self._state.outcomes.overlay(thread_id, [found])[0]
 
     async def arecord_intent(
         self,
@@ -523,7 +523,7 @@ class AsyncResilience(_Hooks):
     async def alist_effects(self, thread_id: str) -> Sequence[_store.EffectRecord]:
         """A thread's side effects: key, name, intent and outcome times, status."""
         found = await self._read(lambda: _store.list_effects(self._dialect, str(thread_id)))
-        return _base.overlay_all(self._state, str(thread_id), found)
+        return self._state.outcomes.overlay(str(thread_id), found)
 
     # -- runs and leases (the store side of `Worker`) ---------------------------
 

@@ -1029,10 +1029,15 @@ class PendingOutcomes:
         with self.lock:
             self.waiting = {**taken, **self.waiting}
 
-    def overlay(self, thread_id: str, record: EffectRecord | None) -> EffectRecord | None:
-        """A stored record as it is once its waiting outcome is stored."""
-        fields = None if record is None else self.waiting.get((thread_id, record.idempotency_key))
-        if fields is None or record is None:
+    def overlay(self, thread_id: str, records: list[EffectRecord]) -> list[EffectRecord]:
+        """Stored records as they are once their waiting outcomes are stored."""
+        if not self.waiting:
+            return records
+        return [self._applied(thread_id, r) for r in records]
+
+    def _applied(self, thread_id: str, record: EffectRecord) -> EffectRecord:
+        fields = self.waiting.get((thread_id, record.idempotency_key))
+        if fields is None:
             return record
         return record._replace(
             status=fields.status,
