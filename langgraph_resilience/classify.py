@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from langchain_core.exceptions import OutputParserException
 from langgraph.errors import GraphBubbleUp
 
+from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.errors import (
     BudgetExhausted,
     ConfigError,
@@ -145,8 +147,6 @@ def _is_pydantic_validation(exc: BaseException) -> bool:
 
 
 def _is_output_parser_error(exc: BaseException) -> bool:
-    from langchain_core.exceptions import OutputParserException
-
     return isinstance(exc, OutputParserException)
 
 
@@ -155,8 +155,6 @@ def _is_node_timeout(exc: BaseException) -> bool:
 
 
 def _is_store_transient(exc: BaseException) -> bool:
-    from langgraph_resilience.checkpoint._retry import is_transient_store_error
-
     return is_transient_store_error(exc) or "database is locked" in str(exc).lower()
 
 

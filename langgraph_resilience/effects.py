@@ -38,8 +38,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar, overload
 
-from langgraph_resilience.checkpoint._base import fence_of
-from langgraph_resilience.checkpoint._store import EffectRecord, Fence, OutcomeFields
+from langgraph_resilience.checkpoint import EffectRecord, Fence, OutcomeFields
+from langgraph_resilience.checkpoint._runs import fence_of
 from langgraph_resilience.errors import ConfigError, EffectOutcomeUnknown
 
 __all__ = ["EffectSpec", "side_effect"]
@@ -228,17 +228,13 @@ def _digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
 
 def _intent(spec: EffectSpec, ctx: EffectContext) -> EffectRecord:
     return EffectRecord(
-        ctx.key,
-        spec.name,
-        "intent",
-        time.time(),
-        None,
-        None,
-        None,
-        None,
-        ctx.checkpoint_ns,
-        ctx.checkpoint_id,
-        ctx.task_id,
+        idempotency_key=ctx.key,
+        name=spec.name,
+        status="intent",
+        intent_at=time.time(),
+        checkpoint_ns=ctx.checkpoint_ns,
+        checkpoint_id=ctx.checkpoint_id,
+        task_id=ctx.task_id,
     )
 
 

@@ -11,6 +11,9 @@ database driver's::
     ├── CheckpointConflict     a second process tried to continue the same thread
     ├── CheckpointCorrupt      a stored checkpoint or write cannot be decoded
     ├── LeaseLost              this worker's lease was taken over (fencing)
+    ├── RunStateError          a run is not in a state that allows the call
+                               (a second open run on a thread, resuming a run
+                               that is not paused)
     └── EffectOutcomeUnknown   a side effect's intent has no recorded outcome
 
 Node code raises these to state how its failure should be handled (see
@@ -44,6 +47,7 @@ __all__ = [
     "NodeFailure",
     "PermanentError",
     "ResilienceError",
+    "RunStateError",
     "StoreUnavailable",
     "TransientError",
     "ValidationFailed",
@@ -141,6 +145,12 @@ class CheckpointCorrupt(ResilienceError):
 
 class LeaseLost(ResilienceError):
     """This worker no longer holds the run's lease; its writes are refused."""
+
+
+class RunStateError(ResilienceError):
+    """A run is not in a state that allows the call: a thread that already has an
+    open run (queued, running or paused) takes no second one; only a paused run
+    can be resumed. The message names the run and its status."""
 
 
 class EffectOutcomeUnknown(ResilienceError):

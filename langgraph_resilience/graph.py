@@ -51,8 +51,8 @@ from langgraph_resilience.budget import (
     run_budget,
     used,
 )
-from langgraph_resilience.checkpoint._base import fence_of
-from langgraph_resilience.checkpoint._store import AttemptRecord, Fence
+from langgraph_resilience.checkpoint import AttemptRecord, Fence
+from langgraph_resilience.checkpoint._runs import fence_of
 from langgraph_resilience.classify import (
     Classification,
     Classifier,
@@ -344,7 +344,12 @@ def node_loop(ctx: NodeContext, state: Any, config: RunnableConfig) -> Generator
             policy, failure, [FailureKind(r.kind) for r in earlier if r.kind], ctx.rand()
         )
         record = AttemptRecord(
-            number, ctx.name, failure.kind.value, type(exc).__name__, str(exc)[:500], time.time()
+            attempt=number,
+            node=ctx.name,
+            kind=failure.kind.value,
+            error_type=type(exc).__name__,
+            reason=str(exc)[:500],
+            finished_at=time.time(),
         )
         yield Record(record, started)
         if decision.action is Action.PAUSE:

@@ -6,12 +6,10 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from langgraph_resilience.classify import Classifier, FailureKind
 from langgraph_resilience.errors import ConfigError
-
-if TYPE_CHECKING:
-    from langgraph_resilience.classify import Classifier, FailureKind
 
 __all__ = ["Attempt", "Backoff", "NodePolicy", "Seconds"]
 
@@ -167,8 +165,6 @@ class NodePolicy:
     classifier: Classifier | None = None
 
     def __post_init__(self) -> None:
-        from langgraph_resilience.classify import Classifier
-
         if self.retry is not None and not isinstance(self.retry, Backoff):
             raise ConfigError(f"retry must be a Backoff or None, got {self.retry!r}")
         if self.fallback is not None and (not isinstance(self.fallback, str) or not self.fallback):

@@ -45,13 +45,14 @@ from langgraph.runtime import RunControl
 from langgraph.types import Command
 
 from langgraph_resilience.budget import Budget
-from langgraph_resilience.checkpoint._base import FENCE_KEY
-from langgraph_resilience.checkpoint._retry import is_store_error
-from langgraph_resilience.checkpoint._store import Fence, RunRecord
+from langgraph_resilience._store_errors import is_store_error
+from langgraph_resilience.checkpoint import Fence, RunRecord
+from langgraph_resilience.checkpoint._runs import FENCE_KEY
 from langgraph_resilience.errors import (
     CheckpointConflict,
     ConfigError,
     LeaseLost,
+    RunStateError,
     StoreUnavailable,
 )
 
@@ -190,7 +191,7 @@ class Held:
 
     @property
     def fence(self) -> Fence:
-        return Fence(self.record.run_id, self.record.fencing_token)
+        return Fence(run_id=self.record.run_id, token=self.record.fencing_token)
 
     def config(self, budget: Budget | None) -> RunnableConfig:
         configurable: dict[str, Any] = {"thread_id": self.record.thread_id, FENCE_KEY: self.fence}
@@ -313,15 +314,15 @@ class Worker:
         worker resumes it at the step that paused, nothing redone.
 
         Raises:
-            ConfigError: the run is not paused.
+            RunStateError: the run is not paused.
         """
         if not self.saver.requeue_run(str(run_id), self._blob(budget)):
-            raise ConfigError(_not_paused(run_id, self.saver.read_run(str(run_id))))
+            raise RunStateError(_not_paused(run_id, self.saver.read_run(str(run_id))))
 
     async def aresume(self, run_id: str, budget: Any = None) -> None:
         """Async twin of `resume`."""
         if not await self.saver.arequeue_run(str(run_id), self._blob(budget)):
-            raise ConfigError(_not_paused(run_id, await self.saver.aread_run(str(run_id))))
+            raise RunStateError(_not_paused(run_id, await self.saver.aread_run(str(run_id))))
 
     # -- draining --------------------------------------------------------------------
 
@@ -424,7 +425,7 @@ class Worker:
                         self.saver.renew_leases, self.worker_id, op.fences, self.lease_ttl
                     )
                 else:
-                    reply = self._call(self.saver.open_runs)
+                    reply = self._call(self.saver.active_runs)
 
     def _loop(self, until_idle: bool) -> Generator[LoopOp, Any, dict[str, str]]:
         """The worker's loop, written once: claim, start, wait, renew, stop."""
@@ -523,7 +524,7 @@ class Worker:
                         self.saver.arenew_leases, self.worker_id, op.fences, self.lease_ttl
                     )
                 else:
-                    reply = await self._acall(self.saver.aopen_runs)
+                    reply = await self._acall(self.saver.aactive_runs)
 
     async def _acall(self, method: Callable[..., Any], *args: Any) -> Any:
         try:

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from conftest import open_saver
 from helpers import linear_graph
 
-from langgraph_resilience.checkpoint import _store
+from langgraph_resilience.checkpoint import _threads
 from langgraph_resilience.errors import CheckpointConflict
 
 STEPS = ["a", "b", "c", "d", "e"]
@@ -56,7 +56,7 @@ def append(ledger: str, line: str) -> None:
 
 def kill_inside_put(n: int) -> None:
     """Die (SIGKILL) inside the n-th checkpoint transaction, before its commit."""
-    original = _store.put_checkpoint
+    original = _threads.put_checkpoint
     seen = 0
 
     def dying(*args: Any, **kwargs: Any) -> Any:
@@ -66,7 +66,7 @@ def kill_inside_put(n: int) -> None:
         if seen == n:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    _store.put_checkpoint = dying  # type: ignore[assignment]
+    _threads.put_checkpoint = dying  # type: ignore[assignment]
 
 
 def behaviour_for(args: argparse.Namespace) -> Any:

@@ -26,6 +26,7 @@ from langgraph_resilience import (
     NodePolicy,
     ResilientState,
     ResilientStateGraph,
+    RunStateError,
     Worker,
     report_usage,
 )
@@ -186,7 +187,7 @@ async def test_a_worker_marks_a_spent_run_paused_and_resume_tops_it_up(checkpoin
     assert await run() == {run_id: "paused"}
     assert (await h.call("read_run", run_id)).status == "paused"
     assert set(ran) == {"s1", "s2", "s3"}
-    with pytest.raises(ConfigError, match="only a paused run"):
+    with pytest.raises(RunStateError, match="only a paused run"):
         if h.is_async:
             await worker.aresume("no-such-run")
         else:

@@ -413,14 +413,14 @@ async def test_an_outcome_rides_with_the_next_write_unless_on_unknown_raise(
 async def test_a_waiting_outcome_survives_a_failed_write_and_is_stored_on_close(
     tmp_path: Any,
 ) -> None:
-    from langgraph_resilience.checkpoint import _base, _store
+    from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields, _base
     from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
     path = str(tmp_path / "behind.db")
-    fields = _store.OutcomeFields("done", 2.0, "json", b'"ok"', None)
+    fields = OutcomeFields("done", 2.0, "json", b'"ok"', None)
     with ResilientSqliteSaver.from_conn_string(path) as saver:
         saver.setup()
-        record = _store.EffectRecord("k1", "email", "intent", 1.0, None, None, None, None)
+        record = EffectRecord(idempotency_key="k1", name="email", status="intent", intent_at=1.0)
         saver.record_intent("t1", record, None)
         saver.defer_outcome("t1", "k1", fields)
         with pytest.raises(RuntimeError), _base.Riders(saver._state, None):

@@ -17,6 +17,7 @@ MODULES = [
     "langgraph_resilience.graph",
     "langgraph_resilience.worker",
     "langgraph_resilience.effects",
+    "langgraph_resilience.checkpoint",
     "langgraph_resilience.checkpoint.sqlite",
     "langgraph_resilience.checkpoint.sqlite.aio",
     "langgraph_resilience.checkpoint.postgres",

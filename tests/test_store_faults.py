@@ -21,12 +21,9 @@ import pytest
 from conftest import open_saver
 from helpers import linear_graph, put_first_checkpoint, sql
 
-from langgraph_resilience.checkpoint import _store
-from langgraph_resilience.checkpoint._retry import (
-    call_with_retry,
-    is_store_error,
-    is_transient_store_error,
-)
+from langgraph_resilience._store_errors import is_store_error, is_transient_store_error
+from langgraph_resilience.checkpoint import _schema, _store
+from langgraph_resilience.checkpoint._retry import call_with_retry
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
@@ -254,7 +251,7 @@ async def test_newer_schema_is_refused_and_left_alone(store: tuple[str, str]) ->
     async with AsyncExitStack() as stack:
         saver = await open_saver(backend, False, target, stack)
         await asyncio.to_thread(put_first_checkpoint, saver, "kept")
-    future = _store.SCHEMA_VERSION + 1
+    future = _schema.SCHEMA_VERSION + 1
     sql(backend, target, "INSERT INTO resilience_migrations (v) VALUES (?)", (future,))
     with pytest.raises(ConfigError, match="newer than this"):
         async with AsyncExitStack() as stack:
@@ -292,7 +289,7 @@ def test_langgraph_migration_list_is_left_alone() -> None:
 
     assert ResilientPostgresSaver.MIGRATIONS is BasePostgresSaver.MIGRATIONS
     assert not any("resilience" in m for m in BasePostgresSaver.MIGRATIONS)
-    assert len(_store.migrations(_store.SQLITE)) == len(_store.migrations(_store.POSTGRES))
+    assert len(_schema.migrations(_store.SQLITE)) == len(_schema.migrations(_store.POSTGRES))
 
 
 # -- counters ----------------------------------------------------------------------

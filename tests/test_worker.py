@@ -21,6 +21,7 @@ from langgraph.graph import END, START
 
 from langgraph_resilience import (
     ConfigError,
+    RunStateError,
     LeaseLost,
     NodePolicy,
     PermanentError,
@@ -28,7 +29,7 @@ from langgraph_resilience import (
     ResilientStateGraph,
     Worker,
 )
-from langgraph_resilience.checkpoint._store import AttemptRecord, EffectRecord, Fence
+from langgraph_resilience.checkpoint import AttemptRecord, EffectRecord, Fence
 
 STEPS = ["a", "b", "c"]
 
@@ -110,7 +111,7 @@ async def test_a_worker_runs_every_submitted_run_to_its_end(h: Any) -> None:
     assert failed["failed_step"]["node"] == "b"
     assert [s["node"] for s in failed["completed_steps"]] == ["a"]
     assert (await h.call("read_run", named)).thread_id.startswith("named-")
-    assert await h.call("open_runs") == 0
+    assert await h.call("active_runs") == 0
     assert await h.call("read_run", "no-such-run") is None
 
 
@@ -118,7 +119,7 @@ async def test_a_thread_takes_one_open_run_at_a_time(h: Any) -> None:
     worker = Worker(pipeline(), checkpointer=h.saver)
     thread = f"one-{uuid.uuid4()}"
     first = await submit(h, worker, {"done": []}, thread_id=thread)
-    with pytest.raises(ConfigError, match="already has an open run"):
+    with pytest.raises(RunStateError, match="already has an open run"):
         await submit(h, worker, {"done": []}, thread_id=thread)
     assert [r.run_id for r in await h.call("list_runs") if r.thread_id == thread] == [first]
     # The store refuses it too (two processes submitting at the same instant).
@@ -142,7 +143,7 @@ async def test_claims_bump_the_token_and_take_over_expired_leases(h: Any) -> Non
         0,
     )
     assert await h.call("claim_runs", "worker-b", 5, 0.3) == []  # held
-    assert await h.call("renew_leases", "worker-a", [Fence(run_id, 1)], 0.3) == [run_id]
+    assert await h.call("renew_leases", "worker-a", [Fence(run_id=run_id, token=1)], 0.3) == [run_id]
     await asyncio.sleep(0.5)  # the lease expires
     [taken] = await h.call("claim_runs", "worker-b", 5, 5.0)
     assert (taken.fencing_token, taken.owner, taken.recoveries, taken.attempts) == (
@@ -152,10 +153,10 @@ async def test_claims_bump_the_token_and_take_over_expired_leases(h: Any) -> Non
         2,
     )
     # The old holder can neither renew nor finish it.
-    assert await h.call("renew_leases", "worker-a", [Fence(run_id, 1)], 5.0) == []
-    assert await h.call("finish_run", Fence(run_id, 1), "success", None) is False
+    assert await h.call("renew_leases", "worker-a", [Fence(run_id=run_id, token=1)], 5.0) == []
+    assert await h.call("finish_run", Fence(run_id=run_id, token=1), "success", None) is False
     assert (await h.call("read_run", run_id)).status == "running"
-    assert await h.call("finish_run", Fence(run_id, 2), "success", None) is True
+    assert await h.call("finish_run", Fence(run_id=run_id, token=2), "success", None) is True
 
 
 async def test_a_stale_token_cannot_write_anything(h: Any) -> None:
@@ -167,10 +168,10 @@ async def test_a_stale_token_cannot_write_anything(h: Any) -> None:
     await asyncio.sleep(0.4)
     await h.call("claim_runs", "worker-b", 1, 5.0)
     stale = {
-        "configurable": {"thread_id": thread, "checkpoint_ns": "", "__lgr_fence": Fence(run_id, 1)}
+        "configurable": {"thread_id": thread, "checkpoint_ns": "", "__lgr_fence": Fence(run_id=run_id, token=1)}
     }
     fresh = {
-        "configurable": {"thread_id": thread, "checkpoint_ns": "", "__lgr_fence": Fence(run_id, 2)}
+        "configurable": {"thread_id": thread, "checkpoint_ns": "", "__lgr_fence": Fence(run_id=run_id, token=2)}
     }
     checkpoint = empty_checkpoint()
     meta = {"source": "input", "step": -1}
@@ -184,17 +185,19 @@ async def test_a_stale_token_cannot_write_anything(h: Any) -> None:
             [("done", ["x"])],
             "task-1",
         )
-    intent = EffectRecord("k", "email", "intent", time.time(), None, None, None, None)
+    intent = EffectRecord(idempotency_key="k", name="email", status="intent", intent_at=time.time())
     with pytest.raises(LeaseLost):
-        await h.call("record_intent", thread, intent, None, Fence(run_id, 1))
-    attempt = AttemptRecord(1, "a", "transient", "E", "boom", time.time())
+        await h.call("record_intent", thread, intent, None, Fence(run_id=run_id, token=1))
+    attempt = AttemptRecord(
+        attempt=1, node="a", kind="transient", error_type="E", reason="boom", finished_at=time.time()
+    )
     with pytest.raises(LeaseLost):
         await h.call(
             "record_attempt",
             (thread, "", checkpoint["id"], "t"),
             attempt,
             time.time(),
-            Fence(run_id, 1),
+            Fence(run_id=run_id, token=1),
         )
     counts = sql(
         h.backend, h.target, "SELECT count(*) FROM checkpoints WHERE thread_id = ?", (thread,)

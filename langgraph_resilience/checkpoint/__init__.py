@@ -6,5 +6,36 @@
 - `langgraph_resilience.checkpoint.postgres.aio.AsyncResilientPostgresSaver`
 
 They are imported from their own modules so that using one dialect never imports
-the other's driver.
+the other's driver. This package exports what they have in common: the
+`ResilientSaver` / `AsyncResilientSaver` protocols and the records they read
+back (`RunRecord`, `EffectRecord`, `AttemptRecord`) and take (`Fence`).
+
+The rooms inside, one concern each: ``_store`` (statements, dialects, the
+executor), ``_schema`` (tables and migrations), ``_counters`` (save counters),
+``_threads`` (checkpoints, writes, forks, thread maintenance), ``_ledger``
+(node attempts, side effects), ``_runs`` (runs, leases, fencing), ``_retry``
+(retry loops), ``_base`` (state the copies of a saver share), ``_savers`` and
+``_asavers`` (the methods both dialects share, sync and async).
 """
+
+from __future__ import annotations
+
+from langgraph_resilience.checkpoint._ledger import (
+    AttemptKey,
+    AttemptRecord,
+    EffectRecord,
+    OutcomeFields,
+)
+from langgraph_resilience.checkpoint._protocol import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint._runs import Fence, RunRecord
+
+__all__ = [
+    "AsyncResilientSaver",
+    "AttemptKey",
+    "AttemptRecord",
+    "EffectRecord",
+    "Fence",
+    "OutcomeFields",
+    "ResilientSaver",
+    "RunRecord",
+]

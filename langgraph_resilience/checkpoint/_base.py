@@ -1,12 +1,10 @@
 """What the four resilient savers share and that is not SQL: their shared state,
-connection targets, and the pure helpers around the store operations."""
+what rides along with a write, and the helpers around the store operations."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -14,14 +12,12 @@ from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 
-from langgraph_resilience.checkpoint import _store
-from langgraph_resilience.checkpoint._retry import DEFAULT_STORE_RETRY, is_store_error
-from langgraph_resilience.errors import (
-    CheckpointCorrupt,
-    ConfigError,
-    ResilienceError,
-    StoreUnavailable,
-)
+from langgraph_resilience._store_errors import is_store_error
+from langgraph_resilience.checkpoint._counters import Counters, bump
+from langgraph_resilience.checkpoint._ledger import OutcomeFields, PendingOutcomes, store_outcomes
+from langgraph_resilience.checkpoint._retry import DEFAULT_STORE_RETRY
+from langgraph_resilience.checkpoint._store import Dialect, Statements
+from langgraph_resilience.errors import CheckpointCorrupt, ConfigError, ResilienceError
 from langgraph_resilience.policy import Backoff
 
 T = TypeVar("T")
@@ -42,8 +38,8 @@ class SaverState:
     """
 
     backoff: Backoff = DEFAULT_STORE_RETRY
-    counters: _store.Counters = field(default_factory=_store.Counters)
-    outcomes: _store.PendingOutcomes = field(default_factory=_store.PendingOutcomes)
+    counters: Counters = field(default_factory=Counters)
+    outcomes: PendingOutcomes = field(default_factory=PendingOutcomes)
     conn: Any = None
     conninfo: str | None = None
     schema_checked: bool = False
@@ -104,7 +100,7 @@ class Riders:
         self._flush = flush
         self._ride = ride
         self.counts: dict[str, int] = {}
-        self.outcomes: dict[tuple[str, str], _store.OutcomeFields] = {}
+        self.outcomes: dict[tuple[str, str], OutcomeFields] = {}
 
     def __enter__(self) -> Riders:
         if not self._ride:
@@ -128,8 +124,10 @@ class Riders:
     def __bool__(self) -> bool:
         return bool(self.counts or self.outcomes)
 
-    def statements(self, d: _store.Dialect) -> _store.Statements[None]:
-        return _store.riders(d, self._state.counters.scope, self.counts, self.outcomes)
+    def statements(self, d: Dialect) -> Statements[None]:
+        """Waiting side-effect outcomes, then the counts."""
+        yield from store_outcomes(d, self.outcomes)
+        yield from bump(d, self._state.counters.scope, self.counts)
 
 
 def flush_quietly(state: SaverState, flush: Callable[[], object]) -> None:
@@ -158,75 +156,6 @@ def count_failure(state: SaverState, failed: str | None) -> None:
         state.counters.add(failed)
 
 
-# ---------------------------------------------------------------------------
-# Connection targets and their errors
-# ---------------------------------------------------------------------------
-
-
-def sqlite_path_error(conn_string: str) -> ConfigError | None:
-    """A clear error for a SQLite path whose directory is missing."""
-    if conn_string == ":memory:" or conn_string.startswith("file:"):
-        return None
-    directory = os.path.dirname(os.path.abspath(conn_string))
-    if not os.path.isdir(directory):
-        return ConfigError(
-            f"cannot open SQLite database {conn_string!r}: directory {directory!r} "
-            "does not exist. Create it first (os.makedirs), or pass another path "
-            'or ":memory:".'
-        )
-    return None
-
-
-def sqlite_unavailable(conn_string: str, exc: sqlite3.Error) -> StoreUnavailable:
-    return StoreUnavailable(
-        f"cannot open SQLite database {conn_string!r}: {exc}", target=conn_string, attempts=1
-    )
-
-
-def masked_dsn(conninfo: str) -> str:
-    """A DSN safe to print: the password is removed."""
-    try:
-        from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-        params = conninfo_to_dict(conninfo)
-    except Exception:
-        return "<unparseable DSN>"
-    params.pop("password", None)
-    return make_conninfo("", **{k: v for k, v in params.items() if v is not None})
-
-
-def pg_unavailable(conninfo: str, exc: BaseException) -> StoreUnavailable:
-    target = masked_dsn(conninfo)
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return StoreUnavailable(
-        f"cannot connect to Postgres at {target!r}: {reason}. Check that the server is "
-        "running and that host, port, database and user in the DSN are right.",
-        target=target,
-        attempts=1,
-    )
-
-
-def live_conninfo(conn: Any) -> str | None:
-    """How to reopen a psycopg connection (its DSN plus the password)."""
-    info = getattr(conn, "info", None)
-    if info is None:
-        return None
-    from psycopg.conninfo import make_conninfo
-
-    password = getattr(info, "password", None)
-    return make_conninfo(info.dsn, **({"password": password} if password else {}))
-
-
-def missing_schema(exc: BaseException) -> ConfigError | None:
-    """A clear error when the resilience tables were never created (Postgres)."""
-    if getattr(exc, "sqlstate", None) in ("42P01", "42883"):  # undefined table / function
-        return ConfigError(
-            f"the resilience tables are missing ({exc}). Call saver.setup() once on this "
-            "database before running graphs (LangGraph's Postgres savers need the same)."
-        )
-    return None
-
-
 def bridge(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, owner: str) -> T:
     """Run an async saver method from a sync caller in another thread."""
     try:
@@ -240,27 +169,3 @@ def bridge(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, owner:
             "its event loop's; from async code, use the a-prefixed methods"
         )
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-
-Translate = Callable[[BaseException], BaseException | None]
-
-# Where a `Worker` puts the run's fence in a run's config; every checkpoint,
-# write, attempt and effect record of that run is checked against it.
-FENCE_KEY = "__lgr_fence"
-
-
-def fence_of(config: RunnableConfig | None) -> _store.Fence | None:
-    """The fence a run's config carries, if a `Worker` runs it."""
-    found = ((config or {}).get("configurable") or {}).get(FENCE_KEY)
-    if found is None:
-        return None
-    return found if isinstance(found, _store.Fence) else _store.Fence(str(found[0]), int(found[1]))
-
-
-def fenced_translate(fence: _store.Fence | None, other: Translate | None = None) -> Translate:
-    """Map a Postgres fencing error to `LeaseLost`, then anything ``other`` maps."""
-
-    def translate(exc: BaseException) -> BaseException | None:
-        return _store.lease_lost(exc, fence) or (other(exc) if other else None)
-
-    return translate

@@ -1,73 +1,39 @@
-"""Store-fault tolerance: which store errors are transient, and the retry loops.
+"""Store-fault tolerance: the retry loops every saver operation runs in.
 
-The decision (is this error worth another try, how long to wait) is pure; the
-two loops below are the sync and async drivers and differ only in how they
-call, sleep and reset the connection.
+The decision (is this error worth another try, how long to wait) is pure
+(`langgraph_resilience._store_errors`, `Backoff.delay`); the two loops below are
+the sync and async drivers and differ only in how they call, sleep and reset
+the connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from langgraph_resilience._store_errors import is_store_error, is_transient_store_error
 from langgraph_resilience.policy import Backoff
 
-__all__ = [
-    "DEFAULT_STORE_RETRY",
-    "acall_with_retry",
-    "call_with_retry",
-    "is_store_error",
-    "is_transient_store_error",
-]
+__all__ = ["DEFAULT_STORE_RETRY", "Translate", "acall_with_retry", "call_with_retry"]
 
 T = TypeVar("T")
+#: Maps a store error to the library's own error (None: not one it knows).
+Translate = Callable[[BaseException], BaseException | None]
 
-#: Long enough to ride out a Postgres restart (about ten seconds of caps in all).
+#: Eight tries; the waits between them are capped at 0.05, 0.1, ... 3.2 s, 6.35 s
+#: in all (full jitter: about half that on average).
 DEFAULT_STORE_RETRY = Backoff(
     max_attempts=8, initial_interval=0.05, backoff_factor=2.0, max_interval=5.0
 )
 
-_SQLITE_TRANSIENT = ("database is locked", "database table is locked", "busy")
-# SQLSTATE classes and codes after which a new try on a fresh connection can work:
-# connection exceptions, serialization failures and deadlocks, too many
-# connections, and the server shutting down or starting up.
-_PG_TRANSIENT_CLASSES = ("08", "40")
-_PG_TRANSIENT_CODES = ("53300", "57P01", "57P02", "57P03", "55P03")
 
-
-def _is_psycopg_error(exc: BaseException) -> bool:
-    return any(c.__module__.startswith(("psycopg", "psycopg_pool")) for c in type(exc).__mro__[:-1])
-
-
-def is_store_error(exc: BaseException) -> bool:
-    """Whether ``exc`` came from the database driver (as opposed to our checks)."""
-    return isinstance(exc, sqlite3.Error) or _is_psycopg_error(exc)
-
-
-def is_transient_store_error(exc: BaseException) -> bool:
-    """Whether a store operation that raised ``exc`` may succeed if tried again.
-
-    Transient: SQLite "database is locked"/busy; Postgres connection failures
-    (dropped connection, server restart, terminated backend, pool timeout),
-    serialization failures and deadlocks. Everything else (constraint
-    violations, syntax errors, a missing table) is not.
-    """
-    if isinstance(exc, sqlite3.OperationalError):
-        message = str(exc).lower()
-        return any(marker in message for marker in _SQLITE_TRANSIENT)
-    if not _is_psycopg_error(exc):
-        return False
-    sqlstate = getattr(exc, "sqlstate", None)
-    if sqlstate:
-        return sqlstate.startswith(_PG_TRANSIENT_CLASSES) or sqlstate in _PG_TRANSIENT_CODES
-    # No SQLSTATE: the client lost or never had a connection (psycopg.OperationalError,
-    # psycopg_pool.PoolTimeout), or used one that is closed (InterfaceError).
-    names = {c.__name__ for c in type(exc).__mro__}
-    return bool(names & {"OperationalError", "InterfaceError", "PoolTimeout"})
+def _mapped(exc: Exception, translate: Translate | None) -> BaseException | None:
+    """What a failed try raises instead of ``exc`` (a store error the caller knows
+    more about: a refused fork, a lost lease, a second open run), if anything."""
+    return translate(exc) if translate is not None else None
 
 
 def call_with_retry(
@@ -75,19 +41,23 @@ def call_with_retry(
     *,
     backoff: Backoff,
     on_failure: Callable[[BaseException], None],
+    translate: Translate | None = None,
     sleep: Callable[[float], None] = time.sleep,
     rand: Callable[[], float] = random.random,
 ) -> T:
     """Run ``op``; after a transient store error, reset and try again with backoff.
 
-    ``on_failure`` sees every failed try of a store error (to count it and to
-    drop a broken connection) before the decision to retry or raise.
+    ``translate`` maps an error first (the mapped error is raised, not retried);
+    ``on_failure`` sees every other failed try of a store error (to count it and
+    to drop a broken connection) before the decision to retry or raise.
     """
     attempt = 1
     while True:
         try:
             return op()
         except Exception as exc:
+            if (mapped := _mapped(exc, translate)) is not None:
+                raise mapped from exc
             if not is_store_error(exc):
                 raise
             on_failure(exc)
@@ -102,6 +72,7 @@ async def acall_with_retry(
     *,
     backoff: Backoff,
     on_failure: Callable[[BaseException], Awaitable[None]],
+    translate: Translate | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     rand: Callable[[], float] = random.random,
 ) -> T:
@@ -111,6 +82,8 @@ async def acall_with_retry(
         try:
             return await op()
         except Exception as exc:
+            if (mapped := _mapped(exc, translate)) is not None:
+                raise mapped from exc
             if not is_store_error(exc):
                 raise
             await on_failure(exc)

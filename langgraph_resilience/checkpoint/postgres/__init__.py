@@ -19,17 +19,17 @@ from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from psycopg import Connection, Cursor, Pipeline
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from langgraph_resilience.checkpoint import _base, _store
-from langgraph_resilience.checkpoint._retry import (
-    call_with_retry,
-    is_transient_store_error,
-)
+from langgraph_resilience._store_errors import is_transient_store_error
+from langgraph_resilience.checkpoint import _base, _schema, _threads
+from langgraph_resilience.checkpoint._retry import Translate, call_with_retry
 from langgraph_resilience.checkpoint._savers import SyncResilience
-from langgraph_resilience.checkpoint._store import POSTGRES, Statements
+from langgraph_resilience.checkpoint._store import POSTGRES, Statements, execute
+from langgraph_resilience.errors import ConfigError, StoreUnavailable
 from langgraph_resilience.policy import Backoff
 
 __all__ = ["ResilientPostgresSaver", "pg_put", "pg_write_rows"]
@@ -48,7 +48,7 @@ def pg_put(
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
-) -> _store.PutCheckpoint:
+) -> _threads.PutCheckpoint:
     """The rows PostgresSaver.put stores: primitives inline, the rest as blobs."""
     thread_id, ns, parent_id = _base.thread_key(config)
     copy = checkpoint.copy()
@@ -74,19 +74,19 @@ def pg_put(
         Jsonb(copy),
         Jsonb(get_serializable_checkpoint_metadata(config, metadata)),
     )
-    return _store.PutCheckpoint(
+    return _threads.PutCheckpoint(
         thread_id=thread_id,
         ns=ns,
         checkpoint_id=checkpoint["id"],
         parent_id=parent_id,
-        check_fork=_store.needs_fork_check(metadata, parent_id),
+        check_fork=_threads.needs_fork_check(metadata, parent_id),
         row=row,
         blob_rows=blob_rows,
     )
 
 
-def pg_put_statements(saver: BasePostgresSaver, put: _store.PutCheckpoint) -> Statements[None]:
-    return _store.put_checkpoint(
+def pg_put_statements(saver: BasePostgresSaver, put: _threads.PutCheckpoint) -> Statements[None]:
+    return _threads.put_checkpoint(
         POSTGRES,
         put,
         upsert_sql=saver.UPSERT_CHECKPOINTS_SQL,
@@ -103,13 +103,60 @@ def pg_write_rows(
 ) -> tuple[str, list[tuple[Any, ...]]]:
     """The statement and rows PostgresSaver.put_writes stores."""
     thread_id, ns, checkpoint_id = _base.thread_key(config)
-    sql = _store.writes_sql(
+    sql = _threads.writes_sql(
         writes,
         replace=saver.UPSERT_CHECKPOINT_WRITES_SQL,
         keep_first=saver.INSERT_CHECKPOINT_WRITES_SQL,
     )
     rows = saver._dump_writes(thread_id, ns, str(checkpoint_id), task_id, task_path, writes)
     return sql, list(rows)
+
+
+def masked_dsn(conninfo: str) -> str:
+    """A DSN safe to print: the password is removed."""
+    try:
+        params = conninfo_to_dict(conninfo)
+    except Exception:
+        return "<unparseable DSN>"
+    params.pop("password", None)
+    return make_conninfo("", **{k: v for k, v in params.items() if v is not None})
+
+
+def pg_unavailable(conninfo: str, exc: BaseException) -> StoreUnavailable:
+    target = masked_dsn(conninfo)
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return StoreUnavailable(
+        f"cannot connect to Postgres at {target!r}: {reason}. Check that the server is "
+        "running and that host, port, database and user in the DSN are right.",
+        target=target,
+        attempts=1,
+    )
+
+
+def live_conninfo(conn: Any) -> str | None:
+    """How to reopen a psycopg connection (its DSN plus the password)."""
+    info = getattr(conn, "info", None)
+    if info is None:
+        return None
+    password = getattr(info, "password", None)
+    return make_conninfo(info.dsn, **({"password": password} if password else {}))
+
+
+def missing_schema(exc: BaseException) -> ConfigError | None:
+    """A clear error when the resilience tables were never created."""
+    if getattr(exc, "sqlstate", None) in ("42P01", "42883"):  # undefined table / function
+        return ConfigError(
+            f"the resilience tables are missing ({exc}). Call saver.setup() once on this "
+            "database before running graphs (LangGraph's Postgres savers need the same)."
+        )
+    return None
+
+
+def translation(translate: Translate | None) -> Translate:
+    """``translate``, then the missing-schema error."""
+    if translate is None:
+        return missing_schema
+    return lambda exc: translate(exc) or missing_schema(exc)
 
 
 class ResilientPostgresSaver(SyncResilience, PostgresSaver):
@@ -154,7 +201,7 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         self._state = _base.make_state(store_retry)
         super().__init__(conn, pipe, serde)
         if isinstance(conn, Connection):
-            self._state.conninfo = _base.live_conninfo(conn)
+            self._state.conninfo = live_conninfo(conn)
 
     # The connection lives in the shared state, so a copy of this saver (made by
     # compile() under strict msgpack) sees the fresh connection that replaced a
@@ -181,7 +228,7 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         try:
             conn: Connection[DictRow] = Connection.connect(conn_string, **CONNECT_KWARGS)
         except psycopg.Error as exc:
-            raise _base.pg_unavailable(conn_string, exc) from exc
+            raise pg_unavailable(conn_string, exc) from exc
         saver = None
         try:
             if pipeline:
@@ -209,7 +256,7 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
             backoff=self._state.backoff,
             on_failure=self._on_failure(None),
         )
-        self._run(lambda: _store.migrate(POSTGRES, where="this Postgres database"), check=False)
+        self._transact(lambda: _schema.migrate(POSTGRES, where="this Postgres database"), check=False)
         self._state.schema_checked = True
 
     # -- the transaction driver ----------------------------------------------
@@ -241,17 +288,17 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
                     self._reset_connection()
                 raise
 
-    def _run(
+    def _transact(
         self,
         statements: Callable[[], Statements[T]],
         *,
+        translate: Translate | None = None,
         ok: str | None = None,
         failed: str | None = None,
         flush: bool = False,
-        translate: _base.Translate | None = None,
         check: bool = True,
         pipeline: bool = False,
-        relaxed: bool = False,  # Postgres relaxes in SQL: see _store.record_outcome
+        relaxed: bool = False,  # Postgres relaxes in SQL: see _ledger.record_outcome
         ride: bool = True,  # False for a read: nothing rides along
     ) -> T:
         def attempt() -> T:
@@ -259,24 +306,23 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
             # can hand a fetch the rows of an earlier statement (after a NOTICE),
             # so only statement lists that fetch nothing use it.
             checked = self._state.schema_checked or not check
-            with _base.Riders(self._state, ok, flush=flush, ride=ride) as riders:
-                try:
-                    with self._transaction(pipeline and checked) as cur:
-                        if not checked:
-                            _store.execute(cur, _store.check_schema(POSTGRES))
-                        if riders:
-                            _store.execute(cur, riders.statements(POSTGRES))
-                        result = _store.execute(cur, statements())
-                except Exception as exc:
-                    mapped = (translate and translate(exc)) or _base.missing_schema(exc)
-                    if mapped is not None:
-                        raise mapped from exc
-                    raise
+            with (
+                _base.Riders(self._state, ok, flush=flush, ride=ride) as riders,
+                self._transaction(pipeline and checked) as cur,
+            ):
+                if not checked:
+                    execute(cur, _schema.check_schema(POSTGRES))
+                if riders:
+                    execute(cur, riders.statements(POSTGRES))
+                result = execute(cur, statements())
             self._state.schema_checked = self._state.schema_checked or check
             return result
 
         return call_with_retry(
-            attempt, backoff=self._state.backoff, on_failure=self._on_failure(failed)
+            attempt,
+            backoff=self._state.backoff,
+            on_failure=self._on_failure(failed),
+            translate=translation(translate),
         )
 
     def _on_failure(self, failed: str | None) -> Callable[[BaseException], None]:
@@ -303,8 +349,8 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
     def _call(self, op: Callable[[], T]) -> T:
         return call_with_retry(op, backoff=self._state.backoff, on_failure=self._on_failure(None))
 
-    def _read(self, statements: Callable[[], Statements[T]]) -> T:
-        return self._run(statements, ride=False)
+    def _query(self, statements: Callable[[], Statements[T]]) -> T:
+        return self._transact(statements, ride=False)
 
     # -- the dialect's rows ------------------------------------------------------
 
@@ -315,4 +361,4 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
     def _keep_latest(self, thread_ids: list[str]) -> None:
         # LangGraph's own keep_latest (one transaction per thread), then our rows.
         self._call(lambda: PostgresSaver.prune(self, thread_ids, strategy="keep_latest"))
-        self._run(lambda: _store.delete_orphans(POSTGRES, thread_ids))
+        self._transact(lambda: _threads.delete_orphans(POSTGRES, thread_ids))

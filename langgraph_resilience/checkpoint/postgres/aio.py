@@ -14,18 +14,19 @@ from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
 from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool
 
-from langgraph_resilience.checkpoint import _base, _store
-from langgraph_resilience.checkpoint._retry import (
-    acall_with_retry,
-    is_transient_store_error,
-)
-from langgraph_resilience.checkpoint._savers import AsyncResilience
-from langgraph_resilience.checkpoint._store import POSTGRES, Statements
+from langgraph_resilience._store_errors import is_transient_store_error
+from langgraph_resilience.checkpoint import _base, _schema, _threads
+from langgraph_resilience.checkpoint._asavers import AsyncResilience
+from langgraph_resilience.checkpoint._retry import Translate, acall_with_retry
+from langgraph_resilience.checkpoint._store import POSTGRES, Statements, aexecute
 from langgraph_resilience.checkpoint.postgres import (
     CONNECT_KWARGS,
+    live_conninfo,
     pg_put,
     pg_put_statements,
+    pg_unavailable,
     pg_write_rows,
+    translation,
 )
 from langgraph_resilience.policy import Backoff
 
@@ -63,7 +64,7 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         self._state = _base.make_state(store_retry)
         super().__init__(conn, pipe, serde)
         if isinstance(conn, AsyncConnection):
-            self._state.conninfo = _base.live_conninfo(conn)
+            self._state.conninfo = live_conninfo(conn)
 
     @property
     def conn(self) -> _ainternal.Conn:
@@ -94,7 +95,7 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
                 conn_string, **CONNECT_KWARGS
             )
         except psycopg.Error as exc:
-            raise _base.pg_unavailable(conn_string, exc) from exc
+            raise pg_unavailable(conn_string, exc) from exc
         saver = None
         try:
             if pipeline:
@@ -122,8 +123,8 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
             backoff=self._state.backoff,
             on_failure=self._on_failure(None),
         )
-        await self._run(
-            lambda: _store.migrate(POSTGRES, where="this Postgres database"), check=False
+        await self._transact(
+            lambda: _schema.migrate(POSTGRES, where="this Postgres database"), check=False
         )
         self._state.schema_checked = True
 
@@ -156,17 +157,17 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
                     await self._reset_connection()
                 raise
 
-    async def _run(
+    async def _transact(
         self,
         statements: Callable[[], Statements[T]],
         *,
+        translate: Translate | None = None,
         ok: str | None = None,
         failed: str | None = None,
         flush: bool = False,
-        translate: _base.Translate | None = None,
         check: bool = True,
         pipeline: bool = False,
-        relaxed: bool = False,  # Postgres relaxes in SQL: see _store.record_outcome
+        relaxed: bool = False,  # Postgres relaxes in SQL: see _ledger.record_outcome
         ride: bool = True,  # False for a read: nothing rides along
     ) -> T:
         async def attempt() -> T:
@@ -175,23 +176,20 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
             # so only statement lists that fetch nothing use it.
             checked = self._state.schema_checked or not check
             with _base.Riders(self._state, ok, flush=flush, ride=ride) as riders:
-                try:
-                    async with self._transaction(pipeline and checked) as cur:
-                        if not checked:
-                            await _store.aexecute(cur, _store.check_schema(POSTGRES))
-                        if riders:
-                            await _store.aexecute(cur, riders.statements(POSTGRES))
-                        result = await _store.aexecute(cur, statements())
-                except Exception as exc:
-                    mapped = (translate and translate(exc)) or _base.missing_schema(exc)
-                    if mapped is not None:
-                        raise mapped from exc
-                    raise
+                async with self._transaction(pipeline and checked) as cur:
+                    if not checked:
+                        await aexecute(cur, _schema.check_schema(POSTGRES))
+                    if riders:
+                        await aexecute(cur, riders.statements(POSTGRES))
+                    result = await aexecute(cur, statements())
             self._state.schema_checked = self._state.schema_checked or check
             return result
 
         return await acall_with_retry(
-            attempt, backoff=self._state.backoff, on_failure=self._on_failure(failed)
+            attempt,
+            backoff=self._state.backoff,
+            on_failure=self._on_failure(failed),
+            translate=translation(translate),
         )
 
     def _on_failure(self, failed: str | None) -> Callable[[BaseException], Awaitable[None]]:
@@ -220,8 +218,8 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
             op, backoff=self._state.backoff, on_failure=self._on_failure(None)
         )
 
-    async def _read(self, statements: Callable[[], Statements[T]]) -> T:
-        return await self._run(statements, ride=False)
+    async def _query(self, statements: Callable[[], Statements[T]]) -> T:
+        return await self._transact(statements, ride=False)
 
     # -- the dialect's rows ------------------------------------------------------
 
@@ -234,4 +232,4 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         await self._call(
             lambda: AsyncPostgresSaver.aprune(self, thread_ids, strategy="keep_latest")
         )
-        await self._run(lambda: _store.delete_orphans(POSTGRES, thread_ids))
+        await self._transact(lambda: _threads.delete_orphans(POSTGRES, thread_ids))

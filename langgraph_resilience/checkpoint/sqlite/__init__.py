@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
@@ -20,10 +21,11 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from langgraph_resilience.checkpoint import _base, _store
-from langgraph_resilience.checkpoint._retry import call_with_retry
+from langgraph_resilience.checkpoint import _base, _schema, _threads
+from langgraph_resilience.checkpoint._retry import Translate, call_with_retry
 from langgraph_resilience.checkpoint._savers import SyncResilience
-from langgraph_resilience.checkpoint._store import SQLITE, Statements
+from langgraph_resilience.checkpoint._store import SQLITE, Statements, execute
+from langgraph_resilience.errors import ConfigError, StoreUnavailable
 from langgraph_resilience.policy import Backoff
 
 __all__ = ["ResilientSqliteSaver", "sqlite_put", "sqlite_write_rows"]
@@ -37,18 +39,18 @@ def sqlite_put(
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
-) -> _store.PutCheckpoint:
+) -> _threads.PutCheckpoint:
     """The row SqliteSaver.put stores, and whether the fork check applies."""
     thread_id, ns, parent_id = _base.thread_key(config)
     type_, blob = saver.serde.dumps_typed(checkpoint)
     meta = json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False)
     row = (thread_id, ns, checkpoint["id"], parent_id, type_, blob, meta.encode("utf-8", "ignore"))
-    return _store.PutCheckpoint(
+    return _threads.PutCheckpoint(
         thread_id=thread_id,
         ns=ns,
         checkpoint_id=checkpoint["id"],
         parent_id=parent_id,
-        check_fork=_store.needs_fork_check(metadata, parent_id),
+        check_fork=_threads.needs_fork_check(metadata, parent_id),
         row=row,
     )
 
@@ -62,8 +64,8 @@ def sqlite_write_rows(
 ) -> tuple[str, list[tuple[Any, ...]]]:
     """The statement and rows SqliteSaver.put_writes stores."""
     thread_id, ns, checkpoint_id = _base.thread_key(config)
-    sql = _store.writes_sql(
-        writes, replace=_store.SQLITE_WRITES_REPLACE, keep_first=_store.SQLITE_WRITES_IGNORE
+    sql = _threads.writes_sql(
+        writes, replace=_threads.SQLITE_WRITES_REPLACE, keep_first=_threads.SQLITE_WRITES_IGNORE
     )
     rows = [
         (
@@ -81,14 +83,34 @@ def sqlite_write_rows(
     return sql, rows
 
 
+def sqlite_path_error(conn_string: str) -> ConfigError | None:
+    """A clear error for a SQLite path whose directory is missing."""
+    if conn_string == ":memory:" or conn_string.startswith("file:"):
+        return None
+    directory = os.path.dirname(os.path.abspath(conn_string))
+    if not os.path.isdir(directory):
+        return ConfigError(
+            f"cannot open SQLite database {conn_string!r}: directory {directory!r} "
+            "does not exist. Create it first (os.makedirs), or pass another path "
+            'or ":memory:".'
+        )
+    return None
+
+
+def sqlite_unavailable(conn_string: str, exc: Exception) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"cannot open SQLite database {conn_string!r}: {exc}", target=conn_string, attempts=1
+    )
+
+
 def sqlite_connect(conn_string: str) -> sqlite3.Connection:
     """Open a SQLite database with a clear error for a bad path."""
-    if (error := _base.sqlite_path_error(conn_string)) is not None:
+    if (error := sqlite_path_error(conn_string)) is not None:
         raise error
     try:
         return sqlite3.connect(conn_string, check_same_thread=False)
     except sqlite3.Error as exc:
-        raise _base.sqlite_unavailable(conn_string, exc) from exc
+        raise sqlite_unavailable(conn_string, exc) from exc
 
 
 class ResilientSqliteSaver(SyncResilience, SqliteSaver):
@@ -162,7 +184,7 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
         super().setup()
         self._synchronous = int(self.conn.execute("PRAGMA synchronous").fetchone()[0])
         try:
-            self._in_transaction(lambda: _store.migrate(SQLITE, where="this SQLite database"))
+            self._in_transaction(lambda: _schema.migrate(SQLITE, where="this SQLite database"))
         except BaseException:
             self.is_setup = False
             raise
@@ -185,13 +207,13 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
         if self.conn.in_transaction:
             self.conn.commit()
         cur = self.conn.cursor()
-        if relaxed:  # committed without fsync; see _store.record_outcome
+        if relaxed:  # committed without fsync; see _ledger.record_outcome
             cur.execute("PRAGMA synchronous = NORMAL")
         try:
             cur.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
             if riders:
-                _store.execute(cur, riders.statements(SQLITE))
-            result = _store.execute(cur, statements())
+                execute(cur, riders.statements(SQLITE))
+            result = execute(cur, statements())
             self.conn.commit()
             return result
         except BaseException:
@@ -204,13 +226,13 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
 
     # -- the transaction driver ----------------------------------------------
 
-    def _run(
+    def _transact(
         self,
         statements: Callable[[], Statements[T]],
         *,
+        translate: Translate | None = None,
         ok: str | None = None,
         failed: str | None = None,
-        translate: _base.Translate | None = None,
         pipeline: bool = False,
         flush: bool = False,
         relaxed: bool = False,
@@ -227,12 +249,13 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
             attempt,
             backoff=self._state.backoff,
             on_failure=lambda exc: _base.count_failure(self._state, failed),
+            translate=translate,
         )
 
-    def _read(self, statements: Callable[[], Statements[T]]) -> T:
+    def _query(self, statements: Callable[[], Statements[T]]) -> T:
         def attempt() -> T:
             with self.cursor(transaction=False) as cur:
-                return _store.execute(cur, statements())
+                return execute(cur, statements())
 
         return self._call(attempt)
 
@@ -245,4 +268,4 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
     _write_rows = sqlite_write_rows
 
     def _keep_latest(self, thread_ids: list[str]) -> None:
-        self._run(lambda: _store.sqlite_keep_latest(thread_ids))
+        self._transact(lambda: _threads.sqlite_keep_latest(thread_ids))

@@ -10,11 +10,16 @@ import aiosqlite
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from langgraph_resilience.checkpoint import _base, _store
-from langgraph_resilience.checkpoint._retry import acall_with_retry
-from langgraph_resilience.checkpoint._savers import AsyncResilience
-from langgraph_resilience.checkpoint._store import SQLITE, Statements
-from langgraph_resilience.checkpoint.sqlite import sqlite_put, sqlite_write_rows
+from langgraph_resilience.checkpoint import _base, _schema, _threads
+from langgraph_resilience.checkpoint._asavers import AsyncResilience
+from langgraph_resilience.checkpoint._retry import Translate, acall_with_retry
+from langgraph_resilience.checkpoint._store import SQLITE, Statements, aexecute
+from langgraph_resilience.checkpoint.sqlite import (
+    sqlite_path_error,
+    sqlite_put,
+    sqlite_unavailable,
+    sqlite_write_rows,
+)
 from langgraph_resilience.policy import Backoff
 
 __all__ = ["AsyncResilientSqliteSaver"]
@@ -65,12 +70,12 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
             ConfigError: the file's directory does not exist.
             StoreUnavailable: SQLite cannot open the file.
         """
-        if (error := _base.sqlite_path_error(conn_string)) is not None:
+        if (error := sqlite_path_error(conn_string)) is not None:
             raise error
         try:
             conn = await aiosqlite.connect(conn_string)
         except aiosqlite.Error as exc:
-            raise _base.sqlite_unavailable(conn_string, exc) from exc
+            raise sqlite_unavailable(conn_string, exc) from exc
         saver = cls(conn, store_retry=store_retry)
         try:
             yield saver
@@ -95,7 +100,7 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
                     row = await cur.fetchone()
                 self._synchronous = int(row[0]) if row else 2
                 await self._in_transaction(
-                    lambda: _store.migrate(SQLITE, where="this SQLite database")
+                    lambda: _schema.migrate(SQLITE, where="this SQLite database")
                 )
             except BaseException:
                 self.is_setup = False
@@ -115,13 +120,13 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
         if self.conn.in_transaction:
             await self.conn.commit()
         cur = await self.conn.cursor()
-        if relaxed:  # committed without fsync; see _store.record_outcome
+        if relaxed:  # committed without fsync; see _ledger.record_outcome
             await cur.execute("PRAGMA synchronous = NORMAL")
         try:
             await cur.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
             if riders:
-                await _store.aexecute(cur, riders.statements(SQLITE))
-            result = await _store.aexecute(cur, statements())
+                await aexecute(cur, riders.statements(SQLITE))
+            result = await aexecute(cur, statements())
             await self.conn.commit()
             return result
         except BaseException:
@@ -132,13 +137,13 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
                 await cur.execute(f"PRAGMA synchronous = {self._synchronous}")
             await cur.close()
 
-    async def _run(
+    async def _transact(
         self,
         statements: Callable[[], Statements[T]],
         *,
+        translate: Translate | None = None,
         ok: str | None = None,
         failed: str | None = None,
-        translate: _base.Translate | None = None,
         pipeline: bool = False,
         flush: bool = False,
         relaxed: bool = False,
@@ -154,15 +159,17 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
         async def on_failure(exc: BaseException) -> None:
             _base.count_failure(self._state, failed)
 
-        return await acall_with_retry(attempt, backoff=self._state.backoff, on_failure=on_failure)
+        return await acall_with_retry(
+            attempt, backoff=self._state.backoff, on_failure=on_failure, translate=translate
+        )
 
-    async def _read(self, statements: Callable[[], Statements[T]]) -> T:
+    async def _query(self, statements: Callable[[], Statements[T]]) -> T:
         async def attempt() -> T:
             await self.setup()
             async with self.lock:
                 cur = await self.conn.cursor()
                 try:
-                    return await _store.aexecute(cur, statements())
+                    return await aexecute(cur, statements())
                 finally:
                     await cur.close()
 
@@ -177,4 +184,4 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
     _write_rows = sqlite_write_rows
 
     async def _keep_latest(self, thread_ids: list[str]) -> None:
-        await self._run(lambda: _store.sqlite_keep_latest(thread_ids))
+        await self._transact(lambda: _threads.sqlite_keep_latest(thread_ids))

@@ -1,0 +1,365 @@
+"""The mixin of the async savers: the async twin of `_savers.SyncResilience`, with
+sync bridges for the methods LangGraph's async savers do not bridge themselves."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
+from typing import Any, TypeVar, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+
+from langgraph_resilience._store_errors import is_store_error
+from langgraph_resilience.checkpoint import _base, _counters, _ledger, _runs, _threads
+from langgraph_resilience.checkpoint._ledger import (
+    AttemptKey,
+    AttemptRecord,
+    EffectRecord,
+    OutcomeFields,
+)
+from langgraph_resilience.checkpoint._retry import Translate
+from langgraph_resilience.checkpoint._runs import Blob, Fence, RunRecord
+from langgraph_resilience.checkpoint._savers import Hooks, next_config
+from langgraph_resilience.checkpoint._store import Statements, no_statements
+
+T = TypeVar("T")
+
+
+class AsyncResilience(Hooks):
+    """The async twin of `SyncResilience`, with sync bridges for the new methods."""
+
+    loop: asyncio.AbstractEventLoop
+
+    async def _transact(
+        self,
+        statements: Callable[[], Statements[T]],
+        *,
+        translate: Translate | None = None,
+        ok: str | None = None,
+        failed: str | None = None,
+        pipeline: bool = False,
+        flush: bool = False,
+        relaxed: bool = False,
+    ) -> T:
+        raise NotImplementedError
+
+    async def _query(self, statements: Callable[[], Statements[T]]) -> T:
+        raise NotImplementedError
+
+    async def _call(self, op: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        raise NotImplementedError
+
+    async def _keep_latest(self, thread_ids: list[str]) -> None:
+        raise NotImplementedError
+
+    async def _write(
+        self,
+        statements: Callable[[], Statements[T]],
+        *,
+        fence: Fence | None = None,
+        translate: Translate | None = None,
+        **options: Any,
+    ) -> T:
+        """Run a write in one transaction, fenced if ``fence`` is given."""
+        statements, translate = _runs.fence_write(self._dialect, fence, statements, translate)
+        return await self._transact(statements, translate=translate, **options)
+
+    # -- checkpoints and writes -------------------------------------------------------
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint in one transaction; refuse one that would fork the thread.
+
+        Raises:
+            CheckpointConflict: another process moved the thread past this
+                checkpoint's parent.
+            LeaseLost: the run's worker no longer holds its lease.
+        """
+        put = self._prepare_put(config, checkpoint, metadata, new_versions)
+        await self._write(
+            lambda: self._put_statements(put),
+            fence=_runs.fence_of(config),
+            translate=put.fork_conflict,
+            ok=_counters.CHECKPOINT_OK,
+            failed=_counters.CHECKPOINT_FAILED,
+            pipeline=True,
+        )
+        return next_config(config, put)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes, retrying transient store errors."""
+        sql, rows = self._write_rows(config, writes, task_id, task_path)
+        await self._write(
+            lambda: _threads.put_writes(sql, rows),
+            fence=_runs.fence_of(config),
+            ok=_counters.WRITES_OK,
+            failed=_counters.WRITES_FAILED,
+            pipeline=True,
+        )
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """As LangGraph's `aget_tuple`; an undecodable row raises `CheckpointCorrupt`."""
+        try:
+            return await self._call(lambda: super(AsyncResilience, self).aget_tuple(config))
+        except Exception as exc:
+            thread_id, ns, checkpoint_id = _base.thread_key(config)
+            if checkpoint_id is None and not is_store_error(exc):
+                d = self._dialect
+                checkpoint_id = await self._query(
+                    lambda: _threads.locate_checkpoint(d, thread_id, ns)
+                )
+            raise _base.corrupt(config, checkpoint_id, exc) from exc
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """As LangGraph's `alist`; an undecodable row raises `CheckpointCorrupt`."""
+        listed = cast(
+            AsyncGenerator[CheckpointTuple, None],
+            super().alist(config, filter=filter, before=before, limit=limit),
+        )
+        while True:
+            try:
+                item = await listed.__anext__()
+            except StopAsyncIteration:
+                return
+            except Exception as exc:
+                await listed.aclose()
+                raise _base.corrupt(config, None, exc) from exc
+            yield item
+
+    # -- counters --------------------------------------------------------------------------
+
+    async def aflush_counters(self) -> None:
+        """Store the save counts and effect outcomes this saver holds in memory (run on
+        close)."""
+        await self._transact(no_statements, flush=True)
+
+    async def aread_counters(self) -> dict[str, int]:
+        """Checkpoint and write tries stored so far, summed over every process."""
+        counters = self._state.counters
+        return await self._query(lambda: _counters.read_counters(self._dialect, counters))
+
+    # -- the ledger: node attempts and side effects -------------------------------------
+
+    async def arecord_attempt(
+        self, key: AttemptKey, record: AttemptRecord, started_at: float, fence: Fence | None = None
+    ) -> None:
+        """Store a failed try of a task (thread, ns, checkpoint, task)."""
+        d = self._dialect
+        await self._write(lambda: _ledger.record_attempt(d, key, record, started_at), fence=fence)
+
+    async def anode_attempts(self, key: AttemptKey) -> Sequence[AttemptRecord]:
+        """The failed tries stored for a task (thread, ns, checkpoint, task)."""
+        return await self._query(lambda: _ledger.read_attempts(self._dialect, key))
+
+    async def aread_effect(self, thread_id: str, key: str) -> EffectRecord | None:
+        """The record of one side effect (with its outcome if one waits), or None."""
+        found = await self._query(lambda: _ledger.read_effect(self._dialect, thread_id, key))
+        return found and self._state.outcomes.overlay(thread_id, [found])[0]
+
+    async def arecord_intent(
+        self,
+        thread_id: str,
+        record: EffectRecord,
+        args_digest: str | None,
+        fence: Fence | None = None,
+    ) -> None:
+        """Store an effect's intent durably, before the call."""
+        d = self._dialect
+        intent = _ledger.record_intent
+        await self._write(
+            lambda: intent(d, thread_id, record, args_digest), fence=fence, pipeline=True
+        )
+
+    async def arecord_outcome(
+        self, thread_id: str, key: str, fields: OutcomeFields, fence: Fence | None = None
+    ) -> None:
+        """Store an effect's outcome (or error) after the call, at once."""
+        d = self._dialect
+        outcome = _ledger.record_outcome
+        await self._write(
+            lambda: outcome(d, thread_id, key, fields), fence=fence, pipeline=True, relaxed=True
+        )
+
+    async def alist_effects(self, thread_id: str) -> Sequence[EffectRecord]:
+        """A thread's side effects: key, name, intent and outcome times, status."""
+        found = await self._query(lambda: _ledger.list_effects(self._dialect, str(thread_id)))
+        return self._state.outcomes.overlay(str(thread_id), found)
+
+    # -- runs and leases (the store side of `Worker`) -------------------------------------
+
+    async def asubmit_run(
+        self, run_id: str, thread_id: str, input_: Blob | None, budget: Blob | None
+    ) -> None:
+        """Queue a run of a thread (see `Worker.submit`).
+
+        Raises:
+            RunStateError: the thread already has an open run.
+        """
+        d = self._dialect
+        await self._write(
+            lambda: _runs.submit_run(d, run_id, thread_id, input_, budget),
+            translate=lambda exc: _runs.open_run_conflict(exc, thread_id),
+        )
+
+    async def aclaim_runs(self, owner: str, limit: int, lease_ttl: float) -> Sequence[RunRecord]:
+        """Claim up to ``limit`` queued or lease-expired runs for ``owner``."""
+        return await self._write(lambda: _runs.claim_runs(self._dialect, owner, limit, lease_ttl))
+
+    async def arenew_leases(
+        self, owner: str, fences: Sequence[Fence], lease_ttl: float
+    ) -> Sequence[str]:
+        """Extend ``owner``'s leases; returns the run ids it still holds."""
+        d = self._dialect
+        return await self._write(lambda: _runs.renew_leases(d, owner, fences, lease_ttl))
+
+    async def afinish_run(self, fence: Fence, status: str, outcome: Blob | None) -> bool:
+        """End, pause or release a held run; False if its lease was lost."""
+        return await self._write(lambda: _runs.finish_run(self._dialect, fence, status, outcome))
+
+    async def arequeue_run(self, run_id: str, budget: Blob | None) -> bool:
+        """Queue a paused run again, with a new budget if given."""
+        return await self._write(lambda: _runs.requeue_run(self._dialect, run_id, budget))
+
+    async def aread_run(self, run_id: str) -> RunRecord | None:
+        """A run: status, claims, owner, lease expiry, fencing token, outcome."""
+        return await self._query(lambda: _runs.read_run(self._dialect, str(run_id)))
+
+    async def alist_runs(self, statuses: Sequence[str] = ()) -> Sequence[RunRecord]:
+        """Runs, oldest first; only those in ``statuses`` if given."""
+        return await self._query(lambda: _runs.list_runs(self._dialect, statuses))
+
+    async def aactive_runs(self) -> int:
+        """How many runs are queued or running (work some worker has to do)."""
+        return await self._query(lambda: _runs.active_runs(self._dialect))
+
+    # -- thread maintenance ----------------------------------------------------------------
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Delete a thread's checkpoints, writes (and blobs) and resilience rows."""
+        await self._write(lambda: _threads.delete_threads(self._dialect, [str(thread_id)]))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy a thread's checkpoints, writes (and blobs) and resilience rows.
+
+        Raises:
+            ConfigError: the target thread already has checkpoints.
+        """
+        d = self._dialect
+        await self._write(lambda: _threads.copy_thread(d, source_thread_id, target_thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (with writes, freed blobs, resilience rows) of runs."""
+        await self._write(lambda: _threads.delete_for_runs(self._dialect, run_ids))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Keep only the latest checkpoint per namespace, or delete the threads.
+
+        Raises:
+            ConfigError: unknown strategy, or a single str for ``thread_ids``.
+            NotImplementedError: ``keep_latest`` on a thread using a DeltaChannel.
+        """
+        ids = _threads.check_prune_args(thread_ids, strategy)
+        if not ids:
+            return
+        if strategy == "delete":
+            await self._write(lambda: _threads.delete_threads(self._dialect, ids))
+        else:
+            await self._keep_latest(ids)
+
+    # -- sync bridges, as LangGraph's async savers have for their other methods ----------
+
+    def _bridge(self, coro: Coroutine[Any, Any, T]) -> T:
+        return _base.bridge(coro, self.loop, type(self).__name__)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._bridge(self.acopy_thread(source_thread_id, target_thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._bridge(self.adelete_for_runs(run_ids))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._bridge(self.aprune(thread_ids, strategy=strategy))
+
+    def flush_counters(self) -> None:
+        self._bridge(self.aflush_counters())
+
+    def read_counters(self) -> dict[str, int]:
+        return self._bridge(self.aread_counters())
+
+    def record_attempt(
+        self, key: AttemptKey, record: AttemptRecord, started_at: float, fence: Fence | None = None
+    ) -> None:
+        self._bridge(self.arecord_attempt(key, record, started_at, fence))
+
+    def node_attempts(self, key: AttemptKey) -> Sequence[AttemptRecord]:
+        return self._bridge(self.anode_attempts(key))
+
+    def read_effect(self, thread_id: str, key: str) -> EffectRecord | None:
+        return self._bridge(self.aread_effect(thread_id, key))
+
+    def record_intent(
+        self,
+        thread_id: str,
+        record: EffectRecord,
+        args_digest: str | None,
+        fence: Fence | None = None,
+    ) -> None:
+        self._bridge(self.arecord_intent(thread_id, record, args_digest, fence))
+
+    def record_outcome(
+        self, thread_id: str, key: str, fields: OutcomeFields, fence: Fence | None = None
+    ) -> None:
+        self._bridge(self.arecord_outcome(thread_id, key, fields, fence))
+
+    def list_effects(self, thread_id: str) -> Sequence[EffectRecord]:
+        return self._bridge(self.alist_effects(thread_id))
+
+    def submit_run(
+        self, run_id: str, thread_id: str, input_: Blob | None, budget: Blob | None
+    ) -> None:
+        self._bridge(self.asubmit_run(run_id, thread_id, input_, budget))
+
+    def claim_runs(self, owner: str, limit: int, lease_ttl: float) -> Sequence[RunRecord]:
+        return self._bridge(self.aclaim_runs(owner, limit, lease_ttl))
+
+    def renew_leases(self, owner: str, fences: Sequence[Fence], lease_ttl: float) -> Sequence[str]:
+        return self._bridge(self.arenew_leases(owner, fences, lease_ttl))
+
+    def finish_run(self, fence: Fence, status: str, outcome: Blob | None) -> bool:
+        return self._bridge(self.afinish_run(fence, status, outcome))
+
+    def requeue_run(self, run_id: str, budget: Blob | None) -> bool:
+        return self._bridge(self.arequeue_run(run_id, budget))
+
+    def read_run(self, run_id: str) -> RunRecord | None:
+        return self._bridge(self.aread_run(run_id))
+
+    def list_runs(self, statuses: Sequence[str] = ()) -> Sequence[RunRecord]:
+        return self._bridge(self.alist_runs(statuses))
+
+    def active_runs(self) -> int:
+        return self._bridge(self.aactive_runs())

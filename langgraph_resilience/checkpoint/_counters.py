@@ -1,0 +1,100 @@
+"""Save counters: checkpoint and write tries, succeeded and failed, per process.
+
+A try's outcome is known only after its transaction, so counts wait in memory
+(`Counters`) and ride along with a later successful write; `bump` stores them,
+`read_counters` adds up every process's.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+from langgraph_resilience.checkpoint._schema import COUNTERS
+from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
+
+__all__ = ["COUNTER_NAMES", "Counters", "bump", "read_counters"]
+
+CHECKPOINT_OK = "checkpoint_put_ok"
+CHECKPOINT_FAILED = "checkpoint_put_failed"
+WRITES_OK = "writes_put_ok"
+WRITES_FAILED = "writes_put_failed"
+COUNTER_NAMES = (CHECKPOINT_OK, CHECKPOINT_FAILED, WRITES_OK, WRITES_FAILED)
+
+#: Successful tries are stored at most this often (seconds); failed ones with
+#: the next successful write. Storing a count with every write would cost the
+#: happy path a row update per checkpoint.
+COUNTER_FLUSH_INTERVAL = 1.0
+
+
+def process_scope() -> str:
+    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class Counters:
+    """Counts kept by one saver (and every copy of it, e.g. under strict msgpack).
+
+    Counts wait here and ride along with a later successful write: at once when
+    a failure is waiting, otherwise at most every `COUNTER_FLUSH_INTERVAL`
+    seconds. What waits here when the process dies is lost; `flush_counters()`
+    on a saver (run when its ``from_conn_string`` block exits) stores it.
+    """
+
+    scope: str = field(default_factory=process_scope)
+    unflushed: dict[str, int] = field(default_factory=dict)
+    last_flush: float = 0.0
+    interval: float = COUNTER_FLUSH_INTERVAL
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, name: str) -> None:
+        with self.lock:
+            self.unflushed[name] = self.unflushed.get(name, 0) + 1
+
+    def take_due(self, now: float) -> dict[str, int]:
+        """The counts to store with the write about to run (maybe none)."""
+        with self.lock:
+            failures = any(name.endswith("_failed") for name in self.unflushed)
+            if not self.unflushed or not (failures or now - self.last_flush >= self.interval):
+                return {}
+            deltas, self.unflushed, self.last_flush = self.unflushed, {}, now
+        return deltas
+
+    def take_all(self) -> dict[str, int]:
+        with self.lock:
+            deltas, self.unflushed = self.unflushed, {}
+        return deltas
+
+    def give_back(self, deltas: dict[str, int]) -> None:
+        """Undo a take after the transaction failed after all."""
+        with self.lock:
+            for name, n in deltas.items():
+                self.unflushed[name] = self.unflushed.get(name, 0) + n
+
+    def snapshot(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.unflushed)
+
+
+_BUMP = (
+    f"INSERT INTO {COUNTERS.name} (scope, name, value) VALUES (?, ?, ?) "
+    f"ON CONFLICT (scope, name) DO UPDATE SET value = {COUNTERS.name}.value + excluded.value"
+)
+
+
+def bump(d: Dialect, scope: str, deltas: dict[str, int]) -> Statements[None]:
+    rows = [(scope, name, n) for name, n in sorted(deltas.items()) if n]
+    if rows:
+        yield Stmt(d.sql(_BUMP), rows, many=True)
+
+
+def read_counters(d: Dialect, counters: Counters) -> Statements[dict[str, int]]:
+    """Stored counts of every process, plus what this saver has not stored yet."""
+    rows = yield Stmt(f"SELECT name, sum(value) FROM {COUNTERS.name} GROUP BY name", fetch=True)
+    found = dict.fromkeys(COUNTER_NAMES, 0)
+    for name, value in [*rows, *counters.snapshot().items()]:
+        found[str(name)] = found.get(str(name), 0) + int(value)
+    return found

@@ -1,0 +1,139 @@
+"""What the rest of the package needs of a saver: `ResilientSaver` and its async twin.
+
+The four savers of this package satisfy both (an async saver bridges its sync
+methods to its event loop, as LangGraph's async savers do). Code that needs a
+resilient saver checks ``isinstance(saver, ResilientSaver)`` instead of probing
+for single methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from langgraph_resilience.checkpoint._ledger import (
+    AttemptKey,
+    AttemptRecord,
+    EffectRecord,
+    OutcomeFields,
+)
+from langgraph_resilience.checkpoint._runs import Fence, RunRecord
+
+__all__ = ["AsyncResilientSaver", "ResilientSaver"]
+
+Blob = tuple[str, bytes]
+
+
+@runtime_checkable
+class ResilientSaver(Protocol):
+    """A checkpointer that also keeps the resilience ledger: node attempts, side
+    effects and runs under leases (the sync methods)."""
+
+    serde: SerializerProtocol
+
+    def record_attempt(
+        self,
+        key: AttemptKey,
+        record: AttemptRecord,
+        started_at: float,
+        fence: Fence | None = None,
+    ) -> None: ...
+
+    def node_attempts(self, key: AttemptKey) -> Sequence[AttemptRecord]: ...
+
+    def read_effect(self, thread_id: str, key: str) -> EffectRecord | None: ...
+
+    def record_intent(
+        self,
+        thread_id: str,
+        record: EffectRecord,
+        args_digest: str | None,
+        fence: Fence | None = None,
+    ) -> None: ...
+
+    def record_outcome(
+        self, thread_id: str, key: str, fields: OutcomeFields, fence: Fence | None = None
+    ) -> None: ...
+
+    def defer_outcome(self, thread_id: str, key: str, fields: OutcomeFields) -> None: ...
+
+    def list_effects(self, thread_id: str) -> Sequence[EffectRecord]: ...
+
+    def submit_run(
+        self, run_id: str, thread_id: str, input_: Blob | None, budget: Blob | None
+    ) -> None: ...
+
+    def claim_runs(self, owner: str, limit: int, lease_ttl: float) -> Sequence[RunRecord]: ...
+
+    def renew_leases(
+        self, owner: str, fences: Sequence[Fence], lease_ttl: float
+    ) -> Sequence[str]: ...
+
+    def finish_run(self, fence: Fence, status: str, outcome: Blob | None) -> bool: ...
+
+    def requeue_run(self, run_id: str, budget: Blob | None) -> bool: ...
+
+    def read_run(self, run_id: str) -> RunRecord | None: ...
+
+    def list_runs(self, statuses: Sequence[str] = ()) -> Sequence[RunRecord]: ...
+
+    def active_runs(self) -> int: ...
+
+
+@runtime_checkable
+class AsyncResilientSaver(Protocol):
+    """The async twin of `ResilientSaver` (the a-prefixed methods)."""
+
+    serde: SerializerProtocol
+
+    async def arecord_attempt(
+        self,
+        key: AttemptKey,
+        record: AttemptRecord,
+        started_at: float,
+        fence: Fence | None = None,
+    ) -> None: ...
+
+    async def anode_attempts(self, key: AttemptKey) -> Sequence[AttemptRecord]: ...
+
+    async def aread_effect(self, thread_id: str, key: str) -> EffectRecord | None: ...
+
+    async def arecord_intent(
+        self,
+        thread_id: str,
+        record: EffectRecord,
+        args_digest: str | None,
+        fence: Fence | None = None,
+    ) -> None: ...
+
+    async def arecord_outcome(
+        self, thread_id: str, key: str, fields: OutcomeFields, fence: Fence | None = None
+    ) -> None: ...
+
+    def defer_outcome(self, thread_id: str, key: str, fields: OutcomeFields) -> None: ...
+
+    async def alist_effects(self, thread_id: str) -> Sequence[EffectRecord]: ...
+
+    async def asubmit_run(
+        self, run_id: str, thread_id: str, input_: Blob | None, budget: Blob | None
+    ) -> None: ...
+
+    async def aclaim_runs(
+        self, owner: str, limit: int, lease_ttl: float
+    ) -> Sequence[RunRecord]: ...
+
+    async def arenew_leases(
+        self, owner: str, fences: Sequence[Fence], lease_ttl: float
+    ) -> Sequence[str]: ...
+
+    async def afinish_run(self, fence: Fence, status: str, outcome: Blob | None) -> bool: ...
+
+    async def arequeue_run(self, run_id: str, budget: Blob | None) -> bool: ...
+
+    async def aread_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def alist_runs(self, statuses: Sequence[str] = ()) -> Sequence[RunRecord]: ...
+
+    async def aactive_runs(self) -> int: ...

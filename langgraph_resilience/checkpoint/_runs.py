@@ -1,0 +1,298 @@
+"""Runs, leases and fencing: the store side of `Worker`.
+
+A run is queued (`submit_run`), claimed under a time-bounded lease with a
+fencing token that grows with every claim (`claim_runs`), renewed
+(`renew_leases`) and ended, paused or released (`finish_run`). Every write a
+worker makes for a run carries its `Fence`; `fence_write` is the one way a
+saver applies it: the write is refused, in its own transaction, once another
+worker holds the run (`LeaseLost`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+
+from langgraph_resilience.checkpoint._schema import LEASE_MARKER, OPEN_STATUSES, RUNS
+from langgraph_resilience.checkpoint._store import (
+    Dialect,
+    Statements,
+    Stmt,
+    from_row,
+    select_list,
+)
+from langgraph_resilience.errors import ConfigError, LeaseLost, RunStateError
+
+__all__ = ["FENCE_KEY", "Fence", "RunRecord", "fence_of", "fence_write"]
+
+T = TypeVar("T")
+Translate = Callable[[BaseException], BaseException | None]
+Blob = tuple[str, bytes]
+
+#: Every status a run can be in. ``OPEN_STATUSES`` (queued, running, paused) hold
+#: the thread; ``ACTIVE_STATUSES`` (queued, running) are work for some worker.
+RUN_STATUSES = ("queued", "running", "paused", "success", "partial_complete", "error")
+ACTIVE_STATUSES = ("queued", "running")
+_IN_OPEN = f"status IN ({', '.join(repr(s) for s in OPEN_STATUSES)})"
+_IN_ACTIVE = f"status IN ({', '.join(repr(s) for s in ACTIVE_STATUSES)})"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fence:
+    """The run a write belongs to and the fencing token its worker holds."""
+
+    run_id: str
+    token: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunRecord:
+    """One run, as stored: its status and lease, and what it was given and gave back.
+
+    Attributes:
+        run_id / thread_id: the run and the thread it runs on.
+        status: queued, running, paused, success, partial_complete or error.
+        owner: the worker holding its lease (while running).
+        fencing_token: grows with every claim.
+        lease_expires_at: epoch seconds, by the database's clock.
+        attempts: claims so far.
+        recoveries: claims of the run after its worker's lease had expired.
+        input_type / input, budget_type / budget, outcome_type / outcome: what
+            it was given and gave back, serialized with the saver's serde.
+        created_at / updated_at: epoch seconds.
+    """
+
+    run_id: str
+    thread_id: str
+    status: str
+    owner: str | None
+    fencing_token: int
+    lease_expires_at: float | None
+    attempts: int
+    recoveries: int
+    input_type: str | None
+    input: bytes | None
+    budget_type: str | None
+    budget: bytes | None
+    outcome_type: str | None
+    outcome: bytes | None
+    created_at: float
+    updated_at: float
+
+
+_RUN_COLUMNS = select_list(RunRecord)
+
+# -- fencing --------------------------------------------------------------------------------
+
+# Where a `Worker` puts the run's fence in a run's config; every checkpoint,
+# write, attempt and effect record of that run is checked against it.
+FENCE_KEY = "__lgr_fence"
+
+
+def fence_of(config: RunnableConfig | None) -> Fence | None:
+    """The fence a run's config carries, if a `Worker` runs it."""
+    found = ((config or {}).get("configurable") or {}).get(FENCE_KEY)
+    if found is None or isinstance(found, Fence):
+        return found
+    run_id, token = found  # a config that went through a serializer
+    return Fence(run_id=str(run_id), token=int(token))
+
+
+def fence_write(
+    d: Dialect,
+    fence: Fence | None,
+    statements: Callable[[], Statements[T]],
+    translate: Translate | None = None,
+) -> tuple[Callable[[], Statements[T]], Translate | None]:
+    """A write and its error translation, fenced when ``fence`` is given.
+
+    The fenced statements check the fence first, in the write's transaction
+    (Postgres: a stored function that also holds the run's row until the commit;
+    SQLite: a read in the same immediate transaction), and the translation maps
+    the Postgres check's error to `LeaseLost` before anything ``translate`` maps.
+    """
+    if fence is None:
+        return statements, translate
+
+    def fenced() -> Statements[T]:
+        yield from _check_fence(d, fence)
+        return (yield from statements())
+
+    def mapped(exc: BaseException) -> BaseException | None:
+        return lease_lost(exc, fence) or (translate(exc) if translate else None)
+
+    return fenced, mapped
+
+
+def _check_fence(d: Dialect, fence: Fence) -> Statements[None]:
+    if d.procedures:
+        yield Stmt(d.sql("SELECT resilience_check_fence(?, ?)"), (fence.run_id, fence.token))
+        return
+    rows = yield Stmt(
+        d.sql(f"SELECT fencing_token FROM {RUNS.name} WHERE run_id = ?"),
+        (fence.run_id,),
+        fetch=True,
+    )
+    current = int(rows[0][0]) if rows else None
+    if current != fence.token:
+        raise lease_lost_error(fence, current)
+
+
+def lease_lost_error(fence: Fence, current: int | None) -> LeaseLost:
+    held = "the run is gone" if current is None else f"the run's token is now {current}"
+    return LeaseLost(
+        f"run {fence.run_id!r}: this worker's lease (fencing token {fence.token}) was "
+        f"taken over ({held}); its write was refused. Another worker resumes the run "
+        "from its last checkpoint; this one must stop working on it."
+    )
+
+
+def lease_lost(exc: BaseException, fence: Fence) -> LeaseLost | None:
+    """The `LeaseLost` behind a Postgres error raised by the fencing check."""
+    diag = getattr(exc, "diag", None)
+    if diag is None or getattr(diag, "message_primary", None) != LEASE_MARKER:
+        return None
+    detail = str(diag.message_detail)
+    return lease_lost_error(fence, None if detail == "none" else int(detail))
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+
+def one_open_run(thread_id: str, detail: str = "") -> RunStateError:
+    return RunStateError(
+        f"thread {thread_id!r} already has an open run (queued, running or paused){detail}; "
+        "a thread runs one run at a time. Submit to another thread_id (or none, for a new "
+        "one), or wait until that run ends."
+    )
+
+
+def open_run_conflict(exc: BaseException, thread_id: str) -> RunStateError | None:
+    """The `RunStateError` behind the unique index refusing a second open run."""
+    text = str(exc)
+    if "resilience_runs_one_open" in text or "resilience_runs.thread_id" in text:
+        return one_open_run(thread_id)
+    return None
+
+
+def submit_run(
+    d: Dialect, run_id: str, thread_id: str, input_: Blob | None, budget: Blob | None
+) -> Statements[None]:
+    """A queued run. A thread with an open run takes no second one (`RunStateError`)."""
+    rows = yield Stmt(
+        d.sql(f"SELECT run_id, status FROM {RUNS.name} WHERE thread_id = ? AND {_IN_OPEN}"),
+        (thread_id,),
+        fetch=True,
+    )
+    if rows:
+        raise one_open_run(thread_id, f" (run {rows[0][0]!r}, {rows[0][1]})")
+    yield Stmt(
+        d.sql(
+            f"INSERT INTO {RUNS.name} (run_id, thread_id, status, input_type, input, "
+            "budget_type, budget, created_at, updated_at) "
+            "VALUES (?, ?, 'queued', ?, ?, ?, ?, NOW(), NOW())"
+        ),
+        (run_id, thread_id, *(input_ or (None, None)), *(budget or (None, None))),
+    )
+
+
+def claim_runs(d: Dialect, owner: str, limit: int, lease_ttl: float) -> Statements[list[RunRecord]]:
+    """Claim up to ``limit`` runs: queued ones first, then running ones whose lease
+    expired (a recovery). Each claim bumps the fencing token."""
+    rows = yield Stmt(
+        d.sql(
+            f"UPDATE {RUNS.name} SET status = 'running', owner = ?, "
+            "fencing_token = fencing_token + 1, lease_expires_at = NOW() + ?, "
+            "attempts = attempts + 1, "
+            "recoveries = recoveries + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
+            "updated_at = NOW() "
+            f"WHERE run_id IN (SELECT run_id FROM {RUNS.name} "
+            "WHERE status = 'queued' OR (status = 'running' AND lease_expires_at < NOW()) "
+            "ORDER BY status = 'queued', created_at LIMIT ? SKIP_LOCKED) "
+            f"RETURNING {_RUN_COLUMNS}"
+        ),
+        (owner, float(lease_ttl), int(limit)),
+        fetch=True,
+    )
+    return sorted((from_row(RunRecord, r) for r in rows), key=lambda r: r.created_at)
+
+
+def renew_leases(
+    d: Dialect, owner: str, fences: Sequence[Fence], lease_ttl: float
+) -> Statements[list[str]]:
+    """Extend the leases this worker still holds; returns their run ids."""
+    if not fences:
+        return []
+    rows = yield Stmt(
+        d.sql(
+            f"UPDATE {RUNS.name} SET lease_expires_at = NOW() + ?, updated_at = NOW() "
+            "WHERE owner = ? AND status = 'running' AND run_id IN_LIST(?) "
+            "RETURNING run_id, fencing_token"
+        ),
+        (float(lease_ttl), owner, d.list_param(f.run_id for f in fences)),
+        fetch=True,
+    )
+    held = {(str(r[0]), int(r[1])) for r in rows}
+    return [f.run_id for f in fences if (f.run_id, f.token) in held]
+
+
+def finish_run(d: Dialect, fence: Fence, status: str, outcome: Blob | None) -> Statements[bool]:
+    """End (or release, ``status="queued"``; or pause) a run this worker holds.
+    False when the lease was lost meanwhile (nothing is changed)."""
+    if status not in RUN_STATUSES or status == "running":
+        raise ConfigError(
+            f"a run cannot be finished as {status!r}; use one of "
+            f"{', '.join(s for s in RUN_STATUSES if s != 'running')}"
+        )
+    rows = yield Stmt(
+        d.sql(
+            f"UPDATE {RUNS.name} SET status = ?, owner = NULL, lease_expires_at = NULL, "
+            "outcome_type = ?, outcome = ?, updated_at = NOW() "
+            "WHERE run_id = ? AND fencing_token = ? AND status = 'running' RETURNING run_id"
+        ),
+        (status, *(outcome or (None, None)), fence.run_id, fence.token),
+        fetch=True,
+    )
+    return bool(rows)
+
+
+def requeue_run(d: Dialect, run_id: str, budget: Blob | None) -> Statements[bool]:
+    """Queue a paused run again (with a new budget, if given)."""
+    rows = yield Stmt(
+        d.sql(
+            f"UPDATE {RUNS.name} SET status = 'queued', "
+            "budget_type = coalesce(?, budget_type), budget = coalesce(?, budget), "
+            "updated_at = NOW() WHERE run_id = ? AND status = 'paused' RETURNING run_id"
+        ),
+        (*(budget or (None, None)), run_id),
+        fetch=True,
+    )
+    return bool(rows)
+
+
+def read_run(d: Dialect, run_id: str) -> Statements[RunRecord | None]:
+    rows = yield Stmt(
+        d.sql(f"SELECT {_RUN_COLUMNS} FROM {RUNS.name} WHERE run_id = ?"), (run_id,), fetch=True
+    )
+    return from_row(RunRecord, rows[0]) if rows else None
+
+
+def list_runs(d: Dialect, statuses: Sequence[str] = ()) -> Statements[list[RunRecord]]:
+    where = "WHERE status IN_LIST(?) " if statuses else ""
+    params: Any = (d.list_param(statuses),) if statuses else ()
+    rows = yield Stmt(
+        d.sql(f"SELECT {_RUN_COLUMNS} FROM {RUNS.name} {where}ORDER BY created_at, run_id"),
+        params,
+        fetch=True,
+    )
+    return [from_row(RunRecord, r) for r in rows]
+
+
+def active_runs(d: Dialect) -> Statements[int]:
+    """Runs some worker still has to run: queued, or running under a lease (a paused
+    run is open, it holds its thread, but waits for `Worker.resume`)."""
+    rows = yield Stmt(f"SELECT count(*) FROM {RUNS.name} WHERE {_IN_ACTIVE}", fetch=True)
+    return int(rows[0][0])

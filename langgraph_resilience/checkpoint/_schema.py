@@ -1,0 +1,257 @@
+"""The resilience tables and their migrations, both dialects.
+
+Each table is defined once (`Table`); its ``CREATE TABLE``, the columns
+`copy_thread` copies and the columns records are read from all derive from that
+definition. Migrations are one append-only list (index = version), each entry
+saying what it runs on SQLite and on Postgres. Never edit or reorder an entry
+that has shipped; append a new one (a new column: add it to its table with
+``since=`` the new version, and append ``Migration.both(*TABLE.added(version))``).
+We keep our own ``resilience_migrations`` table and never append to LangGraph's
+list: an upstream migration would then be skipped silently.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from langgraph_resilience.checkpoint._store import (
+    Column,
+    Dialect,
+    Statements,
+    Stmt,
+    Table,
+)
+from langgraph_resilience.errors import ConfigError
+
+__all__ = [
+    "ATTEMPTS",
+    "COUNTERS",
+    "EFFECTS",
+    "MIGRATIONS",
+    "RUNS",
+    "SCHEMA_VERSION",
+    "check_schema",
+    "migrate",
+    "migrations",
+]
+
+RUNS = Table(
+    "resilience_runs",
+    (
+        Column("run_id", "TEXT PRIMARY KEY"),
+        Column("thread_id", "TEXT NOT NULL"),
+        Column("status", "TEXT NOT NULL DEFAULT 'queued'"),
+        Column("owner", "TEXT"),
+        Column("fencing_token", "BIGINT_T NOT NULL DEFAULT 0"),
+        Column("lease_expires_at", "REAL_T"),
+        Column("attempts", "INTEGER NOT NULL DEFAULT 0"),
+        Column("recoveries", "INTEGER NOT NULL DEFAULT 0"),
+        Column("input_type", "TEXT"),
+        Column("input", "BLOB_T"),
+        Column("budget_type", "TEXT"),
+        Column("budget", "BLOB_T"),
+        Column("outcome_type", "TEXT"),
+        Column("outcome", "BLOB_T"),
+        Column("created_at", "REAL_T NOT NULL"),
+        Column("updated_at", "REAL_T NOT NULL"),
+    ),
+    since=1,
+)
+ATTEMPTS = Table(
+    "resilience_node_attempts",
+    (
+        Column("thread_id", "TEXT NOT NULL"),
+        Column("checkpoint_ns", "TEXT NOT NULL DEFAULT ''"),
+        Column("checkpoint_id", "TEXT NOT NULL"),
+        Column("task_id", "TEXT NOT NULL"),
+        Column("attempt", "INTEGER NOT NULL"),
+        Column("node", "TEXT NOT NULL"),
+        Column("status", "TEXT NOT NULL"),
+        Column("kind", "TEXT"),
+        Column("error_type", "TEXT"),
+        Column("reason", "TEXT"),
+        Column("started_at", "REAL_T NOT NULL"),
+        Column("finished_at", "REAL_T"),
+    ),
+    primary_key=("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "attempt"),
+    since=2,
+)
+EFFECTS = Table(
+    "resilience_effects",
+    (
+        Column("thread_id", "TEXT NOT NULL"),
+        Column("idempotency_key", "TEXT NOT NULL"),
+        Column("checkpoint_ns", "TEXT NOT NULL DEFAULT ''"),
+        Column("checkpoint_id", "TEXT NOT NULL"),
+        Column("task_id", "TEXT NOT NULL"),
+        Column("name", "TEXT NOT NULL"),
+        Column("args_digest", "TEXT"),
+        Column("status", "TEXT NOT NULL"),
+        Column("fencing_token", "BIGINT_T"),
+        Column("intent_at", "REAL_T NOT NULL"),
+        Column("outcome_at", "REAL_T"),
+        Column("outcome_type", "TEXT"),
+        Column("outcome", "BLOB_T"),
+        Column("error", "TEXT"),
+    ),
+    primary_key=("thread_id", "idempotency_key"),
+    since=3,
+)
+# One row per (scope, name); a scope is one process, so workers never contend for a row.
+COUNTERS = Table(
+    "resilience_counters",
+    (
+        Column("scope", "TEXT NOT NULL"),
+        Column("name", "TEXT NOT NULL"),
+        Column("value", "BIGINT_T NOT NULL DEFAULT 0"),
+    ),
+    primary_key=("scope", "name"),
+    since=4,
+)
+
+#: Tables keyed by a thread's checkpoints, copied and deleted with them.
+CHECKPOINT_TABLES = (ATTEMPTS, EFFECTS)
+#: Every resilience table with a thread_id (runs are deleted with their thread, not copied).
+THREAD_TABLES = (*CHECKPOINT_TABLES, RUNS)
+
+#: The statuses of a run that holds its thread: a thread has at most one such run.
+OPEN_STATUSES = ("queued", "running", "paused")
+
+# Postgres refuses a fork in the same statement as the write: this function takes
+# a per-thread lock, then raises when the namespace already holds a checkpoint
+# newer than the parent (other than the one being written). SQLite runs the same
+# query in the write's transaction instead (`_threads.put_checkpoint`).
+FORK_MARKER = "resilience-fork"
+_PG_REFUSE_FORK = f"""
+CREATE OR REPLACE FUNCTION resilience_refuse_fork(
+    p_thread TEXT, p_ns TEXT, p_parent TEXT, p_new TEXT
+) RETURNS VOID LANGUAGE plpgsql AS $$
+DECLARE
+    newer TEXT;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext(p_thread), hashtext(p_ns));
+    SELECT checkpoint_id INTO newer FROM checkpoints
+    WHERE thread_id = p_thread AND checkpoint_ns = p_ns
+      AND checkpoint_id > p_parent AND checkpoint_id <> p_new
+    ORDER BY checkpoint_id DESC LIMIT 1;
+    IF newer IS NOT NULL THEN
+        RAISE EXCEPTION '{FORK_MARKER}' USING DETAIL = newer;
+    END IF;
+END $$"""
+
+# Postgres fences a write in the same round trip: this function raises unless
+# the run still carries the writer's fencing token, and holds the run's row
+# (FOR SHARE) until the write commits, so a claim cannot slip in between.
+LEASE_MARKER = "resilience-lease-lost"
+_PG_CHECK_FENCE = f"""
+CREATE OR REPLACE FUNCTION resilience_check_fence(p_run TEXT, p_token BIGINT)
+RETURNS VOID LANGUAGE plpgsql AS $$
+DECLARE
+    current BIGINT;
+BEGIN
+    SELECT fencing_token INTO current FROM resilience_runs WHERE run_id = p_run FOR SHARE;
+    IF current IS DISTINCT FROM p_token THEN
+        RAISE EXCEPTION '{LEASE_MARKER}' USING DETAIL = coalesce(current::text, 'none');
+    END IF;
+END $$"""
+
+_CREATE_MIGRATIONS = "CREATE TABLE IF NOT EXISTS resilience_migrations (v INTEGER PRIMARY KEY)"
+_ONE_OPEN_RUN = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS resilience_runs_one_open ON resilience_runs "
+    f"(thread_id) WHERE status IN ({', '.join(repr(s) for s in OPEN_STATUSES)})"
+)
+
+
+class Migration(NamedTuple):
+    """What one schema version runs on each dialect (maybe nothing on one)."""
+
+    sqlite: tuple[str, ...]
+    postgres: tuple[str, ...]
+
+    @classmethod
+    def both(cls, *statements: str) -> Migration:
+        return cls(sqlite=statements, postgres=statements)
+
+    @classmethod
+    def postgres_only(cls, *statements: str) -> Migration:
+        return cls(sqlite=(), postgres=statements)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    # 0: the version table itself (created before the loop runs).
+    Migration.both(_CREATE_MIGRATIONS),
+    # 1: runs, with their lease (owner, fencing token, expiry).
+    Migration.both(
+        RUNS.create(),
+        "CREATE INDEX IF NOT EXISTS resilience_runs_thread ON resilience_runs (thread_id)",
+        "CREATE INDEX IF NOT EXISTS resilience_runs_claim "
+        "ON resilience_runs (status, lease_expires_at)",
+    ),
+    # 2: node attempts, one row per try of a task.
+    Migration.both(ATTEMPTS.create()),
+    # 3: side-effect intents and outcomes.
+    Migration.both(EFFECTS.create()),
+    # 4: save counters.
+    Migration.both(COUNTERS.create()),
+    # 5: the fork check (SQLite checks in Python).
+    Migration.postgres_only(_PG_REFUSE_FORK),
+    # 6: the fencing check (SQLite checks in Python).
+    Migration.postgres_only(_PG_CHECK_FENCE),
+    # 7: at most one open run per thread, also when two processes submit at once.
+    Migration.both(_ONE_OPEN_RUN),
+)
+SCHEMA_VERSION = len(MIGRATIONS) - 1
+
+
+def migrations(d: Dialect) -> tuple[tuple[str, ...], ...]:
+    """The statements of each version on one dialect (index = version)."""
+    return tuple(tuple(d.sql(s) for s in getattr(m, d.name)) for m in MIGRATIONS)
+
+
+def check_schema_version(found: int, *, where: str) -> None:
+    """Refuse a database migrated by a newer langgraph-resilience."""
+    if found > SCHEMA_VERSION:
+        raise ConfigError(
+            f"{where} holds resilience schema version {found}, newer than this "
+            f"langgraph-resilience knows (up to {SCHEMA_VERSION}). It was set up by a "
+            "newer release; upgrade langgraph-resilience instead of using it with this "
+            "one (nothing was changed)."
+        )
+
+
+def migrate(d: Dialect, *, where: str) -> Statements[None]:
+    """Bring the resilience tables up to `SCHEMA_VERSION`, one transaction."""
+    if d.migration_lock is not None:
+        yield Stmt(d.migration_lock)
+    yield Stmt(_CREATE_MIGRATIONS)
+    rows = yield Stmt("SELECT max(v) FROM resilience_migrations", fetch=True)
+    found = rows[0][0] if rows and rows[0][0] is not None else -1
+    check_schema_version(found, where=where)
+    for v, statements in enumerate(migrations(d)):
+        if v <= found:
+            continue
+        for sql in statements:
+            yield Stmt(sql)
+        yield Stmt(d.sql("INSERT INTO resilience_migrations (v) VALUES (?)"), (v,))
+
+
+def schema_version(d: Dialect) -> Statements[int | None]:
+    """The stored schema version, or None when the table does not exist."""
+    rows = yield Stmt(d.sql(d.table_exists), ("resilience_migrations",), fetch=True)
+    if not rows[0][0]:
+        return None
+    rows = yield Stmt("SELECT max(v) FROM resilience_migrations", fetch=True)
+    return -1 if rows[0][0] is None else int(rows[0][0])
+
+
+def check_schema(d: Dialect) -> Statements[None]:
+    """Refuse to write to a database whose resilience tables are missing or newer."""
+    found = yield from schema_version(d)
+    if found is None or found < SCHEMA_VERSION:
+        raise ConfigError(
+            f"the resilience tables of this {d.name} database are "
+            f"{'missing' if found is None else f'at version {found}'} (this release needs "
+            f"{SCHEMA_VERSION}). Call saver.setup() once before running graphs; it "
+            "also runs LangGraph's own migrations."
+        )
+    check_schema_version(found, where=f"this {d.name} database")
