@@ -44,8 +44,8 @@ from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
 from langgraph.types import Command
 
-from langgraph_resilience.budget import Budget
 from langgraph_resilience._store_errors import is_store_error
+from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import Fence, RunRecord
 from langgraph_resilience.checkpoint._runs import FENCE_KEY
 from langgraph_resilience.errors import (

@@ -21,12 +21,12 @@ from langgraph.graph import END, START
 
 from langgraph_resilience import (
     ConfigError,
-    RunStateError,
     LeaseLost,
     NodePolicy,
     PermanentError,
     ResilientState,
     ResilientStateGraph,
+    RunStateError,
     Worker,
 )
 from langgraph_resilience.checkpoint import AttemptRecord, EffectRecord, Fence
@@ -143,7 +143,9 @@ async def test_claims_bump_the_token_and_take_over_expired_leases(h: Any) -> Non
         0,
     )
     assert await h.call("claim_runs", "worker-b", 5, 0.3) == []  # held
-    assert await h.call("renew_leases", "worker-a", [Fence(run_id=run_id, token=1)], 0.3) == [run_id]
+    assert await h.call("renew_leases", "worker-a", [Fence(run_id=run_id, token=1)], 0.3) == [
+        run_id
+    ]
     await asyncio.sleep(0.5)  # the lease expires
     [taken] = await h.call("claim_runs", "worker-b", 5, 5.0)
     assert (taken.fencing_token, taken.owner, taken.recoveries, taken.attempts) == (
@@ -168,10 +170,18 @@ async def test_a_stale_token_cannot_write_anything(h: Any) -> None:
     await asyncio.sleep(0.4)
     await h.call("claim_runs", "worker-b", 1, 5.0)
     stale = {
-        "configurable": {"thread_id": thread, "checkpoint_ns": "", "__lgr_fence": Fence(run_id=run_id, token=1)}
+        "configurable": {
+            "thread_id": thread,
+            "checkpoint_ns": "",
+            "__lgr_fence": Fence(run_id=run_id, token=1),
+        }
     }
     fresh = {
-        "configurable": {"thread_id": thread, "checkpoint_ns": "", "__lgr_fence": Fence(run_id=run_id, token=2)}
+        "configurable": {
+            "thread_id": thread,
+            "checkpoint_ns": "",
+            "__lgr_fence": Fence(run_id=run_id, token=2),
+        }
     }
     checkpoint = empty_checkpoint()
     meta = {"source": "input", "step": -1}
@@ -189,7 +199,12 @@ async def test_a_stale_token_cannot_write_anything(h: Any) -> None:
     with pytest.raises(LeaseLost):
         await h.call("record_intent", thread, intent, None, Fence(run_id=run_id, token=1))
     attempt = AttemptRecord(
-        attempt=1, node="a", kind="transient", error_type="E", reason="boom", finished_at=time.time()
+        attempt=1,
+        node="a",
+        kind="transient",
+        error_type="E",
+        reason="boom",
+        finished_at=time.time(),
     )
     with pytest.raises(LeaseLost):
         await h.call(

@@ -195,9 +195,7 @@ def record_outcome(d: Dialect, thread_id: str, key: str, fields: OutcomeFields) 
     yield Stmt(d.sql(_OUTCOME), (*fields, thread_id, key))
 
 
-def store_outcomes(
-    d: Dialect, outcomes: dict[tuple[str, str], OutcomeFields]
-) -> Statements[None]:
+def store_outcomes(d: Dialect, outcomes: dict[tuple[str, str], OutcomeFields]) -> Statements[None]:
     """Outcomes written behind, stored with another write."""
     if outcomes:
         rows = [(*fields, thread, key) for (thread, key), fields in sorted(outcomes.items())]

@@ -224,9 +224,7 @@ def delete_for_runs(d: Dialect, run_ids: Sequence[str]) -> Statements[None]:
     for (thread_id, ns), ids in sorted(by_ns.items()):
         yield from delete_checkpoints(d, thread_id, ns, ids)
     yield from delete_orphans(d, sorted({t for t, _ in by_ns}))
-    yield Stmt(
-        d.sql(f"DELETE FROM {RUNS.name} WHERE run_id IN_LIST(?)"), (d.list_param(run_ids),)
-    )
+    yield Stmt(d.sql(f"DELETE FROM {RUNS.name} WHERE run_id IN_LIST(?)"), (d.list_param(run_ids),))
 
 
 _PG_REFERENCED_VERSIONS = (

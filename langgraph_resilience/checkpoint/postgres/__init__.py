@@ -256,7 +256,9 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
             backoff=self._state.backoff,
             on_failure=self._on_failure(None),
         )
-        self._transact(lambda: _schema.migrate(POSTGRES, where="this Postgres database"), check=False)
+        self._transact(
+            lambda: _schema.migrate(POSTGRES, where="this Postgres database"), check=False
+        )
         self._state.schema_checked = True
 
     # -- the transaction driver ----------------------------------------------
