@@ -93,6 +93,14 @@ class Harness:
     def id(self) -> str:
         return f"{self.backend}{'-async' if self.is_async else ''}"
 
+    @property
+    def sync_saver_class(self) -> Any:
+        """The backend's sync saver class (to open more savers on the same store)."""
+        from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+        from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+        return ResilientSqliteSaver if self.backend == "sqlite" else ResilientPostgresSaver
+
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self.is_async:
             return await getattr(self.saver, "a" + method)(*args, **kwargs)

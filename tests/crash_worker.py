@@ -32,26 +32,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from conftest import open_saver
-from helpers import linear_graph
+from helpers import append, linear_graph, read_ledger
 
 from langgraph_resilience.checkpoint import _threads
 from langgraph_resilience.errors import CheckpointConflict
 
 STEPS = ["a", "b", "c", "d", "e"]
-
-
-def ledger_lines(ledger: str) -> list[str]:
-    try:
-        return Path(ledger).read_text().splitlines()
-    except FileNotFoundError:
-        return []
-
-
-def append(ledger: str, line: str) -> None:
-    with open(ledger, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def kill_inside_put(n: int) -> None:
@@ -75,11 +61,11 @@ def behaviour_for(args: argparse.Namespace) -> Any:
         if args.barrier and args.barrier[0] == name:
             node, k = args.barrier
             deadline = time.monotonic() + 20
-            while sum(line.startswith(node + " ") for line in ledger_lines(args.ledger)) < int(k):
+            while sum(words[0] == node for words in read_ledger(args.ledger)) < int(k):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"barrier {node}:{k} not reached")
                 time.sleep(0.01)
-        runs = sum(line.startswith(name + " ") for line in ledger_lines(args.ledger))
+        runs = sum(words[0] == name for words in read_ledger(args.ledger))
         if args.fail_once == name and runs == 1:
             raise RuntimeError(f"{name} fails the first time")
         time.sleep(args.node_seconds)

@@ -31,12 +31,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from conftest import open_saver
-from langgraph.graph import END, START
+from helpers import ReceiptsState, append, chain, read_ledger
 
 from langgraph_resilience import (
     Backoff,
     NodePolicy,
-    ResilientState,
     ResilientStateGraph,
     TransientError,
     current_attempt,
@@ -46,23 +45,8 @@ from langgraph_resilience import (
 STEPS = ("reserve", "charge", "notify")
 
 
-class State(ResilientState, total=False):
-    receipts: list[str]
-
-
-def append(path: Path, line: str) -> None:
-    with open(path, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def calls(service: Path) -> list[tuple[str, int, float]]:
-    try:
-        lines = (service / "calls.log").read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    return [(k, int(p), float(t)) for k, p, t in (line.rsplit(" ", 2) for line in lines)]
+    return [(k, int(p), float(t)) for k, p, t in read_ledger(service / "calls.log")]
 
 
 def build(service: Path, kill: str | None) -> ResilientStateGraph:
@@ -85,7 +69,7 @@ def build(service: Path, kill: str | None) -> ResilientStateGraph:
             die_at("after-call")
             return f"receipt:{idempotency_key}"
 
-        def node(state: State) -> dict[str, Any]:
+        def node(state: ReceiptsState) -> dict[str, Any]:
             if current_attempt().number > 1:
                 die_at("after-outcome")
             receipt = effect()
@@ -97,18 +81,8 @@ def build(service: Path, kill: str | None) -> ResilientStateGraph:
 
         return node
 
-    g = ResilientStateGraph(State)
-    for step in STEPS:
-        g.add_node(
-            step,
-            make(step),
-            policy=NodePolicy(retry=Backoff(initial_interval=0.01, max_attempts=3)),
-        )
-    g.add_edge(START, STEPS[0])
-    g.add_edge(STEPS[0], STEPS[1])
-    g.add_edge(STEPS[1], STEPS[2])
-    g.add_edge(STEPS[2], END)
-    return g
+    policy = NodePolicy(retry=Backoff(initial_interval=0.01, max_attempts=3))
+    return chain(ResilientStateGraph(ReceiptsState), STEPS, make, lambda _: {"policy": policy})
 
 
 async def main() -> int:

@@ -1,44 +1,93 @@
-"""Small helpers shared by the tests: graphs, raw SQL on the store, history checks."""
+"""Small helpers shared by the tests and their worker scripts: graph builders,
+ledgers on disk, raw SQL on the store, history checks."""
 
 from __future__ import annotations
 
 import itertools
 import operator
+import os
 import sqlite3
 import time
 from collections import Counter
-from typing import Annotated, Any, TypedDict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any, TypedDict, TypeVar
 
 import psycopg
 from langgraph.graph import END, START, StateGraph
+
+from langgraph_resilience import ResilientState
+
+G = TypeVar("G", bound=StateGraph)
 
 
 class PipelineState(TypedDict):
     done: Annotated[list[str], operator.add]
 
 
-def linear_graph(names: list[str], behaviour: Any = None) -> StateGraph:
-    """START -> names[0] -> ... -> END; each node appends its name to ``done``.
+class DoneState(ResilientState, total=False):
+    """A resilient pipeline's state: the steps done, in order."""
 
-    ``behaviour(name)`` runs first in every node (count calls, raise, sleep).
-    """
-    graph = StateGraph(PipelineState)
+    done: Annotated[list[str], operator.add]
+
+
+class ReceiptsState(ResilientState, total=False):
+    """A pipeline whose steps each collect a side effect's receipt."""
+
+    receipts: list[str]
+
+
+def chain(
+    graph: G,
+    names: Sequence[str],
+    make: Callable[[str], Any],
+    options: Callable[[str], dict[str, Any]] = lambda name: {},
+) -> G:
+    """Add ``make(name)`` for each name, chained START -> names[0] -> ... -> END;
+    ``options(name)`` are extra ``add_node`` arguments (a policy, say)."""
+    for name in names:
+        graph.add_node(name, make(name), **options(name))
+    graph.add_edge(START, names[0])
+    for a, b in itertools.pairwise(names):
+        graph.add_edge(a, b)
+    graph.add_edge(names[-1], END)
+    return graph
+
+
+def appending(behaviour: Callable[[str], Any] | None = None) -> Callable[[str], Any]:
+    """A node maker: each node runs ``behaviour(name)`` first (count calls, raise,
+    sleep), then appends its name to ``done``."""
 
     def make(name: str) -> Any:
-        def node(state: PipelineState) -> dict[str, Any]:
+        def node(state: Any) -> dict[str, Any]:
             if behaviour is not None:
                 behaviour(name)
             return {"done": [name]}
 
         return node
 
-    for name in names:
-        graph.add_node(name, make(name))
-    graph.add_edge(START, names[0])
-    for a, b in itertools.pairwise(names):
-        graph.add_edge(a, b)
-    graph.add_edge(names[-1], END)
-    return graph
+    return make
+
+
+def linear_graph(names: list[str], behaviour: Any = None) -> StateGraph:
+    """A plain `StateGraph` START -> names[0] -> ... -> END (see `appending`)."""
+    return chain(StateGraph(PipelineState), names, appending(behaviour))
+
+
+def append(path: str | Path, line: str) -> None:
+    """Add a line to a ledger file, on disk before this returns (a kill may follow)."""
+    with open(path, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_ledger(path: str | Path) -> list[list[str]]:
+    """A ledger's lines, split into words (none if it does not exist yet)."""
+    try:
+        return [line.split() for line in Path(path).read_text().splitlines() if line]
+    except FileNotFoundError:
+        return []
 
 
 def sql(
@@ -56,6 +105,17 @@ def sql(
     with psycopg.connect(target, autocommit=True) as conn:
         cur = conn.execute(query.replace("?", "%s"), params)
         return cur.fetchall() if cur.description else []
+
+
+def expire_lease(backend: str, target: str, run_id: str) -> None:
+    """Let a run's lease run out now, as if its worker had stopped renewing it an hour
+    ago (the lease clock is the database's, so the store is where time passes)."""
+    sql(
+        backend,
+        target,
+        "UPDATE resilience_runs SET lease_expires_at = lease_expires_at - 3600 WHERE run_id = ?",
+        (run_id,),
+    )
 
 
 def add_resilience_rows(backend: str, target: str, thread_id: str, checkpoint_id: str) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import os
 import signal
@@ -37,13 +36,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from conftest import open_saver
-from effect_worker import append
+from helpers import ReceiptsState, append, chain, read_ledger
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph import END, START
 
 from langgraph_resilience import (
     NodePolicy,
-    ResilientState,
     ResilientStateGraph,
     Worker,
     side_effect,
@@ -52,22 +49,11 @@ from langgraph_resilience import (
 STEPS = ("s1", "s2", "s3", "s4", "s5")
 
 
-class State(ResilientState, total=False):
-    receipts: list[str]
-
-
-def lines(path: Path) -> list[list[str]]:
-    try:
-        return [line.split() for line in path.read_text().splitlines() if line]
-    except FileNotFoundError:
-        return []
-
-
 def build(
     service: Path, step_sleep: float, slow: tuple[str, float] | None, die_at: str | None = None
 ) -> Any:
     def lookup(key: str) -> Any:
-        known = any(parts[0] == key for parts in lines(service / "calls.log"))
+        known = any(parts[0] == key for parts in read_ledger(service / "calls.log"))
         return f"receipt:{key}" if known else None
 
     @side_effect(name="deliver", reconcile=lookup)
@@ -76,7 +62,7 @@ def build(
         return f"receipt:{idempotency_key}"
 
     def make(step: str) -> Any:
-        def node(state: State, config: RunnableConfig) -> dict[str, Any]:
+        def node(state: ReceiptsState, config: RunnableConfig) -> dict[str, Any]:
             thread = config["configurable"]["thread_id"]
             append(service / "steps.log", f"{thread} {step} start {os.getpid()} {time.time()}")
             if step == die_at:
@@ -96,14 +82,9 @@ def build(
 
         return node
 
-    g = ResilientStateGraph(State)
-    for step in STEPS:
-        g.add_node(step, make(step), policy=NodePolicy())
-    g.add_edge(START, STEPS[0])
-    for a, b in itertools.pairwise(STEPS):
-        g.add_edge(a, b)
-    g.add_edge(STEPS[-1], END)
-    return g
+    return chain(
+        ResilientStateGraph(ReceiptsState), STEPS, make, lambda _: {"policy": NodePolicy()}
+    )
 
 
 async def main() -> int:

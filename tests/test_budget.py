@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import operator
 import time
 import uuid
 from collections import Counter
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
+from helpers import DoneState, chain
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -24,7 +24,6 @@ from langgraph_resilience import (
     BudgetExhausted,
     ConfigError,
     NodePolicy,
-    ResilientState,
     ResilientStateGraph,
     RunStateError,
     Worker,
@@ -34,10 +33,6 @@ from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
 STEPS = ["s1", "s2", "s3", "s4", "s5"]
 TOKENS_PER_CALL = 40
-
-
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
 
 
 def model() -> GenericFakeChatModel:
@@ -70,28 +65,21 @@ def pipeline(ran: Counter[str], spend: str, is_async: bool, **compile_kwargs: An
     def make(name: str) -> Any:
         if is_async:
 
-            async def anode(state: State) -> dict[str, Any]:
+            async def anode(state: DoneState) -> dict[str, Any]:
                 ran[name] += 1
                 await spend_async()
                 return {"done": [name]}
 
             return anode
 
-        def node(state: State) -> dict[str, Any]:
+        def node(state: DoneState) -> dict[str, Any]:
             ran[name] += 1
             spend_sync()
             return {"done": [name]}
 
         return node
 
-    g = ResilientStateGraph(State)
-    for name in STEPS:
-        g.add_node(name, make(name))
-    g.add_edge(START, STEPS[0])
-    for a, b in itertools.pairwise(STEPS):
-        g.add_edge(a, b)
-    g.add_edge(STEPS[-1], END)
-    return g
+    return chain(ResilientStateGraph(DoneState), STEPS, make)
 
 
 async def invoke(h: Any, graph: Any, value: Any, config: Any) -> Any:
@@ -205,13 +193,13 @@ def test_a_node_raising_budget_exhausted_uses_the_budget_it_is_resumed_with(
 ) -> None:
     calls = Counter[str]()
 
-    def pay(state: State) -> dict[str, Any]:
+    def pay(state: DoneState) -> dict[str, Any]:
         calls["pay"] += 1
         if calls["pay"] == 1:
             raise BudgetExhausted("the provider says the quota is spent")
         return {"done": ["pay"]}
 
-    g = ResilientStateGraph(State)
+    g = ResilientStateGraph(DoneState)
     g.add_node("pay", pay, policy=NodePolicy())
     g.add_edge(START, "pay")
     g.add_edge("pay", END)
@@ -249,13 +237,13 @@ async def test_parallel_branches_paused_by_a_budget_resume_together_under_a_work
     ran: Counter[str] = Counter()
 
     def make(name: str) -> Any:
-        def node(state: State) -> dict[str, Any]:
+        def node(state: DoneState) -> dict[str, Any]:
             ran[name] += 1
             return {"done": [name]}
 
         return node
 
-    g = ResilientStateGraph(State)
+    g = ResilientStateGraph(DoneState)
     for name in ("a", "b1", "b2", "c"):
         g.add_node(name, make(name))
     g.add_edge(START, "a")

@@ -8,7 +8,6 @@ say which nodes ran.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import operator
 import uuid
 from collections import Counter
@@ -16,7 +15,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import pytest
-from helpers import sql
+from helpers import chain, sql
 from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from langgraph.graph import END, START
 from langgraph.types import Command, RetryPolicy, Send
@@ -101,15 +100,13 @@ def linear(
 ) -> ResilientStateGraph:
     g = ResilientStateGraph(State)
     g.set_node_defaults(policy=default or NodePolicy(retry=FAST))
-    policies = policies or {}
-    for name in names:
-        kwargs = {"policy": policies[name]} if name in policies else {}
-        g.add_node(name, node(h, script.body(name), name), **kwargs)
-    g.add_edge(START, names[0])
-    for a, b in itertools.pairwise(names):
-        g.add_edge(a, b)
-    g.add_edge(names[-1], END)
-    return g
+    chosen = policies or {}
+    return chain(
+        g,
+        names,
+        lambda name: node(h, script.body(name), name),
+        lambda name: {"policy": chosen[name]} if name in chosen else {},
+    )
 
 
 def cfg(h: Any, label: str) -> dict[str, Any]:

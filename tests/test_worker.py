@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import sqlite3
 import threading
 import time
 import uuid
 from typing import Annotated, Any
 
+import psycopg
 import pytest
-from helpers import assert_no_fork, sql
+from helpers import assert_no_fork, chain, expire_lease, sql
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START
 
 from langgraph_resilience import (
     ConfigError,
@@ -40,8 +41,6 @@ class State(ResilientState, total=False):
 
 
 def pipeline(behaviour: Any = None, *, critical: bool = True) -> ResilientStateGraph:
-    g = ResilientStateGraph(State)
-
     def make(name: str) -> Any:
         def node(state: State) -> dict[str, Any]:
             if behaviour is not None:
@@ -50,13 +49,8 @@ def pipeline(behaviour: Any = None, *, critical: bool = True) -> ResilientStateG
 
         return node
 
-    for name in STEPS:
-        g.add_node(name, make(name), policy=NodePolicy(retry=None, critical=critical))
-    g.add_edge(START, STEPS[0])
-    g.add_edge(STEPS[0], STEPS[1])
-    g.add_edge(STEPS[1], STEPS[2])
-    g.add_edge(STEPS[2], END)
-    return g
+    policy = NodePolicy(retry=None, critical=critical)
+    return chain(ResilientStateGraph(State), STEPS, make, lambda _: {"policy": policy})
 
 
 @pytest.fixture
@@ -132,21 +126,69 @@ async def test_a_thread_takes_one_open_run_at_a_time(h: Any) -> None:
     sql(h.backend, h.target, insert.replace("'queued'", "'success'"), ("ended", thread))
 
 
+async def test_a_submit_racing_another_gets_run_state_error(h: Any) -> None:
+    """A second submit that passed the check before the first committed is refused by
+    the store's unique index, and reported as `RunStateError`, not a driver error."""
+    worker = Worker(pipeline(), checkpointer=h.saver)
+    thread = f"race-{uuid.uuid4()}"
+    await h.call("list_runs")  # the tables exist (SQLite sets up on first use)
+    insert = (
+        "INSERT INTO resilience_runs (run_id, thread_id, status, created_at, updated_at) "
+        "VALUES ('other', ?, 'queued', 0, 0)"
+    )
+    if h.backend == "sqlite":
+        other: Any = sqlite3.connect(h.target, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        other.execute(insert, (thread,))
+    else:
+        other = psycopg.connect(h.target)  # a transaction, not committed yet
+        other.execute(insert.replace("?", "%s"), (thread,))
+    racing = asyncio.ensure_future(submit(h, worker, {"done": []}, thread_id=thread))
+    await asyncio.sleep(0.3)  # the submit waits: on the index (Postgres), the lock (SQLite)
+    other.commit()
+    other.close()
+    with pytest.raises(RunStateError, match="already has an open run") as refused:
+        await racing
+    if h.backend == "postgres":  # the check passed; the index refused the insert
+        assert isinstance(refused.value.__cause__, psycopg.errors.UniqueViolation)
+    assert [r.run_id for r in await h.call("list_runs") if r.thread_id == thread] == ["other"]
+
+
+async def test_concurrent_submits_to_one_thread_make_one_run(h: Any) -> None:
+    thread = f"many-{uuid.uuid4()}"
+    barrier = threading.Barrier(4)
+
+    def submit_alone() -> str:
+        opened = h.sync_saver_class.from_conn_string(h.target)
+        with opened as saver:
+            worker = Worker(pipeline(), checkpointer=saver)
+            barrier.wait()
+            try:
+                worker.submit({"done": []}, thread_id=thread)
+            except RunStateError:
+                return "refused"
+            return "queued"
+
+    outcomes = await asyncio.gather(*(asyncio.to_thread(submit_alone) for _ in range(4)))
+    assert sorted(outcomes) == ["queued", "refused", "refused", "refused"]
+    assert len([r for r in await h.call("list_runs") if r.thread_id == thread]) == 1
+
+
 async def test_claims_bump_the_token_and_take_over_expired_leases(h: Any) -> None:
     worker = Worker(pipeline(), checkpointer=h.saver)
     run_id = await submit(h, worker, {"done": []})
-    [mine] = await h.call("claim_runs", "worker-a", 5, 0.3)
+    [mine] = await h.call("claim_runs", "worker-a", 5, 30.0)
     assert (mine.run_id, mine.fencing_token, mine.owner, mine.recoveries) == (
         run_id,
         1,
         "worker-a",
         0,
     )
-    assert await h.call("claim_runs", "worker-b", 5, 0.3) == []  # held
-    assert await h.call("renew_leases", "worker-a", [Fence(run_id=run_id, token=1)], 0.3) == [
+    assert await h.call("claim_runs", "worker-b", 5, 30.0) == []  # held
+    assert await h.call("renew_leases", "worker-a", [Fence(run_id=run_id, token=1)], 30.0) == [
         run_id
     ]
-    await asyncio.sleep(0.5)  # the lease expires
+    expire_lease(h.backend, h.target, run_id)
     [taken] = await h.call("claim_runs", "worker-b", 5, 5.0)
     assert (taken.fencing_token, taken.owner, taken.recoveries, taken.attempts) == (
         2,
@@ -166,8 +208,8 @@ async def test_a_stale_token_cannot_write_anything(h: Any) -> None:
     worker = Worker(pipeline(), checkpointer=h.saver)
     run_id = await submit(h, worker, {"done": []})
     thread = (await h.call("read_run", run_id)).thread_id
-    await h.call("claim_runs", "worker-a", 1, 0.2)
-    await asyncio.sleep(0.4)
+    await h.call("claim_runs", "worker-a", 1, 30.0)
+    expire_lease(h.backend, h.target, run_id)
     await h.call("claim_runs", "worker-b", 1, 5.0)
     stale = {
         "configurable": {
@@ -231,7 +273,7 @@ async def test_a_stale_token_cannot_write_anything(h: Any) -> None:
 
 
 async def test_a_run_whose_lease_is_taken_stops_and_writes_nothing_more(
-    h: Any,
+    h: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """While node b runs, another worker takes the run over: the first worker's
     heartbeat notices, its writes are refused, and it reports nothing for the run."""
@@ -258,7 +300,10 @@ async def test_a_run_whose_lease_is_taken_stops_and_writes_nothing_more(
     ids.append(run_id)
     thread = (await h.call("read_run", run_id)).thread_id
     task = asyncio.ensure_future(run_worker(h, worker, until_idle=True))
-    await asyncio.sleep(1.5)
+    deadline = time.monotonic() + 10
+    while "another worker took the lease over" not in caplog.text:  # the heartbeat
+        assert time.monotonic() < deadline, "the worker never noticed the lost lease"
+        await asyncio.sleep(0.02)
     worker.drain()  # the run is 'running' under the thief, so until_idle would wait on
     left = await asyncio.wait_for(task, 10)
     assert left == {}  # lost, not finished by this worker
@@ -280,9 +325,9 @@ async def test_a_run_that_keeps_killing_its_workers_ends_as_error(h: Any) -> Non
     worker = Worker(pipeline(), checkpointer=h.saver, lease_ttl=5, max_recoveries=1)
     run_id = await submit(h, worker, {"done": []})
     for n in range(2):  # two workers claim it and die (their leases expire)
-        [claimed] = await h.call("claim_runs", f"dead-{n}", 1, 0.05)
+        [claimed] = await h.call("claim_runs", f"dead-{n}", 1, 30.0)
         assert claimed.recoveries == n
-        await asyncio.sleep(0.15)
+        expire_lease(h.backend, h.target, run_id)
     assert await run_worker(h, worker) == {run_id: "error"}
     record = await h.call("read_run", run_id)
     assert record.status == "error" and record.recoveries == 2

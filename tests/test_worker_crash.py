@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -22,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import assert_no_fork, sql
-from lease_worker import STEPS, lines
+from helpers import assert_no_fork, expire_lease, read_ledger, sql
+from lease_worker import STEPS
+from spawn import Process, spawn
 
 pytestmark = pytest.mark.crash
 SCRIPT = str(Path(__file__).parent / "lease_worker.py")
@@ -45,29 +44,23 @@ def fresh(store: tuple[str, str]) -> tuple[str, str]:
     return store
 
 
-def spawn(store: tuple[str, str], service: Path, *args: str) -> subprocess.Popen[str]:
+def start(store: tuple[str, str], service: Path, *args: str) -> Process:
     backend, target = store
-    return subprocess.Popen(
-        [sys.executable, SCRIPT, backend, target, str(service), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
+    return spawn(SCRIPT, backend, target, str(service), *args)
 
 
 def submit(store: tuple[str, str], service: Path, n: int, prefix: str) -> list[str]:
-    proc = spawn(store, service, "submit", str(n), "--prefix", prefix)
+    proc = start(store, service, "submit", str(n), "--prefix", prefix)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     return list(json.loads(out))
 
 
-def work(store: tuple[str, str], service: Path, *options: str) -> subprocess.Popen[str]:
-    return spawn(store, service, "work", "--lease-ttl", str(TTL), "--poll", str(POLL), *options)
+def work(store: tuple[str, str], service: Path, *options: str) -> Process:
+    return start(store, service, "work", "--lease-ttl", str(TTL), "--poll", str(POLL), *options)
 
 
-def result(proc: subprocess.Popen[str], timeout: float = 90) -> dict[str, str]:
+def result(proc: Process, timeout: float = 90) -> dict[str, str]:
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, f"worker failed (rc={proc.returncode}):\n{err}"
     return dict(json.loads(out.strip().splitlines()[-1]))
@@ -84,11 +77,13 @@ def wait_for(check: Callable[[], Any], timeout: float = 60, what: str = "") -> A
 
 
 def steps(service: Path) -> list[tuple[str, str, str, int, float]]:
-    return [(t, s, what, int(p), float(at)) for t, s, what, p, at in lines(service / "steps.log")]
+    return [
+        (t, s, what, int(p), float(at)) for t, s, what, p, at in read_ledger(service / "steps.log")
+    ]
 
 
 def calls(service: Path) -> list[str]:
-    return [parts[0] for parts in lines(service / "calls.log")]
+    return [parts[0] for parts in read_ledger(service / "calls.log")]
 
 
 def statuses(store: tuple[str, str], prefix: str) -> dict[str, str]:
@@ -175,7 +170,7 @@ def test_a_zombie_worker_cannot_write_after_its_run_was_taken_over(
     )
     os.kill(zombie.pid, signal.SIGSTOP)
     try:
-        time.sleep(TTL + 0.5)  # its lease expires
+        expire_lease(*fresh, run_id)  # while it sleeps, its lease runs out
         rescuer = work(fresh, tmp_path, *extra)
         assert result(rescuer) == {run_id: "success"}
     finally:
