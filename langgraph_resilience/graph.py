@@ -29,7 +29,6 @@ import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -43,16 +42,23 @@ from langgraph.types import Command, interrupt
 
 from langgraph_resilience import state as run_log
 from langgraph_resilience._engine import Action, Decision, decide
+from langgraph_resilience._task import (
+    BUDGET_KEY,
+    CURRENT_ATTEMPT,
+    DURABILITY_KEY,
+    EFFECT_SCOPE_KEY,
+    TaskContext,
+    current_attempt,
+)
 from langgraph_resilience.budget import (
     Budget,
     add_usage,
     metering,
     pause_value,
-    run_budget,
+    topped_up,
     used,
 )
-from langgraph_resilience.checkpoint import AttemptRecord, Fence
-from langgraph_resilience.checkpoint._runs import fence_of
+from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.classify import (
     Classification,
     Classifier,
@@ -72,30 +78,8 @@ __all__ = [
 ]
 
 PARTIAL_RESULT = "partial_result"
-_DURABILITY_KEY = "__pregel_durability"
 _UNSET: Any = object()
 _DEFAULTS = Classifier()
-_CURRENT: ContextVar[Attempt | None] = ContextVar("langgraph_resilience_attempt", default=None)
-
-
-def current_attempt() -> Attempt:
-    """Inside a node of a `ResilientStateGraph`: this try's number, the last
-    failure and the `NodePolicy.adapt` overrides in force.
-
-    Raises:
-        ConfigError: called outside such a node.
-
-    Example:
-        >>> def draft(state):  # doctest: +SKIP
-        ...     temperature = current_attempt().overrides.get("temperature", 0.7)
-    """
-    attempt = _CURRENT.get()
-    if attempt is None:
-        raise ConfigError(
-            "current_attempt() works only inside a node of a ResilientStateGraph "
-            "(it reports that node's retries)"
-        )
-    return attempt
 
 
 # ---------------------------------------------------------------------------
@@ -283,23 +267,24 @@ def default_compress(state: Any) -> dict[str, Any]:
     return {"messages": trimmed}
 
 
-def node_loop(ctx: NodeContext, state: Any, config: RunnableConfig) -> Generator[Op, Any, Any]:
+def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Op, Any, Any]:
     """Run a node under its policy: yields I/O to do, returns the node's output.
 
     Raises `ResilienceRoute` to route to the fallback or the partial result, and
     lets LangGraph's control flow (interrupts, drains) through untouched.
     """
     policy = ctx.policy
-    step = config.get("metadata", {}).get("langgraph_step")
-    resuming = bool(config.get("configurable", {}).get("__pregel_resuming"))
+    step = task.step
     # A step boundary: pause here if the run's budget is spent (until a top-up).
-    budget = run_budget(state, config)
+    budget = topped_up(state)
+    if budget is None:
+        budget = task.budget
     topped: Budget | None = None
     while budget is not None and (ran_out := budget.exhausted(used(state))):
         resumed = interrupt(pause_value(ctx.name, budget, used(state), ran_out))
         if isinstance(resumed, (Budget, Mapping)):
             budget = topped = Budget.coerce(resumed, where="the value resumed with")
-    loads = resuming and policy is not None
+    loads = task.resuming and policy is not None
     earlier: list[AttemptRecord] = list((yield LoadAttempts())) if loads else []
     if earlier and earlier[-1].kind == FailureKind.BUDGET_EXHAUSTED.value:
         # Resumed after the node paused on BudgetExhausted: the same interrupt
@@ -379,7 +364,7 @@ def node_loop(ctx: NodeContext, state: Any, config: RunnableConfig) -> Generator
         route = _route(ctx, decision, failure, exc, number)
         # Where the step ran: retry_failed re-runs it as a new task, whose side
         # effects must keep this task's idempotency keys.
-        route["task"] = effect_scope(config)
+        route["task"] = task.task_scope
         raise ResilienceRoute(route)
 
 
@@ -410,15 +395,6 @@ def _route(
         "exhausted": decision.exhausted,
         "suggestion": suggestion(ctx.name, failure, exc, n),
     }
-
-
-def effect_scope(config: RunnableConfig) -> str:
-    """The task part of a step's side-effect keys: its namespace and task id."""
-    configurable = config.get("configurable", {})
-    return f"{configurable.get('checkpoint_ns', '')}|{configurable.get('__pregel_task_id', '')}"
-
-
-EFFECT_SCOPE_KEY = "lgr_effect_scope"
 
 
 def suggestion(node: str, failure: Classification, exc: BaseException, attempts: int) -> str:
@@ -461,50 +437,8 @@ def suggestion(node: str, failure: Classification, exc: BaseException, attempts:
 # ---------------------------------------------------------------------------
 
 
-def _attempt_key(config: RunnableConfig) -> tuple[str, str, str, str] | None:
-    from langgraph.runtime import get_runtime
-
-    try:
-        info = get_runtime().execution_info
-    except Exception:
-        return None
-    if info is None or not info.thread_id:
-        return None
-    return (str(info.thread_id), info.checkpoint_ns or "", info.checkpoint_id, info.task_id)
-
-
-class _Store:
-    """Where a task's failed tries are kept: the run's resilient saver, if it has one.
-
-    Looked up only when a try fails or a resumed task starts, never on the happy path.
-    """
-
-    def __init__(self, config: RunnableConfig) -> None:
-        self._config = config
-
-    @functools.cached_property
-    def saver(self) -> Any:
-        saver = self._config.get("configurable", {}).get("__pregel_checkpointer")
-        return saver if hasattr(saver, "record_attempt") else None
-
-    @functools.cached_property
-    def key(self) -> tuple[str, str, str, str] | None:
-        return _attempt_key(self._config)
-
-    @functools.cached_property
-    def fence(self) -> Fence | None:
-        return fence_of(self._config)
-
-    @property
-    def ready(self) -> bool:
-        return self.saver is not None and self.key is not None
-
-
-def run_sync(
-    ctx: NodeContext, state: Any, call: Callable[[Any], Any], config: RunnableConfig
-) -> Any:
-    store = _Store(config)
-    loop = node_loop(ctx, state, config)
+def run_sync(ctx: NodeContext, state: Any, call: Callable[[Any], Any], task: TaskContext) -> Any:
+    loop = node_loop(ctx, state, task)
     reply: Any = None
     while True:
         try:
@@ -512,7 +446,7 @@ def run_sync(
         except StopIteration as stop:
             return stop.value
         if isinstance(op, Call):
-            token = _CURRENT.set(op.attempt)
+            token = CURRENT_ATTEMPT.set(op.attempt)
             started = time.monotonic()
             with metering() as meter:
                 try:
@@ -520,13 +454,15 @@ def run_sync(
                 except Exception as exc:
                     reply = Outcome(error=exc)
                 finally:
-                    _CURRENT.reset(token)
+                    CURRENT_ATTEMPT.reset(token)
             reply.usage = meter.usage(time.monotonic() - started)
         elif isinstance(op, LoadAttempts):
-            reply = store.saver.node_attempts(store.key) if store.ready else []
+            saver, key = task.saver, task.attempt_key
+            reply = saver.node_attempts(key) if saver is not None and key is not None else []
         elif isinstance(op, Record):
-            if store.ready:
-                store.saver.record_attempt(store.key, op.record, op.started_at, store.fence)
+            saver, key = task.saver, task.attempt_key
+            if saver is not None and key is not None:
+                saver.record_attempt(key, op.record, op.started_at, task.fence)
             reply = None
         else:
             time.sleep(op.seconds)
@@ -537,11 +473,10 @@ async def run_async(
     ctx: NodeContext,
     state: Any,
     call: Callable[[Any], Awaitable[Any]],
-    config: RunnableConfig,
+    task: TaskContext,
     timeout: float | None,
 ) -> Any:
-    store = _Store(config)
-    loop = node_loop(ctx, state, config)
+    loop = node_loop(ctx, state, task)
     reply: Any = None
     while True:
         try:
@@ -549,7 +484,7 @@ async def run_async(
         except StopIteration as stop:
             return stop.value
         if isinstance(op, Call):
-            token = _CURRENT.set(op.attempt)
+            token = CURRENT_ATTEMPT.set(op.attempt)
             started = time.monotonic()
             with metering() as meter:
                 try:
@@ -560,13 +495,15 @@ async def run_async(
                 except Exception as exc:
                     reply = Outcome(error=exc)
                 finally:
-                    _CURRENT.reset(token)
+                    CURRENT_ATTEMPT.reset(token)
             reply.usage = meter.usage(time.monotonic() - started)
         elif isinstance(op, LoadAttempts):
-            reply = await store.saver.anode_attempts(store.key) if store.ready else []
+            saver, key = task.async_saver, task.attempt_key
+            reply = await saver.anode_attempts(key) if saver is not None and key is not None else []
         elif isinstance(op, Record):
-            if store.ready:
-                await store.saver.arecord_attempt(store.key, op.record, op.started_at, store.fence)
+            saver, key = task.async_saver, task.attempt_key
+            if saver is not None and key is not None:
+                await saver.arecord_attempt(key, op.record, op.started_at, task.fence)
             reply = None
         else:
             await asyncio.sleep(op.seconds)
@@ -716,11 +653,11 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
 
             def sync_runnable(state: Any, config: RunnableConfig) -> Any:
                 call = lambda s: action.invoke(s, config)  # noqa: E731
-                return run_sync(ctx, state, call, config)
+                return run_sync(ctx, state, call, TaskContext.of(config))
 
             async def async_runnable(state: Any, config: RunnableConfig) -> Any:
                 call = lambda s: action.ainvoke(s, config)  # noqa: E731
-                return await run_async(ctx, state, call, config, timeout)
+                return await run_async(ctx, state, call, TaskContext.of(config), timeout)
 
             from langchain_core.runnables import RunnableLambda
 
@@ -729,17 +666,15 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
 
             @functools.wraps(action)
             async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
-                config = get_config()
                 call = lambda s: action(s, *args, **kwargs)  # noqa: E731
-                return await run_async(ctx, state, call, config, timeout)
+                return await run_async(ctx, state, call, TaskContext.of(get_config()), timeout)
 
             return async_node
 
         @functools.wraps(action)
         def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
-            config = get_config()
             call = lambda s: action(s, *args, **kwargs)  # noqa: E731
-            return run_sync(ctx, state, call, config)
+            return run_sync(ctx, state, call, TaskContext.of(get_config()))
 
         return sync_node
 
@@ -792,9 +727,9 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
         default_budget = Budget.coerce(budget, where="compile(budget=...)")
         compiled = super().compile(checkpointer, **kwargs)
         compiled.__class__ = ResilientCompiledStateGraph
-        defaults: dict[str, Any] = {_DURABILITY_KEY: "sync"}
+        defaults: dict[str, Any] = {DURABILITY_KEY: "sync"}
         if default_budget is not None:  # config["configurable"]["budget"] overrides it
-            defaults["budget"] = default_budget
+            defaults[BUDGET_KEY] = default_budget
         return compiled.with_config(configurable=defaults)
 
 

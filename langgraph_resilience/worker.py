@@ -45,6 +45,7 @@ from langgraph.runtime import RunControl
 from langgraph.types import Command
 
 from langgraph_resilience._store_errors import is_store_error
+from langgraph_resilience._task import BUDGET_KEY
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import Fence, RunRecord
 from langgraph_resilience.checkpoint._runs import FENCE_KEY
@@ -196,7 +197,7 @@ class Held:
     def config(self, budget: Budget | None) -> RunnableConfig:
         configurable: dict[str, Any] = {"thread_id": self.record.thread_id, FENCE_KEY: self.fence}
         if budget is not None:
-            configurable["budget"] = budget
+            configurable[BUDGET_KEY] = budget
         return {"configurable": configurable}
 
     def lose(self, reason: str) -> None:
