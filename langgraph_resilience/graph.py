@@ -32,8 +32,8 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from langchain_core.messages import AnyMessage, SystemMessage
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.messages import AnyMessage, SystemMessage, trim_messages
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.config import get_config
 from langgraph.errors import NodeError
 from langgraph.graph import END, START, StateGraph
@@ -247,8 +247,6 @@ def _compressed(policy: NodePolicy, state: Any) -> tuple[Any, dict[str, Any]]:
 
 def default_compress(state: Any) -> dict[str, Any]:
     """Halve the ``messages`` key with langchain-core's trimming; keep the system message."""
-    from langchain_core.messages import trim_messages
-
     messages: Sequence[AnyMessage] = state.get("messages", []) if isinstance(state, Mapping) else []
     if not messages:
         raise ConfigError(
@@ -658,8 +656,6 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
             async def async_runnable(state: Any, config: RunnableConfig) -> Any:
                 call = lambda s: action.ainvoke(s, config)  # noqa: E731
                 return await run_async(ctx, state, call, TaskContext.of(config), timeout)
-
-            from langchain_core.runnables import RunnableLambda
 
             return RunnableLambda(sync_runnable, afunc=async_runnable, name=name)
         if _is_async(action):

@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphDrained
+from langgraph.graph import StateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Command
 
@@ -586,8 +587,6 @@ def _store_down(exc: BaseException) -> bool:
 
 def _bind(graph: Any, checkpointer: Any) -> Any:
     """The compiled graph the worker runs, on the saver that holds the runs."""
-    from langgraph.graph import StateGraph
-
     if isinstance(graph, StateGraph):
         graph = graph.compile(checkpointer=checkpointer)
     elif checkpointer is not None:
