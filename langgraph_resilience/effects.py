@@ -88,35 +88,39 @@ class EffectSpec:
 
 
 class Lookup(NamedTuple):
-    pass
+    """Read the effect's record (replies an `EffectRecord` or None)."""
 
 
 class Reconcile(NamedTuple):
-    pass
+    """Ask ``reconcile`` whether an unsettled effect happened (replies its result or None)."""
 
 
 class Intent(NamedTuple):
-    pass
+    """Store the intent, before the call."""
 
 
-class CallIt(NamedTuple):
-    pass
+class CallEffect(NamedTuple):
+    """Call the function (replies its result, or a failed `Settle` if it raised)."""
 
 
-class Outcome(NamedTuple):
+class Settle(NamedTuple):
+    """Store the outcome: ``done`` with the call's value, or ``failed`` with its error."""
+
     status: str  # done | failed
     value: Any = None
     error: BaseException | None = None
 
 
 class Replay(NamedTuple):
+    """The decision's result when the outcome is recorded: return it, do not call."""
+
     record: EffectRecord
 
 
-Op = Lookup | Reconcile | Intent | CallIt | Outcome
+EffectOp = Lookup | Reconcile | Intent | CallEffect | Settle
 
 
-def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[Op, Any, Any]:
+def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[EffectOp, Any, Any]:
     """What to do for one call: yields I/O, returns the result (or a `Replay`).
 
     ``fresh``: the first try of a task that is not being resumed, which cannot
@@ -129,7 +133,7 @@ def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[Op, Any, 
         if spec.reconcile is not None:
             happened = yield Reconcile()
             if happened is not None:
-                yield Outcome("done", happened)
+                yield Settle("done", happened)
                 return happened
         elif spec.on_unknown == "raise" and found.status == "intent":
             raise EffectOutcomeUnknown(
@@ -140,12 +144,12 @@ def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[Op, Any, 
             )
     else:
         yield Intent()
-    result = yield CallIt()
-    if isinstance(result, Outcome):  # the call raised
+    result = yield CallEffect()
+    if isinstance(result, Settle):  # the call raised
         yield result
         assert result.error is not None
         raise result.error
-    yield Outcome("done", result)
+    yield Settle("done", result)
     return result
 
 
@@ -217,7 +221,7 @@ def _intent(spec: EffectSpec, task: TaskContext, key: str) -> EffectRecord:
     )
 
 
-def _outcome_fields(saver: ResilientSaver | AsyncResilientSaver, op: Outcome) -> OutcomeFields:
+def _outcome_fields(saver: ResilientSaver | AsyncResilientSaver, op: Settle) -> OutcomeFields:
     if op.status == "done":
         type_, blob = saver.serde.dumps_typed(op.value)
         return OutcomeFields(
@@ -239,7 +243,7 @@ def _replayed(saver: ResilientSaver | AsyncResilientSaver, replay: Replay) -> An
 # -- the drivers -------------------------------------------------------------------------
 
 
-def _run_sync(
+def _effect_sync(
     spec: EffectSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     task, thread = _task_of(spec)
@@ -267,18 +271,18 @@ def _run_sync(
         elif isinstance(op, Reconcile):
             assert spec.reconcile is not None
             reply = spec.reconcile(key)
-        elif isinstance(op, CallIt):
+        elif isinstance(op, CallEffect):
             try:
                 reply = fn(*args, **kwargs)
             except Exception as exc:
-                reply = Outcome("failed", error=exc)
+                reply = Settle("failed", error=exc)
         elif spec.on_unknown == "raise":
             saver.record_outcome(thread, key, _outcome_fields(saver, op), fence)
         else:
             saver.defer_outcome(thread, key, _outcome_fields(saver, op))
 
 
-async def _run_async(
+async def _effect_async(
     spec: EffectSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     task, thread = _task_of(spec)
@@ -308,11 +312,11 @@ async def _run_async(
             reply = spec.reconcile(key)
             if inspect.isawaitable(reply):
                 reply = await reply
-        elif isinstance(op, CallIt):
+        elif isinstance(op, CallEffect):
             try:
                 reply = await fn(*args, **kwargs)
             except Exception as exc:
-                reply = Outcome("failed", error=exc)
+                reply = Settle("failed", error=exc)
         elif spec.on_unknown == "raise":
             await saver.arecord_outcome(thread, key, _outcome_fields(saver, op), fence)
         else:
@@ -379,14 +383,14 @@ def side_effect(
 
             @functools.wraps(func)
             async def async_effect(*args: Any, **kwargs: Any) -> Any:
-                return await _run_async(spec, func, args, kwargs)
+                return await _effect_async(spec, func, args, kwargs)
 
             async_effect.effect_spec = spec  # type: ignore[attr-defined]
             return async_effect
 
         @functools.wraps(func)
         def sync_effect(*args: Any, **kwargs: Any) -> Any:
-            return _run_sync(spec, func, args, kwargs)
+            return _effect_sync(spec, func, args, kwargs)
 
         sync_effect.effect_spec = spec  # type: ignore[attr-defined]
         return sync_effect

@@ -116,29 +116,35 @@ def read_route(error: object) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------------
 
 
-class Call(NamedTuple):
+class CallNode(NamedTuple):
+    """Call the node on ``state`` (replies a `CallResult`)."""
+
     state: Any
     attempt: Attempt
 
 
-class Record(NamedTuple):
+class RecordAttempt(NamedTuple):
+    """Store a failed try in the attempt ledger, before acting on it."""
+
     record: AttemptRecord
     started_at: float
 
 
 class Sleep(NamedTuple):
+    """Wait before the next try."""
+
     seconds: float
 
 
 class LoadAttempts(NamedTuple):
-    pass
+    """Read the task's stored failed tries (replies a list of `AttemptRecord`)."""
 
 
-Op = Call | Record | Sleep | LoadAttempts
+NodeOp = CallNode | RecordAttempt | Sleep | LoadAttempts
 
 
 @dataclass(slots=True)
-class Outcome:
+class CallResult:
     """What a call returned (``output``) or raised (``error``), and what it used."""
 
     output: Any = None
@@ -265,7 +271,7 @@ def default_compress(state: Any) -> dict[str, Any]:
     return {"messages": trimmed}
 
 
-def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Op, Any, Any]:
+def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[NodeOp, Any, Any]:
     """Run a node under its policy: yields I/O to do, returns the node's output.
 
     Raises `ResilienceRoute` to route to the fallback or the partial result, and
@@ -308,18 +314,18 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Op, 
             )
         )
         started = time.time()
-        outcome: Outcome = yield Call(state, attempt)
-        spent = add_usage(spent, outcome.usage)
-        exc = outcome.error
+        result: CallResult = yield CallNode(state, attempt)
+        spent = add_usage(spent, result.usage)
+        exc = result.error
         if exc is None and policy is not None and policy.validate is not None:
-            exc = _validation_error(policy, outcome.output)
+            exc = _validation_error(policy, result.output)
         if exc is None:
             kind = last.kind if last else None
-            log = _log_update(ctx, step, state, "completed", number, kind, outcome.output)
+            log = _log_update(ctx, step, state, "completed", number, kind, result.output)
             if summaries:
                 log["context_summary"] = summaries
             _add_spend(log, spent, topped)
-            return _with_log(outcome.output, log)
+            return _with_log(result.output, log)
         if is_control_flow(exc) or isinstance(exc, LeaseLost) or policy is None:
             raise exc  # a lost lease ends this worker's part, it is no node failure
         failure = ctx.classifier(exc)
@@ -334,7 +340,7 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Op, 
             reason=str(exc)[:500],
             finished_at=time.time(),
         )
-        yield Record(record, started)
+        yield RecordAttempt(record, started)
         if decision.action is Action.PAUSE:
             # Raises until the run is resumed (Command(resume=...)); the resumed
             # node re-runs and, finding this try stored, takes the resume value
@@ -443,21 +449,21 @@ def run_sync(ctx: NodeContext, state: Any, call: Callable[[Any], Any], task: Tas
             op = loop.send(reply)
         except StopIteration as stop:
             return stop.value
-        if isinstance(op, Call):
+        if isinstance(op, CallNode):
             token = CURRENT_ATTEMPT.set(op.attempt)
             started = time.monotonic()
             with metering() as meter:
                 try:
-                    reply = Outcome(output=call(op.state))
+                    reply = CallResult(output=call(op.state))
                 except Exception as exc:
-                    reply = Outcome(error=exc)
+                    reply = CallResult(error=exc)
                 finally:
                     CURRENT_ATTEMPT.reset(token)
             reply.usage = meter.usage(time.monotonic() - started)
         elif isinstance(op, LoadAttempts):
             saver, key = task.saver, task.attempt_key
             reply = saver.node_attempts(key) if saver is not None and key is not None else []
-        elif isinstance(op, Record):
+        elif isinstance(op, RecordAttempt):
             saver, key = task.saver, task.attempt_key
             if saver is not None and key is not None:
                 saver.record_attempt(key, op.record, op.started_at, task.fence)
@@ -481,24 +487,25 @@ async def run_async(
             op = loop.send(reply)
         except StopIteration as stop:
             return stop.value
-        if isinstance(op, Call):
+        if isinstance(op, CallNode):
             token = CURRENT_ATTEMPT.set(op.attempt)
             started = time.monotonic()
             with metering() as meter:
                 try:
-                    reply = Outcome(output=await asyncio.wait_for(call(op.state), timeout))
+                    reply = CallResult(output=await asyncio.wait_for(call(op.state), timeout))
                 except asyncio.TimeoutError as exc:
-                    reply = Outcome(error=TimeoutError(f"{ctx.name} took longer than {timeout}s"))
-                    reply.error.__cause__ = exc
+                    late = TimeoutError(f"{ctx.name} took longer than {timeout}s")
+                    late.__cause__ = exc
+                    reply = CallResult(error=late)
                 except Exception as exc:
-                    reply = Outcome(error=exc)
+                    reply = CallResult(error=exc)
                 finally:
                     CURRENT_ATTEMPT.reset(token)
             reply.usage = meter.usage(time.monotonic() - started)
         elif isinstance(op, LoadAttempts):
             saver, key = task.async_saver, task.attempt_key
             reply = await saver.anode_attempts(key) if saver is not None and key is not None else []
-        elif isinstance(op, Record):
+        elif isinstance(op, RecordAttempt):
             saver, key = task.async_saver, task.attempt_key
             if saver is not None and key is not None:
                 await saver.arecord_attempt(key, op.record, op.started_at, task.fence)

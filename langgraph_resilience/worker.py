@@ -99,12 +99,12 @@ class Finish(NamedTuple):
     outcome: dict[str, Any]
 
 
-Op = ThreadState | CurrentValues | Invoke | Finish
+RunOp = ThreadState | CurrentValues | Invoke | Finish
 
 
 def run_steps(
     held: Held, input_value: Any, budget: Budget | None, max_recoveries: int
-) -> Generator[Op, Any, str | None]:
+) -> Generator[RunOp, Any, str | None]:
     """One claimed run: resume or start it, then say how it ended.
 
     Returns the status the run was left in, or None when this worker lost it.
