@@ -89,13 +89,13 @@ class LoadAttempts(NamedTuple):
 NodeOp = CallNode | RecordAttempt | Sleep | LoadAttempts
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CallResult:
     """What a call returned (``output``) or raised (``error``), and what it used."""
 
-    output: Any = None
-    error: BaseException | None = None
-    usage: dict[str, float] | None = None
+    output: Any
+    error: BaseException | None
+    usage: dict[str, float]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -341,16 +341,19 @@ def run_sync(ctx: NodeContext, state: Any, call: Callable[[Any], Any], task: Tas
         except StopIteration as stop:
             return stop.value
         if isinstance(op, CallNode):
+            output: Any = None
+            error: BaseException | None = None
             token = CURRENT_ATTEMPT.set(op.attempt)
             started = time.monotonic()
             with metering() as meter:
                 try:
-                    reply = CallResult(output=call(op.state))
+                    output = call(op.state)
                 except Exception as exc:
-                    reply = CallResult(error=exc)
+                    error = exc
                 finally:
                     CURRENT_ATTEMPT.reset(token)
-            reply.usage = meter.usage(time.monotonic() - started)
+            usage = meter.usage(time.monotonic() - started)
+            reply = CallResult(output=output, error=error, usage=usage)
         elif isinstance(op, LoadAttempts):
             saver, key = task.saver, task.attempt_key
             reply = saver.node_attempts(key) if saver is not None and key is not None else []
@@ -379,20 +382,22 @@ async def run_async(
         except StopIteration as stop:
             return stop.value
         if isinstance(op, CallNode):
+            output: Any = None
+            error: BaseException | None = None
             token = CURRENT_ATTEMPT.set(op.attempt)
             started = time.monotonic()
             with metering() as meter:
                 try:
-                    reply = CallResult(output=await asyncio.wait_for(call(op.state), timeout))
+                    output = await asyncio.wait_for(call(op.state), timeout)
                 except asyncio.TimeoutError as exc:
-                    late = TimeoutError(f"{ctx.name} took longer than {timeout}s")
-                    late.__cause__ = exc
-                    reply = CallResult(error=late)
+                    error = TimeoutError(f"{ctx.name} took longer than {timeout}s")
+                    error.__cause__ = exc
                 except Exception as exc:
-                    reply = CallResult(error=exc)
+                    error = exc
                 finally:
                     CURRENT_ATTEMPT.reset(token)
-            reply.usage = meter.usage(time.monotonic() - started)
+            usage = meter.usage(time.monotonic() - started)
+            reply = CallResult(output=output, error=error, usage=usage)
         elif isinstance(op, LoadAttempts):
             saver, key = task.async_saver, task.attempt_key
             reply = await saver.anode_attempts(key) if saver is not None and key is not None else []
