@@ -19,8 +19,9 @@ time-bounded lease and a fencing token that grows with every claim:
 - a run claimed after more than ``max_recoveries`` takeovers (it keeps killing
   its workers) ends as ``error``, with its partial result kept.
 
-The per-run flow is written once (`run_steps`); `run` (threads) and `arun`
-(asyncio tasks) only do its I/O.
+The per-run flow and the worker's loop are written once (`_worker_steps`:
+`run_steps`, `worker_loop`); `run` (threads) and `arun` (asyncio tasks) only do
+their I/O.
 """
 
 from __future__ import annotations
@@ -34,178 +35,35 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.errors import GraphDrained
 from langgraph.graph import StateGraph
-from langgraph.runtime import RunControl
-from langgraph.types import Command
 
 from langgraph_resilience._store_errors import is_store_error
-from langgraph_resilience._task import BUDGET_KEY
-from langgraph_resilience.budget import Budget
-from langgraph_resilience.checkpoint import Fence, RunRecord
-from langgraph_resilience.checkpoint._runs import FENCE_KEY
-from langgraph_resilience.errors import (
-    CheckpointConflict,
-    ConfigError,
-    LeaseLost,
-    RunStateError,
-    StoreUnavailable,
+from langgraph_resilience._worker_steps import (
+    Claim,
+    CurrentValues,
+    Held,
+    Invoke,
+    Invoked,
+    LoopSettings,
+    Renew,
+    Start,
+    ThreadState,
+    Wait,
+    run_steps,
+    where_of,
+    worker_loop,
 )
+from langgraph_resilience.budget import Budget
+from langgraph_resilience.checkpoint import RunRecord
+from langgraph_resilience.errors import ConfigError, RunStateError, StoreUnavailable
 
 __all__ = ["Worker"]
 
 logger = logging.getLogger("langgraph_resilience")
-
-
-# -- the decisions -----------------------------------------------------------------
-
-
-class ThreadState(NamedTuple):
-    """Where the thread is: `Where`."""
-
-
-class Where(NamedTuple):
-    """A thread is "new" (start with the input), "resume" (continue from its last
-    checkpoint) or "interrupted" (paused: answer its pending interrupts)."""
-
-    state: str
-    interrupt_ids: tuple[str, ...] = ()
-
-
-class CurrentValues(NamedTuple):
-    """The thread's latest state values."""
-
-
-class Invoke(NamedTuple):
-    value: Any  # the input, or None to resume
-
-
-class Invoked(NamedTuple):
-    """What a run's invocation came to."""
-
-    values: dict[str, Any] | None = None
-    error: BaseException | None = None
-    paused: bool = False  # stopped at an interrupt (a budget, a human)
-
-
-class Finish(NamedTuple):
-    status: str  # success | partial_complete | paused | error | queued (released)
-    outcome: dict[str, Any]
-
-
-RunOp = ThreadState | CurrentValues | Invoke | Finish
-
-
-def run_steps(
-    held: Held, input_value: Any, budget: Budget | None, max_recoveries: int
-) -> Generator[RunOp, Any, str | None]:
-    """One claimed run: resume or start it, then say how it ended.
-
-    Returns the status the run was left in, or None when this worker lost it.
-    """
-    record = held.record
-    if record.recoveries > max_recoveries:
-        values = yield CurrentValues()
-        reason = (
-            f"run {record.run_id!r} was taken over {record.recoveries} times (more than "
-            f"max_recoveries={max_recoveries}): each worker running it died. It is not "
-            "run again; its partial result is kept. Find what kills the worker (memory, "
-            "a native crash) in the step named by failed_step or the last completed one."
-        )
-        yield Finish("error", {"error": reason, "values": values})
-        return "error"
-    where: Where = yield ThreadState()
-    # A paused run resumes with its budget, a top-up if `Worker.resume` gave one
-    # (any other value re-checks the budget it had).
-    top_up = budget if budget is not None else "resumed without a new budget"
-    # Every pending interrupt (parallel branches may each have paused) gets it.
-    answers: Command[Any] = Command(resume=dict.fromkeys(where.interrupt_ids, top_up))
-    value = {"new": input_value, "resume": None}.get(where.state, answers)
-    result: Invoked = yield Invoke(value)
-    exc = result.error
-    if held.lost or isinstance(exc, LeaseLost):
-        return None  # another worker holds the run now; nothing more to write
-    if isinstance(exc, GraphDrained):  # this worker drains: release the run
-        yield Finish("queued", {"released": exc.reason})
-        return "queued"
-    if exc is not None:
-        kind = "conflict" if isinstance(exc, CheckpointConflict) else "error"
-        yield Finish("error", {kind: f"{type(exc).__name__}: {exc}"})
-        return "error"
-    values = result.values or {}
-    status = ended_status(values, result.paused)
-    yield Finish(status, {"values": values})
-    return status
-
-
-def ended_status(values: dict[str, Any], paused: bool) -> str:
-    if paused:
-        return "paused"
-    outcome = values.get("resilience") if isinstance(values, dict) else None
-    if isinstance(outcome, dict) and outcome.get("status") == "partial_complete":
-        return "partial_complete"
-    return "success"
-
-
-class Claim(NamedTuple):
-    room: int  # how many runs to claim at most
-
-
-class Start(NamedTuple):
-    held: Held
-
-
-class Wait(NamedTuple):
-    """Until a run ends or ``timeout`` passes; replies [(run id, status or None)]."""
-
-    timeout: float
-
-
-class Renew(NamedTuple):
-    fences: list[Fence]
-
-
-class OpenRuns(NamedTuple):
-    pass
-
-
-LoopOp = Claim | Start | Wait | Renew | OpenRuns
-
-
-# -- what a worker holds ---------------------------------------------------------------
-
-
-@dataclass
-class Held:
-    """A run this worker claimed: its fence, its drain switch, its last renewal."""
-
-    record: RunRecord
-    control: RunControl = field(default_factory=RunControl)
-    renewed_at: float = field(default_factory=time.monotonic)
-    lost: bool = False
-    ending: bool = False  # its end is being stored: a failed renewal means nothing
-
-    @property
-    def fence(self) -> Fence:
-        return Fence(run_id=self.record.run_id, token=self.record.fencing_token)
-
-    def config(self, budget: Budget | None) -> RunnableConfig:
-        configurable: dict[str, Any] = {"thread_id": self.record.thread_id, FENCE_KEY: self.fence}
-        if budget is not None:
-            configurable[BUDGET_KEY] = budget
-        return {"configurable": configurable}
-
-    def lose(self, reason: str) -> None:
-        if not self.lost:
-            logger.warning("run %s: %s; stopping at the next step", self.record.run_id, reason)
-        self.lost = True
-        self.control.request_drain(reason)
 
 
 def _default_worker_id() -> str:
@@ -350,27 +208,13 @@ class Worker:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    # -- leases --------------------------------------------------------------------
-
-    def _fences(self) -> list[Fence]:
-        return [h.fence for h in self._held.values() if not h.lost]
-
-    def _renewed(self, kept: Sequence[str] | None, asked: Sequence[Fence]) -> None:
-        """Mark runs whose renewal failed (or is overdue) as lost."""
-        now = time.monotonic()
-        for fence in asked:
-            held = self._held.get(fence.run_id)
-            if held is None or held.ending:
-                continue
-            if kept is not None and fence.run_id in kept:
-                held.renewed_at = now
-            elif kept is not None:
-                held.lose("another worker took the lease over")
-            elif now - held.renewed_at > self.lease_ttl:
-                held.lose("the lease could not be renewed in time (store unreachable)")
-
-    def _claim_room(self) -> int:
-        return 0 if self._draining.is_set() else self.concurrency - len(self._held)
+    def _settings(self, until_idle: bool) -> LoopSettings:
+        return LoopSettings(
+            lease_ttl=self.lease_ttl,
+            poll_interval=self.poll_interval,
+            concurrency=self.concurrency,
+            until_idle=until_idle,
+        )
 
     def _input_of(self, record: RunRecord) -> Any:
         if record.input_type is None:
@@ -395,7 +239,7 @@ class Worker:
 
         Runs this worker lost to another (its lease expired) are not in the result.
         """
-        loop = self._loop(until_idle)
+        loop = worker_loop(self._settings(until_idle), self._held, self._draining.is_set)
         futures: dict[concurrent.futures.Future[str | None], str] = {}
         reply: Any = None
         with (
@@ -429,31 +273,6 @@ class Worker:
                 else:
                     reply = self._call(self.saver.active_runs)
 
-    def _loop(self, until_idle: bool) -> Generator[LoopOp, Any, dict[str, str]]:
-        """The worker's loop, written once: claim, start, wait, renew, stop."""
-        done: dict[str, str] = {}
-        next_beat = time.monotonic() + self.lease_ttl / 3
-        while True:
-            claimed: list[RunRecord] = (yield Claim(self._claim_room())) or []
-            for record in claimed:
-                held = self._held[record.run_id] = Held(record)
-                yield Start(held)
-            wait = 0.0 if claimed else min(self.poll_interval, self.lease_ttl / 3)
-            for run_id, status in (yield Wait(wait)) or []:
-                self._held.pop(run_id, None)
-                if status is not None:
-                    done[run_id] = status
-            if time.monotonic() >= next_beat:
-                asked = self._fences()
-                self._renewed((yield Renew(asked)), asked)
-                next_beat = time.monotonic() + self.lease_ttl / 3
-            if self._held or claimed:
-                continue
-            if self._draining.is_set():
-                return done
-            if until_idle and (yield OpenRuns()) == 0:
-                return done
-
     def _call(self, method: Callable[..., Any], *args: Any) -> Any:
         """A store call of the loop; a store that is down is tried again next round."""
         try:
@@ -476,7 +295,7 @@ class Worker:
                 return stop.value  # type: ignore[no-any-return]
             reply = None
             if isinstance(op, ThreadState):
-                reply = _where(self.graph.get_state(config))
+                reply = where_of(self.graph.get_state(config))
             elif isinstance(op, CurrentValues):
                 reply = dict(self.graph.get_state(config).values)
             elif isinstance(op, Invoke):
@@ -497,7 +316,7 @@ class Worker:
 
     async def arun(self, until_idle: bool = True) -> dict[str, str]:
         """Async twin of `run`: runs are asyncio tasks on this event loop."""
-        loop = self._loop(until_idle)
+        loop = worker_loop(self._settings(until_idle), self._held, self._draining.is_set)
         tasks: dict[asyncio.Task[str | None], str] = {}
         reply: Any = None
         with self._signals():
@@ -549,7 +368,7 @@ class Worker:
                 return stop.value  # type: ignore[no-any-return]
             reply = None
             if isinstance(op, ThreadState):
-                reply = _where(await self.graph.aget_state(config))
+                reply = where_of(await self.graph.aget_state(config))
             elif isinstance(op, CurrentValues):
                 reply = dict((await self.graph.aget_state(config)).values)
             elif isinstance(op, Invoke):
@@ -565,14 +384,6 @@ class Worker:
                 if not await self._acall(self.saver.afinish_run, held.fence, op.status, blob):
                     held.lose("the run's end could not be stored under this worker's lease")
                     return None
-
-
-def _where(snapshot: Any) -> Where:
-    if not snapshot.created_at:
-        return Where("new")
-    if snapshot.interrupts:
-        return Where("interrupted", tuple(i.id for i in snapshot.interrupts))
-    return Where("resume")
 
 
 def _not_paused(run_id: str, record: RunRecord | None) -> str:
