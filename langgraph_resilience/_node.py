@@ -25,7 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from langchain_core.messages import AnyMessage, SystemMessage, trim_messages
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
@@ -41,8 +41,10 @@ from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.classify import Classifier, FailureKind, is_control_flow
 from langgraph_resilience.errors import ConfigError, LeaseLost, ValidationFailed
 from langgraph_resilience.policy import Attempt, NodePolicy
+from langgraph_resilience.state import RunOutcome
 
 __all__ = [
+    "NodeAction",
     "CallNode",
     "CallResult",
     "LoadAttempts",
@@ -57,6 +59,11 @@ __all__ = [
     "run_sync",
     "wrap",
 ]
+
+
+#: What LangGraph runs as a node: a function (of the state, and maybe the config
+#: or the runtime) or a runnable.
+NodeAction = Callable[..., Any] | Runnable[Any, Any]
 
 
 # -- the node loop, written once for sync and async nodes ------------------------------
@@ -170,7 +177,7 @@ def _with_log(output: Any, log: dict[str, Any]) -> Any:
         return {"resilience": log}
     if isinstance(output, dict):
         own = output.get("resilience")
-        merged = log if own is None else run_log.merge_run_log(own, log)  # type: ignore[arg-type]
+        merged = log if own is None else run_log.merge_run_log(own, cast(RunOutcome, log))
         return {**output, "resilience": merged}
     if isinstance(output, Command):
         update = output.update
@@ -260,7 +267,7 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
         spent = add_usage(spent, result.usage)
         exc = result.error
         if exc is None and policy is not None and policy.validate is not None:
-            exc = _validation_error(policy, result.output)
+            exc = _validation_error(policy.validate, result.output)
         if exc is None:
             kind = last.kind if last else None
             log = _log_update(ctx, step, state, "completed", number, kind, result.output)
@@ -319,9 +326,9 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
         raise ResilienceRoute(route)
 
 
-def _validation_error(policy: NodePolicy, output: Any) -> BaseException | None:
+def _validation_error(validate: Callable[[Any], Any], output: Any) -> BaseException | None:
     try:
-        verdict = policy.validate(output)  # type: ignore[misc]
+        verdict = validate(output)
     except Exception as exc:  # a validator's own error counts as a rejection
         return exc if isinstance(exc, ValidationFailed) else ValidationFailed(str(exc))
     if verdict is False:
@@ -414,7 +421,7 @@ async def run_async(
 # -- the wrapper LangGraph calls ------------------------------------------------------------
 
 
-def wrap(ctx: NodeContext, action: Any) -> Any:
+def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
     """The node LangGraph runs in place of ``action``: ``action`` under ``ctx``'s policy.
 
     A runnable stays a runnable (sync and async); a function keeps its name,
@@ -449,7 +456,7 @@ def wrap(ctx: NodeContext, action: Any) -> Any:
     return sync_node
 
 
-def is_async(action: Any) -> bool:
+def is_async(action: NodeAction) -> bool:
     """Whether LangGraph runs ``action`` as an async node."""
     # A callable object counts by its __call__ method.
     call = action if inspect.isfunction(action) else type(action).__dict__.get("__call__")

@@ -369,15 +369,15 @@ def side_effect(
         if not callable(func):
             raise ConfigError(f"side_effect decorates a function, got {func!r}")
         try:
-            params = inspect.signature(func).parameters
-        except (TypeError, ValueError):
-            params = {}  # type: ignore[assignment]
+            passes_key = "idempotency_key" in inspect.signature(func).parameters
+        except (TypeError, ValueError):  # no signature to read (some builtins)
+            passes_key = False
         spec = EffectSpec(
             name=name or str(getattr(func, "__name__", "effect")),
             key=key,
             reconcile=reconcile,
             on_unknown=on_unknown,
-            passes_key="idempotency_key" in params,
+            passes_key=passes_key,
         )
         if inspect.iscoroutinefunction(func):
 

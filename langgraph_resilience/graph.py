@@ -13,16 +13,21 @@ their wrapper only records the step in the run log.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypedDict, cast
 
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.graph import Graph
+from langgraph.cache.base import BaseCache
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command
+from langgraph.store.base import BaseStore
+from langgraph.types import All, Checkpointer, Command
+from langgraph.typing import ContextT, InputT, OutputT, StateT
+from typing_extensions import Self, Unpack
 
 from langgraph_resilience import state as run_log
-from langgraph_resilience._node import NodeContext, is_async, wrap
+from langgraph_resilience._node import NodeAction, NodeContext, is_async, wrap
 from langgraph_resilience._routes import PARTIAL_RESULT, error_handler, partial_result
 from langgraph_resilience._task import BUDGET_KEY, DURABILITY_KEY, EFFECT_SCOPE_KEY, current_attempt
 from langgraph_resilience.budget import Budget
@@ -43,10 +48,22 @@ _UNSET: Any = object()
 _DEFAULTS = Classifier()
 
 
-class ResilientCompiledStateGraph(CompiledStateGraph):  # type: ignore[type-arg]
+class CompileOptions(TypedDict, total=False):
+    """The keyword arguments of LangGraph's `StateGraph.compile`, passed on as given."""
+
+    cache: BaseCache[Any] | None
+    store: BaseStore | None
+    interrupt_before: All | list[str] | None
+    interrupt_after: All | list[str] | None
+    debug: bool
+    name: str | None
+    transformers: Sequence[Callable[[tuple[str, ...]], Any]] | None
+
+
+class ResilientCompiledStateGraph(CompiledStateGraph[StateT, ContextT, InputT, OutputT]):
     """A compiled `ResilientStateGraph`: draws its failure routes in `get_graph()`."""
 
-    def get_graph(self, config: RunnableConfig | None = None, *, xray: int | bool = False) -> Any:
+    def get_graph(self, config: RunnableConfig | None = None, *, xray: int | bool = False) -> Graph:
         drawing = super().get_graph(config, xray=xray)
         routes: dict[str, list[str]] = getattr(self.builder, "_routes", {})
         for name in [n for n in drawing.nodes if n.startswith("__error_handler__")]:
@@ -63,7 +80,7 @@ class ResilientCompiledStateGraph(CompiledStateGraph):  # type: ignore[type-arg]
         return drawing
 
 
-class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
+class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
     """A `StateGraph` whose nodes answer failures by their `NodePolicy`.
 
     The state schema must extend `ResilientState`. Compiled graphs default to
@@ -75,13 +92,27 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
         >>> g.add_node("search", search, policy=NodePolicy(fallback="cache", critical=False))
     """
 
-    def __init__(self, state_schema: Any, *args: Any, **kwargs: Any) -> None:
-        super().__init__(state_schema, *args, **kwargs)
+    def __init__(
+        self,
+        state_schema: type[StateT],
+        context_schema: type[ContextT] | None = None,
+        *,
+        input_schema: type[InputT] | None = None,
+        output_schema: type[OutputT] | None = None,
+        **kwargs: Any,  # LangGraph's deprecated aliases (config_schema, input, output)
+    ) -> None:
+        super().__init__(
+            state_schema,
+            context_schema,
+            input_schema=input_schema,
+            output_schema=output_schema,
+            **kwargs,
+        )
         self._policies: dict[str, NodePolicy | None] = {}
         self._default_policy: NodePolicy | None = None
         self._routes: dict[str, list[str]] = {}
 
-    def set_node_defaults(self, *, policy: NodePolicy | None = _UNSET, **kwargs: Any) -> Any:
+    def set_node_defaults(self, *, policy: NodePolicy | None = _UNSET, **kwargs: Any) -> Self:
         """LangGraph's node defaults, plus a default `NodePolicy` for nodes added after.
 
         Raises:
@@ -99,30 +130,42 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
         return super().set_node_defaults(**kwargs) if kwargs else self
 
     def add_node(
-        self, node: Any, action: Any = None, *, policy: NodePolicy | None = _UNSET, **kwargs: Any
-    ) -> Any:
+        self,
+        node: str | NodeAction,
+        action: NodeAction | None = None,
+        *,
+        policy: NodePolicy | None = _UNSET,
+        **kwargs: Any,
+    ) -> Self:
         """LangGraph's `add_node`, plus ``policy=`` (default: the graph's default policy).
 
         Raises:
-            ConfigError: ``policy`` is not a NodePolicy, or ``timeout`` on a sync node.
+            ConfigError: ``policy`` is not a NodePolicy, ``timeout`` on a sync node,
+                or no action to run.
         """
-        if action is None and not isinstance(node, str):
-            node, action = getattr(node, "name", None) or node.__name__, node
+        if isinstance(node, str):
+            name = node
+        else:  # as in LangGraph: the node is its own action, named after it
+            name, action = _name_of(node), node
+        if action is None:
+            raise ConfigError(
+                f"node {name!r} has nothing to run: add_node({name!r}, function_or_runnable)"
+            )
         if policy is _UNSET:
             policy = self._default_policy
         elif policy is not None and not isinstance(policy, NodePolicy):
-            raise ConfigError(f"policy for node {node!r} must be a NodePolicy, got {policy!r}")
+            raise ConfigError(f"policy for node {name!r} must be a NodePolicy, got {policy!r}")
         if policy is not None and policy.timeout is not None and not is_async(action):
             raise ConfigError(
-                f"NodePolicy(timeout=...) on node {node!r} needs an async node: LangGraph "
+                f"NodePolicy(timeout=...) on node {name!r} needs an async node: LangGraph "
                 "cannot stop a running sync function. Make it `async def`, or drop the timeout."
             )
-        self._policies[node] = policy
+        self._policies[name] = policy
         if policy is not None:
-            kwargs.setdefault("error_handler", error_handler(node))
-        return super().add_node(node, self._wrap(node, action, policy), **kwargs)
+            kwargs.setdefault("error_handler", error_handler(name))
+        return super().add_node(name, self._wrap(name, action, policy), **kwargs)
 
-    def _wrap(self, name: str, action: Any, policy: NodePolicy | None) -> Any:
+    def _wrap(self, name: str, action: NodeAction, policy: NodePolicy | None) -> NodeAction:
         ctx = NodeContext(
             name=name,
             policy=policy,
@@ -136,7 +179,13 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
     def _terminal(self) -> frozenset[str]:
         return getattr(self, "_terminal_nodes", frozenset())
 
-    def compile(self, checkpointer: Any = None, *, budget: Any = None, **kwargs: Any) -> Any:
+    def compile(
+        self,
+        checkpointer: Checkpointer = None,
+        *,
+        budget: Budget | Mapping[str, Any] | None = None,
+        **kwargs: Unpack[CompileOptions],
+    ) -> ResilientCompiledStateGraph[StateT, ContextT, InputT, OutputT]:
         """Compile; routes fallbacks and critical failures; defaults to ``durability="sync"``.
 
         ``budget``: the default `Budget` of every run (a run's
@@ -181,10 +230,21 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
         default_budget = Budget.coerce(budget, where="compile(budget=...)")
         compiled = super().compile(checkpointer, **kwargs)
         compiled.__class__ = ResilientCompiledStateGraph
+        resilient = cast(ResilientCompiledStateGraph[StateT, ContextT, InputT, OutputT], compiled)
         defaults: dict[str, Any] = {DURABILITY_KEY: "sync"}
         if default_budget is not None:  # config["configurable"]["budget"] overrides it
             defaults[BUDGET_KEY] = default_budget
-        return compiled.with_config(configurable=defaults)
+        return resilient.with_config(configurable=defaults)
+
+
+def _name_of(action: NodeAction) -> str:
+    # A runnable is named by its name; a function or a callable object by __name__.
+    name = getattr(action, "name", None) or getattr(action, "__name__", None)
+    if not isinstance(name, str):
+        raise ConfigError(
+            f"cannot name the node {action!r}: give it a name, add_node('name', action)"
+        )
+    return name
 
 
 # ---------------------------------------------------------------------------
@@ -222,8 +282,11 @@ def _with_effect_scope(config: RunnableConfig, values: Mapping[str, Any]) -> Run
 
 
 def retry_failed(
-    graph: Any, config: RunnableConfig, *, update: Mapping[str, Any] | None = None
-) -> Any:
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    config: RunnableConfig,
+    *,
+    update: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | Any:
     """Re-run the step that ended a run with a partial result, and go on from there.
 
     Completed steps are not run again: their results are in the state. Pass
@@ -241,8 +304,11 @@ def retry_failed(
 
 
 async def aretry_failed(
-    graph: Any, config: RunnableConfig, *, update: Mapping[str, Any] | None = None
-) -> Any:
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    config: RunnableConfig,
+    *,
+    update: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | Any:
     """Async twin of `retry_failed`."""
     values = (await graph.aget_state(config)).values
     command = _retry_command(values, config["configurable"]["thread_id"], update)

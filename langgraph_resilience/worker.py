@@ -35,11 +35,13 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
+from langgraph.graph.state import CompiledStateGraph
 
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience._worker_steps import (
@@ -58,7 +60,7 @@ from langgraph_resilience._worker_steps import (
     worker_loop,
 )
 from langgraph_resilience.budget import Budget
-from langgraph_resilience.checkpoint import RunRecord
+from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver, RunRecord
 from langgraph_resilience.errors import ConfigError, RunStateError, StoreUnavailable
 
 __all__ = ["Worker"]
@@ -101,9 +103,9 @@ class Worker:
 
     def __init__(
         self,
-        graph: Any,
+        graph: CompiledStateGraph[Any, Any, Any, Any] | StateGraph[Any, Any, Any, Any],
         *,
-        checkpointer: Any = None,
+        checkpointer: ResilientSaver | AsyncResilientSaver | None = None,
         lease_ttl: float = 30.0,
         worker_id: str | None = None,
         concurrency: int = 1,
@@ -126,13 +128,21 @@ class Worker:
         self.max_recoveries = max_recoveries
         self.worker_id = str(worker_id) if worker_id else _default_worker_id()
         self.graph = _bind(graph, checkpointer)
-        self.saver = self.graph.checkpointer
+        self.saver = _resilient_saver(self.graph)
+        # Kept, as a protocol check probes every method; None: `arun` cannot run.
+        self._async_saver = self.saver if isinstance(self.saver, AsyncResilientSaver) else None
         self._held: dict[str, Held] = {}
         self._draining = threading.Event()
 
     # -- submitting ----------------------------------------------------------------
 
-    def submit(self, input: Any, *, thread_id: str | None = None, budget: Any = None) -> str:
+    def submit(
+        self,
+        input: Any,
+        *,
+        thread_id: str | None = None,
+        budget: Budget | Mapping[str, Any] | None = None,
+    ) -> str:
         """Queue a run of the graph on ``input``; returns its run id.
 
         ``thread_id`` defaults to the run id. A thread takes one open run at a time.
@@ -141,14 +151,20 @@ class Worker:
         self.saver.submit_run(run_id, thread, *blobs)
         return run_id
 
-    async def asubmit(self, input: Any, *, thread_id: str | None = None, budget: Any = None) -> str:
+    async def asubmit(
+        self,
+        input: Any,
+        *,
+        thread_id: str | None = None,
+        budget: Budget | Mapping[str, Any] | None = None,
+    ) -> str:
         """Async twin of `submit`."""
         run_id, thread, blobs = self._new_run(input, thread_id, budget)
-        await self.saver.asubmit_run(run_id, thread, *blobs)
+        await self._asaver().asubmit_run(run_id, thread, *blobs)
         return run_id
 
     def _new_run(
-        self, input: Any, thread_id: str | None, budget: Any
+        self, input: Any, thread_id: str | None, budget: Budget | Mapping[str, Any] | None
     ) -> tuple[str, str, tuple[tuple[str, bytes], tuple[str, bytes] | None]]:
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise ConfigError(f"thread_id must be a non-empty str or None, got {thread_id!r}")
@@ -159,17 +175,16 @@ class Worker:
             (self.saver.serde.dumps_typed(input), self._blob(budget)),
         )
 
-    def _blob(self, budget: Any) -> tuple[str, bytes] | None:
+    def _blob(self, budget: Budget | Mapping[str, Any] | None) -> tuple[str, bytes] | None:
         """A budget as the runs table keeps it (a dict of its limits)."""
         found = Budget.coerce(budget, where="budget")
         if found is None:
             return None
-        blob: tuple[str, bytes] = self.saver.serde.dumps_typed(found.to_dict())
-        return blob
+        return self.saver.serde.dumps_typed(found.to_dict())
 
     # -- paused runs -------------------------------------------------------------------
 
-    def resume(self, run_id: str, budget: Any = None) -> None:
+    def resume(self, run_id: str, budget: Budget | Mapping[str, Any] | None = None) -> None:
         """Queue a paused run again, with a new `Budget` (a top-up) if given; a
         worker resumes it at the step that paused, nothing redone.
 
@@ -179,10 +194,11 @@ class Worker:
         if not self.saver.requeue_run(str(run_id), self._blob(budget)):
             raise RunStateError(_not_paused(run_id, self.saver.read_run(str(run_id))))
 
-    async def aresume(self, run_id: str, budget: Any = None) -> None:
+    async def aresume(self, run_id: str, budget: Budget | Mapping[str, Any] | None = None) -> None:
         """Async twin of `resume`."""
-        if not await self.saver.arequeue_run(str(run_id), self._blob(budget)):
-            raise RunStateError(_not_paused(run_id, await self.saver.aread_run(str(run_id))))
+        saver = self._asaver()
+        if not await saver.arequeue_run(str(run_id), self._blob(budget)):
+            raise RunStateError(_not_paused(run_id, await saver.aread_run(str(run_id))))
 
     # -- draining --------------------------------------------------------------------
 
@@ -219,17 +235,16 @@ class Worker:
     def _input_of(self, record: RunRecord) -> Any:
         if record.input_type is None:
             return None
-        return self.saver.serde.loads_typed((record.input_type, record.input))
+        return self.saver.serde.loads_typed((record.input_type, record.input or b""))
 
     def _budget_of(self, record: RunRecord) -> Budget | None:
         if record.budget_type is None:
             return None
-        found = self.saver.serde.loads_typed((record.budget_type, record.budget))
+        found = self.saver.serde.loads_typed((record.budget_type, record.budget or b""))
         return Budget.coerce(found, where=f"run {record.run_id}'s stored budget")
 
     def _outcome_blob(self, outcome: dict[str, Any]) -> tuple[str, bytes]:
-        blob: tuple[str, bytes] = self.saver.serde.dumps_typed(outcome)
-        return blob
+        return self.saver.serde.dumps_typed(outcome)
 
     # -- sync ----------------------------------------------------------------------
 
@@ -250,7 +265,8 @@ class Worker:
                 try:
                     op = loop.send(reply)
                 except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+                    done: dict[str, str] = stop.value
+                    return done
                 reply = None
                 if isinstance(op, Claim):
                     reply = self._call(
@@ -292,7 +308,8 @@ class Worker:
             try:
                 op = steps.send(reply)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                status: str | None = stop.value
+                return status
             reply = None
             if isinstance(op, ThreadState):
                 reply = where_of(self.graph.get_state(config))
@@ -316,6 +333,7 @@ class Worker:
 
     async def arun(self, until_idle: bool = True) -> dict[str, str]:
         """Async twin of `run`: runs are asyncio tasks on this event loop."""
+        saver = self._asaver()
         loop = worker_loop(self._settings(until_idle), self._held, self._draining.is_set)
         tasks: dict[asyncio.Task[str | None], str] = {}
         reply: Any = None
@@ -324,11 +342,12 @@ class Worker:
                 try:
                     op = loop.send(reply)
                 except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+                    done: dict[str, str] = stop.value
+                    return done
                 reply = None
                 if isinstance(op, Claim):
                     reply = await self._acall(
-                        self.saver.aclaim_runs, self.worker_id, op.room, self.lease_ttl
+                        saver.aclaim_runs, self.worker_id, op.room, self.lease_ttl
                     )
                 elif isinstance(op, Start):
                     tasks[asyncio.ensure_future(self._aexecute(op.held))] = op.held.record.run_id
@@ -342,10 +361,20 @@ class Worker:
                     reply = [(tasks.pop(t), t.result()) for t in finished]
                 elif isinstance(op, Renew):
                     reply = await self._acall(
-                        self.saver.arenew_leases, self.worker_id, op.fences, self.lease_ttl
+                        saver.arenew_leases, self.worker_id, op.fences, self.lease_ttl
                     )
                 else:
-                    reply = await self._acall(self.saver.aactive_runs)
+                    reply = await self._acall(saver.aactive_runs)
+
+    def _asaver(self) -> AsyncResilientSaver:
+        if self._async_saver is None:
+            raise ConfigError(
+                "Worker.arun, asubmit and aresume need an async resilient saver "
+                "(AsyncResilientSqliteSaver or AsyncResilientPostgresSaver); this worker's "
+                f"is {type(self.saver).__name__}: use run, submit and resume, or pass "
+                "checkpointer= an async one."
+            )
+        return self._async_saver
 
     async def _acall(self, method: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -365,7 +394,8 @@ class Worker:
             try:
                 op = steps.send(reply)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                status: str | None = stop.value
+                return status
             reply = None
             if isinstance(op, ThreadState):
                 reply = where_of(await self.graph.aget_state(config))
@@ -381,7 +411,8 @@ class Worker:
             else:
                 held.ending = True
                 blob = self._outcome_blob(op.outcome)
-                if not await self._acall(self.saver.afinish_run, held.fence, op.status, blob):
+                finish = self._asaver().afinish_run
+                if not await self._acall(finish, held.fence, op.status, blob):
                     held.lose("the run's end could not be stored under this worker's lease")
                     return None
 
@@ -396,18 +427,28 @@ def _store_down(exc: BaseException) -> bool:
     return isinstance(exc, StoreUnavailable) or is_store_error(exc)
 
 
-def _bind(graph: Any, checkpointer: Any) -> Any:
+def _bind(
+    graph: CompiledStateGraph[Any, Any, Any, Any] | StateGraph[Any, Any, Any, Any],
+    checkpointer: ResilientSaver | AsyncResilientSaver | None,
+) -> CompiledStateGraph[Any, Any, Any, Any]:
     """The compiled graph the worker runs, on the saver that holds the runs."""
+    # Every resilient saver is a LangGraph saver; the protocols name what is added.
+    saver = cast(BaseCheckpointSaver[Any] | None, checkpointer)
     if isinstance(graph, StateGraph):
-        graph = graph.compile(checkpointer=checkpointer)
-    elif checkpointer is not None:
-        graph = graph.copy(update={"checkpointer": checkpointer})
-    saver = getattr(graph, "checkpointer", None)
-    if not hasattr(saver, "claim_runs"):
+        return graph.compile(checkpointer=saver)
+    if saver is not None:
+        return graph.copy(update={"checkpointer": saver})
+    return graph
+
+
+def _resilient_saver(graph: CompiledStateGraph[Any, Any, Any, Any]) -> ResilientSaver:
+    """The saver that holds the runs: the graph's, which must be a resilient one."""
+    saver = graph.checkpointer
+    if not isinstance(saver, ResilientSaver):
         raise ConfigError(
             "Worker needs a resilient saver to keep its runs and leases in: pass "
             "checkpointer=ResilientSqliteSaver(...) or ResilientPostgresSaver(...) (or "
             "their async twins for arun), or compile the graph with one; got "
             f"{type(saver).__name__}."
         )
-    return graph
+    return saver
