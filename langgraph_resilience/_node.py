@@ -44,10 +44,10 @@ from langgraph_resilience.policy import Attempt, NodePolicy
 from langgraph_resilience.state import RunOutcome
 
 __all__ = [
-    "NodeAction",
     "CallNode",
     "CallResult",
     "LoadAttempts",
+    "NodeAction",
     "NodeContext",
     "NodeOp",
     "RecordAttempt",
