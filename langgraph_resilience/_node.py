@@ -96,8 +96,7 @@ class LoadAttempts(NamedTuple):
 NodeOp = CallNode | RecordAttempt | Sleep | LoadAttempts
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class CallResult:
+class CallResult(NamedTuple):
     """What a call returned (``output``) or raised (``error``), and what it used."""
 
     output: Any
@@ -360,7 +359,7 @@ def run_sync(ctx: NodeContext, state: Any, call: Callable[[Any], Any], task: Tas
                 finally:
                     CURRENT_ATTEMPT.reset(token)
             usage = meter.usage(time.monotonic() - started)
-            reply = CallResult(output=output, error=error, usage=usage)
+            reply = CallResult(output, error, usage)
         elif isinstance(op, LoadAttempts):
             saver, key = task.saver, task.attempt_key
             reply = saver.node_attempts(key) if saver is not None and key is not None else []
@@ -404,7 +403,7 @@ async def run_async(
                 finally:
                     CURRENT_ATTEMPT.reset(token)
             usage = meter.usage(time.monotonic() - started)
-            reply = CallResult(output=output, error=error, usage=usage)
+            reply = CallResult(output, error, usage)
         elif isinstance(op, LoadAttempts):
             saver, key = task.async_saver, task.attempt_key
             reply = await saver.anode_attempts(key) if saver is not None and key is not None else []
@@ -432,11 +431,11 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
 
         def sync_runnable(state: Any, config: RunnableConfig) -> Any:
             call = lambda s: action.invoke(s, config)  # noqa: E731
-            return run_sync(ctx, state, call, TaskContext.of(config))
+            return run_sync(ctx, state, call, TaskContext(config=config))
 
         async def async_runnable(state: Any, config: RunnableConfig) -> Any:
             call = lambda s: action.ainvoke(s, config)  # noqa: E731
-            return await run_async(ctx, state, call, TaskContext.of(config), timeout)
+            return await run_async(ctx, state, call, TaskContext(config=config), timeout)
 
         return RunnableLambda(sync_runnable, afunc=async_runnable, name=ctx.name)
     if is_async(action):
@@ -444,14 +443,14 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
         @functools.wraps(action)
         async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
             call = lambda s: action(s, *args, **kwargs)  # noqa: E731
-            return await run_async(ctx, state, call, TaskContext.of(get_config()), timeout)
+            return await run_async(ctx, state, call, TaskContext(config=get_config()), timeout)
 
         return async_node
 
     @functools.wraps(action)
     def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
         call = lambda s: action(s, *args, **kwargs)  # noqa: E731
-        return run_sync(ctx, state, call, TaskContext.of(get_config()))
+        return run_sync(ctx, state, call, TaskContext(config=get_config()))
 
     return sync_node
 

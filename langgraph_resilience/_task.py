@@ -12,9 +12,8 @@ node attempt) has one source, the runtime's ``execution_info``: the attempt
 ledger and side effects key their records on it, and must never disagree.
 (Inside a node the config's ``checkpoint_id`` is None; execution_info's is set.)
 
-The context is cheap to build: the node's name, step and resuming flag are read
-at once, everything else on first use, so a node's happy path never looks up the
-saver, the fence or the task's ids.
+The context is cheap to build (it keeps the config) and reads each fact when
+asked, so a node's happy path never looks up the saver, the fence or the ids.
 
 It also holds the try in progress (`current_attempt`), which the node wrapper
 sets around each call and side effects read.
@@ -24,8 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -108,52 +106,57 @@ def _conforms(found: object, protocol: type[Any]) -> bool:
     return known
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
 class TaskContext:
-    """What a node's task knows of itself: built by `TaskContext.of` from its config.
+    """What a node's task knows of itself, read from the config LangGraph gave it.
+
+    Every fact is a property, read when asked: building the context costs one
+    object, and a node's happy path asks only for `step`, `resuming` and
+    `budget`, as it read them from the config before.
 
     Attributes:
-        config: the task's config, as LangGraph gave it to the node.
-        node: the node's name (None outside a graph).
-        step: the superstep the task runs in.
-        resuming: whether the run goes on from a checkpoint (a resume, a crash
-            recovery, a worker's takeover), so the task may have records already.
+        config: the task's config, as LangGraph passed it to the node.
 
-    The other facts are properties, read on first use and kept.
+    Example:
+        >>> task = TaskContext(config=get_config())  # doctest: +SKIP
+        >>> task.effect_scope  # doctest: +SKIP
+        'draft:1f0c…|1f0c…'
     """
 
-    config: RunnableConfig = field(repr=False)
-    node: str | None
-    step: int | None
-    resuming: bool
-
-    @classmethod
-    def of(cls, config: RunnableConfig) -> TaskContext:
-        """The context of the task that runs with ``config``."""
-        metadata = config.get("metadata") or {}
-        return cls(
-            config=config,
-            node=metadata.get(NODE_KEY),
-            step=metadata.get(STEP_KEY),
-            resuming=bool((config.get("configurable") or {}).get(RESUMING_KEY)),
-        )
+    config: RunnableConfig
 
     @classmethod
     def current(cls) -> TaskContext | None:
         """The context of the task running here, or None outside a runnable."""
         try:
-            return cls.of(get_config())
+            return cls(config=get_config())
         except RuntimeError:  # get_config() outside a runnable context
             return None
 
-    @cached_property
+    @property
     def _configurable(self) -> Mapping[str, Any]:
         return self.config.get("configurable") or {}
 
-    @cached_property
+    @property
     def _info(self) -> ExecutionInfo | None:
         runtime = self._configurable.get(RUNTIME_KEY)
         return runtime.execution_info if isinstance(runtime, Runtime) else None
+
+    @property
+    def node(self) -> str | None:
+        """The node's name (None outside a graph)."""
+        return (self.config.get("metadata") or {}).get(NODE_KEY)
+
+    @property
+    def step(self) -> int | None:
+        """The superstep the task runs in."""
+        return (self.config.get("metadata") or {}).get(STEP_KEY)
+
+    @property
+    def resuming(self) -> bool:
+        """Whether the run goes on from a checkpoint (a resume, a crash recovery, a
+        worker's takeover), so the task may have records already."""
+        return bool(self._configurable.get(RESUMING_KEY))
 
     @property
     def thread_id(self) -> str | None:
@@ -163,44 +166,49 @@ class TaskContext:
 
     @property
     def checkpoint_ns(self) -> str:
-        """The task's namespace (``"node:<task id>"``, within its subgraphs' parents)."""
-        return (self._info.checkpoint_ns or "") if self._info is not None else ""
+        """The task's namespace (``"node:<task id>"``, after its parent graphs')."""
+        info = self._info
+        return (info.checkpoint_ns or "") if info is not None else ""
 
     @property
     def checkpoint_id(self) -> str:
         """The checkpoint the task's step started from."""
-        return self._info.checkpoint_id if self._info is not None else ""
+        info = self._info
+        return info.checkpoint_id if info is not None else ""
 
     @property
     def task_id(self) -> str:
-        """LangGraph's task id: stable across retries and resumes of the same step."""
-        return self._info.task_id if self._info is not None else ""
+        """LangGraph's task id: the same across retries and resumes of the step."""
+        info = self._info
+        return info.task_id if info is not None else ""
 
     @property
     def node_attempt(self) -> int:
         """LangGraph's own attempt number of the task (its `RetryPolicy` retries)."""
-        return self._info.node_attempt if self._info is not None else 1
+        info = self._info
+        return info.node_attempt if info is not None else 1
 
-    @cached_property
+    @property
     def attempt_key(self) -> AttemptKey | None:
         """Where the task's failed tries are kept; None without a thread."""
+        info = self._info
         thread = self.thread_id
-        if thread is None:
+        if info is None or thread is None:
             return None
-        return (thread, self.checkpoint_ns, self.checkpoint_id, self.task_id)
+        return (thread, info.checkpoint_ns or "", info.checkpoint_id, info.task_id)
 
-    @cached_property
+    @property
     def fence(self) -> Fence | None:
         """The fence of the run, when a `Worker` runs it."""
         return fence_of(self.config)
 
-    @cached_property
+    @property
     def saver(self) -> ResilientSaver | None:
         """The graph's saver, if it keeps the resilience ledger (sync methods)."""
         found = self._configurable.get(CHECKPOINTER_KEY)
         return cast(ResilientSaver, found) if _conforms(found, ResilientSaver) else None
 
-    @cached_property
+    @property
     def async_saver(self) -> AsyncResilientSaver | None:
         """The graph's saver, if it keeps the resilience ledger (async methods)."""
         found = self._configurable.get(CHECKPOINTER_KEY)
@@ -218,7 +226,7 @@ class TaskContext:
         """This task's part of side-effect keys: its namespace and task id."""
         return f"{self.checkpoint_ns}|{self.task_id}"
 
-    @cached_property
+    @property
     def _retried_step(self) -> Mapping[str, Any]:
         return self._configurable.get(EFFECT_SCOPE_KEY) or {}
 
@@ -239,7 +247,7 @@ class TaskContext:
             return str(retried.get("task") or self.task_scope)
         return self.task_scope
 
-    @cached_property
+    @property
     def budget(self) -> Budget | None:
         """The run's configured budget (``compile(budget=...)`` or the run's config)."""
         found = self._configurable.get(BUDGET_KEY)

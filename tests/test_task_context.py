@@ -48,7 +48,7 @@ class Seen:
             config = get_config()
             info = get_runtime().execution_info
             assert info is not None
-            self.by_node.setdefault(name, []).append((TaskContext.of(config), info, config))
+            self.by_node.setdefault(name, []).append((TaskContext(config=config), info, config))
             return {"done": [name]}
 
         return run
@@ -155,7 +155,7 @@ def test_side_effect_keys_use_the_tasks_scope(saver: ResilientSqliteSaver) -> No
         return f"sent to {to}"
 
     def inner_node(state: dict[str, Any]) -> dict[str, Any]:
-        contexts.append(TaskContext.of(get_config()))
+        contexts.append(TaskContext(config=get_config()))
         return {"done": [notify("ops")]}
 
     inner = StateGraph(State)
@@ -181,7 +181,7 @@ def test_a_resumed_task_knows_it_resumes(saver: ResilientSqliteSaver) -> None:
     contexts: list[TaskContext] = []
 
     def ask(state: dict[str, Any]) -> dict[str, Any]:
-        contexts.append(TaskContext.of(get_config()))
+        contexts.append(TaskContext(config=get_config()))
         return {"done": [interrupt("proceed?")]}
 
     g = ResilientStateGraph(State)
@@ -203,8 +203,8 @@ def test_a_resumed_task_knows_it_resumes(saver: ResilientSqliteSaver) -> None:
 def test_the_retried_steps_scope_replaces_the_tasks_own_for_that_node_only() -> None:
     retried = {"node": "send", "task": "send:old|old"}
     for node, scope in [("send", "send:old|old"), ("other", "|")]:
-        task = TaskContext.of(
-            {
+        task = TaskContext(
+            config={
                 "configurable": {task_module.EFFECT_SCOPE_KEY: retried},
                 "metadata": {"langgraph_node": node},
             }
@@ -214,7 +214,7 @@ def test_the_retried_steps_scope_replaces_the_tasks_own_for_that_node_only() -> 
 
 def test_outside_a_graph_the_context_is_empty() -> None:
     assert TaskContext.current() is None
-    task = TaskContext.of({})
+    task = TaskContext(config={})
     assert (task.node, task.step, task.resuming, task.thread_id) == (None, None, False, None)
     assert (task.attempt_key, task.saver, task.async_saver, task.budget) == (None,) * 4
     assert task.fence is None and not task.retrying
@@ -222,7 +222,7 @@ def test_outside_a_graph_the_context_is_empty() -> None:
 
 def test_fence_and_budget_come_from_the_config() -> None:
     fence = Fence(run_id="r", token=3)
-    task = TaskContext.of({"configurable": {FENCE_KEY: fence, "budget": {"max_steps": 2}}})
+    task = TaskContext(config={"configurable": {FENCE_KEY: fence, "budget": {"max_steps": 2}}})
     assert task.fence == fence and task.budget == Budget(max_steps=2)
 
 
@@ -230,7 +230,7 @@ async def test_an_async_saver_serves_both_twins(tmp_path: Path) -> None:
     contexts: list[TaskContext] = []
 
     async def node(state: dict[str, Any]) -> dict[str, Any]:
-        contexts.append(TaskContext.of(get_config()))
+        contexts.append(TaskContext(config=get_config()))
         return {"done": ["node"]}
 
     g = ResilientStateGraph(State)
