@@ -118,9 +118,8 @@ class TaskContext:
         config: the task's config, as LangGraph passed it to the node.
 
     Example:
-        >>> task = TaskContext(config=get_config())  # doctest: +SKIP
-        >>> task.effect_scope  # doctest: +SKIP
-        'draft:1f0c…|1f0c…'
+        >>> task = TaskContext(config=get_config())  # inside a node  # doctest: +SKIP
+        >>> task.attempt_key  # (thread, namespace, checkpoint id, task id)  # doctest: +SKIP
     """
 
     config: RunnableConfig

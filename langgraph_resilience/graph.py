@@ -194,6 +194,9 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         Raises:
             ConfigError: the state schema does not extend ResilientState, a
                 fallback names a node that does not exist, or the budget is bad.
+
+        Example:
+            >>> graph = g.compile(checkpointer=saver, budget=Budget(max_cost=2.0))  # doctest: +SKIP
         """
         run_log.require_resilient_schema(self.state_schema)
         routes: dict[str, list[str]] = {}
