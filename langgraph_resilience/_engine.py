@@ -33,11 +33,6 @@ class Decision:
     compress: bool = False
     exhausted: bool = False  # the kind had retries and used them all
 
-    @property
-    def routes(self) -> bool:
-        """Whether the node ends here, handing over to the router."""
-        return self.action in (Action.FALLBACK, Action.PARTIAL)
-
 
 def _give_up(policy: NodePolicy, *, exhausted: bool) -> Decision:
     if policy.fallback is not None:

@@ -217,14 +217,13 @@ def report_usage(*, tokens: int = 0, cost: float = 0.0) -> None:
 # -- the budget of a run --------------------------------------------------------------------
 
 
-def run_budget(state: Any, config: Mapping[str, Any]) -> Budget | None:
-    """The budget in force: a top-up kept in the run log, else the config's."""
+def topped_up(state: Any) -> Budget | None:
+    """A top-up kept in the run log: in force instead of the run's configured budget."""
     log = state.get("resilience") if isinstance(state, Mapping) else None
     topped = (log or {}).get("budget")
-    if topped is not None:
-        return Budget.coerce(topped, where="the run log's budget")
-    found = (config.get("configurable") or {}).get("budget")
-    return Budget.coerce(found, where='config["configurable"]["budget"]')
+    if topped is None:
+        return None
+    return Budget.coerce(topped, where="the run log's budget")
 
 
 def used(state: Any) -> dict[str, float]:

@@ -38,8 +38,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar, overload
 
-from langgraph_resilience.checkpoint import EffectRecord, Fence, OutcomeFields
-from langgraph_resilience.checkpoint._runs import fence_of
+from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
+from langgraph_resilience.checkpoint import (
+    AsyncResilientSaver,
+    EffectRecord,
+    OutcomeFields,
+    ResilientSaver,
+)
 from langgraph_resilience.errors import ConfigError, EffectOutcomeUnknown
 
 __all__ = ["EffectSpec", "side_effect"]
@@ -83,35 +88,39 @@ class EffectSpec:
 
 
 class Lookup(NamedTuple):
-    pass
+    """Read the effect's record (replies an `EffectRecord` or None)."""
 
 
 class Reconcile(NamedTuple):
-    pass
+    """Ask ``reconcile`` whether an unsettled effect happened (replies its result or None)."""
 
 
 class Intent(NamedTuple):
-    pass
+    """Store the intent, before the call."""
 
 
-class CallIt(NamedTuple):
-    pass
+class CallEffect(NamedTuple):
+    """Call the function (replies its result, or a failed `Settle` if it raised)."""
 
 
-class Outcome(NamedTuple):
+class Settle(NamedTuple):
+    """Store the outcome: ``done`` with the call's value, or ``failed`` with its error."""
+
     status: str  # done | failed
     value: Any = None
     error: BaseException | None = None
 
 
 class Replay(NamedTuple):
+    """The decision's result when the outcome is recorded: return it, do not call."""
+
     record: EffectRecord
 
 
-Op = Lookup | Reconcile | Intent | CallIt | Outcome
+EffectOp = Lookup | Reconcile | Intent | CallEffect | Settle
 
 
-def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[Op, Any, Any]:
+def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[EffectOp, Any, Any]:
     """What to do for one call: yields I/O, returns the result (or a `Replay`).
 
     ``fresh``: the first try of a task that is not being resumed, which cannot
@@ -124,7 +133,7 @@ def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[Op, Any, 
         if spec.reconcile is not None:
             happened = yield Reconcile()
             if happened is not None:
-                yield Outcome("done", happened)
+                yield Settle("done", happened)
                 return happened
         elif spec.on_unknown == "raise" and found.status == "intent":
             raise EffectOutcomeUnknown(
@@ -135,12 +144,12 @@ def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[Op, Any, 
             )
     else:
         yield Intent()
-    result = yield CallIt()
-    if isinstance(result, Outcome):  # the call raised
+    result = yield CallEffect()
+    if isinstance(result, Settle):  # the call raised
         yield result
         assert result.error is not None
         raise result.error
-    yield Outcome("done", result)
+    yield Settle("done", result)
     return result
 
 
@@ -151,72 +160,46 @@ _SEQ: ContextVar[tuple[tuple[Any, ...], dict[str, int]] | None] = ContextVar(
 )
 
 
-class EffectContext(NamedTuple):
-    saver: Any
-    thread_id: str
-    checkpoint_ns: str
-    checkpoint_id: str
-    task_id: str
-    key: str
-    fresh: bool
-    fence: Fence | None
-
-
-def _context(spec: EffectSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> EffectContext:
-    from langgraph.config import get_config
-    from langgraph.runtime import get_runtime
-
-    try:
-        config = get_config()
-        info = get_runtime().execution_info
-    except Exception:
-        info = None
-        config = None
-    saver = (config or {}).get("configurable", {}).get("__pregel_checkpointer")
-    if info is None or not info.thread_id:
+def _task_of(spec: EffectSpec) -> tuple[TaskContext, str]:
+    """The task the effect is called in, and its thread."""
+    task = TaskContext.current()
+    thread = task.thread_id if task is not None else None
+    if task is None or thread is None:
         raise ConfigError(
             f"side effect {spec.name!r} was called outside a node of a graph with a "
             "checkpointer. Call it from inside a node, and compile the graph with a "
             "resilient saver, e.g. graph.compile(checkpointer=ResilientSqliteSaver(...)); "
             "run it with a thread_id in config['configurable']."
         )
-    if not hasattr(saver, "record_intent"):
-        raise ConfigError(
-            f"side effect {spec.name!r} needs a resilient saver to record it, but the graph "
-            f"uses {type(saver).__name__}. Compile with one of "
-            "langgraph_resilience.checkpoint's savers (ResilientSqliteSaver, "
-            "ResilientPostgresSaver or their async twins)."
-        )
-    from langgraph_resilience.graph import _CURRENT, EFFECT_SCOPE_KEY
+    return task, thread
 
-    ours = _CURRENT.get()
-    scope = (info.task_id, info.node_attempt, ours.number if ours else 0)
+
+def _no_saver(spec: EffectSpec, task: TaskContext) -> ConfigError:
+    return ConfigError(
+        f"side effect {spec.name!r} needs a resilient saver to record it, but the graph "
+        f"uses {task.saver_type}. Compile with one of "
+        "langgraph_resilience.checkpoint's savers (ResilientSqliteSaver, "
+        "ResilientPostgresSaver or their async twins)."
+    )
+
+
+def _key_of(
+    spec: EffectSpec, task: TaskContext, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[str, bool]:
+    """The call's idempotency key, and whether it is fresh (see `effect_steps`)."""
+    ours = CURRENT_ATTEMPT.get()
+    scope = (task.task_id, task.node_attempt, ours.number if ours else 0)
     held = _SEQ.get()
     if held is None or held[0] != scope:
         held = (scope, {})
         _SEQ.set(held)
     seq = held[1][spec.name] = held[1].get(spec.name, 0) + 1
-    task = f"{info.checkpoint_ns}|{info.task_id}"
-    # A step re-run by retry_failed is a new task; it keeps the failed task's keys.
-    retry_of = (config or {}).get("configurable", {}).get(EFFECT_SCOPE_KEY) or {}
-    if retry_of.get("node") == (config or {}).get("metadata", {}).get("langgraph_node"):
-        task = retry_of.get("task") or task
-    parts = [task, spec.name, str(seq)]
+    parts = [task.effect_scope, spec.name, str(seq)]
     if spec.key is not None:
         parts.append(str(spec.key(*args, **kwargs)))
     # The first try of a task that is not being resumed cannot have records yet.
-    resuming = bool((config or {}).get("configurable", {}).get("__pregel_resuming"))
-    fresh = not resuming and not retry_of and scope[1:] in ((1, 0), (1, 1))
-    return EffectContext(
-        saver,
-        str(info.thread_id),
-        info.checkpoint_ns,
-        info.checkpoint_id,
-        info.task_id,
-        "|".join(parts),
-        fresh,
-        fence_of(config),
-    )
+    fresh = not task.resuming and not task.retrying and scope[1:] in ((1, 0), (1, 1))
+    return "|".join(parts), fresh
 
 
 def _digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
@@ -226,44 +209,52 @@ def _digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         return None
 
 
-def _intent(spec: EffectSpec, ctx: EffectContext) -> EffectRecord:
+def _intent(spec: EffectSpec, task: TaskContext, key: str) -> EffectRecord:
     return EffectRecord(
-        idempotency_key=ctx.key,
+        idempotency_key=key,
         name=spec.name,
         status="intent",
         intent_at=time.time(),
-        checkpoint_ns=ctx.checkpoint_ns,
-        checkpoint_id=ctx.checkpoint_id,
-        task_id=ctx.task_id,
+        checkpoint_ns=task.checkpoint_ns,
+        checkpoint_id=task.checkpoint_id,
+        task_id=task.task_id,
     )
 
 
-def _outcome_fields(saver: Any, op: Outcome) -> OutcomeFields:
+def _outcome_fields(saver: ResilientSaver | AsyncResilientSaver, op: Settle) -> OutcomeFields:
     if op.status == "done":
         type_, blob = saver.serde.dumps_typed(op.value)
-        return OutcomeFields("done", time.time(), type_, blob, None)
+        return OutcomeFields(
+            status="done", at=time.time(), outcome_type=type_, outcome=blob, error=None
+        )
     error = f"{type(op.error).__name__}: {op.error}"[:1000]
-    return OutcomeFields("failed", time.time(), None, None, error)
+    return OutcomeFields(
+        status="failed", at=time.time(), outcome_type=None, outcome=None, error=error
+    )
 
 
-def _replayed(saver: Any, replay: Replay) -> Any:
+def _replayed(saver: ResilientSaver | AsyncResilientSaver, replay: Replay) -> Any:
     record = replay.record
     if record.outcome_type is None:
         return None
-    return saver.serde.loads_typed((record.outcome_type, record.outcome))
+    return saver.serde.loads_typed((record.outcome_type, record.outcome or b""))
 
 
 # -- the drivers -------------------------------------------------------------------------
 
 
-def _run_sync(
+def _effect_sync(
     spec: EffectSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    ctx = _context(spec, args, kwargs)
-    saver, thread = ctx.saver, ctx.thread_id
+    task, thread = _task_of(spec)
+    saver = task.saver
+    if saver is None:
+        raise _no_saver(spec, task)
+    key, fresh = _key_of(spec, task, args, kwargs)
+    fence = task.fence
     if spec.passes_key:
-        kwargs = {**kwargs, "idempotency_key": ctx.key}
-    steps = effect_steps(spec, ctx.key, ctx.fresh)
+        kwargs = {**kwargs, "idempotency_key": key}
+    steps = effect_steps(spec, key, fresh)
     reply: Any = None
     while True:
         try:
@@ -273,31 +264,36 @@ def _run_sync(
             return _replayed(saver, value) if isinstance(value, Replay) else value
         reply = None
         if isinstance(op, Lookup):
-            reply = saver.read_effect(thread, ctx.key)
+            reply = saver.read_effect(thread, key)
         elif isinstance(op, Intent):
-            saver.record_intent(thread, _intent(spec, ctx), _digest(args, kwargs), ctx.fence)
+            intent = _intent(spec, task, key)
+            saver.record_intent(thread, intent, _digest(args, kwargs), fence)
         elif isinstance(op, Reconcile):
             assert spec.reconcile is not None
-            reply = spec.reconcile(ctx.key)
-        elif isinstance(op, CallIt):
+            reply = spec.reconcile(key)
+        elif isinstance(op, CallEffect):
             try:
                 reply = fn(*args, **kwargs)
             except Exception as exc:
-                reply = Outcome("failed", error=exc)
+                reply = Settle("failed", error=exc)
         elif spec.on_unknown == "raise":
-            saver.record_outcome(thread, ctx.key, _outcome_fields(saver, op), ctx.fence)
+            saver.record_outcome(thread, key, _outcome_fields(saver, op), fence)
         else:
-            saver.defer_outcome(thread, ctx.key, _outcome_fields(saver, op))
+            saver.defer_outcome(thread, key, _outcome_fields(saver, op))
 
 
-async def _run_async(
+async def _effect_async(
     spec: EffectSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    ctx = _context(spec, args, kwargs)
-    saver, thread = ctx.saver, ctx.thread_id
+    task, thread = _task_of(spec)
+    saver = task.async_saver
+    if saver is None:
+        raise _no_saver(spec, task)
+    key, fresh = _key_of(spec, task, args, kwargs)
+    fence = task.fence
     if spec.passes_key:
-        kwargs = {**kwargs, "idempotency_key": ctx.key}
-    steps = effect_steps(spec, ctx.key, ctx.fresh)
+        kwargs = {**kwargs, "idempotency_key": key}
+    steps = effect_steps(spec, key, fresh)
     reply: Any = None
     while True:
         try:
@@ -307,23 +303,24 @@ async def _run_async(
             return _replayed(saver, value) if isinstance(value, Replay) else value
         reply = None
         if isinstance(op, Lookup):
-            reply = await saver.aread_effect(thread, ctx.key)
+            reply = await saver.aread_effect(thread, key)
         elif isinstance(op, Intent):
-            await saver.arecord_intent(thread, _intent(spec, ctx), _digest(args, kwargs), ctx.fence)
+            intent = _intent(spec, task, key)
+            await saver.arecord_intent(thread, intent, _digest(args, kwargs), fence)
         elif isinstance(op, Reconcile):
             assert spec.reconcile is not None
-            reply = spec.reconcile(ctx.key)
+            reply = spec.reconcile(key)
             if inspect.isawaitable(reply):
                 reply = await reply
-        elif isinstance(op, CallIt):
+        elif isinstance(op, CallEffect):
             try:
                 reply = await fn(*args, **kwargs)
             except Exception as exc:
-                reply = Outcome("failed", error=exc)
+                reply = Settle("failed", error=exc)
         elif spec.on_unknown == "raise":
-            await saver.arecord_outcome(thread, ctx.key, _outcome_fields(saver, op), ctx.fence)
+            await saver.arecord_outcome(thread, key, _outcome_fields(saver, op), fence)
         else:
-            saver.defer_outcome(thread, ctx.key, _outcome_fields(saver, op))
+            saver.defer_outcome(thread, key, _outcome_fields(saver, op))
 
 
 @overload
@@ -372,28 +369,28 @@ def side_effect(
         if not callable(func):
             raise ConfigError(f"side_effect decorates a function, got {func!r}")
         try:
-            params = inspect.signature(func).parameters
-        except (TypeError, ValueError):
-            params = {}  # type: ignore[assignment]
+            passes_key = "idempotency_key" in inspect.signature(func).parameters
+        except (TypeError, ValueError):  # no signature to read (some builtins)
+            passes_key = False
         spec = EffectSpec(
             name=name or str(getattr(func, "__name__", "effect")),
             key=key,
             reconcile=reconcile,
             on_unknown=on_unknown,
-            passes_key="idempotency_key" in params,
+            passes_key=passes_key,
         )
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
             async def async_effect(*args: Any, **kwargs: Any) -> Any:
-                return await _run_async(spec, func, args, kwargs)
+                return await _effect_async(spec, func, args, kwargs)
 
             async_effect.effect_spec = spec  # type: ignore[attr-defined]
             return async_effect
 
         @functools.wraps(func)
         def sync_effect(*args: Any, **kwargs: Any) -> Any:
-            return _run_sync(spec, func, args, kwargs)
+            return _effect_sync(spec, func, args, kwargs)
 
         sync_effect.effect_spec = spec  # type: ignore[attr-defined]
         return sync_effect

@@ -1,19 +1,10 @@
 """`ResilientStateGraph`: LangGraph's `StateGraph` with per-node failure policies.
 
-Each node is wrapped. The wrapper runs the node, classifies a failure on the
-live exception, and asks the pure core (`_engine.decide`) what to do:
-
-- retry in place (same task, same task id) after a full-jitter wait, with
-  `adapt` overrides, or after compressing the context; failed tries are stored
-  in the resilience store first, so a crash does not reset the count;
-- degrade: record the step as degraded and return, so the node's normal edges
-  fire;
-- fallback / partial result: raise a routing signal. The node has failed, so
-  LangGraph fires none of its edges; its error handler (generated here) routes
-  to the fallback node or to the terminal ``partial_result`` node. The signal's
-  ``repr`` carries the route, so the handler reads it even after a crash, when
-  LangGraph hands it the stored string instead of the exception;
-- pause: a BUDGET_EXHAUSTED failure interrupts the run (``interrupt``).
+The builder wraps each node (`_node`: its tries under its `NodePolicy`), gives
+each node with a policy an error handler that follows its routing signal
+(`_routes`), adds the terminal ``partial_result`` node when a critical node may
+give up, and compiles with ``durability="sync"`` by default. `retry_failed`
+re-runs the step that ended a run with a partial result.
 
 Nodes added without a policy (and with no default) keep LangGraph's behaviour;
 their wrapper only records the step in the run log.
@@ -21,46 +12,28 @@ their wrapper only records the step in the run log.
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import inspect
-import json
 import random
-import re
-import time
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypedDict, cast
 
-from langchain_core.messages import AnyMessage, SystemMessage
-from langchain_core.runnables import Runnable, RunnableConfig
-from langgraph.config import get_config
-from langgraph.errors import NodeError
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.graph import Graph
+from langgraph.cache.base import BaseCache
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command, interrupt
+from langgraph.store.base import BaseStore
+from langgraph.types import All, Checkpointer, Command
+from langgraph.typing import ContextT, InputT, OutputT, StateT
+from typing_extensions import Self, Unpack
 
 from langgraph_resilience import state as run_log
-from langgraph_resilience._engine import Action, Decision, decide
-from langgraph_resilience.budget import (
-    Budget,
-    add_usage,
-    metering,
-    pause_value,
-    run_budget,
-    used,
-)
-from langgraph_resilience.checkpoint import AttemptRecord, Fence
-from langgraph_resilience.checkpoint._runs import fence_of
-from langgraph_resilience.classify import (
-    Classification,
-    Classifier,
-    FailureKind,
-    is_control_flow,
-)
-from langgraph_resilience.errors import ConfigError, LeaseLost, ValidationFailed
-from langgraph_resilience.policy import Attempt, NodePolicy
+from langgraph_resilience._node import NodeAction, NodeContext, is_async, wrap
+from langgraph_resilience._routes import PARTIAL_RESULT, error_handler, partial_result
+from langgraph_resilience._task import BUDGET_KEY, DURABILITY_KEY, EFFECT_SCOPE_KEY, current_attempt
+from langgraph_resilience.budget import Budget
+from langgraph_resilience.classify import Classifier
+from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.policy import NodePolicy
 
 __all__ = [
     "PARTIAL_RESULT",
@@ -71,562 +44,26 @@ __all__ = [
     "retry_failed",
 ]
 
-PARTIAL_RESULT = "partial_result"
-_DURABILITY_KEY = "__pregel_durability"
 _UNSET: Any = object()
 _DEFAULTS = Classifier()
-_CURRENT: ContextVar[Attempt | None] = ContextVar("langgraph_resilience_attempt", default=None)
 
 
-def current_attempt() -> Attempt:
-    """Inside a node of a `ResilientStateGraph`: this try's number, the last
-    failure and the `NodePolicy.adapt` overrides in force.
+class CompileOptions(TypedDict, total=False):
+    """The keyword arguments of LangGraph's `StateGraph.compile`, passed on as given."""
 
-    Raises:
-        ConfigError: called outside such a node.
+    cache: BaseCache[Any] | None
+    store: BaseStore | None
+    interrupt_before: All | list[str] | None
+    interrupt_after: All | list[str] | None
+    debug: bool
+    name: str | None
+    transformers: Sequence[Callable[[tuple[str, ...]], Any]] | None
 
-    Example:
-        >>> def draft(state):  # doctest: +SKIP
-        ...     temperature = current_attempt().overrides.get("temperature", 0.7)
-    """
-    attempt = _CURRENT.get()
-    if attempt is None:
-        raise ConfigError(
-            "current_attempt() works only inside a node of a ResilientStateGraph "
-            "(it reports that node's retries)"
-        )
-    return attempt
 
-
-# ---------------------------------------------------------------------------
-# The routing signal
-# ---------------------------------------------------------------------------
-
-_ROUTE_RE = re.compile(r"ResilienceRoute\((\{.*\})\)", re.S)
-
-
-class ResilienceRoute(Exception):
-    """Raised by a node wrapper to hand the task to its error handler.
-
-    Not an error of the user's: it carries where the run goes next.
-    """
-
-    def __init__(self, route: dict[str, Any]) -> None:
-        super().__init__(route.get("message", ""))
-        self.route = route
-
-    def __repr__(self) -> str:
-        return f"ResilienceRoute({json.dumps(self.route, sort_keys=True)})"
-
-
-def read_route(error: object) -> dict[str, Any] | None:
-    """The route in a live signal, or in its stored ``repr`` after a reload."""
-    if isinstance(error, ResilienceRoute):
-        return error.route
-    match = _ROUTE_RE.search(str(error)) if isinstance(error, str) else None
-    return json.loads(match.group(1)) if match else None
-
-
-# ---------------------------------------------------------------------------
-# The node loop, written once for sync and async nodes
-# ---------------------------------------------------------------------------
-
-
-class Call(NamedTuple):
-    state: Any
-    attempt: Attempt
-
-
-class Record(NamedTuple):
-    record: AttemptRecord
-    started_at: float
-
-
-class Sleep(NamedTuple):
-    seconds: float
-
-
-class LoadAttempts(NamedTuple):
-    pass
-
-
-Op = Call | Record | Sleep | LoadAttempts
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What a call returned (``output``) or raised (``error``), and what it used."""
-
-    output: Any = None
-    error: BaseException | None = None
-    usage: dict[str, float] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NodeContext:
-    """What a node's wrapper knows of its node, fixed when the node is added."""
-
-    name: str
-    policy: NodePolicy | None
-    classifier: Classifier
-    is_terminal: Callable[[str], bool]  # every static edge out of the node goes to END
-    rand: Callable[[], float]
-
-
-_FIRST = Attempt()
-
-
-def _error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:500]
-
-
-def _log_update(
-    ctx: NodeContext,
-    step: int | None,
-    state: Any,
-    status: str,
-    attempts: int,
-    kind: str | None,
-    output: Any,
-) -> dict[str, Any]:
-    now = time.time()
-    entry: dict[str, Any] = {"status": status, "attempts": attempts, "completed_at": now}
-    if kind is not None:
-        entry["kind"] = kind
-    update: dict[str, Any] = {"steps": {ctx.name: entry}}
-    if status == "completed":
-        update["completed_steps"] = [
-            {
-                "node": ctx.name,
-                "step": step,
-                "completed_at": now,
-                "summary": run_log.summarize(output),
-            }
-        ]
-    else:
-        update["degraded_steps"] = [ctx.name]
-    known = state.get("resilience") if isinstance(state, Mapping) else None
-    if not (known or {}).get("task_spec") and isinstance(state, Mapping):
-        update["task_spec"] = {k: v for k, v in state.items() if k != "resilience"}
-    if ctx.is_terminal(ctx.name):
-        update["status"] = "success"
-    elif not (known or {}).get("status"):
-        update["status"] = "running"
-    return update
-
-
-def _budget_pause(ctx: NodeContext, record: AttemptRecord) -> dict[str, Any]:
-    """The interrupt of a node that raised `BudgetExhausted`."""
-    return {
-        "reason": "budget_exhausted",
-        "node": ctx.name,
-        "error": f"{record.error_type}: {record.reason}",
-        "resume_with": "Command(resume=Budget(...)) with higher limits, or any value to retry",
-    }
-
-
-def _add_spend(log: dict[str, Any], spent: dict[str, float], topped: Budget | None) -> None:
-    """What the node used (added up by the run log), and a top-up given to it."""
-    log["usage"] = spent
-    if topped is not None:
-        log["budget"] = topped.to_dict()
-
-
-def _with_log(output: Any, log: dict[str, Any]) -> Any:
-    """The node's output with the run-log update added."""
-    if output is None:
-        return {"resilience": log}
-    if isinstance(output, dict):
-        own = output.get("resilience")
-        merged = log if own is None else run_log.merge_run_log(own, log)  # type: ignore[arg-type]
-        return {**output, "resilience": merged}
-    if isinstance(output, Command):
-        update = output.update
-        if update is None:
-            return replace(output, update={"resilience": log})
-        if isinstance(update, dict):
-            return replace(output, update=_with_log(update, log))
-        return replace(output, update=[*update, ("resilience", log)])
-    return output  # another state type: left as LangGraph would have it
-
-
-def _compressed(policy: NodePolicy, state: Any) -> tuple[Any, dict[str, Any]]:
-    """The state for the next try after a context overflow, and what was kept."""
-    if policy.compress is not None:
-        update = dict(policy.compress(state))
-    else:
-        update = default_compress(state)
-    new_state = {**state, **update} if isinstance(state, Mapping) else state
-    kept = {k: (len(v) if isinstance(v, list) else "changed") for k, v in update.items()}
-    return new_state, {"at": time.time(), "kept": kept}
-
-
-def default_compress(state: Any) -> dict[str, Any]:
-    """Halve the ``messages`` key with langchain-core's trimming; keep the system message."""
-    from langchain_core.messages import trim_messages
-
-    messages: Sequence[AnyMessage] = state.get("messages", []) if isinstance(state, Mapping) else []
-    if not messages:
-        raise ConfigError(
-            "context overflow, but the state has no `messages` to trim; give the node "
-            "NodePolicy(compress=...) that shrinks its context"
-        )
-    keep = max(1, len(messages) // 2)
-    trimmed = trim_messages(
-        list(messages),
-        max_tokens=keep,
-        token_counter=len,
-        strategy="last",
-        include_system=any(isinstance(m, SystemMessage) for m in messages),
-        allow_partial=False,
-    )
-    return {"messages": trimmed}
-
-
-def node_loop(ctx: NodeContext, state: Any, config: RunnableConfig) -> Generator[Op, Any, Any]:
-    """Run a node under its policy: yields I/O to do, returns the node's output.
-
-    Raises `ResilienceRoute` to route to the fallback or the partial result, and
-    lets LangGraph's control flow (interrupts, drains) through untouched.
-    """
-    policy = ctx.policy
-    step = config.get("metadata", {}).get("langgraph_step")
-    resuming = bool(config.get("configurable", {}).get("__pregel_resuming"))
-    # A step boundary: pause here if the run's budget is spent (until a top-up).
-    budget = run_budget(state, config)
-    topped: Budget | None = None
-    while budget is not None and (ran_out := budget.exhausted(used(state))):
-        resumed = interrupt(pause_value(ctx.name, budget, used(state), ran_out))
-        if isinstance(resumed, (Budget, Mapping)):
-            budget = topped = Budget.coerce(resumed, where="the value resumed with")
-    loads = resuming and policy is not None
-    earlier: list[AttemptRecord] = list((yield LoadAttempts())) if loads else []
-    if earlier and earlier[-1].kind == FailureKind.BUDGET_EXHAUSTED.value:
-        # Resumed after the node paused on BudgetExhausted: the same interrupt
-        # now returns what the run was resumed with (a top-up, maybe).
-        resumed = interrupt(_budget_pause(ctx, earlier[-1]))
-        if isinstance(resumed, (Budget, Mapping)):
-            topped = Budget.coerce(resumed, where="the value resumed with")
-    overrides: Mapping[str, Any] = {}
-    summaries: list[dict[str, Any]] = []
-    spent: dict[str, float] = {"steps": 1}
-    while True:
-        number = len(earlier) + 1
-        last = earlier[-1] if earlier else None
-        attempt = (
-            _FIRST
-            if last is None and not overrides
-            else Attempt(
-                number=number,
-                last_kind=FailureKind(last.kind) if last and last.kind else None,
-                last_error=f"{last.error_type}: {last.reason}" if last else None,
-                overrides=overrides,
-                validation_failures=sum(r.kind == FailureKind.VALIDATION.value for r in earlier),
-            )
-        )
-        started = time.time()
-        outcome: Outcome = yield Call(state, attempt)
-        spent = add_usage(spent, outcome.usage)
-        exc = outcome.error
-        if exc is None and policy is not None and policy.validate is not None:
-            exc = _validation_error(policy, outcome.output)
-        if exc is None:
-            kind = last.kind if last else None
-            log = _log_update(ctx, step, state, "completed", number, kind, outcome.output)
-            if summaries:
-                log["context_summary"] = summaries
-            _add_spend(log, spent, topped)
-            return _with_log(outcome.output, log)
-        if is_control_flow(exc) or isinstance(exc, LeaseLost) or policy is None:
-            raise exc  # a lost lease ends this worker's part, it is no node failure
-        failure = ctx.classifier(exc)
-        decision = decide(
-            policy, failure, [FailureKind(r.kind) for r in earlier if r.kind], ctx.rand()
-        )
-        record = AttemptRecord(
-            attempt=number,
-            node=ctx.name,
-            kind=failure.kind.value,
-            error_type=type(exc).__name__,
-            reason=str(exc)[:500],
-            finished_at=time.time(),
-        )
-        yield Record(record, started)
-        if decision.action is Action.PAUSE:
-            # Raises until the run is resumed (Command(resume=...)); the resumed
-            # node re-runs and, finding this try stored, takes the resume value
-            # above, then tries again.
-            interrupt(_budget_pause(ctx, record))
-        earlier.append(record)
-        if decision.action in (Action.RETRY, Action.PAUSE):
-            if decision.adapt and policy.adapt is not None:
-                overrides = dict(
-                    policy.adapt(
-                        replace(attempt, last_kind=failure.kind, last_error=_error_text(exc))
-                    )
-                )
-            if decision.compress:
-                state, summary = _compressed(policy, state)
-                summaries.append({"node": ctx.name, **summary})
-            if decision.delay > 0:
-                yield Sleep(decision.delay)
-            continue
-        if decision.action is Action.DEGRADE:
-            log = _log_update(ctx, step, state, "degraded", number, failure.kind.value, None)
-            log["recovery_suggestions"] = [suggestion(ctx.name, failure, exc, number)]
-            _add_spend(log, spent, topped)
-            return {"resilience": log}
-        route = _route(ctx, decision, failure, exc, number)
-        # Where the step ran: retry_failed re-runs it as a new task, whose side
-        # effects must keep this task's idempotency keys.
-        route["task"] = effect_scope(config)
-        raise ResilienceRoute(route)
-
-
-def _validation_error(policy: NodePolicy, output: Any) -> BaseException | None:
-    try:
-        verdict = policy.validate(output)  # type: ignore[misc]
-    except Exception as exc:  # a validator's own error counts as a rejection
-        return exc if isinstance(exc, ValidationFailed) else ValidationFailed(str(exc))
-    if verdict is False:
-        return ValidationFailed("validate() returned False")
-    return None
-
-
-def _route(
-    ctx: NodeContext, decision: Decision, failure: Classification, exc: BaseException, n: int
-) -> dict[str, Any]:
-    assert ctx.policy is not None
-    target = ctx.policy.fallback if decision.action is Action.FALLBACK else PARTIAL_RESULT
-    return {
-        "route": decision.action.value,
-        "target": target,
-        "node": ctx.name,
-        "kind": failure.kind.value,
-        "reason": failure.reason,
-        "error_type": type(exc).__name__,
-        "message": str(exc)[:500],
-        "attempts": n,
-        "exhausted": decision.exhausted,
-        "suggestion": suggestion(ctx.name, failure, exc, n),
-    }
-
-
-def effect_scope(config: RunnableConfig) -> str:
-    """The task part of a step's side-effect keys: its namespace and task id."""
-    configurable = config.get("configurable", {})
-    return f"{configurable.get('checkpoint_ns', '')}|{configurable.get('__pregel_task_id', '')}"
-
-
-EFFECT_SCOPE_KEY = "lgr_effect_scope"
-
-
-def suggestion(node: str, failure: Classification, exc: BaseException, attempts: int) -> str:
-    """What to do next about a failed step, by kind."""
-    error = _error_text(exc)
-    tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
-    by_kind = {
-        FailureKind.TRANSIENT: (
-            f"'{node}' kept failing with a transient error after {tries} ({error}). Check the "
-            "service it calls, then call retry_failed(graph, config) to re-run only this step."
-        ),
-        FailureKind.PERMANENT: (
-            f"'{node}' failed with an error a retry cannot fix ({error}). Fix the cause (code, "
-            "configuration or input), then call retry_failed(graph, config, update={...}) with "
-            "corrected state to re-run only this step."
-        ),
-        FailureKind.VALIDATION: (
-            f"'{node}' produced output that failed validation {tries} ({error}). Loosen "
-            "NodePolicy.validate, give NodePolicy.adapt other parameters, or fix the prompt, "
-            "then call retry_failed(graph, config)."
-        ),
-        FailureKind.CONTEXT_OVERFLOW: (
-            f"'{node}' exceeded the model's context even after compression ({error}). Give "
-            "NodePolicy(compress=...) that keeps less, or use a model with a larger window, "
-            "then call retry_failed(graph, config)."
-        ),
-        FailureKind.DEGRADABLE: (
-            f"'{node}' failed ({error}) and had no fallback. Add NodePolicy(fallback=...) or "
-            "call retry_failed(graph, config) once the dependency is back."
-        ),
-        FailureKind.BUDGET_EXHAUSTED: (
-            f"'{node}' ran out of budget ({error}). Resume with a larger budget."
-        ),
-    }
-    return by_kind[failure.kind]
-
-
-# ---------------------------------------------------------------------------
-# Drivers: the only sync/async difference
-# ---------------------------------------------------------------------------
-
-
-def _attempt_key(config: RunnableConfig) -> tuple[str, str, str, str] | None:
-    from langgraph.runtime import get_runtime
-
-    try:
-        info = get_runtime().execution_info
-    except Exception:
-        return None
-    if info is None or not info.thread_id:
-        return None
-    return (str(info.thread_id), info.checkpoint_ns or "", info.checkpoint_id, info.task_id)
-
-
-class _Store:
-    """Where a task's failed tries are kept: the run's resilient saver, if it has one.
-
-    Looked up only when a try fails or a resumed task starts, never on the happy path.
-    """
-
-    def __init__(self, config: RunnableConfig) -> None:
-        self._config = config
-
-    @functools.cached_property
-    def saver(self) -> Any:
-        saver = self._config.get("configurable", {}).get("__pregel_checkpointer")
-        return saver if hasattr(saver, "record_attempt") else None
-
-    @functools.cached_property
-    def key(self) -> tuple[str, str, str, str] | None:
-        return _attempt_key(self._config)
-
-    @functools.cached_property
-    def fence(self) -> Fence | None:
-        return fence_of(self._config)
-
-    @property
-    def ready(self) -> bool:
-        return self.saver is not None and self.key is not None
-
-
-def run_sync(
-    ctx: NodeContext, state: Any, call: Callable[[Any], Any], config: RunnableConfig
-) -> Any:
-    store = _Store(config)
-    loop = node_loop(ctx, state, config)
-    reply: Any = None
-    while True:
-        try:
-            op = loop.send(reply)
-        except StopIteration as stop:
-            return stop.value
-        if isinstance(op, Call):
-            token = _CURRENT.set(op.attempt)
-            started = time.monotonic()
-            with metering() as meter:
-                try:
-                    reply = Outcome(output=call(op.state))
-                except Exception as exc:
-                    reply = Outcome(error=exc)
-                finally:
-                    _CURRENT.reset(token)
-            reply.usage = meter.usage(time.monotonic() - started)
-        elif isinstance(op, LoadAttempts):
-            reply = store.saver.node_attempts(store.key) if store.ready else []
-        elif isinstance(op, Record):
-            if store.ready:
-                store.saver.record_attempt(store.key, op.record, op.started_at, store.fence)
-            reply = None
-        else:
-            time.sleep(op.seconds)
-            reply = None
-
-
-async def run_async(
-    ctx: NodeContext,
-    state: Any,
-    call: Callable[[Any], Awaitable[Any]],
-    config: RunnableConfig,
-    timeout: float | None,
-) -> Any:
-    store = _Store(config)
-    loop = node_loop(ctx, state, config)
-    reply: Any = None
-    while True:
-        try:
-            op = loop.send(reply)
-        except StopIteration as stop:
-            return stop.value
-        if isinstance(op, Call):
-            token = _CURRENT.set(op.attempt)
-            started = time.monotonic()
-            with metering() as meter:
-                try:
-                    reply = Outcome(output=await asyncio.wait_for(call(op.state), timeout))
-                except asyncio.TimeoutError as exc:
-                    reply = Outcome(error=TimeoutError(f"{ctx.name} took longer than {timeout}s"))
-                    reply.error.__cause__ = exc
-                except Exception as exc:
-                    reply = Outcome(error=exc)
-                finally:
-                    _CURRENT.reset(token)
-            reply.usage = meter.usage(time.monotonic() - started)
-        elif isinstance(op, LoadAttempts):
-            reply = await store.saver.anode_attempts(store.key) if store.ready else []
-        elif isinstance(op, Record):
-            if store.ready:
-                await store.saver.arecord_attempt(store.key, op.record, op.started_at, store.fence)
-            reply = None
-        else:
-            await asyncio.sleep(op.seconds)
-            reply = None
-
-
-# ---------------------------------------------------------------------------
-# The graph
-# ---------------------------------------------------------------------------
-
-
-def _error_handler(node: str) -> Callable[..., Command[Any]]:
-    def handler(state: Any, error: NodeError) -> Command[Any]:
-        route = read_route(error.error)
-        if route is None:  # not a routing signal: fail as LangGraph would
-            if isinstance(error.error, BaseException):
-                raise error.error
-            raise RuntimeError(f"node {node!r} failed: {error.error}")
-        now = time.time()
-        status = "fallback" if route["route"] == Action.FALLBACK.value else "failed"
-        log: dict[str, Any] = {
-            "steps": {
-                node: {
-                    "status": status,
-                    "attempts": route["attempts"],
-                    "kind": route["kind"],
-                    "completed_at": now,
-                }
-            },
-        }
-        if status == "fallback":
-            log["degraded_steps"] = [node]
-        else:
-            log["failed_step"] = {
-                k: route.get(k)
-                for k in ("node", "kind", "reason", "error_type", "message", "attempts", "task")
-            }
-            log["recovery_suggestions"] = [route["suggestion"]]
-        return Command(goto=route["target"], update={"resilience": log})
-
-    handler.__name__ = f"route_{node}"
-    return handler
-
-
-def partial_result(state: Any) -> dict[str, Any]:
-    """The terminal node of a run that stopped short: the structured partial result."""
-    log = (state.get("resilience") if isinstance(state, Mapping) else None) or {}
-    return {
-        "resilience": {
-            "status": "partial_complete",
-            "partial_output": {k: v for k, v in state.items() if k != "resilience"},
-            "recovery_suggestions": list(log.get("recovery_suggestions") or []),
-        }
-    }
-
-
-class ResilientCompiledStateGraph(CompiledStateGraph):  # type: ignore[type-arg]
+class ResilientCompiledStateGraph(CompiledStateGraph[StateT, ContextT, InputT, OutputT]):
     """A compiled `ResilientStateGraph`: draws its failure routes in `get_graph()`."""
 
-    def get_graph(self, config: RunnableConfig | None = None, *, xray: int | bool = False) -> Any:
+    def get_graph(self, config: RunnableConfig | None = None, *, xray: int | bool = False) -> Graph:
         drawing = super().get_graph(config, xray=xray)
         routes: dict[str, list[str]] = getattr(self.builder, "_routes", {})
         for name in [n for n in drawing.nodes if n.startswith("__error_handler__")]:
@@ -643,7 +80,7 @@ class ResilientCompiledStateGraph(CompiledStateGraph):  # type: ignore[type-arg]
         return drawing
 
 
-class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
+class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
     """A `StateGraph` whose nodes answer failures by their `NodePolicy`.
 
     The state schema must extend `ResilientState`. Compiled graphs default to
@@ -655,13 +92,27 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
         >>> g.add_node("search", search, policy=NodePolicy(fallback="cache", critical=False))
     """
 
-    def __init__(self, state_schema: Any, *args: Any, **kwargs: Any) -> None:
-        super().__init__(state_schema, *args, **kwargs)
+    def __init__(
+        self,
+        state_schema: type[StateT],
+        context_schema: type[ContextT] | None = None,
+        *,
+        input_schema: type[InputT] | None = None,
+        output_schema: type[OutputT] | None = None,
+        **kwargs: Any,  # LangGraph's deprecated aliases (config_schema, input, output)
+    ) -> None:
+        super().__init__(
+            state_schema,
+            context_schema,
+            input_schema=input_schema,
+            output_schema=output_schema,
+            **kwargs,
+        )
         self._policies: dict[str, NodePolicy | None] = {}
         self._default_policy: NodePolicy | None = None
         self._routes: dict[str, list[str]] = {}
 
-    def set_node_defaults(self, *, policy: NodePolicy | None = _UNSET, **kwargs: Any) -> Any:
+    def set_node_defaults(self, *, policy: NodePolicy | None = _UNSET, **kwargs: Any) -> Self:
         """LangGraph's node defaults, plus a default `NodePolicy` for nodes added after.
 
         Raises:
@@ -679,30 +130,42 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
         return super().set_node_defaults(**kwargs) if kwargs else self
 
     def add_node(
-        self, node: Any, action: Any = None, *, policy: NodePolicy | None = _UNSET, **kwargs: Any
-    ) -> Any:
+        self,
+        node: str | NodeAction,
+        action: NodeAction | None = None,
+        *,
+        policy: NodePolicy | None = _UNSET,
+        **kwargs: Any,
+    ) -> Self:
         """LangGraph's `add_node`, plus ``policy=`` (default: the graph's default policy).
 
         Raises:
-            ConfigError: ``policy`` is not a NodePolicy, or ``timeout`` on a sync node.
+            ConfigError: ``policy`` is not a NodePolicy, ``timeout`` on a sync node,
+                or no action to run.
         """
-        if action is None and not isinstance(node, str):
-            node, action = getattr(node, "name", None) or node.__name__, node
+        if isinstance(node, str):
+            name = node
+        else:  # as in LangGraph: the node is its own action, named after it
+            name, action = _name_of(node), node
+        if action is None:
+            raise ConfigError(
+                f"node {name!r} has nothing to run: add_node({name!r}, function_or_runnable)"
+            )
         if policy is _UNSET:
             policy = self._default_policy
         elif policy is not None and not isinstance(policy, NodePolicy):
-            raise ConfigError(f"policy for node {node!r} must be a NodePolicy, got {policy!r}")
-        if policy is not None and policy.timeout is not None and not _is_async(action):
+            raise ConfigError(f"policy for node {name!r} must be a NodePolicy, got {policy!r}")
+        if policy is not None and policy.timeout is not None and not is_async(action):
             raise ConfigError(
-                f"NodePolicy(timeout=...) on node {node!r} needs an async node: LangGraph "
+                f"NodePolicy(timeout=...) on node {name!r} needs an async node: LangGraph "
                 "cannot stop a running sync function. Make it `async def`, or drop the timeout."
             )
-        self._policies[node] = policy
+        self._policies[name] = policy
         if policy is not None:
-            kwargs.setdefault("error_handler", _error_handler(node))
-        return super().add_node(node, self._wrap(node, action, policy), **kwargs)
+            kwargs.setdefault("error_handler", error_handler(name))
+        return super().add_node(name, self._wrap(name, action, policy), **kwargs)
 
-    def _wrap(self, name: str, action: Any, policy: NodePolicy | None) -> Any:
+    def _wrap(self, name: str, action: NodeAction, policy: NodePolicy | None) -> NodeAction:
         ctx = NodeContext(
             name=name,
             policy=policy,
@@ -710,44 +173,19 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
             is_terminal=lambda node: node in self._terminal,
             rand=random.random,
         )
-
-        timeout = float(policy.timeout) if policy and policy.timeout else None  # type: ignore[arg-type]
-        if isinstance(action, Runnable):
-
-            def sync_runnable(state: Any, config: RunnableConfig) -> Any:
-                call = lambda s: action.invoke(s, config)  # noqa: E731
-                return run_sync(ctx, state, call, config)
-
-            async def async_runnable(state: Any, config: RunnableConfig) -> Any:
-                call = lambda s: action.ainvoke(s, config)  # noqa: E731
-                return await run_async(ctx, state, call, config, timeout)
-
-            from langchain_core.runnables import RunnableLambda
-
-            return RunnableLambda(sync_runnable, afunc=async_runnable, name=name)
-        if _is_async(action):
-
-            @functools.wraps(action)
-            async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
-                config = get_config()
-                call = lambda s: action(s, *args, **kwargs)  # noqa: E731
-                return await run_async(ctx, state, call, config, timeout)
-
-            return async_node
-
-        @functools.wraps(action)
-        def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
-            config = get_config()
-            call = lambda s: action(s, *args, **kwargs)  # noqa: E731
-            return run_sync(ctx, state, call, config)
-
-        return sync_node
+        return wrap(ctx, action)
 
     @property
     def _terminal(self) -> frozenset[str]:
         return getattr(self, "_terminal_nodes", frozenset())
 
-    def compile(self, checkpointer: Any = None, *, budget: Any = None, **kwargs: Any) -> Any:
+    def compile(
+        self,
+        checkpointer: Checkpointer = None,
+        *,
+        budget: Budget | Mapping[str, Any] | None = None,
+        **kwargs: Unpack[CompileOptions],
+    ) -> ResilientCompiledStateGraph[StateT, ContextT, InputT, OutputT]:
         """Compile; routes fallbacks and critical failures; defaults to ``durability="sync"``.
 
         ``budget``: the default `Budget` of every run (a run's
@@ -756,6 +194,9 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
         Raises:
             ConfigError: the state schema does not extend ResilientState, a
                 fallback names a node that does not exist, or the budget is bad.
+
+        Example:
+            >>> graph = g.compile(checkpointer=saver, budget=Budget(max_cost=2.0))  # doctest: +SKIP
         """
         run_log.require_resilient_schema(self.state_schema)
         routes: dict[str, list[str]] = {}
@@ -792,16 +233,21 @@ class ResilientStateGraph(StateGraph):  # type: ignore[type-arg]
         default_budget = Budget.coerce(budget, where="compile(budget=...)")
         compiled = super().compile(checkpointer, **kwargs)
         compiled.__class__ = ResilientCompiledStateGraph
-        defaults: dict[str, Any] = {_DURABILITY_KEY: "sync"}
+        resilient = cast(ResilientCompiledStateGraph[StateT, ContextT, InputT, OutputT], compiled)
+        defaults: dict[str, Any] = {DURABILITY_KEY: "sync"}
         if default_budget is not None:  # config["configurable"]["budget"] overrides it
-            defaults["budget"] = default_budget
-        return compiled.with_config(configurable=defaults)
+            defaults[BUDGET_KEY] = default_budget
+        return resilient.with_config(configurable=defaults)
 
 
-def _is_async(action: Any) -> bool:
-    # A callable object counts by its __call__ method.
-    call = action if inspect.isfunction(action) else type(action).__dict__.get("__call__")
-    return inspect.iscoroutinefunction(action) or inspect.iscoroutinefunction(call)
+def _name_of(action: NodeAction) -> str:
+    # A runnable is named by its name; a function or a callable object by __name__.
+    name = getattr(action, "name", None) or getattr(action, "__name__", None)
+    if not isinstance(name, str):
+        raise ConfigError(
+            f"cannot name the node {action!r}: give it a name, add_node('name', action)"
+        )
+    return name
 
 
 # ---------------------------------------------------------------------------
@@ -839,8 +285,11 @@ def _with_effect_scope(config: RunnableConfig, values: Mapping[str, Any]) -> Run
 
 
 def retry_failed(
-    graph: Any, config: RunnableConfig, *, update: Mapping[str, Any] | None = None
-) -> Any:
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    config: RunnableConfig,
+    *,
+    update: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | Any:
     """Re-run the step that ended a run with a partial result, and go on from there.
 
     Completed steps are not run again: their results are in the state. Pass
@@ -858,8 +307,11 @@ def retry_failed(
 
 
 async def aretry_failed(
-    graph: Any, config: RunnableConfig, *, update: Mapping[str, Any] | None = None
-) -> Any:
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    config: RunnableConfig,
+    *,
+    update: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | Any:
     """Async twin of `retry_failed`."""
     values = (await graph.aget_state(config)).values
     command = _retry_command(values, config["configurable"]["thread_id"], update)

@@ -19,8 +19,9 @@ time-bounded lease and a fencing token that grows with every claim:
 - a run claimed after more than ``max_recoveries`` takeovers (it keeps killing
   its workers) ends as ``error``, with its partial result kept.
 
-The per-run flow is written once (`run_steps`); `run` (threads) and `arun`
-(asyncio tasks) only do its I/O.
+The per-run flow and the worker's loop are written once (`_worker_steps`:
+`run_steps`, `worker_loop`); `run` (threads) and `arun` (asyncio tasks) only do
+their I/O.
 """
 
 from __future__ import annotations
@@ -34,176 +35,37 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, cast
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.errors import GraphDrained
-from langgraph.runtime import RunControl
-from langgraph.types import Command
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import StateGraph
+from langgraph.graph.state import CompiledStateGraph
 
 from langgraph_resilience._store_errors import is_store_error
-from langgraph_resilience.budget import Budget
-from langgraph_resilience.checkpoint import Fence, RunRecord
-from langgraph_resilience.checkpoint._runs import FENCE_KEY
-from langgraph_resilience.errors import (
-    CheckpointConflict,
-    ConfigError,
-    LeaseLost,
-    RunStateError,
-    StoreUnavailable,
+from langgraph_resilience._worker_steps import (
+    Claim,
+    CurrentValues,
+    Held,
+    Invoke,
+    Invoked,
+    LoopSettings,
+    Renew,
+    Start,
+    ThreadState,
+    Wait,
+    run_steps,
+    where_of,
+    worker_loop,
 )
+from langgraph_resilience.budget import Budget
+from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver, RunRecord
+from langgraph_resilience.errors import ConfigError, RunStateError, StoreUnavailable
 
 __all__ = ["Worker"]
 
 logger = logging.getLogger("langgraph_resilience")
-
-
-# -- the decisions -----------------------------------------------------------------
-
-
-class ThreadState(NamedTuple):
-    """Where the thread is: `Where`."""
-
-
-class Where(NamedTuple):
-    """A thread is "new" (start with the input), "resume" (continue from its last
-    checkpoint) or "interrupted" (paused: answer its pending interrupts)."""
-
-    state: str
-    interrupt_ids: tuple[str, ...] = ()
-
-
-class CurrentValues(NamedTuple):
-    """The thread's latest state values."""
-
-
-class Invoke(NamedTuple):
-    value: Any  # the input, or None to resume
-
-
-class Invoked(NamedTuple):
-    """What a run's invocation came to."""
-
-    values: dict[str, Any] | None = None
-    error: BaseException | None = None
-    paused: bool = False  # stopped at an interrupt (a budget, a human)
-
-
-class Finish(NamedTuple):
-    status: str  # success | partial_complete | paused | error | queued (released)
-    outcome: dict[str, Any]
-
-
-Op = ThreadState | CurrentValues | Invoke | Finish
-
-
-def run_steps(
-    held: Held, input_value: Any, budget: Budget | None, max_recoveries: int
-) -> Generator[Op, Any, str | None]:
-    """One claimed run: resume or start it, then say how it ended.
-
-    Returns the status the run was left in, or None when this worker lost it.
-    """
-    record = held.record
-    if record.recoveries > max_recoveries:
-        values = yield CurrentValues()
-        reason = (
-            f"run {record.run_id!r} was taken over {record.recoveries} times (more than "
-            f"max_recoveries={max_recoveries}): each worker running it died. It is not "
-            "run again; its partial result is kept. Find what kills the worker (memory, "
-            "a native crash) in the step named by failed_step or the last completed one."
-        )
-        yield Finish("error", {"error": reason, "values": values})
-        return "error"
-    where: Where = yield ThreadState()
-    # A paused run resumes with its budget, a top-up if `Worker.resume` gave one
-    # (any other value re-checks the budget it had).
-    top_up = budget if budget is not None else "resumed without a new budget"
-    # Every pending interrupt (parallel branches may each have paused) gets it.
-    answers: Command[Any] = Command(resume=dict.fromkeys(where.interrupt_ids, top_up))
-    value = {"new": input_value, "resume": None}.get(where.state, answers)
-    result: Invoked = yield Invoke(value)
-    exc = result.error
-    if held.lost or isinstance(exc, LeaseLost):
-        return None  # another worker holds the run now; nothing more to write
-    if isinstance(exc, GraphDrained):  # this worker drains: release the run
-        yield Finish("queued", {"released": exc.reason})
-        return "queued"
-    if exc is not None:
-        kind = "conflict" if isinstance(exc, CheckpointConflict) else "error"
-        yield Finish("error", {kind: f"{type(exc).__name__}: {exc}"})
-        return "error"
-    values = result.values or {}
-    status = ended_status(values, result.paused)
-    yield Finish(status, {"values": values})
-    return status
-
-
-def ended_status(values: dict[str, Any], paused: bool) -> str:
-    if paused:
-        return "paused"
-    outcome = values.get("resilience") if isinstance(values, dict) else None
-    if isinstance(outcome, dict) and outcome.get("status") == "partial_complete":
-        return "partial_complete"
-    return "success"
-
-
-class Claim(NamedTuple):
-    room: int  # how many runs to claim at most
-
-
-class Start(NamedTuple):
-    held: Held
-
-
-class Wait(NamedTuple):
-    """Until a run ends or ``timeout`` passes; replies [(run id, status or None)]."""
-
-    timeout: float
-
-
-class Renew(NamedTuple):
-    fences: list[Fence]
-
-
-class OpenRuns(NamedTuple):
-    pass
-
-
-LoopOp = Claim | Start | Wait | Renew | OpenRuns
-
-
-# -- what a worker holds ---------------------------------------------------------------
-
-
-@dataclass
-class Held:
-    """A run this worker claimed: its fence, its drain switch, its last renewal."""
-
-    record: RunRecord
-    control: RunControl = field(default_factory=RunControl)
-    renewed_at: float = field(default_factory=time.monotonic)
-    lost: bool = False
-    ending: bool = False  # its end is being stored: a failed renewal means nothing
-
-    @property
-    def fence(self) -> Fence:
-        return Fence(run_id=self.record.run_id, token=self.record.fencing_token)
-
-    def config(self, budget: Budget | None) -> RunnableConfig:
-        configurable: dict[str, Any] = {"thread_id": self.record.thread_id, FENCE_KEY: self.fence}
-        if budget is not None:
-            configurable["budget"] = budget
-        return {"configurable": configurable}
-
-    def lose(self, reason: str) -> None:
-        if not self.lost:
-            logger.warning("run %s: %s; stopping at the next step", self.record.run_id, reason)
-        self.lost = True
-        self.control.request_drain(reason)
 
 
 def _default_worker_id() -> str:
@@ -241,9 +103,9 @@ class Worker:
 
     def __init__(
         self,
-        graph: Any,
+        graph: CompiledStateGraph[Any, Any, Any, Any] | StateGraph[Any, Any, Any, Any],
         *,
-        checkpointer: Any = None,
+        checkpointer: ResilientSaver | AsyncResilientSaver | None = None,
         lease_ttl: float = 30.0,
         worker_id: str | None = None,
         concurrency: int = 1,
@@ -266,13 +128,21 @@ class Worker:
         self.max_recoveries = max_recoveries
         self.worker_id = str(worker_id) if worker_id else _default_worker_id()
         self.graph = _bind(graph, checkpointer)
-        self.saver = self.graph.checkpointer
+        self.saver = _resilient_saver(self.graph)
+        # Kept, as a protocol check probes every method; None: `arun` cannot run.
+        self._async_saver = self.saver if isinstance(self.saver, AsyncResilientSaver) else None
         self._held: dict[str, Held] = {}
         self._draining = threading.Event()
 
     # -- submitting ----------------------------------------------------------------
 
-    def submit(self, input: Any, *, thread_id: str | None = None, budget: Any = None) -> str:
+    def submit(
+        self,
+        input: Any,
+        *,
+        thread_id: str | None = None,
+        budget: Budget | Mapping[str, Any] | None = None,
+    ) -> str:
         """Queue a run of the graph on ``input``; returns its run id.
 
         ``thread_id`` defaults to the run id. A thread takes one open run at a time.
@@ -281,14 +151,20 @@ class Worker:
         self.saver.submit_run(run_id, thread, *blobs)
         return run_id
 
-    async def asubmit(self, input: Any, *, thread_id: str | None = None, budget: Any = None) -> str:
+    async def asubmit(
+        self,
+        input: Any,
+        *,
+        thread_id: str | None = None,
+        budget: Budget | Mapping[str, Any] | None = None,
+    ) -> str:
         """Async twin of `submit`."""
         run_id, thread, blobs = self._new_run(input, thread_id, budget)
-        await self.saver.asubmit_run(run_id, thread, *blobs)
+        await self._asaver().asubmit_run(run_id, thread, *blobs)
         return run_id
 
     def _new_run(
-        self, input: Any, thread_id: str | None, budget: Any
+        self, input: Any, thread_id: str | None, budget: Budget | Mapping[str, Any] | None
     ) -> tuple[str, str, tuple[tuple[str, bytes], tuple[str, bytes] | None]]:
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise ConfigError(f"thread_id must be a non-empty str or None, got {thread_id!r}")
@@ -299,17 +175,16 @@ class Worker:
             (self.saver.serde.dumps_typed(input), self._blob(budget)),
         )
 
-    def _blob(self, budget: Any) -> tuple[str, bytes] | None:
+    def _blob(self, budget: Budget | Mapping[str, Any] | None) -> tuple[str, bytes] | None:
         """A budget as the runs table keeps it (a dict of its limits)."""
         found = Budget.coerce(budget, where="budget")
         if found is None:
             return None
-        blob: tuple[str, bytes] = self.saver.serde.dumps_typed(found.to_dict())
-        return blob
+        return self.saver.serde.dumps_typed(found.to_dict())
 
     # -- paused runs -------------------------------------------------------------------
 
-    def resume(self, run_id: str, budget: Any = None) -> None:
+    def resume(self, run_id: str, budget: Budget | Mapping[str, Any] | None = None) -> None:
         """Queue a paused run again, with a new `Budget` (a top-up) if given; a
         worker resumes it at the step that paused, nothing redone.
 
@@ -319,10 +194,11 @@ class Worker:
         if not self.saver.requeue_run(str(run_id), self._blob(budget)):
             raise RunStateError(_not_paused(run_id, self.saver.read_run(str(run_id))))
 
-    async def aresume(self, run_id: str, budget: Any = None) -> None:
+    async def aresume(self, run_id: str, budget: Budget | Mapping[str, Any] | None = None) -> None:
         """Async twin of `resume`."""
-        if not await self.saver.arequeue_run(str(run_id), self._blob(budget)):
-            raise RunStateError(_not_paused(run_id, await self.saver.aread_run(str(run_id))))
+        saver = self._asaver()
+        if not await saver.arequeue_run(str(run_id), self._blob(budget)):
+            raise RunStateError(_not_paused(run_id, await saver.aread_run(str(run_id))))
 
     # -- draining --------------------------------------------------------------------
 
@@ -348,42 +224,27 @@ class Worker:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    # -- leases --------------------------------------------------------------------
-
-    def _fences(self) -> list[Fence]:
-        return [h.fence for h in self._held.values() if not h.lost]
-
-    def _renewed(self, kept: Sequence[str] | None, asked: Sequence[Fence]) -> None:
-        """Mark runs whose renewal failed (or is overdue) as lost."""
-        now = time.monotonic()
-        for fence in asked:
-            held = self._held.get(fence.run_id)
-            if held is None or held.ending:
-                continue
-            if kept is not None and fence.run_id in kept:
-                held.renewed_at = now
-            elif kept is not None:
-                held.lose("another worker took the lease over")
-            elif now - held.renewed_at > self.lease_ttl:
-                held.lose("the lease could not be renewed in time (store unreachable)")
-
-    def _claim_room(self) -> int:
-        return 0 if self._draining.is_set() else self.concurrency - len(self._held)
+    def _settings(self, until_idle: bool) -> LoopSettings:
+        return LoopSettings(
+            lease_ttl=self.lease_ttl,
+            poll_interval=self.poll_interval,
+            concurrency=self.concurrency,
+            until_idle=until_idle,
+        )
 
     def _input_of(self, record: RunRecord) -> Any:
         if record.input_type is None:
             return None
-        return self.saver.serde.loads_typed((record.input_type, record.input))
+        return self.saver.serde.loads_typed((record.input_type, record.input or b""))
 
     def _budget_of(self, record: RunRecord) -> Budget | None:
         if record.budget_type is None:
             return None
-        found = self.saver.serde.loads_typed((record.budget_type, record.budget))
+        found = self.saver.serde.loads_typed((record.budget_type, record.budget or b""))
         return Budget.coerce(found, where=f"run {record.run_id}'s stored budget")
 
     def _outcome_blob(self, outcome: dict[str, Any]) -> tuple[str, bytes]:
-        blob: tuple[str, bytes] = self.saver.serde.dumps_typed(outcome)
-        return blob
+        return self.saver.serde.dumps_typed(outcome)
 
     # -- sync ----------------------------------------------------------------------
 
@@ -393,7 +254,7 @@ class Worker:
 
         Runs this worker lost to another (its lease expired) are not in the result.
         """
-        loop = self._loop(until_idle)
+        loop = worker_loop(self._settings(until_idle), self._held, self._draining.is_set)
         futures: dict[concurrent.futures.Future[str | None], str] = {}
         reply: Any = None
         with (
@@ -404,7 +265,8 @@ class Worker:
                 try:
                     op = loop.send(reply)
                 except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+                    done: dict[str, str] = stop.value
+                    return done
                 reply = None
                 if isinstance(op, Claim):
                     reply = self._call(
@@ -427,31 +289,6 @@ class Worker:
                 else:
                     reply = self._call(self.saver.active_runs)
 
-    def _loop(self, until_idle: bool) -> Generator[LoopOp, Any, dict[str, str]]:
-        """The worker's loop, written once: claim, start, wait, renew, stop."""
-        done: dict[str, str] = {}
-        next_beat = time.monotonic() + self.lease_ttl / 3
-        while True:
-            claimed: list[RunRecord] = (yield Claim(self._claim_room())) or []
-            for record in claimed:
-                held = self._held[record.run_id] = Held(record)
-                yield Start(held)
-            wait = 0.0 if claimed else min(self.poll_interval, self.lease_ttl / 3)
-            for run_id, status in (yield Wait(wait)) or []:
-                self._held.pop(run_id, None)
-                if status is not None:
-                    done[run_id] = status
-            if time.monotonic() >= next_beat:
-                asked = self._fences()
-                self._renewed((yield Renew(asked)), asked)
-                next_beat = time.monotonic() + self.lease_ttl / 3
-            if self._held or claimed:
-                continue
-            if self._draining.is_set():
-                return done
-            if until_idle and (yield OpenRuns()) == 0:
-                return done
-
     def _call(self, method: Callable[..., Any], *args: Any) -> Any:
         """A store call of the loop; a store that is down is tried again next round."""
         try:
@@ -471,10 +308,11 @@ class Worker:
             try:
                 op = steps.send(reply)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                status: str | None = stop.value
+                return status
             reply = None
             if isinstance(op, ThreadState):
-                reply = _where(self.graph.get_state(config))
+                reply = where_of(self.graph.get_state(config))
             elif isinstance(op, CurrentValues):
                 reply = dict(self.graph.get_state(config).values)
             elif isinstance(op, Invoke):
@@ -495,7 +333,8 @@ class Worker:
 
     async def arun(self, until_idle: bool = True) -> dict[str, str]:
         """Async twin of `run`: runs are asyncio tasks on this event loop."""
-        loop = self._loop(until_idle)
+        saver = self._asaver()
+        loop = worker_loop(self._settings(until_idle), self._held, self._draining.is_set)
         tasks: dict[asyncio.Task[str | None], str] = {}
         reply: Any = None
         with self._signals():
@@ -503,11 +342,12 @@ class Worker:
                 try:
                     op = loop.send(reply)
                 except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+                    done: dict[str, str] = stop.value
+                    return done
                 reply = None
                 if isinstance(op, Claim):
                     reply = await self._acall(
-                        self.saver.aclaim_runs, self.worker_id, op.room, self.lease_ttl
+                        saver.aclaim_runs, self.worker_id, op.room, self.lease_ttl
                     )
                 elif isinstance(op, Start):
                     tasks[asyncio.ensure_future(self._aexecute(op.held))] = op.held.record.run_id
@@ -521,10 +361,20 @@ class Worker:
                     reply = [(tasks.pop(t), t.result()) for t in finished]
                 elif isinstance(op, Renew):
                     reply = await self._acall(
-                        self.saver.arenew_leases, self.worker_id, op.fences, self.lease_ttl
+                        saver.arenew_leases, self.worker_id, op.fences, self.lease_ttl
                     )
                 else:
-                    reply = await self._acall(self.saver.aactive_runs)
+                    reply = await self._acall(saver.aactive_runs)
+
+    def _asaver(self) -> AsyncResilientSaver:
+        if self._async_saver is None:
+            raise ConfigError(
+                "Worker.arun, asubmit and aresume need an async resilient saver "
+                "(AsyncResilientSqliteSaver or AsyncResilientPostgresSaver); this worker's "
+                f"is {type(self.saver).__name__}: use run, submit and resume, or pass "
+                "checkpointer= an async one."
+            )
+        return self._async_saver
 
     async def _acall(self, method: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -544,10 +394,11 @@ class Worker:
             try:
                 op = steps.send(reply)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                status: str | None = stop.value
+                return status
             reply = None
             if isinstance(op, ThreadState):
-                reply = _where(await self.graph.aget_state(config))
+                reply = where_of(await self.graph.aget_state(config))
             elif isinstance(op, CurrentValues):
                 reply = dict((await self.graph.aget_state(config)).values)
             elif isinstance(op, Invoke):
@@ -560,17 +411,10 @@ class Worker:
             else:
                 held.ending = True
                 blob = self._outcome_blob(op.outcome)
-                if not await self._acall(self.saver.afinish_run, held.fence, op.status, blob):
+                finish = self._asaver().afinish_run
+                if not await self._acall(finish, held.fence, op.status, blob):
                     held.lose("the run's end could not be stored under this worker's lease")
                     return None
-
-
-def _where(snapshot: Any) -> Where:
-    if not snapshot.created_at:
-        return Where("new")
-    if snapshot.interrupts:
-        return Where("interrupted", tuple(i.id for i in snapshot.interrupts))
-    return Where("resume")
 
 
 def _not_paused(run_id: str, record: RunRecord | None) -> str:
@@ -583,20 +427,28 @@ def _store_down(exc: BaseException) -> bool:
     return isinstance(exc, StoreUnavailable) or is_store_error(exc)
 
 
-def _bind(graph: Any, checkpointer: Any) -> Any:
+def _bind(
+    graph: CompiledStateGraph[Any, Any, Any, Any] | StateGraph[Any, Any, Any, Any],
+    checkpointer: ResilientSaver | AsyncResilientSaver | None,
+) -> CompiledStateGraph[Any, Any, Any, Any]:
     """The compiled graph the worker runs, on the saver that holds the runs."""
-    from langgraph.graph import StateGraph
-
+    # Every resilient saver is a LangGraph saver; the protocols name what is added.
+    saver = cast(BaseCheckpointSaver[Any] | None, checkpointer)
     if isinstance(graph, StateGraph):
-        graph = graph.compile(checkpointer=checkpointer)
-    elif checkpointer is not None:
-        graph = graph.copy(update={"checkpointer": checkpointer})
-    saver = getattr(graph, "checkpointer", None)
-    if not hasattr(saver, "claim_runs"):
+        return graph.compile(checkpointer=saver)
+    if saver is not None:
+        return graph.copy(update={"checkpointer": saver})
+    return graph
+
+
+def _resilient_saver(graph: CompiledStateGraph[Any, Any, Any, Any]) -> ResilientSaver:
+    """The saver that holds the runs: the graph's, which must be a resilient one."""
+    saver = graph.checkpointer
+    if not isinstance(saver, ResilientSaver):
         raise ConfigError(
             "Worker needs a resilient saver to keep its runs and leases in: pass "
             "checkpointer=ResilientSqliteSaver(...) or ResilientPostgresSaver(...) (or "
             "their async twins for arun), or compile the graph with one; got "
             f"{type(saver).__name__}."
         )
-    return graph
+    return saver

@@ -1,4 +1,5 @@
-"""The decision matrix of DESIGN.md section 3, on SQLite and Postgres, sync and async.
+"""The failure model's decision matrix (README, "Failure policies"), on SQLite and Postgres,
+sync and async.
 
 Each test builds its graph with sync nodes for the sync savers (``invoke``) and
 async nodes for the async ones (``ainvoke``); side counters, not our own run log,

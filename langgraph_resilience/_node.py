@@ -1,0 +1,468 @@
+"""The node wrapper of a `ResilientStateGraph`: one node's tries under its policy.
+
+The wrapper runs the node, classifies a failure on the live exception, and asks
+the pure core (`_engine.decide`) what to do:
+
+- retry in place (same task, same task id) after a full-jitter wait, with
+  `adapt` overrides, or after compressing the context; failed tries are stored
+  in the attempt ledger first, so a crash does not reset the count;
+- degrade: record the step as degraded and return, so the node's normal edges
+  fire;
+- fallback / partial result: raise the routing signal (`_routes`);
+- pause: a BUDGET_EXHAUSTED failure interrupts the run (``interrupt``).
+
+The loop is written once (`node_loop`, a generator of operations); `run_sync`
+and `run_async` only do its I/O. A node without a policy keeps LangGraph's
+behaviour; its wrapper only records the step in the run log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any, NamedTuple, cast
+
+from langchain_core.messages import AnyMessage, SystemMessage, trim_messages
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langgraph.config import get_config
+from langgraph.types import Command, interrupt
+
+from langgraph_resilience import state as run_log
+from langgraph_resilience._engine import Action, decide
+from langgraph_resilience._routes import ResilienceRoute, error_text, route_of, suggestion
+from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
+from langgraph_resilience.budget import Budget, add_usage, metering, pause_value, topped_up, used
+from langgraph_resilience.checkpoint import AttemptRecord
+from langgraph_resilience.classify import Classifier, FailureKind, is_control_flow
+from langgraph_resilience.errors import ConfigError, LeaseLost, ValidationFailed
+from langgraph_resilience.policy import Attempt, NodePolicy
+from langgraph_resilience.state import RunOutcome
+
+__all__ = [
+    "CallNode",
+    "CallResult",
+    "LoadAttempts",
+    "NodeAction",
+    "NodeContext",
+    "NodeOp",
+    "RecordAttempt",
+    "Sleep",
+    "default_compress",
+    "is_async",
+    "node_loop",
+    "run_async",
+    "run_sync",
+    "wrap",
+]
+
+
+#: What LangGraph runs as a node: a function (of the state, and maybe the config
+#: or the runtime) or a runnable.
+NodeAction = Callable[..., Any] | Runnable[Any, Any]
+
+
+# -- the node loop, written once for sync and async nodes ------------------------------
+
+
+class CallNode(NamedTuple):
+    """Call the node on ``state`` (replies a `CallResult`)."""
+
+    state: Any
+    attempt: Attempt
+
+
+class RecordAttempt(NamedTuple):
+    """Store a failed try in the attempt ledger, before acting on it."""
+
+    record: AttemptRecord
+    started_at: float
+
+
+class Sleep(NamedTuple):
+    """Wait before the next try."""
+
+    seconds: float
+
+
+class LoadAttempts(NamedTuple):
+    """Read the task's stored failed tries (replies a list of `AttemptRecord`)."""
+
+
+NodeOp = CallNode | RecordAttempt | Sleep | LoadAttempts
+
+
+class CallResult(NamedTuple):
+    """What a call returned (``output``) or raised (``error``), and what it used."""
+
+    output: Any
+    error: BaseException | None
+    usage: dict[str, float]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeContext:
+    """What a node's wrapper knows of its node, fixed when the node is added."""
+
+    name: str
+    policy: NodePolicy | None
+    classifier: Classifier
+    is_terminal: Callable[[str], bool]  # every static edge out of the node goes to END
+    rand: Callable[[], float]
+
+
+_FIRST = Attempt()
+
+
+def _log_update(
+    ctx: NodeContext,
+    step: int | None,
+    state: Any,
+    status: str,
+    attempts: int,
+    kind: str | None,
+    output: Any,
+) -> dict[str, Any]:
+    now = time.time()
+    entry: dict[str, Any] = {"status": status, "attempts": attempts, "completed_at": now}
+    if kind is not None:
+        entry["kind"] = kind
+    update: dict[str, Any] = {"steps": {ctx.name: entry}}
+    if status == "completed":
+        update["completed_steps"] = [
+            {
+                "node": ctx.name,
+                "step": step,
+                "completed_at": now,
+                "summary": run_log.summarize(output),
+            }
+        ]
+    else:
+        update["degraded_steps"] = [ctx.name]
+    known = state.get("resilience") if isinstance(state, Mapping) else None
+    if not (known or {}).get("task_spec") and isinstance(state, Mapping):
+        update["task_spec"] = {k: v for k, v in state.items() if k != "resilience"}
+    if ctx.is_terminal(ctx.name):
+        update["status"] = "success"
+    elif not (known or {}).get("status"):
+        update["status"] = "running"
+    return update
+
+
+def _budget_pause(ctx: NodeContext, record: AttemptRecord) -> dict[str, Any]:
+    """The interrupt of a node that raised `BudgetExhausted`."""
+    return {
+        "reason": "budget_exhausted",
+        "node": ctx.name,
+        "error": f"{record.error_type}: {record.reason}",
+        "resume_with": "Command(resume=Budget(...)) with higher limits, or any value to retry",
+    }
+
+
+def _add_spend(log: dict[str, Any], spent: dict[str, float], topped: Budget | None) -> None:
+    """What the node used (added up by the run log), and a top-up given to it."""
+    log["usage"] = spent
+    if topped is not None:
+        log["budget"] = topped.to_dict()
+
+
+def _with_log(output: Any, log: dict[str, Any]) -> Any:
+    """The node's output with the run-log update added."""
+    if output is None:
+        return {"resilience": log}
+    if isinstance(output, dict):
+        own = output.get("resilience")
+        merged = log if own is None else run_log.merge_run_log(own, cast(RunOutcome, log))
+        return {**output, "resilience": merged}
+    if isinstance(output, Command):
+        update = output.update
+        if update is None:
+            return replace(output, update={"resilience": log})
+        if isinstance(update, dict):
+            return replace(output, update=_with_log(update, log))
+        return replace(output, update=[*update, ("resilience", log)])
+    return output  # another state type: left as LangGraph would have it
+
+
+def _compressed(policy: NodePolicy, state: Any) -> tuple[Any, dict[str, Any]]:
+    """The state for the next try after a context overflow, and what was kept."""
+    if policy.compress is not None:
+        update = dict(policy.compress(state))
+    else:
+        update = default_compress(state)
+    new_state = {**state, **update} if isinstance(state, Mapping) else state
+    kept = {k: (len(v) if isinstance(v, list) else "changed") for k, v in update.items()}
+    return new_state, {"at": time.time(), "kept": kept}
+
+
+def default_compress(state: Any) -> dict[str, Any]:
+    """Halve the ``messages`` key with langchain-core's trimming; keep the system message."""
+    messages: Sequence[AnyMessage] = state.get("messages", []) if isinstance(state, Mapping) else []
+    if not messages:
+        raise ConfigError(
+            "context overflow, but the state has no `messages` to trim; give the node "
+            "NodePolicy(compress=...) that shrinks its context"
+        )
+    keep = max(1, len(messages) // 2)
+    trimmed = trim_messages(
+        list(messages),
+        max_tokens=keep,
+        token_counter=len,
+        strategy="last",
+        include_system=any(isinstance(m, SystemMessage) for m in messages),
+        allow_partial=False,
+    )
+    return {"messages": trimmed}
+
+
+def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[NodeOp, Any, Any]:
+    """Run a node under its policy: yields I/O to do, returns the node's output.
+
+    Raises `ResilienceRoute` to route to the fallback or the partial result, and
+    lets LangGraph's control flow (interrupts, drains) through untouched.
+    """
+    policy = ctx.policy
+    step = task.step
+    # A step boundary: pause here if the run's budget is spent (until a top-up).
+    budget = topped_up(state)
+    if budget is None:
+        budget = task.budget
+    topped: Budget | None = None
+    while budget is not None and (ran_out := budget.exhausted(used(state))):
+        resumed = interrupt(pause_value(ctx.name, budget, used(state), ran_out))
+        if isinstance(resumed, (Budget, Mapping)):
+            budget = topped = Budget.coerce(resumed, where="the value resumed with")
+    loads = task.resuming and policy is not None
+    earlier: list[AttemptRecord] = list((yield LoadAttempts())) if loads else []
+    if earlier and earlier[-1].kind == FailureKind.BUDGET_EXHAUSTED.value:
+        # Resumed after the node paused on BudgetExhausted: the same interrupt
+        # now returns what the run was resumed with (a top-up, maybe).
+        resumed = interrupt(_budget_pause(ctx, earlier[-1]))
+        if isinstance(resumed, (Budget, Mapping)):
+            topped = Budget.coerce(resumed, where="the value resumed with")
+    overrides: Mapping[str, Any] = {}
+    summaries: list[dict[str, Any]] = []
+    spent: dict[str, float] = {"steps": 1}
+    while True:
+        number = len(earlier) + 1
+        last = earlier[-1] if earlier else None
+        attempt = (
+            _FIRST
+            if last is None and not overrides
+            else Attempt(
+                number=number,
+                last_kind=FailureKind(last.kind) if last and last.kind else None,
+                last_error=f"{last.error_type}: {last.reason}" if last else None,
+                overrides=overrides,
+                validation_failures=sum(r.kind == FailureKind.VALIDATION.value for r in earlier),
+            )
+        )
+        started = time.time()
+        result: CallResult = yield CallNode(state, attempt)
+        spent = add_usage(spent, result.usage)
+        exc = result.error
+        if exc is None and policy is not None and policy.validate is not None:
+            exc = _validation_error(policy.validate, result.output)
+        if exc is None:
+            kind = last.kind if last else None
+            log = _log_update(ctx, step, state, "completed", number, kind, result.output)
+            if summaries:
+                log["context_summary"] = summaries
+            _add_spend(log, spent, topped)
+            return _with_log(result.output, log)
+        if is_control_flow(exc) or isinstance(exc, LeaseLost) or policy is None:
+            raise exc  # a lost lease ends this worker's part, it is no node failure
+        failure = ctx.classifier(exc)
+        decision = decide(
+            policy, failure, [FailureKind(r.kind) for r in earlier if r.kind], ctx.rand()
+        )
+        record = AttemptRecord(
+            attempt=number,
+            node=ctx.name,
+            kind=failure.kind.value,
+            error_type=type(exc).__name__,
+            reason=str(exc)[:500],
+            finished_at=time.time(),
+        )
+        yield RecordAttempt(record, started)
+        if decision.action is Action.PAUSE:
+            # Raises until the run is resumed (Command(resume=...)); the resumed
+            # node re-runs and, finding this try stored, takes the resume value
+            # above, then tries again.
+            interrupt(_budget_pause(ctx, record))
+        earlier.append(record)
+        if decision.action in (Action.RETRY, Action.PAUSE):
+            if decision.adapt and policy.adapt is not None:
+                overrides = dict(
+                    policy.adapt(
+                        replace(attempt, last_kind=failure.kind, last_error=error_text(exc))
+                    )
+                )
+            if decision.compress:
+                state, summary = _compressed(policy, state)
+                summaries.append({"node": ctx.name, **summary})
+            if decision.delay > 0:
+                yield Sleep(decision.delay)
+            continue
+        if decision.action is Action.DEGRADE:
+            log = _log_update(ctx, step, state, "degraded", number, failure.kind.value, None)
+            log["recovery_suggestions"] = [suggestion(ctx.name, failure, exc, number)]
+            _add_spend(log, spent, topped)
+            return {"resilience": log}
+        route = route_of(
+            node=ctx.name,
+            fallback=policy.fallback,
+            decision=decision,
+            failure=failure,
+            exc=exc,
+            attempts=number,
+            task=task.task_scope,
+        )
+        raise ResilienceRoute(route)
+
+
+def _validation_error(validate: Callable[[Any], Any], output: Any) -> BaseException | None:
+    try:
+        verdict = validate(output)
+    except Exception as exc:  # a validator's own error counts as a rejection
+        return exc if isinstance(exc, ValidationFailed) else ValidationFailed(str(exc))
+    if verdict is False:
+        return ValidationFailed("validate() returned False")
+    return None
+
+
+# -- the drivers: the only sync/async difference ------------------------------------------
+
+
+def run_sync(ctx: NodeContext, state: Any, call: Callable[[Any], Any], task: TaskContext) -> Any:
+    loop = node_loop(ctx, state, task)
+    reply: Any = None
+    while True:
+        try:
+            op = loop.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        if isinstance(op, CallNode):
+            output: Any = None
+            error: BaseException | None = None
+            token = CURRENT_ATTEMPT.set(op.attempt)
+            started = time.monotonic()
+            with metering() as meter:
+                try:
+                    output = call(op.state)
+                except Exception as exc:
+                    error = exc
+                finally:
+                    CURRENT_ATTEMPT.reset(token)
+            usage = meter.usage(time.monotonic() - started)
+            reply = CallResult(output, error, usage)
+        elif isinstance(op, LoadAttempts):
+            saver, key = task.saver, task.attempt_key
+            reply = saver.node_attempts(key) if saver is not None and key is not None else []
+        elif isinstance(op, RecordAttempt):
+            saver, key = task.saver, task.attempt_key
+            if saver is not None and key is not None:
+                saver.record_attempt(key, op.record, op.started_at, task.fence)
+            reply = None
+        else:
+            time.sleep(op.seconds)
+            reply = None
+
+
+async def run_async(
+    ctx: NodeContext,
+    state: Any,
+    call: Callable[[Any], Awaitable[Any]],
+    task: TaskContext,
+    timeout: float | None,
+) -> Any:
+    loop = node_loop(ctx, state, task)
+    reply: Any = None
+    while True:
+        try:
+            op = loop.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        if isinstance(op, CallNode):
+            output: Any = None
+            error: BaseException | None = None
+            token = CURRENT_ATTEMPT.set(op.attempt)
+            started = time.monotonic()
+            with metering() as meter:
+                try:
+                    output = await asyncio.wait_for(call(op.state), timeout)
+                except asyncio.TimeoutError as exc:
+                    error = TimeoutError(f"{ctx.name} took longer than {timeout}s")
+                    error.__cause__ = exc
+                except Exception as exc:
+                    error = exc
+                finally:
+                    CURRENT_ATTEMPT.reset(token)
+            usage = meter.usage(time.monotonic() - started)
+            reply = CallResult(output, error, usage)
+        elif isinstance(op, LoadAttempts):
+            saver, key = task.async_saver, task.attempt_key
+            reply = await saver.anode_attempts(key) if saver is not None and key is not None else []
+        elif isinstance(op, RecordAttempt):
+            saver, key = task.async_saver, task.attempt_key
+            if saver is not None and key is not None:
+                await saver.arecord_attempt(key, op.record, op.started_at, task.fence)
+            reply = None
+        else:
+            await asyncio.sleep(op.seconds)
+            reply = None
+
+
+# -- the wrapper LangGraph calls ------------------------------------------------------------
+
+
+def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
+    """The node LangGraph runs in place of ``action``: ``action`` under ``ctx``'s policy.
+
+    A runnable stays a runnable (sync and async); a function keeps its name,
+    signature and sync-or-async kind, so LangGraph passes it what it asks for.
+    """
+    timeout = _seconds(ctx.policy.timeout) if ctx.policy is not None else None
+    if isinstance(action, Runnable):
+
+        def sync_runnable(state: Any, config: RunnableConfig) -> Any:
+            call = lambda s: action.invoke(s, config)  # noqa: E731
+            return run_sync(ctx, state, call, TaskContext(config=config))
+
+        async def async_runnable(state: Any, config: RunnableConfig) -> Any:
+            call = lambda s: action.ainvoke(s, config)  # noqa: E731
+            return await run_async(ctx, state, call, TaskContext(config=config), timeout)
+
+        return RunnableLambda(sync_runnable, afunc=async_runnable, name=ctx.name)
+    if is_async(action):
+
+        @functools.wraps(action)
+        async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
+            call = lambda s: action(s, *args, **kwargs)  # noqa: E731
+            return await run_async(ctx, state, call, TaskContext(config=get_config()), timeout)
+
+        return async_node
+
+    @functools.wraps(action)
+    def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
+        call = lambda s: action(s, *args, **kwargs)  # noqa: E731
+        return run_sync(ctx, state, call, TaskContext(config=get_config()))
+
+    return sync_node
+
+
+def is_async(action: NodeAction) -> bool:
+    """Whether LangGraph runs ``action`` as an async node."""
+    # A callable object counts by its __call__ method.
+    call = action if inspect.isfunction(action) else type(action).__dict__.get("__call__")
+    return inspect.iscoroutinefunction(action) or inspect.iscoroutinefunction(call)
+
+
+def _seconds(timeout: float | timedelta | None) -> float | None:
+    if isinstance(timeout, timedelta):
+        return timeout.total_seconds()
+    return float(timeout) if timeout else None

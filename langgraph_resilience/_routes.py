@@ -1,0 +1,181 @@
+"""Where a node that failed for good goes: the routing signal and its handler.
+
+A node wrapper that gives up raises `ResilienceRoute`. The node has failed, so
+LangGraph fires none of its edges; the node's error handler (`error_handler`)
+reads the route and goes to the fallback node or to the terminal
+``partial_result`` node, writing the failure into the run log. The signal's
+``repr`` carries the route, so the handler reads it even after a crash, when
+LangGraph hands it the stored string instead of the exception.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from langgraph.errors import NodeError
+from langgraph.types import Command
+
+from langgraph_resilience._engine import Action, Decision
+from langgraph_resilience.classify import Classification, FailureKind
+
+__all__ = [
+    "PARTIAL_RESULT",
+    "ResilienceRoute",
+    "error_handler",
+    "error_text",
+    "partial_result",
+    "read_route",
+    "route_of",
+    "suggestion",
+]
+
+PARTIAL_RESULT = "partial_result"
+
+_ROUTE_RE = re.compile(r"ResilienceRoute\((\{.*\})\)", re.S)
+
+
+class ResilienceRoute(Exception):
+    """Raised by a node wrapper to hand the task to its error handler.
+
+    Not an error of the user's: it carries where the run goes next.
+    """
+
+    def __init__(self, route: dict[str, Any]) -> None:
+        super().__init__(route.get("message", ""))
+        self.route = route
+
+    def __repr__(self) -> str:
+        return f"ResilienceRoute({json.dumps(self.route, sort_keys=True)})"
+
+
+def read_route(error: object) -> dict[str, Any] | None:
+    """The route in a live signal, or in its stored ``repr`` after a reload."""
+    if isinstance(error, ResilienceRoute):
+        return error.route
+    match = _ROUTE_RE.search(str(error)) if isinstance(error, str) else None
+    return json.loads(match.group(1)) if match else None
+
+
+def route_of(
+    *,
+    node: str,
+    fallback: str | None,
+    decision: Decision,
+    failure: Classification,
+    exc: BaseException,
+    attempts: int,
+    task: str,
+) -> dict[str, Any]:
+    """The route of a node that gives up: where to, and what the run log keeps.
+
+    ``task`` is where the step ran: `retry_failed` re-runs it as a new task,
+    whose side effects must keep this task's idempotency keys.
+    """
+    target = fallback if decision.action is Action.FALLBACK else PARTIAL_RESULT
+    return {
+        "route": decision.action.value,
+        "target": target,
+        "node": node,
+        "kind": failure.kind.value,
+        "reason": failure.reason,
+        "error_type": type(exc).__name__,
+        "message": str(exc)[:500],
+        "attempts": attempts,
+        "exhausted": decision.exhausted,
+        "suggestion": suggestion(node, failure, exc, attempts),
+        "task": task,
+    }
+
+
+def error_text(exc: BaseException) -> str:
+    """An error as the run log and suggestions quote it."""
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def suggestion(node: str, failure: Classification, exc: BaseException, attempts: int) -> str:
+    """What to do next about a failed step, by kind."""
+    error = error_text(exc)
+    tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    by_kind = {
+        FailureKind.TRANSIENT: (
+            f"'{node}' kept failing with a transient error after {tries} ({error}). Check the "
+            "service it calls, then call retry_failed(graph, config) to re-run only this step."
+        ),
+        FailureKind.PERMANENT: (
+            f"'{node}' failed with an error a retry cannot fix ({error}). Fix the cause (code, "
+            "configuration or input), then call retry_failed(graph, config, update={...}) with "
+            "corrected state to re-run only this step."
+        ),
+        FailureKind.VALIDATION: (
+            f"'{node}' produced output that failed validation {tries} ({error}). Loosen "
+            "NodePolicy.validate, give NodePolicy.adapt other parameters, or fix the prompt, "
+            "then call retry_failed(graph, config)."
+        ),
+        FailureKind.CONTEXT_OVERFLOW: (
+            f"'{node}' exceeded the model's context even after compression ({error}). Give "
+            "NodePolicy(compress=...) that keeps less, or use a model with a larger window, "
+            "then call retry_failed(graph, config)."
+        ),
+        FailureKind.DEGRADABLE: (
+            f"'{node}' failed ({error}) and had no fallback. Add NodePolicy(fallback=...) or "
+            "call retry_failed(graph, config) once the dependency is back."
+        ),
+        FailureKind.BUDGET_EXHAUSTED: (
+            f"'{node}' ran out of budget ({error}). Resume with a larger budget."
+        ),
+    }
+    return by_kind[failure.kind]
+
+
+def error_handler(node: str) -> Callable[..., Command[Any]]:
+    """The error handler of a node with a policy: follows its routing signal.
+
+    Any other error fails the run as LangGraph would.
+    """
+
+    def handler(state: Any, error: NodeError) -> Command[Any]:
+        route = read_route(error.error)
+        if route is None:  # not a routing signal: fail as LangGraph would
+            if isinstance(error.error, BaseException):
+                raise error.error
+            raise RuntimeError(f"node {node!r} failed: {error.error}")
+        now = time.time()
+        status = "fallback" if route["route"] == Action.FALLBACK.value else "failed"
+        log: dict[str, Any] = {
+            "steps": {
+                node: {
+                    "status": status,
+                    "attempts": route["attempts"],
+                    "kind": route["kind"],
+                    "completed_at": now,
+                }
+            },
+        }
+        if status == "fallback":
+            log["degraded_steps"] = [node]
+        else:
+            log["failed_step"] = {
+                k: route.get(k)
+                for k in ("node", "kind", "reason", "error_type", "message", "attempts", "task")
+            }
+            log["recovery_suggestions"] = [route["suggestion"]]
+        return Command(goto=route["target"], update={"resilience": log})
+
+    handler.__name__ = f"route_{node}"
+    return handler
+
+
+def partial_result(state: Any) -> dict[str, Any]:
+    """The terminal node of a run that stopped short: the structured partial result."""
+    log = (state.get("resilience") if isinstance(state, Mapping) else None) or {}
+    return {
+        "resilience": {
+            "status": "partial_complete",
+            "partial_output": {k: v for k, v in state.items() if k != "resilience"},
+            "recovery_suggestions": list(log.get("recovery_suggestions") or []),
+        }
+    }

@@ -1,0 +1,253 @@
+"""`TaskContext`: what a running node's task knows of itself, read from its config.
+
+LangGraph hands a task its facts in the task's config, partly under private keys
+(``__pregel_*``). This module names those keys once and reads them into one typed
+context; the node wrapper, side effects and budgets ask it, never the config. A
+test (``tests/test_task_context.py``) pins every key against the installed
+LangGraph, so an upgrade that renames one fails loudly instead of silently
+changing idempotency keys.
+
+The task's identity (thread, namespace, checkpoint, task id, LangGraph's own
+node attempt) has one source, the runtime's ``execution_info``: the attempt
+ledger and side effects key their records on it, and must never disagree.
+(Inside a node the config's ``checkpoint_id`` is None; execution_info's is set.)
+
+The context is cheap to build (it keeps the config) and reads each fact when
+asked, so a node's happy path never looks up the saver, the fence or the ids.
+
+It also holds the try in progress (`current_attempt`), which the node wrapper
+sets around each call and side effects read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_config
+from langgraph.runtime import ExecutionInfo, Runtime
+
+from langgraph_resilience.budget import Budget
+from langgraph_resilience.checkpoint import (
+    AsyncResilientSaver,
+    AttemptKey,
+    Fence,
+    ResilientSaver,
+)
+from langgraph_resilience.checkpoint._runs import fence_of
+from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.policy import Attempt
+
+__all__ = [
+    "BUDGET_KEY",
+    "CHECKPOINTER_KEY",
+    "CURRENT_ATTEMPT",
+    "DURABILITY_KEY",
+    "EFFECT_SCOPE_KEY",
+    "NODE_KEY",
+    "RESUMING_KEY",
+    "RUNTIME_KEY",
+    "STEP_KEY",
+    "TaskContext",
+    "current_attempt",
+]
+
+# LangGraph's private configurable keys (langgraph._internal._constants.CONFIG_KEY_*).
+CHECKPOINTER_KEY = "__pregel_checkpointer"  # the graph's saver (a subgraph's: its parent's)
+RESUMING_KEY = "__pregel_resuming"  # the run goes on from a checkpoint (resume, recovery)
+RUNTIME_KEY = "__pregel_runtime"  # a langgraph.runtime.Runtime, with execution_info
+DURABILITY_KEY = "__pregel_durability"  # "sync" | "async" | "exit"
+# LangGraph's metadata keys of a task.
+NODE_KEY = "langgraph_node"
+STEP_KEY = "langgraph_step"
+# Our own configurable keys.
+BUDGET_KEY = "budget"  # the run's Budget, or a dict of its fields
+EFFECT_SCOPE_KEY = "lgr_effect_scope"  # retry_failed's {"node", "task"} of the failed step
+
+CURRENT_ATTEMPT: ContextVar[Attempt | None] = ContextVar(
+    "langgraph_resilience_attempt", default=None
+)
+
+
+def current_attempt() -> Attempt:
+    """Inside a node of a `ResilientStateGraph`: this try's number, the last
+    failure and the `NodePolicy.adapt` overrides in force.
+
+    Raises:
+        ConfigError: called outside such a node.
+
+    Example:
+        >>> def draft(state):  # doctest: +SKIP
+        ...     temperature = current_attempt().overrides.get("temperature", 0.7)
+    """
+    attempt = CURRENT_ATTEMPT.get()
+    if attempt is None:
+        raise ConfigError(
+            "current_attempt() works only inside a node of a ResilientStateGraph "
+            "(it reports that node's retries)"
+        )
+    return attempt
+
+
+# A runtime protocol check costs ~15 µs (it probes every method), more than a
+# side effect's own bookkeeping; a class either has the methods or not, so the
+# answer is kept per class.
+_CONFORMS: dict[tuple[type[Any], type[Any]], bool] = {}
+
+
+def _conforms(found: object, protocol: type[Any]) -> bool:
+    key = (type(found), protocol)
+    known = _CONFORMS.get(key)
+    if known is None:
+        known = _CONFORMS[key] = isinstance(found, protocol)
+    return known
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
+class TaskContext:
+    """What a node's task knows of itself, read from the config LangGraph gave it.
+
+    Every fact is a property, read when asked: building the context costs one
+    object, and a node's happy path asks only for `step`, `resuming` and
+    `budget`, as it read them from the config before.
+
+    Attributes:
+        config: the task's config, as LangGraph passed it to the node.
+
+    Example:
+        >>> task = TaskContext(config=get_config())  # inside a node  # doctest: +SKIP
+        >>> task.attempt_key  # (thread, namespace, checkpoint id, task id)  # doctest: +SKIP
+    """
+
+    config: RunnableConfig
+
+    @classmethod
+    def current(cls) -> TaskContext | None:
+        """The context of the task running here, or None outside a runnable."""
+        try:
+            return cls(config=get_config())
+        except RuntimeError:  # get_config() outside a runnable context
+            return None
+
+    @property
+    def _configurable(self) -> Mapping[str, Any]:
+        return self.config.get("configurable") or {}
+
+    @property
+    def _info(self) -> ExecutionInfo | None:
+        runtime = self._configurable.get(RUNTIME_KEY)
+        return runtime.execution_info if isinstance(runtime, Runtime) else None
+
+    @property
+    def node(self) -> str | None:
+        """The node's name (None outside a graph)."""
+        return (self.config.get("metadata") or {}).get(NODE_KEY)
+
+    @property
+    def step(self) -> int | None:
+        """The superstep the task runs in."""
+        return (self.config.get("metadata") or {}).get(STEP_KEY)
+
+    @property
+    def resuming(self) -> bool:
+        """Whether the run goes on from a checkpoint (a resume, a crash recovery, a
+        worker's takeover), so the task may have records already."""
+        return bool(self._configurable.get(RESUMING_KEY))
+
+    @property
+    def thread_id(self) -> str | None:
+        """The run's thread (None without a checkpointer)."""
+        info = self._info
+        return str(info.thread_id) if info is not None and info.thread_id else None
+
+    @property
+    def checkpoint_ns(self) -> str:
+        """The task's namespace (``"node:<task id>"``, after its parent graphs')."""
+        info = self._info
+        return (info.checkpoint_ns or "") if info is not None else ""
+
+    @property
+    def checkpoint_id(self) -> str:
+        """The checkpoint the task's step started from."""
+        info = self._info
+        return info.checkpoint_id if info is not None else ""
+
+    @property
+    def task_id(self) -> str:
+        """LangGraph's task id: the same across retries and resumes of the step."""
+        info = self._info
+        return info.task_id if info is not None else ""
+
+    @property
+    def node_attempt(self) -> int:
+        """LangGraph's own attempt number of the task (its `RetryPolicy` retries)."""
+        info = self._info
+        return info.node_attempt if info is not None else 1
+
+    @property
+    def attempt_key(self) -> AttemptKey | None:
+        """Where the task's failed tries are kept; None without a thread."""
+        info = self._info
+        thread = self.thread_id
+        if info is None or thread is None:
+            return None
+        return (thread, info.checkpoint_ns or "", info.checkpoint_id, info.task_id)
+
+    @property
+    def fence(self) -> Fence | None:
+        """The fence of the run, when a `Worker` runs it."""
+        return fence_of(self.config)
+
+    @property
+    def saver(self) -> ResilientSaver | None:
+        """The graph's saver, if it keeps the resilience ledger (sync methods)."""
+        found = self._configurable.get(CHECKPOINTER_KEY)
+        return cast(ResilientSaver, found) if _conforms(found, ResilientSaver) else None
+
+    @property
+    def async_saver(self) -> AsyncResilientSaver | None:
+        """The graph's saver, if it keeps the resilience ledger (async methods)."""
+        found = self._configurable.get(CHECKPOINTER_KEY)
+        if _conforms(found, AsyncResilientSaver):
+            return cast(AsyncResilientSaver, found)
+        return None
+
+    @property
+    def saver_type(self) -> str:
+        """The class name of the graph's saver, for error messages."""
+        return type(self._configurable.get(CHECKPOINTER_KEY)).__name__
+
+    @property
+    def task_scope(self) -> str:
+        """This task's part of side-effect keys: its namespace and task id."""
+        return f"{self.checkpoint_ns}|{self.task_id}"
+
+    @property
+    def _retried_step(self) -> Mapping[str, Any]:
+        return self._configurable.get(EFFECT_SCOPE_KEY) or {}
+
+    @property
+    def retrying(self) -> bool:
+        """Whether the run re-runs a failed step (`retry_failed`)."""
+        return bool(self._retried_step)
+
+    @property
+    def effect_scope(self) -> str:
+        """The task part of the side-effect keys of calls made in this task.
+
+        A step re-run by `retry_failed` is a new task; it keeps the failed task's
+        scope, so effects that completed before the failure are not repeated.
+        """
+        retried = self._retried_step
+        if retried.get("node") == self.node:
+            return str(retried.get("task") or self.task_scope)
+        return self.task_scope
+
+    @property
+    def budget(self) -> Budget | None:
+        """The run's configured budget (``compile(budget=...)`` or the run's config)."""
+        found = self._configurable.get(BUDGET_KEY)
+        return Budget.coerce(found, where='config["configurable"]["budget"]')
