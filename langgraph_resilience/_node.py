@@ -320,7 +320,7 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
             failure=failure,
             exc=exc,
             attempts=number,
-            task=task.task_scope,
+            task=task.effect_scope,  # a re-run failed step keeps its first keys
         )
         raise ResilienceRoute(route)
 

@@ -199,6 +199,27 @@ async def test_retry_failed_keeps_the_failed_steps_keys(checkpointer: Any) -> No
     assert service.calls == {"charge": 1, "email": 2}
 
 
+async def test_a_second_retry_failed_keeps_the_first_failed_steps_keys(
+    checkpointer: Any,
+) -> None:
+    """The retried step fails again; the next retry still replays its effects."""
+    service = Service()
+    email, pay = effects_for(service, checkpointer.is_async)
+    fail: list[BaseException | None] = [KeyError("missing template"), KeyError("still missing")]
+    graph = graph_with(
+        checkpointer, node_calling(checkpointer, email, pay, fail), NodePolicy(retry=FAST)
+    )
+    config = cfg(checkpointer, "retry-twice")
+    out = await checkpointer.invoke(graph, {"results": []}, config)
+    for expected in ("partial_complete", "success"):
+        if checkpointer.is_async:
+            out = await aretry_failed(graph, config)
+        else:
+            out = await asyncio.to_thread(retry_failed, graph, config)
+        assert out["resilience"]["status"] == expected
+    assert service.calls == {"charge": 1, "email": 2}
+
+
 async def test_keys_differ_per_call_loop_iteration_and_send_payload(checkpointer: Any) -> None:
     service = Service()
     email, _ = effects_for(service, checkpointer.is_async)
