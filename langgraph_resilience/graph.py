@@ -32,7 +32,7 @@ from langgraph_resilience._routes import PARTIAL_RESULT, error_handler, partial_
 from langgraph_resilience._task import BUDGET_KEY, DURABILITY_KEY, EFFECT_SCOPE_KEY, current_attempt
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.classify import Classifier
-from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.errors import ConfigError, RunStateError
 from langgraph_resilience.policy import NodePolicy
 
 __all__ = [
@@ -261,7 +261,7 @@ def _retry_command(
     log = values.get("resilience") or {}
     failed = log.get("failed_step")
     if log.get("status") != "partial_complete" or not failed:
-        raise ConfigError(
+        raise RunStateError(
             f"thread {thread!r} has no failed step to retry (status: "
             f"{log.get('status', 'unknown')!r}); retry_failed is for runs that ended with "
             "a partial result"
@@ -296,7 +296,7 @@ def retry_failed(
     ``update`` to correct the state first (the fix for a PERMANENT failure).
 
     Raises:
-        ConfigError: the thread did not end with a partial result.
+        RunStateError: the thread did not end with a partial result.
 
     Example:
         >>> out = retry_failed(graph, config, update={"query": "fixed"})  # doctest: +SKIP

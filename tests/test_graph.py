@@ -31,6 +31,7 @@ from langgraph_resilience import (
     PermanentError,
     ResilientState,
     ResilientStateGraph,
+    RunStateError,
     TransientError,
     ValidationFailed,
     aretry_failed,
@@ -456,7 +457,7 @@ async def test_retry_failed_applies_the_correction(checkpointer: Any) -> None:
     assert out["resilience"]["failed_step"]["error_type"] == "ZeroDivisionError"
     out = await retry(checkpointer, graph, config, update={"item": 4})
     assert out["done"] == ["1/4"]
-    with pytest.raises(ConfigError, match="no failed step to retry"):
+    with pytest.raises(RunStateError, match="no failed step to retry"):
         await retry(checkpointer, graph, config)
 
 
