@@ -38,6 +38,7 @@ from langgraph_resilience import (
     current_attempt,
     retry_failed,
 )
+from langgraph_resilience._task import DURABILITY_KEY
 
 FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.01)
 
@@ -613,7 +614,7 @@ def test_compiled_graphs_default_to_sync_durability() -> None:
     g = ResilientStateGraph(State)
     g.add_node("a", lambda s: {})
     g.add_edge(START, "a")
-    assert g.compile().config["configurable"]["__pregel_durability"] == "sync"
+    assert g.compile().config["configurable"][DURABILITY_KEY] == "sync"
 
 
 def test_failure_routes_are_drawn() -> None:
