@@ -38,7 +38,7 @@ __all__ = [
     "Invoked",
     "LoopOp",
     "LoopSettings",
-    "OpenRuns",
+    "ActiveRuns",
     "Renew",
     "RunOp",
     "Start",
@@ -180,11 +180,11 @@ class Renew(NamedTuple):
     fences: list[Fence]
 
 
-class OpenRuns(NamedTuple):
-    pass
+class ActiveRuns(NamedTuple):
+    """How many runs are queued or running anywhere (replies an int)."""
 
 
-LoopOp = Claim | Start | Wait | Renew | OpenRuns
+LoopOp = Claim | Start | Wait | Renew | ActiveRuns
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,7 +230,7 @@ def worker_loop(
             continue
         if draining():
             return done
-        if settings.until_idle and (yield OpenRuns()) == 0:
+        if settings.until_idle and (yield ActiveRuns()) == 0:
             return done
 
 
