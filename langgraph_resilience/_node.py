@@ -32,7 +32,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.config import get_config
 from langgraph.types import Command, interrupt
 
-from langgraph_resilience import state as run_log
+import langgraph_resilience.state as run_log
 from langgraph_resilience._engine import Action, decide
 from langgraph_resilience._routes import ResilienceRoute, error_text, route_of, suggestion
 from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext

@@ -26,7 +26,7 @@ from langgraph.types import All, Checkpointer, Command
 from langgraph.typing import ContextT, InputT, OutputT, StateT
 from typing_extensions import Self, Unpack
 
-from langgraph_resilience import state as run_log
+import langgraph_resilience.state as run_log
 from langgraph_resilience._node import NodeAction, NodeContext, is_async, wrap
 from langgraph_resilience._routes import PARTIAL_RESULT, error_handler, partial_result
 from langgraph_resilience._task import BUDGET_KEY, DURABILITY_KEY, EFFECT_SCOPE_KEY, current_attempt
