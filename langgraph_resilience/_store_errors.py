@@ -16,6 +16,9 @@ _SQLITE_TRANSIENT = ("database is locked", "database table is locked", "busy")
 # connections, and the server shutting down or starting up.
 _PG_TRANSIENT_CLASSES = ("08", "40")
 _PG_TRANSIENT_CODES = ("53300", "57P01", "57P02", "57P03", "55P03")
+# Client-side misuse that psycopg reports as an OperationalError without SQLSTATE,
+# like a lost connection; a retry repeats it.
+_PG_MISUSE = ("not in pipeline mode", "already in pipeline mode")
 
 
 def _is_psycopg_error(exc: BaseException) -> bool:
@@ -43,6 +46,8 @@ def is_transient_store_error(exc: BaseException) -> bool:
     sqlstate = getattr(exc, "sqlstate", None)
     if sqlstate:
         return sqlstate.startswith(_PG_TRANSIENT_CLASSES) or sqlstate in _PG_TRANSIENT_CODES
+    if any(marker in str(exc) for marker in _PG_MISUSE):
+        return False
     # No SQLSTATE: the client lost or never had a connection (psycopg.OperationalError,
     # psycopg_pool.PoolTimeout), or used one that is closed (InterfaceError).
     names = {c.__name__ for c in type(exc).__mro__}

@@ -43,6 +43,8 @@ def test_transient_store_errors_are_recognised() -> None:
     assert not is_transient_store_error(sqlite3.OperationalError("no such table: checkpoints"))
     assert not is_transient_store_error(sqlite3.IntegrityError("UNIQUE constraint failed"))
     assert is_transient_store_error(psycopg.OperationalError("server closed the connection"))
+    # a programming error, not a lost connection
+    assert not is_transient_store_error(psycopg.OperationalError("connection not in pipeline mode"))
     assert is_transient_store_error(psycopg.errors.AdminShutdown())
     assert is_transient_store_error(psycopg.errors.SerializationFailure())
     assert not is_transient_store_error(psycopg.errors.UndefinedTable())
@@ -320,6 +322,33 @@ async def test_counters_are_stored_and_add_up_across_savers(store: tuple[str, st
     }
     scopes = sql(backend, target, "SELECT count(DISTINCT scope) FROM resilience_counters")
     assert scopes[0][0] == 2
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+async def test_pipeline_mode_stores_its_counts_once_on_close(pg_dsn: str, is_async: bool) -> None:
+    """A saver in pipeline mode stores what waits on close inside its pipeline: once,
+    at once (it used to fail after the pipeline closed, and retry eight times)."""
+    with ResilientPostgresSaver.from_conn_string(pg_dsn) as saver:
+        saver.setup()
+    thread = f"pipe-{is_async}"
+    cls = AsyncResilientPostgresSaver if is_async else ResilientPostgresSaver
+    before = sql("postgres", pg_dsn, "SELECT coalesce(sum(value), 0) FROM resilience_counters")
+    started = time.monotonic()
+    async with AsyncExitStack() as stack:
+        if is_async:
+            saver = await stack.enter_async_context(cls.from_conn_string(pg_dsn, pipeline=True))
+        else:
+            saver = stack.enter_context(cls.from_conn_string(pg_dsn, pipeline=True))
+        graph = linear_graph(STEPS).compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": thread}}
+        if is_async:
+            await graph.ainvoke({"done": []}, config, durability="sync")
+        else:
+            await asyncio.to_thread(graph.invoke, {"done": []}, config, durability="sync")
+    assert time.monotonic() - started < 2.0  # no retries on close
+    after = sql("postgres", pg_dsn, "SELECT coalesce(sum(value), 0) FROM resilience_counters")
+    # input + one checkpoint per step + the final one; one write per task
+    assert int(after[0][0]) - int(before[0][0]) == (len(STEPS) + 2) + (len(STEPS) + 1)
 
 
 def test_postgres_pool_survives_terminated_backends(pg_dsn: str) -> None:

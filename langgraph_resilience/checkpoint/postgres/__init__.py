@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, TypeVar
 
 import psycopg
@@ -231,16 +231,14 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
             raise pg_unavailable(conn_string, exc) from exc
         saver = None
         try:
-            if pipeline:
-                with conn.pipeline() as pipe:
-                    saver = cls(conn, pipe, store_retry=store_retry)
+            with conn.pipeline() if pipeline else nullcontext() as pipe:
+                saver = cls(conn, pipe, store_retry=store_retry)
+                try:
                     yield saver
-            else:
-                saver = cls(conn, store_retry=store_retry)
-                yield saver
+                finally:
+                    # Still inside the pipeline block: the flush's transaction syncs it.
+                    _base.flush_quietly(saver._state, saver.flush_counters)
         finally:
-            if saver is not None:
-                _base.flush_quietly(saver._state, saver.flush_counters)
             conn.close()
             if saver is not None and saver.conn is not conn:
                 saver.conn.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import TypeVar
 
 import psycopg
@@ -98,16 +98,14 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
             raise pg_unavailable(conn_string, exc) from exc
         saver = None
         try:
-            if pipeline:
-                async with conn.pipeline() as pipe:
-                    saver = cls(conn, pipe, serde, store_retry=store_retry)
+            async with conn.pipeline() if pipeline else nullcontext() as pipe:
+                saver = cls(conn, pipe, serde, store_retry=store_retry)
+                try:
                     yield saver
-            else:
-                saver = cls(conn, serde=serde, store_retry=store_retry)
-                yield saver
+                finally:
+                    # Still inside the pipeline block: the flush's transaction syncs it.
+                    await _base.aflush_quietly(saver._state, saver.aflush_counters)
         finally:
-            if saver is not None:
-                await _base.aflush_quietly(saver._state, saver.aflush_counters)
             await conn.close()
             if saver is not None and saver.conn is not conn:
                 await saver.conn.close()
