@@ -351,6 +351,42 @@ async def test_pipeline_mode_stores_its_counts_once_on_close(pg_dsn: str, is_asy
     assert int(after[0][0]) - int(before[0][0]) == (len(STEPS) + 2) + (len(STEPS) + 1)
 
 
+def test_savers_draw_no_more_uuid4_than_stock(store: tuple[str, str], monkeypatch: Any) -> None:
+    """Building and using our saver draws no uuid4 of its own: a program (or test) that
+    patches uuid4 for deterministic ids sees the same ids as with LangGraph's saver."""
+    import uuid
+
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    backend, target = store
+    real = uuid.uuid4
+    drawn: list[int] = []
+
+    def counting() -> uuid.UUID:
+        drawn.append(1)
+        return real()
+
+    def draws(saver_class: Any) -> int:
+        with saver_class.from_conn_string(target) as saver:
+            saver.setup()
+        thread = f"uuid4-{real().hex}"
+        monkeypatch.setattr(uuid, "uuid4", counting)
+        drawn.clear()
+        try:
+            with saver_class.from_conn_string(target) as saver:
+                graph = linear_graph(STEPS).compile(checkpointer=saver)
+                graph.invoke({"done": []}, {"configurable": {"thread_id": thread}})
+                graph.invoke({"done": []}, {"configurable": {"thread_id": thread + "b"}})
+            return len(drawn)
+        finally:
+            monkeypatch.setattr(uuid, "uuid4", real)
+
+    ours_class = ResilientSqliteSaver if backend == "sqlite" else ResilientPostgresSaver
+    stock_class = SqliteSaver if backend == "sqlite" else PostgresSaver
+    assert draws(ours_class) == draws(stock_class)
+
+
 def test_postgres_pool_survives_terminated_backends(pg_dsn: str) -> None:
     """With a ConnectionPool, broken pooled connections are dropped and replaced."""
     from psycopg.rows import dict_row

@@ -127,7 +127,8 @@ class Riders:
     def statements(self, d: Dialect) -> Statements[None]:
         """Waiting side-effect outcomes, then the counts."""
         yield from store_outcomes(d, self.outcomes)
-        yield from bump(d, self._state.counters.scope, self.counts)
+        if self.counts:
+            yield from bump(d, self._state.counters.scope, self.counts)
 
 
 def flush_quietly(state: SaverState, flush: Callable[[], object]) -> None:

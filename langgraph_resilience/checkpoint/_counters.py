@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import uuid
 from dataclasses import dataclass, field
 
 from langgraph_resilience.checkpoint._schema import COUNTERS
@@ -31,7 +30,9 @@ COUNTER_FLUSH_INTERVAL = 1.0
 
 
 def process_scope() -> str:
-    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+    # os.urandom, not uuid.uuid4: a program that seeds or patches uuid4 for
+    # deterministic ids must not see its sequence shift because a saver ran.
+    return f"{socket.gethostname()}/{os.getpid()}/{os.urandom(4).hex()}"
 
 
 @dataclass
@@ -44,11 +45,20 @@ class Counters:
     on a saver (run when its ``from_conn_string`` block exits) stores it.
     """
 
-    scope: str = field(default_factory=process_scope)
     unflushed: dict[str, int] = field(default_factory=dict)
     last_flush: float = 0.0
     interval: float = COUNTER_FLUSH_INTERVAL
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _scope: str = ""
+
+    @property
+    def scope(self) -> str:
+        """This process's row key, drawn when counts are first stored: building a
+        saver draws no random id (a program seeding its own ids would notice)."""
+        with self.lock:
+            if not self._scope:
+                self._scope = process_scope()
+            return self._scope
 
     def add(self, name: str) -> None:
         with self.lock:
