@@ -7,6 +7,7 @@ tests cover the sync ones too and everything the suite does not.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import Counter
 from typing import Any
@@ -76,18 +77,33 @@ async def test_failed_step_resumes_without_redoing_completed_steps(checkpointer:
     assert counters["checkpoint_put_failed"] == 0
 
 
-async def test_second_child_of_a_checkpoint_is_refused(checkpointer: Any) -> None:
-    """Two resumers of one thread: the second continuation is refused, no fork."""
+async def in_this_context(h: Any, method: str, *args: Any) -> Any:
+    """A saver call in the test's own context (what it read stays its view)."""
+    if h.is_async:
+        return await getattr(h.saver, "a" + method)(*args)
+    return getattr(h.saver, method)(*args)
+
+
+async def test_a_stale_continuation_is_refused(checkpointer: Any) -> None:
+    """Two resumers read the same head; the second to continue it is refused, no fork."""
     thread_id = "fork-" + checkpointer.id
-    first, second = await put_chain(checkpointer, thread_id, 2)
-    resumer_view = cfg(
-        thread_id, checkpoint_ns="", checkpoint_id=first["configurable"]["checkpoint_id"]
+    [first] = await put_chain(checkpointer, thread_id, 1)
+    first_id = first["configurable"]["checkpoint_id"]
+    read = await in_this_context(checkpointer, "get_tuple", cfg(thread_id))
+    assert read.config["configurable"]["checkpoint_id"] == first_id  # this resumer's view
+    # Another resumer (another context, as another process) continues it first.
+    resumer_view = cfg(thread_id, checkpoint_ns="", checkpoint_id=first_id)
+    other = asyncio.ensure_future(
+        checkpointer.call("put", resumer_view, new_checkpoint(), {"source": "loop", "step": 0}, {})
     )
+    second = await other
     refused = new_checkpoint()
     with pytest.raises(CheckpointConflict) as info:
-        await checkpointer.call("put", resumer_view, refused, {"source": "loop", "step": 1}, {})
+        await in_this_context(
+            checkpointer, "put", resumer_view, refused, {"source": "loop", "step": 0}, {}
+        )
     err = info.value
-    assert (err.thread_id, err.parent_id) == (thread_id, first["configurable"]["checkpoint_id"])
+    assert (err.thread_id, err.parent_id) == (thread_id, first_id)
     assert err.head_id == second["configurable"]["checkpoint_id"]
     assert err.checkpoint_id == refused["id"]
     assert await checkpointer.call("get_tuple", cfg(thread_id, checkpoint_id=refused["id"])) is None
@@ -96,6 +112,20 @@ async def test_second_child_of_a_checkpoint_is_refused(checkpointer: Any) -> Non
     assert_no_fork(checkpointer.backend, checkpointer.target, thread_id)
     # A refused save is a conflict, not a store failure.
     assert (await checkpointer.call("read_counters"))["checkpoint_put_failed"] == 0
+
+
+async def test_an_explicitly_addressed_older_checkpoint_is_a_branch(checkpointer: Any) -> None:
+    """A put continuing a checkpoint this context did not read as the latest (time
+    travel, a replay, update_state on it) is stored as stock LangGraph stores it."""
+    thread_id = "branch-" + checkpointer.id
+    first, _ = await put_chain(checkpointer, thread_id, 2)
+    await in_this_context(checkpointer, "get_tuple", cfg(thread_id))  # reads the head
+    older = cfg(thread_id, checkpoint_ns="", checkpoint_id=first["configurable"]["checkpoint_id"])
+    for source in ("input", "loop", "update", "fork"):
+        await in_this_context(
+            checkpointer, "put", older, new_checkpoint(), {"source": source, "step": 1}, {}
+        )
+    assert len(await checkpointer.listed(cfg(thread_id))) == 6
 
 
 async def test_continuing_the_latest_and_saving_again_are_allowed(checkpointer: Any) -> None:

@@ -117,7 +117,8 @@ class AsyncResilience(Hooks):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """As LangGraph's `aget_tuple`; an undecodable row raises `CheckpointCorrupt`."""
         try:
-            return await self._call(lambda: super(AsyncResilience, self).aget_tuple(config))
+            found = await self._call(lambda: super(AsyncResilience, self).aget_tuple(config))
+            return _threads.saw_latest(config, found)
         except Exception as exc:
             thread_id, ns, checkpoint_id = _base.thread_key(config)
             if checkpoint_id is None and not is_store_error(exc):

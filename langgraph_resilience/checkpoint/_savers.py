@@ -172,7 +172,8 @@ class SyncResilience(Hooks):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """As LangGraph's `get_tuple`; an undecodable row raises `CheckpointCorrupt`."""
         try:
-            return self._call(lambda: super(SyncResilience, self).get_tuple(config))
+            found = self._call(lambda: super(SyncResilience, self).get_tuple(config))
+            return _threads.saw_latest(config, found)
         except Exception as exc:
             thread_id, ns, checkpoint_id = _base.thread_key(config)
             if checkpoint_id is None and not is_store_error(exc):

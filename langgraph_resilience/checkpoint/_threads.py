@@ -5,10 +5,12 @@ must reach our own rows too (delete).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any, NamedTuple
 
-from langgraph.checkpoint.base import WRITES_IDX_MAP
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
 
 from langgraph_resilience.checkpoint._schema import (
     CHECKPOINT_TABLES,
@@ -22,16 +24,47 @@ from langgraph_resilience.errors import CheckpointConflict, ConfigError
 __all__ = ["PutCheckpoint", "put_checkpoint", "put_writes"]
 
 # -- no silent forks ---------------------------------------------------------------------
+#
+# A write is refused when the writer's view of the thread is stale: it continues
+# the head it read, and another writer has advanced the head since. LangGraph
+# reads a namespace's latest checkpoint (``get_tuple`` without a checkpoint id) in
+# the context that then writes (its executors copy the context), so the head each
+# (thread, namespace) had when this context last read it is kept in a ContextVar.
+# A put whose parent is that head is checked; any other parent was addressed
+# explicitly (time travel, ``update_state`` or ``Command(resume=)`` on an older
+# checkpoint, a replay, a subgraph following its parent's fork) or written by this
+# run itself after a checked put: an intended branch, stored as stock LangGraph
+# stores it.
+
+_HEADS_READ: ContextVar[Mapping[tuple[str, str], str] | None] = ContextVar(
+    "langgraph_resilience_heads_read", default=None
+)
+#: Heads remembered per context; a context that reads many threads forgets the oldest.
+HEADS_KEPT = 64
 
 
-def needs_fork_check(metadata: Any, parent_id: str | None) -> bool:
-    """Only a run continuing a thread (input or loop) from a parent is checked.
+def saw_head(thread_id: str, ns: str, checkpoint_id: str) -> None:
+    """Remember that this context read ``checkpoint_id`` as the latest of its namespace."""
+    heads = {k: v for k, v in (_HEADS_READ.get() or {}).items() if k != (thread_id, ns)}
+    heads[(thread_id, ns)] = checkpoint_id
+    if len(heads) > HEADS_KEPT:
+        heads = dict(list(heads.items())[-HEADS_KEPT:])
+    _HEADS_READ.set(heads)
 
-    ``update``/``fork`` checkpoints (``update_state``, time travel) branch on
-    purpose, and a checkpoint without a parent starts a thread.
-    """
-    source = metadata.get("source") if isinstance(metadata, dict) else None
-    return parent_id is not None and source in ("input", "loop")
+
+def saw_latest(config: RunnableConfig, found: CheckpointTuple | None) -> CheckpointTuple | None:
+    """A ``get_tuple`` result, passed through; a latest read is remembered (`saw_head`)."""
+    configurable = config.get("configurable") or {}
+    if found is not None and not configurable.get("checkpoint_id"):
+        ns = str(configurable.get("checkpoint_ns") or "")
+        saw_head(str(configurable.get("thread_id")), ns, found.checkpoint["id"])
+    return found
+
+
+def continues_head(thread_id: str, ns: str, parent_id: str | None) -> bool:
+    """Whether a put continues the head this context read (and so must be checked)."""
+    heads = _HEADS_READ.get()
+    return parent_id is not None and heads is not None and heads.get((thread_id, ns)) == parent_id
 
 
 _NEWER_THAN_PARENT = (

@@ -79,7 +79,7 @@ def pg_put(
         ns=ns,
         checkpoint_id=checkpoint["id"],
         parent_id=parent_id,
-        check_fork=_threads.needs_fork_check(metadata, parent_id),
+        check_fork=_threads.continues_head(thread_id, ns, parent_id),
         row=row,
         blob_rows=blob_rows,
     )

@@ -50,7 +50,7 @@ def sqlite_put(
         ns=ns,
         checkpoint_id=checkpoint["id"],
         parent_id=parent_id,
-        check_fork=_threads.needs_fork_check(metadata, parent_id),
+        check_fork=_threads.continues_head(thread_id, ns, parent_id),
         row=row,
     )
 
