@@ -20,9 +20,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/pytest -q
 
-# Crash and chaos suites with many more cases than the default.
+# Crash and chaos suites with many more cases than the default, and every test on
+# Postgres in pipeline mode and on a connection pool too.
 test-long: $(STAMP)
-	LGR_CRASH_CASES=50 LGR_CHAOS_RUNS=500 $(BIN)/pytest -q
+	LGR_CRASH_CASES=50 LGR_CHAOS_RUNS=500 LGR_ALL_SAVERS=1 $(BIN)/pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

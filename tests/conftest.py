@@ -88,10 +88,12 @@ class Harness:
     is_async: bool
     saver: Any
     target: str  # SQLite path or Postgres DSN
+    variant: str = ""  # "pipe" or "pool" for those Postgres savers
 
     @property
     def id(self) -> str:
-        return f"{self.backend}{'-async' if self.is_async else ''}"
+        variant = f"-{self.variant}" if self.variant else ""
+        return f"{self.backend}{'-async' if self.is_async else ''}{variant}"
 
     @property
     def sync_saver_class(self) -> Any:
@@ -143,17 +145,81 @@ async def open_saver(backend: str, is_async: bool, target: str, stack: AsyncExit
     return saver
 
 
-BACKENDS = [("sqlite", False), ("sqlite", True), ("postgres", False), ("postgres", True)]
+async def open_pg_variant(is_async: bool, mode: str, target: str, stack: AsyncExitStack) -> Any:
+    """A Postgres saver in pipeline mode (``mode="pipe"``) or on a connection pool."""
+    from psycopg.rows import dict_row
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+    from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
+
+    kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+    # LangGraph's own migrations cannot run in a pipeline (CREATE INDEX
+    # CONCURRENTLY), so the database is set up first, as LangGraph's tests do.
+    with ResilientPostgresSaver.from_conn_string(target) as plain:
+        await asyncio.to_thread(plain.setup)
+    if is_async:
+        if mode == "pipe":
+            opened = AsyncResilientPostgresSaver.from_conn_string(target, pipeline=True)
+            saver = await stack.enter_async_context(opened)
+        else:
+            pool = AsyncConnectionPool(target, min_size=1, max_size=3, kwargs=kwargs, open=False)
+            await pool.open()
+            stack.push_async_callback(pool.close)
+            saver = AsyncResilientPostgresSaver(pool)
+        await saver.setup()
+        return saver
+    if mode == "pipe":
+        saver = stack.enter_context(ResilientPostgresSaver.from_conn_string(target, pipeline=True))
+    else:
+        pool = stack.enter_context(
+            ConnectionPool(target, min_size=1, max_size=3, kwargs=kwargs, open=True)
+        )
+        saver = ResilientPostgresSaver(pool)
+    await asyncio.to_thread(saver.setup)
+    return saver
 
 
-@pytest.fixture(params=BACKENDS, ids=["sqlite", "sqlite-async", "postgres", "postgres-async"])
-async def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
-    """A resilient saver per backend: SQLite (file) and Postgres, sync and async."""
-    backend, is_async = request.param
+#: Every saver a test can run on: (backend, async, variant).
+SAVERS = {
+    "sqlite": ("sqlite", False, ""),
+    "sqlite-async": ("sqlite", True, ""),
+    "postgres": ("postgres", False, ""),
+    "postgres-async": ("postgres", True, ""),
+    "postgres-pipe": ("postgres", False, "pipe"),
+    "postgres-async-pipe": ("postgres", True, "pipe"),
+    "postgres-pool": ("postgres", False, "pool"),
+    "postgres-async-pool": ("postgres", True, "pool"),
+}
+
+
+async def harness(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path, stack: AsyncExitStack
+) -> Harness:
+    """The saver ``name`` names (a key of `SAVERS`), open until ``stack`` closes."""
+    backend, is_async, variant = SAVERS[name]
     if backend == "postgres":
         target = request.getfixturevalue("pg_dsn")
     else:
         target = str(tmp_path / "checkpoints.db")
-    async with AsyncExitStack() as stack:
+    if variant:
+        saver = await open_pg_variant(is_async, variant, target, stack)
+    else:
         saver = await open_saver(backend, is_async, target, stack)
-        yield Harness(backend, is_async, saver, target)
+    return Harness(backend, is_async, saver, target, variant)
+
+
+#: The savers most tests run on; ``LGR_ALL_SAVERS=1`` (``make test-long``) adds
+#: Postgres in pipeline mode and on a pool (the savers' own tests always have them).
+CHECKPOINTERS = (
+    list(SAVERS)
+    if os.environ.get("LGR_ALL_SAVERS")
+    else ["sqlite", "sqlite-async", "postgres", "postgres-async"]
+)
+
+
+@pytest.fixture(params=CHECKPOINTERS)
+async def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
+    """A resilient saver per backend: SQLite (file) and Postgres, sync and async."""
+    async with AsyncExitStack() as stack:
+        yield await harness(request.param, request, tmp_path, stack)

@@ -10,9 +10,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import SAVERS, Harness, harness
 from helpers import (
     add_resilience_rows,
     assert_no_fork,
@@ -26,6 +30,14 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph_resilience.errors import CheckpointConflict, CheckpointCorrupt, ConfigError
 
 STEPS = ["a", "b", "c", "d"]
+
+
+@pytest.fixture(params=list(SAVERS))
+async def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
+    """The savers' own tests run on every backend, and on Postgres in pipeline mode
+    and on a connection pool too (sync and async)."""
+    async with AsyncExitStack() as stack:
+        yield await harness(request.param, request, tmp_path, stack)
 
 
 def cfg(thread_id: str, **extra: Any) -> dict[str, Any]:

@@ -223,9 +223,12 @@ def migrate(d: Dialect, *, where: str) -> Statements[None]:
     """Bring the resilience tables up to `SCHEMA_VERSION`, one transaction."""
     if d.migration_lock is not None:
         yield Stmt(d.migration_lock)
-    yield Stmt(_CREATE_MIGRATIONS)
-    rows = yield Stmt("SELECT max(v) FROM resilience_migrations", fetch=True)
-    found = rows[0][0] if rows and rows[0][0] is not None else -1
+    # Read before any CREATE ... IF NOT EXISTS: the NOTICE such a statement raises
+    # when the table exists can hand a pipelined fetch the wrong rows.
+    found = yield from schema_version(d)
+    if found is None:
+        yield Stmt(_CREATE_MIGRATIONS)
+        found = -1
     check_schema_version(found, where=where)
     for v, statements in enumerate(migrations(d)):
         if v <= found:
