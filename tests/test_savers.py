@@ -8,6 +8,7 @@ tests cover the sync ones too and everything the suite does not.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -103,12 +104,18 @@ async def test_a_stale_continuation_is_refused(checkpointer: Any) -> None:
     first_id = first["configurable"]["checkpoint_id"]
     read = await in_this_context(checkpointer, "get_tuple", cfg(thread_id))
     assert read.config["configurable"]["checkpoint_id"] == first_id  # this resumer's view
-    # Another resumer (another context, as another process) continues it first.
+    # Another resumer (a context of its own, as another process) continues it first.
     resumer_view = cfg(thread_id, checkpoint_ns="", checkpoint_id=first_id)
-    other = asyncio.ensure_future(
-        checkpointer.call("put", resumer_view, new_checkpoint(), {"source": "loop", "step": 0}, {})
-    )
-    second = await other
+    put_args = (resumer_view, new_checkpoint(), {"source": "loop", "step": 0}, {})
+    if checkpointer.is_async:
+        other = asyncio.get_running_loop().create_task(
+            checkpointer.saver.aput(*put_args), context=contextvars.Context()
+        )
+        second = await other
+    else:
+        second = await asyncio.to_thread(
+            contextvars.Context().run, checkpointer.saver.put, *put_args
+        )
     refused = new_checkpoint()
     with pytest.raises(CheckpointConflict) as info:
         await in_this_context(

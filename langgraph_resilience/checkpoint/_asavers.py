@@ -95,6 +95,7 @@ class AsyncResilience(Hooks):
             failed=_counters.CHECKPOINT_FAILED,
             pipeline=True,
         )
+        _threads.wrote_head(put)
         return next_config(config, put)
 
     async def aput_writes(

@@ -150,6 +150,7 @@ class SyncResilience(Hooks):
             failed=_counters.CHECKPOINT_FAILED,
             pipeline=True,
         )
+        _threads.wrote_head(put)
         return next_config(config, put)
 
     def put_writes(

@@ -5,7 +5,7 @@ must reach our own rows too (delete).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple
 
@@ -28,28 +28,39 @@ __all__ = ["PutCheckpoint", "put_checkpoint", "put_writes"]
 # A write is refused when the writer's view of the thread is stale: it continues
 # the head it read, and another writer has advanced the head since. LangGraph
 # reads a namespace's latest checkpoint (``get_tuple`` without a checkpoint id) in
-# the context that then writes (its executors copy the context), so the head each
-# (thread, namespace) had when this context last read it is kept in a ContextVar.
-# A put whose parent is that head is checked; any other parent was addressed
-# explicitly (time travel, ``update_state`` or ``Command(resume=)`` on an older
-# checkpoint, a replay, a subgraph following its parent's fork) or written by this
-# run itself after a checked put: an intended branch, stored as stock LangGraph
-# stores it.
+# the context that then writes (its executors copy the context), so each context
+# keeps its view: per (thread, namespace), the head it read, moved on by every
+# checkpoint it writes there itself. A put whose parent is that view is checked;
+# any other parent was addressed explicitly (time travel, ``update_state`` or
+# ``Command(resume=)`` on an older checkpoint, a ``__copy__``, a replay, a
+# subgraph following its parent's fork): an intended branch, stored as stock
+# LangGraph stores it.
+#
+# Each latest read starts a new mapping (set in the reading context, so two tasks
+# that resume one thread each keep their own); the puts of that run, in copies of
+# the context, move it on in place.
 
-_HEADS_READ: ContextVar[Mapping[tuple[str, str], str] | None] = ContextVar(
-    "langgraph_resilience_heads_read", default=None
+_VIEWS: ContextVar[dict[tuple[str, str], str] | None] = ContextVar(
+    "langgraph_resilience_views", default=None
 )
-#: Heads remembered per context; a context that reads many threads forgets the oldest.
-HEADS_KEPT = 64
+#: Views kept per context; a context that reads many threads forgets the oldest.
+VIEWS_KEPT = 64
 
 
 def saw_head(thread_id: str, ns: str, checkpoint_id: str) -> None:
-    """Remember that this context read ``checkpoint_id`` as the latest of its namespace."""
-    heads = {k: v for k, v in (_HEADS_READ.get() or {}).items() if k != (thread_id, ns)}
-    heads[(thread_id, ns)] = checkpoint_id
-    if len(heads) > HEADS_KEPT:
-        heads = dict(list(heads.items())[-HEADS_KEPT:])
-    _HEADS_READ.set(heads)
+    """This context read ``checkpoint_id`` as the latest of its namespace."""
+    views = {k: v for k, v in (_VIEWS.get() or {}).items() if k != (thread_id, ns)}
+    views[(thread_id, ns)] = checkpoint_id
+    if len(views) > VIEWS_KEPT:
+        views = dict(list(views.items())[-VIEWS_KEPT:])
+    _VIEWS.set(views)
+
+
+def wrote_head(put: PutCheckpoint) -> None:
+    """This context stored ``put``: its view of the namespace moves on to it."""
+    views = _VIEWS.get()
+    if views is not None and (put.thread_id, put.ns) in views:
+        views[(put.thread_id, put.ns)] = put.checkpoint_id
 
 
 def saw_latest(config: RunnableConfig, found: CheckpointTuple | None) -> CheckpointTuple | None:
@@ -62,9 +73,10 @@ def saw_latest(config: RunnableConfig, found: CheckpointTuple | None) -> Checkpo
 
 
 def continues_head(thread_id: str, ns: str, parent_id: str | None) -> bool:
-    """Whether a put continues the head this context read (and so must be checked)."""
-    heads = _HEADS_READ.get()
-    return parent_id is not None and heads is not None and heads.get((thread_id, ns)) == parent_id
+    """Whether a put continues this context's view of the namespace (and so must be
+    checked against a newer head)."""
+    views = _VIEWS.get()
+    return parent_id is not None and views is not None and views.get((thread_id, ns)) == parent_id
 
 
 _NEWER_THAN_PARENT = (
