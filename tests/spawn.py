@@ -11,6 +11,7 @@ its stdout and stderr go to files that `Process.communicate` reads, as
 
 from __future__ import annotations
 
+import atexit
 import io
 import logging
 import os
@@ -24,6 +25,10 @@ import traceback
 from pathlib import Path
 
 ROOT = str(Path(__file__).parent.parent)
+# Output files of children not read back (a killed worker's, say), removed when
+# the test process exits (the children leave with os._exit: no atexit there).
+_UNREAD: set[str] = set()
+atexit.register(lambda: [Path(p).unlink(missing_ok=True) for p in list(_UNREAD)])
 
 
 class Process:
@@ -58,6 +63,7 @@ class Process:
         texts = tuple(Path(p).read_text() for p in (self._out, self._err))
         for path in (self._out, self._err):
             Path(path).unlink(missing_ok=True)
+            _UNREAD.discard(path)
         return texts[0], texts[1]
 
     def kill(self) -> None:
@@ -76,6 +82,7 @@ def spawn(script: str, *args: str) -> Process:
         _run_child(script, list(args), out[0], err[0])
     os.close(out[0])
     os.close(err[0])
+    _UNREAD.update((out[1], err[1]))
     return Process(pid, [script, *args], out[1], err[1])
 
 
