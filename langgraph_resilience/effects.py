@@ -17,6 +17,14 @@ of a graph compiled with a resilient saver:
    after it. A function with an ``idempotency_key`` parameter receives the key,
    to pass on to the service so that it can deduplicate too.
 
+The intent names its executor and holds for ``lease`` seconds, renewed while the
+call runs. Two executors that run the same step at once (two processes resuming
+one thread's head) race for it: one calls, the other finds the claim live and
+raises `EffectInFlight` (a transient failure: its node retries, and replays the
+outcome once it is recorded) instead of treating the intent as unknown in 3. An
+intent whose executor's process is gone (on this machine: known at once;
+elsewhere: once its lease ran out) is settled as in 3.
+
 The outcome is written behind: it rides along with the saver's next write (the
 next effect's intent, or the node's own writes as it ends), so a recorded effect
 costs one write, not two. A process killed after the call returned and before
@@ -29,25 +37,37 @@ do its I/O.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
+import os
 import time
 from collections.abc import Callable, Generator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar, overload
 
+from langgraph_resilience._heartbeat import Beat, every
+from langgraph_resilience._process import executor_id
 from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.checkpoint import (
     AsyncResilientSaver,
     EffectRecord,
+    IntentClaim,
     OutcomeFields,
     ResilientSaver,
 )
-from langgraph_resilience.errors import ConfigError, EffectOutcomeUnknown
+from langgraph_resilience.errors import ConfigError, EffectInFlight, EffectOutcomeUnknown
 
-__all__ = ["EffectSpec", "side_effect"]
+__all__ = ["EFFECT_LEASE", "EffectSpec", "side_effect"]
+
+#: Seconds an executor's claim on an effect holds without renewal (renewed every
+#: third of it while the call runs): how long an executor on another machine that
+#: vanished mid-call keeps others waiting before they settle its intent.
+EFFECT_LEASE = 30.0
+#: The longest an executor that found a live claim waits before it looks again.
+_POLL = 0.25
 
 F = TypeVar("F", bound=Callable[..., Any])
 OnUnknown = Literal["reexecute", "raise"]
@@ -62,6 +82,7 @@ class EffectSpec:
     reconcile: Callable[[str], Any] | None = None
     on_unknown: OnUnknown = "reexecute"
     passes_key: bool = False
+    lease: float = EFFECT_LEASE
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "|" in self.name:
@@ -78,6 +99,15 @@ class EffectSpec:
                 "side_effect reconcile= must be a callable(idempotency_key) that returns the "
                 f"effect's result if it happened, or None if it did not; got {self.reconcile!r}"
             )
+        if (
+            isinstance(self.lease, bool)
+            or not isinstance(self.lease, (int, float))
+            or not self.lease > 0
+        ):
+            raise ConfigError(
+                f"side_effect lease= must be seconds > 0 (default {EFFECT_LEASE}), "
+                f"got {self.lease!r}"
+            )
         if self.on_unknown not in ("reexecute", "raise"):
             raise ConfigError(
                 f'side_effect on_unknown= must be "reexecute" or "raise", got {self.on_unknown!r}'
@@ -91,12 +121,17 @@ class Lookup(NamedTuple):
     """Read the effect's record (replies an `EffectRecord` or None)."""
 
 
+class Claim(NamedTuple):
+    """Store the intent before the call, or learn who holds it (replies an `IntentClaim`).
+
+    ``first``: the task's first try, not resumed: no one else can hold the key.
+    """
+
+    first: bool
+
+
 class Reconcile(NamedTuple):
     """Ask ``reconcile`` whether an unsettled effect happened (replies its result or None)."""
-
-
-class Intent(NamedTuple):
-    """Store the intent, before the call."""
 
 
 class CallEffect(NamedTuple):
@@ -117,7 +152,7 @@ class Replay(NamedTuple):
     record: EffectRecord
 
 
-EffectOp = Lookup | Reconcile | Intent | CallEffect | Settle
+EffectOp = Lookup | Claim | Reconcile | CallEffect | Settle
 
 
 def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[EffectOp, Any, Any]:
@@ -129,21 +164,34 @@ def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[EffectOp,
     found: EffectRecord | None = None if fresh else (yield Lookup())
     if found is not None and found.status == "done":
         return Replay(found)
-    if found is not None:  # an intent whose outcome is unknown, or a recorded error
+    claim: IntentClaim = yield Claim(fresh)
+    if claim.verdict == "done" and claim.record is not None:
+        return Replay(claim.record)
+    if claim.verdict == "busy":
+        owner = claim.record.owner if claim.record is not None else None
+        raise EffectInFlight(
+            f"side effect {spec.name!r} (idempotency key {key!r}) is claimed by another "
+            f"executor ({owner}) whose call may be in flight: another process runs the "
+            f"same step. Not calling it again; its claim holds {claim.wait:.1f} s more "
+            "unless renewed. A retry replays the outcome once it is recorded.",
+            idempotency_key=key,
+            owner=owner or "",
+            wait=min(claim.wait, _POLL),
+        )
+    prior = claim.record
+    if prior is not None:  # an intent whose outcome is unknown, or a recorded error
         if spec.reconcile is not None:
             happened = yield Reconcile()
             if happened is not None:
                 yield Settle("done", happened)
                 return happened
-        elif spec.on_unknown == "raise" and found.status == "intent":
+        elif spec.on_unknown == "raise" and prior.status == "intent":
             raise EffectOutcomeUnknown(
                 f"side effect {spec.name!r} (idempotency key {key!r}) was started but its "
                 "outcome was never recorded: the process stopped during the call. Verify "
                 "by hand whether it happened, then record it or resume; it will not be "
                 "called again on its own (on_unknown='raise')."
             )
-    else:
-        yield Intent()
     result = yield CallEffect()
     if isinstance(result, Settle):  # the call raised
         yield result
@@ -210,6 +258,7 @@ def _digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
 
 
 def _intent(spec: EffectSpec, task: TaskContext, key: str) -> EffectRecord:
+    fence = task.fence
     return EffectRecord(
         idempotency_key=key,
         name=spec.name,
@@ -218,7 +267,28 @@ def _intent(spec: EffectSpec, task: TaskContext, key: str) -> EffectRecord:
         checkpoint_ns=task.checkpoint_ns,
         checkpoint_id=task.checkpoint_id,
         task_id=task.task_id,
+        owner=executor_id(os.urandom(6).hex()),
+        fencing_token=fence.token if fence is not None else None,
     )
+
+
+def _renewing(
+    saver: ResilientSaver | AsyncResilientSaver, thread: str, spec: EffectSpec, intent: EffectRecord
+) -> Beat:
+    """Renew the claim every third of its lease while the call runs (the async
+    savers' sync methods run on their event loop, which the call leaves free)."""
+    owner = intent.owner or ""
+    key = intent.idempotency_key
+    return every(spec.lease / 3, lambda: saver.renew_intent(thread, key, owner, spec.lease))
+
+
+def _release(
+    saver: ResilientSaver | AsyncResilientSaver, thread: str, intent: EffectRecord
+) -> None:
+    """Let a claim go that this call will not settle (it raised before calling):
+    its lease ends now, so the next try need not wait it out."""
+    with contextlib.suppress(Exception):  # if not, the lease runs out on its own
+        saver.renew_intent(thread, intent.idempotency_key, intent.owner or "", 0.0)
 
 
 def _outcome_fields(saver: ResilientSaver | AsyncResilientSaver, op: Settle) -> OutcomeFields:
@@ -252,34 +322,47 @@ def _effect_sync(
         raise _no_saver(spec, task)
     key, fresh = _key_of(spec, task, args, kwargs)
     fence = task.fence
+    intent = _intent(spec, task, key)
     if spec.passes_key:
         kwargs = {**kwargs, "idempotency_key": key}
     steps = effect_steps(spec, key, fresh)
     reply: Any = None
-    while True:
-        try:
-            op = steps.send(reply)
-        except StopIteration as stop:
-            value = stop.value
-            return _replayed(saver, value) if isinstance(value, Replay) else value
-        reply = None
-        if isinstance(op, Lookup):
-            reply = saver.read_effect(thread, key)
-        elif isinstance(op, Intent):
-            intent = _intent(spec, task, key)
-            saver.record_intent(thread, intent, _digest(args, kwargs), fence)
-        elif isinstance(op, Reconcile):
-            assert spec.reconcile is not None
-            reply = spec.reconcile(key)
-        elif isinstance(op, CallEffect):
+    held = False  # our claim is stored and not settled
+    try:
+        while True:
             try:
-                reply = fn(*args, **kwargs)
-            except Exception as exc:
-                reply = Settle("failed", error=exc)
-        elif spec.on_unknown == "raise":
-            saver.record_outcome(thread, key, _outcome_fields(saver, op), fence)
-        else:
-            saver.defer_outcome(thread, key, _outcome_fields(saver, op))
+                op = steps.send(reply)
+            except StopIteration as stop:
+                value = stop.value
+                return _replayed(saver, value) if isinstance(value, Replay) else value
+            reply = None
+            if isinstance(op, Lookup):
+                reply = saver.read_effect(thread, key)
+            elif isinstance(op, Claim):
+                digest = _digest(args, kwargs)
+                reply = saver.claim_intent(thread, intent, digest, spec.lease, fence, op.first)
+                held = reply.verdict in ("new", "took_over")
+            elif isinstance(op, Reconcile):
+                assert spec.reconcile is not None
+                reply = spec.reconcile(key)
+            elif isinstance(op, CallEffect):
+                beat = _renewing(saver, thread, spec, intent)
+                try:
+                    reply = fn(*args, **kwargs)
+                except Exception as exc:
+                    reply = Settle("failed", error=exc)
+                finally:
+                    beat.stop()
+            else:
+                held = False
+                if spec.on_unknown == "raise":
+                    saver.record_outcome(thread, key, _outcome_fields(saver, op), fence)
+                else:
+                    saver.defer_outcome(thread, key, _outcome_fields(saver, op))
+    except BaseException:
+        if held:
+            _release(saver, thread, intent)
+        raise
 
 
 async def _effect_async(
@@ -291,36 +374,52 @@ async def _effect_async(
         raise _no_saver(spec, task)
     key, fresh = _key_of(spec, task, args, kwargs)
     fence = task.fence
+    intent = _intent(spec, task, key)
     if spec.passes_key:
         kwargs = {**kwargs, "idempotency_key": key}
     steps = effect_steps(spec, key, fresh)
     reply: Any = None
-    while True:
-        try:
-            op = steps.send(reply)
-        except StopIteration as stop:
-            value = stop.value
-            return _replayed(saver, value) if isinstance(value, Replay) else value
-        reply = None
-        if isinstance(op, Lookup):
-            reply = await saver.aread_effect(thread, key)
-        elif isinstance(op, Intent):
-            intent = _intent(spec, task, key)
-            await saver.arecord_intent(thread, intent, _digest(args, kwargs), fence)
-        elif isinstance(op, Reconcile):
-            assert spec.reconcile is not None
-            reply = spec.reconcile(key)
-            if inspect.isawaitable(reply):
-                reply = await reply
-        elif isinstance(op, CallEffect):
+    held = False  # our claim is stored and not settled
+    try:
+        while True:
             try:
-                reply = await fn(*args, **kwargs)
-            except Exception as exc:
-                reply = Settle("failed", error=exc)
-        elif spec.on_unknown == "raise":
-            await saver.arecord_outcome(thread, key, _outcome_fields(saver, op), fence)
-        else:
-            saver.defer_outcome(thread, key, _outcome_fields(saver, op))
+                op = steps.send(reply)
+            except StopIteration as stop:
+                value = stop.value
+                return _replayed(saver, value) if isinstance(value, Replay) else value
+            reply = None
+            if isinstance(op, Lookup):
+                reply = await saver.aread_effect(thread, key)
+            elif isinstance(op, Claim):
+                digest = _digest(args, kwargs)
+                reply = await saver.aclaim_intent(
+                    thread, intent, digest, spec.lease, fence, op.first
+                )
+                held = reply.verdict in ("new", "took_over")
+            elif isinstance(op, Reconcile):
+                assert spec.reconcile is not None
+                reply = spec.reconcile(key)
+                if inspect.isawaitable(reply):
+                    reply = await reply
+            elif isinstance(op, CallEffect):
+                beat = _renewing(saver, thread, spec, intent)
+                try:
+                    reply = await fn(*args, **kwargs)
+                except Exception as exc:
+                    reply = Settle("failed", error=exc)
+                finally:
+                    beat.stop()
+            else:
+                held = False
+                if spec.on_unknown == "raise":
+                    await saver.arecord_outcome(thread, key, _outcome_fields(saver, op), fence)
+                else:
+                    saver.defer_outcome(thread, key, _outcome_fields(saver, op))
+    except BaseException:
+        if held:
+            with contextlib.suppress(Exception):  # if not, the lease runs out on its own
+                await saver.arenew_intent(thread, key, intent.owner or "", 0.0)
+        raise
 
 
 @overload
@@ -334,6 +433,7 @@ def side_effect(
     key: Callable[..., Any] | None = None,
     reconcile: Callable[[str], Any] | None = None,
     on_unknown: OnUnknown = "reexecute",
+    lease: float = EFFECT_LEASE,
 ) -> Callable[[F], F]: ...
 
 
@@ -344,6 +444,7 @@ def side_effect(
     key: Callable[..., Any] | None = None,
     reconcile: Callable[[str], Any] | None = None,
     on_unknown: OnUnknown = "reexecute",
+    lease: float = EFFECT_LEASE,
 ) -> Any:
     """Record a non-idempotent call so that retries and resumes never repeat it.
 
@@ -358,6 +459,12 @@ def side_effect(
             outcome: ``"reexecute"`` (call again with the same key; the default) or
             ``"raise"`` (`EffectOutcomeUnknown`, which ends the run with a partial
             result saying which effect to verify).
+        lease: seconds this executor's claim on the call holds without renewal
+            (renewed every third of it while the call runs). Another process that
+            runs the same step meanwhile does not call (`EffectInFlight`); one
+            that finds the claim of a vanished executor on another machine waits
+            this long before settling it (on this machine, a killed process's
+            claim is settled at once).
 
     Example:
         >>> @side_effect(reconcile=mailer.lookup)  # doctest: +SKIP
@@ -378,6 +485,7 @@ def side_effect(
             reconcile=reconcile,
             on_unknown=on_unknown,
             passes_key=passes_key,
+            lease=lease,
         )
         if inspect.iscoroutinefunction(func):
 

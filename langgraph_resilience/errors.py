@@ -14,7 +14,10 @@ database driver's::
     ├── RunStateError          a run is not in a state that allows the call
                                (a second open run on a thread, resuming a run
                                that is not paused)
-    └── EffectOutcomeUnknown   a side effect's intent has no recorded outcome
+    ├── EffectOutcomeUnknown   a side effect's intent has no recorded outcome
+    └── EffectInFlight         another executor holds a live claim on a side effect
+                               (also a TransientError: the node retries, and
+                               replays the outcome once it is recorded)
 
 Node code raises these to state how its failure should be handled (see
 `langgraph_resilience.classify`); they are not the library's own errors::
@@ -42,6 +45,7 @@ __all__ = [
     "ConfigError",
     "ContextOverflow",
     "DegradableError",
+    "EffectInFlight",
     "EffectOutcomeUnknown",
     "LeaseLost",
     "NodeFailure",
@@ -205,3 +209,18 @@ class ContextOverflow(NodeFailure):
 
 class BudgetExhausted(NodeFailure):
     """The run's budget ran out: the run pauses until it is topped up."""
+
+
+class EffectInFlight(ResilienceError, TransientError):
+    """Another executor (a process resuming the same step) holds a live claim on
+    this side effect: its call may be in flight, so this one does not call.
+
+    A `TransientError`: a node retries after ``retry_after`` and then replays the
+    recorded outcome, or takes the claim over once its holder's process is gone
+    or its lease ran out. Attributes: ``idempotency_key``, ``owner``.
+    """
+
+    def __init__(self, message: str, *, idempotency_key: str, owner: str, wait: float) -> None:
+        super().__init__(message, retry_after=wait)
+        self.idempotency_key = idempotency_key
+        self.owner = owner

@@ -83,11 +83,15 @@ def append(path: str | Path, line: str) -> None:
 
 
 def read_ledger(path: str | Path) -> list[list[str]]:
-    """A ledger's lines, split into words (none if it does not exist yet)."""
+    """A ledger's complete lines, split into words (none if it does not exist yet).
+
+    A line another process is writing at this moment may be read in part: it has
+    no newline yet and is left out (it is read complete the next time)."""
     try:
-        return [line.split() for line in Path(path).read_text().splitlines() if line]
+        text = Path(path).read_text()
     except FileNotFoundError:
         return []
+    return [line.split() for line in text.split("\n")[:-1] if line]
 
 
 def sql(

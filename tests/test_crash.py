@@ -4,7 +4,9 @@
   the run resumes, with no completed step run again;
 - killed while a step is in flight: the resume redoes only that step;
 - two processes resuming one thread at once: one continues, the other gets
-  `CheckpointConflict`, and the history has no fork.
+  `CheckpointConflict`, and the history has no fork; with a side effect in the
+  step, repeated (``LGR_RACE_REPEATS``, default 25 sync + 25 async per
+  dialect): the effect happens once.
 
 ``LGR_CRASH_CASES`` (default 3) sets how many kill points each test tries.
 """
@@ -136,6 +138,51 @@ def test_two_processes_resuming_one_thread(
     # b: the failed try and one per resumer (the loser's result is refused);
     # everything after b ran only in the winner.
     assert ran == {"a": 1, "b": 3, "c": 1, "d": 1, "e": 1}
+
+
+RACE_WORKER = str(Path(__file__).parent / "race_worker.py")
+RACE_REPEATS = int(os.environ.get("LGR_RACE_REPEATS", "25"))
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_two_processes_resuming_one_head_perform_its_effect_once(
+    store: tuple[str, str], tmp_path: Path, is_async: bool
+) -> None:
+    """No Worker, no fence: the step lease on the effect and the fork check are
+    all that stand between two resumers and a double charge."""
+    prefix = f"race-{os.getpid()}-{int(time.time() * 1000)}-{int(is_async)}"
+    n = str(RACE_REPEATS)
+    prep = spawn(RACE_WORKER, *store, prefix, n, str(tmp_path), "--prepare")
+    _, err = prep.communicate(timeout=120)
+    assert prep.returncode == 0, err
+    mode = ["--async"] if is_async else []
+    racers = [spawn(RACE_WORKER, *store, prefix, n, str(tmp_path), *mode) for _ in range(2)]
+    for racer in racers:
+        _, err = racer.communicate(timeout=500)
+        assert racer.returncode == 0, err
+    threads = [f"{prefix}-{i}" for i in range(RACE_REPEATS)]
+    calls = Counter(thread for thread, _, _ in read_ledger(tmp_path / "calls.log"))
+    assert calls == dict.fromkeys(threads, 1), "an effect ran twice (or never)"
+    outcomes: dict[str, list[tuple[str, bool]]] = {}
+    for thread, _, outcome, ran in read_ledger(tmp_path / "outcomes.log"):
+        outcomes.setdefault(thread, []).append((outcome, ran == "1"))
+    both_ran = 0
+    for thread in threads:
+        assert_no_fork(*store, thread)
+        results = sorted(outcomes[thread])
+        # One proceeds; the other was refused (its view went stale, or the
+        # effect was claimed), or came after the first had finished (no step ran).
+        assert [o for o, _ in results].count("completed") >= 1, results
+        proceeded = [o for o, ran in results if o == "completed" and ran]
+        assert len(proceeded) <= 1, results
+        other = [r for r in results if r[0] != "completed" or not r[1]]
+        assert all(o in ("CheckpointConflict", "EffectInFlight") or not ran for o, ran in other)
+        both_ran += all(ran for _, ran in results)
+        final = sql(*store, "SELECT count(*) FROM checkpoints WHERE thread_id = ?", (thread,))
+        assert final[0][0] >= 4
+    # The race is real: in most repeats both processes were inside the step.
+    assert both_ran >= RACE_REPEATS // 2, both_ran
 
 
 BACKOFF_WORKER = str(Path(__file__).parent / "backoff_worker.py")

@@ -425,7 +425,7 @@ async def test_a_waiting_outcome_survives_a_failed_write_and_is_stored_on_close(
     with ResilientSqliteSaver.from_conn_string(path) as saver:
         saver.setup()
         record = EffectRecord(idempotency_key="k1", name="email", status="intent", intent_at=1.0)
-        saver.record_intent("t1", record, None)
+        saver.claim_intent("t1", record, None, 30.0)
         saver.defer_outcome("t1", "k1", fields)
         with pytest.raises(RuntimeError), _base.Riders(saver._state, None):
             raise RuntimeError("the write failed")

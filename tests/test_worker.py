@@ -239,7 +239,7 @@ async def test_a_stale_token_cannot_write_anything(h: Any) -> None:
         )
     intent = EffectRecord(idempotency_key="k", name="email", status="intent", intent_at=time.time())
     with pytest.raises(LeaseLost):
-        await h.call("record_intent", thread, intent, None, Fence(run_id=run_id, token=1))
+        await h.call("claim_intent", thread, intent, None, 30.0, Fence(run_id=run_id, token=1))
     attempt = AttemptRecord(
         attempt=1,
         node="a",

@@ -24,6 +24,7 @@ from langgraph_resilience.checkpoint._ledger import (
     AttemptKey,
     AttemptRecord,
     EffectRecord,
+    IntentClaim,
     OutcomeFields,
 )
 from langgraph_resilience.checkpoint._protocol import AsyncResilientSaver, ResilientSaver
@@ -35,6 +36,7 @@ __all__ = [
     "AttemptRecord",
     "EffectRecord",
     "Fence",
+    "IntentClaim",
     "OutcomeFields",
     "ResilientSaver",
     "RunRecord",

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from langgraph_resilience._process import executor_alive
 from langgraph_resilience.checkpoint._schema import ATTEMPTS, EFFECTS
 from langgraph_resilience.checkpoint._store import (
     Dialect,
@@ -25,6 +26,7 @@ __all__ = [
     "AttemptKey",
     "AttemptRecord",
     "EffectRecord",
+    "IntentClaim",
     "OutcomeFields",
     "PendingOutcomes",
 ]
@@ -99,6 +101,11 @@ class EffectRecord:
             (``saver.serde.loads_typed((outcome_type, outcome))``).
         error: the error of a failed call.
         checkpoint_ns / checkpoint_id / task_id: the task that made the call.
+        owner: the executor that holds the intent (`langgraph_resilience._process`).
+        lease_until: until when the owner's claim holds (database clock, epoch
+            seconds); the owner renews it while the call runs.
+        fencing_token: the owner's fencing token when it ran under a `Worker`:
+            a worker that took the run over (a higher token) takes the claim too.
     """
 
     idempotency_key: str
@@ -112,6 +119,9 @@ class EffectRecord:
     checkpoint_ns: str = ""
     checkpoint_id: str = ""
     task_id: str = ""
+    owner: str | None = None
+    lease_until: float | None = None
+    fencing_token: int | None = None
 
 
 class OutcomeFields(NamedTuple):
@@ -155,17 +165,80 @@ def list_effects(d: Dialect, thread_id: str) -> Statements[list[EffectRecord]]:
     return [from_row(EffectRecord, r) for r in rows]
 
 
-def record_intent(
-    d: Dialect, thread_id: str, record: EffectRecord, args_digest: str | None
-) -> Statements[None]:
-    """The intent, before the call (a second intent for the key changes nothing)."""
+class IntentClaim(NamedTuple):
+    """What claiming an effect's intent found.
+
+    Attributes:
+        verdict: ``"new"`` (the intent is stored and ours; nothing was there),
+            ``"took_over"`` (an earlier intent without outcome, or a failed call,
+            is now ours: settle it, then call), ``"done"`` (the outcome is
+            recorded: replay it) or ``"busy"`` (another executor holds a live
+            claim: its call may be in flight; do not call).
+        record: what was stored before the claim (None for ``"new"``).
+        wait: for ``"busy"``, seconds until the holder's lease runs out.
+    """
+
+    verdict: str
+    record: EffectRecord | None = None
+    wait: float = 0.0
+
+
+def judge_intent(found: EffectRecord, mine: EffectRecord, now: float, alive: bool | None) -> str:
+    """May the claim ``mine`` take the stored record ``found``? (pure; ``alive``:
+    is its holder's process running, as `executor_alive` tells, None when it
+    cannot tell). A holder is gone when its process is, when its lease ran out,
+    or when it ran under a run lease that ``mine`` has since taken over."""
+    if found.status == "done":
+        return "done"
+    superseded = (
+        mine.fencing_token is not None
+        and found.fencing_token is not None
+        and found.fencing_token < mine.fencing_token
+    )
+    live = (
+        found.status == "intent"
+        and found.owner is not None
+        and found.owner != mine.owner
+        and found.lease_until is not None
+        and found.lease_until > now
+        and alive is not False
+        and not superseded
+    )
+    return "busy" if live else "took_over"
+
+
+_CLAIM_TRIES = 3
+
+
+def claim_intent(
+    d: Dialect,
+    thread_id: str,
+    record: EffectRecord,
+    args_digest: str | None,
+    lease: float,
+    first: bool = False,
+) -> Statements[IntentClaim]:
+    """Store the intent before the call, held by ``record.owner`` for ``lease``
+    seconds; or find who holds it, and take it over when its holder is gone.
+
+    Two executors that race for one key (two processes resuming the same head)
+    meet here: the first insert wins, the second finds it ``"busy"``. The
+    takeover is a compare-and-set on the holder it judged gone, so two takers
+    cannot both win either.
+
+    ``first``: the first try of a task that is not being resumed, whose key no
+    other executor can hold (two executors of one task both resume it): the
+    intent is stored without reading back, in the write's one round trip.
+    """
     r = record
-    yield Stmt(
+    insert = yield Stmt(
         d.sql(
             f"INSERT INTO {EFFECTS.name} (thread_id, idempotency_key, checkpoint_ns, "
-            "checkpoint_id, task_id, name, args_digest, status, intent_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, 'intent', ?) "
+            "checkpoint_id, task_id, name, args_digest, status, intent_at, owner, "
+            "fencing_token, lease_until) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 'intent', ?, ?, ?, NOW() + ?) "
             "ON CONFLICT (thread_id, idempotency_key) DO NOTHING"
+            + ("" if first else " RETURNING 1")
         ),
         (
             thread_id,
@@ -176,8 +249,67 @@ def record_intent(
             r.name,
             args_digest,
             r.intent_at,
+            r.owner,
+            r.fencing_token,
+            lease,
         ),
+        fetch=not first,
     )
+    if first or insert:
+        return IntentClaim("new")
+    for _ in range(_CLAIM_TRIES):
+        rows = yield Stmt(
+            d.sql(
+                f"SELECT {_EFFECT_COLUMNS}, NOW() FROM {EFFECTS.name} "
+                "WHERE thread_id = ? AND idempotency_key = ?"
+            ),
+            (thread_id, r.idempotency_key),
+            fetch=True,
+        )
+        found, now = from_row(EffectRecord, rows[0][:-1]), float(rows[0][-1])
+        alive = None if found.owner is None else executor_alive(found.owner)
+        verdict = judge_intent(found, r, now, alive)
+        if verdict == "busy":
+            return IntentClaim("busy", found, max(0.0, (found.lease_until or now) - now))
+        if verdict == "done":
+            return IntentClaim("done", found)
+        taken = yield Stmt(
+            d.sql(
+                f"UPDATE {EFFECTS.name} SET status = 'intent', owner = ?, fencing_token = ?, "
+                "lease_until = NOW() + ? WHERE thread_id = ? AND idempotency_key = ? "
+                "AND status = ? AND coalesce(owner, '') = ? RETURNING 1"
+            ),
+            (
+                r.owner,
+                r.fencing_token,
+                lease,
+                thread_id,
+                r.idempotency_key,
+                found.status,
+                found.owner or "",
+            ),
+            fetch=True,
+        )
+        if taken:
+            return IntentClaim("took_over", found)
+    return IntentClaim("busy", found, 0.0)  # it changed hands under us each time
+
+
+def renew_intent(
+    d: Dialect, thread_id: str, key: str, owner: str, lease: float
+) -> Statements[bool]:
+    """Extend the holder's lease while its call runs; False once it is no longer
+    held (settled, or taken over after the lease ran out)."""
+    rows = yield Stmt(
+        d.sql(
+            f"UPDATE {EFFECTS.name} SET lease_until = NOW() + ? "
+            "WHERE thread_id = ? AND idempotency_key = ? AND owner = ? "
+            "AND status = 'intent' AND lease_until > NOW() RETURNING 1"
+        ),
+        (lease, thread_id, key, owner),
+        fetch=True,
+    )
+    return bool(rows)
 
 
 def record_outcome(d: Dialect, thread_id: str, key: str, fields: OutcomeFields) -> Statements[None]:

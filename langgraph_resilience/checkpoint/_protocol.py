@@ -17,6 +17,7 @@ from langgraph_resilience.checkpoint._ledger import (
     AttemptKey,
     AttemptRecord,
     EffectRecord,
+    IntentClaim,
     OutcomeFields,
 )
 from langgraph_resilience.checkpoint._runs import Fence, RunRecord
@@ -45,13 +46,17 @@ class ResilientSaver(Protocol):
 
     def read_effect(self, thread_id: str, key: str) -> EffectRecord | None: ...
 
-    def record_intent(
+    def claim_intent(
         self,
         thread_id: str,
         record: EffectRecord,
         args_digest: str | None,
+        lease: float,
         fence: Fence | None = None,
-    ) -> None: ...
+        first: bool = False,
+    ) -> IntentClaim: ...
+
+    def renew_intent(self, thread_id: str, key: str, owner: str, lease: float) -> bool: ...
 
     def record_outcome(
         self, thread_id: str, key: str, fields: OutcomeFields, fence: Fence | None = None
@@ -100,13 +105,19 @@ class AsyncResilientSaver(Protocol):
 
     async def aread_effect(self, thread_id: str, key: str) -> EffectRecord | None: ...
 
-    async def arecord_intent(
+    async def aclaim_intent(
         self,
         thread_id: str,
         record: EffectRecord,
         args_digest: str | None,
+        lease: float,
         fence: Fence | None = None,
-    ) -> None: ...
+        first: bool = False,
+    ) -> IntentClaim: ...
+
+    async def arenew_intent(self, thread_id: str, key: str, owner: str, lease: float) -> bool: ...
+
+    def renew_intent(self, thread_id: str, key: str, owner: str, lease: float) -> bool: ...
 
     async def arecord_outcome(
         self, thread_id: str, key: str, fields: OutcomeFields, fence: Fence | None = None

@@ -31,6 +31,7 @@ from langgraph_resilience.checkpoint._ledger import (
     AttemptKey,
     AttemptRecord,
     EffectRecord,
+    IntentClaim,
     OutcomeFields,
 )
 from langgraph_resilience.checkpoint._retry import Translate
@@ -234,17 +235,30 @@ class SyncResilience(Hooks):
         found = self._query(lambda: _ledger.read_effect(self._dialect, thread_id, key))
         return found and self._state.outcomes.overlay(thread_id, [found])[0]
 
-    def record_intent(
+    def claim_intent(
         self,
         thread_id: str,
         record: EffectRecord,
         args_digest: str | None,
+        lease: float,
         fence: Fence | None = None,
-    ) -> None:
-        """Store an effect's intent durably, before the call."""
+        first: bool = False,
+    ) -> IntentClaim:
+        """Store an effect's intent durably before the call, held by
+        ``record.owner`` for ``lease`` seconds, or say who holds it (`IntentClaim`);
+        ``first``: see `_ledger.claim_intent`."""
         d = self._dialect
-        intent = _ledger.record_intent
-        self._write(lambda: intent(d, thread_id, record, args_digest), fence=fence, pipeline=True)
+        claim = _ledger.claim_intent
+        return self._write(
+            lambda: claim(d, thread_id, record, args_digest, lease, first),
+            fence=fence,
+            pipeline=True,
+        )
+
+    def renew_intent(self, thread_id: str, key: str, owner: str, lease: float) -> bool:
+        """Extend the lease of an intent whose call runs; False once it is not held."""
+        d = self._dialect
+        return self._write(lambda: _ledger.renew_intent(d, thread_id, key, owner, lease))
 
     def record_outcome(
         self, thread_id: str, key: str, fields: OutcomeFields, fence: Fence | None = None

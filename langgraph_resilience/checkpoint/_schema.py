@@ -93,6 +93,8 @@ EFFECTS = Table(
         Column("outcome_type", "TEXT"),
         Column("outcome", "BLOB_T"),
         Column("error", "TEXT"),
+        Column("owner", "TEXT", since=8),
+        Column("lease_until", "REAL_T", since=8),
     ),
     primary_key=("thread_id", "idempotency_key"),
     since=3,
@@ -199,6 +201,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration.postgres_only(_PG_CHECK_FENCE),
     # 7: at most one open run per thread, also when two processes submit at once.
     Migration.both(_ONE_OPEN_RUN),
+    # 8: an effect's intent names its executor and how long its claim holds.
+    Migration.both(*EFFECTS.added(8)),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 
