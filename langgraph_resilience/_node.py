@@ -25,23 +25,22 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
-from langchain_core.messages import AnyMessage, SystemMessage, trim_messages
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.config import get_config
 from langgraph.types import Command, interrupt
 
 import langgraph_resilience.state as run_log
+from langgraph_resilience._compress import compress_with_summary
 from langgraph_resilience._engine import Action, decide
 from langgraph_resilience._routes import ResilienceRoute, error_text, route_of, suggestion
 from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.budget import Budget, add_usage, metering, pause_value, topped_up, used
 from langgraph_resilience.checkpoint import AttemptRecord
-from langgraph_resilience.classify import Classifier, FailureKind, is_control_flow
-from langgraph_resilience.errors import ConfigError, LeaseLost, ValidationFailed
+from langgraph_resilience.classify import Classification, Classifier, FailureKind, is_control_flow
+from langgraph_resilience.errors import LeaseLost, ValidationFailed
 from langgraph_resilience.policy import Attempt, NodePolicy
-from langgraph_resilience.state import RunOutcome
 
 __all__ = [
     "CallNode",
@@ -52,7 +51,6 @@ __all__ = [
     "NodeOp",
     "RecordAttempt",
     "Sleep",
-    "default_compress",
     "is_async",
     "node_loop",
     "run_async",
@@ -118,39 +116,78 @@ class NodeContext:
 _FIRST = Attempt()
 
 
+def step_path(name: str, task: TaskContext, log: Mapping[str, Any]) -> str:
+    """The step's path in its run: subgraph path and node, the `Send` branch,
+    and the loop iteration from the second on (``research/fetch``, ``work[2]``,
+    ``review#3``)."""
+    base = task.graph_path + name
+    index = task.send_index
+    if index is not None:
+        base += f"[{index}]"
+    seen = int((log.get("counts") or {}).get(base, 0))
+    return f"{base}#{seen + 1}" if seen else base
+
+
+def _log_of(state: Any) -> Mapping[str, Any]:
+    known = state.get("resilience") if isinstance(state, Mapping) else None
+    return known if isinstance(known, Mapping) else {}
+
+
 def _log_update(
     ctx: NodeContext,
-    step: int | None,
+    task: TaskContext,
     state: Any,
     status: str,
-    attempts: int,
-    kind: str | None,
+    earlier: Sequence[AttemptRecord],
     output: Any,
+    started_at: float,
 ) -> dict[str, Any]:
-    now = time.time()
-    entry: dict[str, Any] = {"status": status, "attempts": attempts, "completed_at": now}
-    if kind is not None:
-        entry["kind"] = kind
-    update: dict[str, Any] = {"steps": {ctx.name: entry}}
-    if status == "completed":
-        update["completed_steps"] = [
-            {
-                "node": ctx.name,
-                "step": step,
-                "completed_at": now,
-                "summary": run_log.summarize(output),
-            }
-        ]
-    else:
-        update["degraded_steps"] = [ctx.name]
-    known = state.get("resilience") if isinstance(state, Mapping) else None
-    if not (known or {}).get("task_spec") and isinstance(state, Mapping):
-        update["task_spec"] = {k: v for k, v in state.items() if k != "resilience"}
+    known = _log_of(state)
+    path = step_path(ctx.name, task, known)
+    step: dict[str, Any] = {
+        "run": int(known.get("run") or 1),
+        "path": path,
+        "node": ctx.name,
+        "status": status,
+        "attempts": len(earlier) + (1 if status == "completed" else 0),
+        "kinds": [r.kind for r in earlier if r.kind],
+        "started_at": started_at,
+        "ended_at": time.time(),
+        "summary": run_log.summarize(output) if status == "completed" else "",
+    }
+    update: dict[str, Any] = {"step": step}
+    if status != "completed":
+        update["degraded_steps"] = [path]
     if ctx.is_terminal(ctx.name):
         update["status"] = "success"
-    elif not (known or {}).get("status"):
+    elif not known.get("status"):
         update["status"] = "running"
     return update
+
+
+class SubgraphStopped(Exception):
+    """A subgraph node's graph ended with a partial result: the node failed."""
+
+    def __init__(self, failed: Mapping[str, Any]) -> None:
+        super().__init__(failed.get("message") or "the subgraph stopped short")
+        self.failed = dict(failed)
+
+
+def _nested(output: Any, state: Any) -> tuple[dict[str, float], Mapping[str, Any] | None]:
+    """What a node's output carries from a nested run log (a subgraph's, which
+    started from this state's log): the usage it added (seconds aside: this
+    node's own clock counts them), and its failed step if it stopped short."""
+    inner = output.get("resilience") if isinstance(output, Mapping) else None
+    if not isinstance(inner, Mapping):
+        return {}, None
+    before = used(state)
+    delta = {
+        k: v - before.get(k, 0)
+        for k, v in (inner.get("usage") or {}).items()
+        if k != "seconds" and v > before.get(k, 0)
+    }
+    failed = inner.get("failed_step") if inner.get("status") == "partial_complete" else None
+    return delta, failed if isinstance(failed, Mapping) else None
 
 
 def _budget_pause(ctx: NodeContext, record: AttemptRecord) -> dict[str, Any]:
@@ -174,10 +211,8 @@ def _with_log(output: Any, log: dict[str, Any]) -> Any:
     """The node's output with the run-log update added."""
     if output is None:
         return {"resilience": log}
-    if isinstance(output, dict):
-        own = output.get("resilience")
-        merged = log if own is None else run_log.merge_run_log(own, cast(RunOutcome, log))
-        return {**output, "resilience": merged}
+    if isinstance(output, dict):  # a nested run log (a subgraph's) gives way to ours
+        return {**output, "resilience": log}
     if isinstance(output, Command):
         update = output.update
         if update is None:
@@ -189,34 +224,19 @@ def _with_log(output: Any, log: dict[str, Any]) -> Any:
 
 
 def _compressed(policy: NodePolicy, state: Any) -> tuple[Any, dict[str, Any]]:
-    """The state for the next try after a context overflow, and what was kept."""
+    """The state for the next try after a context overflow, and what was kept
+    (and, by the default compression, what was dropped: ``trimmed``)."""
+    detail: dict[str, Any] = {}
     if policy.compress is not None:
         update = dict(policy.compress(state))
     else:
-        update = default_compress(state)
+        update, detail = compress_with_summary(state)
     new_state = {**state, **update} if isinstance(state, Mapping) else state
     kept = {k: (len(v) if isinstance(v, list) else "changed") for k, v in update.items()}
-    return new_state, {"at": time.time(), "kept": kept}
-
-
-def default_compress(state: Any) -> dict[str, Any]:
-    """Halve the ``messages`` key with langchain-core's trimming; keep the system message."""
-    messages: Sequence[AnyMessage] = state.get("messages", []) if isinstance(state, Mapping) else []
-    if not messages:
-        raise ConfigError(
-            "context overflow, but the state has no `messages` to trim; give the node "
-            "NodePolicy(compress=...) that shrinks its context"
-        )
-    keep = max(1, len(messages) // 2)
-    trimmed = trim_messages(
-        list(messages),
-        max_tokens=keep,
-        token_counter=len,
-        strategy="last",
-        include_system=any(isinstance(m, SystemMessage) for m in messages),
-        allow_partial=False,
-    )
-    return {"messages": trimmed}
+    summary: dict[str, Any] = {"at": time.time(), "kept": kept}
+    if detail:
+        summary["trimmed"] = detail
+    return new_state, summary
 
 
 def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[NodeOp, Any, Any]:
@@ -226,7 +246,6 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
     lets LangGraph's control flow (interrupts, drains) through untouched.
     """
     policy = ctx.policy
-    step = task.step
     # A step boundary: pause here if the run's budget is spent (until a top-up).
     budget = topped_up(state)
     if budget is None:
@@ -247,6 +266,7 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
     overrides: Mapping[str, Any] = {}
     summaries: list[dict[str, Any]] = []
     spent: dict[str, float] = {"steps": 1}
+    first_start = time.time()
     while True:
         number = len(earlier) + 1
         last = earlier[-1] if earlier else None
@@ -265,18 +285,22 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
         result: CallResult = yield CallNode(state, attempt)
         spent = add_usage(spent, result.usage)
         exc = result.error
+        if exc is None:
+            inner_usage, inner_failed = _nested(result.output, state)
+            spent = add_usage(spent, inner_usage)
+            if inner_failed is not None:
+                exc = SubgraphStopped(inner_failed)
         if exc is None and policy is not None and policy.validate is not None:
             exc = _validation_error(policy.validate, result.output)
         if exc is None:
-            kind = last.kind if last else None
-            log = _log_update(ctx, step, state, "completed", number, kind, result.output)
+            log = _log_update(ctx, task, state, "completed", earlier, result.output, first_start)
             if summaries:
                 log["context_summary"] = summaries
             _add_spend(log, spent, topped)
             return _with_log(result.output, log)
         if is_control_flow(exc) or isinstance(exc, LeaseLost) or policy is None:
             raise exc  # a lost lease ends this worker's part, it is no node failure
-        failure = ctx.classifier(exc)
+        failure = _stopped if isinstance(exc, SubgraphStopped) else ctx.classifier(exc)
         decision = decide(
             policy, failure, [FailureKind(r.kind) for r in earlier if r.kind], ctx.rand()
         )
@@ -309,7 +333,7 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
                 yield Sleep(decision.delay)
             continue
         if decision.action is Action.DEGRADE:
-            log = _log_update(ctx, step, state, "degraded", number, failure.kind.value, None)
+            log = _log_update(ctx, task, state, "degraded", earlier, None, first_start)
             log["recovery_suggestions"] = [suggestion(ctx.name, failure, exc, number)]
             _add_spend(log, spent, topped)
             return {"resilience": log}
@@ -322,7 +346,20 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
             attempts=number,
             task=task.effect_scope,  # a re-run failed step keeps its first keys
         )
+        route["path"] = step_path(ctx.name, task, _log_of(state))
+        route["send"] = task.send_index is not None
+        if isinstance(exc, SubgraphStopped):  # name the inner step, as it failed
+            inner = exc.failed
+            route.update(
+                {k: inner[k] for k in ("kind", "reason", "error_type", "message") if k in inner}
+            )
+            route["path"] = str(inner.get("path") or route["path"])
         raise ResilienceRoute(route)
+
+
+#: A subgraph that stopped short: no retry (its completed steps would run again);
+#: the node's policy decides between fallback, degraded and partial result.
+_stopped = Classification(kind=FailureKind.DEGRADABLE, reason="its subgraph stopped short")
 
 
 def _validation_error(validate: Callable[[Any], Any], output: Any) -> BaseException | None:

@@ -143,30 +143,43 @@ def error_handler(node: str) -> Callable[..., Command[Any]]:
             if isinstance(error.error, BaseException):
                 raise error.error
             raise RuntimeError(f"node {node!r} failed: {error.error}")
-        now = time.time()
-        status = "fallback" if route["route"] == Action.FALLBACK.value else "failed"
-        log: dict[str, Any] = {
-            "steps": {
-                node: {
-                    "status": status,
-                    "attempts": route["attempts"],
-                    "kind": route["kind"],
-                    "completed_at": now,
-                }
-            },
-        }
-        if status == "fallback":
-            log["degraded_steps"] = [node]
-        else:
-            log["failed_step"] = {
-                k: route.get(k)
-                for k in ("node", "kind", "reason", "error_type", "message", "attempts", "task")
-            }
-            log["recovery_suggestions"] = [route["suggestion"]]
-        return Command(goto=route["target"], update={"resilience": log})
+        return Command(goto=route["target"], update={"resilience": failure_log(route, state)})
 
     handler.__name__ = f"route_{node}"
     return handler
+
+
+_FAILED_FIELDS = ("node", "kind", "reason", "error_type", "message", "attempts", "task")
+
+
+def failure_log(route: Mapping[str, Any], state: Any) -> dict[str, Any]:
+    """The run-log update of a step that gave up (``state``: the failed task's
+    input, a `Send` branch's own payload)."""
+    status = "fallback" if route["route"] == Action.FALLBACK.value else "failed"
+    path = str(route.get("path") or route["node"])
+    known = state.get("resilience") if isinstance(state, Mapping) else None
+    step = {
+        "run": int((known or {}).get("run") or 1),
+        "path": path,
+        "node": route["node"],
+        "status": status,
+        "attempts": route["attempts"],
+        "kinds": [route["kind"]],
+        "started_at": time.time(),
+        "ended_at": time.time(),
+        "summary": "",
+    }
+    log: dict[str, Any] = {"step": step}
+    if status == "fallback":
+        log["degraded_steps"] = [path]
+        return log
+    failed: dict[str, Any] = {"path": path, **{k: route.get(k) for k in _FAILED_FIELDS}}
+    if route.get("send"):
+        failed["send"] = state
+    log["failed_step"] = failed
+    log["failed_steps"] = [failed]
+    log["recovery_suggestions"] = [route["suggestion"]]
+    return log
 
 
 def partial_result(state: Any) -> dict[str, Any]:

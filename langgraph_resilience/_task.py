@@ -48,11 +48,13 @@ __all__ = [
     "DURABILITY_KEY",
     "EFFECT_SCOPE_KEY",
     "NODE_KEY",
+    "PATH_KEY",
     "RESUMING_KEY",
     "RUNTIME_KEY",
     "STEP_KEY",
     "TaskContext",
     "current_attempt",
+    "in_parent_task",
 ]
 
 # LangGraph's private configurable keys (langgraph._internal._constants.CONFIG_KEY_*).
@@ -63,6 +65,11 @@ DURABILITY_KEY = "__pregel_durability"  # "sync" | "async" | "exit"
 # LangGraph's metadata keys of a task.
 NODE_KEY = "langgraph_node"
 STEP_KEY = "langgraph_step"
+PATH_KEY = "langgraph_path"  # ("__pregel_push", index, ...) for a Send branch
+PUSH = "__pregel_push"
+# Set in the config of a task: a graph called with them runs inside a parent's task.
+TASK_ID_KEY = "__pregel_task_id"
+SCRATCHPAD_KEY = "__pregel_scratchpad"
 # Our own configurable keys.
 BUDGET_KEY = "budget"  # the run's Budget, or a dict of its fields
 EFFECT_SCOPE_KEY = "lgr_effect_scope"  # retry_failed's {"node", "task"} of the failed step
@@ -70,6 +77,14 @@ EFFECT_SCOPE_KEY = "lgr_effect_scope"  # retry_failed's {"node", "task"} of the 
 CURRENT_ATTEMPT: ContextVar[Attempt | None] = ContextVar(
     "langgraph_resilience_attempt", default=None
 )
+
+
+def in_parent_task(config: Mapping[str, Any]) -> bool:
+    """Whether a graph called with ``config`` runs as a subgraph, in a parent's task."""
+    configurable = config.get("configurable") or {}
+    return bool(configurable.get("checkpoint_ns")) or any(
+        k in configurable for k in (TASK_ID_KEY, SCRATCHPAD_KEY)
+    )
 
 
 def current_attempt() -> Attempt:
@@ -219,6 +234,21 @@ class TaskContext:
     def saver_type(self) -> str:
         """The class name of the graph's saver, for error messages."""
         return type(self._configurable.get(CHECKPOINTER_KEY)).__name__
+
+    @property
+    def send_index(self) -> int | None:
+        """The index of the `Send` that started this task, if one did."""
+        path: tuple[Any, ...] = tuple((self.config.get("metadata") or {}).get(PATH_KEY) or ())
+        if len(path) >= 2 and path[0] == PUSH and isinstance(path[1], int):
+            return path[1]
+        return None
+
+    @property
+    def graph_path(self) -> str:
+        """The subgraph nodes this task runs inside, outermost first
+        (``"research/"``; empty at the root)."""
+        parts = [seg.split(":", 1)[0] for seg in self.checkpoint_ns.split("|") if seg]
+        return "".join(f"{p}/" for p in parts[:-1])
 
     @property
     def task_scope(self) -> str:

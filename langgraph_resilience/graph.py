@@ -14,18 +14,20 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypedDict, cast
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.graph import Graph
-from langgraph.cache.base import BaseCache
+from langgraph.cache.base import BaseCache, FullKey, Namespace
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
-from langgraph.types import All, Checkpointer, Command
+from langgraph.types import All, CachePolicy, Checkpointer, Command, Send, StateSnapshot
 from langgraph.typing import ContextT, InputT, OutputT, StateT
 from typing_extensions import Self, Unpack
 
+import langgraph_resilience._lifecycle as lifecycle
 import langgraph_resilience.state as run_log
 from langgraph_resilience._node import NodeAction, NodeContext, is_async, wrap
 from langgraph_resilience._routes import PARTIAL_RESULT, error_handler, partial_result
@@ -61,23 +63,217 @@ class CompileOptions(TypedDict, total=False):
 
 
 class ResilientCompiledStateGraph(CompiledStateGraph[StateT, ContextT, InputT, OutputT]):
-    """A compiled `ResilientStateGraph`: draws its failure routes in `get_graph()`."""
+    """A compiled `ResilientStateGraph`: draws its failure routes in `get_graph()`;
+    each new input starts a new run, and a run with nothing left to do reads
+    ``success`` (`_lifecycle`)."""
+
+    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return super().stream(lifecycle.with_marker(input, config), config, **kwargs)
+
+    def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return super().astream(lifecycle.with_marker(input, config), config, **kwargs)
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        out = super().invoke(input, config, **kwargs)
+        read = lambda: self.get_state(config or {}) if self.checkpointer else None  # noqa: E731
+        return lifecycle.settle_output(out, config, read)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        out = await super().ainvoke(input, config, **kwargs)
+        found = None
+        if self.checkpointer and lifecycle.settle_output(out, config, lambda: None) is not out:
+            found = await self.aget_state(config or {})
+        return lifecycle.settle_output(out, config, lambda: found)
+
+    def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot:
+        return lifecycle.settled(super().get_state(config, subgraphs=subgraphs))
+
+    async def aget_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot:
+        return lifecycle.settled(await super().aget_state(config, subgraphs=subgraphs))
 
     def get_graph(self, config: RunnableConfig | None = None, *, xray: int | bool = False) -> Graph:
-        drawing = super().get_graph(config, xray=xray)
-        routes: dict[str, list[str]] = getattr(self.builder, "_routes", {})
-        for name in [n for n in drawing.nodes if n.startswith("__error_handler__")]:
+        return self._with_routes(super().get_graph(config, xray=xray))
+
+    async def aget_graph(
+        self, config: RunnableConfig | None = None, *, xray: int | bool = False
+    ) -> Graph:
+        return self._with_routes(await super().aget_graph(config, xray=xray))
+
+    def _with_routes(self, drawing: Graph) -> Graph:
+        """LangGraph's drawing, with the failure routes in place of the error handlers.
+
+        An xray drawing draws a subgraph node as the subgraph's nodes
+        (``sub:fetch``; a resilient subgraph drew its own routes): the node's
+        routes leave from the subgraph's last nodes and enter at its first
+        ones, as LangGraph draws the node's own edges.
+        """
+        for name in [n for n in drawing.nodes if n.rpartition(":")[2].startswith(_HANDLER)]:
             drawing.remove_node(drawing.nodes[name])
+        firsts: dict[str, list[str]] = {}
+        lasts: dict[str, list[str]] = {}
+        for name in self.nodes:
+            prefix = f"{name}:"
+            if name in drawing.nodes or not any(n.startswith(prefix) for n in drawing.nodes):
+                continue  # drawn as one node
+            for end in (START, END):  # left when LangGraph cannot trim them (a subgraph
+                if prefix + end in drawing.nodes:  # with a partial_result has two last nodes)
+                    _bypass(drawing, prefix + end)
+            inner = [n for n in drawing.nodes if n.startswith(prefix)]
+            entered, left = set(), set()  # inner nodes with an edge in / out
+            entered_from_outside, left_to_outside = set(), set()
+            for e in drawing.edges:
+                source_in, target_in = e.source.startswith(prefix), e.target.startswith(prefix)
+                if source_in and target_in:
+                    entered.add(e.target)
+                    left.add(e.source)
+                elif target_in:
+                    entered_from_outside.add(e.target)
+                elif source_in:
+                    left_to_outside.add(e.source)
+            firsts[name] = [n for n in inner if n not in entered or n in entered_from_outside]
+            lasts[name] = [n for n in inner if n not in left or n in left_to_outside]
+        drawn = {(e.source, e.target) for e in drawing.edges}
+
+        def connect(source: str, target: str, label: str | None, conditional: bool) -> None:
+            for s in [source] if source in drawing.nodes else lasts.get(source, []):
+                for t in [target] if target in drawing.nodes else firsts.get(target, []):
+                    if (s, t) not in drawn:
+                        drawn.add((s, t))
+                        drawing.add_edge(drawing.nodes[s], drawing.nodes[t], label, conditional)
+
+        routes: dict[str, list[str]] = getattr(self.builder, "_routes", {})
         for source, targets in routes.items():
             for target in targets:
-                if source in drawing.nodes and target in drawing.nodes:
-                    label = "on failure" if target != PARTIAL_RESULT else "gives up"
-                    drawing.add_edge(drawing.nodes[source], drawing.nodes[target], label, True)
-        if PARTIAL_RESULT in drawing.nodes and END in drawing.nodes:
-            ends = {(e.source, e.target) for e in drawing.edges}
-            if (PARTIAL_RESULT, END) not in ends:
-                drawing.add_edge(drawing.nodes[PARTIAL_RESULT], drawing.nodes[END])
+                label = "on failure" if target != PARTIAL_RESULT else "gives up"
+                connect(source, target, label, True)
+        # LangGraph draws the edges of the nodes a run reaches through edges; a
+        # node only a failure route reaches (a fallback, partial_result) has
+        # none drawn: draw its own.
+        for source, target in sorted(self.builder.edges):
+            if source != START:
+                connect(source, target, None, False)
+        for source, branches in self.builder.branches.items():
+            for branch in branches.values():
+                for key, target in (branch.ends or {}).items():
+                    connect(source, target, None if key == target else str(key), True)
         return drawing
+
+    def _defaults(self, config: RunnableConfig, **kwargs: Any) -> Any:
+        # LangGraph has no public per-graph durability default (no compile
+        # parameter or attribute; `with_config` takes none), so `compile` sets
+        # the private config key. A "sync" run waits after each step for a
+        # checkpoint write that a run without a saver never makes (AttributeError
+        # `_put_checkpoint_fut`): such a run, and its subgraphs, drop the
+        # default. A durability passed to invoke/stream, or in the config, wins.
+        *head, checkpointer, store, cache, durability = super()._defaults(config, **kwargs)
+        configurable = config.get("configurable") or {}
+        if (
+            checkpointer is None
+            and kwargs.get("durability") is None
+            and configurable.get(DURABILITY_KEY) == "sync"
+        ):
+            del configurable[DURABILITY_KEY]
+            durability = "async"  # LangGraph's default
+        if cache is not None:
+            cache = _RunLogFreeCache(cache, frozenset(getattr(self.builder, "_policies", ())))
+        return (*head, checkpointer, store, cache, durability)
+
+
+_HANDLER = "__error_handler__"
+_RUN_LOG = "resilience"
+
+
+def _bypass(drawing: Graph, node: str) -> None:
+    """Remove ``node`` from the drawing, joining each edge into it to each edge out."""
+    ins = [e for e in drawing.edges if e.target == node and e.source != node]
+    outs = [e for e in drawing.edges if e.source == node and e.target != node]
+    drawing.remove_node(drawing.nodes[node])
+    drawn = {(e.source, e.target) for e in drawing.edges}
+    for i in ins:
+        for o in outs:
+            if (i.source, o.target) not in drawn:
+                drawn.add((i.source, o.target))
+                data = o.data if o.data is not None else i.data
+                conditional = i.conditional or o.conditional
+                drawing.add_edge(
+                    drawing.nodes[i.source], drawing.nodes[o.target], data, conditional
+                )
+
+
+def _keyed_without_run_log(policy: CachePolicy[Any]) -> CachePolicy[Any]:
+    """``policy``, its cache key taken on the node's input without the run log
+    (``resilience``: times and counts that differ in every run)."""
+    key: Callable[..., str | bytes] = policy.key_func
+    if getattr(key, "_lgr_without_run_log", False):
+        return policy
+
+    def key_func(*args: Any, **kwargs: Any) -> str | bytes:
+        if args and isinstance(args[0], Mapping) and _RUN_LOG in args[0]:
+            args = ({k: v for k, v in args[0].items() if k != _RUN_LOG}, *args[1:])
+        return key(*args, **kwargs)
+
+    key_func._lgr_without_run_log = True  # type: ignore[attr-defined]
+    return replace(policy, key_func=key_func)
+
+
+class _RunLogFreeCache(BaseCache[Any]):
+    """A run's node cache, holding no run log.
+
+    A node's writes carry its run-log update (``resilience``: its step record,
+    times, usage, budget). Cached with them, a hit would write another run's
+    log into this one; cached without, a hit writes the node's output only, as
+    on a plain `StateGraph` (and the run log does not record the hit). A
+    degraded step (a failure skipped) is not cached: the next run tries again.
+    """
+
+    def __init__(self, cache: BaseCache[Any], nodes: frozenset[str]) -> None:
+        super().__init__(serde=cache.serde)
+        self.cache = cache
+        self.nodes = nodes  # the wrapped nodes, whose writes carry a run log
+
+    def _ours(self, key: FullKey) -> bool:
+        ns = key[0]  # (the writes namespace, the node's identifier, its name)
+        return len(ns) == 3 and ns[2] in self.nodes
+
+    def _stored(
+        self, pairs: Mapping[FullKey, tuple[Any, int | None]]
+    ) -> dict[FullKey, tuple[Any, int | None]]:
+        kept: dict[FullKey, tuple[Any, int | None]] = {}
+        for key, (writes, ttl) in pairs.items():
+            if not self._ours(key):
+                kept[key] = (writes, ttl)
+            elif not any(
+                c == _RUN_LOG and isinstance(v, Mapping) and v.get("degraded_steps")
+                for c, v in writes
+            ):
+                kept[key] = ([(c, v) for c, v in writes if c != _RUN_LOG], ttl)
+        return kept
+
+    def _found(self, found: dict[FullKey, Any]) -> dict[FullKey, Any]:
+        return {
+            k: [(c, v) for c, v in w if c != _RUN_LOG] if self._ours(k) else w
+            for k, w in found.items()
+        }
+
+    def get(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
+        return self._found(self.cache.get(keys))
+
+    async def aget(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
+        return self._found(await self.cache.aget(keys))
+
+    def set(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
+        if kept := self._stored(pairs):
+            self.cache.set(kept)
+
+    async def aset(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
+        if kept := self._stored(pairs):
+            await self.cache.aset(kept)
+
+    def clear(self, namespaces: Sequence[Namespace] | None = None) -> None:
+        self.cache.clear(namespaces)
+
+    async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
+        await self.cache.aclear(namespaces)
 
 
 class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
@@ -163,6 +359,8 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         self._policies[name] = policy
         if policy is not None:
             kwargs.setdefault("error_handler", error_handler(name))
+        if kwargs.get("cache_policy") is not None:  # the run log differs in every run
+            kwargs["cache_policy"] = _keyed_without_run_log(kwargs["cache_policy"])
         return super().add_node(name, self._wrap(name, action, policy), **kwargs)
 
     def _wrap(self, name: str, action: NodeAction, policy: NodePolicy | None) -> NodeAction:
@@ -231,6 +429,11 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
             if targets == {END} and n not in self.branches and n != START
         )
         default_budget = Budget.coerce(budget, where="compile(budget=...)")
+        default_cache = self._node_defaults.cache_policy
+        if default_cache is not None:  # our nodes key it without the run log, as in add_node
+            for name in self._policies:
+                if self.nodes[name].cache_policy is None:
+                    self.nodes[name].cache_policy = _keyed_without_run_log(default_cache)
         compiled = super().compile(checkpointer, **kwargs)
         compiled.__class__ = ResilientCompiledStateGraph
         resilient = cast(ResilientCompiledStateGraph[StateT, ContextT, InputT, OutputT], compiled)
@@ -255,33 +458,67 @@ def _name_of(action: NodeAction) -> str:
 # ---------------------------------------------------------------------------
 
 
-def _retry_command(
-    values: Mapping[str, Any], thread: str, update: Mapping[str, Any] | None
-) -> Command[Any]:
+def _to_retry(values: Mapping[str, Any], thread: str, step: str | None) -> list[Mapping[str, Any]]:
+    """The steps `retry_failed` re-runs: every step that failed for good, or ``step``."""
     log = values.get("resilience") or {}
-    failed = log.get("failed_step")
+    failed = list(
+        log.get("failed_steps") or ([log["failed_step"]] if log.get("failed_step") else [])
+    )
+    if step is not None:
+        chosen = [f for f in failed if f.get("path") == step]
+        if chosen:
+            return chosen
+        if step in (log.get("degraded_steps") or []):
+            return [{"path": step, "node": node_of(step)}]
+        known = [f.get("path") for f in failed] + list(log.get("degraded_steps") or [])
+        raise RunStateError(
+            f"thread {thread!r} has no failed or degraded step {step!r} in its current run; "
+            f"steps that can be re-run: {', '.join(map(repr, known)) or 'none'}"
+        )
     if log.get("status") != "partial_complete" or not failed:
         raise RunStateError(
             f"thread {thread!r} has no failed step to retry (status: "
             f"{log.get('status', 'unknown')!r}); retry_failed is for runs that ended with "
-            "a partial result"
+            "a partial result, or give step= a degraded step's path"
         )
+    return failed
+
+
+def node_of(path: str) -> str:
+    """The node of a step path (``research/fetch#2`` -> ``fetch``)."""
+    return path.rsplit("/", 1)[-1].split("#", 1)[0].split("[", 1)[0]
+
+
+def _retry_command(
+    steps: list[Mapping[str, Any]], update: Mapping[str, Any] | None
+) -> Command[Any]:
+    gotos: list[Any] = [Send(f["node"], f["send"]) if "send" in f else f["node"] for f in steps]
     reset: dict[str, Any] = {
         "status": "running",
-        "failed_step": None,
         "partial_output": None,
         "recovery_suggestions": [],
+        "clear": [f["path"] for f in steps if f.get("path")],
     }
-    return Command(goto=failed["node"], update={**(update or {}), "resilience": reset})
+    return Command(goto=gotos, update={**(update or {}), "resilience": reset})
 
 
-def _with_effect_scope(config: RunnableConfig, values: Mapping[str, Any]) -> RunnableConfig:
+def _with_effect_scope(config: RunnableConfig, steps: list[Mapping[str, Any]]) -> RunnableConfig:
     """The config for re-running a failed step: its side effects keep their keys."""
-    failed = (values.get("resilience") or {}).get("failed_step") or {}
-    if not failed.get("task"):
+    tasks = [f for f in steps if f.get("task")]
+    if len(tasks) != 1:  # several branches of one node: each keys its effects anew
         return config
-    scope = {"node": failed["node"], "task": failed["task"]}
+    scope = {"node": tasks[0]["node"], "task": tasks[0]["task"]}
     return {**config, "configurable": {**config.get("configurable", {}), EFFECT_SCOPE_KEY: scope}}
+
+
+def _thread_of(config: RunnableConfig) -> str:
+    thread = (config.get("configurable") or {}).get("thread_id") if config else None
+    if thread is None:
+        raise ConfigError(
+            "retry_failed needs the thread's config, e.g. "
+            '{"configurable": {"thread_id": "job-42"}}'
+        )
+    return str(thread)
 
 
 def retry_failed(
@@ -289,11 +526,15 @@ def retry_failed(
     config: RunnableConfig,
     *,
     update: Mapping[str, Any] | None = None,
+    step: str | None = None,
 ) -> dict[str, Any] | Any:
     """Re-run the step that ended a run with a partial result, and go on from there.
 
     Completed steps are not run again: their results are in the state. Pass
     ``update`` to correct the state first (the fix for a PERMANENT failure).
+    Every step that failed for good is re-run (each failed `Send` branch with
+    its own payload); ``step=`` names one failed or degraded step's path
+    (``state["resilience"]["degraded_steps"]``) to re-run instead.
 
     Raises:
         RunStateError: the thread did not end with a partial result.
@@ -301,9 +542,8 @@ def retry_failed(
     Example:
         >>> out = retry_failed(graph, config, update={"query": "fixed"})  # doctest: +SKIP
     """
-    values = graph.get_state(config).values
-    command = _retry_command(values, config["configurable"]["thread_id"], update)
-    return graph.invoke(command, _with_effect_scope(config, values))
+    steps = _to_retry(graph.get_state(config).values, _thread_of(config), step)
+    return graph.invoke(_retry_command(steps, update), _with_effect_scope(config, steps))
 
 
 async def aretry_failed(
@@ -311,8 +551,8 @@ async def aretry_failed(
     config: RunnableConfig,
     *,
     update: Mapping[str, Any] | None = None,
+    step: str | None = None,
 ) -> dict[str, Any] | Any:
     """Async twin of `retry_failed`."""
-    values = (await graph.aget_state(config)).values
-    command = _retry_command(values, config["configurable"]["thread_id"], update)
-    return await graph.ainvoke(command, _with_effect_scope(config, values))
+    steps = _to_retry((await graph.aget_state(config)).values, _thread_of(config), step)
+    return await graph.ainvoke(_retry_command(steps, update), _with_effect_scope(config, steps))

@@ -11,24 +11,57 @@ from typing import Annotated, Any, TypedDict, get_type_hints
 from langgraph_resilience.budget import add_usage
 from langgraph_resilience.errors import ConfigError
 
-__all__ = ["ResilientState", "RunOutcome", "merge_run_log", "require_resilient_schema"]
+__all__ = [
+    "FailedStep",
+    "RECENT_STEPS",
+    "ResilientState",
+    "RunOutcome",
+    "StepRecord",
+    "merge_run_log",
+    "new_run_marker",
+    "require_resilient_schema",
+    "step_base",
+]
+
+
+#: How many recent completed steps ``state["resilience"]`` keeps; the full
+#: history is in the store (`saver.step_history`), so a checkpoint's size does
+#: not grow with the number of steps taken.
+RECENT_STEPS = 20
+#: How many context-compression summaries it keeps (the latest).
+RECENT_SUMMARIES = 10
 
 
 class StepRecord(TypedDict, total=False):
-    status: str  # completed | degraded | fallback | failed
-    attempts: int
-    kind: str  # the last failure's kind; absent when no try failed
-    completed_at: float  # seconds since the epoch
+    """One step of a run: one task of a node, keyed by its path.
 
+    Keys:
+        run: the run's number on its thread (1, 2, ... one per new input).
+        path: where the step ran, readable and unique in the run: the subgraph
+            path and node (``research/fetch``), the `Send` branch (``work[2]``),
+            the loop iteration (``review#3``, from the second on).
+        node: the node's name.
+        status: ``completed``, ``degraded``, ``fallback``, ``failed`` (or
+            ``interrupted`` in the stored history).
+        attempts: tries made.
+        kinds: the failure kinds of the failed tries, in order.
+        started_at / ended_at: epoch seconds.
+        summary: a short summary of the output.
+    """
 
-class CompletedStep(TypedDict):
+    run: int
+    path: str
     node: str
-    step: int | None
-    completed_at: float  # seconds since the epoch
+    status: str
+    attempts: int
+    kinds: list[str]
+    started_at: float
+    ended_at: float
     summary: str
 
 
-class FailedStep(TypedDict):
+class FailedStep(TypedDict, total=False):
+    path: str
     node: str
     kind: str
     reason: str
@@ -36,70 +69,149 @@ class FailedStep(TypedDict):
     message: str
     attempts: int
     task: str | None  # the failed task's namespace and id (keeps its side-effect keys)
+    send: Any  # a failed Send branch's own payload (re-run with it)
 
 
 class RunOutcome(TypedDict, total=False):
-    """``state["resilience"]``: the run log and, at the end, the outcome.
+    """``state["resilience"]``: the current run's log and, at the end, its outcome.
+
+    A run is one task on a thread: each new input (``invoke(input)``,
+    ``Worker.submit``) starts one, and every key below describes that run only.
+    Earlier runs' steps stay readable in the store (`saver.step_history`).
 
     Keys:
         status: ``"running"``, then ``"success"`` or ``"partial_complete"``.
-        task_spec: the run's first input, verbatim.
-        steps: per executed node, its status, attempts, last failure kind and
-            completion time (the step completion map; times are epoch seconds).
-        completed_steps: node, step, completion time and a short summary of the
-            output, in order.
+        run: the run's number on the thread (1, 2, ...).
+        started_at: when the run's input arrived (epoch seconds).
+        completed_steps: the most recent completed steps (`StepRecord`, at most
+            `RECENT_STEPS`; the partial result lists them all when the saver
+            keeps the history).
         failed_step: the step that ended the run (None on success).
-        degraded_steps: nodes that failed and were skipped or replaced.
+        failed_steps: every step that failed for good in the run (several
+            `Send` branches may); `retry_failed` re-runs them all.
+        degraded_steps: paths of steps that failed and were skipped or replaced.
         partial_output: the state when the run stopped short.
         recovery_suggestions: what to do next, by failure kind.
-        context_summary: what context compression kept, and when.
+        context_summary: what context compression kept, and when (the latest).
         usage: what the run used so far: ``tokens``, ``cost``, ``seconds`` (of
             steps), ``steps`` (see `Budget`).
         budget: a budget given on resume (``Command(resume=Budget(...))``),
             in force from then on.
+        counts: executions per step path in this run (loop iterations).
+        step: one step's record, on its way to the store (not kept in the state).
+        new_run / clear: markers of an update (a new run starts; these step
+            paths are re-run), not kept in the state.
     """
 
     status: str
-    task_spec: Any
-    steps: dict[str, StepRecord]
-    completed_steps: list[CompletedStep]
+    run: int
+    started_at: float
+    completed_steps: list[StepRecord]
     failed_step: FailedStep | None
+    failed_steps: list[FailedStep]
     degraded_steps: list[str]
     partial_output: dict[str, Any] | None
     recovery_suggestions: list[str]
     context_summary: list[dict[str, Any]]
     usage: dict[str, float]
     budget: dict[str, Any]
+    counts: dict[str, int]
+    step: StepRecord
+    new_run: float
+    clear: list[str]
 
 
-_APPENDED = ("completed_steps", "context_summary")
+#: What a new run starts with: everything that describes one run, reset.
+def _fresh_run(previous: dict[str, Any], started_at: float) -> dict[str, Any]:
+    return {
+        "status": "running",
+        "run": int(previous.get("run") or 0) + 1,
+        "started_at": started_at,
+        "completed_steps": [],
+        "failed_step": None,
+        "failed_steps": [],
+        "degraded_steps": [],
+        "partial_output": None,
+        "recovery_suggestions": [],
+        "context_summary": [],
+        "usage": {},
+        "counts": {},
+    }
+
+
+def new_run_marker(at: float) -> RunOutcome:
+    """What an input carries to start a new run (`ResilientCompiledStateGraph`)."""
+    return {"new_run": at}
 
 
 def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutcome:
-    """Merge a node's run-log update into the log.
+    """Merge a run-log update into the log.
 
-    ``task_spec`` keeps its first value, ``steps`` merges by node,
-    ``completed_steps`` and ``context_summary`` append, ``degraded_steps``
-    appends new names, ``usage`` adds up, and every other key takes the newer
-    value.
+    ``new_run`` (an input's marker) resets what describes one run and numbers
+    the next; ``step`` (one step's record) joins ``completed_steps`` if it
+    completed (the most recent `RECENT_STEPS`) and counts its path;
+    ``context_summary`` appends (the latest `RECENT_SUMMARIES`);
+    ``degraded_steps`` and ``failed_steps`` append new entries; ``failed_step``
+    keeps the run's first; ``usage`` adds up; ``counts`` merge; every other key
+    takes the newer value.
     """
     merged: dict[str, Any] = dict(left or {})
     update: dict[str, Any] = dict(right or {})
+    started = update.pop("new_run", None)
+    if started is not None:
+        merged = {**merged, **_fresh_run(merged, float(started))}
+    cleared = update.pop("clear", None)
+    if cleared:  # steps being re-run (`retry_failed`) are no longer failed or degraded
+        merged = _cleared(merged, set(cleared))
     for key, value in update.items():
-        if key == "task_spec":
-            merged.setdefault(key, value)
-        elif key == "steps":
-            merged[key] = {**merged.get(key, {}), **value}
-        elif key in _APPENDED:
-            merged[key] = [*merged.get(key, []), *value]
+        if key == "step":
+            if value.get("status") in _RAN:  # a failed step re-run keeps its path
+                merged["counts"] = _count(merged.get("counts"), value)
+            if value.get("status") == "completed":
+                merged["completed_steps"] = [*merged.get("completed_steps", []), value][
+                    -RECENT_STEPS:
+                ]
+        elif key == "completed_steps":
+            merged[key] = [*merged.get(key, []), *value][-RECENT_STEPS:]
+        elif key == "context_summary":
+            merged[key] = [*merged.get(key, []), *value][-RECENT_SUMMARIES:]
         elif key == "usage":
             merged[key] = add_usage(merged.get(key), value)
-        elif key == "degraded_steps":
+        elif key == "counts":
+            merged[key] = {**merged.get(key, {}), **value}
+        elif key in ("degraded_steps", "failed_steps"):
             known = list(merged.get(key, []))
             merged[key] = known + [v for v in value if v not in known]
+        elif key == "failed_step":
+            if value is None or not merged.get(key):
+                merged[key] = value
         else:
             merged[key] = value
     return merged  # type: ignore[return-value]
+
+
+_RAN = ("completed", "degraded")
+
+
+def _cleared(log: dict[str, Any], paths: set[str]) -> dict[str, Any]:
+    failed = [f for f in log.get("failed_steps") or [] if f.get("path") not in paths]
+    first = log.get("failed_step")
+    return {
+        **log,
+        "failed_steps": failed,
+        "failed_step": None if first and first.get("path") in paths else first,
+        "degraded_steps": [p for p in log.get("degraded_steps") or [] if p not in paths],
+    }
+
+
+def _count(counts: dict[str, int] | None, step: StepRecord) -> dict[str, int]:
+    base = step_base(step.get("path", ""))
+    return {**(counts or {}), base: (counts or {}).get(base, 0) + 1}
+
+
+def step_base(path: str) -> str:
+    """A step path without its loop iteration (``review#3`` -> ``review``)."""
+    return path.split("#", 1)[0]
 
 
 class ResilientState(TypedDict, total=False):

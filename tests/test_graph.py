@@ -116,6 +116,13 @@ def cfg(h: Any, label: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": f"{label}-{h.id}-{uuid.uuid4().hex[:6]}"}}
 
 
+async def steps_of(h: Any, config: Any) -> dict[str, Any]:
+    """The stored step records of the thread's latest run, by path."""
+    history = await h.call("step_history", config["configurable"]["thread_id"])
+    last = max((r["run"] for r in history), default=0)
+    return {r["path"]: r for r in history if r["run"] == last}
+
+
 async def retry(h: Any, graph: Any, config: Any, **kwargs: Any) -> Any:
     if h.is_async:
         return await aretry_failed(graph, config, **kwargs)
@@ -135,7 +142,9 @@ async def test_transient_is_retried_in_place_and_attempts_are_stored(checkpointe
     assert script.calls == {"a": 1, "b": 3, "c": 1}
     log = out["resilience"]
     assert log["status"] == "success"
-    assert log["steps"]["b"]["attempts"] == 3 and log["steps"]["b"]["kind"] == "transient"
+    b = (await steps_of(checkpointer, config))["b"]
+    assert b["attempts"] == 3 and b["kinds"] == ["transient", "transient"]
+    assert [s["path"] for s in log["completed_steps"]] == ["a", "b", "c"]
     rows = sql(
         checkpointer.backend,
         checkpointer.target,
@@ -162,11 +171,12 @@ async def test_transient_exhausted_takes_the_fallback_edge(checkpointer: Any) ->
     g.add_edge("cache", "write")
     g.add_edge("write", END)
     graph = g.compile(checkpointer=checkpointer.saver)
-    out = await checkpointer.invoke(graph, {"done": []}, cfg(checkpointer, "fallback"))
+    config = cfg(checkpointer, "fallback")
+    out = await checkpointer.invoke(graph, {"done": []}, config)
     assert script.calls == {"search": 3, "cache": 1, "write": 1}
     assert out["done"] == ["cache", "write"]  # search's own edge never fired
     log = out["resilience"]
-    assert log["steps"]["search"]["status"] == "fallback"
+    assert (await steps_of(checkpointer, config))["search"]["status"] == "fallback"
     assert log["degraded_steps"] == ["search"]
     assert log["status"] == "success"
 
@@ -198,7 +208,8 @@ async def test_validation_failure_retries_with_adapted_parameters(checkpointer: 
     out = await checkpointer.invoke(graph, {"done": []}, cfg(checkpointer, "validation"))
     assert out["draft"] == "t=0.2"
     assert seen == [(1, {}), (2, {"temperature": 0.2})]
-    assert out["resilience"]["steps"]["draft"]["kind"] == "validation"
+    draft = next(s for s in out["resilience"]["completed_steps"] if s["node"] == "draft")
+    assert draft["kinds"] == ["validation"]
 
 
 async def test_validation_exhausted_ends_with_partial_result(checkpointer: Any) -> None:
@@ -261,9 +272,11 @@ async def test_degradable_goes_straight_to_the_fallback(checkpointer: Any) -> No
     g.add_edge("live", END)
     g.add_edge("snapshot", END)
     graph = g.compile(checkpointer=checkpointer.saver)
-    out = await checkpointer.invoke(graph, {"done": []}, cfg(checkpointer, "degradable"))
+    config = cfg(checkpointer, "degradable")
+    out = await checkpointer.invoke(graph, {"done": []}, config)
     assert script.calls == {"live": 1, "snapshot": 1}  # no retry
-    assert out["resilience"]["steps"]["live"]["status"] == "fallback"
+    stored = await checkpointer.call("step_history", config["configurable"]["thread_id"])
+    assert [s["status"] for s in stored if s["path"] == "live"] == ["fallback"]
     assert out["resilience"]["degraded_steps"] == ["live"]
 
 
@@ -282,10 +295,11 @@ async def test_permanent_on_a_critical_node_gives_a_full_partial_result(checkpoi
     log = out["resilience"]
     assert log["status"] == "partial_complete"
     assert [s["node"] for s in log["completed_steps"]] == ["a", "b"]
-    assert all(s["completed_at"] and s["summary"] for s in log["completed_steps"])
+    assert all(s["ended_at"] and s["summary"] for s in log["completed_steps"])
     failed = dict(log["failed_step"])
     assert failed.pop("task").startswith("c:")  # the task whose effect keys a retry keeps
     assert failed == {
+        "path": "c",
         "node": "c",
         "kind": "permanent",
         "reason": "raised PermanentError",
@@ -294,10 +308,9 @@ async def test_permanent_on_a_critical_node_gives_a_full_partial_result(checkpoi
         "attempts": 1,
     }
     assert log["partial_output"] == {"done": ["a", "b"]}
-    assert log["task_spec"] == {"done": []}
-    assert "degraded_steps" not in log
+    assert log["run"] == 1 and log["degraded_steps"] == []
     assert any("retry_failed" in s and "'c'" in s for s in log["recovery_suggestions"])
-    assert log["steps"]["c"]["status"] == "failed"
+    assert (await steps_of(checkpointer, config))["c"]["status"] == "failed"
 
     # After fixing the cause, only the failed step and what follows run.
     script.raises["c"] = [None]
@@ -326,13 +339,12 @@ async def test_permanent_on_a_non_critical_node_continues_along_its_edges(
     g.add_edge("short", END)
     g.add_edge("long", END)
     graph = g.compile(checkpointer=checkpointer.saver)
-    out = await checkpointer.invoke(
-        graph, {"done": [], "route": "long"}, cfg(checkpointer, "degrade")
-    )
+    config = cfg(checkpointer, "degrade")
+    out = await checkpointer.invoke(graph, {"done": [], "route": "long"}, config)
     assert script.calls == {"enrich": 1, "long": 1}
     assert out["done"] == ["long"]
     log = out["resilience"]
-    assert log["steps"]["enrich"]["status"] == "degraded"
+    assert (await steps_of(checkpointer, config))["enrich"]["status"] == "degraded"
     assert log["degraded_steps"] == ["enrich"]
     assert log["status"] == "success"
 
@@ -531,10 +543,12 @@ async def test_subgraph_used_as_a_node_is_retried(checkpointer: Any) -> None:
     g.add_edge(START, "outer")
     g.add_edge("outer", END)
     graph = g.compile(checkpointer=checkpointer.saver)
-    out = await checkpointer.invoke(graph, {"done": []}, cfg(checkpointer, "subgraph"))
+    config = cfg(checkpointer, "subgraph")
+    out = await checkpointer.invoke(graph, {"done": []}, config)
     assert out["done"] == ["inner"]
     assert script.calls == {"inner": 2}
-    assert out["resilience"]["steps"]["outer"]["attempts"] == 2
+    assert out["resilience"]["completed_steps"][-1]["path"] == "outer"
+    assert out["resilience"]["completed_steps"][-1]["attempts"] == 2
 
 
 async def test_stream_yields_updates_of_retried_nodes(checkpointer: Any) -> None:
@@ -549,7 +563,7 @@ async def test_stream_yields_updates_of_retried_nodes(checkpointer: Any) -> None
             lambda: list(graph.stream({"done": []}, config, stream_mode="updates"))
         )
     assert [next(iter(c)) for c in chunks] == ["a", "b"]
-    assert chunks[1]["b"]["resilience"]["steps"]["b"]["attempts"] == 2
+    assert chunks[1]["b"]["resilience"]["step"]["attempts"] == 2
 
 
 async def test_nodes_without_a_policy_keep_langgraph_behaviour(checkpointer: Any) -> None:
@@ -689,4 +703,4 @@ async def test_async_node_timeout_is_a_transient_failure(checkpointer: Any) -> N
     graph = g.compile(checkpointer=checkpointer.saver)
     out = await checkpointer.invoke(graph, {"done": []}, cfg(checkpointer, "timeout"))
     assert out["done"] == ["ok"] and tries == [1, 2]
-    assert out["resilience"]["steps"]["call"]["kind"] == "transient"
+    assert out["resilience"]["completed_steps"][-1]["kinds"] == ["transient"]

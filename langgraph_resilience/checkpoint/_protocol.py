@@ -9,7 +9,7 @@ for single methods.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -65,6 +65,10 @@ class ResilientSaver(Protocol):
     def defer_outcome(self, thread_id: str, key: str, fields: OutcomeFields) -> None: ...
 
     def list_effects(self, thread_id: str) -> Sequence[EffectRecord]: ...
+
+    def step_history(
+        self, thread_id: str, *, run: int | None = None
+    ) -> Sequence[dict[str, Any]]: ...
 
     def submit_run(
         self, run_id: str, thread_id: str, input_: Blob | None, budget: Blob | None
@@ -126,6 +130,10 @@ class AsyncResilientSaver(Protocol):
     def defer_outcome(self, thread_id: str, key: str, fields: OutcomeFields) -> None: ...
 
     async def alist_effects(self, thread_id: str) -> Sequence[EffectRecord]: ...
+
+    async def astep_history(
+        self, thread_id: str, *, run: int | None = None
+    ) -> Sequence[dict[str, Any]]: ...
 
     async def asubmit_run(
         self, run_id: str, thread_id: str, input_: Blob | None, budget: Blob | None

@@ -26,7 +26,7 @@ from langgraph.checkpoint.base import (
 )
 
 from langgraph_resilience._store_errors import is_store_error
-from langgraph_resilience.checkpoint import _base, _counters, _ledger, _runs, _threads
+from langgraph_resilience.checkpoint import _base, _counters, _ledger, _runs, _steps, _threads
 from langgraph_resilience.checkpoint._ledger import (
     AttemptKey,
     AttemptRecord,
@@ -163,8 +163,9 @@ class SyncResilience(Hooks):
     ) -> None:
         """Store a task's writes, retrying transient store errors."""
         sql, rows = self._write_rows(config, writes, task_id, task_path)
+        steps = _steps.step_rows(config, writes, task_id)
         self._write(
-            lambda: _threads.put_writes(sql, rows),
+            lambda: _threads.put_writes(sql, rows, _steps.store_steps(self._dialect, steps)),
             fence=_runs.fence_of(config),
             ok=_counters.WRITES_OK,
             failed=_counters.WRITES_FAILED,
@@ -274,6 +275,11 @@ class SyncResilience(Hooks):
         """A thread's side effects: key, name, intent and outcome times, status."""
         found = self._query(lambda: _ledger.list_effects(self._dialect, str(thread_id)))
         return self._state.outcomes.overlay(str(thread_id), found)
+
+    def step_history(self, thread_id: str, *, run: int | None = None) -> Sequence[dict[str, Any]]:
+        """Every step record of a thread, oldest first (one run's with ``run=``):
+        run, path, node, status, attempts, kinds, started_at, ended_at, summary."""
+        return self._query(lambda: _steps.read_steps(self._dialect, str(thread_id), run))
 
     # -- runs and leases (the store side of `Worker`) -------------------------------------
 
