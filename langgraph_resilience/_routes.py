@@ -13,14 +13,17 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.errors import NodeError
 from langgraph.types import Command
 
 from langgraph_resilience._engine import Action, Decision
+from langgraph_resilience._task import TaskContext
 from langgraph_resilience.classify import Classification, FailureKind
+from langgraph_resilience.state import brief
 
 __all__ = [
     "PARTIAL_RESULT",
@@ -182,13 +185,41 @@ def failure_log(route: Mapping[str, Any], state: Any) -> dict[str, Any]:
     return log
 
 
-def partial_result(state: Any) -> dict[str, Any]:
-    """The terminal node of a run that stopped short: the structured partial result."""
+def _partial(state: Any, history: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+    """The structured partial result; ``history``: the run's stored steps, if kept."""
     log = (state.get("resilience") if isinstance(state, Mapping) else None) or {}
-    return {
-        "resilience": {
-            "status": "partial_complete",
-            "partial_output": {k: v for k, v in state.items() if k != "resilience"},
-            "recovery_suggestions": list(log.get("recovery_suggestions") or []),
-        }
+    outcome: dict[str, Any] = {
+        "status": "partial_complete",
+        "partial_output": {k: v for k, v in state.items() if k != "resilience"},
+        "recovery_suggestions": list(log.get("recovery_suggestions") or []),
     }
+    if history is not None:  # every completed step, not only the recent window
+        done = [brief(s) for s in history if s.get("status") == "completed"]
+        outcome["completed_steps"] = done
+    return {"resilience": outcome}
+
+
+def _run_of(state: Any) -> int:
+    log = (state.get("resilience") if isinstance(state, Mapping) else None) or {}
+    return int(log.get("run") or 1)
+
+
+def _partial_sync(state: Any, config: RunnableConfig) -> dict[str, Any]:
+    task = TaskContext(config=config)
+    saver, thread = task.saver, task.thread_id
+    found = saver.step_history(thread, run=_run_of(state)) if saver and thread else None
+    return _partial(state, found)
+
+
+async def _partial_async(state: Any, config: RunnableConfig) -> dict[str, Any]:
+    task = TaskContext(config=config)
+    saver, thread = task.async_saver, task.thread_id
+    found = await saver.astep_history(thread, run=_run_of(state)) if saver and thread else None
+    return _partial(state, found)
+
+
+#: The terminal node of a run that stopped short: the structured partial result,
+#: listing every completed step of the run when the saver keeps the history.
+partial_result: Runnable[Any, Any] = RunnableLambda(
+    _partial_sync, afunc=_partial_async, name=PARTIAL_RESULT
+)

@@ -6,6 +6,7 @@ checkpoint with LangGraph's own serializer and survives a crash with the state.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, TypedDict, get_type_hints
 
 from langgraph_resilience.budget import add_usage
@@ -17,6 +18,7 @@ __all__ = [
     "ResilientState",
     "RunOutcome",
     "StepRecord",
+    "brief",
     "merge_run_log",
     "new_run_marker",
     "require_resilient_schema",
@@ -27,7 +29,7 @@ __all__ = [
 #: How many recent completed steps ``state["resilience"]`` keeps; the full
 #: history is in the store (`saver.step_history`), so a checkpoint's size does
 #: not grow with the number of steps taken.
-RECENT_STEPS = 20
+RECENT_STEPS = 5
 #: How many context-compression summaries it keeps (the latest).
 RECENT_SUMMARIES = 10
 
@@ -149,7 +151,8 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
 
     ``new_run`` (an input's marker) resets what describes one run and numbers
     the next; ``step`` (one step's record) joins ``completed_steps`` if it
-    completed (the most recent `RECENT_STEPS`) and counts its path;
+    completed (the most recent `RECENT_STEPS`) and counts its path (a whole
+    ``completed_steps``, the partial result's, replaces the window);
     ``context_summary`` appends (the latest `RECENT_SUMMARIES`);
     ``degraded_steps`` and ``failed_steps`` append new entries; ``failed_step``
     keeps the run's first; ``usage`` adds up; ``counts`` merge; every other key
@@ -168,11 +171,10 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
             if value.get("status") in _RAN:  # a failed step re-run keeps its path
                 merged["counts"] = _count(merged.get("counts"), value)
             if value.get("status") == "completed":
-                merged["completed_steps"] = [*merged.get("completed_steps", []), value][
-                    -RECENT_STEPS:
-                ]
-        elif key == "completed_steps":
-            merged[key] = [*merged.get(key, []), *value][-RECENT_STEPS:]
+                merged["completed_steps"] = [
+                    *merged.get("completed_steps", []),
+                    brief(value),
+                ][-RECENT_STEPS:]
         elif key == "context_summary":
             merged[key] = [*merged.get(key, []), *value][-RECENT_SUMMARIES:]
         elif key == "usage":
@@ -191,6 +193,13 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
 
 
 _RAN = ("completed", "degraded")
+#: What the state's window keeps of a step (the store keeps all of it).
+_BRIEF = ("path", "attempts", "kinds", "ended_at", "summary")
+
+
+def brief(step: Mapping[str, Any]) -> dict[str, Any]:
+    """A step as the state's window keeps it."""
+    return {k: step[k] for k in _BRIEF if step.get(k)}
 
 
 def _cleared(log: dict[str, Any], paths: set[str]) -> dict[str, Any]:

@@ -208,7 +208,7 @@ async def test_validation_failure_retries_with_adapted_parameters(checkpointer: 
     out = await checkpointer.invoke(graph, {"done": []}, cfg(checkpointer, "validation"))
     assert out["draft"] == "t=0.2"
     assert seen == [(1, {}), (2, {"temperature": 0.2})]
-    draft = next(s for s in out["resilience"]["completed_steps"] if s["node"] == "draft")
+    draft = next(s for s in out["resilience"]["completed_steps"] if s["path"] == "draft")
     assert draft["kinds"] == ["validation"]
 
 
@@ -294,7 +294,7 @@ async def test_permanent_on_a_critical_node_gives_a_full_partial_result(checkpoi
     assert script.calls == {"a": 1, "b": 1, "c": 1}
     log = out["resilience"]
     assert log["status"] == "partial_complete"
-    assert [s["node"] for s in log["completed_steps"]] == ["a", "b"]
+    assert [s["path"] for s in log["completed_steps"]] == ["a", "b"]
     assert all(s["ended_at"] and s["summary"] for s in log["completed_steps"])
     failed = dict(log["failed_step"])
     assert failed.pop("task").startswith("c:")  # the task whose effect keys a retry keeps

@@ -103,7 +103,7 @@ async def test_a_worker_runs_every_submitted_run_to_its_end(h: Any) -> None:
     assert first["values"]["done"] == STEPS
     failed = outcome(h, await h.call("read_run", ids[2]))["values"]["resilience"]
     assert failed["failed_step"]["node"] == "b"
-    assert [s["node"] for s in failed["completed_steps"]] == ["a"]
+    assert [s["path"] for s in failed["completed_steps"]] == ["a"]
     assert (await h.call("read_run", named)).thread_id.startswith("named-")
     assert await h.call("active_runs") == 0
     assert await h.call("read_run", "no-such-run") is None

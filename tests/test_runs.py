@@ -1,0 +1,265 @@
+"""Real graphs: runs per input, steps per task path, on all four backends.
+
+Send fan-outs, subgraphs, loops and multi-turn threads, each of which used to
+give a wrong answer reported as success (issue 11).
+"""
+
+from __future__ import annotations
+
+import operator
+import uuid
+from typing import Annotated, Any
+
+from langgraph.graph import END, START
+from langgraph.types import Send
+
+from langgraph_resilience import (
+    Backoff,
+    Budget,
+    NodePolicy,
+    PermanentError,
+    ResilientState,
+    ResilientStateGraph,
+    aretry_failed,
+    report_usage,
+    retry_failed,
+)
+
+FAST = Backoff(max_attempts=2, initial_interval=0.001, max_interval=0.01)
+
+
+class State(ResilientState, total=False):
+    items: list[str]
+    item: str
+    results: Annotated[list[str], operator.add]
+    n: int
+    final: str
+    topic: str
+
+
+def cfg(h: Any, label: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": f"{label}-{h.id}-{uuid.uuid4().hex[:6]}"}}
+
+
+async def history(h: Any, config: dict[str, Any], run: int | None = None) -> list[Any]:
+    return list(await h.call("step_history", config["configurable"]["thread_id"], run=run))
+
+
+async def retry(h: Any, graph: Any, config: Any, **kwargs: Any) -> Any:
+    if h.is_async:
+        return await aretry_failed(graph, config, **kwargs)
+    import asyncio
+
+    return await asyncio.to_thread(lambda: retry_failed(graph, config, **kwargs))
+
+
+def as_node(h: Any, fn: Any) -> Any:
+    if not h.is_async:
+        return fn
+
+    async def anode(state: Any) -> Any:
+        return fn(state)
+
+    anode.__name__ = getattr(fn, "__name__", "node")
+    return anode
+
+
+async def test_send_branch_is_retried_with_its_own_payload(checkpointer: Any) -> None:
+    h = checkpointer
+    broken = {"b"}
+
+    def work(state: dict[str, Any]) -> dict[str, Any]:
+        if state["item"] in broken:
+            raise PermanentError(f"{state['item']} is broken")
+        return {"results": [f"done:{state['item']}"]}
+
+    g = ResilientStateGraph(State)
+    g.add_node("work", as_node(h, work), policy=NodePolicy(retry=None))
+    g.add_conditional_edges(START, lambda s: [Send("work", {"item": i}) for i in s["items"]])
+    g.add_edge("work", END)
+    graph = g.compile(checkpointer=h.saver)
+    config = cfg(h, "send")
+    out = await h.invoke(graph, {"items": ["a", "b", "c"], "results": []}, config)
+    log = out["resilience"]
+    assert log["status"] == "partial_complete"
+    assert log["failed_step"]["path"] == "work[1]" and log["failed_step"]["send"] == {"item": "b"}
+    broken.clear()
+    out = await retry(h, graph, config)
+    assert sorted(out["results"]) == ["done:a", "done:b", "done:c"]
+    assert out["resilience"]["status"] == "success"
+    assert out["resilience"]["failed_steps"] == []
+    paths = [(s["path"], s["status"]) for s in await history(h, config)]
+    assert ("work[1]", "failed") in paths and ("work[0]", "completed") in paths
+
+
+async def test_critical_failure_in_a_subgraph_ends_the_parent_partial(checkpointer: Any) -> None:
+    h = checkpointer
+    calls: list[str] = []
+
+    def step(name: str, fails: bool = False) -> Any:
+        def run(state: dict[str, Any]) -> dict[str, Any]:
+            calls.append(name)
+            if fails:
+                raise PermanentError(f"{name} broke")
+            return {"results": [name]}
+
+        return as_node(h, run)
+
+    sub = ResilientStateGraph(State)
+    sub.add_node("plan", step("plan"), policy=NodePolicy(retry=None))
+    sub.add_node("fetch", step("fetch", fails=True), policy=NodePolicy(retry=None))
+    sub.add_edge(START, "plan")
+    sub.add_edge("plan", "fetch")
+    sub.add_edge("fetch", END)
+    g = ResilientStateGraph(State)
+    g.add_node("research", sub.compile(), policy=NodePolicy(retry=None))
+    g.add_node("report", step("report"))
+    g.add_edge(START, "research")
+    g.add_edge("research", "report")
+    g.add_edge("report", END)
+    graph = g.compile(checkpointer=h.saver)
+    config = cfg(h, "subgraph")
+    out = await h.invoke(graph, {"results": []}, config)
+    log = out["resilience"]
+    assert calls == ["plan", "fetch"]  # report never ran
+    assert log["status"] == "partial_complete"
+    assert log["failed_step"]["path"] == "research/fetch"
+    assert log["failed_step"]["kind"] == "permanent"
+
+    # critical=False on the subgraph node: degraded, the parent carries on.
+    g2 = ResilientStateGraph(State)
+    g2.add_node("research", sub.compile(), policy=NodePolicy(retry=None, critical=False))
+    g2.add_node("report", step("report"))
+    g2.add_edge(START, "research")
+    g2.add_edge("research", "report")
+    g2.add_edge("report", END)
+    out = await h.invoke(g2.compile(checkpointer=h.saver), {"results": []}, cfg(h, "sub2"))
+    assert out["resilience"]["status"] == "success"
+    assert out["resilience"]["degraded_steps"] == ["research"]
+    assert calls[-1] == "report"
+
+
+async def test_a_new_input_on_a_thread_is_a_new_run(checkpointer: Any) -> None:
+    h = checkpointer
+    fail = {"on": True}
+
+    def work(state: dict[str, Any]) -> dict[str, Any]:
+        if fail["on"]:
+            raise PermanentError("first turn fails")
+        return {"results": [f"answer:{state['topic']}"]}
+
+    g = ResilientStateGraph(State)
+    g.add_node("work", as_node(h, work), policy=NodePolicy(retry=None))
+    g.add_edge(START, "work")
+    g.add_edge("work", END)
+    graph = g.compile(checkpointer=h.saver)
+    config = cfg(h, "turns")
+    first = await h.invoke(graph, {"topic": "one", "results": []}, config)
+    assert first["resilience"]["status"] == "partial_complete"
+    assert first["resilience"]["run"] == 1
+    fail["on"] = False
+    second = await h.invoke(graph, {"topic": "two"}, config)
+    log = second["resilience"]
+    assert log["status"] == "success" and log["run"] == 2
+    assert log["failed_step"] is None and log["partial_output"] is None
+    assert log["failed_steps"] == [] and log["recovery_suggestions"] == []
+    assert [s["path"] for s in log["completed_steps"]] == ["work"]
+    # Earlier runs' records stay readable.
+    assert [(s["run"], s["status"]) for s in await history(h, config)] == [
+        (1, "failed"),
+        (2, "completed"),
+    ]
+    assert [s["run"] for s in await history(h, config, run=1)] == [1]
+
+
+async def test_loop_iterations_have_their_own_paths_and_the_run_ends_success(
+    checkpointer: Any,
+) -> None:
+    h = checkpointer
+
+    def review(state: dict[str, Any]) -> dict[str, Any]:
+        return {"n": state.get("n", 0) + 1}
+
+    g = ResilientStateGraph(State)
+    g.add_node("review", as_node(h, review))
+    g.add_edge(START, "review")
+    g.add_conditional_edges("review", lambda s: END if s["n"] >= 5 else "review", ["review", END])
+    graph = g.compile(checkpointer=h.saver)
+    config = cfg(h, "loop")
+    out = await h.invoke(graph, {"n": 0}, config)
+    assert out["n"] == 5
+    assert out["resilience"]["status"] == "success"
+    state = await graph.aget_state(config) if h.is_async else graph.get_state(config)
+    assert state.values["resilience"]["status"] == "success"
+    paths = [s["path"] for s in await history(h, config)]
+    assert paths == ["review", "review#2", "review#3", "review#4", "review#5"]
+
+
+async def test_usage_inside_a_subgraph_is_counted_once(checkpointer: Any) -> None:
+    h = checkpointer
+
+    def spend(state: dict[str, Any]) -> dict[str, Any]:
+        report_usage(tokens=100)
+        return {"results": ["spent"]}
+
+    sub = ResilientStateGraph(State)
+    sub.add_node("call", as_node(h, spend))
+    sub.add_edge(START, "call")
+    sub.add_edge("call", END)
+    g = ResilientStateGraph(State)
+    g.add_node("before", as_node(h, spend))
+    g.add_node("inner", sub.compile())
+    g.add_edge(START, "before")
+    g.add_edge("before", "inner")
+    g.add_edge("inner", END)
+    graph = g.compile(checkpointer=h.saver, budget=Budget(max_tokens=250))
+    out = await h.invoke(graph, {"results": []}, cfg(h, "budget"))
+    assert out["resilience"]["usage"]["tokens"] == 200
+    assert out["resilience"]["status"] == "success"
+
+
+def test_a_long_loop_stores_bytes_like_a_plain_graph(tmp_path: Any) -> None:
+    """300 loop iterations on SQLite (2 KB of state): stored bytes within 1.3x of
+    a plain StateGraph on LangGraph's stock SqliteSaver, every iteration listed."""
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import StateGraph
+
+    from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+    n = 300
+
+    def build(cls: Any) -> Any:
+        g = cls(State)
+        g.add_node("review", lambda s: {"n": s["n"] + 1})
+        g.add_edge(START, "review")
+        g.add_conditional_edges(
+            "review", lambda s: END if s["n"] >= n else "review", ["review", END]
+        )
+        return g
+
+    def stored(path: str) -> int:
+        conn = sqlite3.connect(path)
+        try:
+            conn.execute("VACUUM")
+            return int(conn.execute("PRAGMA page_count").fetchone()[0])
+        finally:
+            conn.close()
+
+    config = {"configurable": {"thread_id": "loop"}, "recursion_limit": n + 10}
+    sizes = {}
+    for label, cls, saver_cls in (
+        ("stock", StateGraph, SqliteSaver),
+        ("ours", ResilientStateGraph, ResilientSqliteSaver),
+    ):
+        path = str(tmp_path / f"{label}.db")
+        with saver_cls.from_conn_string(path) as saver:
+            saver.setup()
+            graph = build(cls).compile(checkpointer=saver)
+            graph.invoke({"n": 0, "final": "x" * 2000}, config)
+            if label == "ours":
+                paths = [s["path"] for s in saver.step_history("loop")]
+        sizes[label] = stored(path)
+    assert paths == ["review", *[f"review#{i}" for i in range(2, n + 1)]]
+    assert sizes["ours"] <= 1.3 * sizes["stock"], sizes
