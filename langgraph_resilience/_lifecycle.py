@@ -54,7 +54,14 @@ def _settled_values(values: Any, done: bool) -> Any:
 
 def settled(snapshot: StateSnapshot) -> StateSnapshot:
     """A snapshot of a run with nothing left to do reads ``success``."""
-    done = not snapshot.next and not snapshot.interrupts and bool(snapshot.created_at)
+    # No task left: none to run, and none whose writes wait to be applied (a
+    # process that stopped after a step's writes and before the next checkpoint).
+    done = (
+        not snapshot.next
+        and not snapshot.tasks
+        and not snapshot.interrupts
+        and bool(snapshot.created_at)
+    )
     values = _settled_values(snapshot.values, done)
     return snapshot if values is snapshot.values else snapshot._replace(values=values)
 
