@@ -334,7 +334,8 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
             continue
         if decision.action is Action.DEGRADE:
             log = _log_update(ctx, task, state, "degraded", earlier, None, first_start)
-            log["recovery_suggestions"] = [suggestion(ctx.name, failure, exc, number)]
+            path = log["step"]["path"]
+            log["recovery_suggestions"] = [suggestion(ctx.name, failure, exc, number, path)]
             _add_spend(log, spent, topped)
             return {"resilience": log}
         route = route_of(

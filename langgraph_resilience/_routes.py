@@ -99,8 +99,15 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
-def suggestion(node: str, failure: Classification, exc: BaseException, attempts: int) -> str:
-    """What to do next about a failed step, by kind."""
+def suggestion(
+    node: str,
+    failure: Classification,
+    exc: BaseException,
+    attempts: int,
+    step: str | None = None,
+) -> str:
+    """What to do next about a failed step, by kind (``step``: a degraded step's
+    path, which `retry_failed` re-runs only when named)."""
     error = error_text(exc)
     tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
     by_kind = {
@@ -131,7 +138,12 @@ def suggestion(node: str, failure: Classification, exc: BaseException, attempts:
             f"'{node}' ran out of budget ({error}). Resume with a larger budget."
         ),
     }
-    return by_kind[failure.kind]
+    text = by_kind[failure.kind]
+    if step is not None:
+        text = text.replace(
+            "retry_failed(graph, config", f"retry_failed(graph, config, step={step!r}"
+        )
+    return text
 
 
 def error_handler(node: str) -> Callable[..., Command[Any]]:

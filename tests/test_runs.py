@@ -263,3 +263,33 @@ def test_a_long_loop_stores_bytes_like_a_plain_graph(tmp_path: Any) -> None:
         sizes[label] = stored(path)
     assert paths == ["review", *[f"review#{i}" for i in range(2, n + 1)]]
     assert sizes["ours"] <= 1.3 * sizes["stock"], sizes
+
+
+async def test_a_degraded_step_is_retried_by_the_call_its_suggestion_shows(
+    checkpointer: Any,
+) -> None:
+    h = checkpointer
+    down = {"on": True}
+
+    def enrich(state: dict[str, Any]) -> dict[str, Any]:
+        if down["on"]:
+            raise PermanentError("enrichment service is down")
+        return {"results": ["enriched"]}
+
+    g = ResilientStateGraph(State)
+    g.add_node("enrich", as_node(h, enrich), policy=NodePolicy(retry=None, critical=False))
+    g.add_node("report", as_node(h, lambda s: {"results": ["report"]}))
+    g.add_edge(START, "enrich")
+    g.add_edge("enrich", "report")
+    g.add_edge("report", END)
+    graph = g.compile(checkpointer=h.saver)
+    config = cfg(h, "degraded")
+    out = await h.invoke(graph, {"results": []}, config)
+    log = out["resilience"]
+    assert log["status"] == "success" and log["degraded_steps"] == ["enrich"]
+    [hint] = log["recovery_suggestions"]
+    assert "retry_failed(graph, config, step='enrich'" in hint
+    down["on"] = False
+    out = await retry(h, graph, config, step="enrich")
+    assert out["results"][-2:] == ["enriched", "report"]
+    assert out["resilience"]["degraded_steps"] == []
