@@ -29,7 +29,9 @@ __all__ = [
 #: How many recent completed steps ``state["resilience"]`` keeps; the full
 #: history is in the store (`saver.step_history`), so a checkpoint's size does
 #: not grow with the number of steps taken.
-RECENT_STEPS = 5
+RECENT_STEPS = 3
+#: How many step paths the loop-iteration count remembers (the most recently run).
+COUNTED_PATHS = 32
 #: How many context-compression summaries it keeps (the latest).
 RECENT_SUMMARIES = 10
 
@@ -124,20 +126,29 @@ class RunOutcome(TypedDict, total=False):
 
 
 #: What a new run starts with: everything that describes one run, reset.
+#: What describes one run: reset when the next starts (absent until set, so a
+#: checkpoint carries no empty fields).
+_PER_RUN = (
+    "completed_steps",
+    "failed_steps",
+    "degraded_steps",
+    "partial_output",
+    "recovery_suggestions",
+    "context_summary",
+    "usage",
+    "counts",
+    "budget",
+)
+
+
 def _fresh_run(previous: dict[str, Any], started_at: float) -> dict[str, Any]:
+    kept = {k: v for k, v in previous.items() if k not in _PER_RUN}
     return {
+        **kept,
         "status": "running",
         "run": int(previous.get("run") or 0) + 1,
         "started_at": started_at,
-        "completed_steps": [],
         "failed_step": None,
-        "failed_steps": [],
-        "degraded_steps": [],
-        "partial_output": None,
-        "recovery_suggestions": [],
-        "context_summary": [],
-        "usage": {},
-        "counts": {},
     }
 
 
@@ -162,7 +173,7 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
     update: dict[str, Any] = dict(right or {})
     started = update.pop("new_run", None)
     if started is not None:
-        merged = {**merged, **_fresh_run(merged, float(started))}
+        merged = _fresh_run(merged, float(started))
     cleared = update.pop("clear", None)
     if cleared:  # steps being re-run (`retry_failed`) are no longer failed or degraded
         merged = _cleared(merged, set(cleared))
@@ -214,8 +225,13 @@ def _cleared(log: dict[str, Any], paths: set[str]) -> dict[str, Any]:
 
 
 def _count(counts: dict[str, int] | None, step: StepRecord) -> dict[str, int]:
+    """Executions per path, the most recently run `COUNTED_PATHS` only: a loop
+    revisits few paths, and a long chain of distinct nodes must not grow the log."""
     base = step_base(step.get("path", ""))
-    return {**(counts or {}), base: (counts or {}).get(base, 0) + 1}
+    known = dict(counts or {})
+    seen = known.pop(base, 0)
+    known[base] = seen + 1
+    return dict(list(known.items())[-COUNTED_PATHS:])
 
 
 def step_base(path: str) -> str:

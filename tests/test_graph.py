@@ -308,7 +308,7 @@ async def test_permanent_on_a_critical_node_gives_a_full_partial_result(checkpoi
         "attempts": 1,
     }
     assert log["partial_output"] == {"done": ["a", "b"]}
-    assert log["run"] == 1 and log["degraded_steps"] == []
+    assert log["run"] == 1 and not log.get("degraded_steps")
     assert any("retry_failed" in s and "'c'" in s for s in log["recovery_suggestions"])
     assert (await steps_of(checkpointer, config))["c"]["status"] == "failed"
 
