@@ -108,9 +108,8 @@ class AsyncResilience(Hooks):
     ) -> None:
         """Store a task's writes, retrying transient store errors."""
         sql, rows = self._write_rows(config, writes, task_id, task_path)
-        steps = _steps.step_rows(config, writes, task_id)
         await self._write(
-            lambda: _threads.put_writes(sql, rows, _steps.store_steps(self._dialect, steps)),
+            lambda: _threads.put_writes(sql, rows),
             fence=_runs.fence_of(config),
             ok=_counters.WRITES_OK,
             failed=_counters.WRITES_FAILED,
@@ -229,7 +228,8 @@ class AsyncResilience(Hooks):
     ) -> Sequence[dict[str, Any]]:
         """Every step record of a thread, oldest first (one run's with ``run=``):
         run, path, node, status, attempts, kinds, started_at, ended_at, summary."""
-        return await self._query(lambda: _steps.read_steps(self._dialect, str(thread_id), run))
+        rows = await self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
+        return _steps.decode_steps(rows, self.serde.loads_typed, run)
 
     # -- runs and leases (the store side of `Worker`) -------------------------------------
 

@@ -29,7 +29,6 @@ __all__ = [
     "EFFECTS",
     "MIGRATIONS",
     "RUNS",
-    "STEPS",
     "SCHEMA_VERSION",
     "check_schema",
     "migrate",
@@ -100,27 +99,6 @@ EFFECTS = Table(
     primary_key=("thread_id", "idempotency_key"),
     since=3,
 )
-# One row per step: the task's writes and its record are stored in one transaction.
-STEPS = Table(
-    "resilience_steps",
-    (
-        Column("thread_id", "TEXT NOT NULL"),
-        Column("checkpoint_ns", "TEXT NOT NULL DEFAULT ''"),
-        Column("checkpoint_id", "TEXT NOT NULL"),
-        Column("task_id", "TEXT NOT NULL"),
-        Column("run", "INTEGER NOT NULL"),
-        Column("path", "TEXT NOT NULL"),
-        Column("node", "TEXT NOT NULL"),
-        Column("status", "TEXT NOT NULL"),
-        Column("attempts", "INTEGER NOT NULL"),
-        Column("kinds", "TEXT NOT NULL DEFAULT '[]'"),
-        Column("started_at", "REAL_T NOT NULL"),
-        Column("ended_at", "REAL_T NOT NULL"),
-        Column("summary", "TEXT NOT NULL DEFAULT ''"),
-    ),
-    primary_key=("thread_id", "checkpoint_ns", "checkpoint_id", "task_id"),
-    since=9,
-)
 # One row per (scope, name); a scope is one process, so workers never contend for a row.
 COUNTERS = Table(
     "resilience_counters",
@@ -134,7 +112,7 @@ COUNTERS = Table(
 )
 
 #: Tables keyed by a thread's checkpoints, copied and deleted with them.
-CHECKPOINT_TABLES = (ATTEMPTS, EFFECTS, STEPS)
+CHECKPOINT_TABLES = (ATTEMPTS, EFFECTS)
 #: Every resilience table with a thread_id (runs are deleted with their thread, not copied).
 THREAD_TABLES = (*CHECKPOINT_TABLES, RUNS)
 
@@ -225,12 +203,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration.both(_ONE_OPEN_RUN),
     # 8: an effect's intent names its executor and how long its claim holds.
     Migration.both(*EFFECTS.added(8)),
-    # 9: the step history, one row per step of every run.
-    Migration.both(
-        STEPS.create(),
-        "CREATE INDEX IF NOT EXISTS resilience_steps_run ON resilience_steps "
-        "(thread_id, run, ended_at)",
-    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 

@@ -1,89 +1,67 @@
-"""The step history: one row per step of every run, stored with the step's writes.
+"""The step history: read from the steps' own writes.
 
 A node's run-log update carries its step's record (``{"resilience": {"step":
-...}}``); the saver takes it out of the task's writes and stores it in the same
-transaction (`put_writes`), which is what marks the task done for LangGraph. So
-a step is never recorded complete without its writes, nor the reverse, and the
-state keeps only a bounded window (`state.RECENT_STEPS`) while the whole history
-is read with ``saver.step_history(thread_id, run=...)``.
+...}}``). LangGraph stores that update with the task's other writes, in the
+transaction that marks the task done, so the record is never stored without the
+step's results, nor the reverse, and it costs no write of its own. The state
+keeps only a bounded window (`state.RECENT_STEPS`); the whole history is read
+back from the writes with ``saver.step_history(thread_id, run=...)``, oldest
+first. (Pruning a thread's old checkpoints removes their writes, and so their
+steps, with them.)
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
+from langgraph_resilience.checkpoint._store import Dialect, Row, Statements, Stmt
 
-from langgraph_resilience.checkpoint._schema import STEPS
-from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
-
-__all__ = ["read_steps", "step_rows", "store_steps"]
+__all__ = ["decode_steps", "read_step_writes"]
 
 #: The run-log channel of a `ResilientState`.
 CHANNEL = "resilience"
-_FIELDS = ("run", "path", "node", "status", "attempts", "kinds", "started_at", "ended_at")
-_COLUMNS = ", ".join(c.name for c in STEPS.columns)
-_UPSERT = (
-    f"INSERT INTO {STEPS.name} ({_COLUMNS}) VALUES ({', '.join('?' * len(STEPS.columns))}) "
-    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id) DO UPDATE SET "
-    + ", ".join(f"{f} = excluded.{f}" for f in (*_FIELDS, "summary"))
+_FIELDS = (
+    "run",
+    "path",
+    "node",
+    "status",
+    "attempts",
+    "kinds",
+    "started_at",
+    "ended_at",
+    "summary",
 )
 
 
-def step_rows(
-    config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str
-) -> list[tuple[Any, ...]]:
-    """The step records among a task's writes, as rows (none for most writes)."""
-    rows = []
-    for channel, value in writes:
-        if channel != CHANNEL or not isinstance(value, Mapping):
-            continue
-        step = value.get("step")
-        if not isinstance(step, Mapping) or "path" not in step:
-            continue
-        conf = config.get("configurable") or {}
-        rows.append(
-            (
-                str(conf.get("thread_id")),
-                str(conf.get("checkpoint_ns") or ""),
-                str(conf.get("checkpoint_id") or ""),
-                task_id,
-                int(step.get("run") or 1),
-                str(step["path"]),
-                str(step.get("node") or ""),
-                str(step.get("status") or ""),
-                int(step.get("attempts") or 0),
-                json.dumps(list(step.get("kinds") or [])),
-                float(step.get("started_at") or 0.0),
-                float(step.get("ended_at") or 0.0),
-                str(step.get("summary") or ""),
-            )
-        )
+def read_step_writes(d: Dialect, thread_id: str) -> Statements[list[Row]]:
+    """A thread's run-log writes: (namespace, checkpoint, task, type, value)."""
+    value = d.writes.columns[-1].name  # LangGraph names it value (SQLite) or blob
+    rows = yield Stmt(
+        d.sql(
+            f"SELECT checkpoint_ns, checkpoint_id, task_id, type, {value} "
+            f"FROM {d.writes.name} WHERE thread_id = ? AND channel = ?"
+        ),
+        (thread_id, CHANNEL),
+        fetch=True,
+    )
     return rows
 
 
-def store_steps(d: Dialect, rows: Sequence[tuple[Any, ...]]) -> Statements[None]:
-    if rows:
-        yield Stmt(d.sql(_UPSERT), list(rows), many=True)
-
-
-def read_steps(d: Dialect, thread_id: str, run: int | None) -> Statements[list[dict[str, Any]]]:
-    """A thread's step records, oldest first (one run's, if ``run`` is given)."""
-    where = "thread_id = ?" + ("" if run is None else " AND run = ?")
-    params: tuple[Any, ...] = (thread_id,) if run is None else (thread_id, run)
-    rows = yield Stmt(
-        d.sql(
-            f"SELECT {', '.join(_FIELDS)}, summary, checkpoint_ns FROM {STEPS.name} "
-            f"WHERE {where} ORDER BY run, ended_at, path"
-        ),
-        params,
-        fetch=True,
-    )
+def decode_steps(
+    rows: Sequence[Row], loads: Callable[[tuple[str, bytes]], Any], run: int | None
+) -> list[dict[str, Any]]:
+    """The step records among the writes, oldest first (one run's if ``run``)."""
     found = []
-    for row in rows:
-        record = dict(zip((*_FIELDS, "summary", "checkpoint_ns"), row, strict=True))
-        record["kinds"] = json.loads(record["kinds"] or "[]")
+    for ns, checkpoint_id, task_id, type_, value in rows:
+        update = loads((type_, bytes(value)))
+        step = update.get("step") if isinstance(update, Mapping) else None
+        if not isinstance(step, Mapping) or "path" not in step:
+            continue
+        if run is not None and int(step.get("run") or 1) != run:
+            continue
+        record: dict[str, Any] = {k: step.get(k) for k in _FIELDS}
+        record.update(checkpoint_ns=ns, checkpoint_id=checkpoint_id, task_id=task_id)
         found.append(record)
+    found.sort(key=lambda r: (r["run"] or 1, r["ended_at"] or 0.0, r["path"]))
     return found

@@ -163,14 +163,9 @@ def writes_sql(writes: Sequence[tuple[str, Any]], *, replace: str, keep_first: s
     return replace if all(w[0] in WRITES_IDX_MAP for w in writes) else keep_first
 
 
-def put_writes(
-    sql: str, rows: Sequence[tuple[Any, ...]], then: Statements[None] | None = None
-) -> Statements[None]:
-    """A task's writes, and ``then`` (its step record) in the same transaction."""
+def put_writes(sql: str, rows: Sequence[tuple[Any, ...]]) -> Statements[None]:
     if rows:
         yield Stmt(sql, rows, many=True)
-    if then is not None:
-        yield from then
 
 
 def locate_checkpoint(d: Dialect, thread_id: str, ns: str) -> Statements[str | None]:
