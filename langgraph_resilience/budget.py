@@ -163,6 +163,10 @@ class _TokenCounter(BaseCallbackHandler):
     def on_llm_end(
         self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
+        if _METER.get() is not self.meter:
+            # A node nested in this one (a subgraph's) meters its own calls;
+            # its usage reaches this node through the subgraph's run log.
+            return
         for generations in response.generations:
             for generation in generations:
                 usage = None

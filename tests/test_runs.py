@@ -293,3 +293,38 @@ async def test_a_degraded_step_is_retried_by_the_call_its_suggestion_shows(
     out = await retry(h, graph, config, step="enrich")
     assert out["results"][-2:] == ["enriched", "report"]
     assert out["resilience"]["degraded_steps"] == []
+
+
+async def test_model_tokens_inside_a_subgraph_are_counted_once(checkpointer: Any) -> None:
+    import itertools
+
+    from langchain_core.language_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    h = checkpointer
+    usage = {"input_tokens": 60, "output_tokens": 40, "total_tokens": 100}
+    model = GenericFakeChatModel(
+        messages=itertools.repeat(AIMessage(content="ok", usage_metadata=usage))  # type: ignore[arg-type]
+    )
+
+    if h.is_async:
+
+        async def call(state: dict[str, Any]) -> dict[str, Any]:
+            return {"results": [(await model.ainvoke("hi")).content]}
+    else:
+
+        def call(state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+            return {"results": [model.invoke("hi").content]}
+
+    sub = ResilientStateGraph(State)
+    sub.add_node("call", call)
+    sub.add_edge(START, "call")
+    sub.add_edge("call", END)
+    g = ResilientStateGraph(State)
+    g.add_node("inner", sub.compile())
+    g.add_edge(START, "inner")
+    g.add_edge("inner", END)
+    graph = g.compile(checkpointer=h.saver, budget=Budget(max_tokens=150))
+    out = await h.invoke(graph, {"results": []}, cfg(h, "tokens"))
+    assert out["resilience"]["usage"]["tokens"] == 100
+    assert out["results"] == ["ok"]
