@@ -55,6 +55,7 @@ __all__ = [
     "TaskContext",
     "current_attempt",
     "in_parent_task",
+    "nested_task",
 ]
 
 # LangGraph's private configurable keys (langgraph._internal._constants.CONFIG_KEY_*).
@@ -85,6 +86,12 @@ def in_parent_task(config: Mapping[str, Any]) -> bool:
     return bool(configurable.get("checkpoint_ns")) or any(
         k in configurable for k in (TASK_ID_KEY, SCRATCHPAD_KEY)
     )
+
+
+def nested_task(namespace: str, task_id: str) -> dict[str, str]:
+    """The configurable keys under which a graph runs as the subgraph of a
+    parent's task (``namespace``, ``task_id``): in that namespace's checkpoints."""
+    return {"checkpoint_ns": namespace, TASK_ID_KEY: task_id}
 
 
 def current_attempt() -> Attempt:

@@ -31,7 +31,13 @@ import langgraph_resilience._lifecycle as lifecycle
 import langgraph_resilience.state as run_log
 from langgraph_resilience._node import NodeAction, NodeContext, is_async, wrap
 from langgraph_resilience._routes import PARTIAL_RESULT, error_handler, partial_result
-from langgraph_resilience._task import BUDGET_KEY, DURABILITY_KEY, EFFECT_SCOPE_KEY, current_attempt
+from langgraph_resilience._task import (
+    BUDGET_KEY,
+    DURABILITY_KEY,
+    EFFECT_SCOPE_KEY,
+    current_attempt,
+    nested_task,
+)
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError, RunStateError
@@ -307,6 +313,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         self._policies: dict[str, NodePolicy | None] = {}
         self._default_policy: NodePolicy | None = None
         self._routes: dict[str, list[str]] = {}
+        self._actions: dict[str, NodeAction] = {}  # as given (a subgraph stays one)
 
     def set_node_defaults(self, *, policy: NodePolicy | None = _UNSET, **kwargs: Any) -> Self:
         """LangGraph's node defaults, plus a default `NodePolicy` for nodes added after.
@@ -357,6 +364,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
                 "cannot stop a running sync function. Make it `async def`, or drop the timeout."
             )
         self._policies[name] = policy
+        self._actions[name] = action
         if policy is not None:
             kwargs.setdefault("error_handler", error_handler(name))
         if kwargs.get("cache_policy") is not None:  # the run log differs in every run
@@ -511,6 +519,46 @@ def _with_effect_scope(config: RunnableConfig, steps: list[Mapping[str, Any]]) -
     return {**config, "configurable": {**config.get("configurable", {}), EFFECT_SCOPE_KEY: scope}}
 
 
+def _inner_retry(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    config: RunnableConfig,
+    steps: list[Mapping[str, Any]],
+) -> tuple[CompiledStateGraph[Any, Any, Any, Any], RunnableConfig, str] | None:
+    """A step that failed inside a subgraph node, to be re-run in the subgraph's
+    own namespace, where its completed steps are checkpointed: (the subgraph
+    with the parent's saver, its config as its parent's task gave it, the
+    parent's node), or None."""
+    if len(steps) != 1 or not graph.checkpointer:
+        return None
+    failed = steps[0]
+    path, task = str(failed.get("path") or ""), str(failed.get("task") or "")
+    sub = getattr(graph.builder, "_actions", {}).get(failed.get("node"))
+    if "/" not in path or "|" not in task or not isinstance(sub, CompiledStateGraph):
+        return None
+    namespace, task_id = task.rsplit("|", 1)  # the subgraph node's task: where it ran
+    conf = {**(config.get("configurable") or {}), **nested_task(namespace, task_id)}
+    inner = sub.copy(update={"checkpointer": graph.checkpointer})
+    return inner, {**config, "configurable": conf}, str(failed["node"])
+
+
+def _stopped_again(out: Any) -> bool:
+    log = out.get("resilience") if isinstance(out, Mapping) else None
+    return isinstance(log, Mapping) and log.get("status") == "partial_complete"
+
+
+def _inner_done(out: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The parent's update once its subgraph node finished on retry: the
+    subgraph's output (as LangGraph applies a subgraph node's), and the run log
+    going on without the failure."""
+    reset = {
+        "status": "running",
+        "partial_output": None,
+        "recovery_suggestions": [],
+        "clear": [f["path"] for f in steps if f.get("path")],
+    }
+    return {**{k: v for k, v in out.items() if k != "resilience"}, "resilience": reset}
+
+
 def _thread_of(config: RunnableConfig) -> str:
     thread = (config.get("configurable") or {}).get("thread_id") if config else None
     if thread is None:
@@ -543,6 +591,14 @@ def retry_failed(
         >>> out = retry_failed(graph, config, update={"query": "fixed"})  # doctest: +SKIP
     """
     steps = _to_retry(graph.get_state(config).values, _thread_of(config), step)
+    inner = _inner_retry(graph, config, steps)
+    if inner is not None:  # re-enter the subgraph at its failed step
+        sub, sub_config, node = inner
+        out = retry_failed(sub, sub_config, update=update)
+        if _stopped_again(out):
+            return graph.get_state(config).values
+        graph.update_state(config, _inner_done(out, steps), as_node=node)
+        return graph.invoke(None, config)
     return graph.invoke(_retry_command(steps, update), _with_effect_scope(config, steps))
 
 
@@ -555,4 +611,12 @@ async def aretry_failed(
 ) -> dict[str, Any] | Any:
     """Async twin of `retry_failed`."""
     steps = _to_retry((await graph.aget_state(config)).values, _thread_of(config), step)
+    inner = _inner_retry(graph, config, steps)
+    if inner is not None:  # re-enter the subgraph at its failed step
+        sub, sub_config, node = inner
+        out = await aretry_failed(sub, sub_config, update=update)
+        if _stopped_again(out):
+            return (await graph.aget_state(config)).values
+        await graph.aupdate_state(config, _inner_done(out, steps), as_node=node)
+        return await graph.ainvoke(None, config)
     return await graph.ainvoke(_retry_command(steps, update), _with_effect_scope(config, steps))

@@ -328,3 +328,44 @@ async def test_model_tokens_inside_a_subgraph_are_counted_once(checkpointer: Any
     out = await h.invoke(graph, {"results": []}, cfg(h, "tokens"))
     assert out["resilience"]["usage"]["tokens"] == 100
     assert out["results"] == ["ok"]
+
+
+async def test_retry_failed_re_enters_a_subgraph_at_its_failed_step(checkpointer: Any) -> None:
+    h = checkpointer
+    calls: list[str] = []
+    broken = {"on": True}
+
+    def step(name: str) -> Any:
+        def run(state: dict[str, Any]) -> dict[str, Any]:
+            calls.append(name)
+            if name == "fetch" and broken["on"]:
+                raise PermanentError("source is down")
+            return {"results": [name]}
+
+        return as_node(h, run)
+
+    sub = ResilientStateGraph(State)
+    for name in ("plan", "fetch"):
+        sub.add_node(name, step(name), policy=NodePolicy(retry=None))
+    sub.add_edge(START, "plan")
+    sub.add_edge("plan", "fetch")
+    sub.add_edge("fetch", END)
+    g = ResilientStateGraph(State)
+    g.add_node("research", sub.compile(), policy=NodePolicy(retry=None))
+    g.add_node("report", step("report"))
+    g.add_edge(START, "research")
+    g.add_edge("research", "report")
+    g.add_edge("report", END)
+    graph = g.compile(checkpointer=h.saver)
+    config = cfg(h, "reenter")
+    out = await h.invoke(graph, {"results": []}, config)
+    assert out["resilience"]["failed_step"]["path"] == "research/fetch"
+    broken["on"] = False
+    out = await retry(h, graph, config)
+    assert calls == ["plan", "fetch", "fetch", "report"]  # plan is not run again
+    assert out["results"] == ["plan", "fetch", "report"]
+    log = out["resilience"]
+    assert log["status"] == "success" and not log.get("failed_steps")
+    assert log["failed_step"] is None
+    stored = [(s["path"], s["status"]) for s in await history(h, config)]
+    assert stored.count(("research/fetch", "completed")) == 1
