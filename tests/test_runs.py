@@ -64,6 +64,36 @@ def as_node(h: Any, fn: Any) -> Any:
     return anode
 
 
+def research_pipeline(
+    h: Any, calls: list[str], broken: dict[str, bool], subgraph_policy: NodePolicy
+) -> Any:
+    """research (a subgraph: plan -> fetch) -> report; fetch fails while
+    ``broken["on"]``; every node run is appended to ``calls``."""
+
+    def step(name: str) -> Any:
+        def run(state: dict[str, Any]) -> dict[str, Any]:
+            calls.append(name)
+            if name == "fetch" and broken["on"]:
+                raise PermanentError("source is down")
+            return {"results": [name]}
+
+        return as_node(h, run)
+
+    sub = ResilientStateGraph(State)
+    for name in ("plan", "fetch"):
+        sub.add_node(name, step(name), policy=NodePolicy(retry=None))
+    sub.add_edge(START, "plan")
+    sub.add_edge("plan", "fetch")
+    sub.add_edge("fetch", END)
+    g = ResilientStateGraph(State)
+    g.add_node("research", sub.compile(), policy=subgraph_policy)
+    g.add_node("report", step("report"))
+    g.add_edge(START, "research")
+    g.add_edge("research", "report")
+    g.add_edge("report", END)
+    return g.compile(checkpointer=h.saver)
+
+
 async def test_send_branch_is_retried_with_its_own_payload(checkpointer: Any) -> None:
     h = checkpointer
     broken = {"b"}
@@ -95,31 +125,8 @@ async def test_send_branch_is_retried_with_its_own_payload(checkpointer: Any) ->
 async def test_critical_failure_in_a_subgraph_ends_the_parent_partial(checkpointer: Any) -> None:
     h = checkpointer
     calls: list[str] = []
-
-    def step(name: str, fails: bool = False) -> Any:
-        def run(state: dict[str, Any]) -> dict[str, Any]:
-            calls.append(name)
-            if fails:
-                raise PermanentError(f"{name} broke")
-            return {"results": [name]}
-
-        return as_node(h, run)
-
-    sub = ResilientStateGraph(State)
-    sub.add_node("plan", step("plan"), policy=NodePolicy(retry=None))
-    sub.add_node("fetch", step("fetch", fails=True), policy=NodePolicy(retry=None))
-    sub.add_edge(START, "plan")
-    sub.add_edge("plan", "fetch")
-    sub.add_edge("fetch", END)
-    g = ResilientStateGraph(State)
-    g.add_node("research", sub.compile(), policy=NodePolicy(retry=None))
-    g.add_node("report", step("report"))
-    g.add_edge(START, "research")
-    g.add_edge("research", "report")
-    g.add_edge("report", END)
-    graph = g.compile(checkpointer=h.saver)
-    config = cfg(h, "subgraph")
-    out = await h.invoke(graph, {"results": []}, config)
+    graph = research_pipeline(h, calls, {"on": True}, NodePolicy(retry=None))
+    out = await h.invoke(graph, {"results": []}, cfg(h, "subgraph"))
     log = out["resilience"]
     assert calls == ["plan", "fetch"]  # report never ran
     assert log["status"] == "partial_complete"
@@ -127,13 +134,8 @@ async def test_critical_failure_in_a_subgraph_ends_the_parent_partial(checkpoint
     assert log["failed_step"]["kind"] == "permanent"
 
     # critical=False on the subgraph node: degraded, the parent carries on.
-    g2 = ResilientStateGraph(State)
-    g2.add_node("research", sub.compile(), policy=NodePolicy(retry=None, critical=False))
-    g2.add_node("report", step("report"))
-    g2.add_edge(START, "research")
-    g2.add_edge("research", "report")
-    g2.add_edge("report", END)
-    out = await h.invoke(g2.compile(checkpointer=h.saver), {"results": []}, cfg(h, "sub2"))
+    graph = research_pipeline(h, calls, {"on": True}, NodePolicy(retry=None, critical=False))
+    out = await h.invoke(graph, {"results": []}, cfg(h, "sub2"))
     assert out["resilience"]["status"] == "success"
     assert out["resilience"]["degraded_steps"] == ["research"]
     assert calls[-1] == "report"
@@ -334,29 +336,7 @@ async def test_retry_failed_re_enters_a_subgraph_at_its_failed_step(checkpointer
     h = checkpointer
     calls: list[str] = []
     broken = {"on": True}
-
-    def step(name: str) -> Any:
-        def run(state: dict[str, Any]) -> dict[str, Any]:
-            calls.append(name)
-            if name == "fetch" and broken["on"]:
-                raise PermanentError("source is down")
-            return {"results": [name]}
-
-        return as_node(h, run)
-
-    sub = ResilientStateGraph(State)
-    for name in ("plan", "fetch"):
-        sub.add_node(name, step(name), policy=NodePolicy(retry=None))
-    sub.add_edge(START, "plan")
-    sub.add_edge("plan", "fetch")
-    sub.add_edge("fetch", END)
-    g = ResilientStateGraph(State)
-    g.add_node("research", sub.compile(), policy=NodePolicy(retry=None))
-    g.add_node("report", step("report"))
-    g.add_edge(START, "research")
-    g.add_edge("research", "report")
-    g.add_edge("report", END)
-    graph = g.compile(checkpointer=h.saver)
+    graph = research_pipeline(h, calls, broken, NodePolicy(retry=None))
     config = cfg(h, "reenter")
     out = await h.invoke(graph, {"results": []}, config)
     assert out["resilience"]["failed_step"]["path"] == "research/fetch"
