@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -33,7 +34,7 @@ from langgraph.types import Command, interrupt
 
 import langgraph_resilience.state as run_log
 from langgraph_resilience._compress import compress_with_summary
-from langgraph_resilience._engine import Action, decide
+from langgraph_resilience._engine import Action, Decision, decide
 from langgraph_resilience._routes import ResilienceRoute, error_text, route_of, suggestion
 from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.budget import Budget, add_usage, metering, pause_value, topped_up, used
@@ -58,6 +59,8 @@ __all__ = [
     "wrap",
 ]
 
+
+logger = logging.getLogger("langgraph_resilience")
 
 #: What LangGraph runs as a node: a function (of the state, and maybe the config
 #: or the runtime) or a runnable.
@@ -190,6 +193,48 @@ def _nested(output: Any, state: Any) -> tuple[dict[str, float], Mapping[str, Any
     return delta, failed if isinstance(failed, Mapping) else None
 
 
+_VERDICTS = {
+    Action.RETRY: "retrying in {delay:.2f}s",
+    Action.PAUSE: "pausing the run until its budget is topped up",
+    Action.DEGRADE: "skipping the step as degraded",
+    Action.FALLBACK: "taking the fallback",
+    Action.PARTIAL: "giving up: the run ends with a partial result",
+}
+
+
+def _log_try(
+    ctx: NodeContext, task: TaskContext, state: Any, record: AttemptRecord, decision: Decision
+) -> None:
+    """One log line per failed try and what comes of it, with the step's ids as
+    structured extras (``thread_id``, ``run``, ``path``, ``node``, ``attempt``,
+    ``kind``, ``action``, ``wait``)."""
+    level = logging.WARNING if decision.action is not Action.PARTIAL else logging.ERROR
+    if not logger.isEnabledFor(level):
+        return
+    path = step_path(ctx.name, task, _log_of(state))
+    action = _VERDICTS[decision.action].format(delay=decision.delay)
+    logger.log(
+        level,
+        "step %s try %d failed (%s, %s: %s); %s",
+        path,
+        record.attempt,
+        record.kind,
+        record.error_type,
+        record.reason,
+        action,
+        extra={
+            "thread_id": task.thread_id,
+            "run": int(_log_of(state).get("run") or 1),
+            "path": path,
+            "node": ctx.name,
+            "attempt": record.attempt,
+            "kind": record.kind,
+            "action": decision.action.value,
+            "wait": decision.delay,
+        },
+    )
+
+
 def _budget_pause(ctx: NodeContext, record: AttemptRecord) -> dict[str, Any]:
     """The interrupt of a node that raised `BudgetExhausted`."""
     return {
@@ -313,6 +358,7 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
             finished_at=time.time(),
         )
         yield RecordAttempt(record, started)
+        _log_try(ctx, task, state, record, decision)
         if decision.action is Action.PAUSE:
             # Raises until the run is resumed (Command(resume=...)); the resumed
             # node re-runs and, finding this try stored, takes the resume value

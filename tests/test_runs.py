@@ -349,3 +349,45 @@ async def test_retry_failed_re_enters_a_subgraph_at_its_failed_step(checkpointer
     assert log["failed_step"] is None
     stored = [(s["path"], s["status"]) for s in await history(h, config)]
     assert stored.count(("research/fetch", "completed")) == 1
+
+
+async def test_every_failed_try_is_logged_with_what_comes_of_it(
+    checkpointer: Any, caplog: Any
+) -> None:
+    import logging
+
+    h = checkpointer
+    tries = {"n": 0}
+
+    def flaky(state: dict[str, Any]) -> dict[str, Any]:
+        tries["n"] += 1
+        if tries["n"] < 3:
+            raise ConnectionError("blip")
+        return {"results": ["ok"]}
+
+    def broken(state: dict[str, Any]) -> dict[str, Any]:
+        raise PermanentError("schema mismatch")
+
+    g = ResilientStateGraph(State)
+    g.add_node(
+        "flaky",
+        as_node(h, flaky),
+        policy=NodePolicy(retry=Backoff(max_attempts=3, initial_interval=0.001)),
+    )
+    g.add_node("broken", as_node(h, broken), policy=NodePolicy(retry=None))
+    g.add_edge(START, "flaky")
+    g.add_edge("flaky", "broken")
+    g.add_edge("broken", END)
+    graph = g.compile(checkpointer=h.saver)
+    config = cfg(h, "logs")
+    with caplog.at_level(logging.INFO, logger="langgraph_resilience"):
+        out = await h.invoke(graph, {"results": []}, config)
+    assert out["resilience"]["status"] == "partial_complete"
+    records = [r for r in caplog.records if hasattr(r, "path")]
+    assert [(r.path, r.attempt, r.kind, r.action) for r in records] == [
+        ("flaky", 1, "transient", "retry"),
+        ("flaky", 2, "transient", "retry"),
+        ("broken", 1, "permanent", "partial"),
+    ]
+    assert all(r.thread_id == config["configurable"]["thread_id"] and r.run == 1 for r in records)
+    assert records[-1].levelname == "ERROR" and "partial result" in records[-1].getMessage()
