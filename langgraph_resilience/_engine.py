@@ -32,14 +32,17 @@ class Decision:
     adapt: bool = False
     compress: bool = False
     exhausted: bool = False  # the kind had retries and used them all
+    retry_after: float | None = None  # the service asked to wait longer than max_wait
 
 
-def _give_up(policy: NodePolicy, *, exhausted: bool) -> Decision:
+def _give_up(policy: NodePolicy, *, exhausted: bool, retry_after: float | None = None) -> Decision:
     if policy.fallback is not None:
-        return Decision(action=Action.FALLBACK, exhausted=exhausted)
-    if policy.critical:
-        return Decision(action=Action.PARTIAL, exhausted=exhausted)
-    return Decision(action=Action.DEGRADE, exhausted=exhausted)
+        action = Action.FALLBACK
+    elif policy.critical:
+        action = Action.PARTIAL
+    else:
+        action = Action.DEGRADE
+    return Decision(action=action, exhausted=exhausted, retry_after=retry_after)
 
 
 def decide(
@@ -63,10 +66,13 @@ def decide(
     if kind is FailureKind.DEGRADABLE:
         return _give_up(policy, exhausted=False)
     if kind is FailureKind.TRANSIENT and policy.retry is not None:
+        asked = failure.retry_after
+        if asked is not None and asked > float(policy.retry.max_wait):  # type: ignore[arg-type]
+            return _give_up(policy, exhausted=True, retry_after=asked)  # no waiting in place
         if count < policy.retry.max_attempts:
             delay = policy.retry.delay(count, rand)
-            if failure.retry_after is not None:
-                delay = max(delay, failure.retry_after)
+            if asked is not None:
+                delay = max(delay, asked)
             return Decision(action=Action.RETRY, delay=delay)
         return _give_up(policy, exhausted=True)
     if kind is FailureKind.VALIDATION:

@@ -40,7 +40,7 @@ from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.budget import Budget, add_usage, metering, pause_value, topped_up, used
 from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.classify import Classification, Classifier, FailureKind, is_control_flow
-from langgraph_resilience.errors import LeaseLost, ValidationFailed
+from langgraph_resilience.errors import ConfigError, LeaseLost, ValidationFailed
 from langgraph_resilience.policy import Attempt, NodePolicy
 
 __all__ = [
@@ -343,8 +343,10 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
                 log["context_summary"] = summaries
             _add_spend(log, spent, topped)
             return _with_log(result.output, log)
-        if is_control_flow(exc) or isinstance(exc, LeaseLost) or policy is None:
-            raise exc  # a lost lease ends this worker's part, it is no node failure
+        if is_control_flow(exc) or isinstance(exc, (LeaseLost, ConfigError)) or policy is None:
+            # A lost lease ends this worker's part; wrong wiring is the caller's to
+            # fix: neither is a failure of the node to retry or route.
+            raise exc
         failure = _stopped if isinstance(exc, SubgraphStopped) else ctx.classifier(exc)
         decision = decide(
             policy, failure, [FailureKind(r.kind) for r in earlier if r.kind], ctx.rand()
@@ -381,7 +383,9 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
         if decision.action is Action.DEGRADE:
             log = _log_update(ctx, task, state, "degraded", earlier, None, first_start)
             path = log["step"]["path"]
-            log["recovery_suggestions"] = [suggestion(ctx.name, failure, exc, number, path)]
+            log["recovery_suggestions"] = [
+                suggestion(ctx.name, failure, exc, number, path, retry_after=decision.retry_after)
+            ]
             _add_spend(log, spent, topped)
             return {"resilience": log}
         route = route_of(

@@ -89,7 +89,7 @@ def route_of(
         "message": str(exc)[:500],
         "attempts": attempts,
         "exhausted": decision.exhausted,
-        "suggestion": suggestion(node, failure, exc, attempts),
+        "suggestion": suggestion(node, failure, exc, attempts, retry_after=decision.retry_after),
         "task": task,
     }
 
@@ -105,9 +105,12 @@ def suggestion(
     exc: BaseException,
     attempts: int,
     step: str | None = None,
+    *,
+    retry_after: float | None = None,
 ) -> str:
     """What to do next about a failed step, by kind (``step``: a degraded step's
-    path, which `retry_failed` re-runs only when named)."""
+    path, which `retry_failed` re-runs only when named; ``retry_after``: the wait
+    the service asked for, longer than the policy waits in place)."""
     error = error_text(exc)
     tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
     by_kind = {
@@ -139,6 +142,13 @@ def suggestion(
         ),
     }
     text = by_kind[failure.kind]
+    if retry_after is not None:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(time.time() + retry_after))
+        text = (
+            f"'{node}' was asked to wait {retry_after:.0f} s before a retry (Retry-After: "
+            f"{error}), longer than its Backoff.max_wait. Call retry_failed(graph, config) "
+            f"after {when}."
+        )
     if step is not None:
         text = text.replace(
             "retry_failed(graph, config", f"retry_failed(graph, config, step={step!r}"

@@ -358,6 +358,13 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
             policy = self._default_policy
         elif policy is not None and not isinstance(policy, NodePolicy):
             raise ConfigError(f"policy for node {name!r} must be a NodePolicy, got {policy!r}")
+        if policy is not None and kwargs.get("retry_policy") is not None:
+            raise ConfigError(
+                f"node {name!r} has both a NodePolicy and LangGraph's retry_policy=: their "
+                "tries would multiply (each of LangGraph's retries runs the policy's). Give "
+                "the retries in NodePolicy(retry=Backoff(...)) and drop retry_policy=, or "
+                "add the node with policy=None to keep LangGraph's own."
+            )
         if policy is not None and policy.timeout is not None and not is_async(action):
             raise ConfigError(
                 f"NodePolicy(timeout=...) on node {name!r} needs an async node: LangGraph "
@@ -559,6 +566,14 @@ def _inner_done(out: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> dict[
     return {**{k: v for k, v in out.items() if k != "resilience"}, "resilience": reset}
 
 
+def _compiled(graph: Any) -> None:
+    if not isinstance(graph, CompiledStateGraph):
+        raise ConfigError(
+            f"retry_failed needs the compiled graph, got {type(graph).__name__}: pass "
+            "builder.compile(checkpointer=...) (the graph the run was invoked on)"
+        )
+
+
 def _thread_of(config: RunnableConfig) -> str:
     thread = (config.get("configurable") or {}).get("thread_id") if config else None
     if thread is None:
@@ -590,7 +605,9 @@ def retry_failed(
     Example:
         >>> out = retry_failed(graph, config, update={"query": "fixed"})  # doctest: +SKIP
     """
-    steps = _to_retry(graph.get_state(config).values, _thread_of(config), step)
+    _compiled(graph)
+    thread = _thread_of(config)
+    steps = _to_retry(graph.get_state(config).values, thread, step)
     inner = _inner_retry(graph, config, steps)
     if inner is not None:  # re-enter the subgraph at its failed step
         sub, sub_config, node = inner
@@ -610,7 +627,9 @@ async def aretry_failed(
     step: str | None = None,
 ) -> dict[str, Any] | Any:
     """Async twin of `retry_failed`."""
-    steps = _to_retry((await graph.aget_state(config)).values, _thread_of(config), step)
+    _compiled(graph)
+    thread = _thread_of(config)
+    steps = _to_retry((await graph.aget_state(config)).values, thread, step)
     inner = _inner_retry(graph, config, steps)
     if inner is not None:  # re-enter the subgraph at its failed step
         sub, sub_config, node = inner

@@ -40,8 +40,12 @@ class Backoff:
         max_attempts: tries in all, the first included (>= 1).
         initial_interval: cap of the first wait, seconds or timedelta.
         backoff_factor: growth of the cap per retry (>= 1).
-        max_interval: largest cap, seconds or timedelta.
+        max_interval: largest cap, seconds or timedelta (>= initial_interval).
         jitter: ``"full"`` (default) or ``"none"``.
+        max_wait: the longest a node waits in place for one retry, backoff and a
+            failing service's ``Retry-After`` alike (default 60 s). A service that
+            asks for longer ends the step's tries (its fallback, degrade or
+            partial result), with a suggestion that says when to retry.
 
     Example:
         >>> Backoff(max_attempts=4, initial_interval=0.5).cap(3)
@@ -53,6 +57,7 @@ class Backoff:
     backoff_factor: float = 2.0
     max_interval: Seconds = 60.0
     jitter: Jitter = "full"
+    max_wait: Seconds = 60.0
 
     def __post_init__(self) -> None:
         if (
@@ -67,6 +72,15 @@ class Backoff:
             self, "initial_interval", _seconds("initial_interval", self.initial_interval)
         )
         object.__setattr__(self, "max_interval", _seconds("max_interval", self.max_interval))
+        object.__setattr__(self, "max_wait", _seconds("max_wait", self.max_wait))
+        if self.max_interval < self.initial_interval:  # type: ignore[operator]
+            raise ConfigError(
+                f"max_interval ({self.max_interval} s) is smaller than initial_interval "
+                f"({self.initial_interval} s): every wait would be cut to max_interval. Raise "
+                "max_interval or lower initial_interval."
+            )
+        if not self.max_wait > 0:  # type: ignore[operator]
+            raise ConfigError(f"max_wait must be seconds > 0, got {self.max_wait!r}")
         if (
             isinstance(self.backoff_factor, bool)
             or not isinstance(self.backoff_factor, (int, float))
@@ -90,7 +104,7 @@ class Backoff:
 
     def delay(self, retry: int, rand: float) -> float:
         """The wait before the ``retry``-th retry, given ``rand`` uniform in [0, 1)."""
-        cap = self.cap(retry)
+        cap = min(self.cap(retry), float(self.max_wait))  # type: ignore[arg-type]
         return cap * rand if self.jitter == "full" else cap
 
 

@@ -1,0 +1,113 @@
+"""Errors a user can act on (issue 13, the parts in the graph and the policies):
+each names what is wrong and what would be right, with the right type."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START
+from langgraph.types import RetryPolicy
+
+from langgraph_resilience import (
+    Backoff,
+    ConfigError,
+    NodePolicy,
+    ResilientState,
+    ResilientStateGraph,
+    TransientError,
+    retry_failed,
+    side_effect,
+)
+
+
+class State(ResilientState, total=False):
+    out: list[str]
+
+
+def one_node(node: Any, policy: NodePolicy | None, **kwargs: Any) -> ResilientStateGraph:
+    g = ResilientStateGraph(State)
+    g.add_node("work", node, policy=policy, **kwargs)
+    g.add_edge(START, "work")
+    g.add_edge("work", END)
+    return g
+
+
+def config() -> dict[str, Any]:
+    return {"configurable": {"thread_id": uuid.uuid4().hex}}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "names"),
+    [
+        ({"initial_interval": 5, "max_interval": 0.1}, "max_interval"),
+        ({"max_wait": -1}, "max_wait"),
+    ],
+)
+def test_backoff_ranges_that_contradict_are_refused(kwargs: dict[str, Any], names: str) -> None:
+    with pytest.raises(ConfigError, match=names):
+        Backoff(**kwargs)
+
+
+def test_a_retry_after_longer_than_max_wait_does_not_sleep_in_the_node() -> None:
+    calls: list[int] = []
+
+    def limited(state: State) -> dict[str, Any]:
+        calls.append(1)
+        raise TransientError("daily quota used up", retry_after=86400)
+
+    policy = NodePolicy(retry=Backoff(max_attempts=5, initial_interval=0.001, max_wait=1))
+    graph = one_node(limited, policy).compile(checkpointer=InMemorySaver())
+    out = graph.invoke({"out": []}, config())
+    log = out["resilience"]
+    assert calls == [1]  # no retry: the wait is longer than max_wait
+    assert log["status"] == "partial_complete"
+    [hint] = log["recovery_suggestions"]
+    assert "86400 s" in hint and "retry_failed(graph, config) after" in hint
+
+
+def test_a_retry_after_within_max_wait_is_honoured() -> None:
+    calls: list[int] = []
+
+    def limited(state: State) -> dict[str, Any]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise TransientError("slow down", retry_after=0.01)
+        return {"out": ["ok"]}
+
+    policy = NodePolicy(retry=Backoff(initial_interval=0.001, max_wait=1))
+    out = one_node(limited, policy).compile().invoke({"out": []})
+    assert out["out"] == ["ok"] and calls == [1, 1]
+
+
+def test_retry_failed_on_the_builder_says_to_pass_the_compiled_graph() -> None:
+    builder = one_node(lambda s: {"out": ["x"]}, NodePolicy())
+    with pytest.raises(ConfigError, match="compiled graph"):
+        retry_failed(builder, config())  # type: ignore[arg-type]
+
+
+def test_retry_failed_without_a_thread_id_says_what_config_it_needs() -> None:
+    graph = one_node(lambda s: {"out": ["x"]}, NodePolicy()).compile(checkpointer=InMemorySaver())
+    with pytest.raises(ConfigError, match="thread_id"):
+        retry_failed(graph, {})
+
+
+def test_a_node_policy_and_langgraphs_retry_policy_together_are_refused() -> None:
+    with pytest.raises(ConfigError, match="retry_policy"):
+        one_node(lambda s: {}, NodePolicy(), retry_policy=RetryPolicy(max_attempts=2))
+    one_node(lambda s: {}, None, retry_policy=RetryPolicy(max_attempts=2))  # LangGraph's own
+
+
+def test_wrong_wiring_inside_a_node_is_raised_not_turned_into_a_partial_result() -> None:
+    @side_effect
+    def send(to: str) -> str:
+        return f"sent to {to}"
+
+    def node(state: State) -> dict[str, Any]:
+        return {"out": [send("a@x")]}
+
+    graph = one_node(node, NodePolicy()).compile(checkpointer=InMemorySaver())
+    with pytest.raises(ConfigError, match="resilient saver"):
+        graph.invoke({"out": []}, config())
