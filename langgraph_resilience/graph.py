@@ -19,8 +19,10 @@ from typing import Any, TypedDict, cast
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.graph import Graph
+from langgraph._internal._runnable import coerce_to_runnable
 from langgraph.cache.base import BaseCache, FullKey, Namespace
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph._node import StateNodeSpec
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import All, CachePolicy, Checkpointer, Command, Send, StateSnapshot
@@ -388,6 +390,31 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         )
         return wrap(ctx, action)
 
+    def _guard_fallbacks(self) -> None:
+        """A fallback node added without a policy gets a critical one: if the
+        fallback fails too, the run ends with a partial result instead of the
+        raw error escaping (one try, no retry: it runs because another failed)."""
+        targets = {p.fallback for p in self._policies.values() if p is not None and p.fallback}
+        for name in sorted(targets):
+            spec = self.nodes.get(name)
+            if spec is None or self._policies.get(name) is not None or spec.error_handler_node:
+                continue
+            policy = NodePolicy(retry=None)
+            self._policies[name] = policy
+            spec.runnable = coerce_to_runnable(
+                self._wrap(name, self._actions[name], policy), name=name, trace=False
+            )
+            handler = f"__error_handler__{name}"
+            self.nodes[handler] = StateNodeSpec(
+                coerce_to_runnable(error_handler(name), name=handler, trace=False),
+                metadata=None,
+                input_schema=spec.input_schema,
+                retry_policy=None,
+                cache_policy=None,
+                is_error_handler=True,
+            )
+            spec.error_handler_node = handler
+
     @property
     def _terminal(self) -> frozenset[str]:
         return getattr(self, "_terminal_nodes", frozenset())
@@ -412,6 +439,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
             >>> graph = g.compile(checkpointer=saver, budget=Budget(max_cost=2.0))  # doctest: +SKIP
         """
         run_log.require_resilient_schema(self.state_schema)
+        self._guard_fallbacks()
         routes: dict[str, list[str]] = {}
         for name, policy in self._policies.items():
             if policy is None:

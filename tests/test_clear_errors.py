@@ -111,3 +111,26 @@ def test_wrong_wiring_inside_a_node_is_raised_not_turned_into_a_partial_result()
     graph = one_node(node, NodePolicy()).compile(checkpointer=InMemorySaver())
     with pytest.raises(ConfigError, match="resilient saver"):
         graph.invoke({"out": []}, config())
+
+
+def test_a_failing_fallback_without_its_own_policy_ends_in_a_partial_result() -> None:
+    def primary(state: State) -> dict[str, Any]:
+        raise TransientError("primary is down")
+
+    def backup(state: State) -> dict[str, Any]:
+        raise RuntimeError("backup is down too")
+
+    g = ResilientStateGraph(State)
+    g.add_node("primary", primary, policy=NodePolicy(retry=None, fallback="backup"))
+    g.add_node("backup", backup)  # no policy of its own
+    g.add_node("report", lambda s: {"out": ["report"]})
+    g.add_edge(START, "primary")
+    g.add_edge("primary", "report")
+    g.add_edge("backup", "report")
+    g.add_edge("report", END)
+    out = g.compile(checkpointer=InMemorySaver()).invoke({"out": []}, config())
+    log = out["resilience"]
+    assert log["status"] == "partial_complete"
+    assert log["failed_step"]["node"] == "backup"
+    assert log["failed_step"]["error_type"] == "RuntimeError"
+    assert log["degraded_steps"] == ["primary"]
