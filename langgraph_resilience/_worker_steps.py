@@ -13,7 +13,6 @@ driver in `worker.py`:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -23,13 +22,16 @@ from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
 from langgraph.types import Command, StateSnapshot
 
+from langgraph_resilience._leases import Instant, Proof
+from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience._task import BUDGET_KEY
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import Fence, RunRecord
 from langgraph_resilience.checkpoint._runs import FENCE_KEY
-from langgraph_resilience.errors import CheckpointConflict, LeaseLost
+from langgraph_resilience.errors import CheckpointConflict, LeaseLost, StoreUnavailable
 
 __all__ = [
+    "Abandon",
     "Claim",
     "CurrentValues",
     "Finish",
@@ -39,6 +41,7 @@ __all__ = [
     "LoopOp",
     "LoopSettings",
     "ActiveRuns",
+    "Pause",
     "Renew",
     "RunOp",
     "Start",
@@ -48,6 +51,7 @@ __all__ = [
     "ended_status",
     "renewed",
     "run_steps",
+    "store_unreachable",
     "where_of",
     "worker_loop",
 ]
@@ -89,13 +93,24 @@ class Invoked(NamedTuple):
 
 
 class Finish(NamedTuple):
-    """Store the run's end under this worker's lease."""
+    """Store the run's end under this worker's lease (replies True: stored; False:
+    the lease is another worker's; None: the store could not be reached)."""
 
     status: str  # success | partial_complete | paused | error | queued (released)
     outcome: dict[str, Any]
 
 
-RunOp = ThreadState | CurrentValues | Invoke | Finish
+class Pause(NamedTuple):
+    """Wait before trying again (the store was unreachable)."""
+
+    seconds: float
+
+
+RunOp = ThreadState | CurrentValues | Invoke | Finish | Pause
+
+#: Waits between tries of a run's end while the store cannot be reached.
+FINISH_FIRST_WAIT = 0.1
+FINISH_MAX_WAIT = 2.0
 
 
 def run_steps(
@@ -103,20 +118,25 @@ def run_steps(
 ) -> Generator[RunOp, Any, str | None]:
     """One claimed run: resume or start it, then say how it ended.
 
-    Returns the status the run was left in, or None when this worker lost it.
+    The replies of `ThreadState` and `CurrentValues` may be the exception that
+    reading the thread raised. Returns the status the run was left in, or None
+    when this worker lost it.
     """
     record = held.record
     if record.recoveries > max_recoveries:
         values = yield CurrentValues()
+        if isinstance(values, BaseException):
+            return (yield from _stopped(held, values))
         reason = (
             f"run {record.run_id!r} was taken over {record.recoveries} times (more than "
             f"max_recoveries={max_recoveries}): each worker running it died. It is not "
             "run again; its partial result is kept. Find what kills the worker (memory, "
             "a native crash) in the step named by failed_step or the last completed one."
         )
-        yield Finish("error", {"error": reason, "values": values})
-        return "error"
-    where: Where = yield ThreadState()
+        return (yield from _finish(held, "error", {"error": reason, "values": values}))
+    where: Where | BaseException = yield ThreadState()
+    if isinstance(where, BaseException):
+        return (yield from _stopped(held, where))
     # A paused run resumes with its budget, a top-up if `Worker.resume` gave one
     # (any other value re-checks the budget it had).
     top_up = budget if budget is not None else "resumed without a new budget"
@@ -124,20 +144,54 @@ def run_steps(
     answers: Command[Any] = Command(resume=dict.fromkeys(where.interrupt_ids, top_up))
     value = {"new": input_value, "resume": None}.get(where.state, answers)
     result: Invoked = yield Invoke(value)
-    exc = result.error
-    if held.lost or isinstance(exc, LeaseLost):
+    if result.error is not None:
+        return (yield from _stopped(held, result.error))
+    if held.taken:
         return None  # another worker holds the run now; nothing more to write
-    if isinstance(exc, GraphDrained):  # this worker drains: release the run
-        yield Finish("queued", {"released": exc.reason})
-        return "queued"
-    if exc is not None:
-        kind = "conflict" if isinstance(exc, CheckpointConflict) else "error"
-        yield Finish("error", {kind: f"{type(exc).__name__}: {exc}"})
-        return "error"
     values = result.values or {}
-    status = ended_status(values, result.paused)
-    yield Finish(status, {"values": values})
-    return status
+    return (yield from _finish(held, ended_status(values, result.paused), {"values": values}))
+
+
+def store_unreachable(exc: BaseException) -> bool:
+    """Whether a run stopped because the store could not be reached (not a fault of
+    the run: it is released, to be run again once the store is back)."""
+    return isinstance(exc, StoreUnavailable) or is_transient_store_error(exc)
+
+
+def _stopped(held: Held, exc: BaseException) -> Generator[RunOp, Any, str | None]:
+    """A run that stopped on ``exc``: lost, released (drained, or the store was
+    unreachable) or ended as ``error``."""
+    if isinstance(exc, LeaseLost):
+        held.lose(f"its write or side effect was refused ({exc})", taken=True)
+        return None
+    if held.taken:
+        return None
+    if isinstance(exc, GraphDrained):  # this worker drains, or could not renew: release
+        return (yield from _finish(held, "queued", {"released": exc.reason}))
+    if store_unreachable(exc):
+        reason = f"the store was unreachable ({type(exc).__name__}: {exc})"
+        logger.warning("run %s: %s; released, to be run again", held.record.run_id, reason)
+        return (yield from _finish(held, "queued", {"released": reason}))
+    kind = "conflict" if isinstance(exc, CheckpointConflict) else "error"
+    return (yield from _finish(held, "error", {kind: f"{type(exc).__name__}: {exc}"}))
+
+
+def _finish(held: Held, status: str, outcome: dict[str, Any]) -> Generator[RunOp, Any, str | None]:
+    """Store the run's end, trying again for as long as the store cannot be
+    reached (a success never turns into an error for it), unless the worker gave
+    up on the run (drain timeout)."""
+    held.ending = True
+    wait = FINISH_FIRST_WAIT
+    while not held.abandoned:  # abandoned: its worker is gone, and its lease saver closed
+        stored: bool | None = yield Finish(status, outcome)
+        if stored:
+            return status
+        if stored is False:
+            held.lose("its end could not be stored: another worker holds its lease", taken=True)
+            return None
+        yield Pause(wait)
+        wait = min(wait * 2, FINISH_MAX_WAIT)
+    return None
 
 
 def ended_status(values: dict[str, Any], paused: bool) -> str:
@@ -184,7 +238,14 @@ class ActiveRuns(NamedTuple):
     """How many runs are queued or running anywhere (replies an int)."""
 
 
-LoopOp = Claim | Start | Wait | Renew | ActiveRuns
+class Abandon(NamedTuple):
+    """Stop waiting for these runs (a drain that timed out): their steps are hung,
+    and their leases are left to run out."""
+
+    run_ids: tuple[str, ...]
+
+
+LoopOp = Claim | Start | Wait | Renew | ActiveRuns | Abandon
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,37 +256,60 @@ class LoopSettings:
     poll_interval: float
     concurrency: int
     until_idle: bool  # stop when no run is queued or running anywhere
+    drain_timeout: float  # how long a drain waits for the steps in flight
+
+    @property
+    def margin(self) -> float:
+        """How much of its lease a run must have left for a side effect to call:
+        one renewal period, so one late renewal does not stop a call."""
+        return self.lease_ttl / 3
 
 
 def worker_loop(
     settings: LoopSettings,
     held: dict[str, Held],
     draining: Callable[[], bool],
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], Instant] = Instant.now,
 ) -> Generator[LoopOp, Any, dict[str, str]]:
     """The worker's loop: claim, start, wait, renew, stop; returns {run id: status}.
 
     ``held`` is the worker's runs in flight, shared with `Worker.drain`: runs
-    are added as they are claimed and removed as they end.
+    are added as they are claimed and removed as they end. A drain that has
+    waited ``drain_timeout`` for them abandons the rest (reported ``running``:
+    their leases run out and other workers take them over).
     """
     done: dict[str, str] = {}
     beat = settings.lease_ttl / 3
-    next_beat = clock() + beat
+    next_beat = clock().monotonic + beat
+    drain_began: float | None = None
     while True:
         room = 0 if draining() else settings.concurrency - len(held)
-        claimed: list[RunRecord] = (yield Claim(room)) or []
+        sent = clock()
+        claimed: list[RunRecord] = ((yield Claim(room)) or []) if room > 0 else []
         for record in claimed:
-            run = held[record.run_id] = Held(record)
+            proof = Proof(deadline=sent.after(settings.lease_ttl), margin=settings.margin)
+            run = held[record.run_id] = Held(record, proof=proof)
             yield Start(run)
         wait = 0.0 if claimed else min(settings.poll_interval, beat)
         for run_id, status in (yield Wait(wait)) or []:
             held.pop(run_id, None)
             if status is not None:
                 done[run_id] = status
-        if clock() >= next_beat:
-            asked = [h.fence for h in held.values() if not h.lost]
-            renewed(held, (yield Renew(asked)), asked, clock(), settings.lease_ttl)
-            next_beat = clock() + beat
+        if clock().monotonic >= next_beat:
+            asked = [h.fence for h in held.values() if not h.taken]
+            if asked:
+                sent = clock()
+                kept = yield Renew(asked)
+                renewed(held, kept, asked, sent, clock(), settings.lease_ttl)
+            next_beat = clock().monotonic + beat
+        if draining() and held:
+            drain_began = clock().monotonic if drain_began is None else drain_began
+            if clock().monotonic - drain_began >= settings.drain_timeout:
+                stuck = tuple(held)
+                for run_id in stuck:
+                    held.pop(run_id).abandon(settings.drain_timeout)
+                    done[run_id] = "running"
+                yield Abandon(stuck)
         if held or claimed:
             continue
         if draining():
@@ -238,23 +322,27 @@ def renewed(
     held: dict[str, Held],
     kept: Sequence[str] | None,
     asked: Sequence[Fence],
-    now: float,
+    sent: Instant,
+    now: Instant,
     lease_ttl: float,
 ) -> None:
-    """Mark runs whose renewal failed (or is overdue) as lost.
+    """Extend the proofs of the leases the store renewed (from when the renewal was
+    ``sent``), and mark runs whose renewal failed (or is overdue) as lost.
 
     ``kept``: the run ids whose lease the store renewed, or None when the store
     could not be reached.
     """
     for fence in asked:
         run = held.get(fence.run_id)
-        if run is None or run.ending:
+        if run is None:
             continue
         if kept is not None and fence.run_id in kept:
-            run.renewed_at = now
+            run.proof.deadline = sent.after(lease_ttl)
+        elif run.ending:
+            continue  # its end is being stored, fenced: a failed renewal means nothing
         elif kept is not None:
-            run.lose("another worker took the lease over")
-        elif now - run.renewed_at > lease_ttl:
+            run.lose("another worker took the lease over", taken=True)
+        elif run.proof.left(now) <= 0:
             run.lose("the lease could not be renewed in time (store unreachable)")
 
 
@@ -263,13 +351,19 @@ def renewed(
 
 @dataclass
 class Held:
-    """A run this worker claimed: its fence, its drain switch, its last renewal."""
+    """A run this worker claimed: its fence, its drain switch, what it can prove of
+    its lease (`Proof`: what its side effects ask before they call)."""
 
     record: RunRecord
+    proof: Proof
     control: RunControl = field(default_factory=RunControl)
-    renewed_at: float = field(default_factory=time.monotonic)
-    lost: bool = False
+    taken: bool = False  # another worker holds the run: write nothing more for it
+    abandoned: bool = False  # a drain gave up waiting for it
     ending: bool = False  # its end is being stored: a failed renewal means nothing
+
+    @property
+    def lost(self) -> bool:
+        return self.proof.lost is not None
 
     @property
     def fence(self) -> Fence:
@@ -281,8 +375,18 @@ class Held:
             configurable[BUDGET_KEY] = budget
         return {"configurable": configurable}
 
-    def lose(self, reason: str) -> None:
+    def lose(self, reason: str, *, taken: bool = False) -> None:
+        """This worker no longer holds the run (``taken``: another worker does):
+        its side effects stop calling, and it stops at the next step boundary."""
         if not self.lost:
-            logger.warning("run %s: %s; stopping at the next step", self.record.run_id, reason)
-        self.lost = True
+            logger.warning("run %s lost by this worker: %s", self.record.run_id, reason)
+            self.proof.lost = reason
+        self.taken = self.taken or taken
         self.control.request_drain(reason)
+
+    def abandon(self, waited: float) -> None:
+        self.abandoned = True
+        self.lose(
+            f"the drain waited {waited:.1f} s for its step, which still runs (a store "
+            "call that hangs?); its lease is left to run out"
+        )

@@ -31,34 +31,53 @@ costs one write, not two. A process killed after the call returned and before
 that write leaves the intent without an outcome, settled as in 3. An effect
 with ``on_unknown="raise"`` (no automatic settling) stores its outcome at once.
 
-The decision is written once (`effect_steps`); the sync and async drivers only
-do its I/O.
+Under a `Worker` (the task carries its run's fence), the call is made only
+while the worker can prove it still holds the run's lease with a margin
+(`_leases`: its last renewal, on the monotonic and the wall clock): a worker
+that was stalled past its lease (a long pause, a SIGSTOP, a partition right
+after the intent was stored) or cannot renew does not call, and raises
+`LeaseLost`; the worker that took the run over settles the intent. While less
+than the margin is left, the call waits for the next renewal. A stall between
+that check and the call itself (microseconds, unless the process freezes right
+there for longer than the margin) is the one window left: give such calls an
+idempotency key the service honours, or ``reconcile``.
+
+The decision is written once (`effect_steps`, `_leases.check_lease`); the sync
+and async drivers only do its I/O.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import hashlib
 import inspect
 import os
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar, overload
 
 from langgraph_resilience._heartbeat import Beat, every
+from langgraph_resilience._leases import LEASES
 from langgraph_resilience._process import executor_id
 from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.checkpoint import (
     AsyncResilientSaver,
     EffectRecord,
+    Fence,
     IntentClaim,
     OutcomeFields,
     ResilientSaver,
 )
-from langgraph_resilience.errors import ConfigError, EffectInFlight, EffectOutcomeUnknown
+from langgraph_resilience.errors import (
+    ConfigError,
+    EffectInFlight,
+    EffectOutcomeUnknown,
+    LeaseLost,
+)
 
 __all__ = ["EFFECT_LEASE", "EffectSpec", "side_effect"]
 
@@ -291,6 +310,25 @@ def _release(
         saver.renew_intent(thread, intent.idempotency_key, intent.owner or "", 0.0)
 
 
+def _lease_waits(spec: EffectSpec, key: str, fence: Fence | None) -> Iterator[float]:
+    """Seconds to wait before the call may go ahead under the run's lease (none
+    without a fence); raises `LeaseLost` once the lease cannot be proven held."""
+    if fence is None:
+        return
+    while True:
+        found = LEASES.check(fence)
+        if found.verdict == "call":
+            return
+        if found.verdict == "lost":
+            raise LeaseLost(
+                f"side effect {spec.name!r} (idempotency key {key!r}) was not called: "
+                f"this worker cannot prove it still holds run {fence.run_id!r} (fencing "
+                f"token {fence.token}): {found.reason}. The worker that takes the run "
+                "over settles the effect; this one stops working on the run."
+            )
+        yield found.seconds
+
+
 def _outcome_fields(saver: ResilientSaver | AsyncResilientSaver, op: Settle) -> OutcomeFields:
     if op.status == "done":
         type_, blob = saver.serde.dumps_typed(op.value)
@@ -346,6 +384,8 @@ def _effect_sync(
                 assert spec.reconcile is not None
                 reply = spec.reconcile(key)
             elif isinstance(op, CallEffect):
+                for wait in _lease_waits(spec, key, fence):
+                    time.sleep(wait)
                 beat = _renewing(saver, thread, spec, intent)
                 try:
                     reply = fn(*args, **kwargs)
@@ -402,6 +442,8 @@ async def _effect_async(
                 if inspect.isawaitable(reply):
                     reply = await reply
             elif isinstance(op, CallEffect):
+                for wait in _lease_waits(spec, key, fence):
+                    await asyncio.sleep(wait)
                 beat = _renewing(saver, thread, spec, intent)
                 try:
                     reply = await fn(*args, **kwargs)

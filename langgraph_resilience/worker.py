@@ -14,8 +14,22 @@ time-bounded lease and a fencing token that grows with every claim:
   lease (a zombie) cannot write after another took over;
 - a worker that fails to renew asks the run to stop at the next step boundary
   (LangGraph's ``RunControl.request_drain``);
+- claims, renewals and run ends go through a saver of their own (the saver's
+  `lease_saver`: its own connection and lock), so they never wait behind a
+  write of the runs that hangs;
+- a side effect of a run calls only while the worker can prove it holds the
+  run's lease, with a margin of one renewal period (`_leases`): a worker that
+  was stalled past its lease, or cannot renew, raises `LeaseLost` instead;
+- a run that stops because the store could not be reached is released (queued
+  again) and its end is stored once the store is back: a store outage never
+  ends a run as ``error``, nor turns a success into one;
 - SIGTERM or SIGINT drains the worker: the steps in flight finish, their runs
-  are released (queued again, nothing redone) and `run` returns;
+  are released (queued again, nothing redone) and `run` returns. A drain waits
+  at most ``drain_timeout`` (default ``lease_ttl``) for them: runs whose step is
+  still busy then (a store call that hangs) are abandoned to their lease, which
+  runs out within ``lease_ttl`` (another worker takes them over). `run` returns
+  within ``drain_timeout`` plus a poll and the loop's own store call in
+  progress, which the saver's store timeouts bound;
 - a run claimed after more than ``max_recoveries`` takeovers (it keeps killing
   its workers) ends as ``error``, with its partial result kept.
 
@@ -37,20 +51,23 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from langgraph_resilience._leases import LEASES
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience._worker_steps import (
+    Abandon,
     Claim,
     CurrentValues,
     Held,
     Invoke,
     Invoked,
     LoopSettings,
+    Pause,
     Renew,
     Start,
     ThreadState,
@@ -66,6 +83,7 @@ from langgraph_resilience.errors import ConfigError, RunStateError, StoreUnavail
 __all__ = ["Worker"]
 
 logger = logging.getLogger("langgraph_resilience")
+T = TypeVar("T")
 
 
 def _default_worker_id() -> str:
@@ -92,6 +110,9 @@ class Worker:
         poll_interval: seconds between looks for claimable runs (default
             ``min(1, lease_ttl / 10)``).
         max_recoveries: takeovers after which a run is given up as ``error``.
+        drain_timeout: seconds a drain (SIGTERM, `drain`) waits for the steps in
+            flight before it abandons their runs to their leases (default
+            ``lease_ttl``).
 
     Example:
         >>> worker = Worker(graph, checkpointer=saver, lease_ttl=30)  # doctest: +SKIP
@@ -111,8 +132,14 @@ class Worker:
         concurrency: int = 1,
         poll_interval: float | None = None,
         max_recoveries: int = 3,
+        drain_timeout: float | None = None,
     ) -> None:
         self.lease_ttl = _positive("lease_ttl", lease_ttl, "seconds, e.g. 30")
+        self.drain_timeout = (
+            self.lease_ttl
+            if drain_timeout is None
+            else _positive("drain_timeout", drain_timeout, "seconds, e.g. 30")
+        )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(f"Worker concurrency must be an int >= 1, got {concurrency!r}")
         if isinstance(max_recoveries, bool) or not isinstance(max_recoveries, int):
@@ -230,6 +257,7 @@ class Worker:
             poll_interval=self.poll_interval,
             concurrency=self.concurrency,
             until_idle=until_idle,
+            drain_timeout=self.drain_timeout,
         )
 
     def _input_of(self, record: RunRecord) -> Any:
@@ -252,15 +280,16 @@ class Worker:
         """Claim and run runs in threads until idle (no run queued or running
         anywhere, if ``until_idle``) or drained; returns {run id: status left in}.
 
-        Runs this worker lost to another (its lease expired) are not in the result.
+        Runs this worker lost to another (its lease expired) are not in the result;
+        runs a drain abandoned (see ``drain_timeout``) are, as ``running``.
+
+        Raises:
+            StoreUnavailable: the store could not be reached as the worker started.
         """
         loop = worker_loop(self._settings(until_idle), self._held, self._draining.is_set)
         futures: dict[concurrent.futures.Future[str | None], str] = {}
         reply: Any = None
-        with (
-            self._signals(),
-            concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool,
-        ):
+        with self._signals(), self.saver.lease_saver() as leases:
             while True:
                 try:
                     op = loop.send(reply)
@@ -269,11 +298,12 @@ class Worker:
                     return done
                 reply = None
                 if isinstance(op, Claim):
-                    reply = self._call(
-                        self.saver.claim_runs, self.worker_id, op.room, self.lease_ttl
-                    )
+                    reply = self._call(leases.claim_runs, self.worker_id, op.room, self.lease_ttl)
                 elif isinstance(op, Start):
-                    futures[pool.submit(self._execute, op.held)] = op.held.record.run_id
+                    name = f"lgr-run-{op.held.record.run_id}"
+                    futures[_in_thread(name, self._execute, op.held, leases)] = (
+                        op.held.record.run_id
+                    )
                 elif isinstance(op, Wait):
                     if not futures:
                         time.sleep(op.timeout)
@@ -284,10 +314,12 @@ class Worker:
                     reply = [(futures.pop(f), f.result()) for f in finished]
                 elif isinstance(op, Renew):
                     reply = self._call(
-                        self.saver.renew_leases, self.worker_id, op.fences, self.lease_ttl
+                        leases.renew_leases, self.worker_id, op.fences, self.lease_ttl
                     )
+                elif isinstance(op, Abandon):  # their daemon threads are left to themselves
+                    futures = {f: r for f, r in futures.items() if r not in op.run_ids}
                 else:
-                    reply = self._call(self.saver.active_runs)
+                    reply = self._call(leases.active_runs)
 
     def _call(self, method: Callable[..., Any], *args: Any) -> Any:
         """A store call of the loop; a store that is down is tried again next round."""
@@ -299,72 +331,85 @@ class Worker:
             logger.warning("worker %s: %s failed: %s", self.worker_id, method.__name__, exc)
             return None
 
-    def _execute(self, held: Held) -> str | None:
+    def _execute(self, held: Held, leases: ResilientSaver) -> str | None:
         budget = self._budget_of(held.record)
         steps = run_steps(held, self._input_of(held.record), budget, self.max_recoveries)
         config = held.config(budget)
         reply: Any = None
-        while True:
-            try:
-                op = steps.send(reply)
-            except StopIteration as stop:
-                status: str | None = stop.value
-                return status
-            reply = None
-            if isinstance(op, ThreadState):
-                reply = where_of(self.graph.get_state(config))
-            elif isinstance(op, CurrentValues):
-                reply = dict(self.graph.get_state(config).values)
-            elif isinstance(op, Invoke):
+        with LEASES.holding(held.fence, held.proof):
+            while True:
                 try:
-                    self.graph.invoke(op.value, config, control=held.control)
-                    snapshot = self.graph.get_state(config)
-                    reply = Invoked(dict(snapshot.values), paused=bool(snapshot.next))
-                except Exception as exc:
-                    reply = Invoked(error=exc)
-            else:
-                held.ending = True
-                blob = self._outcome_blob(op.outcome)
-                if not self._call(self.saver.finish_run, held.fence, op.status, blob):
-                    held.lose("the run's end could not be stored under this worker's lease")
-                    return None
+                    op = steps.send(reply)
+                except StopIteration as stop:
+                    status: str | None = stop.value
+                    return status
+                reply = None
+                if isinstance(op, ThreadState):
+                    try:
+                        reply = where_of(self.graph.get_state(config))
+                    except Exception as exc:
+                        reply = exc
+                elif isinstance(op, CurrentValues):
+                    try:
+                        reply = dict(self.graph.get_state(config).values)
+                    except Exception as exc:
+                        reply = exc
+                elif isinstance(op, Invoke):
+                    try:
+                        self.graph.invoke(op.value, config, control=held.control)
+                        snapshot = self.graph.get_state(config)
+                        reply = Invoked(dict(snapshot.values), paused=bool(snapshot.next))
+                    except Exception as exc:
+                        reply = Invoked(error=exc)
+                elif isinstance(op, Pause):
+                    time.sleep(op.seconds)
+                else:
+                    blob = self._outcome_blob(op.outcome)
+                    reply = self._call(leases.finish_run, held.fence, op.status, blob)
 
     # -- async -----------------------------------------------------------------------
 
     async def arun(self, until_idle: bool = True) -> dict[str, str]:
-        """Async twin of `run`: runs are asyncio tasks on this event loop."""
+        """Async twin of `run`: runs are asyncio tasks on this event loop (a drain
+        that times out cancels the tasks it abandons)."""
         saver = self._asaver()
         loop = worker_loop(self._settings(until_idle), self._held, self._draining.is_set)
         tasks: dict[asyncio.Task[str | None], str] = {}
         reply: Any = None
         with self._signals():
-            while True:
-                try:
-                    op = loop.send(reply)
-                except StopIteration as stop:
-                    done: dict[str, str] = stop.value
-                    return done
-                reply = None
-                if isinstance(op, Claim):
-                    reply = await self._acall(
-                        saver.aclaim_runs, self.worker_id, op.room, self.lease_ttl
-                    )
-                elif isinstance(op, Start):
-                    tasks[asyncio.ensure_future(self._aexecute(op.held))] = op.held.record.run_id
-                elif isinstance(op, Wait):
-                    if not tasks:
-                        await asyncio.sleep(op.timeout)
-                        continue
-                    finished, _ = await asyncio.wait(
-                        tasks, timeout=op.timeout, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    reply = [(tasks.pop(t), t.result()) for t in finished]
-                elif isinstance(op, Renew):
-                    reply = await self._acall(
-                        saver.arenew_leases, self.worker_id, op.fences, self.lease_ttl
-                    )
-                else:
-                    reply = await self._acall(saver.aactive_runs)
+            async with saver.alease_saver() as leases:
+                while True:
+                    try:
+                        op = loop.send(reply)
+                    except StopIteration as stop:
+                        done: dict[str, str] = stop.value
+                        return done
+                    reply = None
+                    if isinstance(op, Claim):
+                        reply = await self._acall(
+                            leases.aclaim_runs, self.worker_id, op.room, self.lease_ttl
+                        )
+                    elif isinstance(op, Start):
+                        task = asyncio.ensure_future(self._aexecute(op.held, leases))
+                        tasks[task] = op.held.record.run_id
+                    elif isinstance(op, Wait):
+                        if not tasks:
+                            await asyncio.sleep(op.timeout)
+                            continue
+                        finished, _ = await asyncio.wait(
+                            tasks, timeout=op.timeout, return_when=asyncio.FIRST_COMPLETED
+                        )
+                        reply = [(tasks.pop(t), t.result()) for t in finished]
+                    elif isinstance(op, Renew):
+                        reply = await self._acall(
+                            leases.arenew_leases, self.worker_id, op.fences, self.lease_ttl
+                        )
+                    elif isinstance(op, Abandon):
+                        for task in [t for t, r in tasks.items() if r in op.run_ids]:
+                            task.cancel()
+                            del tasks[task]
+                    else:
+                        reply = await self._acall(leases.aactive_runs)
 
     def _asaver(self) -> AsyncResilientSaver:
         if self._async_saver is None:
@@ -385,41 +430,62 @@ class Worker:
             logger.warning("worker %s: %s failed: %s", self.worker_id, method.__name__, exc)
             return None
 
-    async def _aexecute(self, held: Held) -> str | None:
+    async def _aexecute(self, held: Held, leases: AsyncResilientSaver) -> str | None:
         budget = self._budget_of(held.record)
         steps = run_steps(held, self._input_of(held.record), budget, self.max_recoveries)
         config = held.config(budget)
         reply: Any = None
-        while True:
-            try:
-                op = steps.send(reply)
-            except StopIteration as stop:
-                status: str | None = stop.value
-                return status
-            reply = None
-            if isinstance(op, ThreadState):
-                reply = where_of(await self.graph.aget_state(config))
-            elif isinstance(op, CurrentValues):
-                reply = dict((await self.graph.aget_state(config)).values)
-            elif isinstance(op, Invoke):
+        with LEASES.holding(held.fence, held.proof):
+            while True:
                 try:
-                    await self.graph.ainvoke(op.value, config, control=held.control)
-                    snapshot = await self.graph.aget_state(config)
-                    reply = Invoked(dict(snapshot.values), paused=bool(snapshot.next))
-                except Exception as exc:
-                    reply = Invoked(error=exc)
-            else:
-                held.ending = True
-                blob = self._outcome_blob(op.outcome)
-                finish = self._asaver().afinish_run
-                if not await self._acall(finish, held.fence, op.status, blob):
-                    held.lose("the run's end could not be stored under this worker's lease")
-                    return None
+                    op = steps.send(reply)
+                except StopIteration as stop:
+                    status: str | None = stop.value
+                    return status
+                reply = None
+                if isinstance(op, ThreadState):
+                    try:
+                        reply = where_of(await self.graph.aget_state(config))
+                    except Exception as exc:
+                        reply = exc
+                elif isinstance(op, CurrentValues):
+                    try:
+                        reply = dict((await self.graph.aget_state(config)).values)
+                    except Exception as exc:
+                        reply = exc
+                elif isinstance(op, Invoke):
+                    try:
+                        await self.graph.ainvoke(op.value, config, control=held.control)
+                        snapshot = await self.graph.aget_state(config)
+                        reply = Invoked(dict(snapshot.values), paused=bool(snapshot.next))
+                    except Exception as exc:
+                        reply = Invoked(error=exc)
+                elif isinstance(op, Pause):
+                    await asyncio.sleep(op.seconds)
+                else:
+                    blob = self._outcome_blob(op.outcome)
+                    reply = await self._acall(leases.afinish_run, held.fence, op.status, blob)
 
 
 def _not_paused(run_id: str, record: RunRecord | None) -> str:
     state = "does not exist" if record is None else f"is {record.status}"
     return f"run {run_id!r} {state}; only a paused run can be resumed"
+
+
+def _in_thread(name: str, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+    """``fn(*args)`` in a daemon thread: a run whose step hangs, and that a drain
+    gave up on, does not keep the process from exiting."""
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def target() -> None:
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return future
 
 
 def _store_down(exc: BaseException) -> bool:

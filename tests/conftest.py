@@ -223,3 +223,25 @@ async def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
     """A resilient saver per backend: SQLite (file) and Postgres, sync and async."""
     async with AsyncExitStack() as stack:
         yield await harness(request.param, request, tmp_path, stack)
+
+
+# -- a private Postgres server, for network and store faults ---------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """A Postgres server of the tests' own (`faults.PgServer`: initdb once per session,
+    a free loopback port) that fault tests stop, restart and cut off. Skipped with
+    the reason where it cannot start, except under ``CI=true``, where that fails."""
+    from faults import PgServer, PgUnavailable
+
+    try:
+        server = PgServer.create()
+    except PgUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"CI=true but {exc}; the network fault tests must run in CI")
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.destroy()

@@ -17,7 +17,9 @@ Options of ``work``: ``--lease-ttl``, ``--concurrency``, ``--poll``,
 after its side effect), ``--die-at STEP`` (every execution of STEP SIGKILLs its
 own process: a poison run), ``--max-recoveries``, ``--go FILE`` (wait for FILE before claiming: the
 benchmark starts every worker at once), ``--async`` (``Worker.arun`` on an
-async saver).
+async saver), ``--stop-after-intent STEP`` (the first execution of STEP
+anywhere SIGSTOPs its own process right after its effect's intent is stored,
+before the call; it writes its pid to ``stopped.log`` first).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -49,8 +52,36 @@ from langgraph_resilience import (
 STEPS = ("s1", "s2", "s3", "s4", "s5")
 
 
+#: Set by the node of --stop-after-intent's step: the next intent stored stops the process.
+STOP_NEXT_INTENT = threading.Event()
+
+
+def stop_after_intents(saver: Any, service: Path) -> None:
+    """Make ``saver`` SIGSTOP this process right after it stores an intent of its
+    own while `STOP_NEXT_INTENT` is set (the effects of the nodes are sync: they
+    use the saver's sync ``claim_intent``, for an async saver too)."""
+    claim = saver.claim_intent
+
+    def claim_then_stop(*args: Any, **kwargs: Any) -> Any:
+        found = claim(*args, **kwargs)
+        if STOP_NEXT_INTENT.is_set() and found.verdict in ("new", "took_over"):
+            STOP_NEXT_INTENT.clear()
+            append(service / "stopped.log", f"{os.getpid()} {time.time()}")
+            # Sent to this thread, it stops here (sent to the process, another
+            # thread may take it and this one run on a little first).
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+            time.sleep(0.05)
+        return found
+
+    saver.claim_intent = claim_then_stop
+
+
 def build(
-    service: Path, step_sleep: float, slow: tuple[str, float] | None, die_at: str | None = None
+    service: Path,
+    step_sleep: float,
+    slow: tuple[str, float] | None,
+    die_at: str | None = None,
+    stop_at: str | None = None,
 ) -> Any:
     def lookup(key: str) -> Any:
         known = any(parts[0] == key for parts in read_ledger(service / "calls.log"))
@@ -67,6 +98,13 @@ def build(
             append(service / "steps.log", f"{thread} {step} start {os.getpid()} {time.time()}")
             if step == die_at:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if step == stop_at:
+                try:
+                    (service / f"stop-{step}").touch(exist_ok=False)
+                except FileExistsError:
+                    pass
+                else:
+                    STOP_NEXT_INTENT.set()
             receipt = deliver()
             if slow is not None and slow[0] == step:
                 marker = service / f"slow-{step}"
@@ -102,6 +140,7 @@ async def main() -> int:
     parser.add_argument("--die-at", default=None)
     parser.add_argument("--max-recoveries", type=int, default=3)
     parser.add_argument("--async", dest="is_async", action="store_true")
+    parser.add_argument("--stop-after-intent", default=None)
     args = parser.parse_args()
     service = Path(args.service)
     slow = None
@@ -110,8 +149,10 @@ async def main() -> int:
         slow = (step, float(seconds))
     async with AsyncExitStack() as stack:
         saver = await open_saver(args.backend, args.is_async, args.target, stack)
+        if args.stop_after_intent:
+            stop_after_intents(saver, service)
         worker = Worker(
-            build(service, args.step_sleep, slow, args.die_at),
+            build(service, args.step_sleep, slow, args.die_at, args.stop_after_intent),
             checkpointer=saver,
             lease_ttl=args.lease_ttl,
             concurrency=args.concurrency,

@@ -13,9 +13,11 @@ back (`RunRecord`, `EffectRecord`, `AttemptRecord`) and take (`Fence`).
 The rooms inside, one concern each: ``_store`` (statements, dialects, the
 executor), ``_schema`` (tables and migrations), ``_counters`` (save counters),
 ``_threads`` (checkpoints, writes, forks, thread maintenance), ``_ledger``
-(node attempts, side effects), ``_runs`` (runs, leases, fencing), ``_retry``
-(retry loops), ``_base`` (state the copies of a saver share), ``_savers`` and
-``_asavers`` (the methods both dialects share, sync and async).
+(node attempts, side-effect claims and outcomes), ``_steps`` (the step
+history, read from the steps' writes), ``_runs`` (runs, leases, fencing),
+``_retry`` (retry loops), ``_base`` (state the copies of a saver share),
+``_savers`` and ``_asavers`` (the methods both dialects share, sync and async),
+``postgres/_network`` (timeouts, bounded connections, reconnects).
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ sync bridges for the methods LangGraph's async savers do not bridge themselves."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -14,6 +16,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
+from psycopg_pool import AsyncConnectionPool
 
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience.checkpoint import _base, _counters, _ledger, _runs, _steps, _threads
@@ -248,8 +251,9 @@ class AsyncResilience(Hooks):
         )
 
     async def aclaim_runs(self, owner: str, limit: int, lease_ttl: float) -> Sequence[RunRecord]:
-        """Claim up to ``limit`` queued or lease-expired runs for ``owner``."""
-        return await self._write(lambda: _runs.claim_runs(self._dialect, owner, limit, lease_ttl))
+        """Claim up to ``limit`` lease-expired or queued runs for ``owner``."""
+        d, token = self._dialect, uuid.uuid4().hex  # one token for every try of this claim
+        return await self._write(lambda: _runs.claim_runs(d, owner, limit, lease_ttl, token))
 
     async def arenew_leases(
         self, owner: str, fences: Sequence[Fence], lease_ttl: float
@@ -277,6 +281,35 @@ class AsyncResilience(Hooks):
     async def aactive_runs(self) -> int:
         """How many runs are queued or running (work some worker has to do)."""
         return await self._query(lambda: _runs.active_runs(self._dialect))
+
+    @asynccontextmanager
+    async def alease_saver(self) -> AsyncIterator[AsyncResilience]:
+        """Async twin of `SyncResilience.lease_saver`: this store through a
+        connection and a lock of its own, for a `Worker`'s claims, renewals and run
+        ends.
+
+        Raises:
+            StoreUnavailable: the store cannot be reached.
+        """
+        conn: Any = getattr(self, "conn", None)
+        cls: Any = type(self)
+        options: dict[str, Any] = {"store_retry": self._state.backoff}
+        if (timeouts := getattr(self, "_timeouts", None)) is not None:
+            options["timeouts"] = timeouts  # a Postgres saver's bounds on its connections
+        if isinstance(conn, AsyncConnectionPool):
+            yield cls(conn, **options)
+            return
+        if self._dialect.name == "postgres":
+            target = self._state.conninfo
+        else:
+            async with cast(Any, self).lock, conn.execute(_runs.SQLITE_DATABASE_LIST) as cur:
+                rows = await cur.fetchall()
+            target = _runs.sqlite_file(rows)
+        if not target:
+            yield self
+            return
+        async with cls.from_conn_string(target, **options) as own:
+            yield own
 
     # -- thread maintenance ----------------------------------------------------------------
 
@@ -394,3 +427,10 @@ class AsyncResilience(Hooks):
 
     def active_runs(self) -> int:
         return self._bridge(self.aactive_runs())
+
+    @contextmanager
+    def lease_saver(self) -> Iterator[AsyncResilience]:
+        # A sync Worker on an async saver: a saver of its own would have to be
+        # opened and run on this one's event loop; its calls share this saver's
+        # lock instead (use `arun` to keep renewals apart from hung writes).
+        yield self

@@ -35,6 +35,8 @@ class SaverState:
         conn: the live connection (Postgres savers replace a broken one).
         conninfo: how to open a fresh Postgres connection, password included.
         schema_checked: whether the resilience schema version was verified.
+        suspect: a try failed on a store error since the last one that succeeded,
+            so the next try checks its connection before using it.
     """
 
     backoff: Backoff = DEFAULT_STORE_RETRY
@@ -43,14 +45,16 @@ class SaverState:
     conn: Any = None
     conninfo: str | None = None
     schema_checked: bool = False
+    suspect: bool = False
 
 
-def make_state(store_retry: Backoff | None) -> SaverState:
+def make_state(store_retry: Backoff | None, default: Backoff = DEFAULT_STORE_RETRY) -> SaverState:
+    """A saver's shared state, retrying with ``store_retry`` (``default`` if None)."""
     if store_retry is not None and not isinstance(store_retry, Backoff):
         raise ConfigError(
             f"store_retry must be a langgraph_resilience.Backoff, got {type(store_retry).__name__}"
         )
-    return SaverState(backoff=store_retry or DEFAULT_STORE_RETRY)
+    return SaverState(backoff=store_retry or default)
 
 
 def thread_key(config: RunnableConfig) -> tuple[str, str, str | None]:

@@ -9,6 +9,7 @@ for single methods.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -90,6 +91,8 @@ class ResilientSaver(Protocol):
 
     def active_runs(self) -> int: ...
 
+    def lease_saver(self) -> AbstractContextManager[ResilientSaver]: ...
+
 
 @runtime_checkable
 class AsyncResilientSaver(Protocol):
@@ -156,3 +159,5 @@ class AsyncResilientSaver(Protocol):
     async def alist_runs(self, statuses: Sequence[str] = ()) -> Sequence[RunRecord]: ...
 
     async def aactive_runs(self) -> int: ...
+
+    def alease_saver(self) -> AbstractAsyncContextManager[AsyncResilientSaver]: ...

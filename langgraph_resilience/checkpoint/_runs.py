@@ -63,6 +63,9 @@ class RunRecord:
         input_type / input, budget_type / budget, outcome_type / outcome: what
             it was given and gave back, serialized with the saver's serde.
         created_at / updated_at: epoch seconds.
+        claim_token: the token of the claim that took it last (made by the
+            claiming saver once per `claim_runs` call, so that a retry of that
+            call finds the runs its first try claimed).
     """
 
     run_id: str
@@ -81,6 +84,7 @@ class RunRecord:
     outcome: bytes | None
     created_at: float
     updated_at: float
+    claim_token: str | None = None
 
 
 _RUN_COLUMNS = select_list(RunRecord)
@@ -181,14 +185,30 @@ def open_run_conflict(exc: BaseException, thread_id: str) -> RunStateError | Non
 def submit_run(
     d: Dialect, run_id: str, thread_id: str, input_: Blob | None, budget: Blob | None
 ) -> Statements[None]:
-    """A queued run. A thread with an open run takes no second one (`RunStateError`)."""
+    """A queued run. A thread with an open run takes no second one (`RunStateError`).
+
+    Idempotent by ``run_id`` (made by the caller): a retry whose first try was
+    committed, its reply lost with the connection, finds its own run and is done.
+    """
     rows = yield Stmt(
-        d.sql(f"SELECT run_id, status FROM {RUNS.name} WHERE thread_id = ? AND {_IN_OPEN}"),
-        (thread_id,),
+        d.sql(
+            f"SELECT run_id, thread_id, status FROM {RUNS.name} "
+            f"WHERE run_id = ? OR (thread_id = ? AND {_IN_OPEN})"
+        ),
+        (run_id, thread_id),
         fetch=True,
     )
+    for found_id, found_thread, _ in rows:
+        if found_id != run_id:
+            continue
+        if found_thread == thread_id:
+            return  # stored by an earlier try of this very call
+        raise ConfigError(
+            f"run id {run_id!r} is already taken by a run of thread {found_thread!r}; "
+            "submit with a new run id (Worker.submit makes a fresh one)"
+        )
     if rows:
-        raise one_open_run(thread_id, f" (run {rows[0][0]!r}, {rows[0][1]})")
+        raise one_open_run(thread_id, f" (run {rows[0][0]!r}, {rows[0][2]})")
     yield Stmt(
         d.sql(
             f"INSERT INTO {RUNS.name} (run_id, thread_id, status, input_type, input, "
@@ -199,24 +219,47 @@ def submit_run(
     )
 
 
-def claim_runs(d: Dialect, owner: str, limit: int, lease_ttl: float) -> Statements[list[RunRecord]]:
-    """Claim up to ``limit`` runs: queued ones first, then running ones whose lease
-    expired (a recovery). Each claim bumps the fencing token."""
+def claim_runs(
+    d: Dialect, owner: str, limit: int, lease_ttl: float, claim_token: str
+) -> Statements[list[RunRecord]]:
+    """Claim up to ``limit`` runs: running ones whose lease expired first (a
+    recovery), then queued ones, oldest first within each. Each claim bumps the
+    fencing token; the runs are returned oldest first.
+
+    Recoveries go first because a taken-over run was started earlier, holds
+    partial progress (and maybe an effect waiting to be settled), and would
+    otherwise wait behind every queued run of a backlog.
+
+    ``claim_token`` names this claim (the caller makes one per call): a retry
+    whose first try was committed, its reply lost with the connection, returns
+    the runs that try claimed instead of claiming more (which would leave those
+    running under a lease nobody renews, then count their takeover as a
+    recovery).
+    """
     rows = yield Stmt(
         d.sql(
-            f"UPDATE {RUNS.name} SET status = 'running', owner = ?, "
-            "fencing_token = fencing_token + 1, lease_expires_at = NOW() + ?, "
-            "attempts = attempts + 1, "
-            "recoveries = recoveries + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
-            "updated_at = NOW() "
-            f"WHERE run_id IN (SELECT run_id FROM {RUNS.name} "
-            "WHERE status = 'queued' OR (status = 'running' AND lease_expires_at < NOW()) "
-            "ORDER BY status = 'queued', created_at LIMIT ? SKIP_LOCKED) "
-            f"RETURNING {_RUN_COLUMNS}"
+            f"SELECT {_RUN_COLUMNS} FROM {RUNS.name} "
+            "WHERE status = 'running' AND claim_token = ? AND owner = ?"
         ),
-        (owner, float(lease_ttl), int(limit)),
+        (claim_token, owner),
         fetch=True,
     )
+    if not rows:
+        rows = yield Stmt(
+            d.sql(
+                f"UPDATE {RUNS.name} SET status = 'running', owner = ?, claim_token = ?, "
+                "fencing_token = fencing_token + 1, lease_expires_at = NOW() + ?, "
+                "attempts = attempts + 1, "
+                "recoveries = recoveries + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
+                "updated_at = NOW() "
+                f"WHERE run_id IN (SELECT run_id FROM {RUNS.name} "
+                "WHERE status = 'queued' OR (status = 'running' AND lease_expires_at < NOW()) "
+                "ORDER BY status = 'queued', created_at LIMIT ? SKIP_LOCKED) "
+                f"RETURNING {_RUN_COLUMNS}"
+            ),
+            (owner, claim_token, float(lease_ttl), int(limit)),
+            fetch=True,
+        )
     return sorted((from_row(RunRecord, r) for r in rows), key=lambda r: r.created_at)
 
 
@@ -289,6 +332,16 @@ def list_runs(d: Dialect, statuses: Sequence[str] = ()) -> Statements[list[RunRe
         fetch=True,
     )
     return [from_row(RunRecord, r) for r in rows]
+
+
+#: What `sqlite_file` reads, on a SQLite connection.
+SQLITE_DATABASE_LIST = "PRAGMA database_list"
+
+
+def sqlite_file(database_list: Sequence[Sequence[Any]]) -> str | None:
+    """The file of a SQLite connection's main database, from its ``PRAGMA
+    database_list`` rows (None in memory: it cannot be opened again)."""
+    return next((str(r[2]) for r in database_list if r[1] == "main" and r[2]), None)
 
 
 def active_runs(d: Dialect) -> Statements[int]:

@@ -13,7 +13,9 @@ Every write goes through ``_write``: the one place a run's `Fence` is applied
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -24,6 +26,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
+from psycopg_pool import ConnectionPool
 
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience.checkpoint import _base, _counters, _ledger, _runs, _steps, _threads
@@ -298,8 +301,9 @@ class SyncResilience(Hooks):
         )
 
     def claim_runs(self, owner: str, limit: int, lease_ttl: float) -> Sequence[RunRecord]:
-        """Claim up to ``limit`` queued or lease-expired runs for ``owner``."""
-        return self._write(lambda: _runs.claim_runs(self._dialect, owner, limit, lease_ttl))
+        """Claim up to ``limit`` lease-expired or queued runs for ``owner``."""
+        d, token = self._dialect, uuid.uuid4().hex  # one token for every try of this claim
+        return self._write(lambda: _runs.claim_runs(d, owner, limit, lease_ttl, token))
 
     def renew_leases(self, owner: str, fences: Sequence[Fence], lease_ttl: float) -> Sequence[str]:
         """Extend ``owner``'s leases; returns the run ids it still holds."""
@@ -324,6 +328,36 @@ class SyncResilience(Hooks):
     def active_runs(self) -> int:
         """How many runs are queued or running (work some worker has to do)."""
         return self._query(lambda: _runs.active_runs(self._dialect))
+
+    @contextmanager
+    def lease_saver(self) -> Iterator[SyncResilience]:
+        """This store through a connection and a lock of its own, for a `Worker`'s
+        claims, renewals and run ends: they never wait behind a write of this saver
+        (a write that hangs holds its lock). On a pool: a saver of its own on the
+        same pool. An in-memory SQLite database cannot be opened twice: this saver.
+
+        Raises:
+            StoreUnavailable: the store cannot be reached.
+        """
+        conn: Any = getattr(self, "conn", None)
+        cls: Any = type(self)
+        options: dict[str, Any] = {"store_retry": self._state.backoff}
+        if (timeouts := getattr(self, "_timeouts", None)) is not None:
+            options["timeouts"] = timeouts  # a Postgres saver's bounds on its connections
+        if isinstance(conn, ConnectionPool):
+            yield cls(conn, **options)
+            return
+        if self._dialect.name == "postgres":
+            target = self._state.conninfo
+        else:
+            with cast(Any, self).lock:
+                rows = conn.execute(_runs.SQLITE_DATABASE_LIST).fetchall()
+            target = _runs.sqlite_file(rows)
+        if not target:
+            yield self
+            return
+        with cls.from_conn_string(target, **options) as own:
+            yield own
 
     # -- thread maintenance ----------------------------------------------------------------
 

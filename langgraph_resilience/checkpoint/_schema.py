@@ -54,6 +54,7 @@ RUNS = Table(
         Column("outcome", "BLOB_T"),
         Column("created_at", "REAL_T NOT NULL"),
         Column("updated_at", "REAL_T NOT NULL"),
+        Column("claim_token", "TEXT", since=9),
     ),
     since=1,
 )
@@ -203,6 +204,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration.both(_ONE_OPEN_RUN),
     # 8: an effect's intent names its executor and how long its claim holds.
     Migration.both(*EFFECTS.added(8)),
+    # 9: a run names the claim that took it, so a retried claim finds its own.
+    Migration.both(*RUNS.added(9)),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 

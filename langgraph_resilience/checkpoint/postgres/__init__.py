@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
@@ -12,6 +12,7 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
+    CheckpointTuple,
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.postgres import PostgresSaver, _internal
@@ -19,27 +20,38 @@ from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from psycopg import Connection, Cursor, Pipeline
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.checkpoint import _base, _schema, _threads
-from langgraph_resilience.checkpoint._retry import Translate, call_with_retry
+from langgraph_resilience.checkpoint._retry import (
+    DEFAULT_PG_STORE_RETRY,
+    Translate,
+    call_with_retry,
+)
 from langgraph_resilience.checkpoint._savers import SyncResilience
 from langgraph_resilience.checkpoint._store import POSTGRES, Statements, execute
-from langgraph_resilience.errors import ConfigError, StoreUnavailable
+from langgraph_resilience.checkpoint.postgres import _network
+from langgraph_resilience.checkpoint.postgres._network import (
+    BoundedConnection,
+    PgTimeouts,
+    live_conninfo,
+    target_of,
+)
+from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.policy import Backoff
 
-__all__ = ["ResilientPostgresSaver", "pg_put", "pg_write_rows"]
+__all__ = [
+    "BoundedConnection",
+    "PgTimeouts",
+    "ResilientPostgresSaver",
+    "pg_put",
+    "pg_write_rows",
+]
 
 T = TypeVar("T")
-CONNECT_KWARGS: dict[str, Any] = {
-    "autocommit": True,
-    "prepare_threshold": 0,
-    "row_factory": dict_row,
-}
 
 
 def pg_put(
@@ -112,34 +124,22 @@ def pg_write_rows(
     return sql, list(rows)
 
 
-def masked_dsn(conninfo: str) -> str:
-    """A DSN safe to print: the password is removed."""
-    try:
-        params = conninfo_to_dict(conninfo)
-    except Exception:
-        return "<unparseable DSN>"
-    params.pop("password", None)
-    return make_conninfo("", **{k: v for k, v in params.items() if v is not None})
+def saver_timeouts(timeouts: PgTimeouts | None) -> PgTimeouts:
+    if timeouts is not None and not isinstance(timeouts, PgTimeouts):
+        raise ConfigError(
+            "timeouts must be a langgraph_resilience.checkpoint.postgres.PgTimeouts, "
+            f"got {type(timeouts).__name__}"
+        )
+    return timeouts or PgTimeouts()
 
 
-def pg_unavailable(conninfo: str, exc: BaseException) -> StoreUnavailable:
-    target = masked_dsn(conninfo)
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return StoreUnavailable(
-        f"cannot connect to Postgres at {target!r}: {reason}. Check that the server is "
-        "running and that host, port, database and user in the DSN are right.",
-        target=target,
-        attempts=1,
-    )
-
-
-def live_conninfo(conn: Any) -> str | None:
-    """How to reopen a psycopg connection (its DSN plus the password)."""
-    info = getattr(conn, "info", None)
-    if info is None:
-        return None
-    password = getattr(info, "password", None)
-    return make_conninfo(info.dsn, **({"password": password} if password else {}))
+def saver_target(conn: Any) -> tuple[str, str | None]:
+    """Where a saver's connection or pool points (printable), and how to reopen
+    a single connection (None for a pool)."""
+    if isinstance(conn, (ConnectionPool, AsyncConnectionPool)):
+        return target_of(str(conn.conninfo)), None
+    live = live_conninfo(conn)
+    return (target_of(live) if live else "<unknown>"), live
 
 
 def missing_schema(exc: BaseException) -> ConfigError | None:
@@ -168,18 +168,38 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
       list (LangGraph's ``MIGRATIONS`` is left alone);
     - writes each checkpoint (blobs, row, counters) in one transaction and
       retries it after a transient error (dropped connection, server restart,
-      serialization failure) on a fresh connection, counting every try;
+      serialization failure), counting every try;
+    - reconnects before every try whose connection is gone, so it rides out an
+      outage as long as its retry window (``store_retry``; by default ten tries
+      over 11.1 s), and then raises `StoreUnavailable` naming the server;
+    - bounds every wait on the connections it opens itself (``timeouts``, see
+      `PgTimeouts`): a call returns or raises within ``store_retry.max_attempts *
+      (timeouts.connect + timeouts.read)`` plus the retry window, even when the
+      network swallows everything;
     - refuses, with `CheckpointConflict`, a checkpoint that continues a thread from
       a checkpoint that is no longer the latest of its namespace, in the same
       transaction as the write;
     - implements `copy_thread` and `delete_for_runs`, and extends `prune` and
       `delete_thread` to the resilience rows.
 
+    Connections you pass yourself keep the settings you gave them. A single
+    connection that breaks is replaced by one the saver opens with the same
+    parameters plus the ``timeouts`` they leave unset (your object stays broken; the
+    saver closes the replacement's predecessor). A pool hands out fresh connections
+    by itself; after a failed try the saver skips pooled connections the server has
+    closed. Give the pool the bounds too: a conninfo from ``PgTimeouts().conninfo(dsn)``
+    and ``connection_class=BoundedConnection`` (see the README, "Network faults").
+    In pipeline mode (``pipe``) a broken connection cannot be replaced.
+
     Args:
         conn: a ``psycopg.Connection`` (autocommit, ``dict_row``) or a ``ConnectionPool``.
         pipe: a pipeline of ``conn``, as for `PostgresSaver`.
         serde: the serializer.
-        store_retry: how transient store errors are retried.
+        store_retry: how transient store errors are retried (default
+            ``DEFAULT_PG_STORE_RETRY``: ten tries, fixed waits adding up to 11.1 s).
+        timeouts: the bounded waits of the connections the saver opens
+            (default ``PgTimeouts()``), and the ``read`` bound it sets on every
+            `BoundedConnection` it uses.
 
     Example:
         >>> from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
@@ -197,11 +217,16 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         serde: SerializerProtocol | None = None,
         *,
         store_retry: Backoff | None = None,
+        timeouts: PgTimeouts | None = None,
     ) -> None:
-        self._state = _base.make_state(store_retry)
+        self._state = _base.make_state(store_retry, DEFAULT_PG_STORE_RETRY)
+        self._timeouts = saver_timeouts(timeouts)
         super().__init__(conn, pipe, serde)
-        if isinstance(conn, Connection):
-            self._state.conninfo = live_conninfo(conn)
+        self._target, live = saver_target(conn)
+        if live is not None:
+            self._state.conninfo = self._timeouts.conninfo(live)
+        if isinstance(conn, BoundedConnection):
+            conn.read_timeout = self._timeouts.read_timeout
 
     # The connection lives in the shared state, so a copy of this saver (made by
     # compile() under strict msgpack) sees the fresh connection that replaced a
@@ -217,22 +242,30 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
     @classmethod
     @contextmanager
     def from_conn_string(
-        cls, conn_string: str, *, pipeline: bool = False, store_retry: Backoff | None = None
+        cls,
+        conn_string: str,
+        *,
+        pipeline: bool = False,
+        store_retry: Backoff | None = None,
+        timeouts: PgTimeouts | None = None,
     ) -> Iterator[ResilientPostgresSaver]:
-        """Connect to Postgres with a DSN.
+        """Connect to Postgres with a DSN, adding the ``timeouts`` it does not set.
 
         Raises:
             StoreUnavailable: the server cannot be reached (the message names the
                 DSN without its password).
         """
+        bounds = saver_timeouts(timeouts)
         try:
-            conn: Connection[DictRow] = Connection.connect(conn_string, **CONNECT_KWARGS)
+            conn = _network.connect(bounds.conninfo(conn_string), bounds.read_timeout)
         except psycopg.Error as exc:
-            raise pg_unavailable(conn_string, exc) from exc
+            raise _network.unavailable(
+                target_of(conn_string), exc, 1, 0.0, connecting=True
+            ) from exc
         saver = None
         try:
             with conn.pipeline() if pipeline else nullcontext() as pipe:
-                saver = cls(conn, pipe, store_retry=store_retry)
+                saver = cls(conn, pipe, store_retry=store_retry, timeouts=bounds)
                 try:
                     yield saver
                 finally:
@@ -248,45 +281,87 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
 
         Raises:
             ConfigError: the database was migrated by a newer langgraph-resilience.
+            StoreUnavailable: the server could not be reached within the retry window.
         """
-        call_with_retry(
-            lambda: super(ResilientPostgresSaver, self).setup(),
-            backoff=self._state.backoff,
-            on_failure=self._on_failure(None),
-        )
+        self._call(lambda: super(ResilientPostgresSaver, self).setup())
         self._transact(
             lambda: _schema.migrate(POSTGRES, where="this Postgres database"), check=False
         )
         self._state.schema_checked = True
 
+    # -- the connection of a try ---------------------------------------------------
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection[DictRow]]:
+        """The connection one try runs on, under the saver's lock: its own one,
+        replaced first if it is gone, or one of the pool's. A transient failure
+        makes the next try check its connection before using it."""
+        state = self._state
+        with self.lock:
+            try:
+                if isinstance(self.conn, ConnectionPool):
+                    with _network.pooled(
+                        self.conn, suspect=state.suspect, read=self._timeouts.read_timeout
+                    ) as conn:
+                        yield conn
+                else:
+                    yield self._own_connection()
+            except Exception as exc:
+                state.suspect = state.suspect or is_transient_store_error(exc)
+                raise
+            state.suspect = False
+
+    def _own_connection(self) -> Connection[DictRow]:
+        conn = self.conn
+        assert isinstance(conn, Connection)
+        conninfo = self._state.conninfo
+        if self.pipe is not None or conninfo is None:
+            return conn
+        if not _network.needs_new_connection(conn, suspect=self._state.suspect):
+            return conn
+        # Fails while the server is down: then this try fails, and the next one
+        # reconnects again (not only the try right after the failure).
+        fresh = _network.connect(conninfo, self._timeouts.read_timeout)
+        self.conn = fresh
+        conn.close()
+        return fresh
+
+    @contextmanager
+    def _cursor(self, *, pipeline: bool = False) -> Iterator[Cursor[DictRow]]:
+        """LangGraph's cursor (as `PostgresSaver._cursor`), on `_connection`."""
+        with self._connection() as conn:
+            if self.pipe:
+                try:
+                    with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                        yield cur
+                finally:
+                    if pipeline:
+                        self.pipe.sync()
+            elif pipeline and self.supports_pipeline:
+                with conn.pipeline(), conn.cursor(binary=True, row_factory=dict_row) as cur:
+                    yield cur
+            elif pipeline:
+                with conn.transaction(), conn.cursor(binary=True, row_factory=dict_row) as cur:
+                    yield cur
+            else:
+                with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                    yield cur
+
     # -- the transaction driver ----------------------------------------------
 
     @contextmanager
     def _transaction(self, pipeline: bool) -> Iterator[Cursor[DictRow]]:
-        with self.lock:
-            try:
-                with _internal.get_connection(self.conn) as conn:
-                    if (
-                        pipeline
-                        and self.pipe is None
-                        and self.supports_pipeline
-                        and conn.autocommit
-                    ):
-                        # One round trip: an autocommit pipeline runs everything up
-                        # to its Sync as one implicit transaction, all or nothing.
-                        with conn.pipeline(), conn.cursor(binary=True) as cur:
-                            yield cur
-                    else:
-                        with conn.transaction(), conn.cursor(binary=True) as cur:
-                            yield cur
-                        if self.pipe is not None:
-                            self.pipe.sync()
-            except Exception as exc:
-                # Replace a broken connection before the lock goes to the next
-                # caller, so one outage fails one operation, not every queued one.
-                if is_transient_store_error(exc):
-                    self._reset_connection()
-                raise
+        with self._connection() as conn:
+            if pipeline and self.pipe is None and self.supports_pipeline and conn.autocommit:
+                # One round trip: an autocommit pipeline runs everything up
+                # to its Sync as one implicit transaction, all or nothing.
+                with conn.pipeline(), conn.cursor(binary=True) as cur:
+                    yield cur
+            else:
+                with conn.transaction(), conn.cursor(binary=True) as cur:
+                    yield cur
+                if self.pipe is not None:
+                    self.pipe.sync()
 
     def _transact(
         self,
@@ -323,31 +398,25 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
             backoff=self._state.backoff,
             on_failure=self._on_failure(failed),
             translate=translation(translate),
+            give_up=self._give_up,
         )
 
     def _on_failure(self, failed: str | None) -> Callable[[BaseException], None]:
         def on_failure(exc: BaseException) -> None:
             _base.count_failure(self._state, failed)
-            self._reset_connection()
 
         return on_failure
 
-    def _reset_connection(self) -> None:
-        """Replace a broken connection (or drop a pool's broken ones) before a retry."""
-        conn = self.conn
-        if isinstance(conn, ConnectionPool):
-            conn.check()
-            return
-        if not (conn.closed or conn.broken) or self.pipe is not None or not self._state.conninfo:
-            return
-        try:
-            self.conn = Connection.connect(self._state.conninfo, **CONNECT_KWARGS)
-        except psycopg.Error:
-            return  # the next try fails on the closed connection and comes back here
-        conn.close()
+    def _give_up(self, exc: BaseException, attempts: int) -> BaseException | None:
+        return _network.give_up(self._target, self._state.backoff, exc, attempts)
 
     def _call(self, op: Callable[[], T]) -> T:
-        return call_with_retry(op, backoff=self._state.backoff, on_failure=self._on_failure(None))
+        return call_with_retry(
+            op,
+            backoff=self._state.backoff,
+            on_failure=self._on_failure(None),
+            give_up=self._give_up,
+        )
 
     def _query(self, statements: Callable[[], Statements[T]]) -> T:
         return self._transact(statements, ride=False)
@@ -362,3 +431,36 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         # LangGraph's own keep_latest (one transaction per thread), then our rows.
         self._call(lambda: PostgresSaver.prune(self, thread_ids, strategy="keep_latest"))
         self._transact(lambda: _threads.delete_orphans(POSTGRES, thread_ids))
+
+    # -- reads LangGraph runs --------------------------------------------------------
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """As LangGraph's `list`, its query retried like any read (every row is read
+        before the first is yielded); an undecodable row raises `CheckpointCorrupt`."""
+        listed: Generator[CheckpointTuple, None, None] | None = None
+
+        def first() -> CheckpointTuple | None:
+            nonlocal listed
+            listed = cast(
+                Generator[CheckpointTuple, None, None],
+                super(ResilientPostgresSaver, self).list(
+                    config, filter=filter, before=before, limit=limit
+                ),
+            )
+            return next(listed, None)
+
+        item = self._call(first)
+        if item is None or listed is None:
+            return
+        try:
+            yield item
+            yield from listed
+        finally:
+            listed.close()  # a reader that stops early frees the saver's lock now

@@ -2,35 +2,46 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, nullcontext
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.postgres import _ainternal
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
-from psycopg.rows import DictRow
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._asavers import AsyncResilience
-from langgraph_resilience.checkpoint._retry import Translate, acall_with_retry
+from langgraph_resilience.checkpoint._retry import (
+    DEFAULT_PG_STORE_RETRY,
+    Translate,
+    acall_with_retry,
+)
 from langgraph_resilience.checkpoint._store import POSTGRES, Statements, aexecute
 from langgraph_resilience.checkpoint.postgres import (
-    CONNECT_KWARGS,
-    live_conninfo,
+    _network,
     pg_put,
     pg_put_statements,
-    pg_unavailable,
     pg_write_rows,
+    saver_target,
+    saver_timeouts,
     translation,
+)
+from langgraph_resilience.checkpoint.postgres._network import (
+    AsyncBoundedConnection,
+    PgTimeouts,
+    target_of,
 )
 from langgraph_resilience.policy import Backoff
 
-__all__ = ["AsyncResilientPostgresSaver"]
+__all__ = ["AsyncBoundedConnection", "AsyncResilientPostgresSaver"]
 
 T = TypeVar("T")
 
@@ -39,8 +50,12 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
     """A drop-in `AsyncPostgresSaver` with the resilience store.
 
     The async twin of `ResilientPostgresSaver`: same tables, one transaction per
-    write, retries on a fresh connection, fork refusal, and the extended contract
-    (`acopy_thread`, `adelete_for_runs`, `aprune`).
+    write, retries that reconnect before every try whose connection is gone,
+    bounded waits on the connections it opens (``timeouts``), `StoreUnavailable`
+    once the retry window has passed, fork refusal, and the extended contract
+    (`acopy_thread`, `adelete_for_runs`, `aprune`). For a pool, give it
+    ``connection_class=AsyncBoundedConnection`` and a conninfo from
+    ``PgTimeouts().conninfo(dsn)``.
 
     Example:
         >>> from langgraph_resilience.checkpoint.postgres.aio import (
@@ -60,11 +75,16 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         serde: SerializerProtocol | None = None,
         *,
         store_retry: Backoff | None = None,
+        timeouts: PgTimeouts | None = None,
     ) -> None:
-        self._state = _base.make_state(store_retry)
+        self._state = _base.make_state(store_retry, DEFAULT_PG_STORE_RETRY)
+        self._timeouts = saver_timeouts(timeouts)
         super().__init__(conn, pipe, serde)
-        if isinstance(conn, AsyncConnection):
-            self._state.conninfo = live_conninfo(conn)
+        self._target, live = saver_target(conn)
+        if live is not None:
+            self._state.conninfo = self._timeouts.conninfo(live)
+        if isinstance(conn, AsyncBoundedConnection):
+            conn.read_timeout = self._timeouts.read_timeout
 
     @property
     def conn(self) -> _ainternal.Conn:
@@ -83,23 +103,25 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         pipeline: bool = False,
         serde: SerializerProtocol | None = None,
         store_retry: Backoff | None = None,
+        timeouts: PgTimeouts | None = None,
     ) -> AsyncIterator[AsyncResilientPostgresSaver]:
-        """Connect to Postgres with a DSN.
+        """Connect to Postgres with a DSN, adding the ``timeouts`` it does not set.
 
         Raises:
             StoreUnavailable: the server cannot be reached (the message names the
                 DSN without its password).
         """
+        bounds = saver_timeouts(timeouts)
         try:
-            conn: AsyncConnection[DictRow] = await AsyncConnection.connect(
-                conn_string, **CONNECT_KWARGS
-            )
+            conn = await _network.aconnect(bounds.conninfo(conn_string), bounds.read_timeout)
         except psycopg.Error as exc:
-            raise pg_unavailable(conn_string, exc) from exc
+            raise _network.unavailable(
+                target_of(conn_string), exc, 1, 0.0, connecting=True
+            ) from exc
         saver = None
         try:
             async with conn.pipeline() if pipeline else nullcontext() as pipe:
-                saver = cls(conn, pipe, serde, store_retry=store_retry)
+                saver = cls(conn, pipe, serde, store_retry=store_retry, timeouts=bounds)
                 try:
                     yield saver
                 finally:
@@ -115,45 +137,122 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
 
         Raises:
             ConfigError: the database was migrated by a newer langgraph-resilience.
+            StoreUnavailable: the server could not be reached within the retry window.
         """
-        await acall_with_retry(
-            lambda: super(AsyncResilientPostgresSaver, self).setup(),
-            backoff=self._state.backoff,
-            on_failure=self._on_failure(None),
-        )
+        await self._call(lambda: super(AsyncResilientPostgresSaver, self).setup())
         await self._transact(
             lambda: _schema.migrate(POSTGRES, where="this Postgres database"), check=False
         )
         self._state.schema_checked = True
 
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """As LangGraph's `alist`, its query retried like any read (every row is read
+        before the first is yielded); an undecodable row raises `CheckpointCorrupt`."""
+        listed: AsyncGenerator[CheckpointTuple, None] | None = None
+
+        async def first() -> CheckpointTuple | None:
+            nonlocal listed
+            listed = cast(
+                AsyncGenerator[CheckpointTuple, None],
+                super(AsyncResilientPostgresSaver, self).alist(
+                    config, filter=filter, before=before, limit=limit
+                ),
+            )
+            return await anext(listed, None)
+
+        item = await self._call(first)
+        if item is None or listed is None:
+            return
+        try:
+            yield item
+            async for item in listed:
+                yield item
+        finally:
+            await listed.aclose()  # a reader that stops early frees the saver's lock now
+
+    # -- the connection of a try ---------------------------------------------------
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConnection[DictRow]]:
+        """The connection one try runs on, under the saver's lock (as the sync
+        twin's `_connection`)."""
+        state = self._state
+        async with self.lock:
+            try:
+                if isinstance(self.conn, AsyncConnectionPool):
+                    async with _network.apooled(
+                        self.conn, suspect=state.suspect, read=self._timeouts.read_timeout
+                    ) as conn:
+                        yield conn
+                else:
+                    yield await self._own_connection()
+            except Exception as exc:
+                state.suspect = state.suspect or is_transient_store_error(exc)
+                raise
+            state.suspect = False
+
+    async def _own_connection(self) -> AsyncConnection[DictRow]:
+        conn = self.conn
+        assert isinstance(conn, AsyncConnection)
+        conninfo = self._state.conninfo
+        if self.pipe is not None or conninfo is None:
+            return conn
+        if not _network.needs_new_connection(conn, suspect=self._state.suspect):
+            return conn
+        fresh = await _network.aconnect(conninfo, self._timeouts.read_timeout)
+        self.conn = fresh
+        await conn.close()
+        return fresh
+
+    @asynccontextmanager
+    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        """LangGraph's cursor (as `AsyncPostgresSaver._cursor`), on `_connection`."""
+        async with self._connection() as conn:
+            if self.pipe:
+                try:
+                    async with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                        yield cur
+                finally:
+                    if pipeline:
+                        await self.pipe.sync()
+            elif pipeline and self.supports_pipeline:
+                async with (
+                    conn.pipeline(),
+                    conn.cursor(binary=True, row_factory=dict_row) as cur,
+                ):
+                    yield cur
+            elif pipeline:
+                async with (
+                    conn.transaction(),
+                    conn.cursor(binary=True, row_factory=dict_row) as cur,
+                ):
+                    yield cur
+            else:
+                async with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                    yield cur
+
     # -- the transaction driver ----------------------------------------------
 
     @asynccontextmanager
     async def _transaction(self, pipeline: bool) -> AsyncIterator[AsyncCursor[DictRow]]:
-        async with self.lock:
-            try:
-                async with _ainternal.get_connection(self.conn) as conn:
-                    if (
-                        pipeline
-                        and self.pipe is None
-                        and self.supports_pipeline
-                        and conn.autocommit
-                    ):
-                        # One round trip: an autocommit pipeline runs everything up
-                        # to its Sync as one implicit transaction, all or nothing.
-                        async with conn.pipeline(), conn.cursor(binary=True) as cur:
-                            yield cur
-                    else:
-                        async with conn.transaction(), conn.cursor(binary=True) as cur:
-                            yield cur
-                        if self.pipe is not None:
-                            await self.pipe.sync()
-            except Exception as exc:
-                # Replace a broken connection before the lock goes to the next
-                # caller, so one outage fails one operation, not every queued one.
-                if is_transient_store_error(exc):
-                    await self._reset_connection()
-                raise
+        async with self._connection() as conn:
+            if pipeline and self.pipe is None and self.supports_pipeline and conn.autocommit:
+                # One round trip: an autocommit pipeline runs everything up
+                # to its Sync as one implicit transaction, all or nothing.
+                async with conn.pipeline(), conn.cursor(binary=True) as cur:
+                    yield cur
+            else:
+                async with conn.transaction(), conn.cursor(binary=True) as cur:
+                    yield cur
+                if self.pipe is not None:
+                    await self.pipe.sync()
 
     async def _transact(
         self,
@@ -188,32 +287,24 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
             backoff=self._state.backoff,
             on_failure=self._on_failure(failed),
             translate=translation(translate),
+            give_up=self._give_up,
         )
 
     def _on_failure(self, failed: str | None) -> Callable[[BaseException], Awaitable[None]]:
         async def on_failure(exc: BaseException) -> None:
             _base.count_failure(self._state, failed)
-            await self._reset_connection()
 
         return on_failure
 
-    async def _reset_connection(self) -> None:
-        """Replace a broken connection (or drop a pool's broken ones) before a retry."""
-        conn = self.conn
-        if isinstance(conn, AsyncConnectionPool):
-            await conn.check()
-            return
-        if not (conn.closed or conn.broken) or self.pipe is not None or not self._state.conninfo:
-            return
-        try:
-            self.conn = await AsyncConnection.connect(self._state.conninfo, **CONNECT_KWARGS)
-        except psycopg.Error:
-            return  # the next try fails on the closed connection and comes back here
-        await conn.close()
+    def _give_up(self, exc: BaseException, attempts: int) -> BaseException | None:
+        return _network.give_up(self._target, self._state.backoff, exc, attempts)
 
     async def _call(self, op: Callable[[], Awaitable[T]]) -> T:
         return await acall_with_retry(
-            op, backoff=self._state.backoff, on_failure=self._on_failure(None)
+            op,
+            backoff=self._state.backoff,
+            on_failure=self._on_failure(None),
+            give_up=self._give_up,
         )
 
     async def _query(self, statements: Callable[[], Statements[T]]) -> T:
