@@ -23,19 +23,27 @@ import functools
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.config import get_config
-from langgraph.types import Command, interrupt
+from langgraph.types import interrupt
 
-import langgraph_resilience.state as run_log
 from langgraph_resilience._compress import compress_with_summary
-from langgraph_resilience._engine import Action, Decision, decide
+from langgraph_resilience._engine import Action, decide
 from langgraph_resilience._routes import ResilienceRoute, error_text, route_of, suggestion
+from langgraph_resilience._step_log import (
+    SubgraphStopped,
+    log_of,
+    log_try,
+    log_update,
+    nested_log,
+    step_path,
+    with_log,
+)
 from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.budget import Budget, add_usage, metering, pause_value, topped_up, used
 from langgraph_resilience.checkpoint import AttemptRecord
@@ -119,122 +127,6 @@ class NodeContext:
 _FIRST = Attempt()
 
 
-def step_path(name: str, task: TaskContext, log: Mapping[str, Any]) -> str:
-    """The step's path in its run: subgraph path and node, the `Send` branch,
-    and the loop iteration from the second on (``research/fetch``, ``work[2]``,
-    ``review#3``)."""
-    base = task.graph_path + name
-    index = task.send_index
-    if index is not None:
-        base += f"[{index}]"
-    seen = int((log.get("counts") or {}).get(base, 0))
-    return f"{base}#{seen + 1}" if seen else base
-
-
-def _log_of(state: Any) -> Mapping[str, Any]:
-    known = state.get("resilience") if isinstance(state, Mapping) else None
-    return known if isinstance(known, Mapping) else {}
-
-
-def _log_update(
-    ctx: NodeContext,
-    task: TaskContext,
-    state: Any,
-    status: str,
-    earlier: Sequence[AttemptRecord],
-    output: Any,
-    started_at: float,
-) -> dict[str, Any]:
-    known = _log_of(state)
-    path = step_path(ctx.name, task, known)
-    step: dict[str, Any] = {
-        "run": int(known.get("run") or 1),
-        "path": path,
-        "node": ctx.name,
-        "status": status,
-        "attempts": len(earlier) + (1 if status == "completed" else 0),
-        "kinds": [r.kind for r in earlier if r.kind],
-        "started_at": started_at,
-        "ended_at": time.time(),
-        "summary": run_log.summarize(output) if status == "completed" else "",
-    }
-    update: dict[str, Any] = {"step": step}
-    if status != "completed":
-        update["degraded_steps"] = [path]
-    if ctx.is_terminal(ctx.name):
-        update["status"] = "success"
-    elif not known.get("status"):
-        update["status"] = "running"
-    return update
-
-
-class SubgraphStopped(Exception):
-    """A subgraph node's graph ended with a partial result: the node failed."""
-
-    def __init__(self, failed: Mapping[str, Any]) -> None:
-        super().__init__(failed.get("message") or "the subgraph stopped short")
-        self.failed = dict(failed)
-
-
-def _nested(output: Any, state: Any) -> tuple[dict[str, float], Mapping[str, Any] | None]:
-    """What a node's output carries from a nested run log (a subgraph's, which
-    started from this state's log): the usage it added (seconds aside: this
-    node's own clock counts them), and its failed step if it stopped short."""
-    inner = output.get("resilience") if isinstance(output, Mapping) else None
-    if not isinstance(inner, Mapping):
-        return {}, None
-    before = used(state)
-    delta = {
-        k: v - before.get(k, 0)
-        for k, v in (inner.get("usage") or {}).items()
-        if k != "seconds" and v > before.get(k, 0)
-    }
-    failed = inner.get("failed_step") if inner.get("status") == "partial_complete" else None
-    return delta, failed if isinstance(failed, Mapping) else None
-
-
-_VERDICTS = {
-    Action.RETRY: "retrying in {delay:.2f}s",
-    Action.PAUSE: "pausing the run until its budget is topped up",
-    Action.DEGRADE: "skipping the step as degraded",
-    Action.FALLBACK: "taking the fallback",
-    Action.PARTIAL: "giving up: the run ends with a partial result",
-}
-
-
-def _log_try(
-    ctx: NodeContext, task: TaskContext, state: Any, record: AttemptRecord, decision: Decision
-) -> None:
-    """One log line per failed try and what comes of it, with the step's ids as
-    structured extras (``thread_id``, ``run``, ``path``, ``node``, ``attempt``,
-    ``kind``, ``action``, ``wait``)."""
-    level = logging.WARNING if decision.action is not Action.PARTIAL else logging.ERROR
-    if not logger.isEnabledFor(level):
-        return
-    path = step_path(ctx.name, task, _log_of(state))
-    action = _VERDICTS[decision.action].format(delay=decision.delay)
-    logger.log(
-        level,
-        "step %s try %d failed (%s, %s: %s); %s",
-        path,
-        record.attempt,
-        record.kind,
-        record.error_type,
-        record.reason,
-        action,
-        extra={
-            "thread_id": task.thread_id,
-            "run": int(_log_of(state).get("run") or 1),
-            "path": path,
-            "node": ctx.name,
-            "attempt": record.attempt,
-            "kind": record.kind,
-            "action": decision.action.value,
-            "wait": decision.delay,
-        },
-    )
-
-
 def _budget_pause(ctx: NodeContext, record: AttemptRecord) -> dict[str, Any]:
     """The interrupt of a node that raised `BudgetExhausted`."""
     return {
@@ -250,22 +142,6 @@ def _add_spend(log: dict[str, Any], spent: dict[str, float], topped: Budget | No
     log["usage"] = spent
     if topped is not None:
         log["budget"] = topped.to_dict()
-
-
-def _with_log(output: Any, log: dict[str, Any]) -> Any:
-    """The node's output with the run-log update added."""
-    if output is None:
-        return {"resilience": log}
-    if isinstance(output, dict):  # a nested run log (a subgraph's) gives way to ours
-        return {**output, "resilience": log}
-    if isinstance(output, Command):
-        update = output.update
-        if update is None:
-            return replace(output, update={"resilience": log})
-        if isinstance(update, dict):
-            return replace(output, update=_with_log(update, log))
-        return replace(output, update=[*update, ("resilience", log)])
-    return output  # another state type: left as LangGraph would have it
 
 
 def _compressed(policy: NodePolicy, state: Any) -> tuple[Any, dict[str, Any]]:
@@ -331,18 +207,27 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
         spent = add_usage(spent, result.usage)
         exc = result.error
         if exc is None:
-            inner_usage, inner_failed = _nested(result.output, state)
+            inner_usage, inner_failed = nested_log(result.output, state)
             spent = add_usage(spent, inner_usage)
             if inner_failed is not None:
                 exc = SubgraphStopped(inner_failed)
         if exc is None and policy is not None and policy.validate is not None:
             exc = _validation_error(policy.validate, result.output)
         if exc is None:
-            log = _log_update(ctx, task, state, "completed", earlier, result.output, first_start)
+            log = log_update(
+                ctx.name,
+                ctx.is_terminal(ctx.name),
+                task,
+                state,
+                "completed",
+                earlier,
+                result.output,
+                first_start,
+            )
             if summaries:
                 log["context_summary"] = summaries
             _add_spend(log, spent, topped)
-            return _with_log(result.output, log)
+            return with_log(result.output, log)
         if is_control_flow(exc) or isinstance(exc, (LeaseLost, ConfigError)) or policy is None:
             # A lost lease ends this worker's part; wrong wiring is the caller's to
             # fix: neither is a failure of the node to retry or route.
@@ -360,7 +245,7 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
             finished_at=time.time(),
         )
         yield RecordAttempt(record, started)
-        _log_try(ctx, task, state, record, decision)
+        log_try(ctx.name, task, state, record, decision)
         if decision.action is Action.PAUSE:
             # Raises until the run is resumed (Command(resume=...)); the resumed
             # node re-runs and, finding this try stored, takes the resume value
@@ -381,7 +266,16 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
                 yield Sleep(decision.delay)
             continue
         if decision.action is Action.DEGRADE:
-            log = _log_update(ctx, task, state, "degraded", earlier, None, first_start)
+            log = log_update(
+                ctx.name,
+                ctx.is_terminal(ctx.name),
+                task,
+                state,
+                "degraded",
+                earlier,
+                None,
+                first_start,
+            )
             path = log["step"]["path"]
             log["recovery_suggestions"] = [
                 suggestion(ctx.name, failure, exc, number, path, retry_after=decision.retry_after)
@@ -397,7 +291,7 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
             attempts=number,
             task=task.effect_scope,  # a re-run failed step keeps its first keys
         )
-        route["path"] = step_path(ctx.name, task, _log_of(state))
+        route["path"] = step_path(ctx.name, task, log_of(state))
         route["send"] = task.send_index is not None
         if isinstance(exc, SubgraphStopped):  # name the inner step, as it failed
             inner = exc.failed

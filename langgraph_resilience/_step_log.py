@@ -1,0 +1,170 @@
+"""The run-log entry of one step: its path, its record, what a nested run
+log (a subgraph's) brings, and the log line of a failed try.
+
+A step's record rides in the node's own run-log write (``{"resilience":
+{"step": ...}}``), which the reducer (`state.merge_run_log`) keeps in a bounded
+window and the saver stores with the step's other writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from langgraph.types import Command
+
+import langgraph_resilience.state as run_log
+from langgraph_resilience._engine import Action, Decision
+from langgraph_resilience._task import TaskContext
+from langgraph_resilience.budget import used
+from langgraph_resilience.checkpoint import AttemptRecord
+
+__all__ = [
+    "SubgraphStopped",
+    "log_of",
+    "log_try",
+    "log_update",
+    "nested_log",
+    "step_path",
+    "with_log",
+]
+
+logger = logging.getLogger("langgraph_resilience")
+
+
+def step_path(name: str, task: TaskContext, log: Mapping[str, Any]) -> str:
+    """The step's path in its run: subgraph path and node, the `Send` branch,
+    and the loop iteration from the second on (``research/fetch``, ``work[2]``,
+    ``review#3``)."""
+    base = task.graph_path + name
+    index = task.send_index
+    if index is not None:
+        base += f"[{index}]"
+    seen = int((log.get("counts") or {}).get(base, 0))
+    return f"{base}#{seen + 1}" if seen else base
+
+
+def log_of(state: Any) -> Mapping[str, Any]:
+    """The run log in a state (empty if none)."""
+    known = state.get("resilience") if isinstance(state, Mapping) else None
+    return known if isinstance(known, Mapping) else {}
+
+
+def log_update(
+    name: str,
+    terminal: bool,
+    task: TaskContext,
+    state: Any,
+    status: str,
+    earlier: Sequence[AttemptRecord],
+    output: Any,
+    started_at: float,
+) -> dict[str, Any]:
+    """The run-log update of a step that ran: its record, and the run's status."""
+    known = log_of(state)
+    path = step_path(name, task, known)
+    step: dict[str, Any] = {
+        "run": int(known.get("run") or 1),
+        "path": path,
+        "node": name,
+        "status": status,
+        "attempts": len(earlier) + (1 if status == "completed" else 0),
+        "kinds": [r.kind for r in earlier if r.kind],
+        "started_at": started_at,
+        "ended_at": time.time(),
+        "summary": run_log.summarize(output) if status == "completed" else "",
+    }
+    update: dict[str, Any] = {"step": step}
+    if status != "completed":
+        update["degraded_steps"] = [path]
+    if terminal:
+        update["status"] = "success"
+    elif not known.get("status"):
+        update["status"] = "running"
+    return update
+
+
+class SubgraphStopped(Exception):
+    """A subgraph node's graph ended with a partial result: the node failed."""
+
+    def __init__(self, failed: Mapping[str, Any]) -> None:
+        super().__init__(failed.get("message") or "the subgraph stopped short")
+        self.failed = dict(failed)
+
+
+def nested_log(output: Any, state: Any) -> tuple[dict[str, float], Mapping[str, Any] | None]:
+    """What a node's output carries from a nested run log (a subgraph's, which
+    started from this state's log): the usage it added (seconds aside: this
+    node's own clock counts them), and its failed step if it stopped short."""
+    inner = output.get("resilience") if isinstance(output, Mapping) else None
+    if not isinstance(inner, Mapping):
+        return {}, None
+    before = used(state)
+    delta = {
+        k: v - before.get(k, 0)
+        for k, v in (inner.get("usage") or {}).items()
+        if k != "seconds" and v > before.get(k, 0)
+    }
+    failed = inner.get("failed_step") if inner.get("status") == "partial_complete" else None
+    return delta, failed if isinstance(failed, Mapping) else None
+
+
+_VERDICTS = {
+    Action.RETRY: "retrying in {delay:.2f}s",
+    Action.PAUSE: "pausing the run until its budget is topped up",
+    Action.DEGRADE: "skipping the step as degraded",
+    Action.FALLBACK: "taking the fallback",
+    Action.PARTIAL: "giving up: the run ends with a partial result",
+}
+
+
+def log_try(
+    name: str, task: TaskContext, state: Any, record: AttemptRecord, decision: Decision
+) -> None:
+    """One log line per failed try and what comes of it, with the step's ids as
+    structured extras (``thread_id``, ``run``, ``path``, ``node``, ``attempt``,
+    ``kind``, ``action``, ``wait``)."""
+    level = logging.WARNING if decision.action is not Action.PARTIAL else logging.ERROR
+    if not logger.isEnabledFor(level):
+        return
+    path = step_path(name, task, log_of(state))
+    action = _VERDICTS[decision.action].format(delay=decision.delay)
+    logger.log(
+        level,
+        "step %s try %d failed (%s, %s: %s); %s",
+        path,
+        record.attempt,
+        record.kind,
+        record.error_type,
+        record.reason,
+        action,
+        extra={
+            "thread_id": task.thread_id,
+            "run": int(log_of(state).get("run") or 1),
+            "path": path,
+            "node": name,
+            "attempt": record.attempt,
+            "kind": record.kind,
+            "action": decision.action.value,
+            "wait": decision.delay,
+        },
+    )
+
+
+def with_log(output: Any, log: dict[str, Any]) -> Any:
+    """The node's output with the run-log update added."""
+    if output is None:
+        return {"resilience": log}
+    if isinstance(output, dict):  # a nested run log (a subgraph's) gives way to ours
+        return {**output, "resilience": log}
+    if isinstance(output, Command):
+        update = output.update
+        if update is None:
+            return replace(output, update={"resilience": log})
+        if isinstance(update, dict):
+            return replace(output, update=with_log(update, log))
+        return replace(output, update=[*update, ("resilience", log)])
+    return output  # another state type: left as LangGraph would have it
