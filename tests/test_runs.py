@@ -10,6 +10,7 @@ import operator
 import uuid
 from typing import Annotated, Any
 
+import pytest
 from langgraph.graph import END, START
 from langgraph.types import Send
 
@@ -391,3 +392,20 @@ async def test_every_failed_try_is_logged_with_what_comes_of_it(
     ]
     assert all(r.thread_id == config["configurable"]["thread_id"] and r.run == 1 for r in records)
     assert records[-1].levelname == "ERROR" and "partial result" in records[-1].getMessage()
+
+
+async def test_an_unstorable_node_output_names_the_state_key(checkpointer: Any) -> None:
+    import threading
+
+    h = checkpointer
+
+    class LockState(ResilientState, total=False):
+        client: Any
+
+    g = ResilientStateGraph(LockState)
+    g.add_node("connect", as_node(h, lambda s: {"client": threading.Lock()}))
+    g.add_edge(START, "connect")
+    g.add_edge("connect", END)
+    graph = g.compile(checkpointer=h.saver)
+    with pytest.raises(TypeError, match=r"'client'.*cannot store.*lock"):
+        await h.invoke(graph, {}, cfg(h, "unstorable"))

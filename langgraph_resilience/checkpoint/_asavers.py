@@ -90,7 +90,7 @@ class AsyncResilience(Hooks):
                 checkpoint's parent.
             LeaseLost: the run's worker no longer holds its lease.
         """
-        put = self._prepare_put(config, checkpoint, metadata, new_versions)
+        put = self._put_of(config, checkpoint, metadata, new_versions)
         await self._write(
             lambda: self._put_statements(put),
             fence=_runs.fence_of(config),
@@ -110,7 +110,7 @@ class AsyncResilience(Hooks):
         task_path: str = "",
     ) -> None:
         """Store a task's writes, retrying transient store errors."""
-        sql, rows = self._write_rows(config, writes, task_id, task_path)
+        sql, rows = self._rows_of(config, writes, task_id, task_path)
         await self._write(
             lambda: _threads.put_writes(sql, rows),
             fence=_runs.fence_of(config),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -174,3 +174,22 @@ def bridge(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, owner:
             "its event loop's; from async code, use the a-prefixed methods"
         )
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+def unstorable(
+    serde: Any, writes: Sequence[tuple[str, Any]], task_path: str, exc: TypeError
+) -> TypeError:
+    """The error for a task's write the serde cannot store: which channel (state
+    key), which task, what type, and what to return instead."""
+    for channel, value in writes:
+        try:
+            serde.dumps_typed(value)
+        except TypeError:
+            where = f"the task at {task_path!r}" if task_path else "a node"
+            return TypeError(
+                f"{where} wrote to {channel!r} a value the checkpointer cannot store "
+                f"({type(value).__name__}: {exc}). Return plain data (str, numbers, lists, "
+                "dicts), pydantic models or dataclasses from the node, and keep clients, "
+                "locks and connections out of the state."
+            )
+    return exc

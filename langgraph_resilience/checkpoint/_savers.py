@@ -83,6 +83,33 @@ class Hooks(BaseCheckpointSaver[str]):
     ) -> WriteRows:
         raise NotImplementedError
 
+    def _put_of(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> PutCheckpoint:
+        """`_prepare_put`, with a value the serde cannot store named by its channel."""
+        try:
+            return self._prepare_put(config, checkpoint, metadata, new_versions)
+        except TypeError as exc:
+            values = list(checkpoint.get("channel_values", {}).items())
+            raise _base.unstorable(self.serde, values, "", exc) from exc
+
+    def _rows_of(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> WriteRows:
+        """`_write_rows`, with a value the serde cannot store named by its channel."""
+        try:
+            return self._write_rows(config, writes, task_id, task_path)
+        except TypeError as exc:
+            raise _base.unstorable(self.serde, writes, task_path, exc) from exc
+
     def defer_outcome(self, thread_id: str, key: str, fields: OutcomeFields) -> None:
         """Store an effect's outcome with this saver's next write (no I/O now).
 
@@ -145,7 +172,7 @@ class SyncResilience(Hooks):
                 checkpoint's parent.
             LeaseLost: the run's worker no longer holds its lease.
         """
-        put = self._prepare_put(config, checkpoint, metadata, new_versions)
+        put = self._put_of(config, checkpoint, metadata, new_versions)
         self._write(
             lambda: self._put_statements(put),
             fence=_runs.fence_of(config),
@@ -165,7 +192,7 @@ class SyncResilience(Hooks):
         task_path: str = "",
     ) -> None:
         """Store a task's writes, retrying transient store errors."""
-        sql, rows = self._write_rows(config, writes, task_id, task_path)
+        sql, rows = self._rows_of(config, writes, task_id, task_path)
         self._write(
             lambda: _threads.put_writes(sql, rows),
             fence=_runs.fence_of(config),
