@@ -134,3 +134,15 @@ def test_a_failing_fallback_without_its_own_policy_ends_in_a_partial_result() ->
     assert log["failed_step"]["node"] == "backup"
     assert log["failed_step"]["error_type"] == "RuntimeError"
     assert log["degraded_steps"] == ["primary"]
+
+
+@pytest.mark.parametrize("url", ["sqlite:///runs/app.db", "sqlite+aiosqlite:///app.db"])
+def test_a_sqlite_url_says_to_pass_a_path(url: str) -> None:
+    from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+    path = url.split(":///", 1)[1]
+    with (
+        pytest.raises(ConfigError, match=f"not a URL. Pass '{path}'"),
+        ResilientSqliteSaver.from_conn_string(url),
+    ):
+        pass

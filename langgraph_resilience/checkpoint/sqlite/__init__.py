@@ -84,7 +84,14 @@ def sqlite_write_rows(
 
 
 def sqlite_path_error(conn_string: str) -> ConfigError | None:
-    """A clear error for a SQLite path whose directory is missing."""
+    """A clear error for a SQLite URL given as a path, or a path whose
+    directory is missing."""
+    if conn_string.startswith(("sqlite:", "sqlite+")):
+        path = conn_string.split(":///", 1)[-1] if ":///" in conn_string else "runs.db"
+        return ConfigError(
+            f"cannot open SQLite database {conn_string!r}: the savers take a file path, "
+            f"not a URL. Pass {path!r} (or \":memory:\", or a sqlite3 'file:' URI)."
+        )
     if conn_string == ":memory:" or conn_string.startswith("file:"):
         return None
     directory = os.path.dirname(os.path.abspath(conn_string))
