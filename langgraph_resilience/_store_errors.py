@@ -124,3 +124,10 @@ def is_unavailable_error(exc: BaseException) -> bool:
     if not _is_psycopg_error(exc) or any(marker in str(exc) for marker in _PG_MISUSE):
         return False
     return bool({c.__name__ for c in type(exc).__mro__} & _PG_UNAVAILABLE)
+
+
+def is_missing_table(exc: BaseException) -> bool:
+    """A table the savers need does not exist: ``setup()`` was never called."""
+    if getattr(exc, "sqlstate", None) == "42P01":  # Postgres undefined_table
+        return True
+    return is_store_error(exc) and "no such table" in str(exc)

@@ -146,3 +146,20 @@ def test_a_sqlite_url_says_to_pass_a_path(url: str) -> None:
         ResilientSqliteSaver.from_conn_string(url),
     ):
         pass
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+async def test_a_postgres_saver_without_setup_says_to_call_setup(
+    pg_dsn: str, is_async: bool
+) -> None:
+    from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+    from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
+
+    graph = one_node(lambda s: {"out": ["x"]}, NodePolicy())
+    with pytest.raises(ConfigError, match=r"saver\.setup\(\)"):
+        if is_async:
+            async with AsyncResilientPostgresSaver.from_conn_string(pg_dsn) as saver:
+                await graph.compile(checkpointer=saver).ainvoke({"out": []}, config())
+        else:
+            with ResilientPostgresSaver.from_conn_string(pg_dsn) as saver:
+                graph.compile(checkpointer=saver).invoke({"out": []}, config())

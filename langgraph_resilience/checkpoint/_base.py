@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 
-from langgraph_resilience._store_errors import is_store_error
+from langgraph_resilience._store_errors import is_missing_table, is_store_error
 from langgraph_resilience.checkpoint._counters import Counters, bump
 from langgraph_resilience.checkpoint._ledger import OutcomeFields, PendingOutcomes, store_outcomes
 from langgraph_resilience.checkpoint._retry import DEFAULT_STORE_RETRY
@@ -75,7 +75,14 @@ def thread_key(config: RunnableConfig) -> tuple[str, str, str | None]:
 def corrupt(
     config: RunnableConfig | None, checkpoint_id: str | None, exc: BaseException
 ) -> BaseException:
-    """Map a decoding failure to `CheckpointCorrupt`; pass anything else through."""
+    """Map a decoding failure to `CheckpointCorrupt`, a missing table to the
+    `ConfigError` that says to call ``setup()``; pass anything else through."""
+    if is_missing_table(exc):
+        return ConfigError(
+            f"the checkpoint tables of this database are missing ({exc}). Call "
+            "saver.setup() once before running graphs (it creates LangGraph's tables "
+            "and ours, and is safe to call again)."
+        )
     if is_store_error(exc) or isinstance(exc, ResilienceError) or config is None:
         return exc
     thread_id, ns, _ = thread_key(config)
