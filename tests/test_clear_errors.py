@@ -163,3 +163,41 @@ async def test_a_postgres_saver_without_setup_says_to_call_setup(
         else:
             with ResilientPostgresSaver.from_conn_string(pg_dsn) as saver:
                 graph.compile(checkpointer=saver).invoke({"out": []}, config())
+
+
+async def open_and_run(path: str, is_async: bool) -> None:
+    from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+    from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+
+    graph = one_node(lambda s: {"out": ["x"]}, NodePolicy())
+    if is_async:
+        async with AsyncResilientSqliteSaver.from_conn_string(path) as saver:
+            await graph.compile(checkpointer=saver).ainvoke({"out": []}, config())
+    else:
+        with ResilientSqliteSaver.from_conn_string(path) as saver:
+            graph.compile(checkpointer=saver).invoke({"out": []}, config())
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+async def test_a_damaged_sqlite_file_names_the_file_and_the_fix(
+    tmp_path: Any, is_async: bool
+) -> None:
+    damaged = tmp_path / "damaged.db"
+    damaged.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(ConfigError, match=r"damaged\.db.*not a SQLite database"):
+        await open_and_run(str(damaged), is_async)
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+async def test_a_read_only_sqlite_file_names_the_file_and_the_fix(
+    tmp_path: Any, is_async: bool
+) -> None:
+    import sqlite3
+
+    path = tmp_path / "readonly.db"
+    sqlite3.connect(path).close()
+    # Opened read-only (as a file the process may not write would be; root
+    # writes through file permissions, so the test says read-only by URI).
+    uri = f"file:{path}?mode=ro"
+    with pytest.raises(ConfigError, match=r"readonly\.db.*read-only.*write permission"):
+        await open_and_run(uri, is_async)

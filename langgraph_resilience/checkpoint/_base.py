@@ -33,7 +33,8 @@ class SaverState:
         counters: save counters waiting to be stored.
         outcomes: side-effect outcomes waiting to be stored.
         conn: the live connection (Postgres savers replace a broken one).
-        conninfo: how to open a fresh Postgres connection, password included.
+        conninfo: how to open a fresh Postgres connection, password included;
+            for SQLite, the file path (named in errors).
         schema_checked: whether the resilience schema version was verified.
         suspect: a try failed on a store error since the last one that succeeded,
             so the next try checks its connection before using it.

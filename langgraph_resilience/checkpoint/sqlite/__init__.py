@@ -104,6 +104,30 @@ def sqlite_path_error(conn_string: str) -> ConfigError | None:
     return None
 
 
+def sqlite_final(state: _base.SaverState) -> Callable[[BaseException, int], BaseException | None]:
+    """What a SQLite error no retry can fix is: a read-only or corrupt file is the
+    caller's to fix (a `ConfigError` naming the file and what to do)."""
+
+    def final(exc: BaseException, attempts: int) -> BaseException | None:
+        text = str(exc).lower()
+        where = repr(state.conninfo) if state.conninfo else "this SQLite database"
+        if "readonly" in text or "read-only" in text:
+            return ConfigError(
+                f"SQLite database {where} is read-only for this process ({exc}). Give it "
+                "write permission on the file and on its directory (SQLite writes a journal "
+                "beside the file), or open a copy it can write."
+            )
+        if "not a database" in text or "malformed" in text:
+            return ConfigError(
+                f"SQLite database {where} is not a SQLite database or is damaged ({exc}). "
+                "Restore it from a backup, or point the saver at another file; nothing "
+                "was written to it."
+            )
+        return None
+
+    return final
+
+
 def sqlite_unavailable(conn_string: str, exc: Exception) -> StoreUnavailable:
     return StoreUnavailable(
         f"cannot open SQLite database {conn_string!r}: {exc}", target=conn_string, attempts=1
@@ -171,6 +195,7 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
         """
         with closing(sqlite_connect(conn_string)) as conn:
             saver = cls(conn, store_retry=store_retry)
+            saver._state.conninfo = conn_string  # named in errors
             try:
                 yield saver
             finally:
@@ -257,6 +282,7 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
             backoff=self._state.backoff,
             on_failure=lambda exc: _base.count_failure(self._state, failed),
             translate=translate,
+            give_up=sqlite_final(self._state),
         )
 
     def _query(self, statements: Callable[[], Statements[T]]) -> T:
@@ -267,7 +293,12 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
         return self._call(attempt)
 
     def _call(self, op: Callable[[], T]) -> T:
-        return call_with_retry(op, backoff=self._state.backoff, on_failure=lambda exc: None)
+        return call_with_retry(
+            op,
+            backoff=self._state.backoff,
+            on_failure=lambda exc: None,
+            give_up=sqlite_final(self._state),
+        )
 
     # -- the dialect's rows ------------------------------------------------------
 

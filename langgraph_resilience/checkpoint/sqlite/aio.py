@@ -15,6 +15,7 @@ from langgraph_resilience.checkpoint._asavers import AsyncResilience
 from langgraph_resilience.checkpoint._retry import Translate, acall_with_retry
 from langgraph_resilience.checkpoint._store import SQLITE, Statements, aexecute
 from langgraph_resilience.checkpoint.sqlite import (
+    sqlite_final,
     sqlite_path_error,
     sqlite_put,
     sqlite_unavailable,
@@ -77,6 +78,7 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
         except aiosqlite.Error as exc:
             raise sqlite_unavailable(conn_string, exc) from exc
         saver = cls(conn, store_retry=store_retry)
+        saver._state.conninfo = conn_string  # named in errors
         try:
             yield saver
         finally:
@@ -160,7 +162,11 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
             _base.count_failure(self._state, failed)
 
         return await acall_with_retry(
-            attempt, backoff=self._state.backoff, on_failure=on_failure, translate=translate
+            attempt,
+            backoff=self._state.backoff,
+            on_failure=on_failure,
+            translate=translate,
+            give_up=sqlite_final(self._state),
         )
 
     async def _query(self, statements: Callable[[], Statements[T]]) -> T:
@@ -176,7 +182,9 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
         return await self._call(attempt)
 
     async def _call(self, op: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        return await acall_with_retry(op, backoff=self._state.backoff, on_failure=_no_reset)
+        return await acall_with_retry(
+            op, backoff=self._state.backoff, on_failure=_no_reset, give_up=sqlite_final(self._state)
+        )
 
     # -- the dialect's rows ------------------------------------------------------
 
