@@ -329,9 +329,31 @@ def _lease_waits(spec: EffectSpec, key: str, fence: Fence | None) -> Iterator[fl
         yield found.seconds
 
 
-def _outcome_fields(saver: ResilientSaver | AsyncResilientSaver, op: Settle) -> OutcomeFields:
+#: The outcome type of an effect that happened but whose value the serde cannot
+#: store: recorded as done (so it is never called again), its replay raises.
+UNSTORABLE = "lgr-unstorable"
+
+
+def _outcome_fields(
+    spec: EffectSpec, saver: ResilientSaver | AsyncResilientSaver, op: Settle
+) -> OutcomeFields:
     if op.status == "done":
-        type_, blob = saver.serde.dumps_typed(op.value)
+        try:
+            type_, blob = saver.serde.dumps_typed(op.value)
+        except TypeError as exc:
+            return OutcomeFields(
+                status="done",
+                at=time.time(),
+                outcome_type=UNSTORABLE,
+                outcome=None,
+                error=(
+                    f"side effect {spec.name!r} returned a value the checkpointer cannot "
+                    f"store ({type(op.value).__name__}: {exc}). It ran once and is recorded "
+                    "as done without its value, so it is not called again. Return something "
+                    "storable from it (str, numbers, lists, dicts, pydantic models, "
+                    "dataclasses)."
+                )[:1000],
+            )
         return OutcomeFields(
             status="done", at=time.time(), outcome_type=type_, outcome=blob, error=None
         )
@@ -343,6 +365,8 @@ def _outcome_fields(saver: ResilientSaver | AsyncResilientSaver, op: Settle) -> 
 
 def _replayed(saver: ResilientSaver | AsyncResilientSaver, replay: Replay) -> Any:
     record = replay.record
+    if record.outcome_type == UNSTORABLE:
+        raise TypeError(record.error)
     if record.outcome_type is None:
         return None
     return saver.serde.loads_typed((record.outcome_type, record.outcome or b""))
@@ -395,10 +419,13 @@ def _effect_sync(
                     beat.stop()
             else:
                 held = False
+                fields = _outcome_fields(spec, saver, op)
                 if spec.on_unknown == "raise":
-                    saver.record_outcome(thread, key, _outcome_fields(saver, op), fence)
+                    saver.record_outcome(thread, key, fields, fence)
                 else:
-                    saver.defer_outcome(thread, key, _outcome_fields(saver, op))
+                    saver.defer_outcome(thread, key, fields)
+                if fields.outcome_type == UNSTORABLE:
+                    raise TypeError(fields.error)
     except BaseException:
         if held:
             _release(saver, thread, intent)
@@ -453,10 +480,13 @@ async def _effect_async(
                     beat.stop()
             else:
                 held = False
+                fields = _outcome_fields(spec, saver, op)
                 if spec.on_unknown == "raise":
-                    await saver.arecord_outcome(thread, key, _outcome_fields(saver, op), fence)
+                    await saver.arecord_outcome(thread, key, fields, fence)
                 else:
-                    saver.defer_outcome(thread, key, _outcome_fields(saver, op))
+                    saver.defer_outcome(thread, key, fields)
+                if fields.outcome_type == UNSTORABLE:
+                    raise TypeError(fields.error)
     except BaseException:
         if held:
             with contextlib.suppress(Exception):  # if not, the lease runs out on its own

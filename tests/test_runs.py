@@ -24,6 +24,7 @@ from langgraph_resilience import (
     aretry_failed,
     report_usage,
     retry_failed,
+    side_effect,
 )
 
 FAST = Backoff(max_attempts=2, initial_interval=0.001, max_interval=0.01)
@@ -409,3 +410,45 @@ async def test_an_unstorable_node_output_names_the_state_key(checkpointer: Any) 
     graph = g.compile(checkpointer=h.saver)
     with pytest.raises(TypeError, match=r"'client'.*cannot store.*lock"):
         await h.invoke(graph, {}, cfg(h, "unstorable"))
+
+
+async def test_an_effect_whose_result_cannot_be_stored_is_called_once(checkpointer: Any) -> None:
+    import threading
+
+    h = checkpointer
+    charges: list[str] = []
+
+    if h.is_async:
+
+        @side_effect(name="charge")
+        async def acharge(*, idempotency_key: str) -> Any:
+            charges.append(idempotency_key)
+            return threading.Lock()  # a client object, not data
+
+        async def pay(state: dict[str, Any]) -> dict[str, Any]:
+            await acharge()
+            return {"results": ["paid"]}
+    else:
+
+        @side_effect(name="charge")
+        def charge(*, idempotency_key: str) -> Any:
+            charges.append(idempotency_key)
+            return threading.Lock()
+
+        def pay(state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+            charge()
+            return {"results": ["paid"]}
+
+    g = ResilientStateGraph(State)
+    g.add_node("pay", pay, policy=NodePolicy(retry=FAST))
+    g.add_edge(START, "pay")
+    g.add_edge("pay", END)
+    graph = g.compile(checkpointer=h.saver)
+    config = cfg(h, "unstorable-effect")
+    out = await h.invoke(graph, {"results": []}, config)
+    failed = out["resilience"]["failed_step"]
+    assert failed["error_type"] == "TypeError" and "'charge'" in failed["message"]
+    assert "not called again" in failed["message"]
+    out = await retry(h, graph, config)
+    assert out["resilience"]["status"] == "partial_complete"
+    assert len(charges) == 1  # once, across the tries and retry_failed
