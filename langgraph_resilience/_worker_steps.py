@@ -66,9 +66,15 @@ class ThreadState(NamedTuple):
     """Where the thread is: `Where`."""
 
 
+#: The checkpoint metadata key naming the run that wrote a checkpoint (LangGraph
+#: copies a run's ``config["metadata"]`` into every checkpoint it writes).
+RUN_META = "lgr_run_id"
+
+
 class Where(NamedTuple):
-    """A thread is "new" (start with the input), "resume" (continue from its last
-    checkpoint) or "interrupted" (paused: answer its pending interrupts)."""
+    """A thread is "new" for the run (start it with the run's input: a new thread,
+    or a new turn on a thread whose earlier runs ended), "resume" (continue from
+    the run's last checkpoint) or "interrupted" (paused: answer its interrupts)."""
 
     state: str
     interrupt_ids: tuple[str, ...] = ()
@@ -204,10 +210,10 @@ def ended_status(values: dict[str, Any], paused: bool) -> str:
     return "success"
 
 
-def where_of(snapshot: StateSnapshot) -> Where:
-    """Where a thread is, by its latest state."""
-    if not snapshot.created_at:
-        return Where("new")
+def where_of(snapshot: StateSnapshot, run_id: str) -> Where:
+    """Where a thread is for run ``run_id``, by its latest state."""
+    if not snapshot.created_at or (snapshot.metadata or {}).get(RUN_META) != run_id:
+        return Where("new")  # no checkpoint of this run yet: its input was never applied
     if snapshot.interrupts:
         return Where("interrupted", tuple(i.id for i in snapshot.interrupts))
     return Where("resume")
@@ -373,7 +379,7 @@ class Held:
         configurable: dict[str, Any] = {"thread_id": self.record.thread_id, FENCE_KEY: self.fence}
         if budget is not None:
             configurable[BUDGET_KEY] = budget
-        return {"configurable": configurable}
+        return {"configurable": configurable, "metadata": {RUN_META: self.record.run_id}}
 
     def lose(self, reason: str, *, taken: bool = False) -> None:
         """This worker no longer holds the run (``taken``: another worker does):

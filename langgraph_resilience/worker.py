@@ -346,7 +346,7 @@ class Worker:
                 reply = None
                 if isinstance(op, ThreadState):
                     try:
-                        reply = where_of(self.graph.get_state(config))
+                        reply = where_of(self.graph.get_state(config), held.record.run_id)
                     except Exception as exc:
                         reply = exc
                 elif isinstance(op, CurrentValues):
@@ -445,7 +445,7 @@ class Worker:
                 reply = None
                 if isinstance(op, ThreadState):
                     try:
-                        reply = where_of(await self.graph.aget_state(config))
+                        reply = where_of(await self.graph.aget_state(config), held.record.run_id)
                     except Exception as exc:
                         reply = exc
                 elif isinstance(op, CurrentValues):

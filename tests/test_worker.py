@@ -19,6 +19,7 @@ import pytest
 from helpers import assert_no_fork, chain, expire_lease, sql
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START
 
 from langgraph_resilience import (
     ConfigError,
@@ -365,3 +366,30 @@ def test_bad_worker_configuration_is_refused() -> None:
         Worker(pipeline(), checkpointer=InMemorySaver(), concurrency=0)
     with pytest.raises(ConfigError, match="max_recoveries"):
         Worker(pipeline(), checkpointer=InMemorySaver(), max_recoveries=-1)
+
+
+async def test_a_chat_thread_takes_one_run_per_turn_each_with_its_input(h: Any) -> None:
+    """Worker.submit on a thread whose earlier runs ended starts a new run with the
+    new input (a new turn), as invoke(input) does; before, it resumed the finished
+    thread and ignored the input."""
+
+    class Chat(ResilientState, total=False):
+        question: str
+        answers: Annotated[list[str], operator.add]
+
+    def answer(state: Chat) -> dict[str, Any]:
+        return {"answers": [f"re: {state['question']}"]}
+
+    g = ResilientStateGraph(Chat)
+    g.add_node("answer", answer)
+    g.add_edge(START, "answer")
+    g.add_edge("answer", END)
+    worker = Worker(g, checkpointer=h.saver, lease_ttl=5)
+    thread = f"chat-{uuid.uuid4()}"
+    for turn, question in enumerate(["hello", "and then?", "thanks"], start=1):
+        run_id = await submit(h, worker, {"question": question}, thread_id=thread)
+        assert await run_worker(h, worker) == {run_id: "success"}
+        values = outcome(h, await h.call("read_run", run_id))["values"]
+        assert values["answers"][-1] == f"re: {question}"
+        assert values["resilience"]["run"] == turn
+    assert len(values["answers"]) == 3
