@@ -13,7 +13,7 @@ driver in `worker.py`:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -32,6 +32,8 @@ from langgraph_resilience.errors import CheckpointConflict, LeaseLost, StoreUnav
 
 __all__ = [
     "Abandon",
+    "ActiveRuns",
+    "BUDGET_PAUSE",
     "Claim",
     "CurrentValues",
     "Finish",
@@ -40,14 +42,16 @@ __all__ = [
     "Invoked",
     "LoopOp",
     "LoopSettings",
-    "ActiveRuns",
+    "NO_ANSWER",
     "Pause",
+    "RUN_META",
     "Renew",
     "RunOp",
     "Start",
     "ThreadState",
     "Wait",
     "Where",
+    "answers",
     "ended_status",
     "renewed",
     "run_steps",
@@ -78,6 +82,7 @@ class Where(NamedTuple):
 
     state: str
     interrupt_ids: tuple[str, ...] = ()
+    budget_ids: tuple[str, ...] = ()  # of those, the budget pauses (answered by a top-up)
 
 
 class CurrentValues(NamedTuple):
@@ -119,8 +124,33 @@ FINISH_FIRST_WAIT = 0.1
 FINISH_MAX_WAIT = 2.0
 
 
+#: `run_steps`' ``answer`` when the run was resumed without a value.
+NO_ANSWER: Any = object()
+#: The ``reason`` of a budget pause's interrupt value.
+BUDGET_PAUSE = "budget_exhausted"
+
+
+def answers(where: Where, answer: Any, top_up: Any) -> dict[str, Any]:
+    """What each pending interrupt is resumed with: a budget pause takes the
+    top-up; a user's interrupt the value the run was resumed with (by interrupt
+    id if it is a mapping of them), or the top-up if none was given."""
+    found = {}
+    for iid in where.interrupt_ids:
+        if iid in where.budget_ids or answer is NO_ANSWER:
+            found[iid] = top_up
+        elif isinstance(answer, Mapping) and set(answer) <= set(where.interrupt_ids):
+            found[iid] = answer.get(iid)
+        else:
+            found[iid] = answer
+    return found
+
+
 def run_steps(
-    held: Held, input_value: Any, budget: Budget | None, max_recoveries: int
+    held: Held,
+    input_value: Any,
+    budget: Budget | None,
+    max_recoveries: int,
+    answer: Any = NO_ANSWER,
 ) -> Generator[RunOp, Any, str | None]:
     """One claimed run: resume or start it, then say how it ended.
 
@@ -146,9 +176,9 @@ def run_steps(
     # A paused run resumes with its budget, a top-up if `Worker.resume` gave one
     # (any other value re-checks the budget it had).
     top_up = budget if budget is not None else "resumed without a new budget"
-    # Every pending interrupt (parallel branches may each have paused) gets it.
-    answers: Command[Any] = Command(resume=dict.fromkeys(where.interrupt_ids, top_up))
-    value = {"new": input_value, "resume": None}.get(where.state, answers)
+    # Every pending interrupt (parallel branches may each have paused) gets one.
+    resumed: Command[Any] = Command(resume=answers(where, answer, top_up))
+    value = {"new": input_value, "resume": None}.get(where.state, resumed)
     result: Invoked = yield Invoke(value)
     if result.error is not None:
         return (yield from _stopped(held, result.error))
@@ -215,7 +245,12 @@ def where_of(snapshot: StateSnapshot, run_id: str) -> Where:
     if not snapshot.created_at or (snapshot.metadata or {}).get(RUN_META) != run_id:
         return Where("new")  # no checkpoint of this run yet: its input was never applied
     if snapshot.interrupts:
-        return Where("interrupted", tuple(i.id for i in snapshot.interrupts))
+        budget = tuple(
+            i.id
+            for i in snapshot.interrupts
+            if isinstance(i.value, Mapping) and i.value.get("reason") == BUDGET_PAUSE
+        )
+        return Where("interrupted", tuple(i.id for i in snapshot.interrupts), budget)
     return Where("resume")
 
 

@@ -60,6 +60,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph_resilience._leases import LEASES
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience._worker_steps import (
+    NO_ANSWER,
     Abandon,
     Claim,
     CurrentValues,
@@ -211,21 +212,50 @@ class Worker:
 
     # -- paused runs -------------------------------------------------------------------
 
-    def resume(self, run_id: str, budget: Budget | Mapping[str, Any] | None = None) -> None:
-        """Queue a paused run again, with a new `Budget` (a top-up) if given; a
-        worker resumes it at the step that paused, nothing redone.
+    def resume(
+        self,
+        run_id: str,
+        value: Any = None,
+        *,
+        budget: Budget | Mapping[str, Any] | None = None,
+    ) -> None:
+        """Queue a paused run again; a worker resumes it at the step that paused,
+        nothing redone.
+
+        Args:
+            value: the answer to the run's pending interrupts (a human's approval,
+                say): one value for all, or a mapping of interrupt id to value, as
+                ``Command(resume=...)`` takes. The node's ``interrupt(...)`` returns it.
+            budget: a top-up for a run paused by its `Budget` (a `Budget` given as
+                ``value`` is taken as one too).
 
         Raises:
             RunStateError: the run is not paused.
         """
-        if not self.saver.requeue_run(str(run_id), self._blob(budget)):
+        budget_blob, answer = self._resumed_with(value, budget)
+        if not self.saver.requeue_run(str(run_id), budget_blob, answer):
             raise RunStateError(_not_paused(run_id, self.saver.read_run(str(run_id))))
 
-    async def aresume(self, run_id: str, budget: Budget | Mapping[str, Any] | None = None) -> None:
+    async def aresume(
+        self,
+        run_id: str,
+        value: Any = None,
+        *,
+        budget: Budget | Mapping[str, Any] | None = None,
+    ) -> None:
         """Async twin of `resume`."""
         saver = self._asaver()
-        if not await saver.arequeue_run(str(run_id), self._blob(budget)):
+        budget_blob, answer = self._resumed_with(value, budget)
+        if not await saver.arequeue_run(str(run_id), budget_blob, answer):
             raise RunStateError(_not_paused(run_id, await saver.aread_run(str(run_id))))
+
+    def _resumed_with(
+        self, value: Any, budget: Budget | Mapping[str, Any] | None
+    ) -> tuple[tuple[str, bytes] | None, tuple[str, bytes] | None]:
+        if isinstance(value, Budget) and budget is None:  # resume(run_id, Budget(...))
+            value, budget = None, value
+        answer = None if value is None else self.saver.serde.dumps_typed(value)
+        return self._blob(budget), answer
 
     # -- draining --------------------------------------------------------------------
 
@@ -264,6 +294,11 @@ class Worker:
         if record.input_type is None:
             return None
         return self.saver.serde.loads_typed((record.input_type, record.input or b""))
+
+    def _answer_of(self, record: RunRecord) -> Any:
+        if record.resume_type is None:
+            return NO_ANSWER
+        return self.saver.serde.loads_typed((record.resume_type, record.resume or b""))
 
     def _budget_of(self, record: RunRecord) -> Budget | None:
         if record.budget_type is None:
@@ -333,7 +368,10 @@ class Worker:
 
     def _execute(self, held: Held, leases: ResilientSaver) -> str | None:
         budget = self._budget_of(held.record)
-        steps = run_steps(held, self._input_of(held.record), budget, self.max_recoveries)
+        record = held.record
+        steps = run_steps(
+            held, self._input_of(record), budget, self.max_recoveries, self._answer_of(record)
+        )
         config = held.config(budget)
         reply: Any = None
         with LEASES.holding(held.fence, held.proof):
@@ -432,7 +470,10 @@ class Worker:
 
     async def _aexecute(self, held: Held, leases: AsyncResilientSaver) -> str | None:
         budget = self._budget_of(held.record)
-        steps = run_steps(held, self._input_of(held.record), budget, self.max_recoveries)
+        record = held.record
+        steps = run_steps(
+            held, self._input_of(record), budget, self.max_recoveries, self._answer_of(record)
+        )
         config = held.config(budget)
         reply: Any = None
         with LEASES.holding(held.fence, held.proof):

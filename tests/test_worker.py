@@ -393,3 +393,35 @@ async def test_a_chat_thread_takes_one_run_per_turn_each_with_its_input(h: Any) 
         assert values["answers"][-1] == f"re: {question}"
         assert values["resilience"]["run"] == turn
     assert len(values["answers"]) == 3
+
+
+async def test_a_human_approval_under_a_worker_gets_the_value_resumed_with(h: Any) -> None:
+    from langgraph.types import interrupt
+
+    class Approval(ResilientState, total=False):
+        order: str
+        decision: str
+
+    seen: list[Any] = []
+
+    def approve(state: Approval) -> dict[str, Any]:
+        answer = interrupt({"question": f"approve {state['order']}?"})
+        seen.append(answer)
+        return {"decision": "shipped" if answer.get("approved") else "held"}
+
+    g = ResilientStateGraph(Approval)
+    g.add_node("approve", approve, policy=NodePolicy(retry=None))
+    g.add_edge(START, "approve")
+    g.add_edge("approve", END)
+    worker = Worker(g, checkpointer=h.saver, lease_ttl=5)
+    run_id = await submit(h, worker, {"order": "A-17"})
+    assert await run_worker(h, worker) == {run_id: "paused"}
+    if h.is_async:
+        await worker.aresume(run_id, {"approved": True})
+    else:
+        await asyncio.to_thread(worker.resume, run_id, {"approved": True})
+    assert await run_worker(h, worker) == {run_id: "success"}
+    assert seen == [{"approved": True}]
+    record = await h.call("read_run", run_id)
+    assert outcome(h, record)["values"]["decision"] == "shipped"
+    assert record.resume is None  # used up: a later pause waits for its own answer

@@ -266,9 +266,11 @@ class AsyncResilience(Hooks):
         """End, pause or release a held run; False if its lease was lost."""
         return await self._write(lambda: _runs.finish_run(self._dialect, fence, status, outcome))
 
-    async def arequeue_run(self, run_id: str, budget: Blob | None) -> bool:
+    async def arequeue_run(
+        self, run_id: str, budget: Blob | None, resume: Blob | None = None
+    ) -> bool:
         """Queue a paused run again, with a new budget if given."""
-        return await self._write(lambda: _runs.requeue_run(self._dialect, run_id, budget))
+        return await self._write(lambda: _runs.requeue_run(self._dialect, run_id, budget, resume))
 
     async def aread_run(self, run_id: str) -> RunRecord | None:
         """A run: status, claims, owner, lease expiry, fencing token, outcome."""
@@ -416,8 +418,8 @@ class AsyncResilience(Hooks):
     def finish_run(self, fence: Fence, status: str, outcome: Blob | None) -> bool:
         return self._bridge(self.afinish_run(fence, status, outcome))
 
-    def requeue_run(self, run_id: str, budget: Blob | None) -> bool:
-        return self._bridge(self.arequeue_run(run_id, budget))
+    def requeue_run(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
+        return self._bridge(self.arequeue_run(run_id, budget, resume))
 
     def read_run(self, run_id: str) -> RunRecord | None:
         return self._bridge(self.aread_run(run_id))

@@ -63,6 +63,8 @@ class RunRecord:
         input_type / input, budget_type / budget, outcome_type / outcome: what
             it was given and gave back, serialized with the saver's serde.
         created_at / updated_at: epoch seconds.
+        resume_type / resume: the value a paused run was resumed with (answers
+            to its interrupts), until it pauses or ends again.
         claim_token: the token of the claim that took it last (made by the
             claiming saver once per `claim_runs` call, so that a retry of that
             call finds the runs its first try claimed).
@@ -85,6 +87,8 @@ class RunRecord:
     created_at: float
     updated_at: float
     claim_token: str | None = None
+    resume_type: str | None = None
+    resume: bytes | None = None
 
 
 _RUN_COLUMNS = select_list(RunRecord)
@@ -293,7 +297,8 @@ def finish_run(d: Dialect, fence: Fence, status: str, outcome: Blob | None) -> S
     rows = yield Stmt(
         d.sql(
             f"UPDATE {RUNS.name} SET status = ?, owner = NULL, lease_expires_at = NULL, "
-            "outcome_type = ?, outcome = ?, updated_at = NOW() "
+            "outcome_type = ?, outcome = ?, resume_type = NULL, resume = NULL, "
+            "updated_at = NOW() "
             "WHERE run_id = ? AND fencing_token = ? AND status = 'running' RETURNING run_id"
         ),
         (status, *(outcome or (None, None)), fence.run_id, fence.token),
@@ -302,15 +307,19 @@ def finish_run(d: Dialect, fence: Fence, status: str, outcome: Blob | None) -> S
     return bool(rows)
 
 
-def requeue_run(d: Dialect, run_id: str, budget: Blob | None) -> Statements[bool]:
-    """Queue a paused run again (with a new budget, if given)."""
+def requeue_run(
+    d: Dialect, run_id: str, budget: Blob | None, resume: Blob | None = None
+) -> Statements[bool]:
+    """Queue a paused run again (with a new budget, and the value its interrupts
+    are answered with, if given)."""
     rows = yield Stmt(
         d.sql(
             f"UPDATE {RUNS.name} SET status = 'queued', "
             "budget_type = coalesce(?, budget_type), budget = coalesce(?, budget), "
+            "resume_type = ?, resume = ?, "
             "updated_at = NOW() WHERE run_id = ? AND status = 'paused' RETURNING run_id"
         ),
-        (*(budget or (None, None)), run_id),
+        (*(budget or (None, None)), *(resume or (None, None)), run_id),
         fetch=True,
     )
     return bool(rows)

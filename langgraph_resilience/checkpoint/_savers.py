@@ -340,9 +340,9 @@ class SyncResilience(Hooks):
         """End, pause or release a held run; False if its lease was lost."""
         return self._write(lambda: _runs.finish_run(self._dialect, fence, status, outcome))
 
-    def requeue_run(self, run_id: str, budget: Blob | None) -> bool:
+    def requeue_run(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
         """Queue a paused run again, with a new budget if given."""
-        return self._write(lambda: _runs.requeue_run(self._dialect, run_id, budget))
+        return self._write(lambda: _runs.requeue_run(self._dialect, run_id, budget, resume))
 
     def read_run(self, run_id: str) -> RunRecord | None:
         """A run: status, claims, owner, lease expiry, fencing token, outcome."""

@@ -55,6 +55,8 @@ RUNS = Table(
         Column("created_at", "REAL_T NOT NULL"),
         Column("updated_at", "REAL_T NOT NULL"),
         Column("claim_token", "TEXT", since=9),
+        Column("resume_type", "TEXT", since=10),
+        Column("resume", "BLOB_T", since=10),
     ),
     since=1,
 )
@@ -206,6 +208,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration.both(*EFFECTS.added(8)),
     # 9: a run names the claim that took it, so a retried claim finds its own.
     Migration.both(*RUNS.added(9)),
+    # 10: a paused run keeps the value it is resumed with (a human's answer).
+    Migration.both(*RUNS.added(10)),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 
