@@ -249,6 +249,34 @@ class Worker:
         if not await saver.arequeue_run(str(run_id), budget_blob, answer):
             raise RunStateError(_not_paused(run_id, await saver.aread_run(str(run_id))))
 
+    def cancel(self, run_id: str, reason: str) -> str:
+        """End a queued, running or paused run as ``cancelled``; returns the status
+        it had. A running run is fenced like a takeover: its worker's next write,
+        renewal or side effect is refused, so it stops at its next step. The
+        thread then takes new submits. ``reason`` is kept as the run's outcome
+        (``{"cancelled": reason}``).
+
+        Raises:
+            RunStateError: the run is not open (unknown, or already ended).
+        """
+        had = self.saver.cancel_run(str(run_id), self._cancelled(reason))
+        if had is None:
+            raise RunStateError(_not_open(run_id, self.saver.read_run(str(run_id))))
+        return had
+
+    async def acancel(self, run_id: str, reason: str) -> str:
+        """Async twin of `cancel`."""
+        saver = self._asaver()
+        had = await saver.acancel_run(str(run_id), self._cancelled(reason))
+        if had is None:
+            raise RunStateError(_not_open(run_id, await saver.aread_run(str(run_id))))
+        return had
+
+    def _cancelled(self, reason: str) -> tuple[str, bytes]:
+        if not isinstance(reason, str) or not reason:
+            raise ConfigError(f"cancel needs a reason (a non-empty str), got {reason!r}")
+        return self.saver.serde.dumps_typed({"cancelled": reason})
+
     def _resumed_with(
         self, value: Any, budget: Budget | Mapping[str, Any] | None
     ) -> tuple[tuple[str, bytes] | None, tuple[str, bytes] | None]:
@@ -506,6 +534,15 @@ class Worker:
                 else:
                     blob = self._outcome_blob(op.outcome)
                     reply = await self._acall(leases.afinish_run, held.fence, op.status, blob)
+
+
+def _not_open(run_id: str, record: RunRecord | None) -> str:
+    if record is None:
+        return f"run {run_id!r} does not exist"
+    return (
+        f"run {run_id!r} is {record.status}, not open (queued, running or paused): "
+        "nothing to cancel"
+    )
 
 
 def _not_paused(run_id: str, record: RunRecord | None) -> str:

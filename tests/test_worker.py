@@ -425,3 +425,54 @@ async def test_a_human_approval_under_a_worker_gets_the_value_resumed_with(h: An
     record = await h.call("read_run", run_id)
     assert outcome(h, record)["values"]["decision"] == "shipped"
     assert record.resume is None  # used up: a later pause waits for its own answer
+
+
+async def test_cancel_ends_a_queued_a_paused_and_a_running_run(h: Any) -> None:
+    from langgraph.types import interrupt
+
+    async def cancel(worker: Worker, run_id: str) -> str:
+        if h.is_async:
+            return await worker.acancel(run_id, "the customer withdrew")
+        return await asyncio.to_thread(worker.cancel, run_id, "the customer withdrew")
+
+    # Queued: never runs; its thread takes a new submit at once.
+    worker = Worker(pipeline(), checkpointer=h.saver, lease_ttl=5)
+    thread = f"cancel-{uuid.uuid4()}"
+    queued = await submit(h, worker, {"done": []}, thread_id=thread)
+    assert await cancel(worker, queued) == "queued"
+    record = await h.call("read_run", queued)
+    assert record.status == "cancelled"
+    assert outcome(h, record) == {"cancelled": "the customer withdrew"}
+    again = await submit(h, worker, {"done": []}, thread_id=thread)
+    assert await run_worker(h, worker) == {again: "success"}
+    with pytest.raises(RunStateError, match="not open"):
+        await cancel(worker, again)
+
+    # Paused at a human's interrupt.
+    def ask(name: str, state: Any) -> None:
+        if name == "b":
+            interrupt("approve?")
+
+    worker = Worker(pipeline(ask), checkpointer=h.saver, lease_ttl=5)
+    paused = await submit(h, worker, {"done": []})
+    assert await run_worker(h, worker) == {paused: "paused"}
+    assert await cancel(worker, paused) == "paused"
+    assert (await h.call("read_run", paused)).status == "cancelled"
+
+    # Running: fenced like a takeover, it stops at its next step.
+    started, ran = threading.Event(), []
+
+    def slow(name: str, state: Any) -> None:
+        ran.append(name)
+        if name == "b":
+            started.set()
+            time.sleep(0.6)
+
+    worker = Worker(pipeline(slow), checkpointer=h.saver, lease_ttl=2)
+    running = await submit(h, worker, {"done": []})
+    work = asyncio.ensure_future(run_worker(h, worker))
+    await asyncio.to_thread(started.wait, 10)
+    assert await cancel(worker, running) == "running"
+    await asyncio.wait_for(work, 20)
+    assert (await h.call("read_run", running)).status == "cancelled"
+    assert "c" not in ran  # nothing ran after the step in flight

@@ -272,6 +272,10 @@ class AsyncResilience(Hooks):
         """Queue a paused run again, with a new budget if given."""
         return await self._write(lambda: _runs.requeue_run(self._dialect, run_id, budget, resume))
 
+    async def acancel_run(self, run_id: str, outcome: Blob) -> str | None:
+        """End an open run as cancelled (fenced); the status it had, or None."""
+        return await self._write(lambda: _runs.cancel_run(self._dialect, run_id, outcome))
+
     async def aread_run(self, run_id: str) -> RunRecord | None:
         """A run: status, claims, owner, lease expiry, fencing token, outcome."""
         return await self._query(lambda: _runs.read_run(self._dialect, str(run_id)))
@@ -420,6 +424,9 @@ class AsyncResilience(Hooks):
 
     def requeue_run(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
         return self._bridge(self.arequeue_run(run_id, budget, resume))
+
+    def cancel_run(self, run_id: str, outcome: Blob) -> str | None:
+        return self._bridge(self.acancel_run(run_id, outcome))
 
     def read_run(self, run_id: str) -> RunRecord | None:
         return self._bridge(self.aread_run(run_id))

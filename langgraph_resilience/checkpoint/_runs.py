@@ -34,7 +34,15 @@ Blob = tuple[str, bytes]
 
 #: Every status a run can be in. ``OPEN_STATUSES`` (queued, running, paused) hold
 #: the thread; ``ACTIVE_STATUSES`` (queued, running) are work for some worker.
-RUN_STATUSES = ("queued", "running", "paused", "success", "partial_complete", "error")
+RUN_STATUSES = (
+    "queued",
+    "running",
+    "paused",
+    "success",
+    "partial_complete",
+    "error",
+    "cancelled",
+)
 ACTIVE_STATUSES = ("queued", "running")
 _IN_OPEN = f"status IN ({', '.join(repr(s) for s in OPEN_STATUSES)})"
 _IN_ACTIVE = f"status IN ({', '.join(repr(s) for s in ACTIVE_STATUSES)})"
@@ -323,6 +331,30 @@ def requeue_run(
         fetch=True,
     )
     return bool(rows)
+
+
+def cancel_run(d: Dialect, run_id: str, outcome: Blob) -> Statements[str | None]:
+    """End an open run as ``cancelled``; returns the status it had (None: it was
+    not open). A running one is fenced like a takeover: its token grows, so its
+    worker's next write, renewal or side effect is refused and it stops there."""
+    rows = yield Stmt(
+        d.sql(f"SELECT status FROM {RUNS.name} WHERE run_id = ? AND {_IN_OPEN}"),
+        (run_id,),
+        fetch=True,
+    )
+    if not rows:
+        return None
+    done = yield Stmt(
+        d.sql(
+            f"UPDATE {RUNS.name} SET status = 'cancelled', fencing_token = fencing_token + 1, "
+            "owner = NULL, lease_expires_at = NULL, outcome_type = ?, outcome = ?, "
+            f"resume_type = NULL, resume = NULL, updated_at = NOW() "
+            f"WHERE run_id = ? AND status = ? RETURNING run_id"
+        ),
+        (*outcome, run_id, rows[0][0]),
+        fetch=True,
+    )
+    return str(rows[0][0]) if done else None
 
 
 def read_run(d: Dialect, run_id: str) -> Statements[RunRecord | None]:

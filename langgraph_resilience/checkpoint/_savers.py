@@ -344,6 +344,10 @@ class SyncResilience(Hooks):
         """Queue a paused run again, with a new budget if given."""
         return self._write(lambda: _runs.requeue_run(self._dialect, run_id, budget, resume))
 
+    def cancel_run(self, run_id: str, outcome: Blob) -> str | None:
+        """End an open run as cancelled (fenced); the status it had, or None."""
+        return self._write(lambda: _runs.cancel_run(self._dialect, run_id, outcome))
+
     def read_run(self, run_id: str) -> RunRecord | None:
         """A run: status, claims, owner, lease expiry, fencing token, outcome."""
         return self._query(lambda: _runs.read_run(self._dialect, str(run_id)))
