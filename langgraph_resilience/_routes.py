@@ -217,7 +217,11 @@ def _partial(state: Any, history: Sequence[Mapping[str, Any]] | None) -> dict[st
     }
     if history is not None:  # every completed step, not only the recent window
         done = [brief(s) for s in history if s.get("status") == "completed"]
-        outcome["completed_steps"] = done
+        # A step whose writes are still on their way to the store (async savers
+        # write them in the background) is in the window already.
+        stored = {d.get("path") for d in done}
+        window = [w for w in log.get("completed_steps") or [] if w.get("path") not in stored]
+        outcome["completed_steps"] = done + window
     return {"resilience": outcome}
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "ended_status",
     "renewed",
     "run_steps",
+    "settled_by_hand",
     "store_unreachable",
     "where_of",
     "worker_loop",
@@ -238,6 +239,15 @@ def ended_status(values: dict[str, Any], paused: bool) -> str:
     if isinstance(outcome, dict) and outcome.get("status") == "partial_complete":
         return "partial_complete"
     return "success"
+
+
+def settled_by_hand(snapshot: StateSnapshot) -> str | None:
+    """The status a paused run's thread reached after it was resumed outside the
+    worker (``graph.invoke(Command(resume=...))``), or None while it still waits
+    (interrupts pending, or steps left)."""
+    if not snapshot.created_at or snapshot.interrupts or snapshot.next or snapshot.tasks:
+        return None
+    return ended_status(dict(snapshot.values), paused=False)
 
 
 def where_of(snapshot: StateSnapshot, run_id: str) -> Where:

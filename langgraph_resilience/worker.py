@@ -74,6 +74,7 @@ from langgraph_resilience._worker_steps import (
     ThreadState,
     Wait,
     run_steps,
+    settled_by_hand,
     where_of,
     worker_loop,
 )
@@ -176,8 +177,26 @@ class Worker:
         ``thread_id`` defaults to the run id. A thread takes one open run at a time.
         """
         run_id, thread, blobs = self._new_run(input, thread_id, budget)
-        self.saver.submit_run(run_id, thread, *blobs)
+        try:
+            self.saver.submit_run(run_id, thread, *blobs)
+        except RunStateError:
+            if not self._settle_paused(thread):
+                raise
+            self.saver.submit_run(run_id, thread, *blobs)
         return run_id
+
+    def _settle_paused(self, thread: str) -> bool:
+        """End the thread's paused runs that were resumed by hand and have ended
+        (so the thread takes the new submit); False if none had."""
+        paused = [r for r in self.saver.list_runs(("paused",)) if r.thread_id == thread]
+        if not paused:
+            return False
+        snapshot = self.graph.get_state({"configurable": {"thread_id": thread}})
+        status = settled_by_hand(snapshot)
+        if status is None:
+            return False
+        blob = self._outcome_blob({"values": dict(snapshot.values), "resumed": "by hand"})
+        return any([self.saver.settle_paused(r.run_id, status, blob) for r in paused])
 
     async def asubmit(
         self,
@@ -188,8 +207,28 @@ class Worker:
     ) -> str:
         """Async twin of `submit`."""
         run_id, thread, blobs = self._new_run(input, thread_id, budget)
-        await self._asaver().asubmit_run(run_id, thread, *blobs)
+        saver = self._asaver()
+        try:
+            await saver.asubmit_run(run_id, thread, *blobs)
+        except RunStateError:
+            if not await self._asettle_paused(thread):
+                raise
+            await saver.asubmit_run(run_id, thread, *blobs)
         return run_id
+
+    async def _asettle_paused(self, thread: str) -> bool:
+        """Async twin of `_settle_paused`."""
+        saver = self._asaver()
+        runs = await saver.alist_runs(("paused",))
+        paused = [r for r in runs if r.thread_id == thread]
+        if not paused:
+            return False
+        snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread}})
+        status = settled_by_hand(snapshot)
+        if status is None:
+            return False
+        blob = self._outcome_blob({"values": dict(snapshot.values), "resumed": "by hand"})
+        return any([await saver.asettle_paused(r.run_id, status, blob) for r in paused])
 
     def _new_run(
         self, input: Any, thread_id: str | None, budget: Budget | Mapping[str, Any] | None

@@ -476,3 +476,31 @@ async def test_cancel_ends_a_queued_a_paused_and_a_running_run(h: Any) -> None:
     await asyncio.wait_for(work, 20)
     assert (await h.call("read_run", running)).status == "cancelled"
     assert "c" not in ran  # nothing ran after the step in flight
+
+
+async def test_a_paused_run_resumed_by_hand_ends_right_and_the_thread_takes_a_new_submit(
+    h: Any,
+) -> None:
+    from langgraph.types import Command, interrupt
+
+    def ask(name: str, state: Any) -> None:
+        if name == "b":
+            interrupt("approve?")
+
+    builder = pipeline(ask)
+    worker = Worker(builder, checkpointer=h.saver, lease_ttl=5)
+    thread = f"by-hand-{uuid.uuid4()}"
+    paused = await submit(h, worker, {"done": []}, thread_id=thread)
+    assert await run_worker(h, worker) == {paused: "paused"}
+    # Resumed by hand, not through the worker.
+    graph = builder.compile(checkpointer=h.saver)
+    config = {"configurable": {"thread_id": thread}}
+    out = await h.invoke(graph, Command(resume="yes"), config)
+    assert out["done"] == ["a", "b", "c"]
+    # The thread takes a new submit; the paused record ended as its thread did.
+    again = await submit(h, worker, {"done": []}, thread_id=thread)
+    record = await h.call("read_run", paused)
+    assert record.status == "success"
+    assert outcome(h, record)["resumed"] == "by hand"
+    # The new turn runs from its own input, and asks again at b.
+    assert await run_worker(h, worker) == {again: "paused"}

@@ -272,6 +272,12 @@ class AsyncResilience(Hooks):
         """Queue a paused run again, with a new budget if given."""
         return await self._write(lambda: _runs.requeue_run(self._dialect, run_id, budget, resume))
 
+    async def asettle_paused(self, run_id: str, status: str, outcome: Blob) -> bool:
+        """End a paused run whose thread was resumed by hand, as its thread ended."""
+        return await self._write(
+            lambda: _runs.settle_paused(self._dialect, run_id, status, outcome)
+        )
+
     async def acancel_run(self, run_id: str, outcome: Blob) -> str | None:
         """End an open run as cancelled (fenced); the status it had, or None."""
         return await self._write(lambda: _runs.cancel_run(self._dialect, run_id, outcome))
@@ -427,6 +433,9 @@ class AsyncResilience(Hooks):
 
     def cancel_run(self, run_id: str, outcome: Blob) -> str | None:
         return self._bridge(self.acancel_run(run_id, outcome))
+
+    def settle_paused(self, run_id: str, status: str, outcome: Blob) -> bool:
+        return self._bridge(self.asettle_paused(run_id, status, outcome))
 
     def read_run(self, run_id: str) -> RunRecord | None:
         return self._bridge(self.aread_run(run_id))

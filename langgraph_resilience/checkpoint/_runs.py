@@ -333,6 +333,21 @@ def requeue_run(
     return bool(rows)
 
 
+def settle_paused(d: Dialect, run_id: str, status: str, outcome: Blob) -> Statements[bool]:
+    """End a paused run whose thread went on without a worker (resumed by hand)
+    with the status its thread reached."""
+    rows = yield Stmt(
+        d.sql(
+            f"UPDATE {RUNS.name} SET status = ?, outcome_type = ?, outcome = ?, "
+            "resume_type = NULL, resume = NULL, updated_at = NOW() "
+            "WHERE run_id = ? AND status = 'paused' RETURNING run_id"
+        ),
+        (status, *outcome, run_id),
+        fetch=True,
+    )
+    return bool(rows)
+
+
 def cancel_run(d: Dialect, run_id: str, outcome: Blob) -> Statements[str | None]:
     """End an open run as ``cancelled``; returns the status it had (None: it was
     not open). A running one is fenced like a takeover: its token grows, so its

@@ -344,6 +344,10 @@ class SyncResilience(Hooks):
         """Queue a paused run again, with a new budget if given."""
         return self._write(lambda: _runs.requeue_run(self._dialect, run_id, budget, resume))
 
+    def settle_paused(self, run_id: str, status: str, outcome: Blob) -> bool:
+        """End a paused run whose thread was resumed by hand, as its thread ended."""
+        return self._write(lambda: _runs.settle_paused(self._dialect, run_id, status, outcome))
+
     def cancel_run(self, run_id: str, outcome: Blob) -> str | None:
         """End an open run as cancelled (fenced); the status it had, or None."""
         return self._write(lambda: _runs.cancel_run(self._dialect, run_id, outcome))
