@@ -43,22 +43,27 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
 import signal
-import socket
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from langgraph_resilience._leases import LEASES
-from langgraph_resilience._store_errors import is_store_error
+from langgraph_resilience._worker_controls import RunControls
+from langgraph_resilience._worker_setup import (
+    bind,
+    default_worker_id,
+    in_thread,
+    positive,
+    resilient_saver,
+    store_down,
+    stored_value,
+)
 from langgraph_resilience._worker_steps import (
     NO_ANSWER,
     Abandon,
@@ -74,13 +79,12 @@ from langgraph_resilience._worker_steps import (
     ThreadState,
     Wait,
     run_steps,
-    settled_by_hand,
     where_of,
     worker_loop,
 )
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver, RunRecord
-from langgraph_resilience.errors import ConfigError, RunStateError, StoreUnavailable
+from langgraph_resilience.errors import ConfigError
 
 __all__ = ["Worker"]
 
@@ -88,17 +92,7 @@ logger = logging.getLogger("langgraph_resilience")
 T = TypeVar("T")
 
 
-def _default_worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-def _positive(name: str, value: Any, example: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"Worker {name} must be a positive number, got {value!r} ({example})")
-    return float(value)
-
-
-class Worker:
+class Worker(RunControls):
     """Claims runs under a lease, heartbeats, resumes crashed runs.
 
     Args:
@@ -136,11 +130,11 @@ class Worker:
         max_recoveries: int = 3,
         drain_timeout: float | None = None,
     ) -> None:
-        self.lease_ttl = _positive("lease_ttl", lease_ttl, "seconds, e.g. 30")
+        self.lease_ttl = positive("lease_ttl", lease_ttl, "seconds, e.g. 30")
         self.drain_timeout = (
             self.lease_ttl
             if drain_timeout is None
-            else _positive("drain_timeout", drain_timeout, "seconds, e.g. 30")
+            else positive("drain_timeout", drain_timeout, "seconds, e.g. 30")
         )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(f"Worker concurrency must be an int >= 1, got {concurrency!r}")
@@ -151,178 +145,17 @@ class Worker:
         self.poll_interval = (
             min(1.0, self.lease_ttl / 10)
             if poll_interval is None
-            else _positive("poll_interval", poll_interval, "seconds, e.g. 0.5")
+            else positive("poll_interval", poll_interval, "seconds, e.g. 0.5")
         )
         self.concurrency = concurrency
         self.max_recoveries = max_recoveries
-        self.worker_id = str(worker_id) if worker_id else _default_worker_id()
-        self.graph = _bind(graph, checkpointer)
-        self.saver = _resilient_saver(self.graph)
+        self.worker_id = str(worker_id) if worker_id else default_worker_id()
+        self.graph = bind(graph, checkpointer)
+        self.saver = resilient_saver(self.graph)
         # Kept, as a protocol check probes every method; None: `arun` cannot run.
         self._async_saver = self.saver if isinstance(self.saver, AsyncResilientSaver) else None
         self._held: dict[str, Held] = {}
         self._draining = threading.Event()
-
-    # -- submitting ----------------------------------------------------------------
-
-    def submit(
-        self,
-        input: Any,
-        *,
-        thread_id: str | None = None,
-        budget: Budget | Mapping[str, Any] | None = None,
-    ) -> str:
-        """Queue a run of the graph on ``input``; returns its run id.
-
-        ``thread_id`` defaults to the run id. A thread takes one open run at a time.
-        """
-        run_id, thread, blobs = self._new_run(input, thread_id, budget)
-        try:
-            self.saver.submit_run(run_id, thread, *blobs)
-        except RunStateError:
-            if not self._settle_paused(thread):
-                raise
-            self.saver.submit_run(run_id, thread, *blobs)
-        return run_id
-
-    def _settle_paused(self, thread: str) -> bool:
-        """End the thread's paused runs that were resumed by hand and have ended
-        (so the thread takes the new submit); False if none had."""
-        paused = [r for r in self.saver.list_runs(("paused",)) if r.thread_id == thread]
-        if not paused:
-            return False
-        snapshot = self.graph.get_state({"configurable": {"thread_id": thread}})
-        status = settled_by_hand(snapshot)
-        if status is None:
-            return False
-        blob = self._outcome_blob({"values": dict(snapshot.values), "resumed": "by hand"})
-        return any([self.saver.settle_paused(r.run_id, status, blob) for r in paused])
-
-    async def asubmit(
-        self,
-        input: Any,
-        *,
-        thread_id: str | None = None,
-        budget: Budget | Mapping[str, Any] | None = None,
-    ) -> str:
-        """Async twin of `submit`."""
-        run_id, thread, blobs = self._new_run(input, thread_id, budget)
-        saver = self._asaver()
-        try:
-            await saver.asubmit_run(run_id, thread, *blobs)
-        except RunStateError:
-            if not await self._asettle_paused(thread):
-                raise
-            await saver.asubmit_run(run_id, thread, *blobs)
-        return run_id
-
-    async def _asettle_paused(self, thread: str) -> bool:
-        """Async twin of `_settle_paused`."""
-        saver = self._asaver()
-        runs = await saver.alist_runs(("paused",))
-        paused = [r for r in runs if r.thread_id == thread]
-        if not paused:
-            return False
-        snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread}})
-        status = settled_by_hand(snapshot)
-        if status is None:
-            return False
-        blob = self._outcome_blob({"values": dict(snapshot.values), "resumed": "by hand"})
-        return any([await saver.asettle_paused(r.run_id, status, blob) for r in paused])
-
-    def _new_run(
-        self, input: Any, thread_id: str | None, budget: Budget | Mapping[str, Any] | None
-    ) -> tuple[str, str, tuple[tuple[str, bytes], tuple[str, bytes] | None]]:
-        if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
-            raise ConfigError(f"thread_id must be a non-empty str or None, got {thread_id!r}")
-        run_id = str(uuid.uuid4())
-        return (
-            run_id,
-            thread_id or run_id,
-            (self.saver.serde.dumps_typed(input), self._blob(budget)),
-        )
-
-    def _blob(self, budget: Budget | Mapping[str, Any] | None) -> tuple[str, bytes] | None:
-        """A budget as the runs table keeps it (a dict of its limits)."""
-        found = Budget.coerce(budget, where="budget")
-        if found is None:
-            return None
-        return self.saver.serde.dumps_typed(found.to_dict())
-
-    # -- paused runs -------------------------------------------------------------------
-
-    def resume(
-        self,
-        run_id: str,
-        value: Any = None,
-        *,
-        budget: Budget | Mapping[str, Any] | None = None,
-    ) -> None:
-        """Queue a paused run again; a worker resumes it at the step that paused,
-        nothing redone.
-
-        Args:
-            value: the answer to the run's pending interrupts (a human's approval,
-                say): one value for all, or a mapping of interrupt id to value, as
-                ``Command(resume=...)`` takes. The node's ``interrupt(...)`` returns it.
-            budget: a top-up for a run paused by its `Budget` (a `Budget` given as
-                ``value`` is taken as one too).
-
-        Raises:
-            RunStateError: the run is not paused.
-        """
-        budget_blob, answer = self._resumed_with(value, budget)
-        if not self.saver.requeue_run(str(run_id), budget_blob, answer):
-            raise RunStateError(_not_paused(run_id, self.saver.read_run(str(run_id))))
-
-    async def aresume(
-        self,
-        run_id: str,
-        value: Any = None,
-        *,
-        budget: Budget | Mapping[str, Any] | None = None,
-    ) -> None:
-        """Async twin of `resume`."""
-        saver = self._asaver()
-        budget_blob, answer = self._resumed_with(value, budget)
-        if not await saver.arequeue_run(str(run_id), budget_blob, answer):
-            raise RunStateError(_not_paused(run_id, await saver.aread_run(str(run_id))))
-
-    def cancel(self, run_id: str, reason: str) -> str:
-        """End a queued, running or paused run as ``cancelled``; returns the status
-        it had. A running run is fenced like a takeover: its worker's next write,
-        renewal or side effect is refused, so it stops at its next step. The
-        thread then takes new submits. ``reason`` is kept as the run's outcome
-        (``{"cancelled": reason}``).
-
-        Raises:
-            RunStateError: the run is not open (unknown, or already ended).
-        """
-        had = self.saver.cancel_run(str(run_id), self._cancelled(reason))
-        if had is None:
-            raise RunStateError(_not_open(run_id, self.saver.read_run(str(run_id))))
-        return had
-
-    async def acancel(self, run_id: str, reason: str) -> str:
-        """Async twin of `cancel`."""
-        saver = self._asaver()
-        had = await saver.acancel_run(str(run_id), self._cancelled(reason))
-        if had is None:
-            raise RunStateError(_not_open(run_id, await saver.aread_run(str(run_id))))
-        return had
-
-    def _cancelled(self, reason: str) -> tuple[str, bytes]:
-        if not isinstance(reason, str) or not reason:
-            raise ConfigError(f"cancel needs a reason (a non-empty str), got {reason!r}")
-        return self.saver.serde.dumps_typed({"cancelled": reason})
-
-    def _resumed_with(
-        self, value: Any, budget: Budget | Mapping[str, Any] | None
-    ) -> tuple[tuple[str, bytes] | None, tuple[str, bytes] | None]:
-        if isinstance(value, Budget) and budget is None:  # resume(run_id, Budget(...))
-            value, budget = None, value
-        answer = None if value is None else self.saver.serde.dumps_typed(value)
-        return self._blob(budget), answer
 
     # -- draining --------------------------------------------------------------------
 
@@ -358,23 +191,14 @@ class Worker:
         )
 
     def _input_of(self, record: RunRecord) -> Any:
-        if record.input_type is None:
-            return None
-        return self.saver.serde.loads_typed((record.input_type, record.input or b""))
+        return stored_value(self.saver.serde, record.input_type, record.input, None)
 
     def _answer_of(self, record: RunRecord) -> Any:
-        if record.resume_type is None:
-            return NO_ANSWER
-        return self.saver.serde.loads_typed((record.resume_type, record.resume or b""))
+        return stored_value(self.saver.serde, record.resume_type, record.resume, NO_ANSWER)
 
     def _budget_of(self, record: RunRecord) -> Budget | None:
-        if record.budget_type is None:
-            return None
-        found = self.saver.serde.loads_typed((record.budget_type, record.budget or b""))
+        found = stored_value(self.saver.serde, record.budget_type, record.budget, None)
         return Budget.coerce(found, where=f"run {record.run_id}'s stored budget")
-
-    def _outcome_blob(self, outcome: dict[str, Any]) -> tuple[str, bytes]:
-        return self.saver.serde.dumps_typed(outcome)
 
     # -- sync ----------------------------------------------------------------------
 
@@ -403,9 +227,7 @@ class Worker:
                     reply = self._call(leases.claim_runs, self.worker_id, op.room, self.lease_ttl)
                 elif isinstance(op, Start):
                     name = f"lgr-run-{op.held.record.run_id}"
-                    futures[_in_thread(name, self._execute, op.held, leases)] = (
-                        op.held.record.run_id
-                    )
+                    futures[in_thread(name, self._execute, op.held, leases)] = op.held.record.run_id
                 elif isinstance(op, Wait):
                     if not futures:
                         time.sleep(op.timeout)
@@ -428,7 +250,7 @@ class Worker:
         try:
             return method(*args)
         except Exception as exc:
-            if not _store_down(exc):
+            if not store_down(exc):
                 raise
             logger.warning("worker %s: %s failed: %s", self.worker_id, method.__name__, exc)
             return None
@@ -516,21 +338,11 @@ class Worker:
                     else:
                         reply = await self._acall(leases.aactive_runs)
 
-    def _asaver(self) -> AsyncResilientSaver:
-        if self._async_saver is None:
-            raise ConfigError(
-                "Worker.arun, asubmit and aresume need an async resilient saver "
-                "(AsyncResilientSqliteSaver or AsyncResilientPostgresSaver); this worker's "
-                f"is {type(self.saver).__name__}: use run, submit and resume, or pass "
-                "checkpointer= an async one."
-            )
-        return self._async_saver
-
     async def _acall(self, method: Callable[..., Any], *args: Any) -> Any:
         try:
             return await method(*args)
         except Exception as exc:
-            if not _store_down(exc):
+            if not store_down(exc):
                 raise
             logger.warning("worker %s: %s failed: %s", self.worker_id, method.__name__, exc)
             return None
@@ -573,65 +385,3 @@ class Worker:
                 else:
                     blob = self._outcome_blob(op.outcome)
                     reply = await self._acall(leases.afinish_run, held.fence, op.status, blob)
-
-
-def _not_open(run_id: str, record: RunRecord | None) -> str:
-    if record is None:
-        return f"run {run_id!r} does not exist"
-    return (
-        f"run {run_id!r} is {record.status}, not open (queued, running or paused): "
-        "nothing to cancel"
-    )
-
-
-def _not_paused(run_id: str, record: RunRecord | None) -> str:
-    state = "does not exist" if record is None else f"is {record.status}"
-    return f"run {run_id!r} {state}; only a paused run can be resumed"
-
-
-def _in_thread(name: str, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
-    """``fn(*args)`` in a daemon thread: a run whose step hangs, and that a drain
-    gave up on, does not keep the process from exiting."""
-    future: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-    def target() -> None:
-        future.set_running_or_notify_cancel()
-        try:
-            future.set_result(fn(*args))
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    threading.Thread(target=target, name=name, daemon=True).start()
-    return future
-
-
-def _store_down(exc: BaseException) -> bool:
-    """A store error the loop rides out (tried again next round), not a bug."""
-    return isinstance(exc, StoreUnavailable) or is_store_error(exc)
-
-
-def _bind(
-    graph: CompiledStateGraph[Any, Any, Any, Any] | StateGraph[Any, Any, Any, Any],
-    checkpointer: ResilientSaver | AsyncResilientSaver | None,
-) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """The compiled graph the worker runs, on the saver that holds the runs."""
-    # Every resilient saver is a LangGraph saver; the protocols name what is added.
-    saver = cast(BaseCheckpointSaver[Any] | None, checkpointer)
-    if isinstance(graph, StateGraph):
-        return graph.compile(checkpointer=saver)
-    if saver is not None:
-        return graph.copy(update={"checkpointer": saver})
-    return graph
-
-
-def _resilient_saver(graph: CompiledStateGraph[Any, Any, Any, Any]) -> ResilientSaver:
-    """The saver that holds the runs: the graph's, which must be a resilient one."""
-    saver = graph.checkpointer
-    if not isinstance(saver, ResilientSaver):
-        raise ConfigError(
-            "Worker needs a resilient saver to keep its runs and leases in: pass "
-            "checkpointer=ResilientSqliteSaver(...) or ResilientPostgresSaver(...) (or "
-            "their async twins for arun), or compile the graph with one; got "
-            f"{type(saver).__name__}."
-        )
-    return saver

@@ -1,0 +1,166 @@
+"""What to do for one side-effect call, decided apart from its I/O.
+
+`effect_steps` is the decision (a generator of operations: look up, claim,
+reconcile, call, settle); `effects` drives it, sync or async, and does the I/O.
+`EffectSpec` is how one decorated function is recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+from langgraph_resilience.checkpoint import EffectRecord, IntentClaim
+from langgraph_resilience.errors import ConfigError, EffectInFlight, EffectOutcomeUnknown
+
+__all__ = [
+    "EFFECT_LEASE",
+    "CallEffect",
+    "Claim",
+    "EffectOp",
+    "EffectSpec",
+    "Lookup",
+    "OnUnknown",
+    "Reconcile",
+    "Replay",
+    "Settle",
+    "effect_steps",
+]
+
+#: Seconds an executor's claim on an effect holds without renewal (renewed every
+#: third of it while the call runs): how long an executor on another machine that
+#: vanished mid-call keeps others waiting before they settle its intent.
+EFFECT_LEASE = 30.0
+#: The longest an executor that found a live claim waits before it looks again.
+_POLL = 0.25
+
+OnUnknown = Literal["reexecute", "raise"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EffectSpec:
+    """How one decorated function is recorded."""
+
+    name: str
+    key: Callable[..., Any] | None = None
+    reconcile: Callable[[str], Any] | None = None
+    on_unknown: OnUnknown = "reexecute"
+    passes_key: bool = False
+    lease: float = EFFECT_LEASE
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or "|" in self.name:
+            raise ConfigError(
+                f"side_effect name must be a non-empty str without '|', got {self.name!r}"
+            )
+        if self.key is not None and not callable(self.key):
+            raise ConfigError(
+                "side_effect key= must be a callable taking the function's arguments and "
+                f"returning a business key (e.g. lambda order: order.id), got {self.key!r}"
+            )
+        if self.reconcile is not None and not callable(self.reconcile):
+            raise ConfigError(
+                "side_effect reconcile= must be a callable(idempotency_key) that returns the "
+                f"effect's result if it happened, or None if it did not; got {self.reconcile!r}"
+            )
+        if (
+            isinstance(self.lease, bool)
+            or not isinstance(self.lease, (int, float))
+            or not self.lease > 0
+        ):
+            raise ConfigError(
+                f"side_effect lease= must be seconds > 0 (default {EFFECT_LEASE}), "
+                f"got {self.lease!r}"
+            )
+        if self.on_unknown not in ("reexecute", "raise"):
+            raise ConfigError(
+                f'side_effect on_unknown= must be "reexecute" or "raise", got {self.on_unknown!r}'
+            )
+
+
+# -- the decision ------------------------------------------------------------------
+
+
+class Lookup(NamedTuple):
+    """Read the effect's record (replies an `EffectRecord` or None)."""
+
+
+class Claim(NamedTuple):
+    """Store the intent before the call, or learn who holds it (replies an `IntentClaim`).
+
+    ``first``: the task's first try, not resumed: no one else can hold the key.
+    """
+
+    first: bool
+
+
+class Reconcile(NamedTuple):
+    """Ask ``reconcile`` whether an unsettled effect happened (replies its result or None)."""
+
+
+class CallEffect(NamedTuple):
+    """Call the function (replies its result, or a failed `Settle` if it raised)."""
+
+
+class Settle(NamedTuple):
+    """Store the outcome: ``done`` with the call's value, or ``failed`` with its error."""
+
+    status: str  # done | failed
+    value: Any = None
+    error: BaseException | None = None
+
+
+class Replay(NamedTuple):
+    """The decision's result when the outcome is recorded: return it, do not call."""
+
+    record: EffectRecord
+
+
+EffectOp = Lookup | Claim | Reconcile | CallEffect | Settle
+
+
+def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[EffectOp, Any, Any]:
+    """What to do for one call: yields I/O, returns the result (or a `Replay`).
+
+    ``fresh``: the first try of a task that is not being resumed, which cannot
+    have records yet, so nothing is looked up.
+    """
+    found: EffectRecord | None = None if fresh else (yield Lookup())
+    if found is not None and found.status == "done":
+        return Replay(found)
+    claim: IntentClaim = yield Claim(fresh)
+    if claim.verdict == "done" and claim.record is not None:
+        return Replay(claim.record)
+    if claim.verdict == "busy":
+        owner = claim.record.owner if claim.record is not None else None
+        raise EffectInFlight(
+            f"side effect {spec.name!r} (idempotency key {key!r}) is claimed by another "
+            f"executor ({owner}) whose call may be in flight: another process runs the "
+            f"same step. Not calling it again; its claim holds {claim.wait:.1f} s more "
+            "unless renewed. A retry replays the outcome once it is recorded.",
+            idempotency_key=key,
+            owner=owner or "",
+            wait=min(claim.wait, _POLL),
+        )
+    prior = claim.record
+    if prior is not None:  # an intent whose outcome is unknown, or a recorded error
+        if spec.reconcile is not None:
+            happened = yield Reconcile()
+            if happened is not None:
+                yield Settle("done", happened)
+                return happened
+        elif spec.on_unknown == "raise" and prior.status == "intent":
+            raise EffectOutcomeUnknown(
+                f"side effect {spec.name!r} (idempotency key {key!r}) was started but its "
+                "outcome was never recorded: the process stopped during the call. Verify "
+                "by hand whether it happened, then record it or resume; it will not be "
+                "called again on its own (on_unknown='raise')."
+            )
+    result = yield CallEffect()
+    if isinstance(result, Settle):  # the call raised
+        yield result
+        assert result.error is not None
+        raise result.error
+    yield Settle("done", result)
+    return result

@@ -1,0 +1,112 @@
+"""What the `Worker` needs around its runs: its id, its graph bound to the saver
+that holds the runs, threads that do not outlive a drain, and the messages of
+run-state errors."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from langgraph_resilience._store_errors import is_store_error
+from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver, RunRecord
+from langgraph_resilience.errors import ConfigError, StoreUnavailable
+
+__all__ = [
+    "bind",
+    "default_worker_id",
+    "in_thread",
+    "not_open",
+    "not_paused",
+    "positive",
+    "resilient_saver",
+    "store_down",
+    "stored_value",
+]
+
+T = TypeVar("T")
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def positive(name: str, value: Any, example: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"Worker {name} must be a positive number, got {value!r} ({example})")
+    return float(value)
+
+
+def not_open(run_id: str, record: RunRecord | None) -> str:
+    if record is None:
+        return f"run {run_id!r} does not exist"
+    return (
+        f"run {run_id!r} is {record.status}, not open (queued, running or paused): "
+        "nothing to cancel"
+    )
+
+
+def not_paused(run_id: str, record: RunRecord | None) -> str:
+    state = "does not exist" if record is None else f"is {record.status}"
+    return f"run {run_id!r} {state}; only a paused run can be resumed"
+
+
+def in_thread(name: str, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+    """``fn(*args)`` in a daemon thread: a run whose step hangs, and that a drain
+    gave up on, does not keep the process from exiting."""
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def target() -> None:
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return future
+
+
+def store_down(exc: BaseException) -> bool:
+    """A store error the loop rides out (tried again next round), not a bug."""
+    return isinstance(exc, StoreUnavailable) or is_store_error(exc)
+
+
+def bind(
+    graph: CompiledStateGraph[Any, Any, Any, Any] | StateGraph[Any, Any, Any, Any],
+    checkpointer: ResilientSaver | AsyncResilientSaver | None,
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The compiled graph the worker runs, on the saver that holds the runs."""
+    # Every resilient saver is a LangGraph saver; the protocols name what is added.
+    saver = cast(BaseCheckpointSaver[Any] | None, checkpointer)
+    if isinstance(graph, StateGraph):
+        return graph.compile(checkpointer=saver)
+    if saver is not None:
+        return graph.copy(update={"checkpointer": saver})
+    return graph
+
+
+def resilient_saver(graph: CompiledStateGraph[Any, Any, Any, Any]) -> ResilientSaver:
+    """The saver that holds the runs: the graph's, which must be a resilient one."""
+    saver = graph.checkpointer
+    if not isinstance(saver, ResilientSaver):
+        raise ConfigError(
+            "Worker needs a resilient saver to keep its runs and leases in: pass "
+            "checkpointer=ResilientSqliteSaver(...) or ResilientPostgresSaver(...) (or "
+            "their async twins for arun), or compile the graph with one; got "
+            f"{type(saver).__name__}."
+        )
+    return saver
+
+
+def stored_value(serde: Any, type_: str | None, blob: bytes | None, missing: Any) -> Any:
+    """A value a run record keeps (its input, budget, resume value), or ``missing``."""
+    return missing if type_ is None else serde.loads_typed((type_, blob or b""))
