@@ -130,7 +130,8 @@ def log_try(
     level = logging.WARNING if decision.action is not Action.PARTIAL else logging.ERROR
     if not logger.isEnabledFor(level):
         return
-    path = step_path(name, task, log_of(state))
+    known = log_of(state)
+    path = step_path(name, task, known)
     action = _VERDICTS[decision.action].format(delay=decision.delay)
     logger.log(
         level,
@@ -143,7 +144,7 @@ def log_try(
         action,
         extra={
             "thread_id": task.thread_id,
-            "run": int(log_of(state).get("run") or 1),
+            "run": int(known.get("run") or 1),
             "path": path,
             "node": name,
             "attempt": record.attempt,

@@ -148,8 +148,7 @@ def _digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         return None
 
 
-def _intent(spec: EffectSpec, task: TaskContext, key: str) -> EffectRecord:
-    fence = task.fence
+def _intent(spec: EffectSpec, task: TaskContext, key: str, fence: Fence | None) -> EffectRecord:
     return EffectRecord(
         idempotency_key=key,
         name=spec.name,
@@ -256,7 +255,7 @@ def _effect_sync(
         raise _no_saver(spec, task)
     key, fresh = _key_of(spec, task, args, kwargs)
     fence = task.fence
-    intent = _intent(spec, task, key)
+    intent = _intent(spec, task, key, fence)
     if spec.passes_key:
         kwargs = {**kwargs, "idempotency_key": key}
     steps = effect_steps(spec, key, fresh)
@@ -313,7 +312,7 @@ async def _effect_async(
         raise _no_saver(spec, task)
     key, fresh = _key_of(spec, task, args, kwargs)
     fence = task.fence
-    intent = _intent(spec, task, key)
+    intent = _intent(spec, task, key, fence)
     if spec.passes_key:
         kwargs = {**kwargs, "idempotency_key": key}
     steps = effect_steps(spec, key, fresh)

@@ -305,9 +305,7 @@ class AsyncResilience(Hooks):
         """
         conn: Any = getattr(self, "conn", None)
         cls: Any = type(self)
-        options: dict[str, Any] = {"store_retry": self._state.backoff}
-        if (timeouts := getattr(self, "_timeouts", None)) is not None:
-            options["timeouts"] = timeouts  # a Postgres saver's bounds on its connections
+        options = self._own_options()
         if isinstance(conn, AsyncConnectionPool):
             yield cls(conn, **options)
             return

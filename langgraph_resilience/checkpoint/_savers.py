@@ -97,6 +97,14 @@ class Hooks(BaseCheckpointSaver[str]):
             values = list(checkpoint.get("channel_values", {}).items())
             raise _base.unstorable(self.serde, values, "", exc) from exc
 
+    def _own_options(self) -> dict[str, Any]:
+        """How this saver was built (its store retry, a Postgres saver's timeouts),
+        to build another on the same store (`lease_saver`)."""
+        options: dict[str, Any] = {"store_retry": self._state.backoff}
+        if (timeouts := getattr(self, "_timeouts", None)) is not None:
+            options["timeouts"] = timeouts
+        return options
+
     def _rows_of(
         self,
         config: RunnableConfig,
@@ -376,9 +384,7 @@ class SyncResilience(Hooks):
         """
         conn: Any = getattr(self, "conn", None)
         cls: Any = type(self)
-        options: dict[str, Any] = {"store_retry": self._state.backoff}
-        if (timeouts := getattr(self, "_timeouts", None)) is not None:
-            options["timeouts"] = timeouts  # a Postgres saver's bounds on its connections
+        options = self._own_options()
         if isinstance(conn, ConnectionPool):
             yield cls(conn, **options)
             return
