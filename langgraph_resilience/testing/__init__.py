@@ -1,0 +1,37 @@
+"""Test your own graph's recovery: inject failures (`FaultPlan`) and run the four
+recovery tests on it (`recovery_suite`).
+
+A pytest fixture of the same name makes it one line in a test file (the plugin
+``langgraph_resilience.testing.plugin`` is registered with pytest on install).
+
+Example:
+    >>> from langgraph_resilience.testing import FaultPlan, recovery_suite
+    >>> report = recovery_suite(build, {"q": "..."}, effects={"email": sent})  # doctest: +SKIP
+    >>> report.assert_ok()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from langgraph_resilience.testing._faults import SimulatedCrash
+from langgraph_resilience.testing._plan import FaultPlan
+from langgraph_resilience.testing._report import (
+    FAMILIES,
+    CaseResult,
+    RecoveryFailed,
+    RecoverySuiteReport,
+)
+from langgraph_resilience.testing._suite import CASES_ENV, arecovery_suite, recovery_suite
+from langgraph_resilience.testing._taps import Tracker
+
+__all__ = [
+    "CASES_ENV",
+    "FAMILIES",
+    "CaseResult",
+    "FaultPlan",
+    "RecoveryFailed",
+    "RecoverySuiteReport",
+    "SimulatedCrash",
+    "Tracker",
+    "arecovery_suite",
+    "recovery_suite",
+]

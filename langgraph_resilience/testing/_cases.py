@@ -1,0 +1,313 @@
+"""The four recovery tests, written once as a generator of runs (no I/O here).
+
+`suite_steps` yields a `Run` (run the graph under a plan, or resume it) and is
+sent back a `RunResult`; the sync and async drivers (`_suite`) only do the runs.
+It first runs the graph clean (the reference), then, for each case, runs it
+under a plan and resumes it until it completes, and judges the case against
+the reference (`judge`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections import Counter
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from langchain_core.messages import BaseMessage
+
+from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.testing._plan import FaultPlan
+from langgraph_resilience.testing._report import CaseResult, Family, RecoverySuiteReport
+from langgraph_resilience.testing._taps import Execution, Tracker
+
+__all__ = ["Run", "RunResult", "SuiteSpec", "comparable", "judge", "pick", "suite_steps"]
+
+T = TypeVar("T")
+Outcome = Literal["completed", "crashed", "failed"]
+_MAX_RUNS = 4  # a case's runs: the faulted one and up to three resumes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    """Run the graph under ``plan`` on ``thread_id``: start it with ``input``, or
+    (``resume``) resume it from its last checkpoint, or start it again with
+    ``input`` if none was stored (as a `Worker` does)."""
+
+    plan: FaultPlan
+    tracker: Tracker
+    thread_id: str
+    input: Any
+    resume: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    """How a run ended, and the thread's state after it."""
+
+    outcome: Outcome
+    error: str | None = None
+    values: Any = None
+    resumed_from: int | None = None  # step of the checkpoint the run started from
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteSpec:
+    """What the suite runs: the input, the effect counters, how states compare,
+    and how many cases of each family at most (0: all)."""
+
+    input: Any
+    counters: Mapping[str, Callable[[], int]]
+    compare: Callable[[Any], Any]
+    max_cases: int
+
+    def __post_init__(self) -> None:
+        if self.max_cases < 0:
+            raise ConfigError(f"max_cases must be >= 0 (0 runs every case), got {self.max_cases}")
+
+
+def comparable(values: Any) -> Any:
+    """A state as the default comparison sees it: without the run log
+    (``resilience``: timings, attempts), messages without their random ids."""
+    if isinstance(values, BaseMessage):
+        calls = [(c["name"], comparable(c["args"])) for c in getattr(values, "tool_calls", [])]
+        return (values.type, comparable(values.content), values.name, calls)
+    if isinstance(values, Mapping):
+        return {k: comparable(v) for k, v in values.items() if k != "resilience"}
+    if isinstance(values, (list, tuple)):
+        return [comparable(v) for v in values]
+    return values
+
+
+def pick(items: Sequence[T], limit: int) -> tuple[list[T], list[T]]:
+    """At most ``limit`` items spread evenly, first and last kept; and the rest."""
+    if limit <= 0 or len(items) <= limit:
+        return list(items), []
+    if limit == 1:
+        chosen = [0]
+    else:
+        chosen = sorted({round(i * (len(items) - 1) / (limit - 1)) for i in range(limit)})
+    return [items[i] for i in chosen], [x for i, x in enumerate(items) if i not in chosen]
+
+
+def _delta(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
+def suite_steps(spec: SuiteSpec) -> Generator[Run, RunResult, RecoverySuiteReport]:
+    """Run the reference, then every case; return the report."""
+    prefix = f"recovery-{uuid.uuid4().hex[:8]}"
+    ref_tracker = Tracker(spec.counters)
+    before = ref_tracker.read_counters()
+    ref = yield Run(
+        plan=FaultPlan(), tracker=ref_tracker, thread_id=f"{prefix}-reference", input=spec.input
+    )
+    if ref.outcome != "completed":
+        raise ConfigError(
+            f"the graph's clean run did not complete ({ref.error}); recovery_suite compares "
+            "faulted runs with a clean one: make the graph run to the end on this input first"
+        )
+    reference = _Reference(
+        paths=[e.path for e in ref_tracker.executions],
+        effects=_delta(before, ref_tracker.read_counters()),
+        executions=list(ref_tracker.executions),
+        effect_calls=dict(ref_tracker.effect_calls),
+        puts=ref_tracker.puts.get(1, 0),
+        state=spec.compare(ref.values),
+    )
+    planned, not_run = _cases(reference, spec.max_cases)
+    results: list[CaseResult] = []
+    for n, (family, name, plan) in enumerate(planned):
+        tracker = Tracker(spec.counters)
+        before = tracker.read_counters()
+        thread = f"{prefix}-{n}"
+        runs = [(yield Run(plan=plan, tracker=tracker, thread_id=thread, input=spec.input))]
+        while runs[-1].outcome != "completed" and len(runs) < _MAX_RUNS:
+            again = Run(plan=plan, tracker=tracker, thread_id=thread, input=spec.input, resume=True)
+            runs.append((yield again))
+        effects = _delta(before, tracker.read_counters())
+        results.append(judge(family, name, runs, tracker, effects, reference, spec.compare))
+    return RecoverySuiteReport(
+        cases=tuple(results),
+        reference_steps=tuple(reference.paths),
+        reference_effects=reference.effects,
+        not_run=tuple(not_run),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Reference:
+    paths: list[str]
+    effects: dict[str, int]
+    executions: list[Execution]
+    effect_calls: dict[str, int]
+    puts: int
+    state: Any
+
+
+def _cases(ref: _Reference, limit: int) -> tuple[list[tuple[Family, str, FaultPlan]], list[str]]:
+    """The cases to run (at most ``limit`` per family), and the names of those left out."""
+    paths = list(dict.fromkeys(ref.paths))
+    planned: list[tuple[Family, str, FaultPlan]] = []
+    left: list[str] = []
+
+    def add(family: Family, items: list[tuple[str, FaultPlan]]) -> None:
+        chosen, rest = pick(items, limit)
+        planned.extend((family, name, plan) for name, plan in chosen)
+        left.extend(name for name, _ in rest)
+
+    add("step_crash", [(f"crash after step {p!r}", FaultPlan().crash(p)) for p in paths])
+    writes = [
+        (f"checkpoint write {i} of {ref.puts} fails", FaultPlan().fail_checkpoint_write(at=i))
+        for i in range(1, ref.puts + 1)
+    ]
+    stored = dict.fromkeys(e.path for e in ref.executions if e.stored)
+    writes += [(f"the writes of step {p!r} fail", FaultPlan().fail_writes(p)) for p in stored]
+    add("checkpoint_write", writes)
+    spread, _ = pick(paths, limit + 1)
+    pairs = [
+        (f"crash after {a!r}, then after {b!r}", FaultPlan().crash(a).crash(b))
+        for a, b in itertools.pairwise(spread)
+    ]
+    add("double_recovery", pairs)
+    effect_cases = [
+        (
+            f"crash right after effect {name!r} call {n} returned",
+            FaultPlan().crash_after_effect(name, call=n),
+        )
+        for name, count in sorted(ref.effect_calls.items())
+        for n in range(1, count + 1)
+    ]
+    callers = dict.fromkeys(e.path for e in ref.executions if e.effects)
+    effect_cases += [
+        (
+            f"crash after step {p!r}, which calls {', '.join(sorted(_moved(ref, p)))}",
+            FaultPlan().crash(p),
+        )
+        for p in callers
+    ]
+    add("effect_replay", effect_cases)
+    return planned, left
+
+
+def _moved(ref: _Reference, path: str) -> set[str]:
+    return {k for e in ref.executions if e.path == path for k in e.effects}
+
+
+def _completed_before_failure(tracker: Tracker, run: int) -> set[str]:
+    """The steps of ``run`` done before it stopped: their writes were stored, or
+    a later step of the same graph had started (so they had finished)."""
+    mine = [e for e in tracker.executions if e.run == run]
+    return {
+        e.path
+        for e in mine
+        if e.finished
+        and (e.stored or any(o.namespace == e.namespace and o.step > e.step for o in mine))
+    }
+
+
+def judge(
+    family: Family,
+    name: str,
+    runs: list[RunResult],
+    tracker: Tracker,
+    effects: Mapping[str, int],
+    ref: _Reference,
+    compare: Callable[[Any], Any],
+) -> CaseResult:
+    """One case's verdict and evidence, against the reference run."""
+    evidence = [_run_line(i, r) for i, r in enumerate(runs, 1)]
+    final = runs[-1]
+    fired = bool(tracker.crashes or tracker.store_failures)
+    if not fired:
+        evidence.append(
+            "the fault never fired: the run did not reach its step (it took "
+            "another path than the reference run)"
+        )
+    recovered = final.outcome == "completed"
+    if not recovered:
+        evidence.append(f"did not recover after {len(runs)} runs")
+    state = compare(final.values) if recovered else None
+    state_matches = recovered and state == ref.state
+    if recovered and not state_matches:
+        evidence += _state_diff(ref.state, state)
+    redone_counts = Counter(e.path for e in tracker.executions) - Counter(ref.paths)
+    redone = tuple(sorted(redone_counts.elements()))
+    completed_redone: list[str] = []
+    for i, r in enumerate(runs[:-1], 1):
+        if r.outcome == "completed":
+            continue
+        done = _completed_before_failure(tracker, i)
+        again = {e.path for e in tracker.executions if e.run > i and e.path in done}
+        completed_redone += sorted(again - set(completed_redone))
+    if completed_redone:
+        evidence.append(
+            f"completed before the failure and run again: {', '.join(completed_redone)} "
+            "(their work was not stored in time: is the graph run with durability='sync', "
+            "the default of ResilientStateGraph?)"
+        )
+    duplicated = {
+        k: v - ref.effects.get(k, 0) for k, v in effects.items() if v > ref.effects.get(k, 0)
+    }
+    missing = {
+        k: ref.effects.get(k, 0) - v for k, v in effects.items() if v < ref.effects.get(k, 0)
+    }
+    for k, extra in sorted(duplicated.items()):
+        by = [f"{e.path} (run {e.run})" for e in tracker.executions if e.effects.get(k)]
+        evidence.append(
+            f"effect {k!r} called {effects[k]} times, {ref.effects.get(k, 0)} in the reference "
+            f"(+{extra}); called in: {', '.join(by) or 'unknown steps'}"
+        )
+    for k, short in sorted(missing.items()):
+        evidence.append(
+            f"effect {k!r} called {effects[k]} times, {ref.effects[k]} in the "
+            f"reference ({short} missing)"
+        )
+    passed = (
+        fired
+        and recovered
+        and state_matches
+        and not completed_redone
+        and not duplicated
+        and not missing
+    )
+    return CaseResult(
+        family=family,
+        name=name,
+        passed=passed,
+        steps_redone=redone,
+        completed_redone=tuple(completed_redone),
+        effects_duplicated=duplicated,
+        effects_missing=missing,
+        state_matches=state_matches,
+        evidence=tuple(evidence),
+    )
+
+
+def _run_line(i: int, r: RunResult) -> str:
+    if i == 1:
+        start = "started"
+    elif r.resumed_from is not None:
+        start = f"resumed from the checkpoint of step {r.resumed_from}"
+    else:
+        start = "found no checkpoint to resume from, started again from the input"
+    end = {"completed": "completed", "crashed": "crashed", "failed": "failed"}[r.outcome]
+    return f"run {i}: {start}, {end}" + (f" ({r.error})" if r.error else "")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _state_diff(expected: Any, got: Any) -> list[str]:
+    if isinstance(expected, Mapping) and isinstance(got, Mapping):
+        keys = sorted(set(expected) | set(got), key=str)
+        return [
+            f"state[{k!r}]: expected {_short(expected.get(k))}, got {_short(got.get(k))}"
+            for k in keys
+            if expected.get(k) != got.get(k)
+        ]
+    return [f"state: expected {_short(expected)}, got {_short(got)}"]

@@ -1,0 +1,152 @@
+"""What `recovery_suite` found: one `CaseResult` per faulted run, in a report a
+test asserts on (`RecoverySuiteReport.assert_ok`) and a person can read."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from langgraph_resilience.errors import ConfigError
+
+__all__ = ["FAMILIES", "CaseResult", "Family", "RecoveryFailed", "RecoverySuiteReport"]
+
+Family = Literal["step_crash", "checkpoint_write", "double_recovery", "effect_replay"]
+
+#: The four recovery tests, in the order they run, with what each proves.
+FAMILIES: Mapping[Family, str] = {
+    "step_crash": "fail at each step: recovers from the last checkpoint, no completed step re-run",
+    "checkpoint_write": "a checkpoint write fails: the missing or partial step re-runs cleanly",
+    "double_recovery": "two crashes at different steps: the second resumes from the later one",
+    "effect_replay": "side effects: every non-idempotent call happened exactly once",
+}
+
+
+class RecoveryFailed(AssertionError):
+    """A recovery case failed; the message is the report of the failed cases."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseResult:
+    """One faulted run of the graph, compared with the clean reference run.
+
+    Attributes:
+        family: which of the four tests (`FAMILIES`).
+        name: what was injected, e.g. ``"crash after step 'draft'"``.
+        passed: it recovered with the reference's final state, redid no completed
+            step and called every effect as often as the reference did.
+        steps_redone: steps executed more often than in the reference run (the
+            step in flight at a crash is expected here).
+        completed_redone: the redone steps that had completed before the failure
+            (each is a recovery bug: work done twice).
+        effects_duplicated / effects_missing: per effect, calls beyond / short of
+            the reference's.
+        state_matches: the final state equals the reference's (after ``compare``).
+        evidence: what happened, line by line (runs, errors, differences).
+    """
+
+    family: Family
+    name: str
+    passed: bool
+    steps_redone: tuple[str, ...] = ()
+    completed_redone: tuple[str, ...] = ()
+    effects_duplicated: Mapping[str, int] = field(default_factory=dict)
+    effects_missing: Mapping[str, int] = field(default_factory=dict)
+    state_matches: bool = True
+    evidence: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ConfigError(f"family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
+
+    def __str__(self) -> str:
+        mark = "ok  " if self.passed else "FAIL"
+        lines = [f"  [{mark}] {self.name}"]
+        if self.steps_redone:
+            lines.append(f"         steps redone: {', '.join(self.steps_redone)}")
+        if not self.passed:
+            lines += [f"         {line}" for line in self.evidence]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecoverySuiteReport:
+    """The recovery suite's findings on one graph.
+
+    Attributes:
+        cases: every case run, grouped by family in `FAMILIES` order.
+        reference_steps: the steps of the clean run, in order.
+        reference_effects: effect calls in the clean run, by name.
+        not_run: cases left out by the case limit (``max_cases``,
+            ``LGR_RECOVERY_CASES``).
+
+    Example:
+        >>> report = recovery_suite(build_graph, {"query": "q"})  # doctest: +SKIP
+        >>> print(report)  # doctest: +SKIP
+        >>> report.assert_ok()  # doctest: +SKIP
+    """
+
+    cases: tuple[CaseResult, ...]
+    reference_steps: tuple[str, ...] = ()
+    reference_effects: Mapping[str, int] = field(default_factory=dict)
+    not_run: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Whether every case passed."""
+        return all(c.passed for c in self.cases)
+
+    @property
+    def failed(self) -> tuple[CaseResult, ...]:
+        return tuple(c for c in self.cases if not c.passed)
+
+    def family(self, family: Family) -> tuple[CaseResult, ...]:
+        """The cases of one of the four tests."""
+        return tuple(c for c in self.cases if c.family == family)
+
+    @property
+    def effects_duplicated(self) -> dict[str, int]:
+        """Per effect, the most calls beyond the reference's seen in any case."""
+        found: dict[str, int] = {}
+        for case in self.cases:
+            for name, n in case.effects_duplicated.items():
+                found[name] = max(found.get(name, 0), n)
+        return found
+
+    @property
+    def completed_redone(self) -> tuple[str, ...]:
+        """Every completed step some case ran again."""
+        return tuple(sorted({s for c in self.cases for s in c.completed_redone}))
+
+    def __str__(self) -> str:
+        passed = sum(c.passed for c in self.cases)
+        head = "passed" if self.ok else "FAILED"
+        lines = [f"recovery suite {head}: {passed}/{len(self.cases)} cases passed"]
+        steps, effects = len(self.reference_steps), _counts(self.reference_effects)
+        lines.append(f"  reference run: {steps} steps, effects {effects}")
+        for family, what in FAMILIES.items():
+            cases = self.family(family)
+            if not cases:
+                continue
+            ok = sum(c.passed for c in cases)
+            lines.append(f"{family} ({what}): {ok}/{len(cases)}")
+            lines += [str(c) for c in cases]
+        if self.not_run:
+            lines.append(
+                f"  {len(self.not_run)} more cases not run (max_cases; set LGR_RECOVERY_CASES=0 "
+                "to run them all)"
+            )
+        return "\n".join(lines)
+
+    def assert_ok(self) -> None:
+        """Raise `RecoveryFailed` (an AssertionError) with the evidence if a case failed.
+
+        Example:
+            >>> recovery_suite(build_graph, {"query": "q"}).assert_ok()  # doctest: +SKIP
+        """
+        if not self.ok:
+            raise RecoveryFailed(str(self))
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "none"

@@ -1,0 +1,260 @@
+"""`recovery_suite` / `arecovery_suite`: the four recovery tests on a user's graph.
+
+The tests themselves are `_cases.suite_steps` (a generator of runs); these
+drivers do each run: open a saver (a new one per run, as a restarted process
+would), build the graph on it, apply the run's `FaultPlan`, invoke or resume,
+and read the state back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Generator, Iterator, Mapping
+from pathlib import Path
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.pregel import Pregel
+from langgraph.types import StateSnapshot
+
+from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.testing._cases import Run, RunResult, SuiteSpec, comparable, suite_steps
+from langgraph_resilience.testing._faults import SimulatedCrash
+from langgraph_resilience.testing._report import RecoverySuiteReport
+
+__all__ = ["CASES_ENV", "arecovery_suite", "recovery_suite"]
+
+#: The environment variable with the most cases per family (0: every case).
+CASES_ENV = "LGR_RECOVERY_CASES"
+_DEFAULT_CASES = 6
+
+BuildGraph = Callable[[BaseCheckpointSaver[Any]], Any]
+SaverFactory = Callable[[], Any]  # a context manager (sync or async) yielding a saver
+
+
+def _counter(name: str, source: Any) -> Callable[[], int]:
+    """How to read how many times the outside world saw an effect."""
+    if hasattr(source, "call_count"):  # a unittest.mock mock
+        return lambda: int(source.call_count)
+    if hasattr(source, "__len__"):  # a list or outbox of what was sent
+        return lambda: len(source)
+    if callable(source):
+        return lambda: int(source())
+    raise ConfigError(
+        f"effects[{name!r}] must say how many times the effect happened: a mock (its "
+        "call_count), a list of what was sent (its length) or a function returning the "
+        f"count; got {source!r}"
+    )
+
+
+def _spec(
+    input: Any,
+    effects: Mapping[str, Any] | None,
+    compare: Callable[[Any], Any] | None,
+    max_cases: int | None,
+) -> SuiteSpec:
+    if max_cases is None:
+        raw = os.environ.get(CASES_ENV, str(_DEFAULT_CASES))
+        try:
+            max_cases = int(raw)
+        except ValueError:
+            raise ConfigError(f"{CASES_ENV} must be a whole number (0: all), got {raw!r}") from None
+    if input is None:
+        raise ConfigError("recovery_suite needs the graph's input (None means 'resume')")
+    counters = {name: _counter(name, source) for name, source in (effects or {}).items()}
+    return SuiteSpec(
+        input=input, counters=counters, compare=compare or comparable, max_cases=max_cases
+    )
+
+
+def _compiled(built: Any, saver: BaseCheckpointSaver[Any]) -> Pregel[Any]:
+    """The graph ``build_graph`` made on ``saver`` (compiled here if it is a builder)."""
+    if not isinstance(built, Pregel) and hasattr(built, "compile"):
+        built = built.compile(checkpointer=saver)
+    if not isinstance(built, Pregel):
+        raise ConfigError(
+            f"build_graph must return a graph (a StateGraph or a compiled one), got {built!r}"
+        )
+    if built.checkpointer is not saver:
+        raise ConfigError(
+            "build_graph must compile the graph with the checkpointer it is given: "
+            "def build_graph(saver): return builder.compile(checkpointer=saver)"
+        )
+    return built
+
+
+def _config(config: RunnableConfig | None, thread_id: str) -> RunnableConfig:
+    given: dict[str, Any] = dict(config or {})
+    configurable = {**(given.get("configurable") or {}), "thread_id": thread_id}
+    given["configurable"] = configurable
+    return cast(RunnableConfig, given)
+
+
+def _step(snapshot: StateSnapshot) -> int | None:
+    if snapshot.config is None or not (snapshot.config.get("configurable") or {}).get(
+        "checkpoint_id"
+    ):
+        return None
+    return int((snapshot.metadata or {}).get("step", -1))
+
+
+def _value(op: Run, resumed_from: int | None) -> Any:
+    """What the run is invoked with: None resumes, the input starts."""
+    return None if op.resume and resumed_from is not None else op.input
+
+
+def _ended(op: Run, crashes_before: int, error: BaseException | None) -> RunResult:
+    if len(op.tracker.crashes) > crashes_before or isinstance(error, SimulatedCrash):
+        return RunResult(outcome="crashed")
+    if error is not None:
+        return RunResult(outcome="failed", error=f"{type(error).__name__}: {error}"[:300])
+    return RunResult(outcome="completed")
+
+
+@contextlib.contextmanager
+def _default_store(factory: SaverFactory | None, saver_class: Any) -> Iterator[SaverFactory]:
+    if factory is not None:
+        yield factory
+        return
+    with tempfile.TemporaryDirectory(prefix="lgr-recovery-") as tmp:
+        path = str(Path(tmp) / "recovery.db")
+        yield lambda: saver_class.from_conn_string(path)
+
+
+def _drive(
+    steps: Generator[Run, RunResult, RecoverySuiteReport], do: Callable[[Run], RunResult]
+) -> RecoverySuiteReport:
+    reply: Any = None
+    while True:
+        try:
+            op = steps.send(reply)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        reply = do(op)
+
+
+def recovery_suite(
+    build_graph: BuildGraph,
+    input: Any,
+    *,
+    checkpointer_factory: SaverFactory | None = None,
+    effects: Mapping[str, Any] | None = None,
+    compare: Callable[[Any], Any] | None = None,
+    config: RunnableConfig | None = None,
+    max_cases: int | None = None,
+) -> RecoverySuiteReport:
+    """Run the four recovery tests on your graph and report what each found.
+
+    The graph first runs clean on ``input`` (the reference). Then each case runs
+    it under a `FaultPlan` and resumes it (``invoke(None, config)``, with a new
+    saver each time, as a restarted process would) until it completes:
+
+    1. ``step_crash``: a crash after each step (its work done, not yet stored);
+    2. ``checkpoint_write``: each checkpoint write fails, and each step's writes;
+    3. ``double_recovery``: crashes at two different steps, one after the other;
+    4. ``effect_replay``: a crash right after each side effect's call returned,
+       and after each step that moved an effect counter.
+
+    A case passes when the final state equals the reference's, no step that had
+    completed before a failure ran again, and every effect in ``effects`` was
+    called exactly as often as in the reference.
+
+    Args:
+        build_graph: ``build_graph(saver)`` returns your graph compiled with that
+            saver (or the uncompiled builder, compiled here).
+        input: the graph's input.
+        checkpointer_factory: returns a context manager that opens a saver on the
+            store to test on, the same store each call (default: a temporary
+            SQLite file), e.g. ``lambda: ResilientPostgresSaver.from_conn_string(dsn)``.
+        effects: per effect name, how to count its real calls: a mock (its
+            ``call_count``), a list of what was sent (its length) or a function
+            returning the count.
+        compare: maps a final state to what must equal the reference's (default:
+            the state without the run log, messages without their ids).
+        config: config for every run (its ``thread_id`` is replaced per case).
+        max_cases: at most this many cases per family (default ``LGR_RECOVERY_CASES``
+            or 6; 0 runs every case).
+
+    Raises:
+        ConfigError: bad arguments, or the clean run does not complete.
+
+    Example:
+        >>> report = recovery_suite(build, {"q": "..."}, effects={"email": sent})  # doctest: +SKIP
+        >>> report.assert_ok()  # doctest: +SKIP
+    """
+    spec = _spec(input, effects, compare, max_cases)
+    with _default_store(checkpointer_factory, ResilientSqliteSaver) as factory:
+
+        def run(op: Run) -> RunResult:
+            cfg = _config(config, op.thread_id)
+            crashes = len(op.tracker.crashes)
+            with contextlib.ExitStack() as stack:
+                saver = stack.enter_context(factory())
+                graph = _compiled(build_graph(saver), saver)
+                resumed_from = _step(graph.get_state(cfg))
+                faulty = op.plan.apply(graph, tracker=op.tracker)
+                error: BaseException | None = None
+                try:
+                    faulty.invoke(_value(op, resumed_from), cfg)
+                except (Exception, SimulatedCrash) as exc:
+                    error = exc
+                values = graph.get_state(cfg).values
+            ended = _ended(op, crashes, error)
+            return RunResult(
+                outcome=ended.outcome, error=ended.error, values=values, resumed_from=resumed_from
+            )
+
+        return _drive(suite_steps(spec), run)
+
+
+async def arecovery_suite(
+    build_graph: BuildGraph,
+    input: Any,
+    *,
+    checkpointer_factory: SaverFactory | None = None,
+    effects: Mapping[str, Any] | None = None,
+    compare: Callable[[Any], Any] | None = None,
+    config: RunnableConfig | None = None,
+    max_cases: int | None = None,
+) -> RecoverySuiteReport:
+    """`recovery_suite` for async graphs and savers (``ainvoke``); the default
+    store is a temporary file under `AsyncResilientSqliteSaver`.
+
+    Example:
+        >>> report = await arecovery_suite(build_graph, {"query": "q"})  # doctest: +SKIP
+    """
+    spec = _spec(input, effects, compare, max_cases)
+    with _default_store(checkpointer_factory, AsyncResilientSqliteSaver) as factory:
+        steps = suite_steps(spec)
+        reply: Any = None
+        while True:
+            try:
+                op = steps.send(reply)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            cfg = _config(config, op.thread_id)
+            crashes = len(op.tracker.crashes)
+            async with contextlib.AsyncExitStack() as stack:
+                opened = factory()
+                if hasattr(opened, "__aenter__"):
+                    saver = await stack.enter_async_context(opened)
+                else:
+                    saver = stack.enter_context(opened)
+                graph = _compiled(build_graph(saver), saver)
+                resumed_from = _step(await graph.aget_state(cfg))
+                faulty = op.plan.apply(graph, tracker=op.tracker)
+                error: BaseException | None = None
+                try:
+                    await faulty.ainvoke(_value(op, resumed_from), cfg)
+                except (Exception, SimulatedCrash) as exc:
+                    error = exc
+                values = (await graph.aget_state(cfg)).values
+            ended = _ended(op, crashes, error)
+            reply = RunResult(
+                outcome=ended.outcome, error=ended.error, values=values, resumed_from=resumed_from
+            )

@@ -1,0 +1,484 @@
+"""Where a `FaultPlan` goes into a compiled graph, without changing the graph's code.
+
+Two hook points, both on copies or instances the test owns:
+
+- **node taps**: a copy of the compiled graph whose nodes' runnables are wrapped
+  (`instrument`). Around each node (outside its `NodePolicy`) the tap records the
+  execution and crashes the run where the plan says; inside the policy (a
+  `ResilientStateGraph` node is wrapped again from its builder's own action) the
+  plan's errors are raised, so the policy retries or routes them as the node's
+  own. Subgraphs added as nodes are copied and tapped the same way.
+- **saver taps**: instance attributes on the run's saver (`tap_saver`): count
+  checkpoint writes and fail the ones the plan names, note which tasks' writes
+  were stored, crash right after an effect's call, and, once the run crashed,
+  refuse every write and forget effect outcomes not yet stored, as a killed
+  process stores nothing more.
+
+A `Tracker` collects what the runs of one test case did; a `Session` is one run.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from langchain_core.runnables import Runnable, RunnableConfig
+from langgraph._internal._runnable import RunnableCallable, coerce_to_runnable
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.pregel import Pregel
+
+from langgraph_resilience._node import is_async
+from langgraph_resilience._step_log import log_of, step_path
+from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
+from langgraph_resilience.checkpoint._asavers import AsyncResilience
+from langgraph_resilience.graph import ResilientStateGraph
+from langgraph_resilience.testing._faults import CrashFault, CrashWhen, SimulatedCrash, StoreFault
+
+__all__ = ["Execution", "PlanLike", "Session", "Tracker", "instrument", "tap_saver"]
+
+_ERROR_CHANNELS = frozenset({"__error__", "__interrupt__", "__resume__"})
+
+
+class PlanLike(Protocol):
+    """What the taps ask of a `FaultPlan`."""
+
+    def node_fault(self, path: str, try_number: int) -> BaseException | None: ...
+    def crash_at(self, path: str, when: CrashWhen) -> CrashFault | None: ...
+    def crash_after(self, effect: str, call: int) -> CrashFault | None: ...
+    def store_faults(self) -> tuple[StoreFault, ...]: ...
+
+
+@dataclass(kw_only=True)
+class Execution:
+    """One execution of a step: where, in which run of the case, and what it did."""
+
+    path: str
+    node: str
+    task_id: str
+    namespace: str  # the graph it ran in (its parent tasks' namespace)
+    step: int
+    run: int
+    finished: bool = False
+    stored: bool = False
+    effects: dict[str, int] = field(default_factory=dict)  # counter moves while it ran
+
+
+class Tracker:
+    """What the runs of one test case did: executions, crashes, effect calls.
+
+    ``counters`` name the effects whose calls the test can count (how many times
+    the outside world saw them so far).
+    """
+
+    def __init__(self, counters: Mapping[str, Callable[[], int]] | None = None) -> None:
+        self.counters = dict(counters or {})
+        self.executions: list[Execution] = []
+        self.run = 0
+        self.crashes: list[tuple[int, str]] = []  # (run, where)
+        self.store_failures: list[tuple[int, str]] = []
+        self.effect_calls: dict[str, int] = {}
+        self.puts: dict[int, int] = {}  # checkpoint writes tried, by run
+        self._fired: set[int] = set()
+        self._spent: dict[int, int] = {}
+        self._paths: dict[tuple[str, int, str], str] = {}
+        self._seen: dict[str, int] = {}
+        self._keys: dict[str, str] = {}  # idempotency key -> effect name
+        self._by_task: dict[str, Execution] = {}
+        self.lock = threading.RLock()
+
+    def read_counters(self) -> dict[str, int]:
+        return {name: int(read()) for name, read in self.counters.items()}
+
+    def path_of(self, name: str, task: TaskContext, state: Any) -> str:
+        """The step's task path: the run log's when the state has one, else counted
+        here (the same step after a resume keeps its path)."""
+        if isinstance(state, Mapping) and "resilience" in state:
+            return step_path(name, task, log_of(state))
+        base = task.graph_path + name
+        if task.send_index is not None:
+            base += f"[{task.send_index}]"
+        key = (base, task.step or 0, _parent(task.checkpoint_ns))
+        with self.lock:
+            found = self._paths.get(key)
+            if found is None:
+                seen = self._seen[base] = self._seen.get(base, 0) + 1
+                found = self._paths[key] = base if seen == 1 else f"{base}#{seen}"
+        return found
+
+    def fire_once(self, fault: object) -> bool:
+        """Whether a crash fires now (each fires once in a case, not again on resume)."""
+        with self.lock:
+            if id(fault) in self._fired:
+                return False
+            self._fired.add(id(fault))
+            return True
+
+    def spend(self, fault: StoreFault) -> bool:
+        """Whether a store fault fires now (``times`` in a case)."""
+        with self.lock:
+            used = self._spent.get(id(fault), 0)
+            if used >= fault.times:
+                return False
+            self._spent[id(fault)] = used + 1
+            return True
+
+    def started(self, path: str, name: str, task: TaskContext) -> Execution:
+        e = Execution(
+            path=path,
+            node=name,
+            task_id=task.task_id,
+            namespace=_parent(task.checkpoint_ns),
+            step=task.step or 0,
+            run=self.run,
+            effects=self.read_counters(),
+        )
+        with self.lock:
+            self.executions.append(e)
+            self._by_task[e.task_id] = e
+        return e
+
+    def finished(self, e: Execution) -> None:
+        after = self.read_counters()
+        e.effects = {k: after[k] - v for k, v in e.effects.items() if after[k] != v}
+        e.finished = True
+
+    def stored(self, task_id: str) -> None:
+        with self.lock:
+            e = self._by_task.get(task_id)
+        if e is not None:
+            e.stored = True
+
+    def path_of_task(self, task_id: str) -> str | None:
+        with self.lock:
+            e = self._by_task.get(task_id)
+        return e.path if e is not None else None
+
+    def effect_claimed(self, key: str, name: str) -> None:
+        with self.lock:
+            self._keys[key] = name
+
+    def effect_done(self, key: str) -> tuple[str, int] | None:
+        """The effect's name and its call number in the case, when its call returned."""
+        with self.lock:
+            name = self._keys.get(key)
+            if name is None:
+                return None
+            n = self.effect_calls[name] = self.effect_calls.get(name, 0) + 1
+        return name, n
+
+
+def _parent(namespace: str) -> str:
+    return namespace.rpartition("|")[0]
+
+
+class Session:
+    """One run of a case under a plan: the plan, the case's tracker, whether it crashed."""
+
+    def __init__(self, plan: PlanLike, tracker: Tracker) -> None:
+        self.plan = plan
+        self.tracker = tracker
+        self.dead = False
+        self.puts = 0
+        self._forget: list[Callable[[], None]] = []
+        tracker.run += 1
+        self.run = tracker.run
+
+    def crash(self, fault: CrashFault, where: str) -> None:
+        """Die here: SIGKILL, or stop every later write of this run's saver."""
+        if fault.kill:
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.dead = True
+        for forget in self._forget:
+            forget()
+        self.tracker.crashes.append((self.run, where))
+        raise SimulatedCrash(f"simulated crash {where}")
+
+    def refuse_if_dead(self) -> None:
+        if self.dead:
+            raise SimulatedCrash("the process crashed: it writes nothing more")
+
+    def store_error(self, target: str, where: str, path: str | None = None) -> None:
+        for fault in self.plan.store_faults():
+            if fault.target != target:
+                continue
+            if target == "checkpoint" and fault.at != self.puts:
+                continue
+            if target == "writes" and (path is None or fault.path != path):
+                continue
+            if self.tracker.spend(fault):
+                self.tracker.store_failures.append((self.run, where))
+                raise fault.make()
+
+    # -- around a node ---------------------------------------------------------------
+
+    def before(self, name: str, state: Any, config: RunnableConfig) -> Execution:
+        task = TaskContext(config=config)
+        path = self.tracker.path_of(name, task, state)
+        e = self.tracker.started(path, name, task)
+        self._crash_at(path, "before")
+        return e
+
+    def after(self, e: Execution) -> None:
+        self.tracker.finished(e)
+        self._crash_at(e.path, "after")
+
+    def _crash_at(self, path: str, when: CrashWhen) -> None:
+        fault = self.plan.crash_at(path, when)
+        if fault is not None and self.tracker.fire_once(fault):
+            self.crash(fault, f"{when} step {path!r}")
+
+    def inject(self, name: str, state: Any, config: RunnableConfig | None, try_number: int) -> None:
+        """Raise the plan's error for this try of the step, if it names one."""
+        task = TaskContext(config=config) if config is not None else TaskContext.current()
+        if task is None:
+            return
+        error = self.plan.node_fault(self.tracker.path_of(name, task, state), try_number)
+        if error is not None:
+            raise error
+
+
+# -- the graph ---------------------------------------------------------------------------
+
+
+def instrument(graph: Pregel[Any], session: Session) -> Pregel[Any]:
+    """A copy of ``graph`` with every node tapped (the graph itself is not changed)."""
+    found = getattr(graph, "builder", None)
+    builder: ResilientStateGraph[Any] | None = (
+        found if isinstance(found, ResilientStateGraph) else None
+    )
+    nodes = dict(graph.nodes)
+    for name, node in graph.nodes.items():
+        if name.startswith("__") or not isinstance(node.bound, Runnable):
+            continue
+        inner: Runnable[Any, Any] = node.bound
+        if builder is not None and name in builder._actions:
+            action = _inside(builder._actions[name], name, session)
+            policy = builder._policies.get(name)
+            wrapped = builder._wrap(name, action, policy)
+            inner = coerce_to_runnable(wrapped, name=name, trace=False)
+            inside = True
+        else:
+            if isinstance(inner, Pregel):
+                inner = instrument(inner, session)
+            inside = False
+        nodes[name] = node.copy({"bound": _tap(name, inner, session, inside)})
+    return graph.copy({"nodes": nodes})
+
+
+def _tap(name: str, inner: Runnable[Any, Any], s: Session, inside: bool) -> Runnable[Any, Any]:
+    """Around a node: record it, crash where planned; errors too when not ``inside``."""
+
+    def call(state: Any, config: RunnableConfig) -> Any:
+        e = s.before(name, state, config)
+        if not inside:
+            s.inject(name, state, config, TaskContext(config=config).node_attempt)
+        out = inner.invoke(state, config)
+        s.after(e)
+        return out
+
+    async def acall(state: Any, config: RunnableConfig) -> Any:
+        e = s.before(name, state, config)
+        if not inside:
+            s.inject(name, state, config, TaskContext(config=config).node_attempt)
+        out = await inner.ainvoke(state, config)
+        s.after(e)
+        return out
+
+    return RunnableCallable(call, acall, name=name, trace=False, recurse=False)
+
+
+def _try_number() -> int:
+    attempt = CURRENT_ATTEMPT.get()
+    return attempt.number if attempt is not None else 1
+
+
+def _inside(action: Any, name: str, s: Session) -> Any:
+    """The node's own action, raising the plan's errors first (inside its policy)."""
+    if isinstance(action, Runnable):
+        target = instrument(action, s) if isinstance(action, Pregel) else action
+
+        def call(state: Any, config: RunnableConfig) -> Any:
+            s.inject(name, state, config, _try_number())
+            return target.invoke(state, config)
+
+        async def acall(state: Any, config: RunnableConfig) -> Any:
+            s.inject(name, state, config, _try_number())
+            return await target.ainvoke(state, config)
+
+        return RunnableCallable(call, acall, name=name, trace=False, recurse=False)
+    if is_async(action):
+
+        @functools.wraps(action)
+        async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
+            s.inject(name, state, None, _try_number())
+            return await action(state, *args, **kwargs)
+
+        return async_node
+
+    @functools.wraps(action)
+    def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
+        s.inject(name, state, None, _try_number())
+        return action(state, *args, **kwargs)
+
+    return sync_node
+
+
+# -- the saver ---------------------------------------------------------------------------
+
+
+def tap_saver(saver: BaseCheckpointSaver[Any], s: Session) -> None:
+    """Put the store faults and the crash cut-off on ``saver`` (instance attributes)."""
+    d = saver.__dict__
+    cls = type(saver)
+    put, aput = saver.put, saver.aput
+    put_writes, aput_writes = saver.put_writes, saver.aput_writes
+
+    def before_put() -> None:
+        s.refuse_if_dead()
+        s.puts += 1
+        s.tracker.puts[s.run] = s.puts
+        s.store_error("checkpoint", f"checkpoint write {s.puts}")
+
+    def before_writes(writes: Sequence[tuple[str, Any]], task_id: str) -> bool:
+        s.refuse_if_dead()
+        if all(channel in _ERROR_CHANNELS for channel, _ in writes):
+            return False
+        path = s.tracker.path_of_task(task_id)
+        s.store_error("writes", f"writes of step {path!r}", path)
+        return True
+
+    def tapped_put(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        before_put()
+        return put(config, checkpoint, metadata, new_versions)
+
+    async def tapped_aput(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        before_put()
+        return await aput(config, checkpoint, metadata, new_versions)
+
+    def tapped_put_writes(config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        output = before_writes(writes, task_id)
+        put_writes(config, writes, task_id, task_path)
+        if output:
+            s.tracker.stored(task_id)
+
+    async def tapped_aput_writes(
+        config: Any, writes: Any, task_id: str, task_path: str = ""
+    ) -> None:
+        output = before_writes(writes, task_id)
+        await aput_writes(config, writes, task_id, task_path)
+        if output:
+            s.tracker.stored(task_id)
+
+    d.update(
+        put=tapped_put,
+        aput=tapped_aput,
+        put_writes=tapped_put_writes,
+        aput_writes=tapped_aput_writes,
+    )
+    _tap_ledger(saver, s, d, cls)
+
+
+def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> None:
+    """The resilient saver's own writes: refused after a crash; a crash right
+    after an effect's call, before its outcome is stored."""
+    if not hasattr(cls, "_transact") or not hasattr(cls, "defer_outcome"):
+        return  # a saver without the ledger: only its put/put_writes are tapped
+    transact = saver._transact
+    defer = saver.defer_outcome
+    state = getattr(saver, "_state", None)
+    if state is not None:
+        s._forget.append(state.outcomes.take_all)  # lost with the process
+
+    if issubclass(cls, AsyncResilience):
+
+        async def atransact(statements: Any, **options: Any) -> Any:
+            if s.dead and options.get("flush"):
+                return None  # closing a dead saver: a killed process flushes nothing
+            s.refuse_if_dead()
+            return await transact(statements, **options)
+
+        d["_transact"] = atransact
+        claim, record = saver.aclaim_intent, saver.arecord_outcome
+
+        async def aclaim(thread_id: str, rec: Any, *args: Any, **kwargs: Any) -> Any:
+            s.tracker.effect_claimed(rec.idempotency_key, rec.name)
+            return await claim(thread_id, _as_mortal(rec), *args, **kwargs)
+
+        async def arecord(thread_id: str, key: str, fields: Any, *args: Any) -> Any:
+            _effect_returned(s, key)
+            return await record(thread_id, key, fields, *args)
+
+        d.update(aclaim_intent=aclaim, arecord_outcome=arecord)
+    else:
+
+        def stransact(statements: Any, **options: Any) -> Any:
+            if s.dead and options.get("flush"):
+                return None  # closing a dead saver: a killed process flushes nothing
+            s.refuse_if_dead()
+            return transact(statements, **options)
+
+        d["_transact"] = stransact
+        sclaim, srecord = saver.claim_intent, saver.record_outcome
+
+        def claim_sync(thread_id: str, rec: Any, *args: Any, **kwargs: Any) -> Any:
+            s.tracker.effect_claimed(rec.idempotency_key, rec.name)
+            return sclaim(thread_id, _as_mortal(rec), *args, **kwargs)
+
+        def record_sync(thread_id: str, key: str, fields: Any, *args: Any) -> Any:
+            _effect_returned(s, key)
+            return srecord(thread_id, key, fields, *args)
+
+        d.update(claim_intent=claim_sync, record_outcome=record_sync)
+
+    renew = saver.renew_intent
+
+    def renew_sync(thread_id: str, key: str, owner: str, lease: float) -> Any:
+        return renew(thread_id, key, _mortal(owner), lease)
+
+    d["renew_intent"] = renew_sync
+    if hasattr(cls, "arenew_intent"):
+        arenew = saver.arenew_intent
+
+        async def arenew_mortal(thread_id: str, key: str, owner: str, lease: float) -> Any:
+            return await arenew(thread_id, key, _mortal(owner), lease)
+
+        d["arenew_intent"] = arenew_mortal
+
+    def deferred(thread_id: str, key: str, fields: Any) -> None:
+        if s.dead:
+            return
+        _effect_returned(s, key)
+        defer(thread_id, key, fields)
+
+    d["defer_outcome"] = deferred
+
+
+def _mortal(owner: str) -> str:
+    """An executor id that `executor_alive` reports gone (its start time is not
+    this process's): a later claim in this same process, after a simulated crash,
+    settles the intent at once, as it would after a real kill, instead of
+    waiting for a live call to end."""
+    parts = owner.split("|")
+    if len(parts) == 4 and not parts[2].endswith("~simulated"):
+        parts[2] += "~simulated"
+    return "|".join(parts)
+
+
+def _as_mortal(record: Any) -> Any:
+    return replace(record, owner=_mortal(record.owner)) if record.owner else record
+
+
+def _effect_returned(s: Session, key: str) -> None:
+    s.refuse_if_dead()
+    found = s.tracker.effect_done(key)
+    if found is None:
+        return
+    name, n = found
+    fault = s.plan.crash_after(name, n)
+    if fault is not None and s.tracker.fire_once(fault):
+        s.crash(fault, f"after effect {name!r} (call {n}) returned")
