@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m examples.crash_resume_demo
+	$(BIN)/python -m langgraph_resilience.cli demo
 
 test: $(STAMP)
 	$(BIN)/pytest -q

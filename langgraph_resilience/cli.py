@@ -1,62 +1,323 @@
-"""The ``langgraph-resilience`` command line.
+"""The ``langgraph-resilience`` command line, for operators.
 
-Available subcommands:
+Subcommands (``--db``: a SQLite file path or a Postgres DSN, or env ``LGR_DB``):
 
-- ``demo``: run the crash-and-resume demo (``examples/crash_resume_demo.py``). The
-  demo ships with the source repository, not with the installed package.
+- ``setup``: create or migrate the store's tables;
+- ``resume THREAD... --graph module:attr``: continue threads from their last
+  checkpoint (after a crash), ``--value`` answering a pause;
+- ``retry THREAD... --graph module:attr [--step PATH] [--update JSON]``:
+  `retry_failed` on threads that ended with a partial result;
+- ``worker --graph module:attr [--concurrency N]``: run a `Worker` until
+  SIGTERM/SIGINT (it drains: steps in flight finish, their runs are released);
+- ``cancel RUN [--reason TEXT]``: end a queued, running or paused run;
+- ``demo``: the whole story on a throwaway SQLite file (shipped in the package).
 
-Not yet available: ``runs``, ``show``, ``metrics``, ``resume``, ``worker``.
+``--json`` prints machine-readable output. Exit codes: 0 done; 1 a thread or
+the demo did not end as it should (a partial result, a pause, an error); 2 the
+command could not act: usage, an unknown thread or run, a store that cannot be
+reached or is not set up (one line on stderr).
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
-import subprocess
+import json
+import logging
 import sys
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+
+from langgraph_resilience import __version__
+from langgraph_resilience._cli_actions import (
+    Acted,
+    cancel_run,
+    resume_thread,
+    retry_thread,
+)
+from langgraph_resilience._cli_render import (
+    err_console,
+    print_acted,
+    print_json,
+    print_table,
+    with_progress,
+)
+from langgraph_resilience._cli_store import (
+    DB_ENV,
+    CliError,
+    Store,
+    load_graph,
+    one_line,
+    open_store,
+    thread_exists,
+)
+from langgraph_resilience.demo import run_demo
+from langgraph_resilience.errors import ResilienceError
+from langgraph_resilience.worker import Worker
 
 __all__ = ["main"]
 
-DEMO_MODULE = "examples.crash_resume_demo"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _demo_root() -> Path | None:
-    """The directory holding the ``examples`` package, if the demo is importable."""
-    try:
-        spec = importlib.util.find_spec(DEMO_MODULE)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or spec.origin is None:
-        return None
-    return Path(spec.origin).resolve().parents[1]
+def db_option(fn: F) -> F:
+    return click.option(
+        "--db",
+        envvar=DB_ENV,
+        metavar="PATH|DSN",
+        help=f"The store: a SQLite file path or a Postgres DSN (env {DB_ENV}).",
+    )(fn)
 
 
-def _run_demo() -> int:
-    root = _demo_root()
-    if root is None:
-        print(
-            "the demo ships with the source repository (examples/crash_resume_demo.py); "
-            "run this command from a clone of it, or use `make demo` there",
-            file=sys.stderr,
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")(fn)
+
+
+def graph_option(fn: F) -> F:
+    return click.option(
+        "--graph",
+        "graph_spec",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="The graph: a ResilientStateGraph builder, a compiled graph, or a function "
+        "returning one (e.g. myapp.pipeline:builder).",
+    )(fn)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="langgraph-resilience")
+def cli() -> None:
+    """Inspect and operate LangGraph runs kept by langgraph-resilience's savers."""
+
+
+# -- setup -------------------------------------------------------------------------
+
+
+@cli.command()
+@db_option
+def setup(db: str | None) -> int:
+    """Create the store's tables, or bring them up to date."""
+    with open_store(db, setup=True) as store:
+        err_console().print(f"store {store.where} is set up ({store.dialect})")
+    return 0
+
+
+# -- acting on threads ---------------------------------------------------------------
+
+
+def _known_threads(store: Store, threads: Sequence[str]) -> list[str]:
+    missing = [t for t in threads if not thread_exists(store.saver, t)]
+    if missing:
+        raise CliError(
+            f"no thread {', '.join(map(repr, missing))} in the store at {store.where} "
+            "(`langgraph-resilience runs` lists the runs and their threads)"
         )
-        return 2
-    return subprocess.call([sys.executable, "-m", DEMO_MODULE], cwd=root)
+    return list(dict.fromkeys(threads))
+
+
+def _acted_exit(acted: Sequence[Acted], as_json: bool) -> int:
+    print_acted(acted, as_json=as_json)
+    return 0 if all(a.ok for a in acted) else 1
+
+
+def _json_value(text: str | None, option: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{option} must be JSON, e.g. '{{\"approved\": true}}': {exc}") from exc
+
+
+@cli.command()
+@click.argument("threads", nargs=-1, required=True, metavar="THREAD...")
+@graph_option
+@click.option("--value", metavar="JSON", help="The answer for a paused thread's interrupt (JSON).")
+@db_option
+@json_option
+def resume(
+    threads: tuple[str, ...], graph_spec: str, value: str | None, db: str | None, as_json: bool
+) -> int:
+    """Continue THREADs from their last checkpoint: only unfinished steps run."""
+    answer = _json_value(value, "--value")
+    with open_store(db) as store:
+        known = _known_threads(store, threads)
+        graph = load_graph(graph_spec, store.saver)
+        acted = with_progress(
+            "resuming",
+            known,
+            lambda t: resume_thread(graph, store.saver, t, value=answer),
+            quiet=as_json,
+        )
+    return _acted_exit(acted, as_json)
+
+
+@cli.command()
+@click.argument("threads", nargs=-1, required=True, metavar="THREAD...")
+@graph_option
+@click.option("--step", metavar="PATH", help="Re-run this failed or degraded step path.")
+@click.option(
+    "--update", metavar="JSON", help="A state update applied first: the fix (a JSON object)."
+)
+@db_option
+@json_option
+def retry(
+    threads: tuple[str, ...],
+    graph_spec: str,
+    step: str | None,
+    update: str | None,
+    db: str | None,
+    as_json: bool,
+) -> int:
+    """Re-run the failed step of THREADs that ended with a partial result."""
+    fix = _json_value(update, "--update")
+    if fix is not None and not isinstance(fix, dict):
+        raise CliError(f"--update must be a JSON object of state keys, got {update}")
+    with open_store(db) as store:
+        known = _known_threads(store, threads)
+        graph = load_graph(graph_spec, store.saver)
+        acted = with_progress(
+            "retrying",
+            known,
+            lambda t: retry_thread(graph, store.saver, t, step=step, update=fix),
+            quiet=as_json,
+        )
+    return _acted_exit(acted, as_json)
+
+
+# -- runs ------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--reason", default="cancelled from the command line", show_default=True)
+@db_option
+@json_option
+def cancel(run_id: str, reason: str, db: str | None, as_json: bool) -> int:
+    """End a queued, running or paused RUN as cancelled."""
+    with open_store(db) as store:
+        had = cancel_run(store.saver, run_id, reason)
+    if as_json:
+        print_json({"run_id": run_id, "was": had, "status": "cancelled", "reason": reason})
+    else:
+        err_console().print(f"run {run_id} cancelled (it was {had})")
+    return 0
+
+
+@cli.command()
+@graph_option
+@click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--lease-ttl",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds a claim lasts unrenewed: a dead worker's runs are taken over after it.",
+)
+@click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True), default=None)
+@click.option("--worker-id", default=None, help="This worker's name (default host:pid:random).")
+@click.option("--until-idle", is_flag=True, help="Exit once no run is queued or running.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+)
+@db_option
+@json_option
+def worker(
+    graph_spec: str,
+    concurrency: int,
+    lease_ttl: float,
+    poll_interval: float | None,
+    worker_id: str | None,
+    until_idle: bool,
+    log_level: str,
+    db: str | None,
+    as_json: bool,
+) -> int:
+    """Run a Worker: claim runs, run them under a lease, take over dead workers' runs.
+
+    SIGTERM or SIGINT drains it: steps in flight finish, their runs go back to
+    the queue, and it exits 0.
+    """
+    _log_to_stderr(log_level)
+    with open_store(db) as store:
+        graph = load_graph(graph_spec, store.saver)
+        w = Worker(
+            graph,
+            checkpointer=store.saver,
+            lease_ttl=lease_ttl,
+            worker_id=worker_id,
+            concurrency=concurrency,
+            poll_interval=poll_interval,
+        )
+        err_console().print(
+            f"worker {w.worker_id} on {store.where}: concurrency {concurrency}, lease "
+            f"{lease_ttl:g} s; SIGTERM or Ctrl-C drains it"
+        )
+        done = w.run(until_idle=until_idle)
+    if as_json:
+        print_json({"worker_id": w.worker_id, "runs": done})
+    elif done:
+        print_table(f"runs worker {w.worker_id} left", ["run", "status"], sorted(done.items()))
+    return 0
+
+
+def _log_to_stderr(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("langgraph_resilience")
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+
+
+# -- demo ------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option(
+    "--dir",
+    "workdir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Work in this directory (default: a new temporary one, kept for inspection).",
+)
+def demo(workdir: str | None) -> int:
+    """A research pipeline that fails every way and recovers (SQLite, under a minute)."""
+    return run_demo(workdir)
+
+
+# -- entry point -------------------------------------------------------------------------
+
+
+def _fail(message: str) -> int:
+    print(f"langgraph-resilience: error: {message}", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; return the exit code."""
-    parser = argparse.ArgumentParser(
-        prog="langgraph-resilience",
-        description="Resilient checkpointers for LangGraph.",
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands.add_parser("demo", help="kill a pipeline mid-step, resume it, verify nothing re-ran")
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        return _run_demo()
-    parser.print_help()
-    return 2
+    """Run the command line; return the exit code.
+
+    Example:
+        >>> main(["runs", "--db", "runs.db", "--json"])  # doctest: +SKIP
+        0
+    """
+    try:
+        result = cli.main(args=argv, prog_name="langgraph-resilience", standalone_mode=False)
+    except CliError as exc:
+        return _fail(str(exc))
+    except ResilienceError as exc:  # ConfigError, StoreUnavailable, RunStateError
+        return _fail(one_line(exc))
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return int(exc.exit_code)
+    except click.Abort:
+        print("aborted", file=sys.stderr)
+        return 130
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

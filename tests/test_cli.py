@@ -1,26 +1,237 @@
-"""The command line: help without a command, and the demo found from a clone."""
+"""The ``langgraph-resilience`` command, end to end in real processes, on SQLite
+and Postgres: every subcommand, ``--json`` parsed, exit codes, and the three
+errors an operator meets (unknown thread, unreachable store, store not set up)
+as one line on stderr with exit code 2.
+
+Most calls run in forked children (`spawn`: a real process whose imports are
+already done); the console script itself runs once as a fresh interpreter.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import cli_graph
+import psycopg
 import pytest
+from conftest import PG_URL, _with_db, require_postgres
+from helpers import read_ledger
+from spawn import spawn
 
-from langgraph_resilience import cli
+from langgraph_resilience import Worker, cli
+from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+CLI = str(Path(cli.__file__))
+GRAPH = "cli_graph:builder"
+TESTS = Path(__file__).parent
 
 
-def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main([]) == 2
-    assert "demo" in capsys.readouterr().out
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+    def one_error_line(self, *words: str) -> None:
+        """Exit code 2 and a single line on stderr, holding ``words``."""
+        assert self.code == 2, (self.code, self.out, self.err)
+        lines = self.err.strip().splitlines()
+        assert len(lines) == 1, self.err
+        assert lines[0].startswith("langgraph-resilience: error: "), lines[0]
+        for word in words:
+            assert word in lines[0], (word, lines[0])
 
 
-def test_demo_is_found_in_a_clone() -> None:
-    assert cli._demo_root() == Path(__file__).resolve().parents[1]
+def run(*args: str, timeout: float = 60) -> Result:
+    proc = spawn(CLI, *args)
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode is not None
+    return Result(proc.returncode, out, err)
 
 
-def test_demo_outside_a_clone_says_where_it_lives(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setattr(cli, "DEMO_MODULE", "no_such_package.demo")
-    assert cli.main(["demo"]) == 2
-    assert "source repository" in capsys.readouterr().err
+@contextmanager
+def saver_of(backend: str, db: str) -> Iterator[Any]:
+    cls = ResilientSqliteSaver if backend == "sqlite" else ResilientPostgresSaver
+    with cls.from_conn_string(db) as saver:
+        yield saver
+
+
+def cfg(thread: str) -> Any:
+    return {"configurable": {"thread_id": thread}}
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where cli_graph's steps (in the children too) note ``<node> <pid>``."""
+    path = tmp_path / "ledger.txt"
+    monkeypatch.setenv("LGR_CLI_LEDGER", str(path))
+    return path
+
+
+def steps_in(ledger: Path, pid: int) -> list[str]:
+    return [node for node, p in read_ledger(ledger) if int(p) == pid]
+
+
+# -- every subcommand, both dialects ------------------------------------------------------
+
+
+def test_every_subcommand_end_to_end(store: tuple[str, str], ledger: Path) -> None:
+    backend, db = store
+    tag = uuid.uuid4().hex[:6]
+    t_ok, t_fail, t_stopped, t_queued = (f"{tag}-{n}" for n in ("ok", "fail", "stop", "queue"))
+
+    assert run("setup", "--db", db).code == 0
+    with saver_of(backend, db) as saver:
+        submitter = Worker(cli_graph.builder, checkpointer=saver)
+        ok_run = submitter.submit({"fix": "ok"}, thread_id=t_ok)
+        fail_run = submitter.submit({}, thread_id=t_fail)
+        # A thread stopped before its last step, as a crash leaves it.
+        graph = cli_graph.builder.compile(checkpointer=saver)
+        graph.invoke({"fix": "ok"}, cfg(t_stopped), interrupt_before=["c"])
+
+    # worker: runs the queued runs to their end, --until-idle, --json.
+    worked = run("worker", "--db", db, "--graph", GRAPH, "--until-idle", "--json")
+    assert worked.code == 0, worked.err
+    assert worked.json()["runs"] == {ok_run: "success", fail_run: "partial_complete"}
+
+    # resume: the stopped thread runs its last step only.
+    resumed = run("resume", t_stopped, "--db", db, "--graph", GRAPH, "--json")
+    assert resumed.code == 0, resumed.err
+    assert resumed.json() == [{"thread_id": t_stopped, "status": "success", "detail": ""}]
+    with saver_of(backend, db) as saver:
+        graph = cli_graph.builder.compile(checkpointer=saver)
+        assert graph.get_state(cfg(t_stopped)).values["done"] == ["a", "b", "c"]
+
+    # retry without the fix: still a partial result, exit 1, the reason shown.
+    again = run("retry", t_fail, "--db", db, "--graph", GRAPH, "--json")
+    assert again.code == 1
+    [acted] = again.json()
+    assert acted["status"] == "partial_complete" and "fix='ok'" in acted["detail"]
+    # retry with the fix: only b and c run, in that process.
+    fixed = run("retry", t_fail, "--db", db, "--graph", GRAPH, "--update", '{"fix": "ok"}')
+    assert fixed.code == 0, fixed.err
+    assert "success" in fixed.out
+    a_runs = [node for node, _ in read_ledger(ledger) if node == "a"]
+    assert len(a_runs) == 3  # once per thread: never again on resume or retry
+    # A thread with nothing to retry is skipped, saying why (exit 1).
+    skipped = run("retry", t_ok, "--db", db, "--graph", GRAPH, "--json")
+    assert skipped.code == 1
+    assert skipped.json()[0]["status"] == "skipped"
+    assert "no failed step" in skipped.json()[0]["detail"]
+
+    # cancel: a queued run ends cancelled; a second cancel finds it ended (exit 2).
+    with saver_of(backend, db) as saver:
+        queued = Worker(cli_graph.builder, checkpointer=saver).submit({}, thread_id=t_queued)
+    cancelled = run("cancel", queued, "--db", db, "--reason", "not needed", "--json")
+    assert cancelled.code == 0, cancelled.err
+    assert cancelled.json() == {
+        "run_id": queued,
+        "was": "queued",
+        "status": "cancelled",
+        "reason": "not needed",
+    }
+    run("cancel", queued, "--db", db).one_error_line(queued, "cancelled")
+    with saver_of(backend, db) as saver:
+        assert saver.read_run(queued).status == "cancelled"
+
+    # An unknown thread: one line, exit 2, nothing done.
+    run("resume", "no-such-thread", "--db", db, "--graph", GRAPH).one_error_line(
+        "no thread 'no-such-thread'"
+    )
+
+
+# -- the three errors, and the store from LGR_DB -------------------------------------------
+
+
+@contextmanager
+def fresh_pg_database() -> Iterator[str]:
+    require_postgres()
+    name = f"lgr_cli_blank_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _with_db(PG_URL, name)
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_sqlite_store_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = str(tmp_path / "typo.db")
+    run("cancel", "r1", "--db", missing).one_error_line("no SQLite database", "typo.db")
+    assert not Path(missing).exists()  # a read never creates a store
+    blank = tmp_path / "blank.db"
+    sqlite3.connect(blank).execute("CREATE TABLE unrelated (x)").connection.close()
+    monkeypatch.setenv("LGR_DB", str(blank))  # the store from the environment
+    run("cancel", "r1").one_error_line("no resilience tables", "langgraph-resilience setup")
+    monkeypatch.delenv("LGR_DB")
+    run("cancel", "r1").one_error_line("--db", "LGR_DB")
+
+
+def test_postgres_store_errors() -> None:
+    require_postgres()
+    down = "postgresql://postgres@127.0.0.1:1/postgres"
+    run("cancel", "r1", "--db", down).one_error_line("cannot connect", "port=1")
+    with fresh_pg_database() as blank:
+        failed = run("cancel", "r1", "--db", f"{blank} password=s3cret")
+        failed.one_error_line("no resilience tables", "langgraph-resilience setup")
+        assert "s3cret" not in failed.err
+
+
+def test_a_graph_that_cannot_be_loaded_is_one_line(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    assert run("setup", "--db", db).code == 0
+    with ResilientSqliteSaver.from_conn_string(db) as saver:
+        cli_graph.builder.compile(checkpointer=saver).invoke({"fix": "ok"}, cfg("t"))
+    run("retry", "t", "--db", db, "--graph", "cli_graph").one_error_line("module:attribute")
+    run("retry", "t", "--db", db, "--graph", "nope_mod:g").one_error_line("cannot import")
+    run("retry", "t", "--db", db, "--graph", "cli_graph:not_a_graph").one_error_line("not a graph")
+
+
+# -- the worker drains on SIGTERM -----------------------------------------------------------
+
+
+def test_worker_drains_on_sigterm_and_releases_its_run(tmp_path: Path, ledger: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    with ResilientSqliteSaver.from_conn_string(db) as saver:
+        run_id = Worker(cli_graph.builder, checkpointer=saver).submit({"fix": "ok", "slow": 1.0})
+    proc = spawn(CLI, "worker", "--db", db, "--graph", GRAPH, "--lease-ttl", "10", "--json")
+    deadline = time.monotonic() + 30
+    while not steps_in(ledger, proc.pid):  # step a has started: 1 s of work
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    assert json.loads(out)["runs"] == {run_id: "queued"}  # released, not lost
+    assert steps_in(ledger, proc.pid) == ["a"]  # a finished; b never started
+    with ResilientSqliteSaver.from_conn_string(db) as saver:
+        record = saver.read_run(run_id)
+        assert record is not None and record.status == "queued"
+
+
+# -- the console script, as installed ------------------------------------------------------
+
+
+def test_console_script_runs_and_no_command_prints_help() -> None:
+    script = Path(sys.executable).parent / "langgraph-resilience"
+    done = subprocess.run([str(script)], capture_output=True, text=True, timeout=60, cwd=TESTS)
+    assert done.returncode == 2
+    for command in ("resume", "retry", "worker", "cancel", "demo", "setup"):
+        assert command in done.stdout + done.stderr

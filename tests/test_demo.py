@@ -1,0 +1,87 @@
+"""The demo (`make demo`, `langgraph-resilience demo`): it tells its story and
+checks itself, and its checks catch a broken claim. With ``LGR_WHEEL_TEST=1``,
+the package is built as a wheel, installed into a fresh venv, and the demo run
+from there (about a minute; run before a release).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from langgraph_resilience.demo.evidence import Evidence, Runner, check, expected_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+FIRST, SECOND, FIXER = (Runner(name=n, pid=p) for n, p in (("w1", 11), ("w2", 22), ("me", 33)))
+
+
+def good_evidence(**changes: object) -> Evidence:
+    starts = [
+        (step, pid) for step, pids in expected_runs(FIRST, SECOND, FIXER).items() for pid in pids
+    ]
+    fields: dict[str, object] = {
+        "starts": starts,
+        "emails": [("msg-1", FIRST.pid)],
+        "run": {"status": "partial_complete", "recoveries": 1},
+        "final": {
+            "resilience": {"status": "success"},
+            "published": "reports-archive/tides-report",
+            "email": "msg-1",
+            "facts": ["x [1]", "y [2]", "z [3]"],
+        },
+    }
+    fields.update(changes)
+    return Evidence(**fields)  # type: ignore[arg-type]
+
+
+def test_the_checks_pass_on_the_story_and_catch_each_broken_claim() -> None:
+    assert check(good_evidence(), FIRST, SECOND, FIXER) == []
+    twice = good_evidence(emails=[("msg-1", FIRST.pid), ("msg-2", SECOND.pid)])
+    assert any("sent 2 times" in p for p in check(twice, FIRST, SECOND, FIXER))
+    redone = good_evidence(starts=[*good_evidence().starts, ("draft", SECOND.pid)])
+    assert any(p.startswith("draft ran in") for p in check(redone, FIRST, SECOND, FIXER))
+    unfinished = good_evidence(run={"status": "error", "recoveries": 1})
+    assert any("'partial_complete'" in p for p in check(unfinished, FIRST, SECOND, FIXER))
+
+
+def test_demo_tells_the_story_and_checks_itself(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "langgraph_resilience.cli", "demo", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,  # not the clone: the demo ships in the package
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "OK:" in done.stdout
+    assert len((tmp_path / "outbox.log").read_text().splitlines()) == 1
+
+
+@pytest.mark.skipif(not os.environ.get("LGR_WHEEL_TEST"), reason="set LGR_WHEEL_TEST=1 (~1 min)")
+def test_demo_runs_from_the_installed_wheel(tmp_path: Path) -> None:
+    wheels, venv = tmp_path / "wheels", tmp_path / "venv"
+    pip = [sys.executable, "-m", "pip"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "-w", str(wheels), str(ROOT)], check=True, timeout=300
+    )
+    [wheel] = wheels.glob("langgraph_resilience-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    constraints = ["-c", str(ROOT / "constraints.txt")]
+    subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "--quiet", *constraints, str(wheel)],
+        check=True,
+        timeout=600,
+    )
+    done = subprocess.run(
+        [str(venv / "bin" / "langgraph-resilience"), "demo", "--dir", str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "OK:" in done.stdout
