@@ -1,0 +1,126 @@
+"""What a call that failed for good becomes in the agent's state (pure, no I/O).
+
+- `tool_error_message`: the error `ToolMessage` a model reads and can react to
+  (``on_failure="continue"``, as LangChain's ``on_failure="continue"``);
+- `partial_log`: the run log update that ends the run with the structured
+  partial result (``on_failure="end"``): ``status: "partial_complete"``, the
+  failed step, what was done (the run's completed tool calls), the partial
+  output and what to do next. It has the shape of ``state["resilience"]`` in a
+  `ResilientStateGraph` (`RunOutcome`), so a `Worker` and `run_report` read an
+  agent's outcome as any other run's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+from langgraph_resilience._routes import error_text
+from langgraph_resilience.agents._calls import GaveUp
+from langgraph_resilience.classify import FailureKind
+from langgraph_resilience.state import summarize
+
+__all__ = ["ended", "partial_log", "stopped_message", "tool_error_message"]
+
+_NEXT = {
+    FailureKind.TRANSIENT: "the service kept failing; check it, then resume the thread",
+    FailureKind.PERMANENT: "a retry cannot fix this; fix the cause (input, code, configuration)",
+    FailureKind.VALIDATION: "the output kept failing validation; fix the prompt or schema",
+    FailureKind.CONTEXT_OVERFLOW: "the context stayed too long after compression; keep less",
+    FailureKind.DEGRADABLE: "the dependency is down; try again once it is back",
+    FailureKind.BUDGET_EXHAUSTED: "the budget ran out; resume with a larger Budget",
+}
+
+
+def tool_error_message(name: str, call_id: str, gave_up: GaveUp) -> ToolMessage:
+    """The error result of a tool call that failed for good, for the model to read."""
+    tries = gave_up.attempts
+    return ToolMessage(
+        content=(
+            f"Error: tool {name!r} failed after {tries} attempt{'s' if tries != 1 else ''} "
+            f"({gave_up.failure.kind.value}: {error_text(gave_up.error)}). Do not call it "
+            "again with the same arguments; continue without it or try another way."
+        ),
+        tool_call_id=call_id,
+        name=name,
+        status="error",
+    )
+
+
+def _since_question(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The messages of the current turn: after the last human message."""
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], HumanMessage):
+            return list(messages[i + 1 :])
+    return list(messages)
+
+
+def _done(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+    """The turn's tool calls that returned a result (what was done)."""
+    return [
+        {
+            "path": f"tools/{m.name}",
+            "node": "tools",
+            "tool_call_id": m.tool_call_id,
+            "status": "completed",
+            "summary": summarize(m.content),
+        }
+        for m in _since_question(messages)
+        if isinstance(m, ToolMessage) and m.status != "error"
+    ]
+
+
+def _suggestion(where: str, gave_up: GaveUp) -> str:
+    text = f"{where} failed for good ({error_text(gave_up.error)}): {_NEXT[gave_up.failure.kind]}"
+    if gave_up.retry_after is not None:
+        text += f"; the service asked to wait {gave_up.retry_after:.0f} s before a retry"
+    return text + ". Then start a new turn on the thread, or submit it again."
+
+
+def partial_log(
+    where: str,
+    node: str,
+    gave_up: GaveUp,
+    messages: Sequence[BaseMessage],
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The run log update of a run that ends short at ``where`` (``tools/<name>``,
+    ``model``)."""
+    failed = {
+        "path": where,
+        "node": node,
+        "kind": gave_up.failure.kind.value,
+        "reason": gave_up.failure.reason,
+        "error_type": type(gave_up.error).__name__,
+        "message": error_text(gave_up.error),
+        "attempts": gave_up.attempts,
+        **(extra or {}),
+    }
+    last_answer = next(
+        (m.text for m in reversed(messages) if isinstance(m, AIMessage) and m.text), None
+    )
+    done = _done(messages)
+    return {
+        "status": "partial_complete",
+        "failed_step": failed,
+        "failed_steps": [failed],
+        "completed_steps": done,
+        "partial_output": {"tool_results": len(done), "last_answer": last_answer},
+        "recovery_suggestions": [_suggestion(where, gave_up)],
+    }
+
+
+def stopped_message(log: Mapping[str, Any]) -> AIMessage:
+    """The agent's last message when the model's call ended the run."""
+    failed = log.get("failed_step") or {}
+    return AIMessage(
+        content=f"Stopped: {failed.get('path', 'a step')} failed ({failed.get('message', '')})."
+    )
+
+
+def ended(state: Mapping[str, Any]) -> bool:
+    """Whether the run ended with the partial result (the loop must not go on)."""
+    log = state.get("resilience")
+    return isinstance(log, Mapping) and log.get("status") == "partial_complete"

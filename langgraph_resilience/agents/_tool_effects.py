@@ -1,0 +1,180 @@
+"""A tool call that acts on the world, recorded once in the side-effect ledger.
+
+The ledger and its decision are `side_effect`'s (`_effect_steps.effect_steps`,
+the saver's intent and outcome records, the run-lease checks of ``effects``);
+only the key differs. A `side_effect` call is keyed by its task, which is
+right inside a graph node; a tool call is keyed by its **tool call id** (and
+the tool's name), per thread, because that id is what stays the same when the
+``tools`` task does not: a model step whose checkpoint was not yet stored when
+the process died is run again by the next one, and that new step dispatches the
+same tool calls (the model's message is replayed from the step's writes, or, for
+a deterministic model, produced again) under new task ids.
+
+The outcome stored is the tool's `ToolMessage`; a replay returns it as it was.
+The key is handed to the tool (`tool_idempotency_key`) and to ``reconcile``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langgraph_resilience._effect_steps import (
+    CallEffect,
+    Claim,
+    EffectSpec,
+    Lookup,
+    Reconcile,
+    Replay,
+    Settle,
+    effect_steps,
+)
+from langgraph_resilience._task import TaskContext
+from langgraph_resilience.checkpoint import AsyncResilientSaver
+from langgraph_resilience.effects import (
+    UNSTORABLE,
+    _intent,
+    _lease_waits,
+    _no_saver,
+    _outcome_fields,
+    _release,
+    _renewing,
+    _replayed,
+)
+from langgraph_resilience.errors import ConfigError
+
+__all__ = ["tool_key", "tool_once_async", "tool_once_sync"]
+
+
+def tool_key(spec: EffectSpec, call_id: str) -> str:
+    """The idempotency key of one tool call: the tool and the model's call id."""
+    return f"{spec.name}|{call_id}"
+
+
+def _where(spec: EffectSpec, task: TaskContext | None) -> tuple[TaskContext, str]:
+    thread = task.thread_id if task is not None else None
+    if task is None or thread is None:
+        raise ConfigError(
+            f"tool {spec.name!r} is named in ResilienceMiddleware(effects=...), so its calls "
+            "are recorded, which needs a checkpointer: create_agent(..., checkpointer="
+            "ResilientSqliteSaver(...)) and a thread_id in config['configurable']."
+        )
+    return task, thread
+
+
+def tool_once_sync(
+    spec: EffectSpec, call_id: str, task: TaskContext | None, call: Callable[[str], Any]
+) -> Any:
+    """``call(key)`` at most once for this tool call (a stored outcome is returned)."""
+    task, thread = _where(spec, task)
+    saver = task.saver
+    if saver is None:
+        raise _no_saver(spec, task)
+    key, fence = tool_key(spec, call_id), task.fence
+    intent = _intent(spec, task, key, fence)
+    steps = effect_steps(spec, key, fresh=False)
+    reply: Any = None
+    held = False  # our claim is stored and not settled
+    try:
+        while True:
+            try:
+                op = steps.send(reply)
+            except StopIteration as stop:
+                value = stop.value
+                return _replayed(saver, value) if isinstance(value, Replay) else value
+            reply = None
+            if isinstance(op, Lookup):
+                reply = saver.read_effect(thread, key)
+            elif isinstance(op, Claim):
+                reply = saver.claim_intent(thread, intent, None, spec.lease, fence, op.first)
+                held = reply.verdict in ("new", "took_over")
+            elif isinstance(op, Reconcile):
+                assert spec.reconcile is not None
+                reply = spec.reconcile(key)
+            elif isinstance(op, CallEffect):
+                for wait in _lease_waits(spec, key, fence):
+                    time.sleep(wait)
+                beat = _renewing(saver, thread, spec, intent)
+                try:
+                    reply = call(key)
+                except Exception as exc:
+                    reply = Settle("failed", error=exc)
+                finally:
+                    beat.stop()
+            else:
+                held = False
+                fields = _outcome_fields(spec, saver, op)
+                if spec.on_unknown == "raise":
+                    saver.record_outcome(thread, key, fields, fence)
+                else:
+                    saver.defer_outcome(thread, key, fields)
+                if fields.outcome_type == UNSTORABLE:
+                    raise TypeError(fields.error)
+    except BaseException:
+        if held:
+            _release(saver, thread, intent)
+        raise
+
+
+async def tool_once_async(
+    spec: EffectSpec,
+    call_id: str,
+    task: TaskContext | None,
+    call: Callable[[str], Awaitable[Any]],
+) -> Any:
+    """The async twin of `tool_once_sync`."""
+    task, thread = _where(spec, task)
+    saver: AsyncResilientSaver | None = task.async_saver
+    if saver is None:
+        raise _no_saver(spec, task)
+    key, fence = tool_key(spec, call_id), task.fence
+    intent = _intent(spec, task, key, fence)
+    steps = effect_steps(spec, key, fresh=False)
+    reply: Any = None
+    held = False
+    try:
+        while True:
+            try:
+                op = steps.send(reply)
+            except StopIteration as stop:
+                value = stop.value
+                return _replayed(saver, value) if isinstance(value, Replay) else value
+            reply = None
+            if isinstance(op, Lookup):
+                reply = await saver.aread_effect(thread, key)
+            elif isinstance(op, Claim):
+                reply = await saver.aclaim_intent(thread, intent, None, spec.lease, fence, op.first)
+                held = reply.verdict in ("new", "took_over")
+            elif isinstance(op, Reconcile):
+                assert spec.reconcile is not None
+                reply = spec.reconcile(key)
+                if inspect.isawaitable(reply):
+                    reply = await reply
+            elif isinstance(op, CallEffect):
+                for wait in _lease_waits(spec, key, fence):
+                    await asyncio.sleep(wait)
+                beat = _renewing(saver, thread, spec, intent)
+                try:
+                    reply = await call(key)
+                except Exception as exc:
+                    reply = Settle("failed", error=exc)
+                finally:
+                    beat.stop()
+            else:
+                held = False
+                fields = _outcome_fields(spec, saver, op)
+                if spec.on_unknown == "raise":
+                    await saver.arecord_outcome(thread, key, fields, fence)
+                else:
+                    saver.defer_outcome(thread, key, fields)
+                if fields.outcome_type == UNSTORABLE:
+                    raise TypeError(fields.error)
+    except BaseException:
+        if held:
+            with contextlib.suppress(Exception):  # if not, the lease runs out on its own
+                await saver.arenew_intent(thread, key, intent.owner or "", 0.0)
+        raise

@@ -1,0 +1,451 @@
+"""`ResilienceMiddleware`: this package's policies for agents built with ``create_agent``.
+
+LangChain's ``create_agent`` compiles its own graph (a ``model`` node, one
+``tools`` task per tool call), so a `ResilientStateGraph`'s node policies never
+reach it. This middleware brings them in through the agent's own hooks, and
+composes with LangChain's middleware (summarization, human in the loop, ...):
+
+- ``wrap_model_call`` / ``awrap_model_call``: the model call under its
+  `CallPolicy` (classified, retried per kind, attempts stored through the
+  resilient saver; a context overflow shrinks the request's messages to a valid
+  shorter history and tries again); the run's `Budget` checked before it, and an
+  exhausted budget pauses the agent with an ``interrupt`` until
+  ``Command(resume=Budget(...))``; what it used (tokens, seconds, steps) added
+  to ``state["resilience"]["usage"]``;
+- ``wrap_tool_call`` / ``awrap_tool_call``: every tool call under its tool's
+  `CallPolicy`; tools named in ``effects`` record an intent before the call and
+  the resulting `ToolMessage` after it in the side-effect ledger (keyed by the
+  tool call id), so a resumed or retried agent gets the stored message back
+  instead of a second call; a tool that fails for good becomes an error
+  `ToolMessage` (``on_failure="continue"``) or ends the run with the partial
+  result (``"end"``);
+- ``before_agent``: a new input starts a new run in the run log;
+- ``before_model``: a run that ended short does not call the model again;
+- ``after_agent``: a run that reached its end otherwise is a ``success``.
+
+The decisions are the package's own (`_engine.decide`, `Classifier`, `Backoff`);
+the sync and async hooks differ in their I/O lines only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Annotated, Any, NotRequired, cast
+
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    AgentState,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+    hook_config,
+)
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.runtime import Runtime
+from langgraph.types import Command, interrupt
+
+from langgraph_resilience._compress import compress_messages
+from langgraph_resilience._effect_steps import EffectSpec
+from langgraph_resilience._task import TaskContext
+from langgraph_resilience.agents._calls import CallContext, GaveUp, run_async, run_sync
+from langgraph_resilience.agents._outcome import (
+    ended,
+    partial_log,
+    stopped_message,
+    tool_error_message,
+)
+from langgraph_resilience.agents._policy import (
+    CallPolicy,
+    ToolEffect,
+    effect_spec,
+    node_policy,
+)
+from langgraph_resilience.agents._tool_effects import tool_once_async, tool_once_sync
+from langgraph_resilience.budget import Budget, Meter, add_usage, metering, pause_value, topped_up
+from langgraph_resilience.budget import used as used_of
+from langgraph_resilience.classify import Classifier
+from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.state import RunOutcome, merge_run_log, new_run_marker
+
+__all__ = ["ResilienceMiddleware", "ResilienceState", "tool_idempotency_key"]
+
+ToolResult = ToolMessage | Command[Any]
+
+_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "langgraph_resilience_tool_key", default=None
+)
+
+
+def tool_idempotency_key() -> str:
+    """Inside a tool named in ``ResilienceMiddleware(effects=...)``: the call's
+    idempotency key (the same across retries and resumes of the tool call), to
+    pass to the service so that it can deduplicate, and that ``reconcile`` is
+    asked about.
+
+    Raises:
+        ConfigError: outside such a tool's call.
+
+    Example:
+        >>> @tool  # doctest: +SKIP
+        ... def send_email(to: str, body: str) -> str:
+        ...     return mailer.send(to, body, idempotency_key=tool_idempotency_key())
+    """
+    key = _KEY.get()
+    if key is None:
+        raise ConfigError(
+            "tool_idempotency_key() works only inside a tool named in "
+            "ResilienceMiddleware(effects=[...]) while the agent calls it"
+        )
+    return key
+
+
+class ResilienceState(AgentState[Any]):
+    """The agent state with the run log, ``state["resilience"]`` (a `RunOutcome`)."""
+
+    resilience: NotRequired[Annotated[RunOutcome, merge_run_log]]
+
+
+def _tool_policies(
+    tools: CallPolicy | Mapping[str, CallPolicy],
+) -> tuple[dict[str, CallPolicy], CallPolicy]:
+    if isinstance(tools, CallPolicy):
+        return {}, tools
+    if not isinstance(tools, Mapping) or not all(isinstance(p, CallPolicy) for p in tools.values()):
+        raise ConfigError(
+            "ResilienceMiddleware tools must be a CallPolicy (for every tool) or a dict "
+            'of tool name -> CallPolicy ("*" for the others), got ' + repr(tools)
+        )
+    named = dict(tools)
+    return named, named.pop("*", CallPolicy())
+
+
+def _effects(effects: Mapping[str, ToolEffect] | Sequence[str]) -> dict[str, ToolEffect]:
+    if isinstance(effects, Mapping):
+        if all(isinstance(e, ToolEffect) for e in effects.values()):
+            return dict(effects)
+    elif not isinstance(effects, str) and all(isinstance(e, str) for e in effects):
+        return {name: ToolEffect() for name in effects}
+    raise ConfigError(
+        "ResilienceMiddleware effects must name the tools that act on the world: a list "
+        "of tool names, or a dict of tool name -> ToolEffect(reconcile=...), got " + repr(effects)
+    )
+
+
+def _tool_message(value: Any, request: ToolCallRequest) -> ToolResult:
+    """A reconciled or replayed outcome as the tool call's result."""
+    if isinstance(value, (ToolMessage, Command)):
+        return value
+    call = request.tool_call
+    return ToolMessage(content=str(value), tool_call_id=call["id"] or "", name=call["name"])
+
+
+def _tokens(response: ModelResponse[Any]) -> int:
+    """Tokens a response reports, when no callback counted them."""
+    total = 0
+    for message in response.result:
+        usage = getattr(message, "usage_metadata", None)
+        if usage:
+            total += int(usage.get("total_tokens") or 0)
+    return total
+
+
+class _ModelCall:
+    """One model call's state across its tries: the request (shrunk after a
+    context overflow), what the tries used, and the compression summaries."""
+
+    def __init__(self, request: ModelRequest[Any]) -> None:
+        self.request = request
+        self.spent: dict[str, float] = {}
+        self.summaries: list[dict[str, Any]] = []
+        self.meter = Meter()
+
+    def compress(self) -> None:
+        messages, summary = compress_messages(self.request.messages)
+        self.request = self.request.override(messages=cast("list[AnyMessage]", messages))
+        self.summaries.append({"node": "model", "at": time.time(), "trimmed": summary})
+
+    def count(self, meter: Meter, seconds: float, response: ModelResponse[Any] | None) -> None:
+        usage = meter.usage(seconds)
+        if response is not None and "tokens" not in usage:
+            found = _tokens(response)
+            if found:
+                usage["tokens"] = found
+        self.spent = add_usage(self.spent, usage)
+
+
+class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
+    """Persisted retries, exactly-once tools, budgets and partial results for agents.
+
+    Add it to ``create_agent(..., middleware=[...], checkpointer=saver)`` with one
+    of this package's savers (their attempt and side-effect ledgers are where the
+    tries and tool outcomes are kept; with another saver retries still work, in
+    memory, and ``effects`` raise `ConfigError`). Put it before LangChain's own
+    middleware in the list to make it the outermost layer.
+
+    Args:
+        model: how model calls are retried and given up on; ``on_failure`` is
+            ``"raise"`` (default) or ``"end"`` (the partial result).
+        tools: one `CallPolicy` for every tool, or a dict of tool name ->
+            `CallPolicy` (``"*"``: the others). Default: retry transient
+            failures 3 times, then an error `ToolMessage` for the model.
+        effects: tools that act on the world: a list of names, or a dict of name
+            -> `ToolEffect` (``reconcile``, ``on_unknown``). A tool whose function
+            is decorated with `side_effect` is recorded by that decorator (keyed
+            by its tool call's task), and needs no entry here.
+        classifier: how failures are classified (default: the package's rules);
+            a `CallPolicy`'s own classifier goes in front of it.
+        budget: the run's budget when its config gives none
+            (``config["configurable"]["budget"]``).
+        sleep / asleep: how to wait before a retry (tests pass a fake clock).
+        rand: uniform in [0, 1), for the backoff's jitter.
+
+    Example:
+        >>> agent = create_agent(  # doctest: +SKIP
+        ...     model, tools=[search, send_email],
+        ...     middleware=[ResilienceMiddleware(
+        ...         tools={"search": CallPolicy(retry=Backoff(max_attempts=4)),
+        ...                "send_email": CallPolicy(on_failure="end")},
+        ...         effects={"send_email": ToolEffect(reconcile=mailer.lookup)},
+        ...         budget=Budget(max_tokens=50_000))],
+        ...     checkpointer=saver)
+    """
+
+    state_schema = ResilienceState
+
+    def __init__(
+        self,
+        *,
+        model: CallPolicy | None = None,
+        tools: CallPolicy | Mapping[str, CallPolicy] | None = None,
+        effects: Mapping[str, ToolEffect] | Sequence[str] = (),
+        classifier: Classifier | None = None,
+        budget: Budget | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        asleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        super().__init__()
+        self.model_policy = model if model is not None else CallPolicy(on_failure="raise")
+        if not isinstance(self.model_policy, CallPolicy):
+            raise ConfigError(f"ResilienceMiddleware model must be a CallPolicy, got {model!r}")
+        if self.model_policy.on_failure == "continue":
+            raise ConfigError(
+                'ResilienceMiddleware model on_failure must be "raise" or "end" (a model '
+                'call has no ToolMessage to continue with), got "continue"'
+            )
+        self.tool_policies, self.default_tool_policy = _tool_policies(
+            tools if tools is not None else CallPolicy()
+        )
+        self.effects = _effects(effects)
+        if classifier is not None and not isinstance(classifier, Classifier):
+            raise ConfigError(
+                f"ResilienceMiddleware classifier must be a Classifier, got {classifier!r}"
+            )
+        self.classifier = classifier or Classifier()
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigError(f"ResilienceMiddleware budget must be a Budget, got {budget!r}")
+        self.budget = budget
+        self._sleep, self._asleep, self._rand = sleep, asleep, rand
+
+    # -- the run log ---------------------------------------------------------------
+
+    def before_agent(self, state: ResilienceState, runtime: Runtime[Any]) -> dict[str, Any]:
+        """A new input starts a new run: its usage, failures and status reset."""
+        return {"resilience": new_run_marker(time.time())}
+
+    async def abefore_agent(self, state: ResilienceState, runtime: Runtime[Any]) -> dict[str, Any]:
+        return self.before_agent(state, runtime)
+
+    def after_agent(self, state: ResilienceState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """A run that reached its end without failing for good is a success."""
+        return None if ended(state) else {"resilience": {"status": "success"}}
+
+    async def aafter_agent(
+        self, state: ResilienceState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return self.after_agent(state, runtime)
+
+    @hook_config(can_jump_to=["end"])
+    def before_model(self, state: ResilienceState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """A run that ended with the partial result goes to the end, not the model."""
+        return {"jump_to": "end"} if ended(state) else None
+
+    @hook_config(can_jump_to=["end"])
+    async def abefore_model(
+        self, state: ResilienceState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return self.before_model(state, runtime)
+
+    # -- the model call ------------------------------------------------------------------
+
+    def _context(self, label: str, policy: CallPolicy, task: TaskContext | None) -> CallContext:
+        classifier = self.classifier
+        if policy.classifier is not None:  # its rules first, then the middleware's
+            classifier = Classifier((*policy.classifier.rules, *classifier.rules))
+        return CallContext(
+            label=label,
+            policy=node_policy(policy),
+            classifier=classifier,
+            rand=self._rand,
+            resuming=task is not None and task.resuming,
+        )
+
+    def _budget_gate(self, state: Mapping[str, Any], task: TaskContext | None) -> Budget | None:
+        """Pause here while the run's budget is spent; returns a top-up resumed with."""
+        budget = topped_up(state) or (task.budget if task is not None else None) or self.budget
+        topped: Budget | None = None
+        while budget is not None and (ran_out := budget.exhausted(used_of(state))):
+            resumed = interrupt(pause_value("model", budget, used_of(state), ran_out))
+            if isinstance(resumed, (Budget, Mapping)):
+                budget = topped = Budget.coerce(resumed, where="the value resumed with")
+        return topped
+
+    def _model_result(
+        self, result: Any, call: _ModelCall, topped: Budget | None
+    ) -> ExtendedModelResponse[Any]:
+        log: dict[str, Any] = {"usage": {**call.spent, "steps": 1}}
+        if topped is not None:
+            log["budget"] = topped.to_dict()
+        if call.summaries:
+            log["context_summary"] = call.summaries
+        if isinstance(result, GaveUp):
+            if self.model_policy.on_failure == "raise":
+                raise result.error
+            log.update(partial_log("model", "model", result, call.request.messages))
+            response: ModelResponse[Any] = ModelResponse(result=[stopped_message(log)])
+        else:
+            response = result
+        return ExtendedModelResponse(
+            model_response=response, command=Command(update={"resilience": log})
+        )
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        task = TaskContext.current()
+        topped = self._budget_gate(request.state, task)
+        call = _ModelCall(request)
+
+        def once() -> ModelResponse[Any]:
+            started = time.monotonic()
+            response = None
+            with metering() as meter:
+                try:
+                    response = handler(call.request)
+                    return response
+                finally:
+                    call.count(meter, time.monotonic() - started, response)
+
+        ctx = self._context("model", self.model_policy, task)
+        result = run_sync(ctx, task, once, call.compress, self._sleep)
+        return self._model_result(result, call, topped)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        task = TaskContext.current()
+        topped = self._budget_gate(request.state, task)
+        call = _ModelCall(request)
+
+        async def once() -> ModelResponse[Any]:
+            started = time.monotonic()
+            response = None
+            with metering() as meter:
+                try:
+                    response = await handler(call.request)
+                    return response
+                finally:
+                    call.count(meter, time.monotonic() - started, response)
+
+        ctx = self._context("model", self.model_policy, task)
+        result = await run_async(ctx, task, once, call.compress, self._asleep)
+        return self._model_result(result, call, topped)
+
+    # -- tool calls ------------------------------------------------------------------
+
+    def _tool_policy(self, name: str) -> CallPolicy:
+        return self.tool_policies.get(name, self.default_tool_policy)
+
+    def _effect_spec(self, request: ToolCallRequest) -> EffectSpec | None:
+        """How the ledger records a tool named in ``effects`` (None: not recorded)."""
+        call = request.tool_call
+        effect = self.effects.get(call["name"])
+        if effect is None:
+            return None
+        return effect_spec(effect, call["name"])
+
+    def _tool_result(self, result: Any, request: ToolCallRequest) -> ToolResult:
+        call = request.tool_call
+        name, call_id = call["name"], call["id"] or ""
+        if not isinstance(result, GaveUp):
+            return _tool_message(result, request)
+        policy = self._tool_policy(name)
+        if policy.on_failure == "raise":
+            raise result.error
+        message = tool_error_message(name, call_id, result)
+        if policy.on_failure == "continue":
+            return message
+        state = request.state if isinstance(request.state, Mapping) else {}
+        messages = [*state.get("messages", []), message]
+        extra = {"tool": name, "tool_call_id": call_id}
+        log = partial_log(f"tools/{name}", "tools", result, messages, extra)
+        return Command(update={"messages": [message], "resilience": log})
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolResult],
+    ) -> ToolResult:
+        task = TaskContext.current()
+        spec = self._effect_spec(request)
+
+        def keyed(key: str) -> ToolResult:
+            token = _KEY.set(key)
+            try:
+                return handler(request)
+            finally:
+                _KEY.reset(token)
+
+        def once() -> Any:
+            if spec is None:
+                return handler(request)
+            return tool_once_sync(spec, request.tool_call["id"] or "", task, keyed)
+
+        name = request.tool_call["name"]
+        ctx = self._context(f"tool:{name}", self._tool_policy(name), task)
+        result = run_sync(ctx, task, once, lambda: None, self._sleep)
+        return self._tool_result(result, request)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
+    ) -> ToolResult:
+        task = TaskContext.current()
+        spec = self._effect_spec(request)
+
+        async def keyed(key: str) -> ToolResult:
+            token = _KEY.set(key)
+            try:
+                return await handler(request)
+            finally:
+                _KEY.reset(token)
+
+        async def once() -> Any:
+            if spec is None:
+                return await handler(request)
+            return await tool_once_async(spec, request.tool_call["id"] or "", task, keyed)
+
+        name = request.tool_call["name"]
+        ctx = self._context(f"tool:{name}", self._tool_policy(name), task)
+        result = await run_async(ctx, task, once, lambda: None, self._asleep)
+        return self._tool_result(result, request)
