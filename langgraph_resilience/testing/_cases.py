@@ -233,6 +233,9 @@ def judge(
     state_matches = recovered and state == ref.state
     if recovered and not state_matches:
         evidence += _state_diff(ref.state, state)
+        stop = _partial(final.values)
+        if stop:
+            evidence.append(stop)
     redone_counts = Counter(e.path for e in tracker.executions) - Counter(ref.paths)
     redone = tuple(sorted(redone_counts.elements()))
     completed_redone: list[str] = []
@@ -297,9 +300,19 @@ def _run_line(i: int, r: RunResult) -> str:
     return f"run {i}: {start}, {end}" + (f" ({r.error})" if r.error else "")
 
 
+def _partial(values: Any) -> str | None:
+    """What stopped a run that ended with a partial result, from its run log."""
+    log = values.get("resilience") if isinstance(values, Mapping) else None
+    failed = log.get("failed_step") if isinstance(log, Mapping) else None
+    if not isinstance(failed, Mapping) or log.get("status") != "partial_complete":
+        return None
+    error = f"{failed.get('error_type') or failed.get('kind')}: {failed.get('message')}"
+    return f"the run ended with a partial result at step {failed.get('path')!r} ({_short(error)})"
+
+
 def _short(value: Any) -> str:
     text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def _state_diff(expected: Any, got: Any) -> list[str]:

@@ -96,9 +96,22 @@ class Tracker:
 
     def path_of(self, name: str, task: TaskContext, state: Any) -> str:
         """The step's task path: the run log's when the state has one, else counted
-        here (the same step after a resume keeps its path)."""
+        here (the same step after a resume keeps its path). Inside a subgraph the
+        path starts with its parent step's (``research[1]/agent``), so the
+        subgraphs of two `Send` branches name their steps apart."""
         if isinstance(state, Mapping) and "resilience" in state:
-            return step_path(name, task, log_of(state))
+            path = step_path(name, task, log_of(state))
+        else:
+            path = self._counted(name, task)
+        segments = task.checkpoint_ns.split("|")
+        if len(segments) >= 2:
+            with self.lock:
+                parent = self._by_task.get(segments[-2].partition(":")[2])
+            if parent is not None:
+                path = f"{parent.path}/{path[len(task.graph_path) :]}"
+        return path
+
+    def _counted(self, name: str, task: TaskContext) -> str:
         base = task.graph_path + name
         if task.send_index is not None:
             base += f"[{task.send_index}]"
