@@ -43,7 +43,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, tool
 from pydantic import Field
 
-from langgraph_resilience import Backoff, Worker
+from langgraph_resilience import Backoff, Worker, side_effect
 from langgraph_resilience.agents import (
     CallPolicy,
     ResilienceMiddleware,
@@ -121,11 +121,15 @@ def lines(path: Path) -> list[str]:
 
 
 def research_tools(
-    service: Path, *, search_failures: int = 0, on_email: Callable[[], None] = lambda: None
+    service: Path,
+    *,
+    search_failures: int = 0,
+    on_email: Callable[[], None] = lambda: None,
+    marked: bool = False,
 ) -> list[BaseTool]:
     """``search`` (fails transiently ``search_failures`` times in all, across
     processes) and ``send_email`` (its service dedupes nothing: a second call
-    would be a second email)."""
+    would be a second email; ``marked``: decorated with ``side_effect``)."""
 
     @tool
     def search(query: str) -> str:
@@ -135,14 +139,15 @@ def research_tools(
             raise ConnectionError("search backend reset the connection")
         return f"3 papers on {query}"
 
-    @tool
     def send_email(to: str) -> str:
         """Send the report by email."""
         append(service / "email.log", f"{tool_idempotency_key()} {os.getpid()}")
         on_email()
         return f"sent to {to}"
 
-    return [search, send_email]
+    if marked:
+        send_email = side_effect(reconcile=reconcile_with(service))(send_email)
+    return [search, tool(send_email)]
 
 
 def reconcile_with(service: Path) -> Callable[[str], Any]:
@@ -163,20 +168,25 @@ def research_agent(
     on_email: Callable[[], None] = lambda: None,
     sleep: Callable[[float], None] = lambda s: None,
     middleware: Sequence[Any] = (),
+    marked: bool = False,
     **options: Any,
 ) -> Any:
-    """The research agent on ``saver``, with the resilience middleware first."""
+    """The research agent on ``saver``, with the resilience middleware first
+    (``marked``: the email tool is a ``side_effect``, not named in ``effects``)."""
     options.setdefault(
         "tools", {"search": CallPolicy(retry=Backoff(max_attempts=4, initial_interval=0.05))}
     )
+    effects = {} if marked else {"send_email": ToolEffect(reconcile=reconcile_with(service))}
     resilience = ResilienceMiddleware(
-        effects={"send_email": ToolEffect(reconcile=reconcile_with(service))},
+        effects=effects,
         sleep=sleep,
         **options,
     )
     return create_agent(
         model or ScriptedModel(plan=PLAN),
-        tools=research_tools(service, search_failures=search_failures, on_email=on_email),
+        tools=research_tools(
+            service, search_failures=search_failures, on_email=on_email, marked=marked
+        ),
         middleware=[resilience, *middleware],
         checkpointer=saver,
     )
@@ -193,6 +203,7 @@ async def main() -> int:
     for name in ("backend", "target", "service", "thread", "mode"):
         parser.add_argument(name)
     parser.add_argument("--kill-after-email", action="store_true")
+    parser.add_argument("--marked", action="store_true")
     parser.add_argument("--lease-ttl", type=float, default=1.0)
     args = parser.parse_args()
     service = Path(args.service)
@@ -211,10 +222,10 @@ async def main() -> int:
             agent = research_agent(saver, service, search_failures=2, sleep=sleep)
             await asyncio.to_thread(agent.invoke, question, config)
         elif args.mode == "email":
-            agent = research_agent(saver, service, on_email=die)
+            agent = research_agent(saver, service, on_email=die, marked=args.marked)
             await asyncio.to_thread(agent.invoke, question, config)
         elif args.mode == "resume":
-            agent = research_agent(saver, service)
+            agent = research_agent(saver, service, marked=args.marked)
             out = await asyncio.to_thread(agent.invoke, None, config)
             print(
                 json.dumps(
@@ -227,7 +238,7 @@ async def main() -> int:
                 if args.kill_after_email and len(lines(service / "email.log")) == 1:
                     die()
 
-            agent = research_agent(saver, service, on_email=first_email_kills)
+            agent = research_agent(saver, service, on_email=first_email_kills, marked=args.marked)
             worker = Worker(agent, lease_ttl=args.lease_ttl, poll_interval=0.05)
             if args.thread != "-":
                 run_id = await asyncio.to_thread(worker.submit, question, thread_id=args.thread)

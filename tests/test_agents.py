@@ -273,13 +273,16 @@ def test_a_sigkill_during_the_backoff_resumes_at_the_third_try(
 
 
 @pytest.mark.crash
+@pytest.mark.parametrize("how", ["named", "marked"])
 def test_an_email_sent_right_before_a_sigkill_is_not_sent_again(
-    store: tuple[str, str], tmp_path: Path
+    store: tuple[str, str], tmp_path: Path, how: str
 ) -> None:
-    first = _run(store, tmp_path, "email", "email")
+    """The email tool named in ``effects``, or decorated with ``side_effect``."""
+    marked = ("--marked",) if how == "marked" else ()
+    first = _run(store, tmp_path, f"email-{how}", "email", *marked)
     assert first.wait(30) == -9
     assert len(lines(tmp_path / "email.log")) == 1  # sent; its outcome not stored
-    second = _run(store, tmp_path, "email", "resume")
+    second = _run(store, tmp_path, f"email-{how}", "resume", *marked)
     out, err = second.communicate(30)
     assert second.returncode == 0, err
     assert json.loads(out)["answer"] == "Report sent."
@@ -289,14 +292,16 @@ def test_an_email_sent_right_before_a_sigkill_is_not_sent_again(
 
 
 @pytest.mark.crash
+@pytest.mark.parametrize("how", ["named", "marked"])
 def test_under_two_workers_a_killed_ones_agent_is_taken_over_and_emails_once(
-    store: tuple[str, str], tmp_path: Path
+    store: tuple[str, str], tmp_path: Path, how: str
 ) -> None:
-    first = _run(store, tmp_path, "job-1", "worker", "--kill-after-email")
+    marked = ("--marked",) if how == "marked" else ()
+    first = _run(store, tmp_path, f"job-{how}", "worker", "--kill-after-email", *marked)
     deadline = time.monotonic() + 30
     while not lines(tmp_path / "submitted.log") and time.monotonic() < deadline:
         time.sleep(0.02)
-    second = _run(store, tmp_path, "-", "worker", "--kill-after-email")
+    second = _run(store, tmp_path, "-", "worker", "--kill-after-email", *marked)
     assert first.wait(30) == -9 or second.wait(30) == -9
     for proc in (first, second):
         proc.wait(30)
@@ -306,4 +311,7 @@ def test_under_two_workers_a_killed_ones_agent_is_taken_over_and_emails_once(
     (run_id,) = lines(tmp_path / "submitted.log")
     assert json.loads(out) == {run_id: "success"}
     assert len(lines(tmp_path / "email.log")) == 1
-    assert len(lines(tmp_path / "search.log")) == 1
+    # A read-only step may run again: the killed worker's last checkpoints may not
+    # have been stored yet (durability="async"); the email, keyed by its tool call
+    # id, is not sent again even then.
+    assert 1 <= len(lines(tmp_path / "search.log")) <= 2

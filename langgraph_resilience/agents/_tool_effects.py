@@ -11,7 +11,13 @@ same tool calls (the model's message is replayed from the step's writes, or, for
 a deterministic model, produced again) under new task ids.
 
 The outcome stored is the tool's `ToolMessage`; a replay returns it as it was.
-The key is handed to the tool (`tool_idempotency_key`) and to ``reconcile``.
+The key is handed to the tool (`tool_idempotency_key`, or its
+``idempotency_key`` argument if it has one) and to ``reconcile``.
+
+A tool is recorded when it is named in ``ResilienceMiddleware(effects=...)``,
+or when its function is decorated with `side_effect` (`recorded`): then the
+decorator's settings apply, keyed by the tool call as above, and the tool runs
+its undecorated function, so the call is not recorded twice under two keys.
 """
 
 from __future__ import annotations
@@ -20,8 +26,12 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
+
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from pydantic import BaseModel
 
 from langgraph_resilience._effect_steps import (
     CallEffect,
@@ -34,6 +44,7 @@ from langgraph_resilience._effect_steps import (
     effect_steps,
 )
 from langgraph_resilience._task import TaskContext
+from langgraph_resilience.agents._policy import ToolEffect, effect_spec
 from langgraph_resilience.checkpoint import AsyncResilientSaver
 from langgraph_resilience.effects import (
     UNSTORABLE,
@@ -47,12 +58,44 @@ from langgraph_resilience.effects import (
 )
 from langgraph_resilience.errors import ConfigError
 
-__all__ = ["tool_key", "tool_once_async", "tool_once_sync"]
+__all__ = ["recorded", "tool_key", "tool_once_async", "tool_once_sync", "with_key"]
 
 
 def tool_key(spec: EffectSpec, call_id: str) -> str:
     """The idempotency key of one tool call: the tool and the model's call id."""
     return f"{spec.name}|{call_id}"
+
+
+def recorded(
+    request: ToolCallRequest, effects: Mapping[str, ToolEffect]
+) -> tuple[EffectSpec | None, ToolCallRequest]:
+    """How the ledger records this tool call (None: not at all), and the request
+    to run it with (a `side_effect` tool's undecorated function: recorded here)."""
+    name = request.tool_call["name"]
+    tool = request.tool
+    marker: EffectSpec | None = None
+    undecorated: dict[str, Any] = {}
+    for attr in ("func", "coroutine"):
+        fn = getattr(tool, attr, None)
+        found = getattr(fn, "effect_spec", None)
+        if isinstance(found, EffectSpec) and hasattr(fn, "__wrapped__"):
+            marker, undecorated[attr] = found, fn.__wrapped__  # type: ignore[union-attr]
+    if undecorated and isinstance(tool, BaseModel):
+        request = request.override(tool=tool.model_copy(update=undecorated))
+    effect = effects.get(name)
+    if effect is not None:
+        return effect_spec(effect, name), request
+    if marker is None:
+        return None, request
+    return replace(marker, name=effect_spec(ToolEffect(), name).name, key=None), request
+
+
+def with_key(spec: EffectSpec, request: ToolCallRequest, key: str) -> ToolCallRequest:
+    """The request a tool with an ``idempotency_key`` parameter is called with."""
+    if not spec.passes_key:
+        return request
+    call = request.tool_call
+    return request.override(tool_call={**call, "args": {**call["args"], "idempotency_key": key}})
 
 
 def _where(spec: EffectSpec, task: TaskContext | None) -> tuple[TaskContext, str]:

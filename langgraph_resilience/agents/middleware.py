@@ -50,7 +50,6 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from langgraph_resilience._compress import compress_messages
-from langgraph_resilience._effect_steps import EffectSpec
 from langgraph_resilience._task import TaskContext
 from langgraph_resilience.agents._calls import CallContext, GaveUp, run_async, run_sync
 from langgraph_resilience.agents._outcome import (
@@ -62,10 +61,14 @@ from langgraph_resilience.agents._outcome import (
 from langgraph_resilience.agents._policy import (
     CallPolicy,
     ToolEffect,
-    effect_spec,
     node_policy,
 )
-from langgraph_resilience.agents._tool_effects import tool_once_async, tool_once_sync
+from langgraph_resilience.agents._tool_effects import (
+    recorded,
+    tool_once_async,
+    tool_once_sync,
+    with_key,
+)
 from langgraph_resilience.budget import Budget, Meter, add_usage, metering, pause_value, topped_up
 from langgraph_resilience.budget import used as used_of
 from langgraph_resilience.classify import Classifier
@@ -195,8 +198,8 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             failures 3 times, then an error `ToolMessage` for the model.
         effects: tools that act on the world: a list of names, or a dict of name
             -> `ToolEffect` (``reconcile``, ``on_unknown``). A tool whose function
-            is decorated with `side_effect` is recorded by that decorator (keyed
-            by its tool call's task), and needs no entry here.
+            is decorated with `side_effect` needs no entry: it is recorded the
+            same way, with the decorator's ``reconcile`` and ``on_unknown``.
         classifier: how failures are classified (default: the package's rules);
             a `CallPolicy`'s own classifier goes in front of it.
         budget: the run's budget when its config gives none
@@ -375,14 +378,6 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
     def _tool_policy(self, name: str) -> CallPolicy:
         return self.tool_policies.get(name, self.default_tool_policy)
 
-    def _effect_spec(self, request: ToolCallRequest) -> EffectSpec | None:
-        """How the ledger records a tool named in ``effects`` (None: not recorded)."""
-        call = request.tool_call
-        effect = self.effects.get(call["name"])
-        if effect is None:
-            return None
-        return effect_spec(effect, call["name"])
-
     def _tool_result(self, result: Any, request: ToolCallRequest) -> ToolResult:
         call = request.tool_call
         name, call_id = call["name"], call["id"] or ""
@@ -406,18 +401,19 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         handler: Callable[[ToolCallRequest], ToolResult],
     ) -> ToolResult:
         task = TaskContext.current()
-        spec = self._effect_spec(request)
+        spec, run = recorded(request, self.effects)
 
         def keyed(key: str) -> ToolResult:
+            assert spec is not None
             token = _KEY.set(key)
             try:
-                return handler(request)
+                return handler(with_key(spec, run, key))
             finally:
                 _KEY.reset(token)
 
         def once() -> Any:
             if spec is None:
-                return handler(request)
+                return handler(run)
             return tool_once_sync(spec, request.tool_call["id"] or "", task, keyed)
 
         name = request.tool_call["name"]
@@ -431,18 +427,19 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
         task = TaskContext.current()
-        spec = self._effect_spec(request)
+        spec, run = recorded(request, self.effects)
 
         async def keyed(key: str) -> ToolResult:
+            assert spec is not None
             token = _KEY.set(key)
             try:
-                return await handler(request)
+                return await handler(with_key(spec, run, key))
             finally:
                 _KEY.reset(token)
 
         async def once() -> Any:
             if spec is None:
-                return await handler(request)
+                return await handler(run)
             return await tool_once_async(spec, request.tool_call["id"] or "", task, keyed)
 
         name = request.tool_call["name"]
