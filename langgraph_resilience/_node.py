@@ -34,17 +34,19 @@ from langgraph.types import interrupt
 
 from langgraph_resilience._compress import compress_with_summary
 from langgraph_resilience._engine import Action, decide
-from langgraph_resilience._routes import ResilienceRoute, error_text, route_of, suggestion
+from langgraph_resilience._routes import error_text, route_of, routing, suggestion
 from langgraph_resilience._step_log import (
     SubgraphStopped,
     log_of,
     log_try,
     log_update,
     nested_log,
+    step_ids,
     step_path,
     with_log,
 )
 from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
+from langgraph_resilience._telemetry import TryRun, begin_try, emit, failed_try
 from langgraph_resilience.budget import Budget, add_usage, metering, pause_value, topped_up, used
 from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.classify import Classification, Classifier, FailureKind, is_control_flow
@@ -86,10 +88,12 @@ class CallNode(NamedTuple):
 
 
 class RecordAttempt(NamedTuple):
-    """Store a failed try in the attempt ledger, before acting on it."""
+    """Store a failed try in the attempt ledger, before acting on it (``error``:
+    what the try raised, or its output's validation error, for the try's run)."""
 
     record: AttemptRecord
     started_at: float
+    error: BaseException | None = None
 
 
 class Sleep(NamedTuple):
@@ -244,7 +248,7 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
             reason=str(exc)[:500],
             finished_at=time.time(),
         )
-        yield RecordAttempt(record, started)
+        yield RecordAttempt(record, started, exc)
         log_try(ctx.name, task, state, record, decision)
         if decision.action is Action.PAUSE:
             # Raises until the run is resumed (Command(resume=...)); the resumed
@@ -281,6 +285,17 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
                 suggestion(ctx.name, failure, exc, number, path, retry_after=decision.retry_after)
             ]
             _add_spend(log, spent, topped)
+            emit(
+                "degraded",
+                logging.WARNING,
+                "step %s degraded after %d tries (%s): skipped, the run goes on without it",
+                path,
+                number,
+                failure.kind.value,
+                **step_ids(ctx.name, task, log_of(state), path),
+                kind=failure.kind.value,
+                attempts=number,
+            )
             return {"resilience": log}
         route = route_of(
             node=ctx.name,
@@ -299,7 +314,23 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
                 {k: inner[k] for k in ("kind", "reason", "error_type", "message") if k in inner}
             )
             route["path"] = str(inner.get("path") or route["path"])
-        raise ResilienceRoute(route)
+        if decision.action is Action.FALLBACK:
+            emit(
+                "fallback",
+                logging.WARNING,
+                "step %s gave up after %d tries (%s); taking its fallback %s",
+                route["path"],
+                number,
+                route["kind"],
+                route["target"],
+                **step_ids(ctx.name, task, log_of(state), route["path"]),
+                kind=route["kind"],
+                attempts=number,
+                fallback=route["target"],
+            )
+        # The node's own error, carrying its route: callbacks and tracers see the
+        # failure as it is, never a routing signal (`_routes.routing`).
+        raise routing(exc, route)
 
 
 #: A subgraph that stopped short: no retry (its completed steps would run again);
@@ -323,14 +354,24 @@ def _validation_error(validate: Callable[[Any], Any], output: Any) -> BaseExcept
 def run_sync(ctx: NodeContext, state: Any, call: Callable[[Any], Any], task: TaskContext) -> Any:
     loop = node_loop(ctx, state, task)
     reply: Any = None
+    tr: TryRun | None = None  # the try in progress, when someone watches it
     while True:
         try:
             op = loop.send(reply)
         except StopIteration as stop:
+            if tr is not None:
+                tr.end_sync(stop.value, None, None)
             return stop.value
+        except BaseException as exc:
+            if tr is not None:
+                tr.end_sync(None, exc, None)
+            raise
         if isinstance(op, CallNode):
             output: Any = None
             error: BaseException | None = None
+            tr = begin_try(ctx.name, op.attempt.number, task.config)
+            if tr is not None:
+                tr.start_sync(op.state)
             token = CURRENT_ATTEMPT.set(op.attempt)
             started = time.monotonic()
             with metering() as meter:
@@ -349,7 +390,9 @@ def run_sync(ctx: NodeContext, state: Any, call: Callable[[Any], Any], task: Tas
             saver, key = task.saver, task.attempt_key
             if saver is not None and key is not None:
                 saver.record_attempt(key, op.record, op.started_at, task.fence)
-            reply = None
+            tr = failed_try(tr, ctx.name, op.record.attempt, task.config, op.started_at)
+            tr.end_sync(None, op.error, op.record.kind)
+            tr = reply = None
         else:
             time.sleep(op.seconds)
             reply = None
@@ -364,14 +407,24 @@ async def run_async(
 ) -> Any:
     loop = node_loop(ctx, state, task)
     reply: Any = None
+    tr: TryRun | None = None  # the try in progress, when someone watches it
     while True:
         try:
             op = loop.send(reply)
         except StopIteration as stop:
+            if tr is not None:
+                await tr.end_async(stop.value, None, None)
             return stop.value
+        except BaseException as exc:
+            if tr is not None:
+                await tr.end_async(None, exc, None)
+            raise
         if isinstance(op, CallNode):
             output: Any = None
             error: BaseException | None = None
+            tr = begin_try(ctx.name, op.attempt.number, task.config)
+            if tr is not None:
+                await tr.start_async(op.state)
             token = CURRENT_ATTEMPT.set(op.attempt)
             started = time.monotonic()
             with metering() as meter:
@@ -393,7 +446,9 @@ async def run_async(
             saver, key = task.async_saver, task.attempt_key
             if saver is not None and key is not None:
                 await saver.arecord_attempt(key, op.record, op.started_at, task.fence)
-            reply = None
+            tr = failed_try(tr, ctx.name, op.record.attempt, task.config, op.started_at)
+            await tr.end_async(None, op.error, op.record.kind)
+            tr = reply = None
         else:
             await asyncio.sleep(op.seconds)
             reply = None

@@ -17,6 +17,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Send
 
 from langgraph_resilience._task import EFFECT_SCOPE_KEY, nested_task
+from langgraph_resilience._telemetry import recovery_event
 from langgraph_resilience.errors import ConfigError, RunStateError
 
 __all__ = ["aretry_failed", "node_of", "retry_failed"]
@@ -157,6 +158,7 @@ def retry_failed(
     _compiled(graph)
     thread = _thread_of(config)
     steps = _to_retry(graph.get_state(config).values, thread, step)
+    recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)
     inner = _inner_retry(graph, config, steps)
     if inner is not None:  # re-enter the subgraph at its failed step
         sub, sub_config, node = inner
@@ -179,6 +181,7 @@ async def aretry_failed(
     _compiled(graph)
     thread = _thread_of(config)
     steps = _to_retry((await graph.aget_state(config)).values, thread, step)
+    recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)
     inner = _inner_retry(graph, config, steps)
     if inner is not None:  # re-enter the subgraph at its failed step
         sub, sub_config, node = inner

@@ -1,16 +1,23 @@
 """Where a node that failed for good goes: the routing signal and its handler.
 
-A node wrapper that gives up raises `ResilienceRoute`. The node has failed, so
-LangGraph fires none of its edges; the node's error handler (`error_handler`)
-reads the route and goes to the fallback node or to the terminal
-``partial_result`` node, writing the failure into the run log. The signal's
-``repr`` carries the route, so the handler reads it even after a crash, when
-LangGraph hands it the stored string instead of the exception.
+A node wrapper that gives up raises the node's own last error with its route
+attached (`routing`), so that LangChain callbacks and tracers report the
+failure as it is, never a routing signal. The node has failed, so LangGraph
+fires none of its edges; the node's error handler (`error_handler`) reads the
+route and goes to the fallback node or to the terminal ``partial_result`` node,
+writing the failure into the run log.
+
+After a crash between the failure and its handler, LangGraph hands the handler
+the stored ``repr`` of the error instead of the exception: a `ResilienceRoute`
+(raised when the error takes no attribute) carries the route in its ``repr``;
+otherwise the handler rebuilds the route from the node's policy and the stored
+text (`stored_route`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +29,7 @@ from langgraph.types import Command
 
 from langgraph_resilience._engine import Action, Decision
 from langgraph_resilience._task import TaskContext
+from langgraph_resilience._telemetry import GRAPH_KEY, emit
 from langgraph_resilience.classify import Classification, FailureKind
 from langgraph_resilience.state import brief
 
@@ -30,9 +38,12 @@ __all__ = [
     "ResilienceRoute",
     "error_handler",
     "error_text",
+    "give_up_of",
     "partial_result",
     "read_route",
     "route_of",
+    "routing",
+    "stored_route",
     "suggestion",
 ]
 
@@ -55,12 +66,62 @@ class ResilienceRoute(Exception):
         return f"ResilienceRoute({json.dumps(self.route, sort_keys=True)})"
 
 
+#: The attribute under which a node's error carries its route.
+ROUTE_ATTR = "lgr_route"
+
+
+def routing(exc: BaseException, route: dict[str, Any]) -> BaseException:
+    """What a node that gives up raises: its own error, carrying ``route``."""
+    try:
+        setattr(exc, ROUTE_ATTR, route)
+    except (AttributeError, TypeError):  # an error that takes no attribute
+        return ResilienceRoute(route)
+    return exc
+
+
 def read_route(error: object) -> dict[str, Any] | None:
-    """The route in a live signal, or in its stored ``repr`` after a reload."""
+    """The route an error carries, a live signal's, or one in its stored ``repr``."""
     if isinstance(error, ResilienceRoute):
         return error.route
+    carried = getattr(error, ROUTE_ATTR, None)
+    if isinstance(carried, dict):
+        return carried
     match = _ROUTE_RE.search(str(error)) if isinstance(error, str) else None
     return json.loads(match.group(1)) if match else None
+
+
+_STORED_RE = re.compile(r"^(\w+)\((.*)\)$", re.S)
+
+
+#: Errors a node raises without routing them (wrong wiring, a lost lease).
+_NOT_ROUTED = ("ConfigError", "LeaseLost")
+
+
+def stored_route(node: str, target: str, action: Action, stored: str) -> dict[str, Any] | None:
+    """The route of a node whose error was stored before its handler ran (a
+    crash in between): where its policy sends it, and what the stored text
+    tells (the error's type and message; its kind is not stored: ``permanent``
+    stands for it). None for an error the node does not route."""
+    match = _STORED_RE.match(stored.strip())
+    error_type, message = (match.group(1), match.group(2).strip("'\"")) if match else ("", stored)
+    if error_type in _NOT_ROUTED:
+        return None
+    return {
+        "route": action.value,
+        "target": target,
+        "node": node,
+        "kind": FailureKind.PERMANENT.value,
+        "reason": "recorded before a restart; the failure's kind was not stored",
+        "error_type": error_type,
+        "message": message[:500],
+        "attempts": 1,
+        "exhausted": False,
+        "suggestion": (
+            f"'{node}' failed ({error_type}: {message[:200]}) and the process stopped before "
+            "routing it. Fix the cause, then call retry_failed(graph, config)."
+        ),
+        "task": "",
+    }
 
 
 def route_of(
@@ -156,14 +217,27 @@ def suggestion(
     return text
 
 
-def error_handler(node: str) -> Callable[..., Command[Any]]:
+def give_up_of(fallback: str | None, critical: bool) -> tuple[str, Action] | None:
+    """Where a node's policy sends it when it gives up (None: it degrades)."""
+    if fallback is not None:
+        return fallback, Action.FALLBACK
+    return (PARTIAL_RESULT, Action.PARTIAL) if critical else None
+
+
+def error_handler(
+    node: str, give_up: tuple[str, Action] | None = None
+) -> Callable[..., Command[Any]]:
     """The error handler of a node with a policy: follows its routing signal.
 
-    Any other error fails the run as LangGraph would.
+    ``give_up``: where the node's policy sends it when it gives up (target,
+    action), for an error stored before a crash without its route. Any other
+    error fails the run as LangGraph would.
     """
 
     def handler(state: Any, error: NodeError) -> Command[Any]:
         route = read_route(error.error)
+        if route is None and give_up is not None and isinstance(error.error, str):
+            route = stored_route(node, give_up[0], give_up[1], error.error)
         if route is None:  # not a routing signal: fail as LangGraph would
             if isinstance(error.error, BaseException):
                 raise error.error
@@ -207,7 +281,9 @@ def failure_log(route: Mapping[str, Any], state: Any) -> dict[str, Any]:
     return log
 
 
-def _partial(state: Any, history: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+def _partial(
+    state: Any, history: Sequence[Mapping[str, Any]] | None, task: TaskContext
+) -> dict[str, Any]:
     """The structured partial result; ``history``: the run's stored steps, if kept."""
     log = (state.get("resilience") if isinstance(state, Mapping) else None) or {}
     outcome: dict[str, Any] = {
@@ -222,7 +298,30 @@ def _partial(state: Any, history: Sequence[Mapping[str, Any]] | None) -> dict[st
         stored = {d.get("path") for d in done}
         window = [w for w in log.get("completed_steps") or [] if w.get("path") not in stored]
         outcome["completed_steps"] = done + window
+    _announce(log, outcome, task)
     return {"resilience": outcome}
+
+
+def _announce(log: Mapping[str, Any], outcome: Mapping[str, Any], task: TaskContext) -> None:
+    """The event of a run that ends with a partial result (ERROR: an operator's to see)."""
+    failed = [f for f in log.get("failed_steps") or [] if isinstance(f, Mapping)]
+    paths = [str(f.get("path") or f.get("node")) for f in failed]
+    fence = task.fence
+    emit(
+        "partial_result",
+        logging.ERROR,
+        "run %s of thread %s ended with a partial result: failed %s; %d steps completed",
+        int(log.get("run") or 1),
+        task.thread_id,
+        ", ".join(paths) or "unknown",
+        len(outcome.get("completed_steps") or log.get("completed_steps") or []),
+        thread_id=task.thread_id,
+        run_id=fence.run_id if fence is not None else None,
+        run=int(log.get("run") or 1),
+        graph=(task.config.get("configurable") or {}).get(GRAPH_KEY),
+        failed_paths=paths,
+        kind=str(failed[0].get("kind")) if failed else None,
+    )
 
 
 def _run_of(state: Any) -> int:
@@ -234,14 +333,14 @@ def _partial_sync(state: Any, config: RunnableConfig) -> dict[str, Any]:
     task = TaskContext(config=config)
     saver, thread = task.saver, task.thread_id
     found = saver.step_history(thread, run=_run_of(state)) if saver and thread else None
-    return _partial(state, found)
+    return _partial(state, found, task)
 
 
 async def _partial_async(state: Any, config: RunnableConfig) -> dict[str, Any]:
     task = TaskContext(config=config)
     saver, thread = task.async_saver, task.thread_id
     found = await saver.astep_history(thread, run=_run_of(state)) if saver and thread else None
-    return _partial(state, found)
+    return _partial(state, found, task)
 
 
 #: The terminal node of a run that stopped short: the structured partial result,

@@ -19,6 +19,7 @@ from langgraph.types import Command
 import langgraph_resilience.state as run_log
 from langgraph_resilience._engine import Action, Decision
 from langgraph_resilience._task import TaskContext
+from langgraph_resilience._telemetry import GRAPH_KEY, emit
 from langgraph_resilience.budget import used
 from langgraph_resilience.checkpoint import AttemptRecord
 
@@ -28,11 +29,10 @@ __all__ = [
     "log_try",
     "log_update",
     "nested_log",
+    "step_ids",
     "step_path",
     "with_log",
 ]
-
-logger = logging.getLogger("langgraph_resilience")
 
 
 def step_path(name: str, task: TaskContext, log: Mapping[str, Any]) -> str:
@@ -124,16 +124,21 @@ _VERDICTS = {
 def log_try(
     name: str, task: TaskContext, state: Any, record: AttemptRecord, decision: Decision
 ) -> None:
-    """One log line per failed try and what comes of it, with the step's ids as
-    structured extras (``thread_id``, ``run``, ``path``, ``node``, ``attempt``,
-    ``kind``, ``action``, ``wait``)."""
+    """One event per failed try and what comes of it (`_telemetry.emit`: a log
+    line, a custom stream event, OTel counts), with the step's ids as
+    structured extras (``thread_id``, ``run_id``, ``run``, ``graph``, ``path``,
+    ``node``, ``attempt``, ``kind``, ``action``, ``wait``, ``error``).
+
+    Level: WARNING for a try that is retried (or waited on, or paused on),
+    ERROR for the try after which the run ends with a partial result, WARNING
+    for a fallback or a degraded step (their own events say so too).
+    """
     level = logging.WARNING if decision.action is not Action.PARTIAL else logging.ERROR
-    if not logger.isEnabledFor(level):
-        return
     known = log_of(state)
     path = step_path(name, task, known)
     action = _VERDICTS[decision.action].format(delay=decision.delay)
-    logger.log(
+    emit(
+        "try_failed",
         level,
         "step %s try %d failed (%s, %s: %s); %s",
         path,
@@ -142,17 +147,27 @@ def log_try(
         record.error_type,
         record.reason,
         action,
-        extra={
-            "thread_id": task.thread_id,
-            "run": int(known.get("run") or 1),
-            "path": path,
-            "node": name,
-            "attempt": record.attempt,
-            "kind": record.kind,
-            "action": decision.action.value,
-            "wait": decision.delay,
-        },
+        **step_ids(name, task, known, path),
+        attempt=record.attempt,
+        kind=record.kind,
+        action=decision.action.value,
+        wait=decision.delay,
+        error=f"{record.error_type}: {record.reason}",
     )
+
+
+def step_ids(name: str, task: TaskContext, known: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """The ids an event of a step carries: thread, worker run, run-log run,
+    graph, path and node."""
+    fence = task.fence
+    return {
+        "thread_id": task.thread_id,
+        "run_id": fence.run_id if fence is not None else None,
+        "run": int(known.get("run") or 1),
+        "graph": (task.config.get("configurable") or {}).get(GRAPH_KEY),
+        "path": path,
+        "node": name,
+    }
 
 
 def with_log(output: Any, log: dict[str, Any]) -> Any:

@@ -47,6 +47,8 @@ __all__ = [
     "TryRun",
     "begin_try",
     "checkpoint_write",
+    "effect_event",
+    "recovery_event",
     "emit",
     "failed_try",
     "has_callbacks",
@@ -258,3 +260,52 @@ def _inputs(state: Any) -> dict[str, Any]:
 
 def _outputs(output: Any) -> dict[str, Any]:
     return dict(output) if isinstance(output, Mapping) else {"output": output}
+
+
+def effect_event(event: str, effect: str, key: str, thread_id: str, found: Any) -> None:
+    """A side effect's result came from the ledger (``effect_replayed``: INFO, its
+    call was not made again) or from its ``reconcile`` (``effect_reconciled``:
+    WARNING, an unsettled call was settled by asking the outside system).
+    ``found``: the result, for a reconciled effect (None: it did not happen)."""
+    if event == "effect_replayed":
+        emit(
+            event,
+            logging.INFO,
+            "side effect %s (key %s) replayed from the ledger: not called again",
+            effect,
+            key,
+            effect=effect,
+            key=key,
+            thread_id=thread_id,
+        )
+    else:
+        emit(
+            event,
+            logging.WARNING,
+            "side effect %s (key %s) had no recorded outcome; reconcile says it %s",
+            effect,
+            key,
+            "happened" if found is not None else "did not happen: calling it",
+            effect=effect,
+            key=key,
+            thread_id=thread_id,
+            happened=found is not None,
+        )
+
+
+def recovery_event(recovery: str, thread_id: str, paths: list[str], graph: str | None) -> None:
+    """A run is recovered (``recovery``: ``retry_failed``, ``takeover`` ...): INFO,
+    with the steps it runs again (``steps_redone`` counts them)."""
+    emit(
+        "recovery",
+        logging.INFO,
+        "thread %s recovered by %s: running again %s",
+        thread_id,
+        recovery,
+        ", ".join(paths) or "its pending steps",
+        recovery=recovery,
+        thread_id=thread_id,
+        graph=graph,
+        paths=paths,
+        steps_redone=len(paths),
+    )

@@ -75,6 +75,7 @@ from langgraph_resilience._heartbeat import Beat, every
 from langgraph_resilience._leases import LEASES
 from langgraph_resilience._process import executor_id
 from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
+from langgraph_resilience._telemetry import effect_event
 from langgraph_resilience.checkpoint import (
     AsyncResilientSaver,
     EffectRecord,
@@ -267,7 +268,10 @@ def _effect_sync(
                 op = steps.send(reply)
             except StopIteration as stop:
                 value = stop.value
-                return _replayed(saver, value) if isinstance(value, Replay) else value
+                if not isinstance(value, Replay):
+                    return value
+                effect_event("effect_replayed", spec.name, key, thread, None)
+                return _replayed(saver, value)
             reply = None
             if isinstance(op, Lookup):
                 reply = saver.read_effect(thread, key)
@@ -278,6 +282,7 @@ def _effect_sync(
             elif isinstance(op, Reconcile):
                 assert spec.reconcile is not None
                 reply = spec.reconcile(key)
+                effect_event("effect_reconciled", spec.name, key, thread, reply)
             elif isinstance(op, CallEffect):
                 for wait in _lease_waits(spec, key, fence):
                     time.sleep(wait)
@@ -324,7 +329,10 @@ async def _effect_async(
                 op = steps.send(reply)
             except StopIteration as stop:
                 value = stop.value
-                return _replayed(saver, value) if isinstance(value, Replay) else value
+                if not isinstance(value, Replay):
+                    return value
+                effect_event("effect_replayed", spec.name, key, thread, None)
+                return _replayed(saver, value)
             reply = None
             if isinstance(op, Lookup):
                 reply = await saver.aread_effect(thread, key)
@@ -339,6 +347,7 @@ async def _effect_async(
                 reply = spec.reconcile(key)
                 if inspect.isawaitable(reply):
                     reply = await reply
+                effect_event("effect_reconciled", spec.name, key, thread, reply)
             elif isinstance(op, CallEffect):
                 for wait in _lease_waits(spec, key, fence):
                     await asyncio.sleep(wait)

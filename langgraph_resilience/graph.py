@@ -33,12 +33,13 @@ import langgraph_resilience._lifecycle as lifecycle
 import langgraph_resilience.state as run_log
 from langgraph_resilience._node import NodeAction, NodeContext, is_async, wrap
 from langgraph_resilience._retrying import aretry_failed, retry_failed
-from langgraph_resilience._routes import PARTIAL_RESULT, error_handler, partial_result
+from langgraph_resilience._routes import PARTIAL_RESULT, error_handler, give_up_of, partial_result
 from langgraph_resilience._task import (
     BUDGET_KEY,
     DURABILITY_KEY,
     current_attempt,
 )
+from langgraph_resilience._telemetry import GRAPH_KEY
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError
@@ -75,10 +76,12 @@ class ResilientCompiledStateGraph(CompiledStateGraph[StateT, ContextT, InputT, O
     ``success`` (`_lifecycle`)."""
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        lifecycle.note_resume(self, input, config)  # a resume after a crash: a recovery
         return super().stream(lifecycle.with_marker(input, config), config, **kwargs)
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return super().astream(lifecycle.with_marker(input, config), config, **kwargs)
+        stream = super().astream(lifecycle.with_marker(input, config), config, **kwargs)
+        return lifecycle.anoted(self, input, config, stream)  # a resume after a crash
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         out = super().invoke(input, config, **kwargs)
@@ -374,7 +377,8 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         self._policies[name] = policy
         self._actions[name] = action
         if policy is not None:
-            kwargs.setdefault("error_handler", error_handler(name))
+            give_up = give_up_of(policy.fallback, policy.critical)
+            kwargs.setdefault("error_handler", error_handler(name, give_up))
         if kwargs.get("cache_policy") is not None:  # the run log differs in every run
             kwargs["cache_policy"] = _keyed_without_run_log(kwargs["cache_policy"])
         return super().add_node(name, self._wrap(name, action, policy), **kwargs)
@@ -405,7 +409,11 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
             )
             handler = f"__error_handler__{name}"
             self.nodes[handler] = StateNodeSpec(
-                coerce_to_runnable(error_handler(name), name=handler, trace=False),
+                coerce_to_runnable(
+                    error_handler(name, give_up_of(None, policy.critical)),
+                    name=handler,
+                    trace=False,
+                ),
                 metadata=None,
                 input_schema=spec.input_schema,
                 retry_policy=None,
@@ -479,7 +487,10 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         compiled = super().compile(checkpointer, **kwargs)
         compiled.__class__ = ResilientCompiledStateGraph
         resilient = cast(ResilientCompiledStateGraph[StateT, ContextT, InputT, OutputT], compiled)
-        defaults: dict[str, Any] = {DURABILITY_KEY: "sync"}
+        defaults: dict[str, Any] = {
+            DURABILITY_KEY: "sync",
+            GRAPH_KEY: kwargs.get("name") or "LangGraph",
+        }
         if default_budget is not None:  # config["configurable"]["budget"] overrides it
             defaults[BUDGET_KEY] = default_budget
         return resilient.with_config(configurable=defaults)

@@ -43,7 +43,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, tool
 from pydantic import Field
 
-from langgraph_resilience import Backoff, Worker, side_effect
+from langgraph_resilience import Backoff, Worker, report_usage, side_effect
 from langgraph_resilience.agents import (
     CallPolicy,
     ResilienceMiddleware,
@@ -126,6 +126,7 @@ def research_tools(
     search_failures: int = 0,
     on_email: Callable[[], None] = lambda: None,
     marked: bool = False,
+    search_cost: float = 0.0,
 ) -> list[BaseTool]:
     """``search`` (fails transiently ``search_failures`` times in all, across
     processes) and ``send_email`` (its service dedupes nothing: a second call
@@ -137,6 +138,8 @@ def research_tools(
         append(service / "search.log", f"{query} {os.getpid()}")
         if len(lines(service / "search.log")) <= search_failures:
             raise ConnectionError("search backend reset the connection")
+        if search_cost:
+            report_usage(cost=search_cost)
         return f"3 papers on {query}"
 
     def send_email(to: str) -> str:
@@ -169,6 +172,7 @@ def research_agent(
     sleep: Callable[[float], None] = lambda s: None,
     middleware: Sequence[Any] = (),
     marked: bool = False,
+    search_cost: float = 0.0,
     **options: Any,
 ) -> Any:
     """The research agent on ``saver``, with the resilience middleware first
@@ -185,7 +189,11 @@ def research_agent(
     return create_agent(
         model or ScriptedModel(plan=PLAN),
         tools=research_tools(
-            service, search_failures=search_failures, on_email=on_email, marked=marked
+            service,
+            search_failures=search_failures,
+            on_email=on_email,
+            marked=marked,
+            search_cost=search_cost,
         ),
         middleware=[resilience, *middleware],
         checkpointer=saver,

@@ -171,6 +171,22 @@ async def test_a_token_budget_pauses_the_agent_and_a_top_up_resumes_it(
     assert len(lines(tmp_path / "email.log")) == 1
 
 
+async def test_cost_a_tool_reports_counts_against_the_budget(
+    checkpointer: Harness, tmp_path: Path
+) -> None:
+    config = cfg()
+    agent = research_agent(
+        checkpointer.saver, tmp_path, search_cost=1.5, budget=Budget(max_cost=1.0)
+    )
+    out = await checkpointer.invoke(agent, QUESTION, config)
+    (pause,) = out["__interrupt__"]
+    assert pause.value["exhausted"] == ["max_cost"] and pause.value["used"]["cost"] == 1.5
+    assert lines(tmp_path / "email.log") == []  # paused before the model asked for it
+    out = await checkpointer.invoke(agent, Command(resume={"max_cost": 10.0}), config)
+    assert out["messages"][-1].content == "Report sent."
+    assert out["resilience"]["usage"]["cost"] == 1.5
+
+
 async def test_a_context_overflow_retries_with_a_shorter_valid_history(
     checkpointer: Harness, tmp_path: Path
 ) -> None:

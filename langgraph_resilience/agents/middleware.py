@@ -165,7 +165,6 @@ class _ModelCall:
         self.request = request
         self.spent: dict[str, float] = {}
         self.summaries: list[dict[str, Any]] = []
-        self.meter = Meter()
 
     def compress(self) -> None:
         messages, summary = compress_messages(self.request.messages)
@@ -378,21 +377,26 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
     def _tool_policy(self, name: str) -> CallPolicy:
         return self.tool_policies.get(name, self.default_tool_policy)
 
-    def _tool_result(self, result: Any, request: ToolCallRequest) -> ToolResult:
+    def _tool_result(self, result: Any, request: ToolCallRequest, meter: Meter) -> ToolResult:
         call = request.tool_call
         name, call_id = call["name"], call["id"] or ""
-        if not isinstance(result, GaveUp):
-            return _tool_message(result, request)
+        # Cost (and tokens) the tool reported with report_usage, for the run's budget.
+        spent = {k: v for k, v in meter.usage(0.0).items() if k != "seconds" and v}
+        log: dict[str, Any] = {"usage": spent} if spent else {}
         policy = self._tool_policy(name)
-        if policy.on_failure == "raise":
+        if not isinstance(result, GaveUp):
+            message = _tool_message(result, request)
+        elif policy.on_failure == "raise":
             raise result.error
-        message = tool_error_message(name, call_id, result)
-        if policy.on_failure == "continue":
+        else:
+            message = tool_error_message(name, call_id, result)
+        if isinstance(result, GaveUp) and policy.on_failure == "end":
+            state = request.state if isinstance(request.state, Mapping) else {}
+            messages = [*state.get("messages", []), message]
+            extra = {"tool": name, "tool_call_id": call_id}
+            log.update(partial_log(f"tools/{name}", "tools", result, messages, extra))
+        if not log or not isinstance(message, ToolMessage):
             return message
-        state = request.state if isinstance(request.state, Mapping) else {}
-        messages = [*state.get("messages", []), message]
-        extra = {"tool": name, "tool_call_id": call_id}
-        log = partial_log(f"tools/{name}", "tools", result, messages, extra)
         return Command(update={"messages": [message], "resilience": log})
 
     def wrap_tool_call(
@@ -418,8 +422,9 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
 
         name = request.tool_call["name"]
         ctx = self._context(f"tool:{name}", self._tool_policy(name), task)
-        result = run_sync(ctx, task, once, lambda: None, self._sleep)
-        return self._tool_result(result, request)
+        with metering() as meter:
+            result = run_sync(ctx, task, once, lambda: None, self._sleep)
+        return self._tool_result(result, request, meter)
 
     async def awrap_tool_call(
         self,
@@ -444,5 +449,6 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
 
         name = request.tool_call["name"]
         ctx = self._context(f"tool:{name}", self._tool_policy(name), task)
-        result = await run_async(ctx, task, once, lambda: None, self._asleep)
-        return self._tool_result(result, request)
+        with metering() as meter:
+            result = await run_async(ctx, task, once, lambda: None, self._asleep)
+        return self._tool_result(result, request, meter)

@@ -19,7 +19,15 @@ from langgraph.checkpoint.base import (
 from psycopg_pool import AsyncConnectionPool
 
 from langgraph_resilience._store_errors import is_store_error
-from langgraph_resilience.checkpoint import _base, _counters, _ledger, _runs, _steps, _threads
+from langgraph_resilience.checkpoint import (
+    _base,
+    _counters,
+    _events,
+    _ledger,
+    _runs,
+    _steps,
+    _threads,
+)
 from langgraph_resilience.checkpoint._ledger import (
     AttemptKey,
     AttemptRecord,
@@ -163,10 +171,11 @@ class AsyncResilience(Hooks):
         close)."""
         await self._transact(no_statements, flush=True)
 
-    async def aread_counters(self) -> dict[str, int]:
-        """Checkpoint and write tries stored so far, summed over every process."""
+    async def aread_counters(self, since: float | None = None) -> dict[str, int]:
+        """Checkpoint and write tries stored so far, summed over every process
+        (``since``: epoch seconds; counts are kept per hour)."""
         counters = self._state.counters
-        return await self._query(lambda: _counters.read_counters(self._dialect, counters))
+        return await self._query(lambda: _counters.read_counters(self._dialect, counters, since))
 
     # -- the ledger: node attempts and side effects -------------------------------------
 
@@ -234,6 +243,17 @@ class AsyncResilience(Hooks):
         rows = await self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
         return _steps.decode_steps(rows, self.serde.loads_typed, run)
 
+    async def aread_history(self, what: str, thread_id: str | None = None) -> Sequence[Any]:
+        """Async twin of `read_history`."""
+        return await self._query(lambda: _events.read_history(self._dialect, what, thread_id))
+
+    async def anote_recovery(
+        self, thread_id: str, key: str, kind: str, owner: str | None = None
+    ) -> None:
+        """Async twin of `note_recovery`."""
+        d = self._dialect
+        await self._write(lambda: _events.note_recovery(d, thread_id, key, kind, owner))
+
     # -- runs and leases (the store side of `Worker`) -------------------------------------
 
     async def asubmit_run(
@@ -253,7 +273,7 @@ class AsyncResilience(Hooks):
     async def aclaim_runs(self, owner: str, limit: int, lease_ttl: float) -> Sequence[RunRecord]:
         """Claim up to ``limit`` lease-expired or queued runs for ``owner``."""
         d, token = self._dialect, uuid.uuid4().hex  # one token for every try of this claim
-        return await self._write(lambda: _runs.claim_runs(d, owner, limit, lease_ttl, token))
+        return await self._write(lambda: _events.claim_noting(d, owner, limit, lease_ttl, token))
 
     async def arenew_leases(
         self, owner: str, fences: Sequence[Fence], lease_ttl: float
@@ -372,8 +392,14 @@ class AsyncResilience(Hooks):
     def flush_counters(self) -> None:
         self._bridge(self.aflush_counters())
 
-    def read_counters(self) -> dict[str, int]:
-        return self._bridge(self.aread_counters())
+    def read_counters(self, since: float | None = None) -> dict[str, int]:
+        return self._bridge(self.aread_counters(since))
+
+    def read_history(self, what: str, thread_id: str | None = None) -> Sequence[Any]:
+        return self._bridge(self.aread_history(what, thread_id))
+
+    def note_recovery(self, thread_id: str, key: str, kind: str, owner: str | None = None) -> None:
+        self._bridge(self.anote_recovery(thread_id, key, kind, owner))
 
     def record_attempt(
         self, key: AttemptKey, record: AttemptRecord, started_at: float, fence: Fence | None = None

@@ -12,6 +12,7 @@ import socket
 import threading
 from dataclasses import dataclass, field
 
+from langgraph_resilience._telemetry import checkpoint_write
 from langgraph_resilience.checkpoint._schema import COUNTERS
 from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
 
@@ -61,6 +62,7 @@ class Counters:
             return self._scope
 
     def add(self, name: str) -> None:
+        checkpoint_write(name)  # the OTel counter, when the `otel` extra is set up
         with self.lock:
             self.unflushed[name] = self.unflushed.get(name, 0) + 1
 

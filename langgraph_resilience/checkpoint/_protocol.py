@@ -71,6 +71,14 @@ class ResilientSaver(Protocol):
         self, thread_id: str, *, run: int | None = None
     ) -> Sequence[dict[str, Any]]: ...
 
+    def read_counters(self, since: float | None = None) -> dict[str, int]: ...
+
+    def read_history(self, what: str, thread_id: str | None = None) -> Sequence[Any]: ...
+
+    def note_recovery(
+        self, thread_id: str, key: str, kind: str, owner: str | None = None
+    ) -> None: ...
+
     def submit_run(
         self, run_id: str, thread_id: str, input_: Blob | None, budget: Blob | None
     ) -> None: ...
@@ -141,6 +149,14 @@ class AsyncResilientSaver(Protocol):
     async def astep_history(
         self, thread_id: str, *, run: int | None = None
     ) -> Sequence[dict[str, Any]]: ...
+
+    async def aread_counters(self, since: float | None = None) -> dict[str, int]: ...
+
+    async def aread_history(self, what: str, thread_id: str | None = None) -> Sequence[Any]: ...
+
+    async def anote_recovery(
+        self, thread_id: str, key: str, kind: str, owner: str | None = None
+    ) -> None: ...
 
     async def asubmit_run(
         self, run_id: str, thread_id: str, input_: Blob | None, budget: Blob | None

@@ -29,7 +29,15 @@ from langgraph.checkpoint.base import (
 from psycopg_pool import ConnectionPool
 
 from langgraph_resilience._store_errors import is_store_error
-from langgraph_resilience.checkpoint import _base, _counters, _ledger, _runs, _steps, _threads
+from langgraph_resilience.checkpoint import (
+    _base,
+    _counters,
+    _events,
+    _ledger,
+    _runs,
+    _steps,
+    _threads,
+)
 from langgraph_resilience.checkpoint._ledger import (
     AttemptKey,
     AttemptRecord,
@@ -251,9 +259,11 @@ class SyncResilience(Hooks):
         close)."""
         self._transact(no_statements, flush=True)
 
-    def read_counters(self) -> dict[str, int]:
-        """Checkpoint and write tries stored so far, summed over every process."""
-        return self._query(lambda: _counters.read_counters(self._dialect, self._state.counters))
+    def read_counters(self, since: float | None = None) -> dict[str, int]:
+        """Checkpoint and write tries stored so far, summed over every process
+        (``since``: epoch seconds; counts are kept per hour)."""
+        counters = self._state.counters
+        return self._query(lambda: _counters.read_counters(self._dialect, counters, since))
 
     # -- the ledger: node attempts and side effects -------------------------------------
 
@@ -319,6 +329,16 @@ class SyncResilience(Hooks):
         rows = self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
         return _steps.decode_steps(rows, self.serde.loads_typed, run)
 
+    def read_history(self, what: str, thread_id: str | None = None) -> Sequence[Any]:
+        """What `recovery_metrics` and `run_report` read (`_events.HISTORY_READS`):
+        ``recoveries``, ``run_log``, ``attempts``, ``runs``; of one thread or all."""
+        return self._query(lambda: _events.read_history(self._dialect, what, thread_id))
+
+    def note_recovery(self, thread_id: str, key: str, kind: str, owner: str | None = None) -> None:
+        """Store one recovery of a thread that leaves no write of its own (once per key)."""
+        d = self._dialect
+        self._write(lambda: _events.note_recovery(d, thread_id, key, kind, owner))
+
     # -- runs and leases (the store side of `Worker`) -------------------------------------
 
     def submit_run(
@@ -338,7 +358,7 @@ class SyncResilience(Hooks):
     def claim_runs(self, owner: str, limit: int, lease_ttl: float) -> Sequence[RunRecord]:
         """Claim up to ``limit`` lease-expired or queued runs for ``owner``."""
         d, token = self._dialect, uuid.uuid4().hex  # one token for every try of this claim
-        return self._write(lambda: _runs.claim_runs(d, owner, limit, lease_ttl, token))
+        return self._write(lambda: _events.claim_noting(d, owner, limit, lease_ttl, token))
 
     def renew_leases(self, owner: str, fences: Sequence[Fence], lease_ttl: float) -> Sequence[str]:
         """Extend ``owner``'s leases; returns the run ids it still holds."""

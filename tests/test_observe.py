@@ -1,0 +1,394 @@
+"""Recovery seen from outside without new code in the app: log records, LangChain
+callback runs per try, LangGraph's custom stream, OpenTelemetry spans and counters."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import operator
+import subprocess
+import sys
+import uuid
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from conftest import harness
+from langchain_core.callbacks import BaseCallbackHandler
+from langgraph.graph import END, START
+
+import langgraph_resilience._otel as otel
+from langgraph_resilience import (
+    Backoff,
+    NodePolicy,
+    PermanentError,
+    ResilientState,
+    ResilientStateGraph,
+    side_effect,
+)
+
+FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.002)
+
+
+class State(ResilientState, total=False):
+    trail: Annotated[list[str], operator.add]
+
+
+def _node(is_async: bool, fn: Any) -> Any:
+    if not is_async:
+        return fn
+
+    async def anode(state: Any) -> Any:
+        return fn(state)
+
+    anode.__name__ = fn.__name__
+    return anode
+
+
+def scenario(is_async: bool, sent: list[str]) -> ResilientStateGraph[Any, Any, Any, Any]:
+    """plan fails twice then succeeds; notify sends an email (a side effect) and
+    then fails once, so its retry replays the email; search fails for good and
+    falls back to cache; enrich is degraded; final fails for good: a partial result."""
+    tries: dict[str, int] = {}
+
+    @side_effect
+    def send_mail(to: str) -> str:
+        sent.append(to)
+        return f"sent to {to}"
+
+    def count(name: str) -> int:
+        tries[name] = tries.get(name, 0) + 1
+        return tries[name]
+
+    def plan(state: Any) -> Any:
+        if count("plan") < 3:
+            raise ConnectionError("planner unreachable")
+        return {"trail": ["plan"]}
+
+    @side_effect
+    async def asend_mail(to: str) -> str:
+        sent.append(to)
+        return f"sent to {to}"
+
+    def notify(state: Any) -> Any:
+        send_mail("ops@example.com")
+        if count("notify") < 2:
+            raise ConnectionError("socket closed after the send")
+        return {"trail": ["notify"]}
+
+    async def anotify(state: Any) -> Any:
+        await asend_mail("ops@example.com")
+        if count("notify") < 2:
+            raise ConnectionError("socket closed after the send")
+        return {"trail": ["notify"]}
+
+    def search(state: Any) -> Any:
+        raise PermanentError("index schema mismatch")
+
+    def cache(state: Any) -> Any:
+        return {"trail": ["cache"]}
+
+    def enrich(state: Any) -> Any:
+        raise PermanentError("enricher rejected the input")
+
+    def final(state: Any) -> Any:
+        raise PermanentError("report template missing")
+
+    g = ResilientStateGraph(State)
+    g.add_node("plan", _node(is_async, plan), policy=NodePolicy(retry=FAST))
+    g.add_node("notify", anotify if is_async else notify, policy=NodePolicy(retry=FAST))
+    g.add_node("search", _node(is_async, search), policy=NodePolicy(fallback="cache"))
+    g.add_node("cache", _node(is_async, cache))
+    g.add_node("enrich", _node(is_async, enrich), policy=NodePolicy(critical=False))
+    g.add_node("final", _node(is_async, final), policy=NodePolicy(retry=None))
+    for a, b in [
+        (START, "plan"),
+        ("plan", "notify"),
+        ("notify", "search"),
+        ("search", "enrich"),
+        ("cache", "enrich"),
+        ("enrich", "final"),
+        ("final", END),
+    ]:
+        g.add_edge(a, b)
+    return g
+
+
+def cfg(label: str, **extra: Any) -> dict[str, Any]:
+    return {"configurable": {"thread_id": f"{label}-{uuid.uuid4().hex[:8]}"}, **extra}
+
+
+@pytest.fixture(params=["sqlite", "sqlite-async"])
+async def h(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    async with AsyncExitStack() as stack:
+        yield await harness(request.param, request, tmp_path, stack)
+
+
+# -- logging -------------------------------------------------------------------------
+
+
+async def test_one_scenario_logs_every_recovery_with_structured_ids(
+    checkpointer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    sent: list[str] = []
+    graph = scenario(checkpointer.is_async, sent).compile(checkpointer=checkpointer.saver)
+    config = cfg("logs")
+    thread = config["configurable"]["thread_id"]
+    with caplog.at_level(logging.INFO, logger="langgraph_resilience"):
+        out = await checkpointer.invoke(graph, {"trail": []}, config)
+    assert out["resilience"]["status"] == "partial_complete"
+    assert sent == ["ops@example.com"]  # the retry replayed it
+    events = [r for r in caplog.records if hasattr(r, "event")]
+    seen = [(r.event, getattr(r, "node", None), getattr(r, "attempt", None)) for r in events]
+    assert seen == [
+        ("try_failed", "plan", 1),
+        ("try_failed", "plan", 2),
+        ("try_failed", "notify", 1),
+        ("effect_replayed", None, None),
+        ("try_failed", "search", 1),
+        ("fallback", "search", None),
+        ("try_failed", "enrich", 1),
+        ("degraded", "enrich", None),
+        ("try_failed", "final", 1),
+        ("partial_result", None, None),
+    ]
+    levels = {r.event: r.levelname for r in events}
+    assert levels == {
+        "try_failed": "ERROR",  # the last one: the run ends with a partial result
+        "effect_replayed": "INFO",
+        "fallback": "WARNING",
+        "degraded": "WARNING",
+        "partial_result": "ERROR",
+    }
+    assert [r.levelname for r in events[:2]] == ["WARNING", "WARNING"]
+    assert all(r.thread_id == thread for r in events)
+    plan = events[0]
+    assert (plan.path, plan.kind, plan.action, plan.run, plan.graph) == (
+        "plan",
+        "transient",
+        "retry",
+        1,
+        "LangGraph",
+    )
+    assert plan.wait > 0 and "ConnectionError: planner unreachable" in plan.error
+    assert events[5].fallback == "cache" and events[5].kind == "permanent"
+    assert events[3].effect.endswith("send_mail") and events[3].key
+    assert events[-1].failed_paths == ["final"]
+    assert "partial result" in events[-1].getMessage()
+
+
+# -- LangChain callbacks -------------------------------------------------------------
+
+
+class Recorder(BaseCallbackHandler):
+    """Records chain runs as a tracer (LangSmith) sees them."""
+
+    def __init__(self) -> None:
+        self.runs: dict[Any, dict[str, Any]] = {}
+
+    def on_chain_start(
+        self, serialized: Any, inputs: Any, *, run_id: Any, parent_run_id: Any = None, **kw: Any
+    ) -> None:
+        self.runs[run_id] = {"name": kw.get("name"), "parent": parent_run_id, "error": None}
+
+    def on_chain_end(self, outputs: Any, *, run_id: Any, **kw: Any) -> None:
+        self.runs[run_id]["ended"] = True
+
+    def on_chain_error(self, error: BaseException, *, run_id: Any, **kw: Any) -> None:
+        self.runs[run_id].update(ended=True, error=error)
+
+    def named(self, name: str) -> list[dict[str, Any]]:
+        return [r for r in self.runs.values() if r["name"] == name]
+
+
+async def test_each_try_is_a_callback_run_and_no_routing_signal_is_an_error(h: Any) -> None:
+    rec = Recorder()
+    graph = scenario(h.is_async, []).compile(checkpointer=h.saver)
+    out = await h.invoke(graph, {"trail": []}, cfg("callbacks", callbacks=[rec]))
+    assert out["resilience"]["status"] == "partial_complete"
+    [plan] = rec.named("plan")
+    tries = [rec.named(f"plan (try {n})") for n in (1, 2, 3)]
+    assert all(len(t) == 1 for t in tries)
+    assert [t[0]["parent"] for t in tries] == [plan_id(rec, plan)] * 3
+    assert [type(t[0]["error"]).__name__ for t in tries] == [
+        "ConnectionError",
+        "ConnectionError",
+        "NoneType",
+    ]
+    assert all(t[0].get("ended") for t in tries) and plan["error"] is None
+    errors = [r["error"] for r in rec.runs.values() if r["error"] is not None]
+    assert errors and not any(
+        "ResilienceRoute" in repr(e) or "lgr_route" in repr(e) for e in errors
+    )
+    # The step that failed for good errs with its own error, on itself only.
+    [final] = rec.named("final")
+    assert isinstance(final["error"], PermanentError)
+    # Node runs that err: the steps that failed for good (search fell back, final
+    # ended the run); the degraded step (enrich) and the handlers do not.
+    failed_nodes = [
+        r["name"] for r in rec.runs.values() if r["error"] is not None and "(try" not in r["name"]
+    ]
+    assert failed_nodes == ["search", "final"]
+
+
+def plan_id(rec: Recorder, run: dict[str, Any]) -> Any:
+    return next(k for k, v in rec.runs.items() if v is run)
+
+
+async def test_a_first_try_that_succeeds_adds_no_run(h: Any) -> None:
+    rec = Recorder()
+    g = ResilientStateGraph(State)
+    g.add_node("only", _node(h.is_async, lambda s: {"trail": ["x"]}), policy=NodePolicy())
+    g.add_edge(START, "only")
+    g.add_edge("only", END)
+    graph = g.compile(checkpointer=h.saver)
+    await h.invoke(graph, {"trail": []}, cfg("quiet", callbacks=[rec]))
+    assert not [r for r in rec.runs.values() if "(try" in str(r["name"])]
+
+
+# -- the custom stream ---------------------------------------------------------------
+
+
+async def test_recovery_events_in_the_custom_stream(h: Any) -> None:
+    graph = scenario(h.is_async, []).compile(checkpointer=h.saver)
+    config = cfg("stream")
+    if h.is_async:
+        chunks = [c async for c in graph.astream({"trail": []}, config, stream_mode="custom")]
+    else:
+        chunks = await asyncio.to_thread(
+            lambda: list(graph.stream({"trail": []}, config, stream_mode="custom"))
+        )
+    events = [c["resilience"] for c in chunks]
+    assert [e["event"] for e in events] == [
+        "try_failed",
+        "try_failed",
+        "try_failed",
+        "effect_replayed",
+        "try_failed",
+        "fallback",
+        "try_failed",
+        "degraded",
+        "try_failed",
+        "partial_result",
+    ]
+    first = events[0]
+    assert (first["node"], first["attempt"], first["kind"], first["action"]) == (
+        "plan",
+        1,
+        "transient",
+        "retry",
+    )
+    assert first["thread_id"] == config["configurable"]["thread_id"]
+
+
+# -- OpenTelemetry -------------------------------------------------------------------
+
+
+@pytest.fixture
+def otel_readers(monkeypatch: pytest.MonkeyPatch) -> Any:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    spans = InMemorySpanExporter()
+    tracers = TracerProvider()
+    tracers.add_span_processor(SimpleSpanProcessor(spans))
+    # The application's providers, without touching the process-wide ones.
+    monkeypatch.setattr(otel._trace, "get_tracer_provider", lambda: tracers)
+    monkeypatch.setattr(otel._metrics, "get_meter_provider", lambda: meters)
+    return reader, spans
+
+
+def _counts(reader: Any) -> dict[tuple[str, tuple[tuple[str, Any], ...]], float]:
+    found: dict[tuple[str, tuple[tuple[str, Any], ...]], float] = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else []:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                for point in metric.data.data_points:
+                    key = (metric.name, tuple(sorted(point.attributes.items())))
+                    found[key] = getattr(point, "value", None) or getattr(point, "count", 0)
+    return found
+
+
+async def test_an_otel_reader_sees_spans_per_try_and_the_counters_move(
+    h: Any, otel_readers: Any
+) -> None:
+    reader, spans = otel_readers
+    graph = scenario(h.is_async, []).compile(checkpointer=h.saver, name="research")
+    await h.invoke(graph, {"trail": []}, cfg("otel"))
+    names = [s.name for s in spans.get_finished_spans()]
+    assert [n for n in names if n.startswith("plan")] == [
+        "plan try 1",
+        "plan try 2",
+        "plan try 3",
+    ]
+    plan_spans = [s for s in spans.get_finished_spans() if s.name.startswith("plan")]
+    assert [s.status.status_code.name for s in plan_spans] == ["ERROR", "ERROR", "UNSET"]
+    assert plan_spans[0].attributes["graph"] == "research"
+    assert plan_spans[0].attributes["kind"] == "transient"
+    counts = _counts(reader)
+
+    def count(name: str, **attrs: Any) -> float:
+        return sum(
+            v
+            for (n, a), v in counts.items()
+            if n == f"langgraph_resilience.{name}" and attrs.items() <= dict(a).items()
+        )
+
+    assert count("tries", node="plan", kind="transient") == 2
+    assert count("tries", node="plan", kind="ok") == 1
+    assert count("retries", node="plan", graph="research") == 2
+    assert count("retries", node="notify") == 1
+    assert count("fallbacks", node="search") == 1
+    assert count("degraded_steps", node="enrich") == 1
+    assert count("partial_results", graph="research") == 1
+    assert count("effects_replayed") == 1
+    assert count("checkpoint_writes", outcome="ok") > 0
+    assert count("try_duration", node="plan") == 3  # a histogram: its count
+
+
+def test_the_package_imports_and_runs_without_opentelemetry() -> None:
+    script = """
+import sys
+for name in [m for m in sys.modules if m.startswith("opentelemetry")]:
+    del sys.modules[name]
+sys.modules["opentelemetry"] = None  # import opentelemetry -> ImportError
+import operator
+from typing import Annotated
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START
+import langgraph_resilience._otel as otel
+from langgraph_resilience import Backoff, NodePolicy, ResilientState, ResilientStateGraph
+
+class S(ResilientState, total=False):
+    trail: Annotated[list[str], operator.add]
+
+tries = []
+def flaky(state):
+    tries.append(1)
+    if len(tries) < 2:
+        raise ConnectionError("blip")
+    return {"trail": ["ok"]}
+
+g = ResilientStateGraph(S)
+g.add_node("flaky", flaky, policy=NodePolicy(retry=Backoff(initial_interval=0.001)))
+g.add_edge(START, "flaky")
+g.add_edge("flaky", END)
+out = g.compile(checkpointer=InMemorySaver()).invoke(
+    {"trail": []}, {"configurable": {"thread_id": "t"}}
+)
+assert not otel.AVAILABLE and out["trail"] == ["ok"], (otel.AVAILABLE, out)
+assert not any(m.startswith("opentelemetry.") for m in sys.modules)
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
