@@ -34,7 +34,9 @@ from langgraph_resilience.graph import (
     current_attempt,
     retry_failed,
 )
+from langgraph_resilience.metrics import RecoveryMetrics, arecovery_metrics, recovery_metrics
 from langgraph_resilience.policy import Attempt, Backoff, NodePolicy
+from langgraph_resilience.report import RunReport, arun_report, run_report
 from langgraph_resilience.state import ResilientState, RunOutcome
 from langgraph_resilience.worker import Worker
 
@@ -59,19 +61,25 @@ __all__ = [
     "NodeFailure",
     "NodePolicy",
     "PermanentError",
+    "RecoveryMetrics",
     "ResilienceError",
     "ResilientState",
     "ResilientStateGraph",
     "RunOutcome",
+    "RunReport",
     "RunStateError",
     "StoreUnavailable",
     "TransientError",
     "ValidationFailed",
     "Worker",
+    "arecovery_metrics",
     "aretry_failed",
+    "arun_report",
     "classify",
     "current_attempt",
+    "recovery_metrics",
     "report_usage",
     "retry_failed",
+    "run_report",
     "side_effect",
 ]

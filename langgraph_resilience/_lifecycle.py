@@ -17,8 +17,11 @@ stored as ``running`` and reported ``success`` when it has nothing left to do
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -26,11 +29,14 @@ from langchain_core.runnables.config import ensure_config
 from langgraph.types import StateSnapshot
 
 from langgraph_resilience._task import in_parent_task
+from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint._runs import FENCE_KEY
 from langgraph_resilience.state import new_run_marker
 
-__all__ = ["nested", "settle_output", "settled", "with_marker"]
+__all__ = ["anoted", "nested", "note_resume", "settle_output", "settled", "with_marker"]
 
 _LOG = "resilience"
+logger = logging.getLogger("langgraph_resilience")
 
 
 def nested(config: RunnableConfig | None) -> bool:
@@ -83,3 +89,67 @@ def _status_of(out: Mapping[str, Any], snapshot: StateSnapshot) -> Any:
     log = snapshot.values.get(_LOG) if isinstance(snapshot.values, Mapping) else None
     status = log.get("status") if isinstance(log, Mapping) else None
     return {**out, _LOG: {**out[_LOG], "status": status}} if status == "success" else out
+
+
+# -- resumes after a crash (for `recovery_metrics`) ------------------------------------
+
+
+def _may_be_crash_resume(input: Any, config: RunnableConfig | None) -> str | None:
+    """The thread of a top-level resume without a `Worker` (``invoke(None)``), or
+    None. Nothing else is looked at: a new input or a Command costs nothing."""
+    if input is not None or not config or nested(config):
+        return None
+    configurable = config.get("configurable") or {}
+    if FENCE_KEY in configurable or configurable.get("thread_id") is None:
+        return None  # a Worker's run: a takeover is stored by its claim
+    return str(configurable["thread_id"])
+
+
+def _crash_key(snapshot: StateSnapshot) -> str | None:
+    """A resume of a run left with steps to do and no interrupt: after a crash."""
+    if not snapshot.next or snapshot.interrupts:
+        return None
+    checkpoint = (snapshot.config.get("configurable") or {}).get("checkpoint_id")
+    # os.urandom, not uuid4: a program seeding uuid4 must not see its ids shift.
+    return f"crash:{checkpoint}:{os.urandom(6).hex()}"
+
+
+def _this_process() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def note_resume(graph: Any, input: Any, config: RunnableConfig | None) -> None:
+    """Store a resume after a crash (``invoke(None)`` on a thread whose run has
+    steps left and no interrupt) as a recovery. Never fails the run."""
+    thread = _may_be_crash_resume(input, config)
+    saver = getattr(graph, "checkpointer", None)
+    if thread is None or not isinstance(saver, ResilientSaver):
+        return
+    try:
+        key = _crash_key(graph.get_state(config))
+        if key is not None:
+            saver.note_recovery(thread, key, "crash", _this_process())
+    except Exception as exc:
+        logger.debug("could not store the resume of thread %s: %s", thread, exc)
+
+
+async def anoted(
+    graph: Any, input: Any, config: RunnableConfig | None, stream: AsyncIterator[Any]
+) -> AsyncIterator[Any]:
+    """``stream``, after storing a resume after a crash (async `note_resume`)."""
+    thread = _may_be_crash_resume(input, config)
+    saver = getattr(graph, "checkpointer", None)
+    if thread is not None and isinstance(saver, AsyncResilientSaver):
+        try:
+            key = _crash_key(await graph.aget_state(config))
+            if key is not None:
+                await saver.anote_recovery(thread, key, "crash", _this_process())
+        except Exception as exc:
+            logger.debug("could not store the resume of thread %s: %s", thread, exc)
+    try:
+        async for item in stream:
+            yield item
+    finally:  # closed early (a consumer that stops): close LangGraph's stream too
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            await close()

@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 
 from langgraph_resilience._telemetry import checkpoint_write
 from langgraph_resilience.checkpoint._schema import COUNTERS
 from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
 
-__all__ = ["COUNTER_NAMES", "Counters", "bump", "read_counters"]
+__all__ = ["COUNTER_NAMES", "Counters", "bucket_of", "bucketed", "bump", "read_counters"]
 
 CHECKPOINT_OK = "checkpoint_put_ok"
 CHECKPOINT_FAILED = "checkpoint_put_failed"
@@ -96,17 +97,46 @@ _BUMP = (
     f"ON CONFLICT (scope, name) DO UPDATE SET value = {COUNTERS.name}.value + excluded.value"
 )
 
+#: Counts are kept per process and per hour (the scope ends with ``@`` and the
+#: hour's start, epoch seconds), so that ``recovery_metrics(since=...)`` can read
+#: the tries of a time window; each process still writes its own rows.
+BUCKET_SECONDS = 3600
+
+
+def bucketed(scope: str, now: float) -> str:
+    """The row key of a process's counts in the hour of ``now``."""
+    return f"{scope}@{int(now // BUCKET_SECONDS) * BUCKET_SECONDS}"
+
+
+def bucket_of(scope: str) -> float | None:
+    """The start of the hour a row counts (None: a row of an older release)."""
+    _, sep, hour = scope.rpartition("@")
+    return float(hour) if sep and hour.isdigit() else None
+
 
 def bump(d: Dialect, scope: str, deltas: dict[str, int]) -> Statements[None]:
-    rows = [(scope, name, n) for name, n in sorted(deltas.items()) if n]
+    rows = [(bucketed(scope, time.time()), name, n) for name, n in sorted(deltas.items()) if n]
     if rows:
         yield Stmt(d.sql(_BUMP), rows, many=True)
 
 
-def read_counters(d: Dialect, counters: Counters) -> Statements[dict[str, int]]:
-    """Stored counts of every process, plus what this saver has not stored yet."""
-    rows = yield Stmt(f"SELECT name, sum(value) FROM {COUNTERS.name} GROUP BY name", fetch=True)
+def read_counters(
+    d: Dialect, counters: Counters, since: float | None = None
+) -> Statements[dict[str, int]]:
+    """Stored counts of every process, plus what this saver has not stored yet.
+
+    ``since`` (epoch seconds): only the hours that end after it (counts are kept
+    per hour: the hour ``since`` falls in is counted whole).
+    """
+    rows = yield Stmt(
+        f"SELECT scope, name, sum(value) FROM {COUNTERS.name} GROUP BY scope, name", fetch=True
+    )
     found = dict.fromkeys(COUNTER_NAMES, 0)
-    for name, value in [*rows, *counters.snapshot().items()]:
+    kept = [
+        (name, value)
+        for scope, name, value in rows
+        if since is None or (bucket_of(str(scope)) or 0.0) + BUCKET_SECONDS > since
+    ]
+    for name, value in [*kept, *counters.snapshot().items()]:
         found[str(name)] = found.get(str(name), 0) + int(value)
     return found

@@ -28,6 +28,7 @@ __all__ = [
     "COUNTERS",
     "EFFECTS",
     "MIGRATIONS",
+    "RECOVERIES",
     "RUNS",
     "SCHEMA_VERSION",
     "check_schema",
@@ -57,6 +58,7 @@ RUNS = Table(
         Column("claim_token", "TEXT", since=9),
         Column("resume_type", "TEXT", since=10),
         Column("resume", "BLOB_T", since=10),
+        Column("not_before", "REAL_T", since=11),
     ),
     since=1,
 )
@@ -75,6 +77,7 @@ ATTEMPTS = Table(
         Column("reason", "TEXT"),
         Column("started_at", "REAL_T NOT NULL"),
         Column("finished_at", "REAL_T"),
+        Column("wait", "REAL_T", since=11),
     ),
     primary_key=("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "attempt"),
     since=2,
@@ -113,11 +116,30 @@ COUNTERS = Table(
     primary_key=("scope", "name"),
     since=4,
 )
+# One row per recovery of a thread that nothing else stores: a Worker's takeover of
+# a run whose lease expired, a resume after a crash (the other kinds are read from
+# the writes a resume leaves). ``owner``: the worker (or process) that went on;
+# ``checkpoint_id``: the thread's latest checkpoint then (the one resumed), so
+# the steps it redid can be told from the rest.
+RECOVERIES = Table(
+    "resilience_recoveries",
+    (
+        Column("thread_id", "TEXT NOT NULL"),
+        Column("key", "TEXT NOT NULL"),
+        Column("kind", "TEXT NOT NULL"),
+        Column("run_id", "TEXT"),
+        Column("owner", "TEXT"),
+        Column("checkpoint_id", "TEXT"),
+        Column("at", "REAL_T NOT NULL"),
+    ),
+    primary_key=("thread_id", "key"),
+    since=12,
+)
 
 #: Tables keyed by a thread's checkpoints, copied and deleted with them.
 CHECKPOINT_TABLES = (ATTEMPTS, EFFECTS)
 #: Every resilience table with a thread_id (runs are deleted with their thread, not copied).
-THREAD_TABLES = (*CHECKPOINT_TABLES, RUNS)
+THREAD_TABLES = (*CHECKPOINT_TABLES, RUNS, RECOVERIES)
 
 #: The statuses of a run that holds its thread: a thread has at most one such run.
 OPEN_STATUSES = ("queued", "running", "paused")
@@ -210,6 +232,14 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration.both(*RUNS.added(9)),
     # 10: a paused run keeps the value it is resumed with (a human's answer).
     Migration.both(*RUNS.added(10)),
+    # 11: a queued run may wait for a time (a service's long Retry-After); a failed
+    # try records the wait that followed it.
+    Migration.both(*RUNS.added(11), *ATTEMPTS.added(11)),
+    # 12: recoveries nothing else stores (takeovers, crash resumes), for the metrics.
+    Migration.both(
+        RECOVERIES.create(),
+        "CREATE INDEX IF NOT EXISTS resilience_recoveries_at ON resilience_recoveries (at)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 

@@ -1,0 +1,214 @@
+"""The reads behind `recovery_metrics` and `run_report`, and the two recoveries
+that nothing else stores (both dialects).
+
+Nothing here runs on a step's happy path. A run's history is read from what is
+already stored: the writes of its run-log channel (each step's record, the
+markers of new runs, partial results and `retry_failed`), LangGraph's own
+``__resume__``/``__interrupt__``/``__error__`` writes, the attempts, effects and
+runs tables. Two recoveries leave no write of their own and get a row in
+``resilience_recoveries``: a `Worker`'s takeover of a run whose lease expired
+(stored in the claim's own transaction) and a resume after a crash
+(`note_recovery`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph_resilience.checkpoint._runs import RunRecord, claim_runs
+from langgraph_resilience.checkpoint._schema import ATTEMPTS, RECOVERIES, RUNS
+from langgraph_resilience.checkpoint._store import (
+    Dialect,
+    Row,
+    Statements,
+    Stmt,
+    from_row,
+    select_list,
+)
+from langgraph_resilience.errors import ConfigError
+
+__all__ = [
+    "RUN_LOG_CHANNELS",
+    "RecoveryRecord",
+    "StoredAttempt",
+    "claim_noting",
+    "note_recovery",
+    "read_history",
+    "read_recoveries",
+    "read_run_log",
+    "read_thread_attempts",
+    "read_thread_runs",
+]
+
+#: The channels whose writes tell a run's story (values read); writes to the
+#: ``branch:to:`` channels and Sends are read without their values (a run that
+#: wrote none in its last step has nothing left to do).
+RUN_LOG_CHANNELS = ("resilience", "__resume__", "__interrupt__", "__error__")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecoveryRecord:
+    """A recovery stored in ``resilience_recoveries``.
+
+    Attributes:
+        thread_id: the thread recovered.
+        key: unique per thread (``takeover:<run id>:<n>`` for a run's n-th takeover).
+        kind: ``takeover`` or ``crash``.
+        run_id: the `Worker` run taken over (None for a crash resume).
+        owner: the worker that took it over (host/pid of a crash resume).
+        checkpoint_id: the thread's latest checkpoint then: the one resumed.
+        at: when (epoch seconds, the database's clock).
+    """
+
+    thread_id: str
+    key: str
+    kind: str
+    run_id: str | None
+    owner: str | None
+    checkpoint_id: str | None
+    at: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoredAttempt:
+    """A failed try as `run_report` reads it: its task and its times."""
+
+    checkpoint_ns: str
+    checkpoint_id: str
+    task_id: str
+    attempt: int
+    node: str
+    kind: str | None
+    error_type: str | None
+    reason: str | None
+    started_at: float
+    finished_at: float | None
+    wait: float | None
+
+
+_NOTE = (
+    f"INSERT INTO {RECOVERIES.name} (thread_id, key, kind, run_id, owner, checkpoint_id, at) "
+    "SELECT ?, ?, ?, ?, ?, (SELECT max(checkpoint_id) FROM checkpoints "
+    "WHERE thread_id = ? AND checkpoint_ns = ''), NOW() WHERE 1 = 1 "
+    "ON CONFLICT (thread_id, key) DO NOTHING"
+)
+
+
+def claim_noting(
+    d: Dialect, owner: str, limit: int, lease_ttl: float, claim_token: str
+) -> Statements[list[RunRecord]]:
+    """`claim_runs`, storing a takeover for each claimed run whose lease had
+    expired (in the claim's transaction: a takeover is never claimed unnoted)."""
+    expired = yield Stmt(
+        d.sql(
+            f"SELECT run_id FROM {RUNS.name} WHERE status = 'running' AND lease_expires_at < NOW()"
+        ),
+        fetch=True,
+    )
+    claimed = yield from claim_runs(d, owner, limit, lease_ttl, claim_token)
+    gone = {str(r[0]) for r in expired}
+    rows = [
+        (
+            r.thread_id,
+            f"takeover:{r.run_id}:{r.recoveries}",
+            "takeover",
+            r.run_id,
+            owner,
+            r.thread_id,
+        )
+        for r in claimed
+        if r.run_id in gone
+    ]
+    if rows:
+        yield Stmt(d.sql(_NOTE), rows, many=True)
+    return claimed
+
+
+def note_recovery(
+    d: Dialect, thread_id: str, key: str, kind: str, owner: str | None = None
+) -> Statements[None]:
+    """Store one recovery of a thread (once per ``key``) that ``owner`` made."""
+    yield Stmt(d.sql(_NOTE), (thread_id, key, kind, None, owner, thread_id))
+
+
+def read_recoveries(d: Dialect, thread_id: str | None = None) -> Statements[list[RecoveryRecord]]:
+    where, params = ("WHERE thread_id = ? ", (thread_id,)) if thread_id is not None else ("", ())
+    rows = yield Stmt(
+        d.sql(
+            f"SELECT {select_list(RecoveryRecord)} FROM {RECOVERIES.name} {where}"
+            "ORDER BY at, thread_id, key"
+        ),
+        params,
+        fetch=True,
+    )
+    return [from_row(RecoveryRecord, r) for r in rows]
+
+
+def read_run_log(d: Dialect, thread_id: str | None = None) -> Statements[list[Row]]:
+    """The writes that tell runs' stories: (thread, namespace, checkpoint, task,
+    idx, channel, type, value); the value only for `RUN_LOG_CHANNELS`."""
+    value = d.writes.columns[-1].name  # LangGraph names it value (SQLite) or blob
+    named = ", ".join(f"'{c}'" for c in RUN_LOG_CHANNELS)
+    where = "AND thread_id = ? " if thread_id is not None else ""
+    rows = yield Stmt(
+        d.sql(
+            "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, "
+            f"CASE WHEN channel IN ({named}) THEN {value} END FROM {d.writes.name} "
+            f"WHERE (channel IN ({named}) OR substr(channel, 1, 10) = 'branch:to:' "
+            f"OR channel = '__pregel_tasks') {where}"
+        ),
+        (thread_id,) if thread_id is not None else (),
+        fetch=True,
+    )
+    return rows
+
+
+def read_thread_attempts(d: Dialect, thread_id: str) -> Statements[list[StoredAttempt]]:
+    rows = yield Stmt(
+        d.sql(
+            f"SELECT {select_list(StoredAttempt)} FROM {ATTEMPTS.name} WHERE thread_id = ? "
+            "ORDER BY started_at, attempt"
+        ),
+        (thread_id,),
+        fetch=True,
+    )
+    return [from_row(StoredAttempt, r) for r in rows]
+
+
+def read_thread_runs(d: Dialect, thread_id: str | None = None) -> Statements[list[Any]]:
+    """`Worker` runs, oldest first: of one thread, or all."""
+    where = "WHERE thread_id = ? " if thread_id is not None else ""
+    params: Any = (thread_id,) if thread_id is not None else ()
+    rows = yield Stmt(
+        d.sql(
+            f"SELECT {select_list(RunRecord)} FROM {RUNS.name} {where}ORDER BY created_at, run_id"
+        ),
+        params,
+        fetch=True,
+    )
+    return [from_row(RunRecord, r) for r in rows]
+
+
+def read_thread_attempts_or_all(d: Dialect, thread_id: str | None) -> Statements[list[Any]]:
+    if thread_id is None:
+        return []
+    return (yield from read_thread_attempts(d, thread_id))
+
+
+#: What `read_history` reads, by name: each takes a thread id (None: every thread).
+HISTORY_READS: dict[str, Callable[[Dialect, str | None], Statements[list[Any]]]] = {
+    "recoveries": read_recoveries,
+    "run_log": read_run_log,
+    "attempts": read_thread_attempts_or_all,
+    "runs": read_thread_runs,
+}
+
+
+def read_history(d: Dialect, what: str, thread_id: str | None) -> Statements[list[Any]]:
+    """One of `HISTORY_READS`."""
+    read = HISTORY_READS.get(what)
+    if read is None:
+        raise ConfigError(f"unknown history read {what!r}; one of {', '.join(HISTORY_READS)}")
+    return (yield from read(d, thread_id))
