@@ -18,7 +18,7 @@ from typing import Any, cast
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
-from langgraph.types import StateSnapshot
+from langgraph.types import Durability, StateSnapshot
 
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
@@ -147,6 +147,7 @@ def recovery_suite(
     compare: Callable[[Any], Any] | None = None,
     config: RunnableConfig | None = None,
     max_cases: int | None = None,
+    durability: Durability | None = None,
 ) -> RecoverySuiteReport:
     """Run the four recovery tests on your graph and report what each found.
 
@@ -179,6 +180,9 @@ def recovery_suite(
         config: config for every run (its ``thread_id`` is replaced per case).
         max_cases: at most this many cases per family (default ``LGR_RECOVERY_CASES``
             or 6; 0 runs every case).
+        durability: run every invoke with this LangGraph durability (default: the
+            graph's own; ``ResilientStateGraph`` compiles with ``"sync"``), to see
+            what ``"async"`` or ``"exit"`` would cost.
 
     Raises:
         ConfigError: bad arguments, or the clean run does not complete.
@@ -188,6 +192,7 @@ def recovery_suite(
         >>> report.assert_ok()  # doctest: +SKIP
     """
     spec = _spec(input, effects, compare, max_cases)
+    extra = {"durability": durability} if durability is not None else {}
     with _default_store(checkpointer_factory, ResilientSqliteSaver) as factory:
 
         def run(op: Run) -> RunResult:
@@ -200,7 +205,7 @@ def recovery_suite(
                 faulty = op.plan.apply(graph, tracker=op.tracker)
                 error: BaseException | None = None
                 try:
-                    faulty.invoke(_value(op, resumed_from), cfg)
+                    faulty.invoke(_value(op, resumed_from), cfg, **extra)
                 except (Exception, SimulatedCrash) as exc:
                     error = exc
                 values = graph.get_state(cfg).values
@@ -221,6 +226,7 @@ async def arecovery_suite(
     compare: Callable[[Any], Any] | None = None,
     config: RunnableConfig | None = None,
     max_cases: int | None = None,
+    durability: Durability | None = None,
 ) -> RecoverySuiteReport:
     """`recovery_suite` for async graphs and savers (``ainvoke``); the default
     store is a temporary file under `AsyncResilientSqliteSaver`.
@@ -229,6 +235,7 @@ async def arecovery_suite(
         >>> report = await arecovery_suite(build_graph, {"query": "q"})  # doctest: +SKIP
     """
     spec = _spec(input, effects, compare, max_cases)
+    extra = {"durability": durability} if durability is not None else {}
     with _default_store(checkpointer_factory, AsyncResilientSqliteSaver) as factory:
         steps = suite_steps(spec)
         reply: Any = None
@@ -250,7 +257,7 @@ async def arecovery_suite(
                 faulty = op.plan.apply(graph, tracker=op.tracker)
                 error: BaseException | None = None
                 try:
-                    await faulty.ainvoke(_value(op, resumed_from), cfg)
+                    await faulty.ainvoke(_value(op, resumed_from), cfg, **extra)
                 except (Exception, SimulatedCrash) as exc:
                     error = exc
                 values = (await graph.aget_state(cfg)).values

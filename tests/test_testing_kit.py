@@ -1,0 +1,394 @@
+"""The recovery test kit: `FaultPlan` injects what it says, where it says, and
+leaves the store as a kill would; `recovery_suite` passes a sound pipeline and
+catches broken ones (an unrecorded email sent twice, steps lost under
+``durability="exit"``)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import itertools
+import operator
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+from unittest import mock
+
+import pytest
+from conftest import require_postgres
+from langgraph.graph import END, START, StateGraph
+
+from langgraph_resilience import (
+    Backoff,
+    ConfigError,
+    NodePolicy,
+    PermanentError,
+    ResilientState,
+    ResilientStateGraph,
+    StoreUnavailable,
+    TransientError,
+    side_effect,
+)
+from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
+from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+from langgraph_resilience.testing import (
+    FaultPlan,
+    RecoveryFailed,
+    SimulatedCrash,
+    Tracker,
+    arecovery_suite,
+    recovery_suite,
+)
+from langgraph_resilience.testing.plugin import suite_runner
+
+pytest_plugins = ["pytester"]
+
+STEPS = ["a", "b", "c", "d"]
+FAST = NodePolicy(retry=Backoff(max_attempts=3, initial_interval=0.01))
+
+
+class State(ResilientState, total=False):
+    done: Annotated[list[str], operator.add]
+
+
+class Mailer:
+    """An outside mail service: ``sent`` lists every delivered mail's key."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send(self, key: str) -> str:
+        self.sent.append(key)
+        return f"mail-{len(self.sent)}"
+
+    def lookup(self, key: str) -> str | None:
+        return f"mail-{self.sent.index(key) + 1}" if key in self.sent else None
+
+
+def pipeline(
+    mailer: Mailer,
+    *,
+    recorded: bool = True,
+    reconcile: bool = True,
+    builder: type[StateGraph] = ResilientStateGraph,
+    on_b: Callable[[], None] | None = None,
+) -> Callable[[Any], Any]:
+    """``build_graph`` of a four-step pipeline whose step c emails (through
+    `side_effect` unless ``recorded=False``)."""
+
+    @side_effect(name="email", reconcile=mailer.lookup if reconcile else None)
+    def email(*, idempotency_key: str) -> str:
+        return mailer.send(idempotency_key)
+
+    def make(name: str) -> Any:
+        def node(state: State) -> dict[str, Any]:
+            if name == "b" and on_b is not None:
+                on_b()
+            if name == "c":
+                email() if recorded else mailer.send(f"raw-{len(mailer.sent)}")
+            return {"done": [name]}
+
+        return node
+
+    def build(saver: Any) -> Any:
+        g = builder(State)
+        if isinstance(g, ResilientStateGraph):
+            g.set_node_defaults(policy=FAST)
+        for name in STEPS:
+            g.add_node(name, make(name))
+        g.add_edge(START, STEPS[0])
+        for a, b in itertools.pairwise(STEPS):
+            g.add_edge(a, b)
+        g.add_edge(STEPS[-1], END)
+        return g.compile(checkpointer=saver)
+
+    return build
+
+
+def config(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}}
+
+
+# -- FaultPlan ------------------------------------------------------------------------
+
+
+def test_plan_is_validated_with_messages_that_say_what_to_do() -> None:
+    with pytest.raises(ConfigError, match="try numbers >= 1"):
+        FaultPlan().fail("a", ValueError, tries=0)
+    with pytest.raises(ConfigError, match="exactly one of them"):
+        FaultPlan(faults=()).crash("a").faults[0].__class__(path="a", effect="email")
+    with pytest.raises(ConfigError, match="exception class"):
+        FaultPlan().fail("a", "boom")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="'before' or 'after'"):
+        FaultPlan().crash("a", when="during")  # type: ignore[arg-type]
+    plan = FaultPlan().fail("a", ValueError).crash("b").fail_checkpoint_write(at=2)
+    assert len(plan.faults) == 3 and FaultPlan().faults == ()  # builders return new plans
+    assert plan.node_fault("a", 1) is not None and plan.node_fault("a", 2) is None
+    assert plan.crash_at("b", "after") is not None and plan.crash_at("b", "before") is None
+    assert FaultPlan().crash("review*").crash_at("review#3", "after") is not None
+
+
+def test_a_transient_error_at_a_step_is_retried_by_its_policy(tmp_path: Path) -> None:
+    mailer = Mailer()
+    plan = FaultPlan().fail("b", TransientError("rate limited"), tries=(1, 2))
+    with ResilientSqliteSaver.from_conn_string(str(tmp_path / "s.db")) as saver:
+        out = plan.apply(pipeline(mailer)(saver)).invoke({"done": []}, config("t"))
+        steps = {s["path"]: s for s in saver.step_history("t")}
+    assert out["done"] == STEPS and out["resilience"]["status"] == "success"
+    assert steps["b"]["attempts"] == 3 and steps["a"]["attempts"] == 1
+
+
+def test_a_permanent_error_routes_as_the_nodes_own(tmp_path: Path) -> None:
+    with ResilientSqliteSaver.from_conn_string(str(tmp_path / "s.db")) as saver:
+        graph = FaultPlan().fail("b", PermanentError).apply(pipeline(Mailer())(saver))
+        out = graph.invoke({"done": []}, config("t"))
+    assert out["done"] == ["a"] and out["resilience"]["status"] == "partial_complete"
+    assert out["resilience"]["failed_step"]["error_type"] == "PermanentError"
+
+
+def test_a_plain_graphs_node_raises_the_error(tmp_path: Path) -> None:
+    with ResilientSqliteSaver.from_conn_string(str(tmp_path / "s.db")) as saver:
+        graph = pipeline(Mailer(), builder=StateGraph)(saver)
+        with pytest.raises(KeyError):
+            FaultPlan().fail("c", KeyError("x")).apply(graph).invoke({"done": []}, config("t"))
+
+
+def test_a_failed_checkpoint_write_stops_the_run_and_the_resume_redoes_nothing(
+    tmp_path: Path,
+) -> None:
+    path, tracker = str(tmp_path / "s.db"), Tracker()
+    with ResilientSqliteSaver.from_conn_string(path) as saver:
+        graph = (
+            FaultPlan()
+            .fail_checkpoint_write(at=3)
+            .apply(pipeline(Mailer())(saver), tracker=tracker)
+        )
+        with pytest.raises(StoreUnavailable, match="injected by FaultPlan"):
+            graph.invoke({"done": []}, config("t"))
+    with ResilientSqliteSaver.from_conn_string(path) as saver:
+        graph = FaultPlan().apply(pipeline(Mailer())(saver), tracker=tracker)
+        assert graph.invoke(None, config("t"))["done"] == STEPS
+    assert [e.path for e in tracker.executions] == STEPS  # every step ran once
+
+
+def _store_left(path: str, thread: str) -> dict[str, Any]:
+    """What a store holds of a thread, without ids: checkpoints, writes, effects."""
+    conn = sqlite3.connect(path)
+    try:
+        checkpoints = conn.execute(
+            "SELECT count(*) FROM checkpoints WHERE thread_id = ?", (thread,)
+        ).fetchone()[0]
+        writes = sorted(
+            r[0] for r in conn.execute("SELECT channel FROM writes WHERE thread_id = ?", (thread,))
+        )
+        effects = sorted(
+            r[0]
+            for r in conn.execute(
+                "SELECT status FROM resilience_effects WHERE thread_id = ?", (thread,)
+            )
+        )
+    finally:
+        conn.close()
+    return {"checkpoints": checkpoints, "writes": writes, "effects": effects}
+
+
+def test_an_in_process_crash_leaves_the_store_as_sigkill_does(tmp_path: Path) -> None:
+    """The same crash point, once as SIGKILL of a real (forked) process, once in
+    process: the two stores hold the same rows; both resume to the end."""
+    mailer = Mailer()
+    killed, simulated = str(tmp_path / "killed.db"), str(tmp_path / "simulated.db")
+    for path in (killed, simulated):  # set the stores up before forking
+        with ResilientSqliteSaver.from_conn_string(path) as saver:
+            saver.setup()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: runs until the plan kills it
+        try:
+            with ResilientSqliteSaver.from_conn_string(killed) as saver:
+                plan = FaultPlan().crash_after_effect("email", kill=True)
+                plan.apply(pipeline(mailer)(saver)).invoke({"done": []}, config("t"))
+        finally:
+            os._exit(3)  # not killed: the test fails below
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    with ResilientSqliteSaver.from_conn_string(simulated) as saver:
+        plan = FaultPlan().crash_after_effect("email")
+        with pytest.raises(SimulatedCrash):
+            plan.apply(pipeline(mailer)(saver)).invoke({"done": []}, config("t"))
+    left = _store_left(killed, "t")
+    assert _store_left(simulated, "t") == left
+    assert left["effects"] == ["intent"]  # the call returned, its outcome was lost
+    for path in (killed, simulated):
+        with ResilientSqliteSaver.from_conn_string(path) as saver:
+            assert pipeline(mailer)(saver).invoke(None, config("t"))["done"] == STEPS
+
+
+def test_a_crash_after_an_effect_repeats_it_only_without_reconcile(tmp_path: Path) -> None:
+    for reconcile, calls in [(True, 1), (False, 2)]:
+        mailer, path = Mailer(), str(tmp_path / f"{reconcile}.db")
+        with ResilientSqliteSaver.from_conn_string(path) as saver:
+            build = pipeline(mailer, reconcile=reconcile)
+            with pytest.raises(SimulatedCrash):
+                FaultPlan().crash("c").apply(build(saver)).invoke({"done": []}, config("t"))
+            with pytest.raises(SimulatedCrash, match="writes nothing more"):
+                saver.put_writes(config("t"), [("done", ["x"])], "task")  # the process is dead
+        with ResilientSqliteSaver.from_conn_string(path) as saver:  # a new process
+            assert build(saver).invoke(None, config("t"))["done"] == STEPS
+        assert len(mailer.sent) == calls
+
+
+# -- recovery_suite -------------------------------------------------------------------
+
+
+def test_the_suite_passes_a_sound_pipeline_and_reports_each_case() -> None:
+    mailer = Mailer()
+    report = recovery_suite(pipeline(mailer), {"done": []}, effects={"email": mailer.sent})
+    report.assert_ok()
+    assert report.reference_steps == tuple(STEPS) and report.reference_effects == {"email": 1}
+    families = {c.family for c in report.cases}
+    assert families == {"step_crash", "checkpoint_write", "double_recovery", "effect_replay"}
+    for case in report.family("step_crash"):  # only the step in flight runs again
+        assert len(case.steps_redone) == 1 and case.completed_redone == ()
+    assert any("effect 'email'" in c.name for c in report.family("effect_replay"))
+    text = str(report)
+    assert text.startswith("recovery suite passed") and "crash after step 'c'" in text
+
+
+def test_the_suite_reports_an_email_sent_without_side_effect_as_duplicated() -> None:
+    mailer = Mailer()
+    report = recovery_suite(
+        pipeline(mailer, recorded=False), {"done": []}, effects={"email": mailer.sent}
+    )
+    assert not report.ok and report.effects_duplicated == {"email": 1}
+    caught = [c for c in report.family("effect_replay") if c.effects_duplicated]
+    assert [c.name for c in caught] == ["crash after step 'c', which calls email"]
+    assert any("called 2 times, 1 in the reference" in line for line in caught[0].evidence)
+    with pytest.raises(RecoveryFailed, match=r"effect 'email' called 2 times.*called in: c"):
+        report.assert_ok()
+
+
+def test_the_suite_reports_steps_lost_without_durability_sync() -> None:
+    mailer = Mailer()
+    report = recovery_suite(
+        pipeline(mailer), {"done": []}, effects={"email": mailer.sent}, durability="exit"
+    )
+    assert not report.ok
+    crash_d = next(c for c in report.family("step_crash") if c.name == "crash after step 'd'")
+    assert crash_d.completed_redone == ("a", "b", "c")
+    assert crash_d.effects_duplicated == {"email": 1}
+    assert any("durability='sync'" in line for line in crash_d.evidence)
+    assert report.completed_redone == ("a", "b", "c")
+
+
+def test_the_suite_counts_mocks_and_functions_and_refuses_other_counters() -> None:
+    sent = mock.Mock()
+    report = recovery_suite(
+        pipeline(Mailer(), on_b=sent),
+        {"done": []},
+        effects={"b-mock": sent, "b-count": lambda: sent.call_count},
+        max_cases=1,
+    )
+    assert report.reference_effects == {"b-mock": 1, "b-count": 1} and report.ok
+    assert report.not_run  # one case per family
+    with pytest.raises(ConfigError, match="how many times the effect happened"):
+        recovery_suite(pipeline(Mailer()), {"done": []}, effects={"x": 3})
+    with pytest.raises(ConfigError, match="compile the graph with the checkpointer"):
+        recovery_suite(lambda saver: pipeline(Mailer())(None), {"done": []})
+
+
+@contextmanager
+def _opened(cm: Any) -> Iterator[Any]:
+    with cm as saver:
+        saver.setup()
+        yield saver
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+async def test_the_suite_runs_on_every_backend(store: tuple[str, str], is_async: bool) -> None:
+    backend, target = store
+    mailer = Mailer()
+    if backend == "postgres":
+        require_postgres()
+        if is_async:
+            factory: Any = lambda: AsyncResilientPostgresSaver.from_conn_string(target)  # noqa: E731
+            async with AsyncResilientPostgresSaver.from_conn_string(target) as saver:
+                await saver.setup()
+        else:
+            factory = lambda: _opened(ResilientPostgresSaver.from_conn_string(target))  # noqa: E731
+    elif is_async:
+        factory = lambda: AsyncResilientSqliteSaver.from_conn_string(target)  # noqa: E731
+    else:
+        factory = lambda: ResilientSqliteSaver.from_conn_string(target)  # noqa: E731
+    options: dict[str, Any] = {
+        "checkpointer_factory": factory,
+        "effects": {"email": mailer.sent},
+        "max_cases": 2,
+    }
+    if is_async:
+        report = await arecovery_suite(pipeline(mailer), {"done": []}, **options)
+    else:
+        report = await asyncio.to_thread(recovery_suite, pipeline(mailer), {"done": []}, **options)
+    report.assert_ok()
+    assert len(report.cases) >= 7
+
+
+# -- the pytest plugin ----------------------------------------------------------------
+
+
+def test_the_fixture_makes_it_one_line(tmp_path: Path) -> None:
+    recovery_suite_fixture = suite_runner(tmp_path)  # what the fixture gives a test
+    mailer = Mailer()
+    recovery_suite_fixture(
+        pipeline(mailer), {"done": []}, effects={"email": mailer.sent}
+    ).assert_ok()
+    assert (tmp_path / "recovery.db").exists()
+
+
+def test_the_registered_plugin_loads_nothing_heavy() -> None:
+    code = (
+        "import sys, pytest_langgraph_resilience; "
+        "print([m for m in sys.modules if m.startswith(('langgraph', 'langchain'))])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_plugin_gives_a_users_test_file_the_fixture(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(
+        test_user="""
+        import operator
+        from typing import Annotated
+        from langgraph.graph import START, END
+        from langgraph_resilience import ResilientState, ResilientStateGraph
+
+        class S(ResilientState, total=False):
+            done: Annotated[list[str], operator.add]
+
+        def build(saver):
+            g = ResilientStateGraph(S)
+            g.add_node("a", lambda s: {"done": ["a"]})
+            g.add_node("b", lambda s: {"done": ["b"]})
+            g.add_edge(START, "a"); g.add_edge("a", "b"); g.add_edge("b", END)
+            return g.compile(checkpointer=saver)
+
+        def test_recovers(recovery_suite):
+            recovery_suite(build, {"done": []}, max_cases=1).assert_ok()
+        """
+    )
+    installed = any(
+        e.value == "pytest_langgraph_resilience"
+        for e in importlib.metadata.entry_points(group="pytest11")
+    )
+    args = ["-p", "no:cacheprovider"] + ([] if installed else ["-p", "pytest_langgraph_resilience"])
+    result = pytester.runpytest_inprocess(*args)
+    result.assert_outcomes(passed=1)
