@@ -43,7 +43,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, tool
 from pydantic import Field
 
-from langgraph_resilience import Backoff, Worker, report_usage, side_effect
+from langgraph_resilience import Backoff, ConfigError, Worker, report_usage, side_effect
 from langgraph_resilience.agents import (
     CallPolicy,
     ResilienceMiddleware,
@@ -144,7 +144,11 @@ def research_tools(
 
     def send_email(to: str) -> str:
         """Send the report by email."""
-        append(service / "email.log", f"{tool_idempotency_key()} {os.getpid()}")
+        try:
+            key = tool_idempotency_key()
+        except ConfigError:  # not recorded (the unprotected agent)
+            key = "-"
+        append(service / "email.log", f"{key} {os.getpid()}")
         on_email()
         return f"sent to {to}"
 
@@ -166,13 +170,14 @@ def research_agent(
     saver: Any,
     service: Path,
     *,
-    model: BaseChatModel | None = None,
+    chat_model: BaseChatModel | None = None,
     search_failures: int = 0,
     on_email: Callable[[], None] = lambda: None,
     sleep: Callable[[float], None] = lambda s: None,
     middleware: Sequence[Any] = (),
     marked: bool = False,
     search_cost: float = 0.0,
+    effects_named: bool = True,
     **options: Any,
 ) -> Any:
     """The research agent on ``saver``, with the resilience middleware first
@@ -180,14 +185,15 @@ def research_agent(
     options.setdefault(
         "tools", {"search": CallPolicy(retry=Backoff(max_attempts=4, initial_interval=0.05))}
     )
-    effects = {} if marked else {"send_email": ToolEffect(reconcile=reconcile_with(service))}
+    named = effects_named and not marked
+    effects = {"send_email": ToolEffect(reconcile=reconcile_with(service))} if named else {}
     resilience = ResilienceMiddleware(
         effects=effects,
         sleep=sleep,
         **options,
     )
     return create_agent(
-        model or ScriptedModel(plan=PLAN),
+        chat_model or ScriptedModel(plan=PLAN),
         tools=research_tools(
             service,
             search_failures=search_failures,

@@ -25,13 +25,16 @@ pytest.importorskip("langchain.agents")
 from agent_worker import PLAN, ScriptedModel, lines, research_agent
 from conftest import Harness
 from langchain.agents.middleware import HumanInTheLoopMiddleware, SummarizationMiddleware
+from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from spawn import spawn
 
-from langgraph_resilience import Budget, ConfigError
+from langgraph_resilience import Budget, ConfigError, Worker
 from langgraph_resilience.agents import CallPolicy, ResilienceMiddleware, ToolEffect
+from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
 WORKER = str(Path(__file__).parent / "agent_worker.py")
 QUESTION = {"messages": [("user", "Research resilience and email the boss.")]}
@@ -95,7 +98,7 @@ async def test_a_429_waits_what_retry_after_asks(checkpointer: Harness, tmp_path
     agent = research_agent(
         checkpointer.saver,
         tmp_path,
-        model=model,
+        chat_model=model,
         sleep=clock.sleep,
         asleep=clock.asleep,
     )
@@ -117,7 +120,7 @@ async def test_a_permanent_tool_failure_ends_with_the_partial_result(
     agent = research_agent(
         checkpointer.saver,
         tmp_path,
-        model=model,
+        chat_model=model,
         on_email=bounce,
         tools={"send_email": CallPolicy(on_failure="end"), "*": CallPolicy()},
     )
@@ -157,7 +160,9 @@ async def test_a_token_budget_pauses_the_agent_and_a_top_up_resumes_it(
 ) -> None:
     config = cfg()
     model = ScriptedModel(plan=PLAN, calls=[])
-    agent = research_agent(checkpointer.saver, tmp_path, model=model, budget=Budget(max_tokens=100))
+    agent = research_agent(
+        checkpointer.saver, tmp_path, chat_model=model, budget=Budget(max_tokens=100)
+    )
     out = await checkpointer.invoke(agent, QUESTION, config)
     (pause,) = out["__interrupt__"]
     assert pause.value["reason"] == "budget_exhausted"
@@ -200,7 +205,7 @@ async def test_a_context_overflow_retries_with_a_shorter_valid_history(
             return super()._generate(messages, *args, **kwargs)
 
     model = SmallWindow(plan=PLAN, calls=[])
-    agent = research_agent(checkpointer.saver, tmp_path, model=model)
+    agent = research_agent(checkpointer.saver, tmp_path, chat_model=model)
     out = await checkpointer.invoke(agent, QUESTION, config)
     assert model.calls == [1, 3, -5, 3]  # the last call: 5 messages, then 3
     assert out["messages"][-1].content == "Report sent."
@@ -236,6 +241,69 @@ async def test_with_summarization_and_human_approval(checkpointer: Harness, tmp_
     assert out["resilience"]["status"] == "success"
     assert len(lines(tmp_path / "email.log")) == 1
     assert any("summary" in str(m.content) for m in out["messages"])
+
+
+async def test_a_model_that_fails_for_good_ends_with_the_partial_result(
+    checkpointer: Harness, tmp_path: Path
+) -> None:
+    class Unauthorized(Exception):
+        status_code = 401
+
+    config = cfg()
+    model = ScriptedModel(plan=PLAN, errors=[Unauthorized("invalid API key")])
+    agent = research_agent(
+        checkpointer.saver, tmp_path, chat_model=model, model=CallPolicy(on_failure="end")
+    )
+    out = await checkpointer.invoke(agent, QUESTION, config)
+    log = out["resilience"]
+    assert log["status"] == "partial_complete"
+    assert log["failed_step"]["path"] == "model" and log["failed_step"]["kind"] == "permanent"
+    assert log["failed_step"]["attempts"] == 1 and log["completed_steps"] == []
+    assert out["messages"][-1].content.startswith("Stopped: model failed")
+    assert lines(tmp_path / "search.log") == []
+
+
+async def test_a_model_output_failing_validation_is_asked_again(
+    checkpointer: Harness, tmp_path: Path
+) -> None:
+    config = cfg()
+    clock = Clock()
+    model = ScriptedModel(plan=PLAN, errors=[OutputParserException("not JSON")])
+    agent = research_agent(
+        checkpointer.saver, tmp_path, chat_model=model, sleep=clock.sleep, asleep=clock.asleep
+    )
+    out = await checkpointer.invoke(agent, QUESTION, config)
+    assert out["messages"][-1].content == "Report sent." and len(model.calls) == 4
+    assert clock.waits == []  # a validation retry does not back off
+
+
+def test_with_another_saver_retries_work_in_memory_and_effects_say_what_to_use(
+    tmp_path: Path,
+) -> None:
+    agent = research_agent(InMemorySaver(), tmp_path, search_failures=2, effects_named=False)
+    out = agent.invoke(QUESTION, cfg())
+    assert out["messages"][-1].content == "Report sent."
+    assert len(lines(tmp_path / "search.log")) == 3
+    (tmp_path / "x").mkdir()
+    agent = research_agent(InMemorySaver(), tmp_path / "x")
+    with pytest.raises(ConfigError, match="ResilientSqliteSaver"):
+        agent.invoke(QUESTION, cfg())
+
+
+def test_a_budget_pause_under_a_worker_resumes_with_worker_resume(
+    sqlite_path: str, tmp_path: Path
+) -> None:
+    with ResilientSqliteSaver.from_conn_string(sqlite_path) as saver:
+        agent = research_agent(saver, tmp_path)
+        worker = Worker(agent, lease_ttl=5, poll_interval=0.05)
+        run_id = worker.submit(QUESTION, thread_id="w1", budget=Budget(max_tokens=100))
+        assert worker.run() == {run_id: "paused"}
+        assert len(lines(tmp_path / "email.log")) == 1
+        worker.resume(run_id, budget=Budget(max_tokens=1_000))
+        assert worker.run() == {run_id: "success"}
+        values = agent.get_state({"configurable": {"thread_id": "w1"}}).values
+        assert values["messages"][-1].content == "Report sent."
+        assert len(lines(tmp_path / "email.log")) == 1
 
 
 def test_settings_are_checked_with_messages_that_say_what_is_right() -> None:

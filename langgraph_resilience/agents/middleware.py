@@ -147,6 +147,12 @@ def _tool_message(value: Any, request: ToolCallRequest) -> ToolResult:
     return ToolMessage(content=str(value), tool_call_id=call["id"] or "", name=call["name"])
 
 
+def _call_id(request: ToolCallRequest, task: TaskContext | None) -> str:
+    """The tool call's id; a call without one (rare) is keyed by its task."""
+    found = request.tool_call["id"]
+    return found or (f"task:{task.task_scope}" if task is not None else "")
+
+
 def _tokens(response: ModelResponse[Any]) -> int:
     """Tokens a response reports, when no callback counted them."""
     total = 0
@@ -418,7 +424,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         def once() -> Any:
             if spec is None:
                 return handler(run)
-            return tool_once_sync(spec, request.tool_call["id"] or "", task, keyed)
+            return tool_once_sync(spec, _call_id(request, task), task, keyed)
 
         name = request.tool_call["name"]
         ctx = self._context(f"tool:{name}", self._tool_policy(name), task)
@@ -445,7 +451,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         async def once() -> Any:
             if spec is None:
                 return await handler(run)
-            return await tool_once_async(spec, request.tool_call["id"] or "", task, keyed)
+            return await tool_once_async(spec, _call_id(request, task), task, keyed)
 
         name = request.tool_call["name"]
         ctx = self._context(f"tool:{name}", self._tool_policy(name), task)
