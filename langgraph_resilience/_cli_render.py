@@ -19,6 +19,7 @@ from langgraph_resilience._cli_actions import Acted
 __all__ = [
     "STATUS_STYLE",
     "err_console",
+    "out_console",
     "print_acted",
     "print_json",
     "print_table",
@@ -41,11 +42,14 @@ STATUS_STYLE = {
 
 
 def out_console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    console = Console(highlight=False, soft_wrap=False)
+    if not console.is_terminal:  # a file or a pipe: no need to fold tables at 80 columns
+        console.width = 200
+    return console
 
 
 def err_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _json_safe(value: Any) -> Any:

@@ -3,6 +3,11 @@
 Subcommands (``--db``: a SQLite file path or a Postgres DSN, or env ``LGR_DB``):
 
 - ``setup``: create or migrate the store's tables;
+- ``runs [--status S]``: the runs (thread, run, status, attempts, recoveries,
+  owner, updated), newest first;
+- ``show THREAD [--run N]``: the run report (`run_report`), or its graph in
+  Mermaid (``--mermaid``);
+- ``metrics [--since 24h]``: the four recovery metrics and their counts;
 - ``resume THREAD... --graph module:attr``: continue threads from their last
   checkpoint (after a crash), ``--value`` answering a pause;
 - ``retry THREAD... --graph module:attr [--step PATH] [--update JSON]``:
@@ -24,9 +29,11 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import click
+from langgraph.graph.state import CompiledStateGraph
 
 from langgraph_resilience import __version__
 from langgraph_resilience._cli_actions import (
@@ -42,6 +49,7 @@ from langgraph_resilience._cli_render import (
     print_table,
     with_progress,
 )
+from langgraph_resilience._cli_reports import print_metrics, print_report, print_runs, run_of
 from langgraph_resilience._cli_store import (
     DB_ENV,
     CliError,
@@ -51,6 +59,7 @@ from langgraph_resilience._cli_store import (
     open_store,
     thread_exists,
 )
+from langgraph_resilience.checkpoint import ResilientSaver
 from langgraph_resilience.demo import run_demo
 from langgraph_resilience.errors import ResilienceError
 from langgraph_resilience.worker import Worker
@@ -102,6 +111,71 @@ def setup(db: str | None) -> int:
     return 0
 
 
+# -- reading -----------------------------------------------------------------------------
+
+RUN_STATUSES = ("queued", "running", "paused", "success", "partial_complete", "error", "cancelled")
+
+
+@cli.command()
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice(RUN_STATUSES),
+    help="Only runs in this status (repeat for several).",
+)
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@db_option
+@json_option
+def runs(statuses: tuple[str, ...], limit: int, db: str | None, as_json: bool) -> int:
+    """List the runs, newest first: thread, run, status, attempts, recoveries, owner."""
+    with open_store(db) as store:
+        print_runs(store, statuses, limit, as_json=as_json)
+    return 0
+
+
+@cli.command()
+@click.argument("thread")
+@click.option("--run", "run", metavar="N|RUN_ID", help="Which run (default: the latest).")
+@click.option("--mermaid", is_flag=True, help="Print only the coloured graph (Mermaid).")
+@click.option(
+    "--graph",
+    "graph_spec",
+    metavar="MODULE:ATTR",
+    help="Draw every node of this graph in the Mermaid, reached or not.",
+)
+@db_option
+@json_option
+def show(
+    thread: str,
+    run: str | None,
+    mermaid: bool,
+    graph_spec: str | None,
+    db: str | None,
+    as_json: bool,
+) -> int:
+    """The run report of THREAD: steps, tries, effects, usage, outcome, suggestions."""
+    with open_store(db) as store:
+        graph = load_graph(graph_spec, store.saver) if graph_spec else None
+        print_report(store, thread, run_of(run), graph=graph, mermaid_only=mermaid, as_json=as_json)
+    return 0
+
+
+@cli.command()
+@click.option("--since", metavar="WHEN", help="A duration back (24h, 7d) or an ISO time.")
+@click.option(
+    "--graph", "graph_spec", metavar="MODULE:ATTR", help="Only runs of this graph's nodes."
+)
+@db_option
+@json_option
+def metrics(since: str | None, graph_spec: str | None, db: str | None, as_json: bool) -> int:
+    """The four recovery metrics, with the counts they are made of, and the waste."""
+    with open_store(db) as store:
+        graph = load_graph(graph_spec, store.saver) if graph_spec else None
+        print_metrics(store, since, graph, as_json=as_json)
+    return 0
+
+
 # -- acting on threads ---------------------------------------------------------------
 
 
@@ -115,7 +189,20 @@ def _known_threads(store: Store, threads: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(threads))
 
 
-def _acted_exit(acted: Sequence[Acted], as_json: bool) -> int:
+def _act_on(
+    verb: str,
+    threads: Sequence[str],
+    graph_spec: str,
+    db: str | None,
+    as_json: bool,
+    act: Callable[[CompiledStateGraph[Any, Any, Any, Any], ResilientSaver, str], Acted],
+) -> int:
+    """``act`` on each thread (all must exist), with a progress display; exit 0
+    when every one ended ``success``, else 1."""
+    with open_store(db) as store:
+        known = _known_threads(store, threads)
+        graph = load_graph(graph_spec, store.saver)
+        acted = with_progress(verb, known, lambda t: act(graph, store.saver, t), quiet=as_json)
     print_acted(acted, as_json=as_json)
     return 0 if all(a.ok for a in acted) else 1
 
@@ -140,16 +227,9 @@ def resume(
 ) -> int:
     """Continue THREADs from their last checkpoint: only unfinished steps run."""
     answer = _json_value(value, "--value")
-    with open_store(db) as store:
-        known = _known_threads(store, threads)
-        graph = load_graph(graph_spec, store.saver)
-        acted = with_progress(
-            "resuming",
-            known,
-            lambda t: resume_thread(graph, store.saver, t, value=answer),
-            quiet=as_json,
-        )
-    return _acted_exit(acted, as_json)
+    return _act_on(
+        "resuming", threads, graph_spec, db, as_json, partial(resume_thread, value=answer)
+    )
 
 
 @cli.command()
@@ -173,16 +253,8 @@ def retry(
     fix = _json_value(update, "--update")
     if fix is not None and not isinstance(fix, dict):
         raise CliError(f"--update must be a JSON object of state keys, got {update}")
-    with open_store(db) as store:
-        known = _known_threads(store, threads)
-        graph = load_graph(graph_spec, store.saver)
-        acted = with_progress(
-            "retrying",
-            known,
-            lambda t: retry_thread(graph, store.saver, t, step=step, update=fix),
-            quiet=as_json,
-        )
-    return _acted_exit(acted, as_json)
+    act = partial(retry_thread, step=step, update=fix)
+    return _act_on("retrying", threads, graph_spec, db, as_json, act)
 
 
 # -- runs ------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 ``a -> b -> c``: ``b`` fails for good (PERMANENT, critical: a partial result)
 unless the state says ``fix == "ok"``; ``a`` sleeps ``slow`` seconds when the
-state asks (to catch a worker mid-step). Every step appends ``<node> <pid>`` to
+state asks (to catch a worker mid-step); ``c`` asks for an answer
+(``interrupt``) when the state has ``ask``. Every step appends ``<node> <pid>`` to
 the file named by ``LGR_CLI_LEDGER``, when set.
 """
 
@@ -14,6 +15,7 @@ import time
 from typing import Annotated, Any
 
 from langgraph.graph import END, START
+from langgraph.types import interrupt
 
 from langgraph_resilience import NodePolicy, PermanentError, ResilientState, ResilientStateGraph
 
@@ -22,6 +24,7 @@ class State(ResilientState, total=False):
     done: Annotated[list[str], operator.add]
     fix: str
     slow: float
+    ask: bool
 
 
 def _mark(node: str) -> None:
@@ -46,6 +49,8 @@ def b(state: State) -> dict[str, Any]:
 
 def c(state: State) -> dict[str, Any]:
     _mark("c")
+    if state.get("ask"):
+        return {"done": [f"c:{interrupt('approve?')}"]}
     return {"done": ["c"]}
 
 

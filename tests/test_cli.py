@@ -26,7 +26,6 @@ from typing import Any
 import cli_graph
 import psycopg
 import pytest
-from conftest import PG_URL, _with_db, require_postgres
 from helpers import read_ledger
 from spawn import spawn
 
@@ -94,7 +93,8 @@ def steps_in(ledger: Path, pid: int) -> list[str]:
 def test_every_subcommand_end_to_end(store: tuple[str, str], ledger: Path) -> None:
     backend, db = store
     tag = uuid.uuid4().hex[:6]
-    t_ok, t_fail, t_stopped, t_queued = (f"{tag}-{n}" for n in ("ok", "fail", "stop", "queue"))
+    names = ("ok", "fail", "stop", "ask", "queue")
+    t_ok, t_fail, t_stopped, t_ask, t_queued = (f"{tag}-{n}" for n in names)
 
     assert run("setup", "--db", db).code == 0
     with saver_of(backend, db) as saver:
@@ -104,11 +104,23 @@ def test_every_subcommand_end_to_end(store: tuple[str, str], ledger: Path) -> No
         # A thread stopped before its last step, as a crash leaves it.
         graph = cli_graph.builder.compile(checkpointer=saver)
         graph.invoke({"fix": "ok"}, cfg(t_stopped), interrupt_before=["c"])
+        graph.invoke({"fix": "ok", "ask": True}, cfg(t_ask))  # paused: c asks
 
     # worker: runs the queued runs to their end, --until-idle, --json.
     worked = run("worker", "--db", db, "--graph", GRAPH, "--until-idle", "--json")
     assert worked.code == 0, worked.err
     assert worked.json()["runs"] == {ok_run: "success", fail_run: "partial_complete"}
+
+    # runs: newest first, filtered by status, as JSON and as a table.
+    partial = run("runs", "--db", db, "--status", "partial_complete", "--json")
+    assert partial.code == 0, partial.err
+    mine = [r for r in partial.json() if r["thread_id"].startswith(tag)]
+    assert [(r["thread_id"], r["run_id"], r["status"]) for r in mine] == [
+        (t_fail, fail_run, "partial_complete")
+    ]
+    assert {"attempts", "recoveries", "owner", "updated"} <= set(mine[0])
+    table = run("runs", "--db", db)
+    assert table.code == 0 and t_ok in table.out and t_fail in table.out
 
     # resume: the stopped thread runs its last step only.
     resumed = run("resume", t_stopped, "--db", db, "--graph", GRAPH, "--json")
@@ -117,6 +129,14 @@ def test_every_subcommand_end_to_end(store: tuple[str, str], ledger: Path) -> No
     with saver_of(backend, db) as saver:
         graph = cli_graph.builder.compile(checkpointer=saver)
         assert graph.get_state(cfg(t_stopped)).values["done"] == ["a", "b", "c"]
+
+    # resume --value: the paused thread's interrupt gets the answer.
+    answered = run("resume", t_ask, "--db", db, "--graph", GRAPH, "--value", '"yes"', "--json")
+    assert answered.code == 0, answered.err
+    assert answered.json()[0]["status"] == "success"
+    with saver_of(backend, db) as saver:
+        graph = cli_graph.builder.compile(checkpointer=saver)
+        assert graph.get_state(cfg(t_ask)).values["done"] == ["a", "b", "c:yes"]
 
     # retry without the fix: still a partial result, exit 1, the reason shown.
     again = run("retry", t_fail, "--db", db, "--graph", GRAPH, "--json")
@@ -128,12 +148,49 @@ def test_every_subcommand_end_to_end(store: tuple[str, str], ledger: Path) -> No
     assert fixed.code == 0, fixed.err
     assert "success" in fixed.out
     a_runs = [node for node, _ in read_ledger(ledger) if node == "a"]
-    assert len(a_runs) == 3  # once per thread: never again on resume or retry
+    assert len(a_runs) == 4  # once per thread: never again on resume or retry
     # A thread with nothing to retry is skipped, saying why (exit 1).
     skipped = run("retry", t_ok, "--db", db, "--graph", GRAPH, "--json")
     assert skipped.code == 1
     assert skipped.json()[0]["status"] == "skipped"
     assert "no failed step" in skipped.json()[0]["detail"]
+
+    # show: the report of the retried run, as JSON (with its Mermaid) and as text.
+    shown = run("show", t_fail, "--db", db, "--json")
+    assert shown.code == 0, shown.err
+    report = shown.json()
+    assert (report["thread_id"], report["run_id"], report["status"]) == (
+        t_fail,
+        fail_run,
+        "success",
+    )
+    assert [s["path"] for s in report["steps"]] == ["a", "b", "c"]
+    assert "flowchart" in report["mermaid"]
+    text = run("show", t_fail, "--db", db)
+    assert text.code == 0 and t_fail in text.out
+    drawn = run("show", t_fail, "--db", db, "--mermaid", "--graph", GRAPH)
+    assert drawn.code == 0 and drawn.out.startswith("flowchart")
+    run("show", "no-such-thread", "--db", db).one_error_line("no-such-thread")
+
+    # metrics: the four figures and their counts.
+    figures = run("metrics", "--db", db, "--since", "1h", "--json")
+    assert figures.code == 0, figures.err
+    m = figures.json()
+    for name in (
+        "partial_completion_rate",
+        "checkpoint_save_success_rate",
+        "recovery_success_rate",
+        "steps_redone_per_recovery",
+    ):
+        assert m[name] is None or m[name] >= 0, (name, m)
+    # Four runs ended, none short (t_fail's partial result was retried); recovered:
+    # the stopped thread (a crash resume), the paused one (a human's answer), and
+    # t_fail twice (two retry_failed).
+    assert (m["runs_ended"], m["runs_partial"], m["partial_completion_rate"]) == (4, 0, 0.0)
+    by_kind = m["recoveries_by_kind"]
+    assert (by_kind["crash"], by_kind["human"], by_kind["retry_failed"]) == (1, 1, 2)
+    assert "partial_completion_rate" in run("metrics", "--db", db).out
+    run("metrics", "--db", db, "--since", "last tuesday").one_error_line("--since")
 
     # cancel: a queued run ends cancelled; a second cancel finds it ended (exit 2).
     with saver_of(backend, db) as saver:
@@ -159,19 +216,6 @@ def test_every_subcommand_end_to_end(store: tuple[str, str], ledger: Path) -> No
 # -- the three errors, and the store from LGR_DB -------------------------------------------
 
 
-@contextmanager
-def fresh_pg_database() -> Iterator[str]:
-    require_postgres()
-    name = f"lgr_cli_blank_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield _with_db(PG_URL, name)
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def test_sqlite_store_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     missing = str(tmp_path / "typo.db")
     run("cancel", "r1", "--db", missing).one_error_line("no SQLite database", "typo.db")
@@ -184,14 +228,16 @@ def test_sqlite_store_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     run("cancel", "r1").one_error_line("--db", "LGR_DB")
 
 
-def test_postgres_store_errors() -> None:
-    require_postgres()
+def test_postgres_store_errors(pg_dsn: str) -> None:
     down = "postgresql://postgres@127.0.0.1:1/postgres"
     run("cancel", "r1", "--db", down).one_error_line("cannot connect", "port=1")
-    with fresh_pg_database() as blank:
-        failed = run("cancel", "r1", "--db", f"{blank} password=s3cret")
-        failed.one_error_line("no resilience tables", "langgraph-resilience setup")
-        assert "s3cret" not in failed.err
+    # A schema of its own, never set up: the store a fresh database would be.
+    blank = f"blank_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{blank}"')
+    failed = run("cancel", "r1", "--db", f"{pg_dsn} password=s3cret options=-csearch_path={blank}")
+    failed.one_error_line("no resilience tables", "langgraph-resilience setup")
+    assert "s3cret" not in failed.err
 
 
 def test_a_graph_that_cannot_be_loaded_is_one_line(tmp_path: Path) -> None:

@@ -33,6 +33,11 @@ def good_evidence(**changes: object) -> Evidence:
             "email": "msg-1",
             "facts": ["x [1]", "y [2]", "z [3]"],
         },
+        "metrics": {
+            "recoveries_by_kind": {"takeover": 1, "retry_failed": 1},
+            "steps_redone_by_kind": {"takeover": 1, "retry_failed": 1},
+            "recovery_success_rate": 1.0,
+        },
     }
     fields.update(changes)
     return Evidence(**fields)  # type: ignore[arg-type]
@@ -46,6 +51,8 @@ def test_the_checks_pass_on_the_story_and_catch_each_broken_claim() -> None:
     assert any(p.startswith("draft ran in") for p in check(redone, FIRST, SECOND, FIXER))
     unfinished = good_evidence(run={"status": "error", "recoveries": 1})
     assert any("'partial_complete'" in p for p in check(unfinished, FIRST, SECOND, FIXER))
+    wasteful = good_evidence(metrics={**good_evidence().metrics, "steps_redone_by_kind": {}})
+    assert any("takeover" in p for p in check(wasteful, FIRST, SECOND, FIXER))
 
 
 def test_demo_tells_the_story_and_checks_itself(tmp_path: Path) -> None:

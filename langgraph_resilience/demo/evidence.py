@@ -47,6 +47,7 @@ class Evidence:
     emails: Sequence[tuple[str, int]]
     run: Mapping[str, Any] = field(default_factory=dict)  # status, recoveries
     final: Mapping[str, Any] = field(default_factory=dict)  # the thread's state
+    metrics: Mapping[str, Any] = field(default_factory=dict)  # RecoveryMetrics.to_dict()
 
     def __post_init__(self) -> None:
         if not isinstance(self.final, Mapping):
@@ -106,6 +107,19 @@ def check(evidence: Evidence, first: Runner, second: Runner, fixer: Runner) -> l
         problems.append(f"published is {evidence.final.get('published')!r}")
     if evidence.final.get("email") != (evidence.emails[0][0] if evidence.emails else None):
         problems.append(f"the state's email id {evidence.final.get('email')!r} is not the one sent")
+    by_kind = evidence.metrics.get("recoveries_by_kind") or {}
+    redone = evidence.metrics.get("steps_redone_by_kind") or {}
+    for kind in ("takeover", "retry_failed"):
+        if (by_kind.get(kind), redone.get(kind)) != (1, 1):
+            problems.append(
+                f"metrics: {by_kind.get(kind)} {kind} recoveries redid {redone.get(kind)} "
+                "steps, expected one that redid one (the step in flight, the failed step)"
+            )
+    if evidence.metrics.get("recovery_success_rate") != 1.0:
+        problems.append(
+            f"metrics: recovery_success_rate {evidence.metrics.get('recovery_success_rate')}, "
+            "expected 1.0 (the recovered run ended success)"
+        )
     if len(evidence.final.get("facts") or []) != 3:
         problems.append(f"extract kept {evidence.final.get('facts')!r}, not the 3 cited facts")
     return problems

@@ -26,14 +26,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from rich.console import Console
 from rich.table import Table
 
+from langgraph_resilience._cli_render import out_console
+from langgraph_resilience._cli_reports import print_metrics
+from langgraph_resilience._cli_store import Store
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.demo.evidence import (
     ORDER,
@@ -52,6 +54,8 @@ from langgraph_resilience.demo.pipeline import (
     steps_log,
 )
 from langgraph_resilience.graph import retry_failed
+from langgraph_resilience.metrics import recovery_metrics
+from langgraph_resilience.report import run_report
 from langgraph_resilience.worker import Worker
 
 __all__ = ["DemoFailed", "run_demo"]
@@ -61,6 +65,7 @@ GRAPH = "langgraph_resilience.demo.pipeline:builder"
 LEASE_TTL = 2.0  # seconds: how soon the second worker may take the run over
 SLOW_ACK = 60.0  # the mail server's ack in the first worker: the kill window
 TIMEOUT = 40.0  # for each wait
+LOGGER_MARK = " langgraph_resilience: "  # a line the library logged
 
 
 class DemoFailed(Exception):
@@ -73,13 +78,22 @@ class Scene:
     def __init__(self, directory: Path) -> None:
         self.dir = directory
         self.db = directory / "research.db"
-        self.out = Console(highlight=False, soft_wrap=True)
+        self.out = out_console()
 
     def say(self, text: str) -> None:
-        self.out.print(text)
+        self.out.print(text, soft_wrap=True)
 
     def env(self, slow_ack: float) -> dict[str, str]:
         return {**os.environ, DIR_ENV: str(self.dir), SLOW_ACK_ENV: str(slow_ack)}
+
+    def logged(self, name: str) -> None:
+        """What the library logged in a worker (its failed tries, fallbacks, ...)."""
+        text = (self.dir / name).read_text(encoding="utf-8", errors="replace")
+        for line in text.splitlines():
+            if LOGGER_MARK in line:
+                self.out.print(
+                    "     " + line.split(LOGGER_MARK, 1)[1], soft_wrap=True, markup=False
+                )
 
     def log_tail(self, name: str) -> str:
         try:
@@ -149,18 +163,11 @@ def run_record(scene: Scene, run_id: str) -> dict[str, Any]:
     return {"status": record.status, "recoveries": record.recoveries, "owner": record.owner}
 
 
-def failed_step(values: Mapping[str, Any]) -> str:
-    failed = (values.get("resilience") or {}).get("failed_step") or {}
-    return f"{failed.get('path')} failed ({failed.get('kind')}): {failed.get('message')}"
-
-
 def fix(scene: Scene) -> dict[str, Any]:
     """The operator's fix: publish elsewhere, re-running only the failed step."""
     with ResilientSqliteSaver.from_conn_string(str(scene.db)) as saver:
         graph = builder.compile(checkpointer=saver)
         config: RunnableConfig = {"configurable": {"thread_id": THREAD}}
-        before = graph.get_state(config).values
-        scene.say(f"   it ended partial_complete: {failed_step(before)}")
         retry_failed(graph, config, update={"publish_to": FIXED_TARGET})
         return dict(graph.get_state(config).values)
 
@@ -172,7 +179,7 @@ def who_ran_what(scene: Scene, runners: list[Runner], evidence: Any) -> None:
     table = Table(title="which process started which step (one mark per try)")
     table.add_column("step")
     for runner in runners:
-        table.add_column(f"{runner.name} (pid {runner.pid})")
+        table.add_column(f"{runner.name}\n(pid {runner.pid})")
     for step in ORDER:
         pids = ran_by(evidence, step)
         table.add_row(step, *[_marks(pids.count(r.pid)) for r in runners])
@@ -185,17 +192,22 @@ def _marks(count: int) -> str:
     return "-" if count == 0 else " ".join(["ran"] * count)
 
 
-def steps_table(scene: Scene) -> None:
+def closing(scene: Scene) -> dict[str, Any]:
+    """The run report, the graph coloured by what happened, the four metrics;
+    returns the metrics (for the checks)."""
     with ResilientSqliteSaver.from_conn_string(str(scene.db)) as saver:
-        steps = saver.step_history(THREAD)
-    table = Table(title=f"the thread's steps (saver.step_history({THREAD!r}))")
-    for name in ("step", "status", "tries", "failures", "seconds"):
-        table.add_column(name)
-    for s in steps:
-        took = (s["ended_at"] or 0.0) - (s["started_at"] or 0.0)
-        kinds = ", ".join(s["kinds"] or []) or "-"
-        table.add_row(s["path"], s["status"], str(s["attempts"]), kinds, f"{took:.2f}")
-    scene.out.print(table)
+        graph = builder.compile(checkpointer=saver)
+        report = run_report(saver, THREAD)
+        scene.say("\n[bold]the run report[/bold] (langgraph-resilience show research-1):")
+        print(report.to_text())
+        scene.say("\n[bold]the graph, each node coloured by what happened to it[/bold] (Mermaid):")
+        print("```mermaid")
+        print(report.to_mermaid(graph))
+        print("```")
+        scene.say("")
+        store = Store(saver=saver, where=repr(str(scene.db)), dialect="sqlite")
+        print_metrics(store, None, None, as_json=False)
+        return recovery_metrics(saver).to_dict()
 
 
 def tell(scene: Scene) -> int:
@@ -204,22 +216,24 @@ def tell(scene: Scene) -> int:
     scene.say(f"1. submitted run {run_id} on thread {THREAD!r}: {TOPIC!r}")
     first_proc = start_worker(scene, "worker-1", slow_ack=SLOW_ACK)
     first = Runner(name="worker-1", pid=first_proc.pid)
-    scene.say(
-        f"2. worker-1 (pid {first.pid}) runs it: plan, search (the API drops twice), extract "
-        "(prose rejected, asked again colder), enrich (quota: cached fallback), draft, notify"
-    )
+    scene.say(f"2. worker-1 (pid {first.pid}) runs it")
     kill_once_emailed(scene, first_proc)
-    scene.say("3. worker-1 sent the email; the mail server is slow to ack: [red]SIGKILL[/red]")
+    scene.say("   its log until it emailed the draft:")
+    scene.logged("worker-1.log")
+    scene.say(
+        "3. the mail server is slow to acknowledge the email: worker-1 gets [red]SIGKILL[/red]"
+    )
     second_proc = start_worker(scene, "worker-2", slow_ack=0.0)
     second = Runner(name="worker-2", pid=second_proc.pid)
     scene.say(
         f"4. worker-2 (pid {second.pid}) takes the run over once worker-1's lease "
-        f"({LEASE_TTL:g} s) runs out"
+        f"({LEASE_TTL:g} s) has run out; its log:"
     )
     wait_for(scene, "worker-2", second_proc)
+    scene.logged("worker-2.log")
     run = run_record(scene, run_id)
     final = fix(scene)
-    fixer = Runner(name="retry_failed (this process)", pid=os.getpid())
+    fixer = Runner(name="retry_failed", pid=os.getpid())
     scene.say(
         f"5. the fix: retry_failed(graph, config, update={{'publish_to': {FIXED_TARGET!r}}}) "
         f"-> {(final.get('resilience') or {}).get('status')}"
@@ -227,7 +241,7 @@ def tell(scene: Scene) -> int:
     scene.say("")
     evidence = read_evidence(scene.dir, run, final)
     who_ran_what(scene, [first, second, fixer], evidence)
-    steps_table(scene)
+    evidence = replace(evidence, metrics=closing(scene))
     problems = check(evidence, first, second, fixer)
     if problems:
         raise DemoFailed("claims that did not hold:\n" + "\n".join(f"  - {p}" for p in problems))
@@ -235,7 +249,7 @@ def tell(scene: Scene) -> int:
         "[green]OK[/green]: every step before the kill ran once, in worker-1 (search 3 tries, "
         "extract 2); notify, in flight when worker-1 died, ran again in worker-2 but the email "
         "went out once (reconciled with the outbox); publish failed for good in worker-2 and "
-        "succeeded alone after retry_failed; the run was taken over once."
+        "succeeded alone after retry_failed; the takeover and the retry each redid one step."
     )
     scene.say(
         f"look around: langgraph-resilience runs --db {scene.db}  |  "
