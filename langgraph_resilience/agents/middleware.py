@@ -85,10 +85,10 @@ _KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 
 def tool_idempotency_key() -> str:
-    """Inside a tool named in ``ResilienceMiddleware(effects=...)``: the call's
-    idempotency key (the same across retries and resumes of the tool call), to
-    pass to the service so that it can deduplicate, and that ``reconcile`` is
-    asked about.
+    """Inside a recorded tool (named in ``ResilienceMiddleware(effects=...)`` or
+    decorated with `side_effect`): the call's idempotency key, the same across
+    retries, resumes and takeovers of the tool call, to pass to the service so
+    that it can deduplicate too; ``reconcile`` is asked about this key.
 
     Raises:
         ConfigError: outside such a tool's call.
@@ -101,8 +101,9 @@ def tool_idempotency_key() -> str:
     key = _KEY.get()
     if key is None:
         raise ConfigError(
-            "tool_idempotency_key() works only inside a tool named in "
-            "ResilienceMiddleware(effects=[...]) while the agent calls it"
+            "tool_idempotency_key() works only inside a tool the agent's "
+            "ResilienceMiddleware records (named in effects=[...], or decorated with "
+            "@side_effect) while the agent calls it"
         )
     return key
 
@@ -199,8 +200,8 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         model: how model calls are retried and given up on; ``on_failure`` is
             ``"raise"`` (default) or ``"end"`` (the partial result).
         tools: one `CallPolicy` for every tool, or a dict of tool name ->
-            `CallPolicy` (``"*"``: the others). Default: retry transient
-            failures 3 times, then an error `ToolMessage` for the model.
+            `CallPolicy` (``"*"``: the others). Default: up to 3 tries of a
+            transient failure, then an error `ToolMessage` for the model.
         effects: tools that act on the world: a list of names, or a dict of name
             -> `ToolEffect` (``reconcile``, ``on_unknown``). A tool whose function
             is decorated with `side_effect` needs no entry: it is recorded the
