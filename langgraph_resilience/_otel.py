@@ -26,6 +26,7 @@ where they apply):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,14 +35,16 @@ try:  # the optional extra: nothing here may fail without it
     from opentelemetry import metrics as _metrics
     from opentelemetry import trace as _trace
     from opentelemetry.metrics import NoOpMeterProvider as _NoOpMeters
+    from opentelemetry.metrics import _internal as _metrics_state
     from opentelemetry.trace import NoOpTracerProvider as _NoOpTracers
     from opentelemetry.trace import ProxyTracerProvider as _ProxyTracers
     from opentelemetry.trace import Status, StatusCode
 except ImportError:  # pragma: no cover - exercised in a subprocess test
     _metrics = None  # type: ignore[assignment]
+    _metrics_state = None  # type: ignore[assignment]
     _trace = None  # type: ignore[assignment]
 
-__all__ = ["AVAILABLE", "COUNTERS", "add", "end_try", "record", "start_try", "watching"]
+__all__ = ["AVAILABLE", "COUNTERS", "add", "end_try", "metering", "record", "start_try", "watching"]
 
 AVAILABLE = _trace is not None
 SCOPE = "langgraph_resilience"
@@ -65,9 +68,20 @@ _instruments: dict[str, Any] = {}
 _instruments_of: list[Any] = [None]  # the meter provider the instruments belong to
 
 
+#: A provider named in the environment is loaded by the API on first use.
+_FROM_ENV = {"OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER"} & set(os.environ)
+
+
 def _meter_provider() -> Any:
-    """The application's meter provider, or None if it set none."""
+    """The application's meter provider, or None if it set none.
+
+    The API's ``get_meter_provider()`` reads the environment on every call
+    (about a microsecond); the global it fills is read first, so a step pays a
+    module attribute read while no provider is set.
+    """
     if _metrics is None:
+        return None
+    if getattr(_metrics_state, "_METER_PROVIDER", True) is None and not _FROM_ENV:
         return None
     provider = _metrics.get_meter_provider()
     if isinstance(provider, _NoOpMeters) or type(provider).__name__ == "_ProxyMeterProvider":
@@ -111,10 +125,17 @@ def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
 def _tracer() -> Any:
     if _trace is None:
         return None
+    if getattr(_trace, "_TRACER_PROVIDER", True) is None and not _FROM_ENV:
+        return None  # nothing set (the fast answer; see `_meter_provider`)
     provider = _trace.get_tracer_provider()
     if isinstance(provider, (_ProxyTracers, _NoOpTracers)):
         return None
-    return provider.get_tracer(SCOPE)
+    if _tracer_of[0] is not provider:
+        _tracer_of[:] = [provider, provider.get_tracer(SCOPE)]
+    return _tracer_of[1]
+
+
+_tracer_of: list[Any] = [None, None]  # the provider, its tracer
 
 
 def start_try(node: str, attributes: Mapping[str, Any]) -> Any:
@@ -147,4 +168,20 @@ def end_try(handle: Any, error: BaseException | None, attributes: Mapping[str, A
 
 def watching() -> bool:
     """Whether the application set a tracer or a meter provider."""
+    if _trace is None or _unset():
+        return False
     return _tracer() is not None or _meter_provider() is not None
+
+
+def metering() -> bool:
+    """Whether the application set a meter provider."""
+    return _trace is not None and not _unset() and _meter_provider() is not None
+
+
+def _unset() -> bool:
+    """No provider set at all (the answer a step pays for while OTel is idle)."""
+    return (
+        not _FROM_ENV
+        and getattr(_trace, "_TRACER_PROVIDER", True) is None
+        and getattr(_metrics_state, "_METER_PROVIDER", True) is None
+    )

@@ -116,7 +116,7 @@ def _count(event: str, fields: Mapping[str, Any]) -> None:
 
 def checkpoint_write(counter: str) -> None:
     """Count one checkpoint or writes try (``checkpoint_put_ok``, ``writes_put_failed`` ...)."""
-    if otel.AVAILABLE:
+    if otel.AVAILABLE and otel.metering():
         write, _, outcome = counter.partition("_put_")
         otel.add("checkpoint_writes", {"write": write, "outcome": outcome})
 

@@ -298,9 +298,10 @@ def otel_readers(monkeypatch: pytest.MonkeyPatch) -> Any:
     spans = InMemorySpanExporter()
     tracers = TracerProvider()
     tracers.add_span_processor(SimpleSpanProcessor(spans))
-    # The application's providers, without touching the process-wide ones.
-    monkeypatch.setattr(otel._trace, "get_tracer_provider", lambda: tracers)
-    monkeypatch.setattr(otel._metrics, "get_meter_provider", lambda: meters)
+    # The application's providers, for this test only (what set_*_provider
+    # sets, which the API allows once per process).
+    monkeypatch.setattr(otel._trace, "_TRACER_PROVIDER", tracers)
+    monkeypatch.setattr(otel._metrics_state, "_METER_PROVIDER", meters)
     return reader, spans
 
 
