@@ -62,7 +62,7 @@ __all__ = ["DemoFailed", "run_demo"]
 
 THREAD = "research-1"
 GRAPH = "langgraph_resilience.demo.pipeline:builder"
-LEASE_TTL = 2.0  # seconds: how soon the second worker may take the run over
+LEASE_TTL = 4.0  # seconds: how soon the second worker may take the run over (room for a busy CI)
 SLOW_ACK = 60.0  # the mail server's ack in the first worker: the kill window
 TIMEOUT = 40.0  # for each wait
 LOGGER_MARK = " langgraph_resilience: "  # a line the library logged
