@@ -389,14 +389,13 @@ def _replays(run: ThreadRun, effects: Sequence[EffectRecord]) -> None:
     redone task (or the failed task a `retry_failed` re-runs), before it started."""
     for rec in run.recoveries:
         for step in rec.redone:
-            tasks = {(str(step.get("checkpoint_ns") or ""), str(step.get("task_id")))}
-            tasks |= {tuple(t.rsplit("|", 1)) for t in rec.failed_tasks if "|" in t}  # type: ignore[misc]
+            tasks = {str(step.get("task_id")), *(t.rpartition("|")[2] for t in rec.failed_tasks)}
             start = float(step.get("started_at") or 0.0)
             rec.effects_replayed += sum(
                 1
                 for e in effects
                 if e.status == "done"
-                and (e.checkpoint_ns, e.task_id) in tasks
+                and e.task_id in tasks
                 and e.outcome_at is not None
                 and e.outcome_at < start
             )

@@ -178,16 +178,16 @@ def timeline_of(run: ThreadRun, attempts: Sequence[StoredAttempt]) -> tuple[TryE
             )
         )
     for step in run.steps:
-        at = step.get("ended_at")
+        ended: float | None = step.get("ended_at")
         status = str(step.get("status") or "completed")
         entries.append(
             TryEntry(
-                at=at,
+                at=ended,
                 event="gave_up" if status == "failed" else status,
                 path=str(step.get("path")),
                 node=str(step.get("node") or ""),
                 attempt=int(step.get("attempts") or 1),
-                worker=_worker_at(run.recoveries, at, owner),
+                worker=_worker_at(run.recoveries, ended, owner),
             )
         )
     for rec in run.recoveries:
@@ -205,27 +205,22 @@ def timeline_of(run: ThreadRun, attempts: Sequence[StoredAttempt]) -> tuple[TryE
     return tuple(entries)
 
 
-def _tasks(step: dict[str, Any], rec: Recovery) -> set[tuple[str, str]]:
-    found = {(str(step.get("checkpoint_ns") or ""), str(step.get("task_id")))}
-    for task in rec.failed_tasks:
-        ns, _, task_id = task.rpartition("|")
-        found.add((ns, task_id))
-    return found
+def _tasks(step: dict[str, Any], rec: Recovery) -> set[str]:
+    """The tasks whose effects a redone step meets: its own (task ids are unique),
+    and the failed task whose effect keys a `retry_failed` keeps."""
+    return {str(step.get("task_id")), *(t.rpartition("|")[2] for t in rec.failed_tasks)}
 
 
 def effect_entries(run: ThreadRun, effects: Sequence[EffectRecord]) -> tuple[EffectEntry, ...]:
     """The run's effects (made while it ran), each marked replayed or reconciled."""
-    paths = {
-        (str(s.get("checkpoint_ns") or ""), str(s.get("task_id"))): str(s.get("path"))
-        for s in run.steps
-    }
+    paths = {str(s.get("task_id")): str(s.get("path")) for s in run.steps}
     begin = (run.started_at or 0.0) - 1.0
     until = run.last_seen() if run.ended else None
     entries = []
     for e in effects:
         if e.intent_at < begin or (until is not None and e.intent_at > until + 1.0):
             continue
-        task = (e.checkpoint_ns, e.task_id)
+        task = e.task_id
         replayed = reconciled = False
         for rec in run.recoveries:
             for step in rec.redone:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from langgraph_resilience import _report_render as render
+import langgraph_resilience._report_render as render
 from langgraph_resilience._metrics_reads import (
     Read,
     Reads,
@@ -38,6 +38,7 @@ from langgraph_resilience._report_runs import (
     alist_runs,
     list_runs,
 )
+from langgraph_resilience._routes import PARTIAL_RESULT
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.metrics import scan_store
 
@@ -108,7 +109,8 @@ class RunReport:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-safe data: ``json.dumps(report.to_dict())`` works."""
-        return _json_safe(asdict(self))
+        found: dict[str, Any] = _json_safe(asdict(self))
+        return found
 
     def node_statuses(self) -> dict[str, str]:
         """What happened to each top-level node (`_report_render.NODE_STATUSES`)."""
@@ -128,7 +130,10 @@ class RunReport:
         for s in self.steps:
             name = render.node_of(s.path)
             tries[name] = tries.get(name, 0) + s.attempts
-        return render.mermaid(nodes, edges, self.node_statuses(), tries)
+        statuses = self.node_statuses()
+        if self.status == "partial_complete":  # the run ended at the partial result
+            statuses.setdefault(PARTIAL_RESULT, "failed")
+        return render.mermaid(nodes, edges, statuses, tries)
 
     def to_text(self) -> str:
         """The report for a terminal."""
