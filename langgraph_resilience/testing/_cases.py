@@ -180,8 +180,9 @@ def _cases(ref: _Reference, limit: int) -> tuple[list[tuple[Family, str, FaultPl
         for name, count in sorted(ref.effect_calls.items())
         for n in range(1, count + 1)
     ]
+    add("effect_replay", effect_cases)  # each call's window, and each caller: up to limit each
     callers = dict.fromkeys(e.path for e in ref.executions if e.effects)
-    effect_cases += [
+    effect_cases = [
         (
             f"crash after step {p!r}, which calls {', '.join(sorted(_moved(ref, p)))}",
             FaultPlan().crash(p),

@@ -31,7 +31,7 @@ __all__ = ["CASES_ENV", "arecovery_suite", "recovery_suite"]
 
 #: The environment variable with the most cases per family (0: every case).
 CASES_ENV = "LGR_RECOVERY_CASES"
-_DEFAULT_CASES = 6
+_DEFAULT_CASES = 4
 
 BuildGraph = Callable[[BaseCheckpointSaver[Any]], Any]
 SaverFactory = Callable[[], Any]  # a context manager (sync or async) yielding a saver
@@ -179,7 +179,7 @@ def recovery_suite(
             the state without the run log, messages without their ids).
         config: config for every run (its ``thread_id`` is replaced per case).
         max_cases: at most this many cases per family (default ``LGR_RECOVERY_CASES``
-            or 6; 0 runs every case).
+            or 4; 0 runs every case).
         durability: run every invoke with this LangGraph durability (default: the
             graph's own; ``ResilientStateGraph`` compiles with ``"sync"``), to see
             what ``"async"`` or ``"exit"`` would cost.
