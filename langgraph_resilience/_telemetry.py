@@ -49,6 +49,7 @@ __all__ = [
     "checkpoint_write",
     "effect_event",
     "recovery_event",
+    "takeover_event",
     "emit",
     "failed_try",
     "has_callbacks",
@@ -309,3 +310,23 @@ def recovery_event(recovery: str, thread_id: str, paths: list[str], graph: str |
         paths=paths,
         steps_redone=len(paths),
     )
+
+
+def takeover_event(run_id: str, thread_id: str, recoveries: int, owner: str | None) -> None:
+    """A worker resumes a run whose former worker's lease ran out (WARNING): a
+    recovery of kind ``takeover``."""
+    emit(
+        "takeover",
+        logging.WARNING,
+        "run %s (thread %s) taken over by %s after its worker's lease ran out (takeover %d)",
+        run_id,
+        thread_id,
+        owner,
+        recoveries,
+        run_id=run_id,
+        thread_id=thread_id,
+        worker=owner,
+        recoveries=recoveries,
+    )
+    if otel.AVAILABLE:
+        otel.add("recoveries", {"kind": "takeover"})

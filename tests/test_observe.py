@@ -27,6 +27,9 @@ from langgraph_resilience import (
     ResilientStateGraph,
     side_effect,
 )
+from langgraph_resilience._leases import Instant, Proof
+from langgraph_resilience._worker_steps import Held, Invoke, ThreadState, Where, run_steps
+from langgraph_resilience.checkpoint import RunRecord
 
 FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.002)
 
@@ -365,6 +368,8 @@ from typing import Annotated
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START
 import langgraph_resilience._otel as otel
+from langgraph_resilience._leases import Instant, Proof
+from langgraph_resilience._worker_steps import Held, Invoke, ThreadState, Where, run_steps
 from langgraph_resilience import Backoff, NodePolicy, ResilientState, ResilientStateGraph
 
 class S(ResilientState, total=False):
@@ -393,3 +398,41 @@ print("ok")
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+# -- a worker's takeover ---------------------------------------------------------------
+
+
+def test_a_takeover_is_logged_when_the_new_worker_resumes_the_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = Instant.now()
+    record = RunRecord(
+        run_id="run-1",
+        thread_id="thread-1",
+        status="running",
+        owner="worker-b",
+        fencing_token=2,
+        lease_expires_at=now.wall + 30,
+        attempts=2,
+        recoveries=1,  # worker-a died holding it
+        input_type=None,
+        input=None,
+        budget_type=None,
+        budget=None,
+        outcome_type=None,
+        outcome=None,
+        created_at=now.wall,
+        updated_at=now.wall,
+    )
+    steps = run_steps(Held(record, proof=Proof(deadline=now.after(30), margin=1.0)), None, None, 3)
+    assert isinstance(next(steps), ThreadState)
+    with caplog.at_level(logging.INFO, logger="langgraph_resilience"):
+        assert isinstance(steps.send(Where("resume")), Invoke)
+    [event] = [r for r in caplog.records if getattr(r, "event", None) == "takeover"]
+    assert (event.run_id, event.thread_id, event.worker, event.levelname) == (
+        "run-1",
+        "thread-1",
+        "worker-b",
+        "WARNING",
+    )
