@@ -297,15 +297,16 @@ def _run_line(i: int, r: RunResult) -> str:
         start = f"resumed from the checkpoint of step {r.resumed_from}"
     else:
         start = "found no checkpoint to resume from, started again from the input"
-    end = {"completed": "completed", "crashed": "crashed", "failed": "failed"}[r.outcome]
-    return f"run {i}: {start}, {end}" + (f" ({r.error})" if r.error else "")
+    return f"run {i}: {start}, {r.outcome}" + (f" ({r.error})" if r.error else "")
 
 
 def _partial(values: Any) -> str | None:
     """What stopped a run that ended with a partial result, from its run log."""
     log = values.get("resilience") if isinstance(values, Mapping) else None
-    failed = log.get("failed_step") if isinstance(log, Mapping) else None
-    if not isinstance(failed, Mapping) or log.get("status") != "partial_complete":
+    if not isinstance(log, Mapping) or log.get("status") != "partial_complete":
+        return None
+    failed = log.get("failed_step")
+    if not isinstance(failed, Mapping):
         return None
     error = f"{failed.get('error_type') or failed.get('kind')}: {failed.get('message')}"
     return f"the run ended with a partial result at step {failed.get('path')!r} ({_short(error)})"

@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -108,12 +109,16 @@ def _value(op: Run, resumed_from: int | None) -> Any:
     return None if op.resume and resumed_from is not None else op.input
 
 
-def _ended(op: Run, crashes_before: int, error: BaseException | None) -> RunResult:
-    if len(op.tracker.crashes) > crashes_before or isinstance(error, SimulatedCrash):
-        return RunResult(outcome="crashed")
+def _ended(
+    op: Run, crashes: int, error: BaseException | None, values: Any, resumed_from: int | None
+) -> RunResult:
+    """How the run ended: crashed (the plan's crash fired), failed or completed."""
+    if len(op.tracker.crashes) > crashes or isinstance(error, SimulatedCrash):
+        return RunResult(outcome="crashed", values=values, resumed_from=resumed_from)
     if error is not None:
-        return RunResult(outcome="failed", error=f"{type(error).__name__}: {error}"[:300])
-    return RunResult(outcome="completed")
+        text = f"{type(error).__name__}: {error}"[:300]
+        return RunResult(outcome="failed", error=text, values=values, resumed_from=resumed_from)
+    return RunResult(outcome="completed", values=values, resumed_from=resumed_from)
 
 
 @contextlib.contextmanager
@@ -126,16 +131,34 @@ def _default_store(factory: SaverFactory | None, saver_class: Any) -> Iterator[S
         yield lambda: saver_class.from_conn_string(path)
 
 
-def _drive(
-    steps: Generator[Run, RunResult, RecoverySuiteReport], do: Callable[[Run], RunResult]
-) -> RecoverySuiteReport:
-    reply: Any = None
-    while True:
-        try:
-            op = steps.send(reply)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        reply = do(op)
+@contextlib.asynccontextmanager
+async def _opened(opened: Any) -> AsyncIterator[Any]:
+    """A saver from a factory's context manager, async or not."""
+    if hasattr(opened, "__aenter__"):
+        async with opened as saver:
+            yield saver
+    else:
+        with opened as saver:
+            yield saver
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Runs:
+    """What every run of the suite shares: how to build the graph and call it."""
+
+    build_graph: BuildGraph
+    config: RunnableConfig | None
+    durability: Durability | None
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {"durability": self.durability} if self.durability is not None else {}
+
+    def graph(self, saver: BaseCheckpointSaver[Any]) -> Pregel[Any]:
+        return _compiled(self.build_graph(saver), saver)
+
+    def config_of(self, op: Run) -> RunnableConfig:
+        return _config(self.config, op.thread_id)
 
 
 def recovery_suite(
@@ -192,29 +215,31 @@ def recovery_suite(
         >>> report.assert_ok()  # doctest: +SKIP
     """
     spec = _spec(input, effects, compare, max_cases)
-    extra = {"durability": durability} if durability is not None else {}
+    runs = _Runs(build_graph=build_graph, config=config, durability=durability)
     with _default_store(checkpointer_factory, ResilientSqliteSaver) as factory:
 
         def run(op: Run) -> RunResult:
-            cfg = _config(config, op.thread_id)
-            crashes = len(op.tracker.crashes)
-            with contextlib.ExitStack() as stack:
-                saver = stack.enter_context(factory())
-                graph = _compiled(build_graph(saver), saver)
+            cfg, crashes = runs.config_of(op), len(op.tracker.crashes)
+            with factory() as saver:
+                graph = runs.graph(saver)
                 resumed_from = _step(graph.get_state(cfg))
                 faulty = op.plan.apply(graph, tracker=op.tracker)
-                error: BaseException | None = None
                 try:
-                    faulty.invoke(_value(op, resumed_from), cfg, **extra)
+                    faulty.invoke(_value(op, resumed_from), cfg, **runs.options)
+                    error = None
                 except (Exception, SimulatedCrash) as exc:
                     error = exc
                 values = graph.get_state(cfg).values
-            ended = _ended(op, crashes, error)
-            return RunResult(
-                outcome=ended.outcome, error=ended.error, values=values, resumed_from=resumed_from
-            )
+            return _ended(op, crashes, error, values, resumed_from)
 
-        return _drive(suite_steps(spec), run)
+        steps = suite_steps(spec)
+        reply: Any = None
+        while True:
+            try:
+                op = steps.send(reply)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            reply = run(op)
 
 
 async def arecovery_suite(
@@ -235,8 +260,23 @@ async def arecovery_suite(
         >>> report = await arecovery_suite(build_graph, {"query": "q"})  # doctest: +SKIP
     """
     spec = _spec(input, effects, compare, max_cases)
-    extra = {"durability": durability} if durability is not None else {}
+    runs = _Runs(build_graph=build_graph, config=config, durability=durability)
     with _default_store(checkpointer_factory, AsyncResilientSqliteSaver) as factory:
+
+        async def run(op: Run) -> RunResult:
+            cfg, crashes = runs.config_of(op), len(op.tracker.crashes)
+            async with _opened(factory()) as saver:
+                graph = runs.graph(saver)
+                resumed_from = _step(await graph.aget_state(cfg))
+                faulty = op.plan.apply(graph, tracker=op.tracker)
+                try:
+                    await faulty.ainvoke(_value(op, resumed_from), cfg, **runs.options)
+                    error = None
+                except (Exception, SimulatedCrash) as exc:
+                    error = exc
+                values = (await graph.aget_state(cfg)).values
+            return _ended(op, crashes, error, values, resumed_from)
+
         steps = suite_steps(spec)
         reply: Any = None
         while True:
@@ -244,24 +284,4 @@ async def arecovery_suite(
                 op = steps.send(reply)
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
-            cfg = _config(config, op.thread_id)
-            crashes = len(op.tracker.crashes)
-            async with contextlib.AsyncExitStack() as stack:
-                opened = factory()
-                if hasattr(opened, "__aenter__"):
-                    saver = await stack.enter_async_context(opened)
-                else:
-                    saver = stack.enter_context(opened)
-                graph = _compiled(build_graph(saver), saver)
-                resumed_from = _step(await graph.aget_state(cfg))
-                faulty = op.plan.apply(graph, tracker=op.tracker)
-                error: BaseException | None = None
-                try:
-                    await faulty.ainvoke(_value(op, resumed_from), cfg, **extra)
-                except (Exception, SimulatedCrash) as exc:
-                    error = exc
-                values = (await graph.aget_state(cfg)).values
-            ended = _ended(op, crashes, error)
-            reply = RunResult(
-                outcome=ended.outcome, error=ended.error, values=values, resumed_from=resumed_from
-            )
+            reply = await run(op)
