@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import pytest
 from conftest import harness
 from langchain_core.callbacks import BaseCallbackHandler
+from langgraph.errors import NodeError
 from langgraph.graph import END, START
 
 import langgraph_resilience._otel as otel
@@ -28,6 +29,7 @@ from langgraph_resilience import (
     side_effect,
 )
 from langgraph_resilience._leases import Instant, Proof
+from langgraph_resilience._routes import PARTIAL_RESULT, error_handler, give_up_of
 from langgraph_resilience._worker_steps import Held, Invoke, ThreadState, Where, run_steps
 from langgraph_resilience.checkpoint import RunRecord
 
@@ -436,3 +438,22 @@ def test_a_takeover_is_logged_when_the_new_worker_resumes_the_run(
         "worker-b",
         "WARNING",
     )
+
+
+# -- the route of a step after a crash -------------------------------------------------
+
+
+def test_an_error_stored_before_a_crash_still_routes_by_the_policy() -> None:
+    """The error a step gave up with is stored as its repr: after a crash between
+    the failure and its handler, the handler routes it where the policy says."""
+    to_cache = error_handler("search", give_up_of("cache", True))
+    command = to_cache({"trail": []}, NodeError(node="search", error="PermanentError('boom')"))
+    assert command.goto == "cache"
+    step = command.update["resilience"]["step"]
+    assert (step["node"], step["status"]) == ("search", "fallback")
+    ends = error_handler("final", give_up_of(None, True))
+    failed = ends({"trail": []}, NodeError(node="final", error="KeyError('template')"))
+    assert failed.goto == PARTIAL_RESULT
+    assert failed.update["resilience"]["failed_step"]["error_type"] == "KeyError"
+    with pytest.raises(RuntimeError, match="ConfigError"):  # not a failure to route
+        ends({"trail": []}, NodeError(node="final", error="ConfigError('wiring')"))
