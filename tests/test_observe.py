@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import pytest
 from conftest import harness
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.runnables import RunnableLambda
 from langgraph.errors import NodeError
 from langgraph.graph import END, START
 
@@ -33,6 +34,7 @@ from langgraph_resilience._routes import PARTIAL_RESULT, error_handler, give_up_
 from langgraph_resilience._worker_steps import Held, Invoke, ThreadState, Where, run_steps
 from langgraph_resilience.checkpoint import RunRecord
 
+INNER = RunnableLambda(lambda query: query, name="inner")
 FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.002)
 
 
@@ -67,6 +69,7 @@ def scenario(is_async: bool, sent: list[str]) -> ResilientStateGraph[Any, Any, A
         return tries[name]
 
     def plan(state: Any) -> Any:
+        INNER.invoke("look up")  # a runnable the node calls: traced under its try
         if count("plan") < 3:
             raise ConnectionError("planner unreachable")
         return {"trail": ["plan"]}
@@ -222,6 +225,10 @@ async def test_each_try_is_a_callback_run_and_no_routing_signal_is_an_error(h: A
         "NoneType",
     ]
     assert all(t[0].get("ended") for t in tries) and plan["error"] is None
+    # What a try calls nests under it, from the second try on (the first try's
+    # run is reported only once it has failed).
+    inner_parents = [rec.runs[r["parent"]]["name"] for r in rec.named("inner")]
+    assert inner_parents == ["plan", "plan (try 2)", "plan (try 3)"]
     errors = [r["error"] for r in rec.runs.values() if r["error"] is not None]
     assert errors and not any(
         "ResilienceRoute" in repr(e) or "lgr_route" in repr(e) for e in errors
