@@ -161,6 +161,20 @@ def test_a_plain_graphs_node_raises_the_error(tmp_path: Path) -> None:
             FaultPlan().fail("c", KeyError("x")).apply(graph).invoke({"done": []}, config("t"))
 
 
+def test_a_crash_before_a_step_stops_the_run_before_its_body(tmp_path: Path) -> None:
+    mailer, path = Mailer(), str(tmp_path / "s.db")
+    build = pipeline(mailer, recorded=False)  # even an unrecorded email is sent once
+    plan = FaultPlan().crash("c", when="before")
+    with ResilientSqliteSaver.from_conn_string(path) as saver:
+        graph = plan.apply(build(saver))
+        with pytest.raises(SimulatedCrash, match="before step 'c'"):
+            graph.invoke({"done": []}, config("t"))
+    assert mailer.sent == []
+    with ResilientSqliteSaver.from_conn_string(path) as saver:
+        assert build(saver).invoke(None, config("t"))["done"] == STEPS
+    assert len(mailer.sent) == 1
+
+
 def test_a_failed_checkpoint_write_stops_the_run_and_the_resume_redoes_nothing(
     tmp_path: Path,
 ) -> None:
