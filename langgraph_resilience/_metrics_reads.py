@@ -30,25 +30,25 @@ def _checkpointer(target: Any) -> Any:
     return getattr(target, "checkpointer", None) or target
 
 
+def _wrong(target: Any, what: str, wanted: str) -> ConfigError:
+    return ConfigError(
+        f"{what} reads a resilient saver's store: pass {wanted} (or a graph compiled with "
+        f"one; the a-prefixed twin takes an async saver, the other a sync one), got "
+        f"{type(_checkpointer(target)).__name__}"
+    )
+
+
 def saver_of(target: Any, what: str) -> ResilientSaver:
     saver = _checkpointer(target)
     if not isinstance(saver, ResilientSaver):
-        raise ConfigError(
-            f"{what} reads a resilient saver's store: pass ResilientSqliteSaver or "
-            "ResilientPostgresSaver (or a graph compiled with one, or an async one to the "
-            f"a-prefixed twin), got {type(saver).__name__}"
-        )
+        raise _wrong(target, what, "ResilientSqliteSaver or ResilientPostgresSaver")
     return saver
 
 
 def async_saver_of(target: Any, what: str) -> AsyncResilientSaver:
     saver = _checkpointer(target)
     if not isinstance(saver, AsyncResilientSaver):
-        raise ConfigError(
-            f"{what} reads an async resilient saver's store: pass AsyncResilientSqliteSaver "
-            "or AsyncResilientPostgresSaver (or a graph compiled with one), or call the "
-            f"sync twin; got {type(saver).__name__}"
-        )
+        raise _wrong(target, what, "AsyncResilientSqliteSaver or AsyncResilientPostgresSaver")
     return saver
 
 
