@@ -5,6 +5,7 @@ record of what came of it; printing is the caller's (`_cli_render`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -79,12 +80,16 @@ def thread_status(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str)
 def _held_by_worker(saver: ResilientSaver, thread_id: str) -> str | None:
     """Why a thread must not be driven by hand: a worker has (or will take) its run."""
     for run in saver.list_runs(("queued", "running")):
-        if run.thread_id == thread_id:
-            who = f" by {run.owner}" if run.owner else ""
+        if run.thread_id != thread_id:
+            continue
+        cancel = f"`langgraph-resilience cancel {run.run_id}`"
+        if run.status == "running" and (run.lease_expires_at or 0.0) < time.time():
             return (
-                f"run {run.run_id} is {run.status}{who}: a worker has it; let it finish, "
-                f"or `langgraph-resilience cancel {run.run_id}` first"
+                f"run {run.run_id} is running but its worker {run.owner}'s lease ran out: "
+                f"start a `langgraph-resilience worker` (it takes the run over), or {cancel}"
             )
+        who = f" by {run.owner}" if run.owner else ""
+        return f"run {run.run_id} is {run.status}{who}: let its worker finish it, or {cancel}"
     return None
 
 

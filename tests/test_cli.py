@@ -149,11 +149,14 @@ def test_every_subcommand_end_to_end(store: tuple[str, str], ledger: Path) -> No
     assert "success" in fixed.out
     a_runs = [node for node, _ in read_ledger(ledger) if node == "a"]
     assert len(a_runs) == 4  # once per thread: never again on resume or retry
-    # A thread with nothing to retry is skipped, saying why (exit 1).
-    skipped = run("retry", t_ok, "--db", db, "--graph", GRAPH, "--json")
+    # Threads with nothing to retry are skipped, saying why (exit 1); several
+    # threads get a progress display on stderr.
+    skipped = run("retry", t_ok, t_stopped, "--db", db, "--graph", GRAPH)
     assert skipped.code == 1
-    assert skipped.json()[0]["status"] == "skipped"
-    assert "no failed step" in skipped.json()[0]["detail"]
+    assert "retrying" in skipped.err and "2/2" in skipped.err
+    for thread in (t_ok, t_stopped):
+        [row] = [line for line in skipped.out.splitlines() if thread in line]
+        assert "skipped" in row and "no failed step" in row
 
     # show: the report of the retried run, as JSON (with its Mermaid) and as text.
     shown = run("show", t_fail, "--db", db, "--json")
@@ -270,6 +273,23 @@ def test_worker_drains_on_sigterm_and_releases_its_run(tmp_path: Path, ledger: P
     with ResilientSqliteSaver.from_conn_string(db) as saver:
         record = saver.read_run(run_id)
         assert record is not None and record.status == "queued"
+
+
+def test_retry_leaves_a_workers_run_alone(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    with ResilientSqliteSaver.from_conn_string(db) as saver:
+        worker = Worker(cli_graph.builder, checkpointer=saver)
+        graph = cli_graph.builder.compile(checkpointer=saver)
+        for thread in ("taken", "queued"):
+            graph.invoke({}, cfg(thread))  # a partial result, then a new turn for a worker
+        taken = worker.submit({"fix": "ok"}, thread_id="taken")
+        saver.claim_runs("dead-worker", 1, 0.01)  # claimed; its lease runs out at once
+        queued = worker.submit({"fix": "ok"}, thread_id="queued")
+    time.sleep(0.05)
+    acted = run("retry", "taken", "queued", "--db", db, "--graph", GRAPH, "--json").json()
+    assert [a["status"] for a in acted] == ["skipped", "skipped"]
+    assert taken in acted[0]["detail"] and "lease ran out" in acted[0]["detail"]
+    assert queued in acted[1]["detail"] and "is queued" in acted[1]["detail"]
 
 
 # -- the console script, as installed ------------------------------------------------------
