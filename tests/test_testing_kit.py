@@ -47,6 +47,7 @@ from langgraph_resilience.testing import (
     arecovery_suite,
     recovery_suite,
 )
+from langgraph_resilience.testing._cases import pick
 from langgraph_resilience.testing.plugin import suite_runner
 
 pytest_plugins = ["pytester"]
@@ -118,6 +119,20 @@ def config(thread: str) -> dict[str, Any]:
 
 
 # -- FaultPlan ------------------------------------------------------------------------
+
+
+def test_the_kits_names_are_exported_sorted() -> None:
+    import langgraph_resilience.testing as testing
+
+    assert sorted(testing.__all__) == list(testing.__all__)
+    assert all(hasattr(testing, name) for name in testing.__all__)
+    assert {"FaultPlan", "recovery_suite", "arecovery_suite"} <= set(testing.__all__)
+
+
+def test_cases_are_spread_over_the_run_first_and_last_kept() -> None:
+    assert pick(list("abcdefgh"), 4) == (["a", "c", "f", "h"], ["b", "d", "e", "g"])
+    assert pick(list("abc"), 4) == (["a", "b", "c"], [])
+    assert pick(list("abc"), 0) == (["a", "b", "c"], [])
 
 
 def test_plan_is_validated_with_messages_that_say_what_to_do() -> None:

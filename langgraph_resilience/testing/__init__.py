@@ -25,8 +25,8 @@ from langgraph_resilience.testing._taps import Tracker
 
 __all__ = [
     "CASES_ENV",
-    "FAMILIES",
     "CaseResult",
+    "FAMILIES",
     "FaultPlan",
     "RecoveryFailed",
     "RecoverySuiteReport",

@@ -9,7 +9,7 @@ from typing import Literal
 
 from langgraph_resilience.errors import ConfigError
 
-__all__ = ["FAMILIES", "CaseResult", "Family", "RecoveryFailed", "RecoverySuiteReport"]
+__all__ = ["CaseResult", "FAMILIES", "Family", "RecoveryFailed", "RecoverySuiteReport"]
 
 Family = Literal["step_crash", "checkpoint_write", "double_recovery", "effect_replay"]
 
