@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -80,18 +81,25 @@ def _require_db(db: str | None) -> str:
     return db
 
 
-def _schema_found(saver: ResilientSaver, dialect: str) -> int | None:
+def _schema_found(store: Store) -> int | None:
     """The store's resilience schema version (None: never set up), read without
     setting anything up (a SQLite saver would on its first read)."""
+    saver = store.saver
     if isinstance(saver, ResilientSqliteSaver):
-        with saver.lock:
-            return execute(saver.conn.cursor(), schema_version(SQLITE))
+        try:
+            with saver.lock:
+                return execute(saver.conn.cursor(), schema_version(SQLITE))
+        except sqlite3.DatabaseError as exc:
+            raise CliError(
+                f"{store.where} is not a SQLite database, or is damaged ({exc}): check the "
+                "path, or restore the file from a backup"
+            ) from exc
     assert isinstance(saver, ResilientPostgresSaver)
     return saver._transact(lambda: schema_version(POSTGRES), check=False, ride=False)
 
 
 def _check_schema(store: Store, db: str) -> None:
-    found = _schema_found(store.saver, store.dialect)
+    found = _schema_found(store)
     if found is not None and found == SCHEMA_VERSION:
         return
     if found is not None and found > SCHEMA_VERSION:

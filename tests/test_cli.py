@@ -227,6 +227,8 @@ def test_sqlite_store_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     sqlite3.connect(blank).execute("CREATE TABLE unrelated (x)").connection.close()
     monkeypatch.setenv("LGR_DB", str(blank))  # the store from the environment
     run("cancel", "r1").one_error_line("no resilience tables", "langgraph-resilience setup")
+    (tmp_path / "notes.txt").write_text("not a database, but long enough to be read as one\n" * 9)
+    run("runs", "--db", str(tmp_path / "notes.txt")).one_error_line("not a SQLite database")
     monkeypatch.delenv("LGR_DB")
     run("cancel", "r1").one_error_line("--db", "LGR_DB")
 
