@@ -38,15 +38,15 @@ from langgraph_resilience._routes import error_text, route_of, routing, suggesti
 from langgraph_resilience._step_log import (
     SubgraphStopped,
     log_of,
+    log_gave_up,
     log_try,
     log_update,
     nested_log,
-    step_ids,
     step_path,
     with_log,
 )
 from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
-from langgraph_resilience._telemetry import TryRun, begin_try, emit, failed_try
+from langgraph_resilience._telemetry import TryRun, begin_try, failed_try
 from langgraph_resilience.budget import Budget, add_usage, metering, pause_value, topped_up, used
 from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.classify import Classification, Classifier, FailureKind, is_control_flow
@@ -285,17 +285,7 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
                 suggestion(ctx.name, failure, exc, number, path, retry_after=decision.retry_after)
             ]
             _add_spend(log, spent, topped)
-            emit(
-                "degraded",
-                logging.WARNING,
-                "step %s degraded after %d tries (%s): skipped, the run goes on without it",
-                path,
-                number,
-                failure.kind.value,
-                **step_ids(ctx.name, task, log_of(state), path),
-                kind=failure.kind.value,
-                attempts=number,
-            )
+            log_gave_up(ctx.name, task, state, path, failure.kind.value, number, None)
             return {"resilience": log}
         route = route_of(
             node=ctx.name,
@@ -315,18 +305,8 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
             )
             route["path"] = str(inner.get("path") or route["path"])
         if decision.action is Action.FALLBACK:
-            emit(
-                "fallback",
-                logging.WARNING,
-                "step %s gave up after %d tries (%s); taking its fallback %s",
-                route["path"],
-                number,
-                route["kind"],
-                route["target"],
-                **step_ids(ctx.name, task, log_of(state), route["path"]),
-                kind=route["kind"],
-                attempts=number,
-                fallback=route["target"],
+            log_gave_up(
+                ctx.name, task, state, route["path"], route["kind"], number, route["target"]
             )
         # The node's own error, carrying its route: callbacks and tracers see the
         # failure as it is, never a routing signal (`_routes.routing`).

@@ -25,6 +25,7 @@ from langgraph_resilience.checkpoint import AttemptRecord
 
 __all__ = [
     "SubgraphStopped",
+    "log_gave_up",
     "log_of",
     "log_try",
     "log_update",
@@ -168,6 +169,48 @@ def step_ids(name: str, task: TaskContext, known: Mapping[str, Any], path: str) 
         "path": path,
         "node": name,
     }
+
+
+def log_gave_up(
+    name: str,
+    task: TaskContext,
+    state: Any,
+    path: str,
+    kind: str,
+    attempts: int,
+    fallback: str | None,
+) -> None:
+    """The event of a step that gave up and did not end the run (WARNING):
+    ``fallback`` (it goes to that node) or ``degraded`` (skipped, the run goes on)."""
+    ids = step_ids(name, task, log_of(state), path)
+    if fallback is not None:
+        message = "step %s gave up after %d tries (%s); taking its fallback %s"
+        emit(
+            "fallback",
+            logging.WARNING,
+            message,
+            path,
+            attempts,
+            kind,
+            fallback,
+            **ids,
+            kind=kind,
+            attempts=attempts,
+            fallback=fallback,
+        )
+    else:
+        message = "step %s degraded after %d tries (%s): skipped, the run goes on without it"
+        emit(
+            "degraded",
+            logging.WARNING,
+            message,
+            path,
+            attempts,
+            kind,
+            **ids,
+            kind=kind,
+            attempts=attempts,
+        )
 
 
 def with_log(output: Any, log: dict[str, Any]) -> Any:
