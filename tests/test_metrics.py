@@ -42,11 +42,13 @@ from langgraph_resilience import (
     recovery_metrics,
     report_usage,
     retry_failed,
+    run_report,
     side_effect,
 )
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.report import list_runs
 
 SCRIPT = str(Path(__file__).parent / "metrics_worker.py")
 _TABLES = (
@@ -141,6 +143,14 @@ def test_ten_worker_runs_three_partial_one_takeover(fresh: tuple[str, str], tmp_
 
     with saver_for(fresh) as saver:
         m = recovery_metrics(saver)
+        report = run_report(saver, "m-5")
+        listed = {r.thread_id: r for r in list_runs(saver)}
+    # The report of the run taken over: the second worker went on and redid b.
+    (takeover,) = report.recoveries
+    assert takeover["kind"] == "takeover" and takeover["redone_paths"] == ["b"]
+    assert f":{second.pid}:" in str(takeover["owner"])
+    assert (listed["m-5"].attempts, listed["m-5"].recoveries) == (2, 1)
+    assert listed["m-0-partial"].status == "partial_complete"
     # By hand: 10 runs ended, 3 with a partial result.
     assert (m.runs_ended, m.runs_partial, m.runs_succeeded) == (10, 3, 7)
     assert m.partial_completion_rate == pytest.approx(0.3)
