@@ -55,6 +55,7 @@ def test_the_checks_pass_on_the_story_and_catch_each_broken_claim() -> None:
     assert any("takeover" in p for p in check(wasteful, FIRST, SECOND, FIXER))
 
 
+@pytest.mark.crash
 def test_demo_tells_the_story_and_checks_itself(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "langgraph_resilience.cli", "demo", "--dir", str(tmp_path)],
