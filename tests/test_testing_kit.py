@@ -420,6 +420,7 @@ def test_the_plugin_gives_a_users_test_file_the_fixture(pytester: pytest.Pyteste
         e.value == "pytest_langgraph_resilience"
         for e in importlib.metadata.entry_points(group="pytest11")
     )
-    args = ["-p", "no:cacheprovider"] + ([] if installed else ["-p", "pytest_langgraph_resilience"])
+    loaded = installed and not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    args = ["-p", "no:cacheprovider"] + ([] if loaded else ["-p", "pytest_langgraph_resilience"])
     result = pytester.runpytest_inprocess(*args)
     result.assert_outcomes(passed=1)

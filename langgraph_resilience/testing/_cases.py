@@ -237,6 +237,9 @@ def judge(
         stop = _partial(final.values)
         if stop:
             evidence.append(stop)
+    went_back = _went_back(runs)
+    if went_back:
+        evidence.append(went_back)
     redone_counts = Counter(e.path for e in tracker.executions) - Counter(ref.paths)
     redone = tuple(sorted(redone_counts.elements()))
     completed_redone: list[str] = []
@@ -270,7 +273,8 @@ def judge(
             f"reference ({short} missing)"
         )
     passed = (
-        fired
+        not went_back
+        and fired
         and recovered
         and state_matches
         and not completed_redone
@@ -288,6 +292,19 @@ def judge(
         state_matches=state_matches,
         evidence=tuple(evidence),
     )
+
+
+def _went_back(runs: list[RunResult]) -> str | None:
+    """A resume that started from an earlier checkpoint than the resume before it
+    (the later checkpoint was lost), said; None when every resume went forward."""
+    starts = [(i, r.resumed_from) for i, r in enumerate(runs, 1) if i > 1]
+    for (i, before), (j, after) in itertools.pairwise(starts):
+        if before is not None and (after is None or after < before):
+            return (
+                f"run {j} resumed from an earlier checkpoint (step {after}) than run {i} "
+                f"(step {before}): the later checkpoint was lost"
+            )
+    return None
 
 
 def _run_line(i: int, r: RunResult) -> str:
