@@ -354,3 +354,24 @@ def test_since_and_graph_narrow_the_runs(fresh: tuple[str, str]) -> None:
             recovery_metrics(saver, since="yesterday")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="resilient saver"):
         recovery_metrics(object())
+
+
+async def test_an_async_resume_after_a_stop_is_a_crash_recovery(fresh: tuple[str, str]) -> None:
+    now = {"die": True}
+
+    def behaviour(step: str) -> None:
+        if step == "b" and now["die"]:
+            raise RuntimeError("the process died here")
+
+    async with AsyncExitStack() as stack:
+        saver = await open_saver(fresh[0], True, fresh[1], stack)
+        graph = pipeline(behaviour, saver, policy=None)
+        with pytest.raises(RuntimeError):
+            await graph.ainvoke({"done": []}, config("ak"))
+        now["die"] = False
+        out = await graph.ainvoke(None, config("ak"))
+        assert out["done"] == ["a", "b", "c"]
+        await graph.ainvoke(None, config("ak"))  # nothing left to do: not a recovery
+        m = await arecovery_metrics(saver)
+    assert m.recoveries_by_kind["crash"] == 1 and m.steps_redone == 1
+    assert (m.runs_resumed, m.recovery_success_rate) == (1, 1.0)
