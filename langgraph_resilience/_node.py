@@ -37,8 +37,8 @@ from langgraph_resilience._engine import Action, decide
 from langgraph_resilience._routes import error_text, route_of, routing, suggestion
 from langgraph_resilience._step_log import (
     SubgraphStopped,
-    log_of,
     log_gave_up,
+    log_of,
     log_try,
     log_update,
     nested_log,
@@ -46,7 +46,7 @@ from langgraph_resilience._step_log import (
     with_log,
 )
 from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
-from langgraph_resilience._telemetry import TryRun, begin_try, failed_try
+from langgraph_resilience._telemetry import TryRun, begin_try, failed_try, try_config
 from langgraph_resilience.budget import Budget, add_usage, metering, pause_value, topped_up, used
 from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.classify import Classification, Classifier, FailureKind, is_control_flow
@@ -447,11 +447,11 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
     if isinstance(action, Runnable):
 
         def sync_runnable(state: Any, config: RunnableConfig) -> Any:
-            call = lambda s: action.invoke(s, config)  # noqa: E731
+            call = lambda s: action.invoke(s, try_config(config))  # noqa: E731
             return run_sync(ctx, state, call, TaskContext(config=config))
 
         async def async_runnable(state: Any, config: RunnableConfig) -> Any:
-            call = lambda s: action.ainvoke(s, config)  # noqa: E731
+            call = lambda s: action.ainvoke(s, try_config(config))  # noqa: E731
             return await run_async(ctx, state, call, TaskContext(config=config), timeout)
 
         return RunnableLambda(sync_runnable, afunc=async_runnable, name=ctx.name)

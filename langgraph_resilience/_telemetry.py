@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForChainRun, CallbackManagerForChainRun
@@ -50,6 +51,7 @@ __all__ = [
     "effect_event",
     "recovery_event",
     "takeover_event",
+    "try_config",
     "emit",
     "failed_try",
     "has_callbacks",
@@ -124,6 +126,16 @@ def checkpoint_write(counter: str) -> None:
 
 # -- each try as a span and, after a failure, a callback run ------------------------------
 
+#: The config of the try in progress when it runs inside its own callback run.
+_TRY_CONFIG: ContextVar[RunnableConfig | None] = ContextVar("lgr_try_config", default=None)
+
+
+def try_config(config: RunnableConfig) -> RunnableConfig:
+    """The config a runnable node's action is called with: its try's, when the
+    try has a callback run of its own (so what it runs nests under the try)."""
+    found = _TRY_CONFIG.get()
+    return config if found is None else found
+
 
 def has_callbacks(config: Mapping[str, Any] | None) -> bool:
     """Whether a run under ``config`` reports to any callback handler."""
@@ -171,11 +183,12 @@ class TryRun:
         """Run the try inside its callback run: what it calls nests under it."""
         self.manager = manager
         child = patch_config(self.config, callbacks=manager.get_child())
-        self.token = var_child_runnable_config.set(child)
+        self.token = var_child_runnable_config.set(child), _TRY_CONFIG.set(child)
 
     def _leave(self, error: BaseException | None, kind: str | None) -> None:
         if self.token is not None:
-            var_child_runnable_config.reset(self.token)
+            var_child_runnable_config.reset(self.token[0])
+            _TRY_CONFIG.reset(self.token[1])
             self.token = None
         if otel.AVAILABLE:
             _close_span(self, error, kind)

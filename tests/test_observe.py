@@ -244,6 +244,43 @@ async def test_each_try_is_a_callback_run_and_no_routing_signal_is_an_error(h: A
     assert failed_nodes == ["search", "final"]
 
 
+async def test_a_runnable_node_runs_each_later_try_inside_its_try_run(h: Any) -> None:
+    rec = Recorder()
+    tries: list[int] = []
+
+    def draft(state: Any) -> Any:
+        tries.append(1)
+        INNER.invoke("look up")
+        if len(tries) < 2:
+            raise ConnectionError("model overloaded")
+        return {"trail": ["draft"]}
+
+    async def adraft(state: Any) -> Any:
+        return draft(state)
+
+    g = ResilientStateGraph(State)
+    runnable = RunnableLambda(draft, afunc=adraft, name="draft")
+    g.add_node("draft", runnable, policy=NodePolicy(retry=FAST))
+    g.add_edge(START, "draft")
+    g.add_edge("draft", END)
+    graph = g.compile(checkpointer=h.saver)
+    await h.invoke(graph, {"trail": []}, cfg("runnable", callbacks=[rec]))
+    [second] = rec.named("draft (try 2)")
+    assert rec.named("draft (try 1)")[0]["error"] is not None and second["error"] is None
+    # What the second try runs (the runnable, and what it calls) nests under it.
+    assert "draft (try 2)" in {rec.runs[p]["name"] for p in _ancestors(rec, "inner")}
+
+
+def _ancestors(rec: Recorder, name: str) -> set[Any]:
+    found: set[Any] = set()
+    for run in rec.named(name):
+        parent = run["parent"]
+        while parent is not None and parent in rec.runs:
+            found.add(parent)
+            parent = rec.runs[parent]["parent"]
+    return found
+
+
 def plan_id(rec: Recorder, run: dict[str, Any]) -> Any:
     return next(k for k, v in rec.runs.items() if v is run)
 
