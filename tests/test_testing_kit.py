@@ -6,6 +6,7 @@ catches broken ones (an unrecorded email sent twice, steps lost under
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.metadata
 import itertools
 import operator
@@ -22,6 +23,7 @@ from unittest import mock
 
 import pytest
 from conftest import require_postgres
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_resilience import (
@@ -316,6 +318,26 @@ def test_the_suite_reports_steps_lost_without_durability_sync() -> None:
     assert crash_d.effects_duplicated == {"email": 1}
     assert any("durability='sync'" in line for line in crash_d.evidence)
     assert report.completed_redone == ("a", "b", "c")
+
+
+def test_the_suite_reports_a_stock_graph_on_langgraphs_default_durability() -> None:
+    """A plain StateGraph on LangGraph's InMemorySaver (one instance shared by the
+    runs): under the default durability ("async") the steps after a failed
+    checkpoint write are not stored and run again; under "sync" nothing is lost."""
+    saver = InMemorySaver()
+    options: dict[str, Any] = {
+        "checkpointer_factory": lambda: contextlib.nullcontext(saver),
+        "max_cases": 0,
+    }
+    build = pipeline(Mailer(), recorded=False, builder=StateGraph)
+    report = recovery_suite(build, {"done": []}, **options)
+    lost = [c for c in report.family("checkpoint_write") if c.completed_redone]
+    assert lost and not report.ok
+    write_3 = next(c for c in lost if c.name == "checkpoint write 3 of 6 fails")
+    assert write_3.completed_redone == ("b", "c", "d")
+    clean = pipeline(Mailer(), builder=StateGraph, recorded=False)
+    report = recovery_suite(clean, {"done": []}, durability="sync", **options)
+    assert not any(c.completed_redone for c in report.cases)
 
 
 def test_the_suite_counts_mocks_and_functions_and_refuses_other_counters() -> None:

@@ -344,12 +344,22 @@ def _inside(action: Any, name: str, s: Session) -> Any:
 # -- the saver ---------------------------------------------------------------------------
 
 
+def _untapped(saver: Any, name: str) -> Any:
+    """The saver's own method, as it was before any plan tapped it: a saver used
+    by run after run (an `InMemorySaver` shared by the suite's runs) is tapped
+    again for each run, and a dead run's taps must not stay in the way."""
+    originals: dict[str, Any] = saver.__dict__.setdefault("_lgr_untapped", {})
+    if name not in originals:
+        originals[name] = getattr(saver, name)
+    return originals[name]
+
+
 def tap_saver(saver: BaseCheckpointSaver[Any], s: Session) -> None:
     """Put the store faults and the crash cut-off on ``saver`` (instance attributes)."""
     d = saver.__dict__
     cls = type(saver)
-    put, aput = saver.put, saver.aput
-    put_writes, aput_writes = saver.put_writes, saver.aput_writes
+    put, aput = _untapped(saver, "put"), _untapped(saver, "aput")
+    put_writes, aput_writes = _untapped(saver, "put_writes"), _untapped(saver, "aput_writes")
 
     def before_put() -> None:
         s.refuse_if_dead()
@@ -401,8 +411,8 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
     after an effect's call, before its outcome is stored."""
     if not hasattr(cls, "_transact") or not hasattr(cls, "defer_outcome"):
         return  # a saver without the ledger: only its put/put_writes are tapped
-    transact = saver._transact
-    defer = saver.defer_outcome
+    transact = _untapped(saver, "_transact")
+    defer = _untapped(saver, "defer_outcome")
     state = getattr(saver, "_state", None)
     if state is not None:
         s._forget.append(state.outcomes.take_all)  # lost with the process
@@ -416,7 +426,7 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
             return await transact(statements, **options)
 
         d["_transact"] = atransact
-        claim, record = saver.aclaim_intent, saver.arecord_outcome
+        claim, record = _untapped(saver, "aclaim_intent"), _untapped(saver, "arecord_outcome")
 
         async def aclaim(thread_id: str, rec: Any, *args: Any, **kwargs: Any) -> Any:
             s.tracker.effect_claimed(rec.idempotency_key, rec.name)
@@ -436,7 +446,7 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
             return transact(statements, **options)
 
         d["_transact"] = stransact
-        sclaim, srecord = saver.claim_intent, saver.record_outcome
+        sclaim, srecord = _untapped(saver, "claim_intent"), _untapped(saver, "record_outcome")
 
         def claim_sync(thread_id: str, rec: Any, *args: Any, **kwargs: Any) -> Any:
             s.tracker.effect_claimed(rec.idempotency_key, rec.name)
@@ -448,14 +458,14 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
 
         d.update(claim_intent=claim_sync, record_outcome=record_sync)
 
-    renew = saver.renew_intent
+    renew = _untapped(saver, "renew_intent")
 
     def renew_sync(thread_id: str, key: str, owner: str, lease: float) -> Any:
         return renew(thread_id, key, _mortal(owner), lease)
 
     d["renew_intent"] = renew_sync
     if hasattr(cls, "arenew_intent"):
-        arenew = saver.arenew_intent
+        arenew = _untapped(saver, "arenew_intent")
 
         async def arenew_mortal(thread_id: str, key: str, owner: str, lease: float) -> Any:
             return await arenew(thread_id, key, _mortal(owner), lease)
