@@ -177,6 +177,7 @@ class ThreadRun:
     owner: str | None = None
     claims: int = 0
     updated_at: float | None = None
+    budget: tuple[str, bytes] | None = None  # a Worker run's, as stored
     # What its last step group left: routes onward, interrupts, errors.
     last_flags: tuple[bool, bool, bool] = (True, False, False)
 
@@ -380,6 +381,8 @@ def _link_worker_runs(scan: _Scan, records: Sequence[RunRecord]) -> None:
             scan.runs[-len(scan.runs) - 1] = run
         run.run_id, run.owner, run.claims = record.run_id, record.owner, record.attempts
         run.updated_at = record.updated_at
+        if record.budget_type is not None:
+            run.budget = (record.budget_type, bytes(record.budget or b""))
         if record.status in ("error", "cancelled") or not run.ended:
             run.status = record.status
 

@@ -240,11 +240,37 @@ def _report(
         effects=effect_entries(chosen, effects),
         recoveries=tuple(rec.to_dict() for rec in chosen.recoveries),
         usage=usage or None,
-        budget=dict(log.get("budget") or {}) or None,
-        failed_steps=tuple(dict(f) for f in (log.get("failed_steps") or [])),
-        degraded_steps=tuple(str(p) for p in (log.get("degraded_steps") or [])),
+        budget=dict(log.get("budget") or {}) or _worker_budget(chosen, loads),
+        failed_steps=tuple(dict(f) for f in (log.get("failed_steps") or [])) or _failed_of(chosen),
+        degraded_steps=tuple(str(p) for p in (log.get("degraded_steps") or []))
+        or tuple(s.path for s in steps if s.status in ("degraded", "fallback")),
         suggestions=suggestions_for(chosen, list(log.get("recovery_suggestions") or [])),
         runs_on_thread=len([r for r in runs if r.run > 0]) or 1,
+    )
+
+
+def _worker_budget(
+    run: ThreadRun, loads: Callable[[tuple[str, bytes]], Any]
+) -> dict[str, Any] | None:
+    """The budget a `Worker` run was submitted (or last resumed) with."""
+    if run.budget is None:
+        return None
+    try:
+        found = loads(run.budget)
+    except Exception:  # a budget this process cannot decode: not reported
+        return None
+    return dict(found) if isinstance(found, Mapping) else None
+
+
+def _failed_of(run: ThreadRun) -> tuple[dict[str, Any], ...]:
+    """An earlier run's failed steps, from its step records (the run log keeps
+    the current run's only)."""
+    if run.status != "partial_complete":
+        return ()
+    return tuple(
+        {"path": s.get("path"), "node": s.get("node"), "kind": (s.get("kinds") or [None])[-1]}
+        for s in run.steps
+        if s.get("status") == "failed"
     )
 
 

@@ -228,7 +228,7 @@ async def test_list_runs_covers_worker_runs_and_plain_threads(
         graph = every_fate(saver, {"e": False})
         graph.invoke({"done": []}, CONFIG)
         worker = Worker(every_fate(saver, {"e": True}), checkpointer=saver, lease_ttl=5.0)
-        run_id = worker.submit({"done": []}, thread_id="by-worker")
+        run_id = worker.submit({"done": []}, thread_id="by-worker", budget={"max_tokens": 1000})
         assert worker.run() == {run_id: "success"}
         runs = list_runs(saver)
         succeeded = list_runs(saver, status="success")
@@ -245,3 +245,23 @@ async def test_list_runs_covers_worker_runs_and_plain_threads(
     assert [r.thread_id for r in succeeded] == ["by-worker"]
     assert json.loads(json.dumps([r.to_dict() for r in runs])) == [r.to_dict() for r in runs]
     assert (report.run_id, report.claims, report.status) == (run_id, 1, "success")
+    assert report.budget is not None and report.budget["max_tokens"] == 1000
+
+
+def test_an_earlier_run_is_reported_from_its_step_records(fresh: tuple[str, str]) -> None:
+    fixed = {"e": False}
+    with saver_for(fresh) as saver:
+        graph = every_fate(saver, fixed)
+        graph.invoke({"done": []}, CONFIG)
+        fixed["e"] = True
+        graph.invoke({"done": []}, CONFIG)  # a second run on the thread: it succeeds
+        first, latest = run_report(saver, "fates", run=1), run_report(saver, "fates")
+    assert (first.run, first.status, latest.run, latest.status) == (
+        1,
+        "partial_complete",
+        2,
+        "success",
+    )
+    assert [f["path"] for f in first.failed_steps] == ["e"] and latest.failed_steps == ()
+    assert first.degraded_steps == ("c", "d") and first.runs_on_thread == 2
+    assert {s.path for s in latest.steps} == {"a", "b", "c", "c_fb", "d", "e", "f"}
