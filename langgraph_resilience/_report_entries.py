@@ -74,7 +74,7 @@ class TryEntry:
             wait = f"; waits {self.wait:.2f}s" if self.wait else ""
             return f"{self.path} try {self.attempt} failed ({self.kind}: {self.error}){wait}{who}"
         tries = f" after {self.attempt} tries" if self.attempt and self.attempt > 1 else ""
-        return f"{self.path} {self.event}{tries}{who}"
+        return f"{self.path} {self.event.replace('_', ' ')}{tries}{who}"
 
 
 @dataclass(frozen=True, kw_only=True)
