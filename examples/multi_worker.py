@@ -2,14 +2,16 @@
 
     python -m examples.multi_worker [POSTGRES_DSN]
 
-(default DSN: ``LGR_POSTGRES_URL`` or ``postgresql://postgres@127.0.0.1:5432/postgres``)
+(default DSN: ``LGR_POSTGRES_URL`` or ``postgresql://postgres@127.0.0.1:5432/postgres``;
+the example works in a scratch database it creates on that server and drops)
 
 Jobs are queued with `Worker.submit`; two worker processes started with the
 command line (``langgraph-resilience worker --graph examples.multi_worker:pipeline``)
-claim them under leases. Midway one worker is killed with SIGKILL; when its
-lease runs out the other takes its run over from the last checkpoint and
-finishes it. Each job publishes its result once (a `side_effect` with
-``reconcile``), to a feed file both processes share.
+claim them under leases. While the first is inside a step, the second starts
+and the first is killed with SIGKILL; when its lease runs out the second takes
+its run over from the last checkpoint and finishes it, with the other jobs.
+Each job publishes its result once (a `side_effect` with ``reconcile``), to a
+feed file both processes share.
 
 The feed is a JSON-lines file (``LGR_EXAMPLE_FEED``) standing in for an outside
 service; each step also notes its pid in ``<feed>.steps`` so the run shows who
@@ -190,13 +192,13 @@ def run_deployment(dsn: str, jobs: int = 4, lease_ttl: float = 2.0) -> dict[str,
             queue = Worker(pipeline(), checkpointer=saver)
             run_ids = [queue.submit({"job": f"job-{tag}-{n}"}) for n in range(jobs)]
         first = start_worker(dsn, shared.path, lease_ttl)
-        second = start_worker(dsn, shared.path, lease_ttl)
-        deadline = time.monotonic() + 30
-        # Kill the first worker while it is inside a slow step.
+        deadline = time.monotonic() + 60
+        # Once the first worker is inside a slow step, start the second and kill the first.
         while not any(s[0] == str(first.pid) and s[1] == "enrich" for s in shared.steps()):
             if time.monotonic() > deadline or first.poll() is not None:
                 break
             time.sleep(0.05)
+        second = start_worker(dsn, shared.path, lease_ttl)
         first.send_signal(signal.SIGKILL)
         first.wait()
         _, errors = second.communicate(timeout=90)
