@@ -7,6 +7,7 @@ The savers live in `langgraph_resilience.checkpoint.sqlite` (and ``.aio``) and
 
 from __future__ import annotations
 
+from langgraph_resilience.archive import Archive, ArchiveError
 from langgraph_resilience.budget import Budget, report_usage
 from langgraph_resilience.classify import Classification, Classifier, FailureKind, classify
 from langgraph_resilience.effects import side_effect
@@ -43,6 +44,8 @@ from langgraph_resilience.worker import Worker
 __version__ = "0.1.0"
 
 __all__ = [
+    "Archive",
+    "ArchiveError",
     "Attempt",
     "Backoff",
     "Budget",

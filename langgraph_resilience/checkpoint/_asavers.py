@@ -19,6 +19,7 @@ from langgraph.checkpoint.base import (
 from psycopg_pool import AsyncConnectionPool
 
 from langgraph_resilience._store_errors import is_store_error
+from langgraph_resilience.archive._methods import AsyncArchival
 from langgraph_resilience.checkpoint import (
     _base,
     _counters,
@@ -43,7 +44,7 @@ from langgraph_resilience.checkpoint._store import Statements, no_statements
 T = TypeVar("T")
 
 
-class AsyncResilience(Hooks):
+class AsyncResilience(Hooks, AsyncArchival):
     """The async twin of `SyncResilience`, with sync bridges for the new methods."""
 
     loop: asyncio.AbstractEventLoop
@@ -131,6 +132,8 @@ class AsyncResilience(Hooks):
         """As LangGraph's `aget_tuple`; an undecodable row raises `CheckpointCorrupt`."""
         try:
             found = await self._call(lambda: super(AsyncResilience, self).aget_tuple(config))
+            if found is None and await self._arestored(config):  # was archived: read again
+                found = await self._call(lambda: super(AsyncResilience, self).aget_tuple(config))
             return _threads.saw_latest(config, found)
         except Exception as exc:
             thread_id, ns, checkpoint_id = _base.thread_key(config)
@@ -154,14 +157,20 @@ class AsyncResilience(Hooks):
             AsyncGenerator[CheckpointTuple, None],
             super().alist(config, filter=filter, before=before, limit=limit),
         )
+        found = False
         while True:
             try:
                 item = await listed.__anext__()
             except StopAsyncIteration:
-                return
+                if found or not await self._arestored(config):
+                    return
+                found = True  # was archived: list it again, once
+                listed = cast(Any, super().alist(config, filter=filter, before=before, limit=limit))
+                continue
             except Exception as exc:
                 await listed.aclose()
                 raise _base.corrupt(config, None, exc) from exc
+            found = True
             yield item
 
     # -- counters --------------------------------------------------------------------------

@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_resilience._store_errors import is_missing_table, is_store_error
+from langgraph_resilience.archive._objects import Archive, archive_of
+from langgraph_resilience.archive._sizes import DEFAULT_WARN_BYTES, SizeBudget
 from langgraph_resilience.checkpoint._counters import Counters, bump
 from langgraph_resilience.checkpoint._ledger import OutcomeFields, PendingOutcomes, store_outcomes
 from langgraph_resilience.checkpoint._retry import DEFAULT_STORE_RETRY
@@ -38,6 +40,8 @@ class SaverState:
         schema_checked: whether the resilience schema version was verified.
         suspect: a try failed on a store error since the last one that succeeded,
             so the next try checks its connection before using it.
+        archive: the cold tier (`Archive`), if any.
+        sizes: the checkpoint size budget.
     """
 
     backoff: Backoff = DEFAULT_STORE_RETRY
@@ -47,6 +51,8 @@ class SaverState:
     conninfo: str | None = None
     schema_checked: bool = False
     suspect: bool = False
+    archive: Archive | None = None
+    sizes: SizeBudget = field(default_factory=SizeBudget)
 
 
 def make_state(store_retry: Backoff | None, default: Backoff = DEFAULT_STORE_RETRY) -> SaverState:
@@ -56,6 +62,21 @@ def make_state(store_retry: Backoff | None, default: Backoff = DEFAULT_STORE_RET
             f"store_retry must be a langgraph_resilience.Backoff, got {type(store_retry).__name__}"
         )
     return SaverState(backoff=store_retry or default)
+
+
+def set_lifecycle(
+    state: SaverState,
+    archive: Archive | str | None,
+    warn_checkpoint_bytes: int | None,
+    max_checkpoint_bytes: int | None,
+) -> None:
+    """A saver's ``archive=``, ``warn_checkpoint_bytes=`` and ``max_checkpoint_bytes=``."""
+    state.archive = archive_of(archive)
+    state.sizes = SizeBudget(warn_bytes=warn_checkpoint_bytes, max_bytes=max_checkpoint_bytes)
+
+
+#: The default of the savers' ``warn_checkpoint_bytes=``.
+WARN_BYTES = DEFAULT_WARN_BYTES
 
 
 def thread_key(config: RunnableConfig) -> tuple[str, str, str | None]:

@@ -29,6 +29,8 @@ from langgraph.checkpoint.base import (
 from psycopg_pool import ConnectionPool
 
 from langgraph_resilience._store_errors import is_store_error
+from langgraph_resilience.archive._methods import SyncArchival
+from langgraph_resilience.archive._sizes import channel_sizes, put_size
 from langgraph_resilience.checkpoint import (
     _base,
     _counters,
@@ -100,15 +102,27 @@ class Hooks(BaseCheckpointSaver[str]):
     ) -> PutCheckpoint:
         """`_prepare_put`, with a value the serde cannot store named by its channel."""
         try:
-            return self._prepare_put(config, checkpoint, metadata, new_versions)
+            put = self._prepare_put(config, checkpoint, metadata, new_versions)
         except TypeError as exc:
             values = list(checkpoint.get("channel_values", {}).items())
             raise _base.unstorable(self.serde, values, "", exc) from exc
+        self._state.sizes.check(
+            put_size(put.row, put.blob_rows),
+            f"checkpoint {put.checkpoint_id} of thread {put.thread_id!r}",
+            lambda: channel_sizes(checkpoint.get("channel_values", {}), self.serde.dumps_typed),
+            self._state.counters.add,
+        )
+        return put
 
     def _own_options(self) -> dict[str, Any]:
         """How this saver was built (its store retry, a Postgres saver's timeouts),
         to build another on the same store (`lease_saver`)."""
-        options: dict[str, Any] = {"store_retry": self._state.backoff}
+        options: dict[str, Any] = {
+            "store_retry": self._state.backoff,
+            "archive": self._state.archive,
+        }
+        sizes = self._state.sizes
+        options.update(warn_checkpoint_bytes=sizes.warn_bytes, max_checkpoint_bytes=sizes.max_bytes)
         if (timeouts := getattr(self, "_timeouts", None)) is not None:
             options["timeouts"] = timeouts
         return options
@@ -135,7 +149,7 @@ class Hooks(BaseCheckpointSaver[str]):
         self._state.outcomes.add(thread_id, key, fields)
 
 
-class SyncResilience(Hooks):
+class SyncResilience(Hooks, SyncArchival):
     """put, put_writes, reads, the ledger, runs and thread maintenance of the sync savers."""
 
     def _transact(
@@ -221,6 +235,8 @@ class SyncResilience(Hooks):
         """As LangGraph's `get_tuple`; an undecodable row raises `CheckpointCorrupt`."""
         try:
             found = self._call(lambda: super(SyncResilience, self).get_tuple(config))
+            if found is None and self._restored(config):  # was archived: read it again
+                found = self._call(lambda: super(SyncResilience, self).get_tuple(config))
             return _threads.saw_latest(config, found)
         except Exception as exc:
             thread_id, ns, checkpoint_id = _base.thread_key(config)
@@ -242,14 +258,20 @@ class SyncResilience(Hooks):
             Generator[CheckpointTuple, None, None],
             super().list(config, filter=filter, before=before, limit=limit),
         )
+        found = False
         while True:
             try:
                 item = next(listed)
             except StopIteration:
-                return
+                if found or not self._restored(config):
+                    return
+                found = True  # was archived: list it again, once
+                listed = cast(Any, super().list(config, filter=filter, before=before, limit=limit))
+                continue
             except Exception as exc:
                 listed.close()
                 raise _base.corrupt(config, None, exc) from exc
+            found = True
             yield item
 
     # -- counters --------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from langgraph_resilience.checkpoint._store import (
 from langgraph_resilience.errors import ConfigError
 
 __all__ = [
+    "ARCHIVE",
     "ATTEMPTS",
     "COUNTERS",
     "EFFECTS",
@@ -136,10 +137,28 @@ RECOVERIES = Table(
     since=12,
 )
 
+# One row per thread that was ever archived: ``archived`` (its checkpoints are in
+# the cold tier only), ``archiving`` (an archiver holds ``claim`` until
+# ``claimed_until``; the hot rows are still there) or ``hot`` (restored at
+# ``touched_at``, or released). See `checkpoint._archival`.
+ARCHIVE = Table(
+    "resilience_archive",
+    (
+        Column("thread_id", "TEXT PRIMARY KEY"),
+        Column("status", "TEXT NOT NULL"),
+        Column("claim", "TEXT"),
+        Column("claimed_until", "REAL_T"),
+        Column("objects", "INTEGER NOT NULL DEFAULT 0"),
+        Column("archived_at", "REAL_T"),
+        Column("touched_at", "REAL_T"),
+    ),
+    since=13,
+)
+
 #: Tables keyed by a thread's checkpoints, copied and deleted with them.
 CHECKPOINT_TABLES = (ATTEMPTS, EFFECTS)
 #: Every resilience table with a thread_id (runs are deleted with their thread, not copied).
-THREAD_TABLES = (*CHECKPOINT_TABLES, RUNS, RECOVERIES)
+THREAD_TABLES = (*CHECKPOINT_TABLES, RUNS, RECOVERIES, ARCHIVE)
 
 #: The statuses of a run that holds its thread: a thread has at most one such run.
 OPEN_STATUSES = ("queued", "running", "paused")
@@ -240,6 +259,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         RECOVERIES.create(),
         "CREATE INDEX IF NOT EXISTS resilience_recoveries_at ON resilience_recoveries (at)",
     ),
+    # 13: threads moved to the cold tier (archive_idle) and back.
+    Migration.both(ARCHIVE.create()),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 

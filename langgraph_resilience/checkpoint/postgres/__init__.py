@@ -25,6 +25,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience._store_errors import is_transient_store_error
+from langgraph_resilience.archive import Archive
 from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._retry import (
     DEFAULT_PG_STORE_RETRY,
@@ -200,6 +201,10 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         timeouts: the bounded waits of the connections the saver opens
             (default ``PgTimeouts()``), and the ``read`` bound it sets on every
             `BoundedConnection` it uses.
+        archive: the cold tier (an `Archive` or its URL): ``archive_idle`` moves idle
+            threads there, and reading an archived thread restores it.
+        warn_checkpoint_bytes: log a warning past this checkpoint size (None: never).
+        max_checkpoint_bytes: refuse a larger checkpoint with a `ConfigError`.
 
     Example:
         >>> from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
@@ -217,9 +222,13 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         serde: SerializerProtocol | None = None,
         *,
         store_retry: Backoff | None = None,
+        archive: Archive | str | None = None,
+        warn_checkpoint_bytes: int | None = _base.WARN_BYTES,
+        max_checkpoint_bytes: int | None = None,
         timeouts: PgTimeouts | None = None,
     ) -> None:
         self._state = _base.make_state(store_retry, DEFAULT_PG_STORE_RETRY)
+        _base.set_lifecycle(self._state, archive, warn_checkpoint_bytes, max_checkpoint_bytes)
         self._timeouts = saver_timeouts(timeouts)
         super().__init__(conn, pipe, serde)
         self._target, live = saver_target(conn)
@@ -248,6 +257,7 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         pipeline: bool = False,
         store_retry: Backoff | None = None,
         timeouts: PgTimeouts | None = None,
+        **lifecycle: Any,
     ) -> Iterator[ResilientPostgresSaver]:
         """Connect to Postgres with a DSN, adding the ``timeouts`` it does not set.
 
@@ -265,7 +275,7 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         saver = None
         try:
             with conn.pipeline() if pipeline else nullcontext() as pipe:
-                saver = cls(conn, pipe, store_retry=store_retry, timeouts=bounds)
+                saver = cls(conn, pipe, store_retry=store_retry, timeouts=bounds, **lifecycle)
                 try:
                     yield saver
                 finally:

@@ -17,6 +17,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from langgraph_resilience._store_errors import is_transient_store_error
+from langgraph_resilience.archive import Archive
 from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._asavers import AsyncResilience
 from langgraph_resilience.checkpoint._retry import (
@@ -75,9 +76,13 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         serde: SerializerProtocol | None = None,
         *,
         store_retry: Backoff | None = None,
+        archive: Archive | str | None = None,
+        warn_checkpoint_bytes: int | None = _base.WARN_BYTES,
+        max_checkpoint_bytes: int | None = None,
         timeouts: PgTimeouts | None = None,
     ) -> None:
         self._state = _base.make_state(store_retry, DEFAULT_PG_STORE_RETRY)
+        _base.set_lifecycle(self._state, archive, warn_checkpoint_bytes, max_checkpoint_bytes)
         self._timeouts = saver_timeouts(timeouts)
         super().__init__(conn, pipe, serde)
         self._target, live = saver_target(conn)
@@ -104,6 +109,7 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         serde: SerializerProtocol | None = None,
         store_retry: Backoff | None = None,
         timeouts: PgTimeouts | None = None,
+        **lifecycle: Any,
     ) -> AsyncIterator[AsyncResilientPostgresSaver]:
         """Connect to Postgres with a DSN, adding the ``timeouts`` it does not set.
 
@@ -121,7 +127,9 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         saver = None
         try:
             async with conn.pipeline() if pipeline else nullcontext() as pipe:
-                saver = cls(conn, pipe, serde, store_retry=store_retry, timeouts=bounds)
+                saver = cls(
+                    conn, pipe, serde, store_retry=store_retry, timeouts=bounds, **lifecycle
+                )
                 try:
                     yield saver
                 finally:

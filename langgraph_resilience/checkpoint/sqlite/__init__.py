@@ -21,6 +21,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from langgraph_resilience.archive import Archive
 from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._retry import Translate, call_with_retry
 from langgraph_resilience.checkpoint._savers import SyncResilience
@@ -162,6 +163,10 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
         conn: an open ``sqlite3.Connection`` (``check_same_thread=False``).
         serde: the serializer, as for `SqliteSaver`.
         store_retry: how transient store errors are retried.
+        archive: the cold tier (an `Archive` or its URL): ``archive_idle`` moves idle
+            threads there, and reading an archived thread restores it.
+        warn_checkpoint_bytes: log a warning past this checkpoint size (None: never).
+        max_checkpoint_bytes: refuse a larger checkpoint with a `ConfigError`.
 
     Example:
         >>> from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
@@ -177,15 +182,19 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
         *,
         serde: SerializerProtocol | None = None,
         store_retry: Backoff | None = None,
+        archive: Archive | str | None = None,
+        warn_checkpoint_bytes: int | None = _base.WARN_BYTES,
+        max_checkpoint_bytes: int | None = None,
     ) -> None:
         super().__init__(conn, serde=serde)
         self._state = _base.make_state(store_retry)
+        _base.set_lifecycle(self._state, archive, warn_checkpoint_bytes, max_checkpoint_bytes)
         self._synchronous = 2  # FULL, SQLite's default; read from the connection in setup
 
     @classmethod
     @contextmanager
     def from_conn_string(
-        cls, conn_string: str, *, store_retry: Backoff | None = None
+        cls, conn_string: str, *, store_retry: Backoff | None = None, **lifecycle: Any
     ) -> Iterator[ResilientSqliteSaver]:
         """Open (or create) a SQLite database file, or ``":memory:"``.
 
@@ -194,7 +203,7 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
             StoreUnavailable: SQLite cannot open the file.
         """
         with closing(sqlite_connect(conn_string)) as conn:
-            saver = cls(conn, store_retry=store_retry)
+            saver = cls(conn, store_retry=store_retry, **lifecycle)
             saver._state.conninfo = conn_string  # named in errors
             try:
                 yield saver

@@ -10,6 +10,7 @@ import aiosqlite
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from langgraph_resilience.archive import Archive
 from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._asavers import AsyncResilience
 from langgraph_resilience.checkpoint._retry import Translate, acall_with_retry
@@ -55,15 +56,19 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
         *,
         serde: SerializerProtocol | None = None,
         store_retry: Backoff | None = None,
+        archive: Archive | str | None = None,
+        warn_checkpoint_bytes: int | None = _base.WARN_BYTES,
+        max_checkpoint_bytes: int | None = None,
     ) -> None:
         super().__init__(conn, serde=serde)
         self._state = _base.make_state(store_retry)
+        _base.set_lifecycle(self._state, archive, warn_checkpoint_bytes, max_checkpoint_bytes)
         self._synchronous = 2  # FULL, SQLite's default; read from the connection in setup
 
     @classmethod
     @asynccontextmanager
     async def from_conn_string(
-        cls, conn_string: str, *, store_retry: Backoff | None = None
+        cls, conn_string: str, *, store_retry: Backoff | None = None, **lifecycle: Any
     ) -> AsyncIterator[AsyncResilientSqliteSaver]:
         """Open (or create) a SQLite database file, or ``":memory:"``.
 
@@ -77,7 +82,7 @@ class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
             conn = await aiosqlite.connect(conn_string)
         except aiosqlite.Error as exc:
             raise sqlite_unavailable(conn_string, exc) from exc
-        saver = cls(conn, store_retry=store_retry)
+        saver = cls(conn, store_retry=store_retry, **lifecycle)
         saver._state.conninfo = conn_string  # named in errors
         try:
             yield saver

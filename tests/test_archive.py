@@ -1,0 +1,378 @@
+"""The cold tier: archive idle threads, restore them on access, size budgets, retention.
+
+Every backend (SQLite and Postgres, sync and async) against a local-filesystem
+archive; the S3 round trip and the crash cases are in test_archive_s3.py and
+test_archive_crash.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import operator
+import threading
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from helpers import sql
+from langgraph.graph import END, START
+from langgraph.types import Command, interrupt
+
+from langgraph_resilience import (
+    Archive,
+    ArchiveError,
+    ConfigError,
+    NodePolicy,
+    PermanentError,
+    ResilientState,
+    ResilientStateGraph,
+    Worker,
+    aretry_failed,
+    retry_failed,
+    side_effect,
+)
+from langgraph_resilience.archive._codec import thread_prefix
+from langgraph_resilience.checkpoint import _base
+
+
+class State(ResilientState, total=False):
+    done: Annotated[list[str], operator.add]
+    answer: str
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.nodes: list[str] = []
+        self.charges = 0
+        self.fail_once = True
+
+
+def build(h: Any, calls: Calls, *, ask: bool = False) -> Any:
+    """pay (a side effect) -> then (asks a human, or fails once) -> end."""
+
+    @side_effect(name="charge")
+    def charge(amount: int, *, idempotency_key: str) -> str:
+        calls.charges += 1
+        return f"receipt-{amount}"
+
+    def pay(state: State) -> dict[str, Any]:
+        calls.nodes.append("pay")
+        charge(42)
+        return {"done": ["pay"]}
+
+    def then(state: State) -> dict[str, Any]:
+        calls.nodes.append("then")
+        if ask:
+            return {"done": ["then"], "answer": interrupt("approve?")}
+        if calls.fail_once:
+            calls.fail_once = False
+            raise PermanentError("the service said no")
+        return {"done": ["then"]}
+
+    g = ResilientStateGraph(State)
+    g.add_node("pay", pay, policy=NodePolicy(retry=None))
+    g.add_node("then", then, policy=NodePolicy(retry=None, critical=True))
+    g.add_edge(START, "pay")
+    g.add_edge("pay", "then")
+    g.add_edge("then", END)
+    return g.compile(checkpointer=h.saver)
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Archive:
+    return Archive(f"file://{tmp_path}/archive")
+
+
+@pytest.fixture
+def h(checkpointer: Any, archive: Archive) -> Any:
+    _base.set_lifecycle(checkpointer.saver._state, archive, _base.WARN_BYTES, None)
+    return checkpointer
+
+
+def thread(h: Any, label: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": f"{label}/{h.id}-{uuid.uuid4().hex[:6]}"}}
+
+
+def hot_rows(h: Any, thread_id: str) -> int:
+    return int(sql(h.backend, h.target, _count(h), (thread_id,))[0][0])
+
+
+def _count(h: Any) -> str:
+    q = "SELECT count(*) FROM checkpoints WHERE thread_id = ?"
+    return q if h.backend == "sqlite" else q.replace("?", "%s")
+
+
+def objects(archive: Archive, thread_id: str) -> list[str]:
+    return archive.keys(thread_prefix(thread_id))
+
+
+async def test_archive_and_restore_round_trip(h: Any, archive: Archive) -> None:
+    calls = Calls()
+    graph = build(h, calls)
+    config = thread(h, "round")
+    thread_id = config["configurable"]["thread_id"]
+    calls.fail_once = False
+    out = await h.invoke(graph, {"done": []}, config)
+    before = [(t.checkpoint["id"], t.metadata["step"]) for t in await h.listed(config)]
+    steps_before = await h.call("step_history", thread_id)
+
+    report = await h.call("archive_idle", 0)
+
+    assert thread_id in report.archived and not report.failed
+    assert hot_rows(h, thread_id) == 0
+    keys = objects(archive, thread_id)
+    assert len(keys) == len(before)  # one object per checkpoint, keyed by step and id
+    assert keys[-1].endswith(f"{max(s for _, s in before):010d}-{before[0][0]}")
+    # a read restores it, whole: history, step records, the state
+    state = await h.call("get_tuple", config)
+    assert state.checkpoint["channel_values"]["done"] == out["done"]
+    assert [(t.checkpoint["id"], t.metadata["step"]) for t in await h.listed(config)] == before
+    assert await h.call("step_history", thread_id) == steps_before
+    assert objects(archive, thread_id) == []  # the hot tier is the truth again
+    # archiving again works (nothing left over refuses it)
+    assert thread_id in (await h.call("archive_idle", 0)).archived
+    assert [(t.checkpoint["id"], t.metadata["step"]) for t in await h.listed(config)] == before
+
+
+async def test_a_paused_thread_resumes_from_the_archive_without_redoing(h: Any) -> None:
+    calls = Calls()
+    graph = build(h, calls, ask=True)
+    config = thread(h, "paused")
+    await h.invoke(graph, {"done": []}, config)
+    assert calls.nodes == ["pay", "then"] and calls.charges == 1
+    assert config["configurable"]["thread_id"] in (await h.call("archive_idle", 0)).archived
+    assert hot_rows(h, config["configurable"]["thread_id"]) == 0
+
+    out = await h.invoke(graph, Command(resume="yes"), config)
+
+    assert out["answer"] == "yes" and out["done"] == ["pay", "then"]
+    assert calls.nodes == ["pay", "then", "then"]  # pay is not run again
+    assert calls.charges == 1  # nor the effect called again
+
+
+async def test_retry_failed_on_an_archived_partial_thread(h: Any) -> None:
+    calls = Calls()
+    graph = build(h, calls)
+    config = thread(h, "partial")
+    out = await h.invoke(graph, {"done": []}, config)
+    assert out["resilience"]["status"] == "partial_complete"
+    assert config["configurable"]["thread_id"] in (await h.call("archive_idle", 0)).archived
+
+    if h.is_async:
+        out = await aretry_failed(graph, config)
+    else:
+        out = await asyncio.to_thread(retry_failed, graph, config)
+
+    assert out["resilience"]["status"] == "success"
+    assert calls.nodes == ["pay", "then", "then"] and calls.charges == 1
+
+
+async def test_a_thread_with_an_open_run_or_recent_activity_stays_hot(h: Any) -> None:
+    calls = Calls()
+    calls.fail_once = False
+    graph = build(h, calls)
+    config = thread(h, "recent")
+    await h.invoke(graph, {"done": []}, config)
+    report = await h.call("archive_idle", 3600)
+    assert config["configurable"]["thread_id"] not in report.archived
+    thread_id = config["configurable"]["thread_id"]
+    await h.call("submit_run", uuid.uuid4().hex, thread_id, None, None)
+    assert thread_id not in (await h.call("archive_idle", 0)).archived
+    assert hot_rows(h, thread_id) > 0
+
+
+async def test_a_corrupt_object_raises_naming_the_thread_and_object(
+    h: Any, archive: Archive
+) -> None:
+    calls = Calls()
+    calls.fail_once = False
+    graph = build(h, calls)
+    config = thread(h, "corrupt")
+    thread_id = config["configurable"]["thread_id"]
+    await h.invoke(graph, {"done": []}, config)
+    await h.call("archive_idle", 0)
+    key = objects(archive, thread_id)[1]
+    archive.overwrite(key, b"not gzip")
+
+    with pytest.raises(ArchiveError) as raised:
+        await h.call("get_tuple", config)
+
+    assert thread_id in str(raised.value) and key in str(raised.value)
+    assert raised.value.thread_id == thread_id and raised.value.key == key
+    assert hot_rows(h, thread_id) == 0 and len(objects(archive, thread_id)) == 4  # unchanged
+
+
+async def test_a_saver_without_the_archive_refuses_an_archived_thread(h: Any) -> None:
+    calls = Calls()
+    calls.fail_once = False
+    graph = build(h, calls)
+    config = thread(h, "no-archive")
+    await h.invoke(graph, {"done": []}, config)
+    await h.call("archive_idle", 0)
+    h.saver._state.archive = None
+    with pytest.raises(ConfigError, match="is archived, but this saver has no archive"):
+        await h.call("get_tuple", config)
+
+
+async def test_an_unreachable_bucket_loses_nothing(h: Any) -> None:
+    calls = Calls()
+    calls.fail_once = False
+    graph = build(h, calls)
+    config = thread(h, "unreachable")
+    thread_id = config["configurable"]["thread_id"]
+    await h.invoke(graph, {"done": []}, config)
+    rows = hot_rows(h, thread_id)
+    dead = Archive(
+        "s3://nowhere/prefix",
+        options={
+            "endpoint": "http://127.0.0.1:9",
+            "region": "us-east-1",
+            "access_key_id": "x",
+            "secret_access_key": "x",
+            "client_options": {"allow_http": True},
+        },
+        max_retries=0,
+    )
+    h.saver._state.archive = dead
+
+    report = await h.call("archive_idle", 0)
+
+    assert thread_id in report.failed and "127.0.0.1:9" in str(report.failed[thread_id])
+    assert hot_rows(h, thread_id) == rows
+    assert (await h.call("get_tuple", config)) is not None
+
+
+async def test_two_savers_racing_restore_it_once(store: tuple[str, str], tmp_path: Path) -> None:
+    from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+    from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+    backend, target = store
+    cls: Any = ResilientSqliteSaver if backend == "sqlite" else ResilientPostgresSaver
+    archive = Archive(f"file://{tmp_path}/race")
+    thread_id = f"race-{uuid.uuid4().hex[:6]}"
+    config = {"configurable": {"thread_id": thread_id}}
+    with cls.from_conn_string(target, archive=archive) as one:
+        one.setup()
+        calls = Calls()
+        calls.fail_once = False
+        graph = build(type("H", (), {"saver": one})(), calls)
+        graph.invoke({"done": []}, config)
+        history = [t.checkpoint["id"] for t in one.list(config)]
+        assert thread_id in one.archive_idle(0).archived
+    results: list[Any] = []
+    gate = threading.Barrier(2)
+
+    def restore() -> None:
+        with cls.from_conn_string(target, archive=archive) as saver:
+            gate.wait()
+            results.append(saver.restore_thread(thread_id))
+
+    workers = [threading.Thread(target=restore) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+    assert sorted(results) == [False, True]
+    with cls.from_conn_string(target, archive=archive) as saver:
+        assert [t.checkpoint["id"] for t in saver.list(config)] == history
+
+
+async def test_worker_submit_on_an_archived_thread(h: Any) -> None:
+    calls = Calls()
+    calls.fail_once = False
+    graph = build(h, calls)
+    config = thread(h, "worker")
+    thread_id = config["configurable"]["thread_id"]
+    await h.invoke(graph, {"done": []}, config)
+    await h.call("archive_idle", 0)
+    worker = Worker(graph, checkpointer=h.saver, lease_ttl=5)
+
+    if h.is_async:
+        run_id = await worker.asubmit({"done": []}, thread_id=thread_id)
+        await worker.arun(until_idle=True)
+    else:
+        run_id = worker.submit({"done": []}, thread_id=thread_id)
+        await asyncio.to_thread(worker.run, True)
+
+    assert (await h.call("read_run", run_id)).status == "success"
+    history = await h.listed(config)
+    assert len(history) == 8  # the archived turn came back, and the new one followed
+    assert calls.charges == 2  # one charge per turn
+
+
+# -- size budget ----------------------------------------------------------------------
+
+
+async def test_a_large_checkpoint_warns_naming_its_largest_channels(
+    h: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    _base.set_lifecycle(h.saver._state, None, 2_000, None)
+    calls = Calls()
+    calls.fail_once = False
+    graph = build(h, calls)
+    config = thread(h, "large")
+    with caplog.at_level(logging.WARNING, logger="langgraph_resilience"):
+        await h.invoke(graph, {"done": ["x" * 5_000]}, config)
+    warned = [r.getMessage() for r in caplog.records if "warn_checkpoint_bytes" in r.getMessage()]
+    assert warned and "'done'" in warned[-1] and "KB" in warned[-1]
+    h.saver.flush_counters() if not h.is_async else await h.saver.aflush_counters()
+    counts = await h.call("read_counters")
+    assert counts.get("checkpoint_oversize", 0) >= 1
+
+
+async def test_max_checkpoint_bytes_refuses_with_a_clear_error(h: Any) -> None:
+    _base.set_lifecycle(h.saver._state, None, None, 2_000)
+    calls = Calls()
+    graph = build(h, calls)
+    config = thread(h, "refused")
+    with pytest.raises(
+        ConfigError, match="over max_checkpoint_bytes=2000; largest channels: '__start__'"
+    ):
+        await h.invoke(graph, {"done": ["x" * 5_000]}, config)
+
+
+def test_size_options_are_validated() -> None:
+    from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+    with pytest.raises(ConfigError, match="max_checkpoint_bytes must be a positive"):
+        ResilientSqliteSaver.from_conn_string(":memory:", max_checkpoint_bytes=0).__enter__()
+    with pytest.raises(ConfigError, match="unknown archive URL"):
+        Archive("ftp://x")
+
+
+# -- retention ------------------------------------------------------------------------
+
+
+async def test_prune_history_keeps_the_latest_and_the_ledger(h: Any) -> None:
+    calls = Calls()
+    calls.fail_once = False
+    graph = build(h, calls)
+    config = thread(h, "retention")
+    thread_id = config["configurable"]["thread_id"]
+    await h.invoke(graph, {"done": []}, config)
+    await h.invoke(graph, {"done": []}, config)  # a second turn: 8 checkpoints
+    latest = (await h.call("get_tuple", config)).checkpoint["id"]
+
+    pruned = await h.call("prune_history", keep_last=3, thread_ids=[thread_id])
+
+    assert pruned.checkpoints == 5
+    assert len(await h.listed(config)) == 3
+    assert (await h.call("get_tuple", config)).checkpoint["id"] == latest
+    assert len(await h.call("list_effects", thread_id)) == 2  # the ledger stays
+    pruned = await h.call("prune_history", older_than=0, thread_ids=[thread_id])
+    assert pruned.checkpoints == 2 and len(await h.listed(config)) == 1
+    out = await h.invoke(graph, {"done": []}, config)  # the thread goes on
+    assert out["resilience"]["status"] == "success"
+
+
+async def test_prune_history_drops_only_ended_runs(h: Any) -> None:
+    thread_id = f"runs-{uuid.uuid4().hex[:6]}"
+    await h.call("submit_run", "open-" + thread_id, thread_id, None, None)
+    pruned = await h.call("prune_history", runs_older_than=0, thread_ids=[thread_id])
+    assert pruned.runs == 0
+    assert await h.call("read_run", "open-" + thread_id) is not None
+    with pytest.raises(ConfigError, match="keep_last must be"):
+        await h.call("prune_history", keep_last=0)
