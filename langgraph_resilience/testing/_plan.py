@@ -24,7 +24,8 @@ from langgraph_resilience.testing._faults import (
     matches,
     try_numbers,
 )
-from langgraph_resilience.testing._taps import Session, Tracker, instrument, tap_saver
+from langgraph_resilience.testing._saver_taps import tap_saver
+from langgraph_resilience.testing._taps import Session, Tracker, instrument
 
 __all__ = ["FaultPlan"]
 

@@ -2,19 +2,16 @@
 
 Two hook points, both on copies or instances the test owns:
 
-- **node taps**: a copy of the compiled graph whose nodes' runnables are wrapped
-  (`instrument`). Around each node (outside its `NodePolicy`) the tap records the
-  execution and crashes the run where the plan says; inside the policy (a
-  `ResilientStateGraph` node is wrapped again from its builder's own action) the
-  plan's errors are raised, so the policy retries or routes them as the node's
-  own. Subgraphs added as nodes are copied and tapped the same way.
-- **saver taps**: instance attributes on the run's saver (`tap_saver`): count
-  checkpoint writes and fail the ones the plan names, note which tasks' writes
-  were stored, crash right after an effect's call, and, once the run crashed,
-  refuse every write and forget effect outcomes not yet stored, as a killed
-  process stores nothing more.
+- **node taps** (here): a copy of the compiled graph whose nodes' runnables are
+  wrapped (`instrument`). Around each node (outside its `NodePolicy`) the tap
+  records the execution and crashes the run where the plan says; inside the
+  policy (a `ResilientStateGraph` node is wrapped again from its builder's own
+  action) the plan's errors are raised, so the policy retries or routes them as
+  the node's own. Subgraphs added as nodes are copied and tapped the same way.
+- **saver taps** (`_saver_taps`): store faults, the crash cut-off, effect calls.
 
-A `Tracker` collects what the runs of one test case did; a `Session` is one run.
+A `Tracker` collects what the runs of one test case did; a `Session` is one run
+(both shared by the two kinds of taps).
 """
 
 from __future__ import annotations
@@ -23,25 +20,27 @@ import functools
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph._internal._runnable import RunnableCallable, coerce_to_runnable
-from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
 
 from langgraph_resilience._node import is_async
 from langgraph_resilience._step_log import log_of, step_path
 from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
-from langgraph_resilience.checkpoint._asavers import AsyncResilience
 from langgraph_resilience.graph import ResilientStateGraph
-from langgraph_resilience.testing._faults import CrashFault, CrashWhen, SimulatedCrash, StoreFault
+from langgraph_resilience.testing._faults import (
+    CrashFault,
+    CrashWhen,
+    SimulatedCrash,
+    StoreFault,
+    matches,
+)
 
-__all__ = ["Execution", "PlanLike", "Session", "Tracker", "instrument", "tap_saver"]
-
-_ERROR_CHANNELS = frozenset({"__error__", "__interrupt__", "__resume__"})
+__all__ = ["Execution", "PlanLike", "Session", "Tracker", "instrument"]
 
 
 class PlanLike(Protocol):
@@ -197,7 +196,7 @@ class Session:
         self.tracker = tracker
         self.dead = False
         self.puts = 0
-        self._forget: list[Callable[[], None]] = []
+        self._on_crash: list[Callable[[], None]] = []
         tracker.run += 1
         self.run = tracker.run
 
@@ -206,10 +205,14 @@ class Session:
         if fault.kill:
             os.kill(os.getpid(), signal.SIGKILL)
         self.dead = True
-        for forget in self._forget:
+        for forget in self._on_crash:
             forget()
         self.tracker.crashes.append((self.run, where))
         raise SimulatedCrash(f"simulated crash {where}")
+
+    def on_crash(self, forget: Callable[[], None]) -> None:
+        """Call ``forget`` when the run crashes (what a killed process loses)."""
+        self._on_crash.append(forget)
 
     def refuse_if_dead(self) -> None:
         if self.dead:
@@ -221,7 +224,7 @@ class Session:
                 continue
             if target == "checkpoint" and fault.at != self.puts:
                 continue
-            if target == "writes" and (path is None or fault.path != path):
+            if target == "writes" and (path is None or not matches(fault.path or "", path)):
                 continue
             if self.tracker.spend(fault):
                 self.tracker.store_failures.append((self.run, where))
@@ -339,169 +342,3 @@ def _inside(action: Any, name: str, s: Session) -> Any:
         return action(state, *args, **kwargs)
 
     return sync_node
-
-
-# -- the saver ---------------------------------------------------------------------------
-
-
-def _untapped(saver: Any, name: str) -> Any:
-    """The saver's own method, as it was before any plan tapped it: a saver used
-    by run after run (an `InMemorySaver` shared by the suite's runs) is tapped
-    again for each run, and a dead run's taps must not stay in the way."""
-    originals: dict[str, Any] = saver.__dict__.setdefault("_lgr_untapped", {})
-    if name not in originals:
-        originals[name] = getattr(saver, name)
-    return originals[name]
-
-
-def tap_saver(saver: BaseCheckpointSaver[Any], s: Session) -> None:
-    """Put the store faults and the crash cut-off on ``saver`` (instance attributes)."""
-    d = saver.__dict__
-    cls = type(saver)
-    put, aput = _untapped(saver, "put"), _untapped(saver, "aput")
-    put_writes, aput_writes = _untapped(saver, "put_writes"), _untapped(saver, "aput_writes")
-
-    def before_put() -> None:
-        s.refuse_if_dead()
-        s.puts += 1
-        s.tracker.puts[s.run] = s.puts
-        s.store_error("checkpoint", f"checkpoint write {s.puts}")
-
-    def before_writes(writes: Sequence[tuple[str, Any]], task_id: str) -> bool:
-        s.refuse_if_dead()
-        if all(channel in _ERROR_CHANNELS for channel, _ in writes):
-            return False
-        path = s.tracker.path_of_task(task_id)
-        s.store_error("writes", f"writes of step {path!r}", path)
-        return True
-
-    def tapped_put(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        before_put()
-        return put(config, checkpoint, metadata, new_versions)
-
-    async def tapped_aput(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        before_put()
-        return await aput(config, checkpoint, metadata, new_versions)
-
-    def tapped_put_writes(config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
-        output = before_writes(writes, task_id)
-        put_writes(config, writes, task_id, task_path)
-        if output:
-            s.tracker.stored(task_id)
-
-    async def tapped_aput_writes(
-        config: Any, writes: Any, task_id: str, task_path: str = ""
-    ) -> None:
-        output = before_writes(writes, task_id)
-        await aput_writes(config, writes, task_id, task_path)
-        if output:
-            s.tracker.stored(task_id)
-
-    d.update(
-        put=tapped_put,
-        aput=tapped_aput,
-        put_writes=tapped_put_writes,
-        aput_writes=tapped_aput_writes,
-    )
-    _tap_ledger(saver, s, d, cls)
-
-
-def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> None:
-    """The resilient saver's own writes: refused after a crash; a crash right
-    after an effect's call, before its outcome is stored."""
-    if not hasattr(cls, "_transact") or not hasattr(cls, "defer_outcome"):
-        return  # a saver without the ledger: only its put/put_writes are tapped
-    transact = _untapped(saver, "_transact")
-    defer = _untapped(saver, "defer_outcome")
-    state = getattr(saver, "_state", None)
-    if state is not None:
-        s._forget.append(state.outcomes.take_all)  # lost with the process
-
-    if issubclass(cls, AsyncResilience):
-
-        async def atransact(statements: Any, **options: Any) -> Any:
-            if s.dead and options.get("flush"):
-                return None  # closing a dead saver: a killed process flushes nothing
-            s.refuse_if_dead()
-            return await transact(statements, **options)
-
-        d["_transact"] = atransact
-        claim, record = _untapped(saver, "aclaim_intent"), _untapped(saver, "arecord_outcome")
-
-        async def aclaim(thread_id: str, rec: Any, *args: Any, **kwargs: Any) -> Any:
-            s.tracker.effect_claimed(rec.idempotency_key, rec.name)
-            return await claim(thread_id, _as_mortal(rec), *args, **kwargs)
-
-        async def arecord(thread_id: str, key: str, fields: Any, *args: Any) -> Any:
-            _effect_returned(s, key)
-            return await record(thread_id, key, fields, *args)
-
-        d.update(aclaim_intent=aclaim, arecord_outcome=arecord)
-    else:
-
-        def stransact(statements: Any, **options: Any) -> Any:
-            if s.dead and options.get("flush"):
-                return None  # closing a dead saver: a killed process flushes nothing
-            s.refuse_if_dead()
-            return transact(statements, **options)
-
-        d["_transact"] = stransact
-        sclaim, srecord = _untapped(saver, "claim_intent"), _untapped(saver, "record_outcome")
-
-        def claim_sync(thread_id: str, rec: Any, *args: Any, **kwargs: Any) -> Any:
-            s.tracker.effect_claimed(rec.idempotency_key, rec.name)
-            return sclaim(thread_id, _as_mortal(rec), *args, **kwargs)
-
-        def record_sync(thread_id: str, key: str, fields: Any, *args: Any) -> Any:
-            _effect_returned(s, key)
-            return srecord(thread_id, key, fields, *args)
-
-        d.update(claim_intent=claim_sync, record_outcome=record_sync)
-
-    renew = _untapped(saver, "renew_intent")
-
-    def renew_sync(thread_id: str, key: str, owner: str, lease: float) -> Any:
-        return renew(thread_id, key, _mortal(owner), lease)
-
-    d["renew_intent"] = renew_sync
-    if hasattr(cls, "arenew_intent"):
-        arenew = _untapped(saver, "arenew_intent")
-
-        async def arenew_mortal(thread_id: str, key: str, owner: str, lease: float) -> Any:
-            return await arenew(thread_id, key, _mortal(owner), lease)
-
-        d["arenew_intent"] = arenew_mortal
-
-    def deferred(thread_id: str, key: str, fields: Any) -> None:
-        if s.dead:
-            return
-        _effect_returned(s, key)
-        defer(thread_id, key, fields)
-
-    d["defer_outcome"] = deferred
-
-
-def _mortal(owner: str) -> str:
-    """An executor id that `executor_alive` reports gone (its start time is not
-    this process's): a later claim in this same process, after a simulated crash,
-    settles the intent at once, as it would after a real kill, instead of
-    waiting for a live call to end."""
-    parts = owner.split("|")
-    if len(parts) == 4 and not parts[2].endswith("~simulated"):
-        parts[2] += "~simulated"
-    return "|".join(parts)
-
-
-def _as_mortal(record: Any) -> Any:
-    return replace(record, owner=_mortal(record.owner)) if record.owner else record
-
-
-def _effect_returned(s: Session, key: str) -> None:
-    s.refuse_if_dead()
-    found = s.tracker.effect_done(key)
-    if found is None:
-        return
-    name, n = found
-    fault = s.plan.crash_after(name, n)
-    if fault is not None and s.tracker.fire_once(fault):
-        s.crash(fault, f"after effect {name!r} (call {n}) returned")

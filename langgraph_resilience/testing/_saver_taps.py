@@ -1,0 +1,187 @@
+"""The saver taps of a `FaultPlan` (the node taps are in `_taps`).
+
+Instance attributes on the run's saver (`tap_saver`): count checkpoint writes
+and fail the ones the plan names, note which tasks' writes were stored, crash
+right after an effect's call returned, and, once the run crashed, refuse every
+write and forget effect outcomes not yet stored, as a killed process stores
+nothing more. Intents claimed under a plan name an executor that is gone, so a
+later claim in this same process settles them at once, as after a real kill.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from langgraph_resilience.checkpoint._asavers import AsyncResilience
+from langgraph_resilience.testing._taps import Session
+
+__all__ = ["tap_saver"]
+
+_ERROR_CHANNELS = frozenset({"__error__", "__interrupt__", "__resume__"})
+
+
+def _untapped(saver: Any, name: str) -> Any:
+    """The saver's own method, as it was before any plan tapped it: a saver used
+    by run after run (an `InMemorySaver` shared by the suite's runs) is tapped
+    again for each run, and a dead run's taps must not stay in the way."""
+    originals: dict[str, Any] = saver.__dict__.setdefault("_lgr_untapped", {})
+    if name not in originals:
+        originals[name] = getattr(saver, name)
+    return originals[name]
+
+
+def tap_saver(saver: BaseCheckpointSaver[Any], s: Session) -> None:
+    """Put the store faults and the crash cut-off on ``saver`` (instance attributes)."""
+    d = saver.__dict__
+    cls = type(saver)
+    put, aput = _untapped(saver, "put"), _untapped(saver, "aput")
+    put_writes, aput_writes = _untapped(saver, "put_writes"), _untapped(saver, "aput_writes")
+
+    def before_put() -> None:
+        s.refuse_if_dead()
+        s.puts += 1
+        s.tracker.puts[s.run] = s.puts
+        s.store_error("checkpoint", f"checkpoint write {s.puts}")
+
+    def before_writes(writes: Sequence[tuple[str, Any]], task_id: str) -> bool:
+        s.refuse_if_dead()
+        if all(channel in _ERROR_CHANNELS for channel, _ in writes):
+            return False
+        path = s.tracker.path_of_task(task_id)
+        s.store_error("writes", f"writes of step {path!r}", path)
+        return True
+
+    def tapped_put(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        before_put()
+        return put(config, checkpoint, metadata, new_versions)
+
+    async def tapped_aput(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        before_put()
+        return await aput(config, checkpoint, metadata, new_versions)
+
+    def tapped_put_writes(config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        output = before_writes(writes, task_id)
+        put_writes(config, writes, task_id, task_path)
+        if output:
+            s.tracker.stored(task_id)
+
+    async def tapped_aput_writes(
+        config: Any, writes: Any, task_id: str, task_path: str = ""
+    ) -> None:
+        output = before_writes(writes, task_id)
+        await aput_writes(config, writes, task_id, task_path)
+        if output:
+            s.tracker.stored(task_id)
+
+    d.update(
+        put=tapped_put,
+        aput=tapped_aput,
+        put_writes=tapped_put_writes,
+        aput_writes=tapped_aput_writes,
+    )
+    _tap_ledger(saver, s, d, cls)
+
+
+def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> None:
+    """The resilient saver's own writes: refused after a crash; a crash right
+    after an effect's call, before its outcome is stored."""
+    if not hasattr(cls, "_transact") or not hasattr(cls, "defer_outcome"):
+        return  # a saver without the ledger: only its put/put_writes are tapped
+    transact = _untapped(saver, "_transact")
+    defer = _untapped(saver, "defer_outcome")
+    state = getattr(saver, "_state", None)
+    if state is not None:
+        s.on_crash(state.outcomes.take_all)  # outcomes not yet stored die with the process
+
+    if issubclass(cls, AsyncResilience):
+
+        async def atransact(statements: Any, **options: Any) -> Any:
+            if s.dead and options.get("flush"):
+                return None  # closing a dead saver: a killed process flushes nothing
+            s.refuse_if_dead()
+            return await transact(statements, **options)
+
+        d["_transact"] = atransact
+        claim, record = _untapped(saver, "aclaim_intent"), _untapped(saver, "arecord_outcome")
+
+        async def aclaim(thread_id: str, rec: Any, *args: Any, **kwargs: Any) -> Any:
+            s.tracker.effect_claimed(rec.idempotency_key, rec.name)
+            return await claim(thread_id, _as_mortal(rec), *args, **kwargs)
+
+        async def arecord(thread_id: str, key: str, fields: Any, *args: Any) -> Any:
+            _effect_returned(s, key)
+            return await record(thread_id, key, fields, *args)
+
+        d.update(aclaim_intent=aclaim, arecord_outcome=arecord)
+    else:
+
+        def stransact(statements: Any, **options: Any) -> Any:
+            if s.dead and options.get("flush"):
+                return None  # closing a dead saver: a killed process flushes nothing
+            s.refuse_if_dead()
+            return transact(statements, **options)
+
+        d["_transact"] = stransact
+        sclaim, srecord = _untapped(saver, "claim_intent"), _untapped(saver, "record_outcome")
+
+        def claim_sync(thread_id: str, rec: Any, *args: Any, **kwargs: Any) -> Any:
+            s.tracker.effect_claimed(rec.idempotency_key, rec.name)
+            return sclaim(thread_id, _as_mortal(rec), *args, **kwargs)
+
+        def record_sync(thread_id: str, key: str, fields: Any, *args: Any) -> Any:
+            _effect_returned(s, key)
+            return srecord(thread_id, key, fields, *args)
+
+        d.update(claim_intent=claim_sync, record_outcome=record_sync)
+
+    renew = _untapped(saver, "renew_intent")
+
+    def renew_sync(thread_id: str, key: str, owner: str, lease: float) -> Any:
+        return renew(thread_id, key, _mortal(owner), lease)
+
+    d["renew_intent"] = renew_sync
+    if hasattr(cls, "arenew_intent"):
+        arenew = _untapped(saver, "arenew_intent")
+
+        async def arenew_mortal(thread_id: str, key: str, owner: str, lease: float) -> Any:
+            return await arenew(thread_id, key, _mortal(owner), lease)
+
+        d["arenew_intent"] = arenew_mortal
+
+    def deferred(thread_id: str, key: str, fields: Any) -> None:
+        if s.dead:
+            return
+        _effect_returned(s, key)
+        defer(thread_id, key, fields)
+
+    d["defer_outcome"] = deferred
+
+
+def _mortal(owner: str) -> str:
+    """An executor id that `executor_alive` reports gone (its start time is not
+    this process's): a later claim in this same process, after a simulated crash,
+    settles the intent at once, as it would after a real kill, instead of
+    waiting for a live call to end."""
+    parts = owner.split("|")
+    if len(parts) == 4 and not parts[2].endswith("~simulated"):
+        parts[2] += "~simulated"
+    return "|".join(parts)
+
+
+def _as_mortal(record: Any) -> Any:
+    return replace(record, owner=_mortal(record.owner)) if record.owner else record
+
+
+def _effect_returned(s: Session, key: str) -> None:
+    s.refuse_if_dead()
+    found = s.tracker.effect_done(key)
+    if found is None:
+        return
+    name, n = found
+    fault = s.plan.crash_after(name, n)
+    if fault is not None and s.tracker.fire_once(fault):
+        s.crash(fault, f"after effect {name!r} (call {n}) returned")
