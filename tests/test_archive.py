@@ -104,6 +104,16 @@ def _count(h: Any) -> str:
     return q if h.backend == "sqlite" else q.replace("?", "%s")
 
 
+async def finished(h: Any, label: str) -> tuple[Calls, Any, dict[str, Any], str]:
+    """A thread whose run ended (pay, then), for the cases that only need one."""
+    calls = Calls()
+    calls.fail_once = False
+    graph = build(h, calls)
+    config = thread(h, label)
+    await h.invoke(graph, {"done": []}, config)
+    return calls, graph, config, config["configurable"]["thread_id"]
+
+
 def objects(archive: Archive, thread_id: str) -> list[str]:
     return archive.keys(thread_prefix(thread_id))
 
@@ -122,10 +132,13 @@ async def test_archive_and_restore_round_trip(h: Any, archive: Archive) -> None:
 
     assert thread_id in report.archived and not report.failed
     assert hot_rows(h, thread_id) == 0
+    assert len(await h.call("list_effects", thread_id)) == 1  # the ledger stays hot
     keys = objects(archive, thread_id)
     assert len(keys) == len(before)  # one object per checkpoint, keyed by step and id
     assert keys[-1].endswith(f"{max(s for _, s in before):010d}-{before[0][0]}")
     # a read restores it, whole: history, step records, the state
+    assert await h.call("step_history", thread_id) == steps_before  # restores it
+    assert await h.call("archive_idle", 0)
     state = await h.call("get_tuple", config)
     assert state.checkpoint["channel_values"]["done"] == out["done"]
     assert [(t.checkpoint["id"], t.metadata["step"]) for t in await h.listed(config)] == before
@@ -170,11 +183,7 @@ async def test_retry_failed_on_an_archived_partial_thread(h: Any) -> None:
 
 
 async def test_a_thread_with_an_open_run_or_recent_activity_stays_hot(h: Any) -> None:
-    calls = Calls()
-    calls.fail_once = False
-    graph = build(h, calls)
-    config = thread(h, "recent")
-    await h.invoke(graph, {"done": []}, config)
+    _calls, _graph, config, thread_id = await finished(h, "recent")
     report = await h.call("archive_idle", 3600)
     assert config["configurable"]["thread_id"] not in report.archived
     thread_id = config["configurable"]["thread_id"]
@@ -186,12 +195,7 @@ async def test_a_thread_with_an_open_run_or_recent_activity_stays_hot(h: Any) ->
 async def test_a_corrupt_object_raises_naming_the_thread_and_object(
     h: Any, archive: Archive
 ) -> None:
-    calls = Calls()
-    calls.fail_once = False
-    graph = build(h, calls)
-    config = thread(h, "corrupt")
-    thread_id = config["configurable"]["thread_id"]
-    await h.invoke(graph, {"done": []}, config)
+    _calls, _graph, config, thread_id = await finished(h, "corrupt")
     await h.call("archive_idle", 0)
     key = objects(archive, thread_id)[1]
     archive.overwrite(key, b"not gzip")
@@ -205,11 +209,7 @@ async def test_a_corrupt_object_raises_naming_the_thread_and_object(
 
 
 async def test_a_saver_without_the_archive_refuses_an_archived_thread(h: Any) -> None:
-    calls = Calls()
-    calls.fail_once = False
-    graph = build(h, calls)
-    config = thread(h, "no-archive")
-    await h.invoke(graph, {"done": []}, config)
+    _calls, _graph, config, _thread_id = await finished(h, "no-archive")
     await h.call("archive_idle", 0)
     h.saver._state.archive = None
     with pytest.raises(ConfigError, match="is archived, but this saver has no archive"):
@@ -217,12 +217,7 @@ async def test_a_saver_without_the_archive_refuses_an_archived_thread(h: Any) ->
 
 
 async def test_an_unreachable_bucket_loses_nothing(h: Any) -> None:
-    calls = Calls()
-    calls.fail_once = False
-    graph = build(h, calls)
-    config = thread(h, "unreachable")
-    thread_id = config["configurable"]["thread_id"]
-    await h.invoke(graph, {"done": []}, config)
+    _calls, _graph, config, thread_id = await finished(h, "unreachable")
     rows = hot_rows(h, thread_id)
     dead = Archive(
         "s3://nowhere/prefix",
@@ -281,12 +276,7 @@ async def test_two_savers_racing_restore_it_once(store: tuple[str, str], tmp_pat
 
 
 async def test_worker_submit_on_an_archived_thread(h: Any) -> None:
-    calls = Calls()
-    calls.fail_once = False
-    graph = build(h, calls)
-    config = thread(h, "worker")
-    thread_id = config["configurable"]["thread_id"]
-    await h.invoke(graph, {"done": []}, config)
+    calls, graph, config, thread_id = await finished(h, "worker")
     await h.call("archive_idle", 0)
     worker = Worker(graph, checkpointer=h.saver, lease_ttl=5)
 
@@ -347,12 +337,7 @@ def test_size_options_are_validated() -> None:
 
 
 async def test_prune_history_keeps_the_latest_and_the_ledger(h: Any) -> None:
-    calls = Calls()
-    calls.fail_once = False
-    graph = build(h, calls)
-    config = thread(h, "retention")
-    thread_id = config["configurable"]["thread_id"]
-    await h.invoke(graph, {"done": []}, config)
+    _calls, graph, config, thread_id = await finished(h, "retention")
     await h.invoke(graph, {"done": []}, config)  # a second turn: 8 checkpoints
     latest = (await h.call("get_tuple", config)).checkpoint["id"]
 

@@ -3,7 +3,7 @@ sync and async (they differ only in the I/O lines)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 
@@ -64,10 +64,9 @@ def drive(saver: Any, archive: Archive | None, moves: Moves) -> Any:
     send: Any = None
     error: BaseException | None = None
     while True:
-        try:
-            op = moves.throw(error) if error is not None else moves.send(send)
-        except StopIteration as stop:
-            return stop.value
+        op = _next(moves, send, error)
+        if isinstance(op, Done):
+            return op.value
         send, error = None, None
         try:
             match op:
@@ -94,10 +93,9 @@ async def adrive(saver: Any, archive: Archive | None, moves: Moves) -> Any:
     send: Any = None
     error: BaseException | None = None
     while True:
-        try:
-            op = moves.throw(error) if error is not None else moves.send(send)
-        except StopIteration as stop:
-            return stop.value
+        op = _next(moves, send, error)
+        if isinstance(op, Done):
+            return op.value
         send, error = None, None
         try:
             match op:
@@ -121,6 +119,18 @@ async def adrive(saver: Any, archive: Archive | None, moves: Moves) -> Any:
                     await _need(archive).adrop(keys)
         except Exception as exc:
             error = exc
+
+
+class Done(NamedTuple):
+    value: Any
+
+
+def _next(moves: Moves, send: Any, error: BaseException | None) -> Any:
+    """The next operation (the reply or the error of the last one goes in), or `Done`."""
+    try:
+        return moves.throw(error) if error is not None else moves.send(send)
+    except StopIteration as stop:
+        return Done(stop.value)
 
 
 def _need(archive: Archive | None) -> Archive:

@@ -125,8 +125,8 @@ class Archive:
         try:
             self._obs.put(self._store, key, body, mode="create")
             return "created"
-        except self._exists() as exc:
-            return self._compare(self.read(key), body, key, exc)
+        except self._exists():
+            return "same" if self.read(key) == body else "differs"
         except Exception as exc:
             raise self._failed("put of", key, exc) from exc
 
@@ -166,8 +166,8 @@ class Archive:
         try:
             await self._obs.put_async(self._store, key, body, mode="create")
             return "created"
-        except self._exists() as exc:
-            return self._compare(await self.aread(key), body, key, exc)
+        except self._exists():
+            return "same" if await self.aread(key) == body else "differs"
         except Exception as exc:
             raise self._failed("put of", key, exc) from exc
 
@@ -207,10 +207,6 @@ class Archive:
     def _exists(self) -> type[BaseException]:
         errors = importlib.import_module("obstore.exceptions")
         return errors.AlreadyExistsError  # type: ignore[no-any-return]
-
-    @staticmethod
-    def _compare(found: bytes, body: bytes, key: str, exc: BaseException) -> PutOutcome:
-        return "same" if found == body else "differs"
 
 
 def archive_of(archive: Archive | str | None) -> Archive | None:

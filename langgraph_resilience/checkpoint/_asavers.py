@@ -250,6 +250,8 @@ class AsyncResilience(Hooks, AsyncArchival):
         """Every step record of a thread, oldest first (one run's with ``run=``):
         run, path, node, status, attempts, kinds, started_at, ended_at, summary."""
         rows = await self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
+        if not rows and await self._arestored({"configurable": {"thread_id": thread_id}}):
+            rows = await self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
         return _steps.decode_steps(rows, self.serde.loads_typed, run)
 
     async def aread_history(self, what: str, thread_id: str | None = None) -> Sequence[Any]:

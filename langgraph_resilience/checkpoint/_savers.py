@@ -349,6 +349,8 @@ class SyncResilience(Hooks, SyncArchival):
         """Every step record of a thread, oldest first (one run's with ``run=``):
         run, path, node, status, attempts, kinds, started_at, ended_at, summary."""
         rows = self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
+        if not rows and self._restored({"configurable": {"thread_id": thread_id}}):
+            rows = self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
         return _steps.decode_steps(rows, self.serde.loads_typed, run)
 
     def read_history(self, what: str, thread_id: str | None = None) -> Sequence[Any]:
