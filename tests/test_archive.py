@@ -361,3 +361,22 @@ async def test_prune_history_drops_only_ended_runs(h: Any) -> None:
     assert await h.call("read_run", "open-" + thread_id) is not None
     with pytest.raises(ConfigError, match="keep_last must be"):
         await h.call("prune_history", keep_last=0)
+
+
+async def test_reading_a_hot_thread_adds_no_archive_check(h: Any) -> None:
+    _, _, config, _ = await finished(h, "hot-read")
+    checks: list[Any] = []
+    query = h.saver._query
+
+    def counting(statements: Any) -> Any:
+        checks.append(statements)
+        return query(statements)
+
+    h.saver._query = counting
+    try:
+        assert await h.call("get_tuple", config) is not None
+        assert len(await h.listed(config)) == 4
+        assert await h.call("get_tuple", thread(h, "new")) is None  # a new thread: one read
+    finally:
+        del h.saver._query
+    assert len(checks) == 1

@@ -18,12 +18,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph_resilience.archive import _moves
 from langgraph_resilience.archive._drivers import adrive, archive_of_saver, drive, preparer
 from langgraph_resilience.archive._moves import ArchiveReport
-from langgraph_resilience.checkpoint import _archival as _archival_sql
 from langgraph_resilience.checkpoint import _retention
 from langgraph_resilience.checkpoint._retention import Pruned
 
 __all__ = ["AsyncArchival", "SyncArchival"]
 
+#: Restore outcomes after which a read that found nothing reads again: this call
+#: restored the thread, another reader did (maybe since this one's hot read).
+READ_AGAIN = ("restored", "lost", "hot")
 #: How long an archiver holds a thread before another may take it over.
 DEFAULT_CLAIM_TTL = 300.0
 Pause = Callable[[str, str], None]
@@ -127,7 +129,8 @@ class SyncArchival:
             ArchiveError: an object cannot be read (names the thread and the object).
         """
         saver: Any = self
-        return bool(drive(saver, saver._state.archive, _restoring(saver, str(thread_id))))
+        outcome: str = drive(saver, saver._state.archive, _restoring(saver, str(thread_id)))
+        return outcome == "restored"
 
     def _restored(self, config: RunnableConfig | None) -> bool:
         """After a hot read found nothing: whether the thread was archived (and is
@@ -136,8 +139,7 @@ class SyncArchival:
         if thread_id is None:
             return False
         saver: Any = self
-        moves = _restoring(saver, thread_id)
-        return drive(saver, saver._state.archive, moves) or _was_archived(saver, thread_id)
+        return drive(saver, saver._state.archive, _restoring(saver, thread_id)) in READ_AGAIN
 
     def prune_history(
         self,
@@ -162,15 +164,6 @@ class SyncArchival:
         return saver._transact(statements)  # type: ignore[no-any-return]
 
 
-def _was_archived(saver: Any, thread_id: str) -> bool:
-    """Whether another reader restored the thread meanwhile (read it again)."""
-    return bool(saver._query(lambda: _archival_status(saver, thread_id)) == "hot")
-
-
-def _archival_status(saver: Any, thread_id: str) -> Any:
-    return _archival_sql.archive_status(saver._dialect, thread_id)
-
-
 class AsyncArchival:
     """The async twins (``aarchive_idle``, ...), and sync bridges to them."""
 
@@ -190,17 +183,16 @@ class AsyncArchival:
     async def arestore_thread(self, thread_id: str) -> bool:
         """Async twin of `SyncArchival.restore_thread`."""
         saver: Any = self
-        return bool(await adrive(saver, saver._state.archive, _restoring(saver, str(thread_id))))
+        moves = _restoring(saver, str(thread_id))
+        outcome: str = await adrive(saver, saver._state.archive, moves)
+        return outcome == "restored"
 
     async def _arestored(self, config: RunnableConfig | None) -> bool:
         thread_id = _thread_of(config)
         if thread_id is None:
             return False
         saver: Any = self
-        if await adrive(saver, saver._state.archive, _restoring(saver, thread_id)):
-            return True
-        status = await saver._query(lambda: _archival_status(saver, thread_id))
-        return bool(status == "hot")
+        return await adrive(saver, saver._state.archive, _restoring(saver, thread_id)) in READ_AGAIN
 
     async def aprune_history(
         self,

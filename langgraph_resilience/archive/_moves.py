@@ -224,15 +224,17 @@ def restore(
     prepare: Callable[[ArchivedCheckpoint], Any],
     put_statements: Callable[[Any], Statements[None]],
 ) -> Moves:
-    """Restore an archived thread into the hot tier; returns whether this call did
-    (False: another reader did first, or it was not archived).
+    """Restore an archived thread into the hot tier. Returns ``restored`` (this
+    call did), ``lost`` (another reader did first), or the status found otherwise
+    (``hot``: restored earlier; ``archiving``; ``none``: never archived).
 
     Raises:
         ArchiveError: an object cannot be read or decoded (names the thread and
             the object; the thread stays archived).
     """
-    if (yield Sql(lambda: _archival.archive_status(d, thread_id))) != "archived":
-        return False
+    status = yield Sql(lambda: _archival.archive_status(d, thread_id))
+    if status != "archived":
+        return status or "none"
     prefix = _codec.thread_prefix(thread_id)
     try:
         keys = yield Keys(prefix)
@@ -275,4 +277,4 @@ def restore(
             yield Drop(tuple(keys))
         except ArchiveError as exc:  # leftovers are replaced or dropped by the next archival
             logger.warning("restored thread %r but could not drop its objects: %s", thread_id, exc)
-    return bool(won)
+    return "restored" if won else "lost"
