@@ -23,6 +23,7 @@ class Action(str, Enum):
     DEGRADE = "degrade"  # mark the step degraded, continue along normal edges
     PARTIAL = "partial"  # route to the partial_result terminal node
     PAUSE = "pause"  # interrupt the run until the budget is topped up
+    WAIT = "wait"  # release the run until the service's Retry-After (under a Worker)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +34,13 @@ class Decision:
     compress: bool = False
     exhausted: bool = False  # the kind had retries and used them all
     retry_after: float | None = None  # the service asked to wait longer than max_wait
+
+    @property
+    def wait(self) -> float | None:
+        """Seconds until the next try, when there is one."""
+        if self.action is Action.WAIT:
+            return self.retry_after
+        return self.delay if self.action is Action.RETRY else None
 
 
 def _give_up(policy: NodePolicy, *, exhausted: bool, retry_after: float | None = None) -> Decision:
@@ -50,6 +58,8 @@ def decide(
     failure: Classification,
     earlier: Iterable[FailureKind],
     rand: float,
+    *,
+    durable_waits: bool = False,
 ) -> Decision:
     """What to do about ``failure``, given the kinds of the task's earlier failures.
 
@@ -58,6 +68,9 @@ def decide(
         failure: this try's classification.
         earlier: kinds of the failures before this one (persisted across crashes).
         rand: uniform in [0, 1), for the backoff's jitter.
+        durable_waits: a wait longer than ``max_wait`` that a service asked for
+            (``Retry-After``) can be waited out of process: the run is released
+            until then (under a `Worker`). Without it such a failure gives up.
     """
     kind = failure.kind
     count = Counter(earlier)[kind] + 1  # failures of this kind, this one included
@@ -67,9 +80,13 @@ def decide(
         return _give_up(policy, exhausted=False)
     if kind is FailureKind.TRANSIENT and policy.retry is not None:
         asked = failure.retry_after
-        if asked is not None and asked > float(policy.retry.max_wait):  # type: ignore[arg-type]
+        too_long = asked is not None and asked > float(policy.retry.max_wait)  # type: ignore[arg-type]
+        left = count < policy.retry.max_attempts
+        if too_long and not (left and durable_waits):
             return _give_up(policy, exhausted=True, retry_after=asked)  # no waiting in place
-        if count < policy.retry.max_attempts:
+        if too_long:
+            return Decision(action=Action.WAIT, retry_after=asked)
+        if left:
             delay = policy.retry.delay(count, rand)
             if asked is not None:
                 delay = max(delay, asked)

@@ -141,6 +141,24 @@ def _budget_pause(ctx: NodeContext, record: AttemptRecord) -> dict[str, Any]:
     }
 
 
+#: The ``reason`` of a durable wait's interrupt value.
+DURABLE_WAIT = "retry_after"
+
+
+def _durable_wait(ctx: NodeContext, record: AttemptRecord) -> dict[str, Any]:
+    """The interrupt of a try whose service asked for a wait longer than the node's
+    ``Backoff.max_wait``, under a `Worker`: the run is released until ``not_before``."""
+    wait = float(record.wait or 0.0)
+    return {
+        "reason": DURABLE_WAIT,
+        "node": ctx.name,
+        "attempt": record.attempt,
+        "error": f"{record.error_type}: {record.reason}",
+        "wait": wait,
+        "not_before": (record.finished_at or time.time()) + wait,
+    }
+
+
 def _add_spend(log: dict[str, Any], spent: dict[str, float], topped: Budget | None) -> None:
     """What the node used (added up by the run log), and a top-up given to it."""
     log["usage"] = spent
@@ -188,6 +206,8 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
         resumed = interrupt(_budget_pause(ctx, earlier[-1]))
         if isinstance(resumed, (Budget, Mapping)):
             topped = Budget.coerce(resumed, where="the value resumed with")
+    elif earlier and earlier[-1].status == "waiting":
+        interrupt(_durable_wait(ctx, earlier[-1]))  # resumed once the wait is over
     overrides: Mapping[str, Any] = {}
     summaries: list[dict[str, Any]] = []
     spent: dict[str, float] = {"steps": 1}
@@ -238,7 +258,11 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
             raise exc
         failure = _stopped if isinstance(exc, SubgraphStopped) else ctx.classifier(exc)
         decision = decide(
-            policy, failure, [FailureKind(r.kind) for r in earlier if r.kind], ctx.rand()
+            policy,
+            failure,
+            [FailureKind(r.kind) for r in earlier if r.kind],
+            ctx.rand(),
+            durable_waits=task.fence is not None,
         )
         record = AttemptRecord(
             attempt=number,
@@ -247,6 +271,8 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
             error_type=type(exc).__name__,
             reason=str(exc)[:500],
             finished_at=time.time(),
+            status="waiting" if decision.action is Action.WAIT else "failed",
+            wait=decision.wait,
         )
         yield RecordAttempt(record, started, exc)
         log_try(ctx.name, task, state, record, decision)
@@ -255,8 +281,12 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
             # node re-runs and, finding this try stored, takes the resume value
             # above, then tries again.
             interrupt(_budget_pause(ctx, record))
+        if decision.action is Action.WAIT:
+            # Raises: the worker releases the run until the wait is over, then
+            # resumes it; the node re-runs, finds this try stored, and tries again.
+            interrupt(_durable_wait(ctx, record))
         earlier.append(record)
-        if decision.action in (Action.RETRY, Action.PAUSE):
+        if decision.action in (Action.RETRY, Action.PAUSE, Action.WAIT):
             if decision.adapt and policy.adapt is not None:
                 overrides = dict(
                     policy.adapt(

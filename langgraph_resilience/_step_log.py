@@ -116,6 +116,7 @@ def nested_log(output: Any, state: Any) -> tuple[dict[str, float], Mapping[str, 
 _VERDICTS = {
     Action.RETRY: "retrying in {delay:.2f}s",
     Action.PAUSE: "pausing the run until its budget is topped up",
+    Action.WAIT: "releasing the run to its workers for {delay:.0f}s (the service's Retry-After)",
     Action.DEGRADE: "skipping the step as degraded",
     Action.FALLBACK: "taking the fallback",
     Action.PARTIAL: "giving up: the run ends with a partial result",
@@ -137,7 +138,7 @@ def log_try(
     level = logging.WARNING if decision.action is not Action.PARTIAL else logging.ERROR
     known = log_of(state)
     path = step_path(name, task, known)
-    action = _VERDICTS[decision.action].format(delay=decision.delay)
+    action = _VERDICTS[decision.action].format(delay=decision.wait or 0.0)
     emit(
         "try_failed",
         level,
@@ -152,7 +153,7 @@ def log_try(
         attempt=record.attempt,
         kind=record.kind,
         action=decision.action.value,
-        wait=decision.delay,
+        wait=decision.wait,
         error=f"{record.error_type}: {record.reason}",
     )
 

@@ -13,6 +13,7 @@ driver in `worker.py`:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -23,6 +24,7 @@ from langgraph.runtime import RunControl
 from langgraph.types import Command, StateSnapshot
 
 from langgraph_resilience._leases import Instant, Proof
+from langgraph_resilience._node import DURABLE_WAIT
 from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience._task import BUDGET_KEY
 from langgraph_resilience._telemetry import takeover_event
@@ -54,10 +56,15 @@ __all__ = [
     "Where",
     "answers",
     "ended_status",
+    "interrupts_of",
+    "invoked",
+    "pause_reason",
+    "released_waits",
     "renewed",
     "run_steps",
     "settled_by_hand",
     "store_unreachable",
+    "wait_left",
     "where_of",
     "worker_loop",
 ]
@@ -85,6 +92,7 @@ class Where(NamedTuple):
     state: str
     interrupt_ids: tuple[str, ...] = ()
     budget_ids: tuple[str, ...] = ()  # of those, the budget pauses (answered by a top-up)
+    wait_left: float | None = None  # every interrupt is a durable wait: seconds still to wait
 
 
 class CurrentValues(NamedTuple):
@@ -102,7 +110,8 @@ class Invoked(NamedTuple):
 
     values: dict[str, Any] | None = None
     error: BaseException | None = None
-    paused: bool = False  # stopped at an interrupt (a budget, a human)
+    paused: bool = False  # stopped at an interrupt (a budget, a human, a durable wait)
+    interrupts: tuple[dict[str, Any], ...] = ()  # what it stopped at: {"id", "value"}
 
 
 class Finish(NamedTuple):
@@ -111,6 +120,7 @@ class Finish(NamedTuple):
 
     status: str  # success | partial_complete | paused | error | queued (released)
     outcome: dict[str, Any]
+    wait: float | None = None  # a released run waits this long before a claim
 
 
 class Pause(NamedTuple):
@@ -153,8 +163,12 @@ def run_steps(
     budget: Budget | None,
     max_recoveries: int,
     answer: Any = NO_ANSWER,
+    released: frozenset[str] = frozenset(),
 ) -> Generator[RunOp, Any, str | None]:
     """One claimed run: resume or start it, then say how it ended.
+
+    ``released``: the ids of the durable waits the run was last released for
+    (`released_waits`): the store kept it until they were over.
 
     The replies of `ThreadState` and `CurrentValues` may be the exception that
     reading the thread raised. Returns the status the run was left in, or None
@@ -175,6 +189,11 @@ def run_steps(
     where: Where | BaseException = yield ThreadState()
     if isinstance(where, BaseException):
         return (yield from _stopped(held, where))
+    if where.wait_left and not set(where.interrupt_ids) <= released:
+        # Taken over before its release was stored (its worker died): wait on.
+        waits = [{"id": i} for i in where.interrupt_ids]
+        outcome: dict[str, Any] = {"paused": DURABLE_WAIT, "interrupts": waits}
+        return (yield from _finish(held, "queued", outcome, wait=where.wait_left))
     # A paused run resumes with its budget, a top-up if `Worker.resume` gave one
     # (any other value re-checks the budget it had).
     top_up = budget if budget is not None else "resumed without a new budget"
@@ -189,7 +208,55 @@ def run_steps(
     if held.taken:
         return None  # another worker holds the run now; nothing more to write
     values = result.values or {}
-    return (yield from _finish(held, ended_status(values, result.paused), {"values": values}))
+    if not result.paused:
+        return (yield from _finish(held, ended_status(values, False), {"values": values}))
+    why = pause_reason(result.interrupts)
+    outcome = {"values": values, "paused": why, "interrupts": list(result.interrupts)}
+    if why == DURABLE_WAIT:  # the slot is freed; any worker takes the run when it is due
+        return (yield from _finish(held, "queued", outcome, wait=wait_left(result.interrupts)))
+    return (yield from _finish(held, "paused", outcome))
+
+
+def released_waits(outcome: Any) -> frozenset[str]:
+    """The interrupt ids a run's stored outcome says it was released to wait for."""
+    if not isinstance(outcome, Mapping) or outcome.get("paused") != DURABLE_WAIT:
+        return frozenset()
+    return frozenset(str(i["id"]) for i in outcome.get("interrupts") or ())
+
+
+def pause_reason(interrupts: Sequence[Mapping[str, Any]]) -> str:
+    """Why a run paused, by its pending interrupts: ``"retry_after"`` (every one
+    a durable wait), ``"budget"`` (a budget ran out; no one else is asked), or
+    ``"interrupt"`` (a user's interrupt waits for an answer)."""
+    reasons = {_reason_of(i.get("value")) for i in interrupts}
+    if reasons == {DURABLE_WAIT}:
+        return DURABLE_WAIT
+    if reasons <= {BUDGET_PAUSE, DURABLE_WAIT} and BUDGET_PAUSE in reasons:
+        return "budget"
+    return "interrupt"
+
+
+def _reason_of(value: Any) -> str | None:
+    return str(value.get("reason")) if isinstance(value, Mapping) else None
+
+
+def wait_left(interrupts: Sequence[Mapping[str, Any]], now: float | None = None) -> float:
+    """Seconds until the last of these durable waits is over (0: it is)."""
+    now = time.time() if now is None else now
+    ends = [float(i["value"]["not_before"]) for i in interrupts]
+    return max(0.0, max(ends, default=now) - now)
+
+
+def interrupts_of(snapshot: StateSnapshot) -> tuple[dict[str, Any], ...]:
+    """A thread's pending interrupts, as a paused run's record keeps them."""
+    return tuple({"id": i.id, "value": i.value} for i in snapshot.interrupts)
+
+
+def invoked(snapshot: StateSnapshot) -> Invoked:
+    """What an invocation came to, by the thread's state after it."""
+    return Invoked(
+        dict(snapshot.values), paused=bool(snapshot.next), interrupts=interrupts_of(snapshot)
+    )
 
 
 def store_unreachable(exc: BaseException) -> bool:
@@ -216,21 +283,24 @@ def _stopped(held: Held, exc: BaseException) -> Generator[RunOp, Any, str | None
     return (yield from _finish(held, "error", {kind: f"{type(exc).__name__}: {exc}"}))
 
 
-def _finish(held: Held, status: str, outcome: dict[str, Any]) -> Generator[RunOp, Any, str | None]:
+def _finish(
+    held: Held, status: str, outcome: dict[str, Any], wait: float | None = None
+) -> Generator[RunOp, Any, str | None]:
     """Store the run's end, trying again for as long as the store cannot be
     reached (a success never turns into an error for it), unless the worker gave
-    up on the run (drain timeout)."""
+    up on the run (drain timeout). ``wait``: a released run is not claimed again
+    for this many seconds."""
     held.ending = True
-    wait = FINISH_FIRST_WAIT
+    pause = FINISH_FIRST_WAIT
     while not held.abandoned:  # abandoned: its worker is gone, and its lease saver closed
-        stored: bool | None = yield Finish(status, outcome)
+        stored: bool | None = yield Finish(status, outcome, wait)
         if stored:
             return status
         if stored is False:
             held.lose("its end could not be stored: another worker holds its lease", taken=True)
             return None
-        yield Pause(wait)
-        wait = min(wait * 2, FINISH_MAX_WAIT)
+        yield Pause(pause)
+        pause = min(pause * 2, FINISH_MAX_WAIT)
     return None
 
 
@@ -253,17 +323,16 @@ def settled_by_hand(snapshot: StateSnapshot) -> str | None:
     return ended_status(dict(snapshot.values), paused=False)
 
 
-def where_of(snapshot: StateSnapshot, run_id: str) -> Where:
+def where_of(snapshot: StateSnapshot, run_id: str, now: float | None = None) -> Where:
     """Where a thread is for run ``run_id``, by its latest state."""
     if not snapshot.created_at or (snapshot.metadata or {}).get(RUN_META) != run_id:
         return Where("new")  # no checkpoint of this run yet: its input was never applied
     if snapshot.interrupts:
-        budget = tuple(
-            i.id
-            for i in snapshot.interrupts
-            if isinstance(i.value, Mapping) and i.value.get("reason") == BUDGET_PAUSE
-        )
-        return Where("interrupted", tuple(i.id for i in snapshot.interrupts), budget)
+        pending = interrupts_of(snapshot)
+        budget = tuple(i["id"] for i in pending if _reason_of(i["value"]) == BUDGET_PAUSE)
+        waiting = pause_reason(pending) == DURABLE_WAIT
+        left = wait_left(pending, now) if waiting else None
+        return Where("interrupted", tuple(i["id"] for i in pending), budget, left)
     return Where("resume")
 
 

@@ -46,7 +46,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -75,9 +75,12 @@ from langgraph_resilience._worker_steps import (
     LoopSettings,
     Pause,
     Renew,
+    RunOp,
     Start,
     ThreadState,
     Wait,
+    invoked,
+    released_waits,
     run_steps,
     where_of,
     worker_loop,
@@ -196,6 +199,18 @@ class Worker(RunControls):
     def _answer_of(self, record: RunRecord) -> Any:
         return stored_value(self.saver.serde, record.resume_type, record.resume, NO_ANSWER)
 
+    def _steps(self, held: Held, budget: Budget | None) -> Generator[RunOp, Any, str | None]:
+        record = held.record
+        ended = stored_value(self.saver.serde, record.outcome_type, record.outcome, None)
+        return run_steps(
+            held,
+            self._input_of(record),
+            budget,
+            self.max_recoveries,
+            self._answer_of(record),
+            released=released_waits(ended),
+        )
+
     def _budget_of(self, record: RunRecord) -> Budget | None:
         found = stored_value(self.saver.serde, record.budget_type, record.budget, None)
         return Budget.coerce(found, where=f"run {record.run_id}'s stored budget")
@@ -257,10 +272,7 @@ class Worker(RunControls):
 
     def _execute(self, held: Held, leases: ResilientSaver) -> str | None:
         budget = self._budget_of(held.record)
-        record = held.record
-        steps = run_steps(
-            held, self._input_of(record), budget, self.max_recoveries, self._answer_of(record)
-        )
+        steps = self._steps(held, budget)
         config = held.config(budget)
         reply: Any = None
         with LEASES.holding(held.fence, held.proof):
@@ -284,15 +296,14 @@ class Worker(RunControls):
                 elif isinstance(op, Invoke):
                     try:
                         self.graph.invoke(op.value, config, control=held.control)
-                        snapshot = self.graph.get_state(config)
-                        reply = Invoked(dict(snapshot.values), paused=bool(snapshot.next))
+                        reply = invoked(self.graph.get_state(config))
                     except Exception as exc:
                         reply = Invoked(error=exc)
                 elif isinstance(op, Pause):
                     time.sleep(op.seconds)
                 else:
                     blob = self._outcome_blob(op.outcome)
-                    reply = self._call(leases.finish_run, held.fence, op.status, blob)
+                    reply = self._call(leases.finish_run, held.fence, op.status, blob, op.wait)
 
     # -- async -----------------------------------------------------------------------
 
@@ -349,10 +360,7 @@ class Worker(RunControls):
 
     async def _aexecute(self, held: Held, leases: AsyncResilientSaver) -> str | None:
         budget = self._budget_of(held.record)
-        record = held.record
-        steps = run_steps(
-            held, self._input_of(record), budget, self.max_recoveries, self._answer_of(record)
-        )
+        steps = self._steps(held, budget)
         config = held.config(budget)
         reply: Any = None
         with LEASES.holding(held.fence, held.proof):
@@ -376,12 +384,13 @@ class Worker(RunControls):
                 elif isinstance(op, Invoke):
                     try:
                         await self.graph.ainvoke(op.value, config, control=held.control)
-                        snapshot = await self.graph.aget_state(config)
-                        reply = Invoked(dict(snapshot.values), paused=bool(snapshot.next))
+                        reply = invoked(await self.graph.aget_state(config))
                     except Exception as exc:
                         reply = Invoked(error=exc)
                 elif isinstance(op, Pause):
                     await asyncio.sleep(op.seconds)
                 else:
                     blob = self._outcome_blob(op.outcome)
-                    reply = await self._acall(leases.afinish_run, held.fence, op.status, blob)
+                    reply = await self._acall(
+                        leases.afinish_run, held.fence, op.status, blob, op.wait
+                    )

@@ -293,9 +293,14 @@ class AsyncResilience(Hooks, AsyncArchival):
         d = self._dialect
         return await self._write(lambda: _runs.renew_leases(d, owner, fences, lease_ttl))
 
-    async def afinish_run(self, fence: Fence, status: str, outcome: Blob | None) -> bool:
-        """End, pause or release a held run; False if its lease was lost."""
-        return await self._write(lambda: _runs.finish_run(self._dialect, fence, status, outcome))
+    async def afinish_run(
+        self, fence: Fence, status: str, outcome: Blob | None, wait: float | None = None
+    ) -> bool:
+        """End, pause or release a held run (``wait``: seconds before a released run
+        may be claimed again); False if its lease was lost."""
+        return await self._write(
+            lambda: _runs.finish_run(self._dialect, fence, status, outcome, wait)
+        )
 
     async def arequeue_run(
         self, run_id: str, budget: Blob | None, resume: Blob | None = None
@@ -460,8 +465,10 @@ class AsyncResilience(Hooks, AsyncArchival):
     def renew_leases(self, owner: str, fences: Sequence[Fence], lease_ttl: float) -> Sequence[str]:
         return self._bridge(self.arenew_leases(owner, fences, lease_ttl))
 
-    def finish_run(self, fence: Fence, status: str, outcome: Blob | None) -> bool:
-        return self._bridge(self.afinish_run(fence, status, outcome))
+    def finish_run(
+        self, fence: Fence, status: str, outcome: Blob | None, wait: float | None = None
+    ) -> bool:
+        return self._bridge(self.afinish_run(fence, status, outcome, wait))
 
     def requeue_run(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
         return self._bridge(self.arequeue_run(run_id, budget, resume))

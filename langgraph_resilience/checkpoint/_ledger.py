@@ -46,6 +46,10 @@ class AttemptRecord:
         error_type: the exception's class name.
         reason: the exception's message (first 500 characters).
         finished_at: when the try failed (epoch seconds).
+        status: ``"failed"``, or ``"waiting"`` when the run was released until
+            the service's ``Retry-After`` (a durable wait, under a `Worker`).
+        wait: seconds waited before the next try (backoff, or the durable
+            wait), None when the try had no next one.
     """
 
     attempt: int
@@ -54,15 +58,17 @@ class AttemptRecord:
     error_type: str | None = None
     reason: str | None = None
     finished_at: float | None = None
+    status: str = "failed"
+    wait: float | None = None
 
 
 _INSERT_ATTEMPT = (
     f"INSERT INTO {ATTEMPTS.name} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-    "attempt, node, status, kind, error_type, reason, started_at, finished_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, 'failed', ?, ?, ?, ?, ?) "
+    "attempt, node, status, kind, error_type, reason, started_at, finished_at, wait) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, attempt) DO UPDATE SET "
-    "kind = excluded.kind, error_type = excluded.error_type, reason = excluded.reason, "
-    "finished_at = excluded.finished_at"
+    "status = excluded.status, kind = excluded.kind, error_type = excluded.error_type, "
+    "reason = excluded.reason, finished_at = excluded.finished_at, wait = excluded.wait"
 )
 _SELECT_ATTEMPTS = (
     f"SELECT {select_list(AttemptRecord)} FROM {ATTEMPTS.name} "
@@ -76,7 +82,8 @@ def record_attempt(
 ) -> Statements[None]:
     """Store a failed try (before the wait that follows it), idempotently."""
     r = record
-    params = (*key, r.attempt, r.node, r.kind, r.error_type, r.reason, started_at, r.finished_at)
+    tried = (r.attempt, r.node, r.status, r.kind, r.error_type, r.reason)
+    params = (*key, *tried, started_at, r.finished_at, r.wait)
     yield Stmt(d.sql(_INSERT_ATTEMPT), params)
 
 

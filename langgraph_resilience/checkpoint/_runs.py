@@ -33,7 +33,7 @@ Translate = Callable[[BaseException], BaseException | None]
 Blob = tuple[str, bytes]
 
 #: Every status a run can be in. ``OPEN_STATUSES`` (queued, running, paused) hold
-#: the thread; ``ACTIVE_STATUSES`` (queued, running) are work for some worker.
+#: the thread; queued (when due) and running ones are work for some worker.
 RUN_STATUSES = (
     "queued",
     "running",
@@ -43,9 +43,9 @@ RUN_STATUSES = (
     "error",
     "cancelled",
 )
-ACTIVE_STATUSES = ("queued", "running")
 _IN_OPEN = f"status IN ({', '.join(repr(s) for s in OPEN_STATUSES)})"
-_IN_ACTIVE = f"status IN ({', '.join(repr(s) for s in ACTIVE_STATUSES)})"
+#: A queued run whose wait (if any) is over: some worker may take it now.
+_DUE = "(status = 'queued' AND (not_before IS NULL OR not_before <= NOW()))"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -76,6 +76,9 @@ class RunRecord:
         claim_token: the token of the claim that took it last (made by the
             claiming saver once per `claim_runs` call, so that a retry of that
             call finds the runs its first try claimed).
+        not_before: epoch seconds (database clock) before which a queued run is
+            not claimed: it waits for a service that asked to be called again
+            later (a ``Retry-After`` longer than its node's ``Backoff.max_wait``).
     """
 
     run_id: str
@@ -97,6 +100,7 @@ class RunRecord:
     claim_token: str | None = None
     resume_type: str | None = None
     resume: bytes | None = None
+    not_before: float | None = None
 
 
 _RUN_COLUMNS = select_list(RunRecord)
@@ -235,7 +239,8 @@ def claim_runs(
     d: Dialect, owner: str, limit: int, lease_ttl: float, claim_token: str
 ) -> Statements[list[RunRecord]]:
     """Claim up to ``limit`` runs: running ones whose lease expired first (a
-    recovery), then queued ones, oldest first within each. Each claim bumps the
+    recovery), then queued ones whose wait (``not_before``) is over, oldest first
+    within each. Each claim bumps the
     fencing token; the runs are returned oldest first.
 
     Recoveries go first because a taken-over run was started earlier, holds
@@ -263,9 +268,9 @@ def claim_runs(
                 "fencing_token = fencing_token + 1, lease_expires_at = NOW() + ?, "
                 "attempts = attempts + 1, "
                 "recoveries = recoveries + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
-                "updated_at = NOW() "
+                "not_before = NULL, updated_at = NOW() "
                 f"WHERE run_id IN (SELECT run_id FROM {RUNS.name} "
-                "WHERE status = 'queued' OR (status = 'running' AND lease_expires_at < NOW()) "
+                f"WHERE {_DUE} OR (status = 'running' AND lease_expires_at < NOW()) "
                 "ORDER BY status = 'queued', created_at LIMIT ? SKIP_LOCKED) "
                 f"RETURNING {_RUN_COLUMNS}"
             ),
@@ -294,9 +299,17 @@ def renew_leases(
     return [f.run_id for f in fences if (f.run_id, f.token) in held]
 
 
-def finish_run(d: Dialect, fence: Fence, status: str, outcome: Blob | None) -> Statements[bool]:
+def finish_run(
+    d: Dialect, fence: Fence, status: str, outcome: Blob | None, wait: float | None = None
+) -> Statements[bool]:
     """End (or release, ``status="queued"``; or pause) a run this worker holds.
-    False when the lease was lost meanwhile (nothing is changed)."""
+    False when the lease was lost meanwhile (nothing is changed).
+
+    ``wait``: seconds (from now, by the database's clock) before a released run
+    may be claimed again.
+    """
+    if wait is not None and status != "queued":
+        raise ConfigError(f"only a released run (queued) waits; got status {status!r}")
     if status not in RUN_STATUSES or status == "running":
         raise ConfigError(
             f"a run cannot be finished as {status!r}; use one of "
@@ -306,10 +319,16 @@ def finish_run(d: Dialect, fence: Fence, status: str, outcome: Blob | None) -> S
         d.sql(
             f"UPDATE {RUNS.name} SET status = ?, owner = NULL, lease_expires_at = NULL, "
             "outcome_type = ?, outcome = ?, resume_type = NULL, resume = NULL, "
-            "updated_at = NOW() "
+            "not_before = NOW() + ?, updated_at = NOW() "
             "WHERE run_id = ? AND fencing_token = ? AND status = 'running' RETURNING run_id"
         ),
-        (status, *(outcome or (None, None)), fence.run_id, fence.token),
+        (
+            status,
+            *(outcome or (None, None)),
+            None if wait is None else float(wait),
+            fence.run_id,
+            fence.token,
+        ),
         fetch=True,
     )
     return bool(rows)
@@ -401,7 +420,11 @@ def sqlite_file(database_list: Sequence[Sequence[Any]]) -> str | None:
 
 
 def active_runs(d: Dialect) -> Statements[int]:
-    """Runs some worker still has to run: queued, or running under a lease (a paused
-    run is open, it holds its thread, but waits for `Worker.resume`)."""
-    rows = yield Stmt(f"SELECT count(*) FROM {RUNS.name} WHERE {_IN_ACTIVE}", fetch=True)
+    """Runs some worker has to run now: queued (and due), or running under a lease.
+    A paused run is open, it holds its thread, but waits for `Worker.resume`; a
+    queued run waiting for its ``not_before`` time is work for later."""
+    rows = yield Stmt(
+        d.sql(f"SELECT count(*) FROM {RUNS.name} WHERE {_DUE} OR status = 'running'"),
+        fetch=True,
+    )
     return int(rows[0][0])

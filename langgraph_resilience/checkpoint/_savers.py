@@ -388,9 +388,12 @@ class SyncResilience(Hooks, SyncArchival):
         """Extend ``owner``'s leases; returns the run ids it still holds."""
         return self._write(lambda: _runs.renew_leases(self._dialect, owner, fences, lease_ttl))
 
-    def finish_run(self, fence: Fence, status: str, outcome: Blob | None) -> bool:
-        """End, pause or release a held run; False if its lease was lost."""
-        return self._write(lambda: _runs.finish_run(self._dialect, fence, status, outcome))
+    def finish_run(
+        self, fence: Fence, status: str, outcome: Blob | None, wait: float | None = None
+    ) -> bool:
+        """End, pause or release a held run (``wait``: seconds before a released run
+        may be claimed again); False if its lease was lost."""
+        return self._write(lambda: _runs.finish_run(self._dialect, fence, status, outcome, wait))
 
     def requeue_run(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
         """Queue a paused run again, with a new budget if given."""
