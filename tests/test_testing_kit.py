@@ -338,6 +338,7 @@ def test_the_suite_reports_a_stock_graph_on_langgraphs_default_durability() -> N
     clean = pipeline(Mailer(), builder=StateGraph, recorded=False)
     report = recovery_suite(clean, {"done": []}, durability="sync", **options)
     assert not any(c.completed_redone for c in report.cases)
+    assert len(report.family("double_recovery")) == 3 and not report.not_run  # max_cases=0: all
 
 
 def test_the_suite_counts_mocks_and_functions_and_refuses_other_counters() -> None:

@@ -166,7 +166,7 @@ def _cases(ref: _Reference, limit: int) -> tuple[list[tuple[Family, str, FaultPl
     stored = dict.fromkeys(e.path for e in ref.executions if e.stored)
     writes += [(f"the writes of step {p!r} fail", FaultPlan().fail_writes(p)) for p in stored]
     add("checkpoint_write", writes)
-    spread, _ = pick(paths, limit + 1)
+    spread, _ = pick(paths, limit + 1 if limit else 0)  # limit pairs of neighbours
     pairs = [
         (f"crash after {a!r}, then after {b!r}", FaultPlan().crash(a).crash(b))
         for a, b in itertools.pairwise(spread)
