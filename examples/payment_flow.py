@@ -100,7 +100,8 @@ def build_graph(checkpointer: BaseCheckpointSaver[Any], world: World | None = No
 
     Example:
         >>> with ResilientSqliteSaver.from_conn_string(":memory:") as saver:
-        ...     out = build_graph(saver, World()).invoke(ORDER, {"configurable": {"thread_id": "1"}})
+        ...     graph = build_graph(saver, World())
+        ...     out = graph.invoke(ORDER, {"configurable": {"thread_id": "1"}})
         >>> out["charge_id"], out["payout_id"], out["resilience"]["status"]
         ('ch_ord-17', 'po_ord-17', 'success')
     """
