@@ -48,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from langgraph.graph import StateGraph
@@ -85,6 +86,7 @@ from langgraph_resilience._worker_steps import (
     where_of,
     worker_loop,
 )
+from langgraph_resilience.archive._schedule import aarchiving, archiving, schedule_of
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver, RunRecord
 from langgraph_resilience.errors import ConfigError
@@ -112,6 +114,9 @@ class Worker(RunControls):
         drain_timeout: seconds a drain (SIGTERM, `drain`) waits for the steps in
             flight before it abandons their runs to their leases (default
             ``lease_ttl``).
+        archive_idle: move threads idle this long to the saver's archive while
+            the worker runs (None: never; see ``saver.archive_idle``).
+        archive_every: how often (seconds or timedelta) it looks for them.
 
     Example:
         >>> worker = Worker(graph, checkpointer=saver, lease_ttl=30)  # doctest: +SKIP
@@ -132,6 +137,8 @@ class Worker(RunControls):
         poll_interval: float | None = None,
         max_recoveries: int = 3,
         drain_timeout: float | None = None,
+        archive_idle: timedelta | float | None = None,
+        archive_every: timedelta | float = 3600.0,
     ) -> None:
         self.lease_ttl = positive("lease_ttl", lease_ttl, "seconds, e.g. 30")
         self.drain_timeout = (
@@ -152,6 +159,7 @@ class Worker(RunControls):
         )
         self.concurrency = concurrency
         self.max_recoveries = max_recoveries
+        self._archive = schedule_of(archive_idle, archive_every)
         self.worker_id = str(worker_id) if worker_id else default_worker_id()
         self.graph = bind(graph, checkpointer)
         self.saver = resilient_saver(self.graph)
@@ -230,7 +238,11 @@ class Worker(RunControls):
         loop = worker_loop(self._settings(until_idle), self._held, self._draining.is_set)
         futures: dict[concurrent.futures.Future[str | None], str] = {}
         reply: Any = None
-        with self._signals(), self.saver.lease_saver() as leases:
+        with (
+            self._signals(),
+            self.saver.lease_saver() as leases,
+            archiving(self.saver, self._archive),
+        ):
             while True:
                 try:
                     op = loop.send(reply)
@@ -315,7 +327,7 @@ class Worker(RunControls):
         tasks: dict[asyncio.Task[str | None], str] = {}
         reply: Any = None
         with self._signals():
-            async with saver.alease_saver() as leases:
+            async with saver.alease_saver() as leases, aarchiving(saver, self._archive):
                 while True:
                     try:
                         op = loop.send(reply)

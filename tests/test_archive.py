@@ -380,3 +380,20 @@ async def test_reading_a_hot_thread_adds_no_archive_check(h: Any) -> None:
     finally:
         del h.saver._query
     assert len(checks) == 1
+
+
+async def test_a_worker_archives_idle_threads_as_it_runs(h: Any) -> None:
+    _, graph, config, thread_id = await finished(h, "idle-under-worker")
+    worker = Worker(graph, checkpointer=h.saver, lease_ttl=5, archive_idle=0, archive_every=60)
+    if h.is_async:
+        run_id = await worker.asubmit({"done": []}, thread_id=f"busy-{uuid.uuid4().hex[:6]}")
+        await worker.arun(until_idle=True)
+    else:
+        run_id = worker.submit({"done": []}, thread_id=f"busy-{uuid.uuid4().hex[:6]}")
+        await asyncio.to_thread(worker.run, True)
+
+    assert (await h.call("read_run", run_id)).status == "success"
+    assert hot_rows(h, thread_id) == 0  # the idle thread went to the archive
+    assert (await h.call("get_tuple", config)) is not None  # and comes back on a read
+    with pytest.raises(ConfigError, match="archive_idle must be >= 0"):
+        Worker(graph, checkpointer=h.saver, archive_idle=-1)
