@@ -12,7 +12,6 @@ import itertools
 import operator
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -23,6 +22,7 @@ from unittest import mock
 
 import pytest
 from conftest import require_postgres
+from helpers import sql
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
@@ -210,57 +210,61 @@ def test_a_failed_checkpoint_write_stops_the_run_and_the_resume_redoes_nothing(
     assert [e.path for e in tracker.executions] == STEPS  # every step ran once
 
 
-def _store_left(path: str, thread: str) -> dict[str, Any]:
+def _store_left(backend: str, target: str, thread: str) -> dict[str, Any]:
     """What a store holds of a thread, without ids: checkpoints, writes, effects."""
-    conn = sqlite3.connect(path)
-    try:
-        checkpoints = conn.execute(
-            "SELECT count(*) FROM checkpoints WHERE thread_id = ?", (thread,)
-        ).fetchone()[0]
-        writes = sorted(
-            r[0] for r in conn.execute("SELECT channel FROM writes WHERE thread_id = ?", (thread,))
-        )
-        effects = sorted(
-            r[0]
-            for r in conn.execute(
-                "SELECT status FROM resilience_effects WHERE thread_id = ?", (thread,)
-            )
-        )
-    finally:
-        conn.close()
-    return {"checkpoints": checkpoints, "writes": writes, "effects": effects}
+
+    def column(query: str) -> list[Any]:
+        return sorted(row[0] for row in sql(backend, target, query, (thread,)))
+
+    return {
+        "checkpoints": column("SELECT count(*) FROM checkpoints WHERE thread_id = ?"),
+        "writes": column("SELECT channel FROM checkpoint_writes WHERE thread_id = ?")
+        if backend == "postgres"
+        else column("SELECT channel FROM writes WHERE thread_id = ?"),
+        "effects": column("SELECT status FROM resilience_effects WHERE thread_id = ?"),
+    }
 
 
-def test_an_in_process_crash_leaves_the_store_as_sigkill_does(tmp_path: Path) -> None:
+@contextmanager
+def _sync_saver(backend: str, target: str) -> Iterator[Any]:
+    if backend == "sqlite":
+        with ResilientSqliteSaver.from_conn_string(target) as saver:
+            yield saver
+    else:
+        with _opened(ResilientPostgresSaver.from_conn_string(target)) as saver:
+            yield saver
+
+
+def test_an_in_process_crash_leaves_the_store_as_sigkill_does(store: tuple[str, str]) -> None:
     """The same crash point, once as SIGKILL of a real (forked) process, once in
-    process: the two stores hold the same rows; both resume to the end."""
+    process: the two threads hold the same rows; both resume to the end."""
+    backend, target = store
     mailer = Mailer()
-    killed, simulated = str(tmp_path / "killed.db"), str(tmp_path / "simulated.db")
-    for path in (killed, simulated):  # set the stores up before forking
-        with ResilientSqliteSaver.from_conn_string(path) as saver:
-            saver.setup()
+    with _sync_saver(backend, target):  # set the store up before forking
+        pass
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the child: runs until the plan kills it
         try:
-            with ResilientSqliteSaver.from_conn_string(killed) as saver:
+            with _sync_saver(backend, target) as saver:
                 plan = FaultPlan().crash_after_effect("email", kill=True)
-                plan.apply(pipeline(mailer)(saver)).invoke({"done": []}, config("t"))
+                plan.apply(pipeline(mailer)(saver)).invoke({"done": []}, config("killed"))
         finally:
             os._exit(3)  # not killed: the test fails below
     _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-    with ResilientSqliteSaver.from_conn_string(simulated) as saver:
+    with _sync_saver(backend, target) as saver:
         plan = FaultPlan().crash_after_effect("email")
         with pytest.raises(SimulatedCrash):
-            plan.apply(pipeline(mailer)(saver)).invoke({"done": []}, config("t"))
-    left = _store_left(killed, "t")
-    assert _store_left(simulated, "t") == left
+            plan.apply(pipeline(mailer)(saver)).invoke({"done": []}, config("simulated"))
+    left = _store_left(backend, target, "killed")
+    assert _store_left(backend, target, "simulated") == left
     assert left["effects"] == ["intent"]  # the call returned, its outcome was lost
-    for path in (killed, simulated):
-        with ResilientSqliteSaver.from_conn_string(path) as saver:
-            assert pipeline(mailer)(saver).invoke(None, config("t"))["done"] == STEPS
+    for thread in ("killed", "simulated"):
+        with _sync_saver(backend, target) as saver:
+            assert pipeline(mailer)(saver).invoke(None, config(thread))["done"] == STEPS
+    assert len(mailer.sent) == 2  # one per thread: reconcile found each email
 
 
 def test_a_crash_after_an_effect_repeats_it_only_without_reconcile(tmp_path: Path) -> None:
