@@ -16,6 +16,7 @@ from langgraph_resilience.errors import ConfigError, EffectInFlight, EffectOutco
 
 __all__ = [
     "EFFECT_LEASE",
+    "MAX_OUTCOME_BYTES",
     "CallEffect",
     "Claim",
     "EffectOp",
@@ -38,6 +39,12 @@ _POLL = 0.25
 OnUnknown = Literal["reexecute", "raise"]
 
 
+#: The largest serialized outcome an effect record stores (16 MiB): a bigger one
+#: bloats every read of the ledger and may pass the database's own limits (1 GB
+#: per Postgres value, 1 GB per SQLite blob by default).
+MAX_OUTCOME_BYTES = 16 * 2**20
+
+
 @dataclass(frozen=True, kw_only=True)
 class EffectSpec:
     """How one decorated function is recorded."""
@@ -48,6 +55,7 @@ class EffectSpec:
     on_unknown: OnUnknown = "reexecute"
     passes_key: bool = False
     lease: float = EFFECT_LEASE
+    max_outcome_bytes: int = MAX_OUTCOME_BYTES
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "|" in self.name:
@@ -72,6 +80,15 @@ class EffectSpec:
             raise ConfigError(
                 f"side_effect lease= must be seconds > 0 (default {EFFECT_LEASE}), "
                 f"got {self.lease!r}"
+            )
+        if (
+            isinstance(self.max_outcome_bytes, bool)
+            or not isinstance(self.max_outcome_bytes, int)
+            or self.max_outcome_bytes < 1
+        ):
+            raise ConfigError(
+                "side_effect max_outcome_bytes= must be an int > 0 (default "
+                f"{MAX_OUTCOME_BYTES}), got {self.max_outcome_bytes!r}"
             )
         if self.on_unknown not in ("reexecute", "raise"):
             raise ConfigError(

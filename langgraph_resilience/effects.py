@@ -61,6 +61,7 @@ from typing import Any, TypeVar, overload
 
 from langgraph_resilience._effect_steps import (
     EFFECT_LEASE,
+    MAX_OUTCOME_BYTES,
     CallEffect,
     Claim,
     EffectSpec,
@@ -213,18 +214,20 @@ def _outcome_fields(
         try:
             type_, blob = saver.serde.dumps_typed(op.value)
         except TypeError as exc:
-            return OutcomeFields(
-                status="done",
-                at=time.time(),
-                outcome_type=UNSTORABLE,
-                outcome=None,
-                error=(
-                    f"side effect {spec.name!r} returned a value the checkpointer cannot "
-                    f"store ({type(op.value).__name__}: {exc}). It ran once and is recorded "
-                    "as done without its value, so it is not called again. Return something "
-                    "storable from it (str, numbers, lists, dicts, pydantic models, "
-                    "dataclasses)."
-                )[:1000],
+            return _unstorable(
+                spec,
+                f"returned a value the checkpointer cannot store "
+                f"({type(op.value).__name__}: {exc})",
+                "Return something storable from it (str, numbers, lists, dicts, pydantic "
+                "models, dataclasses).",
+            )
+        if len(blob) > spec.max_outcome_bytes:
+            return _unstorable(
+                spec,
+                f"returned {len(blob):,} bytes once serialized, more than its "
+                f"max_outcome_bytes ({spec.max_outcome_bytes:,})",
+                "Return a reference to a large result (an id, a URL) instead, or raise "
+                "max_outcome_bytes.",
             )
         return OutcomeFields(
             status="done", at=time.time(), outcome_type=type_, outcome=blob, error=None
@@ -232,6 +235,17 @@ def _outcome_fields(
     error = f"{type(op.error).__name__}: {op.error}"[:1000]
     return OutcomeFields(
         status="failed", at=time.time(), outcome_type=None, outcome=None, error=error
+    )
+
+
+def _unstorable(spec: EffectSpec, what: str, fix: str) -> OutcomeFields:
+    """An effect that happened, recorded as done without its value."""
+    error = (
+        f"side effect {spec.name!r} {what}. It ran once and is recorded as done without "
+        f"its value, so it is not called again. {fix}"
+    )
+    return OutcomeFields(
+        status="done", at=time.time(), outcome_type=UNSTORABLE, outcome=None, error=error[:1000]
     )
 
 
@@ -386,6 +400,7 @@ def side_effect(
     reconcile: Callable[[str], Any] | None = None,
     on_unknown: OnUnknown = "reexecute",
     lease: float = EFFECT_LEASE,
+    max_outcome_bytes: int = MAX_OUTCOME_BYTES,
 ) -> Callable[[F], F]: ...
 
 
@@ -397,6 +412,7 @@ def side_effect(
     reconcile: Callable[[str], Any] | None = None,
     on_unknown: OnUnknown = "reexecute",
     lease: float = EFFECT_LEASE,
+    max_outcome_bytes: int = MAX_OUTCOME_BYTES,
 ) -> Any:
     """Record a non-idempotent call so that retries and resumes never repeat it.
 
@@ -417,6 +433,11 @@ def side_effect(
             that finds the claim of a vanished executor on another machine waits
             this long before settling it (on this machine, a killed process's
             claim is settled at once).
+        max_outcome_bytes: the largest result stored (serialized; 16 MiB by
+            default). A bigger result, or one the checkpointer cannot serialize,
+            is recorded as done without its value: the call is never made again,
+            and this try and every replay raise a `TypeError` saying so. Return a
+            reference (an id, a URL) to a large result instead.
 
     Example:
         >>> @side_effect(reconcile=mailer.lookup)  # doctest: +SKIP
@@ -438,6 +459,7 @@ def side_effect(
             on_unknown=on_unknown,
             passes_key=passes_key,
             lease=lease,
+            max_outcome_bytes=max_outcome_bytes,
         )
         if inspect.iscoroutinefunction(func):
 

@@ -412,28 +412,34 @@ async def test_an_unstorable_node_output_names_the_state_key(checkpointer: Any) 
         await h.invoke(graph, {}, cfg(h, "unstorable"))
 
 
-async def test_an_effect_whose_result_cannot_be_stored_is_called_once(checkpointer: Any) -> None:
+@pytest.mark.parametrize("result", ["a client object", "too large"])
+async def test_an_effect_whose_result_cannot_be_stored_is_called_once(
+    checkpointer: Any, result: str
+) -> None:
     import threading
 
     h = checkpointer
     charges: list[str] = []
 
+    def made() -> Any:  # a client object, not data; or 2 KB against a 1 KB limit
+        return threading.Lock() if result == "a client object" else "x" * 2048
+
     if h.is_async:
 
-        @side_effect(name="charge")
+        @side_effect(name="charge", max_outcome_bytes=1024)
         async def acharge(*, idempotency_key: str) -> Any:
             charges.append(idempotency_key)
-            return threading.Lock()  # a client object, not data
+            return made()
 
         async def pay(state: dict[str, Any]) -> dict[str, Any]:
             await acharge()
             return {"results": ["paid"]}
     else:
 
-        @side_effect(name="charge")
+        @side_effect(name="charge", max_outcome_bytes=1024)
         def charge(*, idempotency_key: str) -> Any:
             charges.append(idempotency_key)
-            return threading.Lock()
+            return made()
 
         def pay(state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
             charge()
@@ -449,6 +455,8 @@ async def test_an_effect_whose_result_cannot_be_stored_is_called_once(checkpoint
     failed = out["resilience"]["failed_step"]
     assert failed["error_type"] == "TypeError" and "'charge'" in failed["message"]
     assert "not called again" in failed["message"]
+    fix = "cannot store" if result == "a client object" else "more than its max_outcome_bytes"
+    assert fix in failed["message"]
     out = await retry(h, graph, config)
     assert out["resilience"]["status"] == "partial_complete"
     assert len(charges) == 1  # once, across the tries and retry_failed
