@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import importlib.metadata
 import itertools
+import json
 import operator
 import os
 import signal
@@ -309,6 +310,11 @@ def test_the_suite_reports_an_email_sent_without_side_effect_as_duplicated() -> 
     assert any("called 2 times, 1 in the reference" in line for line in caught[0].evidence)
     with pytest.raises(RecoveryFailed, match=r"effect 'email' called 2 times.*called in: c"):
         report.assert_ok()
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["ok"] is False and data["reference_effects"] == {"email": 1}
+    caught_data = next(c for c in data["cases"] if c["effects_duplicated"])
+    assert caught_data["family"] == "effect_replay"
+    assert caught_data["effects_duplicated"] == {"email": 1}
 
 
 def test_the_suite_reports_steps_lost_without_durability_sync() -> None:

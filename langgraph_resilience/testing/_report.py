@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from langgraph_resilience.errors import ConfigError
 
@@ -137,6 +137,33 @@ class RecoverySuiteReport:
                 "to run them all)"
             )
         return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as plain data (JSON-ready), e.g. for a CI artifact.
+
+        Example:
+            >>> json.dumps(report.to_dict())  # doctest: +SKIP
+        """
+        return {
+            "ok": self.ok,
+            "reference_steps": list(self.reference_steps),
+            "reference_effects": dict(self.reference_effects),
+            "not_run": list(self.not_run),
+            "cases": [
+                {
+                    "family": c.family,
+                    "name": c.name,
+                    "passed": c.passed,
+                    "steps_redone": list(c.steps_redone),
+                    "completed_redone": list(c.completed_redone),
+                    "effects_duplicated": dict(c.effects_duplicated),
+                    "effects_missing": dict(c.effects_missing),
+                    "state_matches": c.state_matches,
+                    "evidence": list(c.evidence),
+                }
+                for c in self.cases
+            ],
+        }
 
     def assert_ok(self) -> None:
         """Raise `RecoveryFailed` (an AssertionError) with the evidence if a case failed.
