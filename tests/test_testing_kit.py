@@ -312,9 +312,9 @@ def test_the_suite_reports_an_email_sent_without_side_effect_as_duplicated() -> 
         report.assert_ok()
     data = json.loads(json.dumps(report.to_dict()))
     assert data["ok"] is False and data["reference_effects"] == {"email": 1}
-    caught_data = next(c for c in data["cases"] if c["effects_duplicated"])
-    assert caught_data["family"] == "effect_replay"
-    assert caught_data["effects_duplicated"] == {"email": 1}
+    duplicating = [c for c in data["cases"] if c["effects_duplicated"]]
+    assert {c["family"] for c in duplicating} >= {"step_crash", "effect_replay"}
+    assert all(c["effects_duplicated"] == {"email": 1} for c in duplicating)
 
 
 def test_the_suite_reports_steps_lost_without_durability_sync() -> None:
