@@ -10,13 +10,13 @@ later claim in this same process settles them at once, as after a real kill.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from langgraph_resilience.checkpoint._asavers import AsyncResilience
 from langgraph_resilience.testing._taps import Session
 
 __all__ = ["tap_saver"]
@@ -97,7 +97,7 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
     if state is not None:
         s.on_crash(state.outcomes.take_all)  # outcomes not yet stored die with the process
 
-    if issubclass(cls, AsyncResilience):
+    if inspect.iscoroutinefunction(cls._transact):  # the async savers' I/O
 
         async def atransact(statements: Any, **options: Any) -> Any:
             if s.dead and options.get("flush"):
