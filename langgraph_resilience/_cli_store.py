@@ -25,10 +25,19 @@ from langgraph_resilience._worker_setup import bind
 from langgraph_resilience.checkpoint import ResilientSaver
 from langgraph_resilience.checkpoint._schema import SCHEMA_VERSION, schema_version
 from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE, execute
-from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
-from langgraph_resilience.checkpoint.postgres._network import target_of
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.errors import ConfigError, StoreUnavailable
+
+try:
+    from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+    from langgraph_resilience.checkpoint.postgres._network import target_of
+
+    _POSTGRES_MISSING: str | None = None
+except ImportError as missing:  # the base install, without the `postgres` extra
+    _POSTGRES_MISSING = (
+        f"a Postgres DSN needs the postgres extra ({missing}): "
+        "pip install 'langgraph-resilience[postgres]', or pass a SQLite file path"
+    )
 
 __all__ = [
     "DB_ENV",
@@ -126,6 +135,8 @@ def open_store(db: str | None, *, setup: bool = False) -> Iterator[Store]:
             be reached, or (without ``setup``) a schema that is missing or old.
     """
     target = _require_db(db)
+    if _POSTGRES_MISSING and is_postgres(target):
+        raise CliError(_POSTGRES_MISSING)
     named = target_of(target) if is_postgres(target) else repr(target)
     with ExitStack() as stack:
         try:

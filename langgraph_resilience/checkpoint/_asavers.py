@@ -16,7 +16,11 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
-from psycopg_pool import AsyncConnectionPool
+
+try:
+    from psycopg_pool import AsyncConnectionPool
+except ImportError:  # the base install (no `postgres` extra): no pool to be given
+    AsyncConnectionPool = ()  # type: ignore[assignment,misc]
 
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience.archive._methods import AsyncArchival

@@ -26,7 +26,11 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
-from psycopg_pool import ConnectionPool
+
+try:
+    from psycopg_pool import ConnectionPool
+except ImportError:  # the base install (no `postgres` extra): no pool to be given
+    ConnectionPool = ()  # type: ignore[assignment,misc]
 
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience.archive._methods import SyncArchival
