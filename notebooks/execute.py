@@ -11,6 +11,7 @@ raises in any cell fails the test, with the cell and its traceback.
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import time
 from pathlib import Path
@@ -68,7 +69,8 @@ if __name__ == "__main__":
     for name, result in execute(chosen, save="--check" not in sys.argv).items():
         if isinstance(result, BaseException):
             failed = True
-            print(f"{name}: FAILED\n{result}"[:6000])
+            text = re.sub(r"\x1b\[[0-9;]*m", "", str(result))
+            print(f"{name}: FAILED\n{text[:1500]}\n...\n{text[-2500:]}")
         else:
             print(f"{name}: {result:.1f} s")
     sys.exit(1 if failed else 0)
