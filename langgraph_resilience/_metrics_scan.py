@@ -9,6 +9,9 @@ in the writes of its top-level tasks, in checkpoint order:
 - the run-log writes that end a run say so (``status``: ``success``,
   ``partial_complete``); a run whose last step wrote no route onward
   (``branch:to:...``, a `Send`) and left no interrupt has nothing left to do;
+- a step that gave up stores its error with its route (and LangGraph an
+  ``__error_source_node__`` marker beside it): its error handler goes on, so
+  it is no error of the run;
 - `retry_failed` writes ``clear`` (the paths it re-runs) with its command;
 - a resume of an interrupted run writes ``__resume__`` beside the
   ``__interrupt__`` writes of the tasks that paused (a budget pause says
@@ -26,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from langgraph_resilience._route_text import is_routed
 from langgraph_resilience.checkpoint import EffectRecord, RunRecord
 from langgraph_resilience.checkpoint._events import RecoveryRecord
 
@@ -46,7 +50,7 @@ RECOVERY_KINDS = ("crash", "takeover", "retry_failed", "budget", "human")
 ENDED = ("success", "partial_complete", "error", "cancelled")
 NULL_TASK = "00000000-0000-0000-0000-000000000000"
 _RESUME, _INTERRUPT, _ERROR, _TASKS = "__resume__", "__interrupt__", "__error__", "__pregel_tasks"
-_ROUTE = "ResilienceRoute("  # a routing signal, not an error
+_HANDLED = "__error_source_node__"  # the error goes to the node's error handler
 _UUID_EPOCH = 0x01B21DD213814000  # 1582-10-15 in 100 ns ticks before 1970-01-01
 
 
@@ -299,11 +303,16 @@ class _Scan:
                 and not s.get("checkpoint_ns")
             ]
         if self.current is not None and any(w.task_id != NULL_TASK for w in writes):
-            onward = any(w.channel.startswith("branch:to:") or w.channel == _TASKS for w in writes)
-            errors = any(
-                w.channel == _ERROR and not str(w.value or "").startswith(_ROUTE) for w in writes
+            # A routed error (stored with its route, or beside an error-handler
+            # marker) is no error of the run: its handler goes on from it.
+            handled = {w.task_id for w in writes if w.channel == _HANDLED}
+            errors = [w for w in writes if w.channel == _ERROR]
+            routed = [w for w in errors if w.task_id in handled or is_routed(w.value)]
+            failed = len(errors) > len(routed)  # e.g. a handler that failed in turn
+            onward = (bool(routed) and not failed) or any(
+                w.channel.startswith("branch:to:") or w.channel == _TASKS for w in writes
             )
-            self.current.last_flags = (onward, bool(interrupted) and not resumed, errors)
+            self.current.last_flags = (onward, bool(interrupted) and not resumed, failed)
 
 
 def _budget_pause(writes: Sequence[Write]) -> bool:

@@ -8,15 +8,15 @@ route and goes to the fallback node or to the terminal ``partial_result`` node,
 writing the failure into the run log.
 
 After a crash between the failure and its handler, LangGraph hands the handler
-the stored ``repr`` of the error instead of the exception: a `ResilienceRoute`
-(raised when the error takes no attribute) carries the route in its ``repr``;
-otherwise the handler rebuilds the route from the node's policy and the stored
+the stored text of the error instead of the exception: the resilient savers
+store a routed error's ``repr`` with its route (`_route_text.stored_error`), so
+the route keeps its kind, tries and effect scope. An error stored without one
+(another saver) has its route rebuilt from the node's policy and the stored
 text (`stored_route`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -28,6 +28,12 @@ from langgraph.errors import NodeError
 from langgraph.types import Command
 
 from langgraph_resilience._engine import Action, Decision
+from langgraph_resilience._route_text import (
+    ROUTE_ATTR,
+    ResilienceRoute,
+    carried_route,
+    parse_route,
+)
 from langgraph_resilience._task import TaskContext
 from langgraph_resilience._telemetry import GRAPH_KEY, emit
 from langgraph_resilience.classify import Classification, FailureKind
@@ -49,26 +55,6 @@ __all__ = [
 
 PARTIAL_RESULT = "partial_result"
 
-_ROUTE_RE = re.compile(r"ResilienceRoute\((\{.*\})\)", re.S)
-
-
-class ResilienceRoute(Exception):
-    """Raised by a node wrapper to hand the task to its error handler.
-
-    Not an error of the user's: it carries where the run goes next.
-    """
-
-    def __init__(self, route: dict[str, Any]) -> None:
-        super().__init__(route.get("message", ""))
-        self.route = route
-
-    def __repr__(self) -> str:
-        return f"ResilienceRoute({json.dumps(self.route, sort_keys=True)})"
-
-
-#: The attribute under which a node's error carries its route.
-ROUTE_ATTR = "lgr_route"
-
 
 def routing(exc: BaseException, route: dict[str, Any]) -> BaseException:
     """What a node that gives up raises: its own error, carrying ``route``."""
@@ -80,14 +66,10 @@ def routing(exc: BaseException, route: dict[str, Any]) -> BaseException:
 
 
 def read_route(error: object) -> dict[str, Any] | None:
-    """The route an error carries, a live signal's, or one in its stored ``repr``."""
-    if isinstance(error, ResilienceRoute):
-        return error.route
-    carried = getattr(error, ROUTE_ATTR, None)
-    if isinstance(carried, dict):
-        return carried
-    match = _ROUTE_RE.search(str(error)) if isinstance(error, str) else None
-    return json.loads(match.group(1)) if match else None
+    """The route an error carries, a live signal's, or one in its stored text."""
+    if isinstance(error, str):
+        return parse_route(error)
+    return carried_route(error)
 
 
 _STORED_RE = re.compile(r"^(\w+)\((.*)\)$", re.S)

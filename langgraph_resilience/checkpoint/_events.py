@@ -44,8 +44,15 @@ __all__ = [
 
 #: The channels whose writes tell a run's story (values read); writes to the
 #: ``branch:to:`` channels and Sends are read without their values (a run that
-#: wrote none in its last step has nothing left to do).
-RUN_LOG_CHANNELS = ("resilience", "__resume__", "__interrupt__", "__error__")
+#: wrote none in its last step has nothing left to do). ``__error_source_node__``
+#: marks an error that goes to the node's error handler.
+RUN_LOG_CHANNELS = (
+    "resilience",
+    "__resume__",
+    "__interrupt__",
+    "__error__",
+    "__error_source_node__",
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
