@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-long test-upstream lint bench clean
+.PHONY: install demo test test-long test-upstream lint docs bench clean
 
 install: $(STAMP)
 
@@ -37,6 +37,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict langgraph_resilience
 
+# The guides and the API reference from the docstrings (mkdocs.yml) into site/,
+# strict: a broken link or reference fails (tests/test_docs.py runs the same build).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/checkpoint_overhead.py
 	$(BIN)/python benchmarks/policy_overhead.py
@@ -44,4 +49,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/worker_scaling.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

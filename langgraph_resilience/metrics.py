@@ -87,7 +87,8 @@ class RecoveryMetrics:
         checkpoint_writes_tried / _succeeded / _failed: store tries.
         runs_resumed / runs_resumed_ended / runs_resumed_succeeded: runs with
             at least one recovery, those of them that ended, and ended ``success``.
-        recoveries / recoveries_by_kind / steps_redone / steps_redone_by_kind.
+        recoveries / recoveries_by_kind / steps_redone / steps_redone_by_kind:
+            recoveries and the steps they redid, in all and by kind.
         seconds_redone: the time the redone executions took (the time their
             lost first runs took is not stored; this is its estimate).
         tokens_redone: model tokens the redone executions used.

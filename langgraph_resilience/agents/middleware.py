@@ -210,7 +210,8 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             a `CallPolicy`'s own classifier goes in front of it.
         budget: the run's budget when its config gives none
             (``config["configurable"]["budget"]``).
-        sleep / asleep: how to wait before a retry (tests pass a fake clock).
+        sleep: how to wait before a retry (tests pass a fake clock).
+        asleep: the same, for async calls.
         rand: uniform in [0, 1), for the backoff's jitter.
 
     Example:
