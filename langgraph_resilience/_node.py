@@ -328,6 +328,7 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
         )
         route["path"] = step_path(ctx.name, task, log_of(state))
         route["send"] = task.send_index is not None
+        route["run_id"] = task.fence.run_id if task.fence is not None else None
         if isinstance(exc, SubgraphStopped):  # name the inner step, as it failed
             inner = exc.failed
             route.update(

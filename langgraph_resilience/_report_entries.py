@@ -3,7 +3,7 @@ recoveries, side effects, and what to do next (pure)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,44 +137,55 @@ def step_entries(run: ThreadRun) -> tuple[StepEntry, ...]:
     return tuple(entries)
 
 
-def _worker_at(recoveries: Sequence[Recovery], at: float | None, default: str | None) -> str | None:
+def _worker_at(
+    run: ThreadRun, step: Mapping[str, Any] | None, at: float | None, default: str | None
+) -> str | None:
+    """Who ran a step (or a try of ``step``) that ended at ``at``: the worker that
+    took the run over last before then, else ``default``; nobody's when the
+    step did not run under the Worker run's lease (a `retry_failed` or a resume
+    by hand in another process)."""
+    if step is None or not step.get("run_id") or step.get("run_id") != run.run_id:
+        return None
     before = [
-        r for r in recoveries if r.owner and r.at is not None and at is not None and r.at <= at
+        r for r in run.recoveries if r.owner and r.at is not None and at is not None and r.at <= at
     ]
     return before[-1].owner if before else default
 
 
-def _path_of(run: ThreadRun, a: StoredAttempt) -> str:
+def _step_of(run: ThreadRun, a: StoredAttempt) -> Mapping[str, Any] | None:
+    """The step record a failed try belongs to (its node's, around its time)."""
     for step in run.steps:
         if step.get("node") != a.node:
             continue
         start, end = step.get("started_at"), step.get("ended_at")
         if start is not None and end is not None and start - 0.5 <= a.started_at <= end + 0.5:
-            return str(step.get("path"))
-    return a.node
+            return step
+    return None
 
 
 def timeline_of(run: ThreadRun, attempts: Sequence[StoredAttempt]) -> tuple[TryEntry, ...]:
     """Failed tries (the attempts ledger), step ends and recoveries, in time order."""
     begin = run.started_at or 0.0
     until = run.last_seen() if run.ended else None
-    owner = run.owner if not run.recoveries else None
+    # Before any takeover, the run's steps ran under the worker holding it (when known).
+    owner = run.owner if not any(r.owner for r in run.recoveries) else None
     entries = []
     for a in attempts:
         if a.started_at < begin - 1.0 or (until is not None and a.started_at > until + 1.0):
             continue
         at = a.finished_at or a.started_at
+        step = _step_of(run, a)
         entries.append(
             TryEntry(
                 at=at,
                 event="failed",
-                path=_path_of(run, a),
+                path=str(step.get("path")) if step is not None else a.node,
                 node=a.node,
                 attempt=a.attempt,
                 kind=a.kind,
                 error=f"{a.error_type}: {a.reason}" if a.error_type else a.reason,
                 wait=a.wait,
-                worker=_worker_at(run.recoveries, at, owner),
+                worker=_worker_at(run, step, at, owner),
             )
         )
     for step in run.steps:
@@ -187,7 +198,7 @@ def timeline_of(run: ThreadRun, attempts: Sequence[StoredAttempt]) -> tuple[TryE
                 path=str(step.get("path")),
                 node=str(step.get("node") or ""),
                 attempt=int(step.get("attempts") or 1),
-                worker=_worker_at(run.recoveries, ended, owner),
+                worker=_worker_at(run, step, ended, owner),
             )
         )
     for rec in run.recoveries:

@@ -250,6 +250,8 @@ def failure_log(route: Mapping[str, Any], state: Any) -> dict[str, Any]:
         "ended_at": time.time(),
         "summary": "",
     }
+    if route.get("run_id"):  # it ran under a Worker's lease
+        step["run_id"] = route["run_id"]
     log: dict[str, Any] = {"step": step}
     if status == "fallback":
         log["degraded_steps"] = [path]

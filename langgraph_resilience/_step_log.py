@@ -78,6 +78,8 @@ def log_update(
         "ended_at": time.time(),
         "summary": run_log.summarize(output) if status == "completed" else "",
     }
+    if task.fence is not None:  # it ran under a Worker's lease (the report names the worker)
+        step["run_id"] = task.fence.run_id
     update: dict[str, Any] = {"step": step}
     if status != "completed":
         update["degraded_steps"] = [path]

@@ -51,6 +51,7 @@ class StepRecord(TypedDict, total=False):
         kinds: the failure kinds of the failed tries, in order.
         started_at / ended_at: epoch seconds.
         summary: a short summary of the output.
+        run_id: the `Worker` run it ran under (absent when no Worker ran it).
     """
 
     run: int
@@ -62,6 +63,7 @@ class StepRecord(TypedDict, total=False):
     started_at: float
     ended_at: float
     summary: str
+    run_id: str
 
 
 class FailedStep(TypedDict, total=False):
