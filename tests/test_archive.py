@@ -397,3 +397,20 @@ async def test_a_worker_archives_idle_threads_as_it_runs(h: Any) -> None:
     assert (await h.call("get_tuple", config)) is not None  # and comes back on a read
     with pytest.raises(ConfigError, match="archive_idle must be >= 0"):
         Worker(graph, checkpointer=h.saver, archive_idle=-1)
+
+
+async def test_delete_and_copy_reach_an_archived_thread(h: Any, archive: Archive) -> None:
+    _, _, config, thread_id = await finished(h, "delete")
+    history = [t.checkpoint["id"] for t in await h.listed(config)]
+    await h.call("archive_idle", 0)
+    copy = f"{thread_id}-copy"
+
+    await h.call("copy_thread", thread_id, copy)  # restores the source first
+
+    copied = [t.checkpoint["id"] for t in await h.listed({"configurable": {"thread_id": copy}})]
+    assert copied == history
+    await h.call("archive_idle", 0)
+    assert objects(archive, thread_id)
+    await h.call("delete_thread", thread_id)
+    assert objects(archive, thread_id) == []  # its objects go with it
+    assert await h.call("get_tuple", config) is None

@@ -8,6 +8,7 @@ read found no checkpoint (one indexed read of the thread's archive row).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -16,12 +17,16 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_resilience.archive import _moves
+from langgraph_resilience.archive._codec import thread_prefix
 from langgraph_resilience.archive._drivers import adrive, archive_of_saver, drive, preparer
 from langgraph_resilience.archive._moves import ArchiveReport
+from langgraph_resilience.archive._objects import Archive, ArchiveError
 from langgraph_resilience.checkpoint import _retention
 from langgraph_resilience.checkpoint._retention import Pruned
 
 __all__ = ["AsyncArchival", "SyncArchival"]
+
+logger = logging.getLogger("langgraph_resilience")
 
 #: Restore outcomes after which a read that found nothing reads again: this call
 #: restored the thread, another reader did (maybe since this one's hot read).
@@ -141,6 +146,17 @@ class SyncArchival:
         saver: Any = self
         return drive(saver, saver._state.archive, _restoring(saver, thread_id)) in READ_AGAIN
 
+    def _drop_archived(self, thread_id: str) -> None:
+        """After a thread's rows were deleted: its objects too (a failure is logged;
+        the objects left are dropped or replaced by a later archival of the id)."""
+        saver: Any = self
+        archive: Archive | None = saver._state.archive
+        if archive is not None:
+            try:
+                archive.drop(archive.keys(thread_prefix(thread_id)))
+            except ArchiveError as exc:
+                logger.warning("deleted thread %r but not its archived objects: %s", thread_id, exc)
+
     def prune_history(
         self,
         *,
@@ -193,6 +209,16 @@ class AsyncArchival:
             return False
         saver: Any = self
         return await adrive(saver, saver._state.archive, _restoring(saver, thread_id)) in READ_AGAIN
+
+    async def _adrop_archived(self, thread_id: str) -> None:
+        """Async twin of `SyncArchival._drop_archived`."""
+        saver: Any = self
+        archive: Archive | None = saver._state.archive
+        if archive is not None:
+            try:
+                await archive.adrop(await archive.akeys(thread_prefix(thread_id)))
+            except ArchiveError as exc:
+                logger.warning("deleted thread %r but not its archived objects: %s", thread_id, exc)
 
     async def aprune_history(
         self,

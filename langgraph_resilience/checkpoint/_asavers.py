@@ -366,6 +366,7 @@ class AsyncResilience(Hooks, AsyncArchival):
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete a thread's checkpoints, writes (and blobs) and resilience rows."""
         await self._write(lambda: _threads.delete_threads(self._dialect, [str(thread_id)]))
+        await self._adrop_archived(str(thread_id))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread's checkpoints, writes (and blobs) and resilience rows.
@@ -374,6 +375,7 @@ class AsyncResilience(Hooks, AsyncArchival):
             ConfigError: the target thread already has checkpoints.
         """
         d = self._dialect
+        await self._arestored({"configurable": {"thread_id": source_thread_id}})
         await self._write(lambda: _threads.copy_thread(d, source_thread_id, target_thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:

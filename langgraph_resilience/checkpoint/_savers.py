@@ -460,6 +460,7 @@ class SyncResilience(Hooks, SyncArchival):
     def delete_thread(self, thread_id: str) -> None:
         """Delete a thread's checkpoints, writes (and blobs) and resilience rows."""
         self._write(lambda: _threads.delete_threads(self._dialect, [str(thread_id)]))
+        self._drop_archived(str(thread_id))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread's checkpoints, writes (and blobs) and resilience rows.
@@ -468,6 +469,7 @@ class SyncResilience(Hooks, SyncArchival):
             ConfigError: the target thread already has checkpoints.
         """
         d = self._dialect
+        self._restored({"configurable": {"thread_id": source_thread_id}})
         self._write(lambda: _threads.copy_thread(d, source_thread_id, target_thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
