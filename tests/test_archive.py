@@ -414,3 +414,31 @@ async def test_delete_and_copy_reach_an_archived_thread(h: Any, archive: Archive
     await h.call("delete_thread", thread_id)
     assert objects(archive, thread_id) == []  # its objects go with it
     assert await h.call("get_tuple", config) is None
+
+
+async def test_leftovers_of_a_restore_are_replaced_by_the_next_archival(
+    h: Any, archive: Archive, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls, graph, config, thread_id = await finished(h, "leftovers")
+    await h.call("archive_idle", 0)
+    stale = set(objects(archive, thread_id))
+
+    def failing(keys: Any) -> None:
+        raise ArchiveError("bucket says no")
+
+    async def afailing(keys: Any) -> None:
+        raise ArchiveError("bucket says no")
+
+    with monkeypatch.context() as m:  # the restore commits, its cleanup fails
+        m.setattr(archive, "drop", failing)
+        m.setattr(archive, "adrop", afailing)
+        assert await h.call("get_tuple", config) is not None
+    assert set(objects(archive, thread_id)) == stale  # left over
+    await h.invoke(graph, {"done": []}, config)  # the thread moves on: a second turn
+    history = [t.checkpoint["id"] for t in await h.listed(config)]
+
+    assert thread_id in (await h.call("archive_idle", 0)).archived
+
+    assert len(objects(archive, thread_id)) == len(history) == 8
+    assert [t.checkpoint["id"] for t in await h.listed(config)] == history
+    assert calls.charges == 2
