@@ -140,7 +140,7 @@ def _optional_callable(name: str, value: object, what: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class NodePolicy:
-    """How one node answers each kind of failure (the failure model: README, "Failure policies").
+    """How one node answers each kind of failure (README, "The failure model").
 
     Args:
         retry: backoff for TRANSIENT failures (``None``: no retry).
