@@ -43,7 +43,9 @@ there for longer than the margin) is the one window left: give such calls an
 idempotency key the service honours, or ``reconcile``.
 
 The decision is written once (`effect_steps`, `_leases.check_lease`); the sync
-and async drivers only do its I/O.
+and async drivers (`drive_sync`, `drive_async`) only do its I/O, for a
+`side_effect` call and for an agent's recorded tool call alike (`EffectCall`
+says what differs: the key, and whether the arguments' digest is stored).
 """
 
 from __future__ import annotations
@@ -55,9 +57,9 @@ import hashlib
 import inspect
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from typing import Any, TypeVar, overload
+from typing import Any, NamedTuple, TypeVar, overload
 
 from langgraph_resilience._effect_steps import (
     EFFECT_LEASE,
@@ -261,19 +263,29 @@ def _replayed(saver: ResilientSaver | AsyncResilientSaver, replay: Replay) -> An
 # -- the drivers -------------------------------------------------------------------------
 
 
-def _effect_sync(
-    spec: EffectSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    task, thread = _task_of(spec)
-    saver = task.saver
-    if saver is None:
-        raise _no_saver(spec, task)
-    key, fresh = _key_of(spec, task, args, kwargs)
-    fence = task.fence
-    intent = _intent(spec, task, key, fence)
-    if spec.passes_key:
-        kwargs = {**kwargs, "idempotency_key": key}
-    steps = effect_steps(spec, key, fresh)
+class EffectCall(NamedTuple):
+    """One recorded call, as the drivers make it. What differs between a
+    `side_effect` call (keyed by its task: `_side_effect_call`) and an agent's
+    tool call (keyed by its tool call id: ``agents._tool_effects``) is all here.
+
+    ``fresh``: it cannot have records yet (see `effect_steps`); ``digest``: of
+    its arguments, stored with the intent (None: not stored).
+    """
+
+    spec: EffectSpec
+    task: TaskContext
+    thread: str
+    key: str
+    fresh: bool
+    digest: str | None
+
+
+def drive_sync(call: EffectCall, saver: ResilientSaver, invoke: Callable[[str], Any]) -> Any:
+    """Make ``invoke(key)`` at most once for ``call`` (a recorded outcome is
+    replayed instead); the I/O of `effect_steps`, sync."""
+    spec, thread, key, fence = call.spec, call.thread, call.key, call.task.fence
+    intent = _intent(spec, call.task, key, fence)
+    steps = effect_steps(spec, key, call.fresh)
     reply: Any = None
     held = False  # our claim is stored and not settled
     try:
@@ -281,17 +293,12 @@ def _effect_sync(
             try:
                 op = steps.send(reply)
             except StopIteration as stop:
-                value = stop.value
-                if not isinstance(value, Replay):
-                    return value
-                effect_event("effect_replayed", spec.name, key, thread, None)
-                return _replayed(saver, value)
+                return _result(saver, call, stop.value)
             reply = None
             if isinstance(op, Lookup):
                 reply = saver.read_effect(thread, key)
             elif isinstance(op, Claim):
-                digest = _digest(args, kwargs)
-                reply = saver.claim_intent(thread, intent, digest, spec.lease, fence, op.first)
+                reply = saver.claim_intent(thread, intent, call.digest, spec.lease, fence, op.first)
                 held = reply.verdict in ("new", "took_over")
             elif isinstance(op, Reconcile):
                 assert spec.reconcile is not None
@@ -302,7 +309,7 @@ def _effect_sync(
                     time.sleep(wait)
                 beat = _renewing(saver, thread, spec, intent)
                 try:
-                    reply = fn(*args, **kwargs)
+                    reply = invoke(key)
                 except Exception as exc:
                     reply = Settle("failed", error=exc)
                 finally:
@@ -314,27 +321,20 @@ def _effect_sync(
                     saver.record_outcome(thread, key, fields, fence)
                 else:
                     saver.defer_outcome(thread, key, fields)
-                if fields.outcome_type == UNSTORABLE:
-                    raise TypeError(fields.error)
+                _raise_unstorable(fields)
     except BaseException:
         if held:
             _release(saver, thread, intent)
         raise
 
 
-async def _effect_async(
-    spec: EffectSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+async def drive_async(
+    call: EffectCall, saver: AsyncResilientSaver, invoke: Callable[[str], Awaitable[Any]]
 ) -> Any:
-    task, thread = _task_of(spec)
-    saver = task.async_saver
-    if saver is None:
-        raise _no_saver(spec, task)
-    key, fresh = _key_of(spec, task, args, kwargs)
-    fence = task.fence
-    intent = _intent(spec, task, key, fence)
-    if spec.passes_key:
-        kwargs = {**kwargs, "idempotency_key": key}
-    steps = effect_steps(spec, key, fresh)
+    """The async twin of `drive_sync`."""
+    spec, thread, key, fence = call.spec, call.thread, call.key, call.task.fence
+    intent = _intent(spec, call.task, key, fence)
+    steps = effect_steps(spec, key, call.fresh)
     reply: Any = None
     held = False  # our claim is stored and not settled
     try:
@@ -342,18 +342,13 @@ async def _effect_async(
             try:
                 op = steps.send(reply)
             except StopIteration as stop:
-                value = stop.value
-                if not isinstance(value, Replay):
-                    return value
-                effect_event("effect_replayed", spec.name, key, thread, None)
-                return _replayed(saver, value)
+                return _result(saver, call, stop.value)
             reply = None
             if isinstance(op, Lookup):
                 reply = await saver.aread_effect(thread, key)
             elif isinstance(op, Claim):
-                digest = _digest(args, kwargs)
                 reply = await saver.aclaim_intent(
-                    thread, intent, digest, spec.lease, fence, op.first
+                    thread, intent, call.digest, spec.lease, fence, op.first
                 )
                 held = reply.verdict in ("new", "took_over")
             elif isinstance(op, Reconcile):
@@ -367,7 +362,7 @@ async def _effect_async(
                     await asyncio.sleep(wait)
                 beat = _renewing(saver, thread, spec, intent)
                 try:
-                    reply = await fn(*args, **kwargs)
+                    reply = await invoke(key)
                 except Exception as exc:
                     reply = Settle("failed", error=exc)
                 finally:
@@ -379,13 +374,62 @@ async def _effect_async(
                     await saver.arecord_outcome(thread, key, fields, fence)
                 else:
                     saver.defer_outcome(thread, key, fields)
-                if fields.outcome_type == UNSTORABLE:
-                    raise TypeError(fields.error)
+                _raise_unstorable(fields)
     except BaseException:
         if held:
             with contextlib.suppress(Exception):  # if not, the lease runs out on its own
                 await saver.arenew_intent(thread, key, intent.owner or "", 0.0)
         raise
+
+
+def _result(saver: ResilientSaver | AsyncResilientSaver, call: EffectCall, value: Any) -> Any:
+    """What a call returns once its steps are done: the call's value, or the
+    recorded outcome it replays."""
+    if not isinstance(value, Replay):
+        return value
+    effect_event("effect_replayed", call.spec.name, call.key, call.thread, None)
+    return _replayed(saver, value)
+
+
+def _raise_unstorable(fields: OutcomeFields) -> None:
+    """An outcome recorded as done without its value: this try raises too."""
+    if fields.outcome_type == UNSTORABLE:
+        raise TypeError(fields.error)
+
+
+def _side_effect_call(
+    spec: EffectSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[EffectCall, dict[str, Any]]:
+    """A `side_effect` call, keyed by its task, and the keyword arguments to
+    call the function with (its idempotency key added, if it takes one)."""
+    task, thread = _task_of(spec)
+    key, fresh = _key_of(spec, task, args, kwargs)
+    if spec.passes_key:
+        kwargs = {**kwargs, "idempotency_key": key}
+    call = EffectCall(
+        spec=spec, task=task, thread=thread, key=key, fresh=fresh, digest=_digest(args, kwargs)
+    )
+    return call, kwargs
+
+
+def _effect_sync(
+    spec: EffectSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    call, kwargs = _side_effect_call(spec, args, kwargs)
+    saver = call.task.saver
+    if saver is None:
+        raise _no_saver(spec, call.task)
+    return drive_sync(call, saver, lambda key: fn(*args, **kwargs))
+
+
+async def _effect_async(
+    spec: EffectSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    call, kwargs = _side_effect_call(spec, args, kwargs)
+    saver = call.task.async_saver
+    if saver is None:
+        raise _no_saver(spec, call.task)
+    return await drive_async(call, saver, lambda key: fn(*args, **kwargs))
 
 
 @overload

@@ -1,14 +1,15 @@
 """A tool call that acts on the world, recorded once in the side-effect ledger.
 
-The ledger and its decision are `side_effect`'s (`_effect_steps.effect_steps`,
-the saver's intent and outcome records, the run-lease checks of ``effects``);
-only the key differs. A `side_effect` call is keyed by its task, which is
-right inside a graph node; a tool call is keyed by its **tool call id** (and
-the tool's name), per thread, because that id is what stays the same when the
-``tools`` task does not: a model step whose checkpoint was not yet stored when
-the process died is run again by the next one, and that new step dispatches the
-same tool calls (the model's message is replayed from the step's writes, or, for
-a deterministic model, produced again) under new task ids.
+The ledger, its decision and its drivers are `side_effect`'s
+(`effects.drive_sync`/`drive_async`: the saver's intent and outcome records,
+the run-lease checks, the replay and reconcile events); only the key differs.
+A `side_effect` call is keyed by its task, which is right inside a graph node;
+a tool call is keyed by its **tool call id** (and the tool's name), per thread,
+because that id is what stays the same when the ``tools`` task does not: a
+model step whose checkpoint was not yet stored when the process died is run
+again by the next one, and that new step dispatches the same tool calls (the
+model's message is replayed from the step's writes, or, for a deterministic
+model, produced again) under new task ids.
 
 The outcome stored is the tool's `ToolMessage`; a replay returns it as it was.
 The key is handed to the tool (`tool_idempotency_key`, or its
@@ -22,10 +23,6 @@ its undecorated function, so the call is not recorded twice under two keys.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import inspect
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -33,29 +30,10 @@ from typing import Any
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from pydantic import BaseModel
 
-from langgraph_resilience._effect_steps import (
-    CallEffect,
-    Claim,
-    EffectSpec,
-    Lookup,
-    Reconcile,
-    Replay,
-    Settle,
-    effect_steps,
-)
+from langgraph_resilience._effect_steps import EffectSpec
 from langgraph_resilience._task import TaskContext
 from langgraph_resilience.agents._policy import ToolEffect, effect_spec
-from langgraph_resilience.checkpoint import AsyncResilientSaver
-from langgraph_resilience.effects import (
-    UNSTORABLE,
-    _intent,
-    _lease_waits,
-    _no_saver,
-    _outcome_fields,
-    _release,
-    _renewing,
-    _replayed,
-)
+from langgraph_resilience.effects import EffectCall, _no_saver, drive_async, drive_sync
 from langgraph_resilience.errors import ConfigError
 
 __all__ = ["recorded", "tool_key", "tool_once_async", "tool_once_sync", "with_key"]
@@ -109,58 +87,24 @@ def _where(spec: EffectSpec, task: TaskContext | None) -> tuple[TaskContext, str
     return task, thread
 
 
+def _tool_call(
+    spec: EffectSpec, call_id: str, task: TaskContext | None
+) -> tuple[EffectCall, TaskContext]:
+    task, thread = _where(spec, task)
+    key = tool_key(spec, call_id)
+    call = EffectCall(spec=spec, task=task, thread=thread, key=key, fresh=False, digest=None)
+    return call, task
+
+
 def tool_once_sync(
     spec: EffectSpec, call_id: str, task: TaskContext | None, call: Callable[[str], Any]
 ) -> Any:
     """``call(key)`` at most once for this tool call (a stored outcome is returned)."""
-    task, thread = _where(spec, task)
-    saver = task.saver
+    effect, found = _tool_call(spec, call_id, task)
+    saver = found.saver
     if saver is None:
-        raise _no_saver(spec, task)
-    key, fence = tool_key(spec, call_id), task.fence
-    intent = _intent(spec, task, key, fence)
-    steps = effect_steps(spec, key, fresh=False)
-    reply: Any = None
-    held = False  # our claim is stored and not settled
-    try:
-        while True:
-            try:
-                op = steps.send(reply)
-            except StopIteration as stop:
-                value = stop.value
-                return _replayed(saver, value) if isinstance(value, Replay) else value
-            reply = None
-            if isinstance(op, Lookup):
-                reply = saver.read_effect(thread, key)
-            elif isinstance(op, Claim):
-                reply = saver.claim_intent(thread, intent, None, spec.lease, fence, op.first)
-                held = reply.verdict in ("new", "took_over")
-            elif isinstance(op, Reconcile):
-                assert spec.reconcile is not None
-                reply = spec.reconcile(key)
-            elif isinstance(op, CallEffect):
-                for wait in _lease_waits(spec, key, fence):
-                    time.sleep(wait)
-                beat = _renewing(saver, thread, spec, intent)
-                try:
-                    reply = call(key)
-                except Exception as exc:
-                    reply = Settle("failed", error=exc)
-                finally:
-                    beat.stop()
-            else:
-                held = False
-                fields = _outcome_fields(spec, saver, op)
-                if spec.on_unknown == "raise":
-                    saver.record_outcome(thread, key, fields, fence)
-                else:
-                    saver.defer_outcome(thread, key, fields)
-                if fields.outcome_type == UNSTORABLE:
-                    raise TypeError(fields.error)
-    except BaseException:
-        if held:
-            _release(saver, thread, intent)
-        raise
+        raise _no_saver(spec, found)
+    return drive_sync(effect, saver, call)
 
 
 async def tool_once_async(
@@ -170,54 +114,8 @@ async def tool_once_async(
     call: Callable[[str], Awaitable[Any]],
 ) -> Any:
     """The async twin of `tool_once_sync`."""
-    task, thread = _where(spec, task)
-    saver: AsyncResilientSaver | None = task.async_saver
+    effect, found = _tool_call(spec, call_id, task)
+    saver = found.async_saver
     if saver is None:
-        raise _no_saver(spec, task)
-    key, fence = tool_key(spec, call_id), task.fence
-    intent = _intent(spec, task, key, fence)
-    steps = effect_steps(spec, key, fresh=False)
-    reply: Any = None
-    held = False
-    try:
-        while True:
-            try:
-                op = steps.send(reply)
-            except StopIteration as stop:
-                value = stop.value
-                return _replayed(saver, value) if isinstance(value, Replay) else value
-            reply = None
-            if isinstance(op, Lookup):
-                reply = await saver.aread_effect(thread, key)
-            elif isinstance(op, Claim):
-                reply = await saver.aclaim_intent(thread, intent, None, spec.lease, fence, op.first)
-                held = reply.verdict in ("new", "took_over")
-            elif isinstance(op, Reconcile):
-                assert spec.reconcile is not None
-                reply = spec.reconcile(key)
-                if inspect.isawaitable(reply):
-                    reply = await reply
-            elif isinstance(op, CallEffect):
-                for wait in _lease_waits(spec, key, fence):
-                    await asyncio.sleep(wait)
-                beat = _renewing(saver, thread, spec, intent)
-                try:
-                    reply = await call(key)
-                except Exception as exc:
-                    reply = Settle("failed", error=exc)
-                finally:
-                    beat.stop()
-            else:
-                held = False
-                fields = _outcome_fields(spec, saver, op)
-                if spec.on_unknown == "raise":
-                    await saver.arecord_outcome(thread, key, fields, fence)
-                else:
-                    saver.defer_outcome(thread, key, fields)
-                if fields.outcome_type == UNSTORABLE:
-                    raise TypeError(fields.error)
-    except BaseException:
-        if held:
-            with contextlib.suppress(Exception):  # if not, the lease runs out on its own
-                await saver.arenew_intent(thread, key, intent.owner or "", 0.0)
-        raise
+        raise _no_saver(spec, found)
+    return await drive_async(effect, saver, call)
