@@ -208,7 +208,7 @@ def archive_thread(
         done = yield Sql(
             lambda: _archival.finish_archive(d, thread_id, claim, signature, count), True
         )
-    except BaseException:
+    except Exception:  # the thread stays hot; give the claim back for the next archival
         yield Sql(lambda: _archival.release_thread(d, thread_id, claim), True)
         raise
     return bool(done)
