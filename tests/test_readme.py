@@ -67,6 +67,17 @@ def test_every_block_is_run_or_says_why_not() -> None:
             assert block.reason, f"line {block.line}: a skipped block must say why"
 
 
+def test_every_fence_opens_with_a_language_and_closes_bare() -> None:
+    """A stray fence turns the rest of the page into one code block (and hides
+    the blocks after it from this test)."""
+    fences = [line for line in README.splitlines() if line.startswith("```")]
+    opening = fences[0::2]
+    closing = fences[1::2]
+    assert len(opening) == len(closing), "a fence is not closed"
+    assert [f for f in opening if f == "```"] == [], "a block without a language"
+    assert [f for f in closing if f != "```"] == [], "a fence out of place"
+
+
 def test_the_readme_python_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {"__name__": "readme"}
