@@ -32,6 +32,7 @@ from typing import Any
 from langgraph_resilience._route_text import is_routed
 from langgraph_resilience.checkpoint import EffectRecord, RunRecord
 from langgraph_resilience.checkpoint._events import RecoveryRecord
+from langgraph_resilience.checkpoint._store import TASKS_CHANNEL
 
 __all__ = [
     "ENDED",
@@ -49,7 +50,7 @@ RECOVERY_KINDS = ("crash", "takeover", "retry_failed", "budget", "human")
 #: The statuses of a run that ended.
 ENDED = ("success", "partial_complete", "error", "cancelled")
 NULL_TASK = "00000000-0000-0000-0000-000000000000"
-_RESUME, _INTERRUPT, _ERROR, _TASKS = "__resume__", "__interrupt__", "__error__", "__pregel_tasks"
+_RESUME, _INTERRUPT, _ERROR = "__resume__", "__interrupt__", "__error__"
 _HANDLED = "__error_source_node__"  # the error goes to the node's error handler
 _UUID_EPOCH = 0x01B21DD213814000  # 1582-10-15 in 100 ns ticks before 1970-01-01
 
@@ -310,7 +311,7 @@ class _Scan:
             routed = [w for w in errors if w.task_id in handled or is_routed(w.value)]
             failed = len(errors) > len(routed)  # e.g. a handler that failed in turn
             onward = (bool(routed) and not failed) or any(
-                w.channel.startswith("branch:to:") or w.channel == _TASKS for w in writes
+                w.channel.startswith("branch:to:") or w.channel == TASKS_CHANNEL for w in writes
             )
             self.current.last_flags = (onward, bool(interrupted) and not resumed, failed)
 

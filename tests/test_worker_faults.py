@@ -323,11 +323,11 @@ async def test_a_runs_end_that_cannot_be_stored_is_tried_again_not_turned_into_a
     finish = _runs.finish_run
     refused: list[str] = []
 
-    def flaky_finish(d: Any, fence: Any, status: str, outcome: Any) -> Any:
+    def flaky_finish(d: Any, fence: Any, status: str, outcome: Any, wait: Any = None) -> Any:
         if len(refused) < 2:
             refused.append(status)
             raise StoreUnavailable("the store is down (test)", target="test", attempts=8)
-        return finish(d, fence, status, outcome)
+        return finish(d, fence, status, outcome, wait)
 
     monkeypatch.setattr(_runs, "finish_run", flaky_finish)
     worker = Worker(pipeline(), checkpointer=h.saver, lease_ttl=5)

@@ -20,6 +20,7 @@ from typing import Any
 from langgraph_resilience.checkpoint._runs import RunRecord, claim_runs
 from langgraph_resilience.checkpoint._schema import ATTEMPTS, RECOVERIES, RUNS
 from langgraph_resilience.checkpoint._store import (
+    TASKS_CHANNEL,
     Dialect,
     Row,
     Statements,
@@ -164,7 +165,7 @@ def read_run_log(d: Dialect, thread_id: str | None = None) -> Statements[list[Ro
             "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, "
             f"CASE WHEN channel IN ({named}) THEN {value} END FROM {d.writes.name} "
             f"WHERE (channel IN ({named}) OR substr(channel, 1, 10) = 'branch:to:' "
-            f"OR channel = '__pregel_tasks') {where}"
+            f"OR channel = '{TASKS_CHANNEL}') {where}"
         ),
         (thread_id,) if thread_id is not None else (),
         fetch=True,
