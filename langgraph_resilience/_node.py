@@ -62,6 +62,7 @@ __all__ = [
     "NodeOp",
     "RecordAttempt",
     "Sleep",
+    "durable_wait",
     "is_async",
     "node_loop",
     "run_async",
@@ -145,13 +146,14 @@ def _budget_pause(ctx: NodeContext, record: AttemptRecord) -> dict[str, Any]:
 DURABLE_WAIT = "retry_after"
 
 
-def _durable_wait(ctx: NodeContext, record: AttemptRecord) -> dict[str, Any]:
-    """The interrupt of a try whose service asked for a wait longer than the node's
-    ``Backoff.max_wait``, under a `Worker`: the run is released until ``not_before``."""
+def durable_wait(name: str, record: AttemptRecord) -> dict[str, Any]:
+    """The interrupt of a try whose service asked for a wait longer than its
+    ``Backoff.max_wait``, under a `Worker`: the run is released until ``not_before``
+    (``name``: the node's, or an agent's call label: ``model``, ``tool:<name>``)."""
     wait = float(record.wait or 0.0)
     return {
         "reason": DURABLE_WAIT,
-        "node": ctx.name,
+        "node": name,
         "attempt": record.attempt,
         "error": f"{record.error_type}: {record.reason}",
         "wait": wait,
@@ -207,7 +209,7 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
         if isinstance(resumed, (Budget, Mapping)):
             topped = Budget.coerce(resumed, where="the value resumed with")
     elif earlier and earlier[-1].status == "waiting":
-        interrupt(_durable_wait(ctx, earlier[-1]))  # resumed once the wait is over
+        interrupt(durable_wait(ctx.name, earlier[-1]))  # resumed once the wait is over
     overrides: Mapping[str, Any] = {}
     summaries: list[dict[str, Any]] = []
     spent: dict[str, float] = {"steps": 1}
@@ -232,7 +234,8 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
         exc = result.error
         if exc is None:
             inner_usage, inner_failed = nested_log(result.output, state)
-            spent = add_usage(spent, inner_usage)
+            if inner_usage:  # a subgraph's model calls (none for a plain node)
+                spent = add_usage(spent, inner_usage)
             if inner_failed is not None:
                 exc = SubgraphStopped(inner_failed)
         if exc is None and policy is not None and policy.validate is not None:
@@ -284,7 +287,7 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
         if decision.action is Action.WAIT:
             # Raises: the worker releases the run until the wait is over, then
             # resumes it; the node re-runs, finds this try stored, and tries again.
-            interrupt(_durable_wait(ctx, record))
+            interrupt(durable_wait(ctx.name, record))
         earlier.append(record)
         if decision.action in (Action.RETRY, Action.PAUSE, Action.WAIT):
             if decision.adapt and policy.adapt is not None:

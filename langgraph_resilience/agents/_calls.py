@@ -5,6 +5,11 @@ task's earlier failed tries, call, store a failed try, compress, sleep) and
 returns the call's result or a `GaveUp`. `run_sync` and `run_async` do that
 I/O; they differ in their I/O lines only.
 
+Under a `Worker`, a ``Retry-After`` longer than the policy's ``Backoff.max_wait``
+with tries left is a durable wait, as for a graph node (`_node.durable_wait`):
+the try is stored as ``waiting`` and the call interrupts; the worker releases
+the run until the wait is over, and the next claim resumes it at the next try.
+
 Failed tries are stored in the saver's attempt ledger (the same table a
 `ResilientStateGraph` node's tries go to), keyed by the task the call runs in:
 in an agent built by ``create_agent`` the model call is its ``model`` task and
@@ -24,7 +29,7 @@ from typing import Any, NamedTuple
 from langgraph.types import interrupt
 
 from langgraph_resilience._engine import Action, decide
-from langgraph_resilience._node import CallResult, LoadAttempts, RecordAttempt, Sleep
+from langgraph_resilience._node import CallResult, LoadAttempts, RecordAttempt, Sleep, durable_wait
 from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.classify import Classification, Classifier, FailureKind, is_control_flow
@@ -57,6 +62,7 @@ class CallContext:
     classifier: Classifier
     rand: Callable[[], float]
     resuming: bool
+    durable_waits: bool = False  # under a `Worker`: a long Retry-After releases the run
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,6 +93,8 @@ def call_loop(ctx: CallContext) -> Generator[CallOp, Any, Any]:
     earlier = [r for r in stored if r.node == ctx.label]
     if earlier and earlier[-1].kind == FailureKind.BUDGET_EXHAUSTED.value:
         interrupt(_pause_value(ctx, earlier[-1]))  # resumed: returns the resume value
+    elif earlier and earlier[-1].status == "waiting":
+        interrupt(durable_wait(ctx.label, earlier[-1]))  # resumed once the wait is over
     while True:
         number = len(earlier) + 1
         started = time.time()
@@ -98,7 +106,7 @@ def call_loop(ctx: CallContext) -> Generator[CallOp, Any, Any]:
             raise exc
         failure = ctx.classifier(exc)
         kinds = [FailureKind(r.kind) for r in earlier if r.kind]
-        decision = decide(ctx.policy, failure, kinds, ctx.rand())
+        decision = decide(ctx.policy, failure, kinds, ctx.rand(), durable_waits=ctx.durable_waits)
         record = AttemptRecord(
             attempt=number,
             node=ctx.label,
@@ -106,6 +114,7 @@ def call_loop(ctx: CallContext) -> Generator[CallOp, Any, Any]:
             error_type=type(exc).__name__,
             reason=str(exc)[:500],
             finished_at=time.time(),
+            status="waiting" if decision.action is Action.WAIT else "failed",
             wait=decision.wait,
         )
         yield RecordAttempt(record, started)
@@ -114,6 +123,10 @@ def call_loop(ctx: CallContext) -> Generator[CallOp, Any, Any]:
             # Raises until resumed; the resumed call finds this try stored (above).
             interrupt(_pause_value(ctx, record))
             continue
+        if decision.action is Action.WAIT:
+            # Raises: the worker releases the run until the wait is over, then
+            # resumes it; the call finds this try stored (above) and tries again.
+            interrupt(durable_wait(ctx.label, record))
         if decision.action is Action.RETRY:
             if decision.compress:
                 yield Compress()

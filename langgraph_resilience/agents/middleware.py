@@ -303,6 +303,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             classifier=classifier,
             rand=self._rand,
             resuming=task is not None and task.resuming,
+            durable_waits=task is not None and task.fence is not None,  # under a Worker
         )
 
     def _budget_gate(self, state: Mapping[str, Any], task: TaskContext | None) -> Budget | None:
