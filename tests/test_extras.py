@@ -59,6 +59,12 @@ with contextlib.redirect_stderr(err):
 assert code == 2, code
 assert "pip install 'langgraph-resilience[postgres]'" in err.getvalue(), err.getvalue()
 assert main(["runs", "--db", db, "--json"]) == 0
+try:
+    import langgraph_resilience.checkpoint.postgres.aio
+except ImportError as exc:
+    assert "pip install 'langgraph-resilience[postgres]'" in str(exc), exc
+else:
+    raise AssertionError("the Postgres savers imported without psycopg")
 assert not any(m and m.startswith("psycopg") for m in sys.modules if sys.modules[m]), [
     m for m in sys.modules if m.startswith("psycopg") and sys.modules[m]
 ]

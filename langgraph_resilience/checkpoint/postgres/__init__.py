@@ -6,7 +6,14 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, TypeVar, cast
 
-import psycopg
+try:
+    import psycopg
+except ImportError as missing:  # the base install, without the `postgres` extra
+    raise ImportError(
+        f"the Postgres savers need the postgres extra ({missing}): "
+        "pip install 'langgraph-resilience[postgres]'"
+    ) from missing
+
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
