@@ -245,16 +245,19 @@ class TaskContext:
     @property
     def send_index(self) -> int | None:
         """The index of the `Send` that started this task, if one did."""
-        path: tuple[Any, ...] = tuple((self.config.get("metadata") or {}).get(PATH_KEY) or ())
-        if len(path) >= 2 and path[0] == PUSH and isinstance(path[1], int):
-            return path[1]
+        path = (self.config.get("metadata") or {}).get(PATH_KEY)
+        if path and path[0] == PUSH and len(path) >= 2 and isinstance(path[1], int):
+            return int(path[1])
         return None
 
     @property
     def graph_path(self) -> str:
         """The subgraph nodes this task runs inside, outermost first
         (``"research/"``; empty at the root)."""
-        parts = [seg.split(":", 1)[0] for seg in self.checkpoint_ns.split("|") if seg]
+        ns = self.checkpoint_ns
+        if "|" not in ns:  # a root task (``node:<task id>``), every step of a flat graph
+            return ""
+        parts = [seg.split(":", 1)[0] for seg in ns.split("|") if seg]
         return "".join(f"{p}/" for p in parts[:-1])
 
     @property

@@ -172,14 +172,16 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
     takes the newer value.
     """
     merged: dict[str, Any] = dict(left or {})
-    update: dict[str, Any] = dict(right or {})
-    started = update.pop("new_run", None)
+    update: Mapping[str, Any] = right or {}
+    started = update.get("new_run")
     if started is not None:
         merged = _fresh_run(merged, float(started))
-    cleared = update.pop("clear", None)
+    cleared = update.get("clear")
     if cleared:  # steps being re-run (`retry_failed`) are no longer failed or degraded
         merged = _cleared(merged, set(cleared))
     for key, value in update.items():
+        if key in _MARKERS:
+            continue
         if key == "step":
             if value.get("status") in _RAN:  # a failed step re-run keeps its path
                 merged["counts"] = _count(merged.get("counts"), value)
@@ -206,6 +208,8 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
 
 
 _RAN = ("completed", "degraded")
+#: Keys of an update that mark it (read above), never kept in the log.
+_MARKERS = frozenset(("new_run", "clear"))
 #: What the state's window keeps of a step (the store keeps all of it).
 _BRIEF = ("path", "attempts", "kinds", "ended_at", "summary")
 
@@ -230,10 +234,12 @@ def _count(counts: dict[str, int] | None, step: StepRecord) -> dict[str, int]:
     """Executions per path, the most recently run `COUNTED_PATHS` only: a loop
     revisits few paths, and a long chain of distinct nodes must not grow the log."""
     base = step_base(step.get("path", ""))
-    known = dict(counts or {})
+    known = dict(counts) if counts else {}
     seen = known.pop(base, 0)
     known[base] = seen + 1
-    return dict(list(known.items())[-COUNTED_PATHS:])
+    if len(known) > COUNTED_PATHS:
+        known = dict(list(known.items())[-COUNTED_PATHS:])
+    return known
 
 
 def step_base(path: str) -> str:
@@ -276,7 +282,7 @@ def summarize(output: Any, limit: int = 120) -> str:
     collections are summarised by their length, never rendered whole.
     """
     if isinstance(output, dict):
-        text = ", ".join(f"{k}={_short(v)}" for k, v in output.items() if k != "resilience")
+        text = ", ".join([f"{k}={_short(v)}" for k, v in output.items() if k != "resilience"])
     else:
         text = _short(output)
     return text if len(text) <= limit else text[: limit - 1] + "…"
