@@ -91,8 +91,11 @@ class CheckpointConflict(ResilienceError):
     Attributes:
         thread_id, checkpoint_ns: the thread and namespace.
         parent_id: the checkpoint this run continued from.
-        head_id: the newer checkpoint that was already stored.
+        head_id: the newer checkpoint that was already stored (the parent itself
+            when ``archived``).
         checkpoint_id: the checkpoint that was refused.
+        archived: the thread was moved to the archive (``archive_idle``) after
+            this run read it.
     """
 
     def __init__(
@@ -103,15 +106,26 @@ class CheckpointConflict(ResilienceError):
         parent_id: str,
         head_id: str,
         checkpoint_id: str,
+        archived: bool = False,
     ) -> None:
         ns = f" namespace {checkpoint_ns!r}" if checkpoint_ns else ""
-        super().__init__(
-            f"thread {thread_id!r}{ns} has moved past checkpoint {parent_id} "
-            f"(latest is {head_id}): another process resumed this thread, so "
-            f"checkpoint {checkpoint_id} was refused instead of forking the history. "
-            "Reload the thread (graph.get_state) and resume from its latest checkpoint, "
-            "or run threads through a Worker so only one process owns a thread."
-        )
+        if archived:
+            message = (
+                f"thread {thread_id!r} was moved to the archive (archive_idle) after this "
+                f"run read checkpoint {parent_id}, so checkpoint {checkpoint_id} was refused "
+                "instead of being stored apart from its history. Run it again: reading the "
+                "thread (graph.get_state, invoke) restores it from the archive first."
+            )
+        else:
+            message = (
+                f"thread {thread_id!r}{ns} has moved past checkpoint {parent_id} "
+                f"(latest is {head_id}): another process resumed this thread, so "
+                f"checkpoint {checkpoint_id} was refused instead of forking the history. "
+                "Reload the thread (graph.get_state) and resume from its latest checkpoint, "
+                "or run threads through a Worker so only one process owns a thread."
+            )
+        super().__init__(message)
+        self.archived = archived
         self.thread_id = thread_id
         self.checkpoint_ns = checkpoint_ns
         self.parent_id = parent_id

@@ -442,3 +442,50 @@ async def test_leftovers_of_a_restore_are_replaced_by_the_next_archival(
     assert len(objects(archive, thread_id)) == len(history) == 8
     assert [t.checkpoint["id"] for t in await h.listed(config)] == history
     assert calls.charges == 2
+
+
+async def test_a_run_working_while_its_thread_is_archived_is_refused_not_split(h: Any) -> None:
+    """A run that read its thread, then the thread was archived, then it writes:
+    the write would store a checkpoint whose history (and, on Postgres, the values
+    of its unchanged channels) is only in the archive. It is refused; a read
+    restores the thread whole, and running it again goes on from there."""
+    from langgraph_resilience import CheckpointConflict
+
+    started, go = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def first(state: State) -> dict[str, Any]:
+        ran.append("first")
+        return {"done": ["first"]}
+
+    def slow(state: State) -> dict[str, Any]:
+        ran.append("slow")
+        if len(ran) == 4:  # the second turn's, the first time
+            started.set()
+            assert go.wait(20)
+        return {"done": ["slow"]}
+
+    g = ResilientStateGraph(State)
+    g.add_node("first", first)
+    g.add_node("slow", slow)
+    g.add_edge(START, "first")
+    g.add_edge("first", "slow")
+    g.add_edge("slow", END)
+    graph = g.compile(checkpointer=h.saver)
+    config = thread(h, "race")
+    thread_id = config["configurable"]["thread_id"]
+
+    await h.invoke(graph, {"done": []}, config)  # a first turn: the thread exists
+    running = asyncio.ensure_future(h.invoke(graph, {"done": []}, config))
+    assert await asyncio.to_thread(started.wait, 20)
+    assert thread_id in (await h.call("archive_idle", 0)).archived  # idle, no open run
+    go.set()
+    with pytest.raises(CheckpointConflict, match="moved to the archive") as refused:
+        await running
+    assert refused.value.archived
+
+    out = await h.invoke(graph, None, config)  # restores the thread, then goes on
+    assert out["done"] == ["first", "slow"] * 2
+    # The step in flight is not even run again: its writes, stored before its
+    # checkpoint was refused, wait beside the restored checkpoint they belong to.
+    assert ran == ["first", "slow", "first", "slow"]

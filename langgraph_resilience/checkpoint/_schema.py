@@ -189,6 +189,33 @@ END $$"""
 # the run still carries the writer's fencing token, and holds the run's row
 # (FOR SHARE) until the write commits, so a claim cannot slip in between.
 LEASE_MARKER = "resilience-lease-lost"
+# Version 14 of the fork check also refuses a write to a thread moved to the
+# archive after the writer read it (its parent is gone from the hot tier: the
+# write would store a checkpoint whose history, and on Postgres the blobs of its
+# unchanged channels, are only in the archive). Reading the thread restores it.
+ARCHIVED_MARKER = "resilience-archived"
+_PG_REFUSE_FORK_OR_ARCHIVED = f"""
+CREATE OR REPLACE FUNCTION resilience_refuse_fork(
+    p_thread TEXT, p_ns TEXT, p_parent TEXT, p_new TEXT
+) RETURNS VOID LANGUAGE plpgsql AS $$
+DECLARE
+    newer TEXT;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext(p_thread), hashtext(p_ns));
+    SELECT checkpoint_id INTO newer FROM checkpoints
+    WHERE thread_id = p_thread AND checkpoint_ns = p_ns
+      AND checkpoint_id > p_parent AND checkpoint_id <> p_new
+    ORDER BY checkpoint_id DESC LIMIT 1;
+    IF newer IS NOT NULL THEN
+        RAISE EXCEPTION '{FORK_MARKER}' USING DETAIL = newer;
+    END IF;
+    IF EXISTS (
+        SELECT 1 FROM resilience_archive WHERE thread_id = p_thread AND status = 'archived'
+    ) THEN
+        RAISE EXCEPTION '{ARCHIVED_MARKER}' USING DETAIL = p_parent;
+    END IF;
+END $$"""
+
 _PG_CHECK_FENCE = f"""
 CREATE OR REPLACE FUNCTION resilience_check_fence(p_run TEXT, p_token BIGINT)
 RETURNS VOID LANGUAGE plpgsql AS $$
@@ -261,6 +288,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     # 13: threads moved to the cold tier (archive_idle) and back.
     Migration.both(ARCHIVE.create()),
+    # 14: the fork check also refuses a write to a thread archived meanwhile
+    # (SQLite checks in Python).
+    Migration.postgres_only(_PG_REFUSE_FORK_OR_ARCHIVED),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 

@@ -13,6 +13,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
 
 from langgraph_resilience.checkpoint._schema import (
+    ARCHIVE,
+    ARCHIVED_MARKER,
     CHECKPOINT_TABLES,
     FORK_MARKER,
     RUNS,
@@ -79,9 +81,10 @@ def continues_head(thread_id: str, ns: str, parent_id: str | None) -> bool:
     return parent_id is not None and views is not None and views.get((thread_id, ns)) == parent_id
 
 
-_NEWER_THAN_PARENT = (
-    "SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
-    "AND checkpoint_id > ? AND checkpoint_id <> ? ORDER BY checkpoint_id DESC LIMIT 1"
+_NEWER_OR_ARCHIVED = (
+    "SELECT (SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+    "AND checkpoint_id > ? AND checkpoint_id <> ? ORDER BY checkpoint_id DESC LIMIT 1), "
+    f"(SELECT 1 FROM {ARCHIVE.name} WHERE thread_id = ? AND status = 'archived')"
 )
 
 
@@ -96,21 +99,23 @@ class PutCheckpoint(NamedTuple):
     row: tuple[Any, ...]  # the checkpoints row, in the dialect's column order
     blob_rows: Sequence[tuple[Any, ...]] = ()  # Postgres only
 
-    def conflict(self, head_id: str) -> CheckpointConflict:
+    def conflict(self, head_id: str, *, archived: bool = False) -> CheckpointConflict:
         return CheckpointConflict(
             thread_id=self.thread_id,
             checkpoint_ns=self.ns,
             parent_id=self.parent_id or "",
             head_id=head_id,
             checkpoint_id=self.checkpoint_id,
+            archived=archived,
         )
 
     def fork_conflict(self, exc: BaseException) -> CheckpointConflict | None:
         """The `CheckpointConflict` behind a Postgres error raised by the fork check."""
         diag = getattr(exc, "diag", None)
-        if diag is None or getattr(diag, "message_primary", None) != FORK_MARKER:
+        marker = getattr(diag, "message_primary", None)
+        if diag is None or marker not in (FORK_MARKER, ARCHIVED_MARKER):
             return None
-        return self.conflict(str(diag.message_detail))
+        return self.conflict(str(diag.message_detail), archived=marker == ARCHIVED_MARKER)
 
 
 _SQLITE_PUT = (
@@ -152,9 +157,11 @@ def put_checkpoint(
     # read a snapshot another process has since moved past cannot write
     # ("database is locked"), and the retry reads afresh. (A single INSERT ...
     # SELECT copies the blob through a temporary table: slower.)
-    rows = yield Stmt(d.sql(_NEWER_THAN_PARENT), keys, fetch=True)
-    if rows:
-        raise put.conflict(rows[0][0])
+    newer, archived = (yield Stmt(d.sql(_NEWER_OR_ARCHIVED), (*keys, put.thread_id), fetch=True))[0]
+    if newer is not None:
+        raise put.conflict(str(newer))
+    if archived is not None:
+        raise put.conflict(put.parent_id, archived=True)
     yield Stmt(upsert_sql, put.row)
 
 
