@@ -126,3 +126,13 @@ async def _status(h: Harness, thread: str) -> str:
     (summary,) = [r for r in listed if r.thread_id == thread]
     assert summary.status == report.status
     return report.status
+
+
+def test_the_error_channels_read_are_the_installed_langgraphs() -> None:
+    from langgraph._internal import _constants as lg
+
+    from langgraph_resilience import _metrics_scan
+    from langgraph_resilience.checkpoint._events import RUN_LOG_CHANNELS
+
+    assert (_metrics_scan._ERROR, _metrics_scan._HANDLED) == (lg.ERROR, lg.ERROR_SOURCE_NODE)
+    assert {lg.ERROR, lg.ERROR_SOURCE_NODE} <= set(RUN_LOG_CHANNELS)
