@@ -38,6 +38,7 @@ from langgraph_resilience.graph import (
 from langgraph_resilience.metrics import RecoveryMetrics, arecovery_metrics, recovery_metrics
 from langgraph_resilience.policy import Attempt, Backoff, NodePolicy
 from langgraph_resilience.report import RunReport, arun_report, run_report
+from langgraph_resilience.settle import asettle_effect, settle_effect
 from langgraph_resilience.state import ResilientState, RunOutcome
 from langgraph_resilience.worker import Worker
 
@@ -78,11 +79,13 @@ __all__ = [
     "arecovery_metrics",
     "aretry_failed",
     "arun_report",
+    "asettle_effect",
     "classify",
     "current_attempt",
     "recovery_metrics",
     "report_usage",
     "retry_failed",
     "run_report",
+    "settle_effect",
     "side_effect",
 ]

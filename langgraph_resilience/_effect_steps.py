@@ -170,9 +170,13 @@ def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[EffectOp,
         elif spec.on_unknown == "raise" and prior.status == "intent":
             raise EffectOutcomeUnknown(
                 f"side effect {spec.name!r} (idempotency key {key!r}) was started but its "
-                "outcome was never recorded: the process stopped during the call. Verify "
-                "by hand whether it happened, then record it or resume; it will not be "
-                "called again on its own (on_unknown='raise')."
+                "outcome was never recorded: the process stopped during the call. It will "
+                "not be called again on its own (on_unknown='raise'). Check the outside "
+                "system, record what you find with settle_effect(saver, thread_id, "
+                f"{key!r}, happened=True, result=...) or happened=False (to call it again "
+                "with the same key), then call retry_failed(graph, config).",
+                effect=spec.name,
+                idempotency_key=key,
             )
     result = yield CallEffect()
     if isinstance(result, Settle):  # the call raised

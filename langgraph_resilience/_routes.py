@@ -37,6 +37,7 @@ from langgraph_resilience._route_text import (
 from langgraph_resilience._task import TaskContext
 from langgraph_resilience._telemetry import GRAPH_KEY, emit
 from langgraph_resilience.classify import Classification, FailureKind
+from langgraph_resilience.errors import EffectOutcomeUnknown
 from langgraph_resilience.state import brief
 
 __all__ = [
@@ -191,6 +192,14 @@ def suggestion(
             f"'{node}' was asked to wait {retry_after:.0f} s before a retry (Retry-After: "
             f"{error}), longer than its Backoff.max_wait. Call retry_failed(graph, config) "
             f"after {when}."
+        )
+    if isinstance(exc, EffectOutcomeUnknown):
+        text = (
+            f"'{node}' stopped at side effect {exc.effect!r}, which was started but whose "
+            "outcome is unknown (the process stopped during the call). Check the outside "
+            "system, record what you find with settle_effect(saver, thread_id, "
+            f"{exc.idempotency_key!r}, happened=True, result=...) or happened=False, then "
+            "call retry_failed(graph, config)."
         )
     if step is not None:
         text = text.replace(

@@ -172,7 +172,20 @@ class RunStateError(ResilienceError):
 
 
 class EffectOutcomeUnknown(ResilienceError):
-    """A side effect was started but its outcome was never recorded."""
+    """A side effect was started but its outcome was never recorded.
+
+    Raised (``on_unknown="raise"``) instead of calling it again. Check the outside
+    system, record what happened with `settle_effect`, then `retry_failed`.
+
+    Attributes:
+        effect: the effect's name.
+        idempotency_key: its key, as `settle_effect` takes it.
+    """
+
+    def __init__(self, message: str, *, effect: str = "", idempotency_key: str = "") -> None:
+        super().__init__(message)
+        self.effect = effect
+        self.idempotency_key = idempotency_key
 
 
 class NodeFailure(Exception):

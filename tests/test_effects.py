@@ -340,7 +340,10 @@ async def test_unknown_outcome_can_stop_the_run_for_a_human(checkpointer: Any) -
     assert service.calls["charge"] == 1  # never called again on its own
     failed = out["resilience"]["failed_step"]
     assert failed["error_type"] == "EffectOutcomeUnknown"
-    assert "'pay'" in failed["message"] and "Verify" in out["resilience"]["recovery_suggestions"][0]
+    assert (
+        "'pay'" in failed["message"]
+        and "settle_effect(" in out["resilience"]["recovery_suggestions"][0]
+    )
 
 
 # -- when the outcome is stored -----------------------------------------------------------

@@ -1,0 +1,118 @@
+"""Settling by hand a payment whose outcome is unknown (``on_unknown="raise"``).
+
+The process stops right after the bank call, before its outcome is stored (a
+`FaultPlan` crash leaves the store exactly as a SIGKILL would). The resumed run
+stops with `EffectOutcomeUnknown` and a suggestion naming `settle_effect`; a
+person records what the bank says, and `retry_failed` finishes the run.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any
+
+import pytest
+from langgraph.graph import END, START
+
+from langgraph_resilience import (
+    ConfigError,
+    NodePolicy,
+    ResilientState,
+    ResilientStateGraph,
+    RunStateError,
+    aretry_failed,
+    asettle_effect,
+    retry_failed,
+    settle_effect,
+    side_effect,
+)
+from langgraph_resilience.testing import FaultPlan, SimulatedCrash
+
+
+class State(ResilientState, total=False):
+    receipts: Annotated[list[str], operator.add]
+
+
+def payment_graph(h: Any, bank: list[str]) -> Any:
+    @side_effect(name="pay", on_unknown="raise")
+    def pay(amount: int, *, idempotency_key: str) -> str:
+        bank.append(idempotency_key)
+        return f"po-{len(bank)}"
+
+    def charge(state: State) -> dict[str, Any]:
+        return {"receipts": [pay(42)]}
+
+    g = ResilientStateGraph(State)
+    g.add_node("charge", charge, policy=NodePolicy(retry=None))
+    g.add_edge(START, "charge")
+    g.add_edge("charge", END)
+    return g.compile(checkpointer=h.saver)
+
+
+async def settle(h: Any, *args: Any, **kwargs: Any) -> Any:
+    if h.is_async:
+        return await asettle_effect(h.saver, *args, **kwargs)
+    return settle_effect(h.saver, *args, **kwargs)
+
+
+async def retry(h: Any, graph: Any, config: Any) -> Any:
+    if h.is_async:
+        return await aretry_failed(graph, config)
+    return retry_failed(graph, config)
+
+
+async def stopped_at_unknown(h: Any, thread: str, bank: list[str]) -> tuple[Any, Any, str]:
+    """A payment made, its outcome lost, the run resumed: stopped for a person."""
+    graph = payment_graph(h, bank)
+    config = {"configurable": {"thread_id": f"{thread}-{h.id}"}}
+    with pytest.raises(SimulatedCrash):
+        await h.invoke(FaultPlan().crash_after_effect("pay").apply(graph), {}, config)
+    # Resumed as a new process would (an empty plan: the saver writes again).
+    out = await h.invoke(FaultPlan().apply(graph), None, config)
+    outcome = out["resilience"]
+    assert outcome["status"] == "partial_complete"
+    assert outcome["failed_step"]["error_type"] == "EffectOutcomeUnknown"
+    (key,) = bank  # the bank was called once; its key names the effect
+    assert f"settle_effect(saver, thread_id, {key!r}" in outcome["recovery_suggestions"][0]
+    return graph, config, key
+
+
+async def test_a_payment_the_bank_made_is_recorded_and_never_made_again(
+    checkpointer: Any,
+) -> None:
+    h, bank = checkpointer, []
+    graph, config, key = await stopped_at_unknown(h, "made", bank)
+    record = await settle(h, config["configurable"]["thread_id"], key, happened=True, result="po-1")
+    assert record.status == "done"
+    out = await retry(h, graph, config)
+    assert out["resilience"]["status"] == "success"
+    assert out["receipts"] == ["po-1"]  # the recorded result, replayed
+    assert bank == [key]  # paid once
+    with pytest.raises(RunStateError, match="already has its outcome"):
+        await settle(h, config["configurable"]["thread_id"], key, happened=True)
+
+
+async def test_a_payment_the_bank_never_made_is_made_with_the_same_key(
+    checkpointer: Any,
+) -> None:
+    h, bank = checkpointer, []
+    graph, config, key = await stopped_at_unknown(h, "not-made", bank)
+    record = await settle(h, config["configurable"]["thread_id"], key, happened=False)
+    assert record.status == "failed"
+    out = await retry(h, graph, config)
+    assert out["resilience"]["status"] == "success"
+    assert bank == [key, key]  # called again, under the same idempotency key
+
+
+async def test_settling_asks_for_a_known_effect_and_a_storable_result(
+    checkpointer: Any,
+) -> None:
+    h, bank = checkpointer, []
+    _, config, key = await stopped_at_unknown(h, "wrong", bank)
+    thread = config["configurable"]["thread_id"]
+    with pytest.raises(LookupError, match="list_effects"):
+        await settle(h, thread, "no-such-key", happened=True)
+    with pytest.raises(ConfigError, match="True or False"):
+        await settle(h, thread, key, happened="yes")
+    with pytest.raises(ConfigError, match="cannot be stored"):
+        await settle(h, thread, key, happened=True, result=object())
