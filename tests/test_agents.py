@@ -32,7 +32,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from spawn import spawn
 
-from langgraph_resilience import Budget, ConfigError, Worker
+from langgraph_resilience import Backoff, Budget, ConfigError, Worker
 from langgraph_resilience.agents import CallPolicy, ResilienceMiddleware, ToolEffect
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
@@ -317,6 +317,16 @@ def test_settings_are_checked_with_messages_that_say_what_is_right() -> None:
         ResilienceMiddleware(effects="send_email")
     with pytest.raises(ConfigError, match="on_unknown"):
         ToolEffect(on_unknown="ignore")  # type: ignore[arg-type]
+
+
+def test_a_policy_left_to_its_default_gives_up_as_its_call_can() -> None:
+    # The same CallPolicy for the model and the tools: the model raises, a tool
+    # continues with an error ToolMessage (docs/agents.md's example).
+    policy = CallPolicy(retry=Backoff(max_attempts=4))
+    middleware = ResilienceMiddleware(model=policy, tools={"search": policy, "*": policy})
+    assert middleware.model_policy.on_failure == "raise"
+    assert middleware.tool_policies["search"].on_failure == "continue"
+    assert middleware.default_tool_policy.on_failure == "continue"
 
 
 def test_the_package_imports_without_langchain() -> None:

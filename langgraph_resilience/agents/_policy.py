@@ -40,7 +40,8 @@ class CallPolicy:
         on_failure: when the call fails for good: ``"continue"`` (tools only:
             the model gets an error `ToolMessage`), ``"end"`` (the run ends with
             ``state["resilience"]["status"] == "partial_complete"``, what was
-            done, what failed and suggestions) or ``"raise"``.
+            done, what failed and suggestions) or ``"raise"``. None (the
+            default): ``"continue"`` for a tool, ``"raise"`` for the model.
         max_validation_attempts: tries in all that may fail validation
             (pydantic ``ValidationError``, ``OutputParserException``).
         classifier: rules in front of the middleware's own classifier.
@@ -50,7 +51,7 @@ class CallPolicy:
     """
 
     retry: Backoff | None = field(default_factory=Backoff)
-    on_failure: OnFailure = "continue"
+    on_failure: OnFailure | None = None
     max_validation_attempts: int = 2
     classifier: Classifier | None = None
 
@@ -60,7 +61,7 @@ class CallPolicy:
                 "CallPolicy retry must be a langgraph_resilience.Backoff (e.g. "
                 f"Backoff(max_attempts=4)) or None for no retry, got {self.retry!r}"
             )
-        if self.on_failure not in _ON_FAILURE:
+        if self.on_failure is not None and self.on_failure not in _ON_FAILURE:
             raise ConfigError(
                 f'CallPolicy on_failure must be "continue", "end" or "raise", '
                 f"got {self.on_failure!r}"

@@ -34,6 +34,7 @@ import contextvars
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Annotated, Any, NotRequired, cast
 
 from langchain.agents.middleware import (
@@ -118,14 +119,19 @@ def _tool_policies(
     tools: CallPolicy | Mapping[str, CallPolicy],
 ) -> tuple[dict[str, CallPolicy], CallPolicy]:
     if isinstance(tools, CallPolicy):
-        return {}, tools
+        return {}, _for_a_tool(tools)
     if not isinstance(tools, Mapping) or not all(isinstance(p, CallPolicy) for p in tools.values()):
         raise ConfigError(
             "ResilienceMiddleware tools must be a CallPolicy (for every tool) or a dict "
             'of tool name -> CallPolicy ("*" for the others), got ' + repr(tools)
         )
-    named = dict(tools)
-    return named, named.pop("*", CallPolicy())
+    named = {name: _for_a_tool(p) for name, p in tools.items()}
+    return named, named.pop("*", _for_a_tool(CallPolicy()))
+
+
+def _for_a_tool(policy: CallPolicy) -> CallPolicy:
+    """A tool's policy with its give-up behaviour set (default: continue)."""
+    return replace(policy, on_failure=policy.on_failure or "continue")
 
 
 def _effects(effects: Mapping[str, ToolEffect] | Sequence[str]) -> dict[str, ToolEffect]:
@@ -240,9 +246,10 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         rand: Callable[[], float] = random.random,
     ) -> None:
         super().__init__()
-        self.model_policy = model if model is not None else CallPolicy(on_failure="raise")
-        if not isinstance(self.model_policy, CallPolicy):
+        model = model if model is not None else CallPolicy()
+        if not isinstance(model, CallPolicy):
             raise ConfigError(f"ResilienceMiddleware model must be a CallPolicy, got {model!r}")
+        self.model_policy = replace(model, on_failure=model.on_failure or "raise")
         if self.model_policy.on_failure == "continue":
             raise ConfigError(
                 'ResilienceMiddleware model on_failure must be "raise" or "end" (a model '
