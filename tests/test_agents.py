@@ -10,6 +10,7 @@ pauses, context compression, and LangChain's own middleware alongside.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -74,15 +75,22 @@ def kinds(out: dict[str, Any]) -> list[str]:
 
 
 async def test_a_tool_failing_twice_transiently_is_called_three_times(
-    checkpointer: Harness, tmp_path: Path
+    checkpointer: Harness, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = cfg()
     clock = Clock()
     agent = research_agent(
         checkpointer.saver, tmp_path, search_failures=2, sleep=clock.sleep, asleep=clock.asleep
     )
-    out = await checkpointer.invoke(agent, QUESTION, config)
+    with caplog.at_level(logging.WARNING, logger="langgraph_resilience"):
+        out = await checkpointer.invoke(agent, QUESTION, config)
     assert len(lines(tmp_path / "search.log")) == 3
+    tries = [r for r in caplog.records if getattr(r, "event", None) == "try_failed"]
+    assert [(r.node, r.attempt, r.kind, r.action) for r in tries] == [  # type: ignore[attr-defined]
+        ("tool:search", 1, "transient", "retry"),
+        ("tool:search", 2, "transient", "retry"),
+    ]
+    assert all(r.thread_id == config["configurable"]["thread_id"] for r in tries)  # type: ignore[attr-defined]
     assert len(clock.waits) == 2  # one backoff before each retry
     assert out["messages"][-1].content == "Report sent."
     search_result = next(m for m in out["messages"] if isinstance(m, ToolMessage))

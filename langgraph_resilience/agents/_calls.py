@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 from langgraph.types import interrupt
 
-from langgraph_resilience._engine import Action, decide
+from langgraph_resilience._engine import Action, Decision, decide
 from langgraph_resilience._node import CallResult, LoadAttempts, RecordAttempt, Sleep, durable_wait
 from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.checkpoint import AttemptRecord
@@ -63,6 +63,8 @@ class CallContext:
     rand: Callable[[], float]
     resuming: bool
     durable_waits: bool = False  # under a `Worker`: a long Retry-After releases the run
+    #: Told of every failed try and what comes of it (the log line, as a node's).
+    on_try: Callable[[AttemptRecord, Decision], None] = lambda record, decision: None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,6 +120,7 @@ def call_loop(ctx: CallContext) -> Generator[CallOp, Any, Any]:
             wait=decision.wait,
         )
         yield RecordAttempt(record, started)
+        ctx.on_try(record, decision)
         earlier.append(record)
         if decision.action is Action.PAUSE:
             # Raises until resumed; the resumed call finds this try stored (above).

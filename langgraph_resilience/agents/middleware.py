@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -51,6 +52,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from langgraph_resilience._compress import compress_messages
+from langgraph_resilience._step_log import log_try
 from langgraph_resilience._task import TaskContext
 from langgraph_resilience.agents._calls import CallContext, GaveUp, run_async, run_sync
 from langgraph_resilience.agents._outcome import (
@@ -300,7 +302,9 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
 
     # -- the model call ------------------------------------------------------------------
 
-    def _context(self, label: str, policy: CallPolicy, task: TaskContext | None) -> CallContext:
+    def _context(
+        self, label: str, policy: CallPolicy, task: TaskContext | None, state: Any
+    ) -> CallContext:
         classifier = self.classifier
         if policy.classifier is not None:  # its rules first, then the middleware's
             classifier = Classifier((*policy.classifier.rules, *classifier.rules))
@@ -311,6 +315,9 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             rand=self._rand,
             resuming=task is not None and task.resuming,
             durable_waits=task is not None and task.fence is not None,  # under a Worker
+            on_try=(lambda *_: None)
+            if task is None
+            else functools.partial(log_try, label, task, state),
         )
 
     def _budget_gate(self, state: Mapping[str, Any], task: TaskContext | None) -> Budget | None:
@@ -361,7 +368,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
                 finally:
                     call.count(meter, time.monotonic() - started, response)
 
-        ctx = self._context("model", self.model_policy, task)
+        ctx = self._context("model", self.model_policy, task, request.state)
         result = run_sync(ctx, task, once, call.compress, self._sleep)
         return self._model_result(result, call, topped)
 
@@ -384,7 +391,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
                 finally:
                     call.count(meter, time.monotonic() - started, response)
 
-        ctx = self._context("model", self.model_policy, task)
+        ctx = self._context("model", self.model_policy, task, request.state)
         result = await run_async(ctx, task, once, call.compress, self._asleep)
         return self._model_result(result, call, topped)
 
@@ -437,7 +444,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             return tool_once_sync(spec, _call_id(request, task), task, keyed)
 
         name = request.tool_call["name"]
-        ctx = self._context(f"tool:{name}", self._tool_policy(name), task)
+        ctx = self._context(f"tool:{name}", self._tool_policy(name), task, request.state)
         with metering() as meter:
             result = run_sync(ctx, task, once, lambda: None, self._sleep)
         return self._tool_result(result, request, meter)
@@ -464,7 +471,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             return await tool_once_async(spec, _call_id(request, task), task, keyed)
 
         name = request.tool_call["name"]
-        ctx = self._context(f"tool:{name}", self._tool_policy(name), task)
+        ctx = self._context(f"tool:{name}", self._tool_policy(name), task, request.state)
         with metering() as meter:
             result = await run_async(ctx, task, once, lambda: None, self._asleep)
         return self._tool_result(result, request, meter)
