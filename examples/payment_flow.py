@@ -16,7 +16,9 @@ mail is a `side_effect`:
 
 Run as a script, it pays one order, then shows the payout's stop: a crash right
 after the payout (a `FaultPlan`), the resumed run's partial result and what it
-suggests, and finally the recovery suite's report.
+suggests; then a person who checked with the bank records the payout
+(`settle_effect`) and `retry_failed` finishes the order, paid out once. Last,
+the recovery suite's report.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from langgraph_resilience import (
     PermanentError,
     ResilientState,
     ResilientStateGraph,
+    retry_failed,
+    settle_effect,
     side_effect,
 )
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
@@ -170,7 +174,17 @@ def main() -> int:
         )
         for suggestion in out["resilience"]["recovery_suggestions"]:
             print(f"  suggested: {suggestion}")
-        print(f"payouts made: {len(world.bank.done)} (not repeated)\n")
+        print(f"payouts made: {len(world.bank.done)} (not repeated)")
+        # A person looks the payout up in the bank's statement, and records it.
+        with ResilientSqliteSaver.from_conn_string(db) as saver:
+            (payout,) = [e for e in saver.list_effects("crashed") if e.name == "pay_out"]
+            seen = world.bank.find(payout.idempotency_key)
+            settle_effect(saver, "crashed", payout.idempotency_key, happened=True, result=seen)
+            out = retry_failed(build_graph(saver, world), config)
+        print(
+            f"settled by hand ({seen}), then retry_failed: {out['resilience']['status']}, "
+            f"receipt {out['receipt_id']}; payouts made: {len(world.bank.done)}\n"
+        )
 
     suite_world = World()
     report = recovery_suite(

@@ -106,6 +106,8 @@ def test_payment_flow_runs_with_one_command(
     assert "paid: charge ch_ord-17, payout po_ord-17, receipt msg_ord-17 (success)" in out
     assert "resumed: partial_complete at step 'payout'" in out
     assert "payouts made: 1 (not repeated)" in out
+    assert "settled by hand (po_ord-17), then retry_failed: success, receipt msg_ord-17; " in out
+    assert "payouts made: 1\n" in out
 
 
 # -- the multi-worker deployment ------------------------------------------------------
