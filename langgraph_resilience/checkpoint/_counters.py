@@ -52,6 +52,9 @@ class Counters:
     interval: float = COUNTER_FLUSH_INTERVAL
     lock: threading.Lock = field(default_factory=threading.Lock)
     _scope: str = ""
+    #: Failed tries among the waiting counts (known when added, so that the
+    #: check each write makes is one comparison, not a scan of the names).
+    _failures: int = 0
 
     @property
     def scope(self) -> str:
@@ -66,19 +69,21 @@ class Counters:
         checkpoint_write(name)  # the OTel counter, when the `otel` extra is set up
         with self.lock:
             self.unflushed[name] = self.unflushed.get(name, 0) + 1
+            if name.endswith("_failed"):
+                self._failures += 1
 
     def take_due(self, now: float) -> dict[str, int]:
         """The counts to store with the write about to run (maybe none)."""
         with self.lock:
-            failures = any(name.endswith("_failed") for name in self.unflushed)
-            if not self.unflushed or not (failures or now - self.last_flush >= self.interval):
+            if not self.unflushed or not (self._failures or now - self.last_flush >= self.interval):
                 return {}
             deltas, self.unflushed, self.last_flush = self.unflushed, {}, now
+            self._failures = 0
         return deltas
 
     def take_all(self) -> dict[str, int]:
         with self.lock:
-            deltas, self.unflushed = self.unflushed, {}
+            deltas, self.unflushed, self._failures = self.unflushed, {}, 0
         return deltas
 
     def give_back(self, deltas: dict[str, int]) -> None:
@@ -86,6 +91,8 @@ class Counters:
         with self.lock:
             for name, n in deltas.items():
                 self.unflushed[name] = self.unflushed.get(name, 0) + n
+                if name.endswith("_failed"):
+                    self._failures += n
 
     def snapshot(self) -> dict[str, int]:
         with self.lock:
