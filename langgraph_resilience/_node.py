@@ -33,7 +33,7 @@ from langgraph.config import get_config
 from langgraph.types import interrupt
 
 from langgraph_resilience._compress import compress_with_summary
-from langgraph_resilience._engine import Action, decide
+from langgraph_resilience._engine import Action, Decision, decide
 from langgraph_resilience._routes import error_text, route_of, routing, suggestion
 from langgraph_resilience._step_log import (
     SubgraphStopped,
@@ -67,6 +67,7 @@ __all__ = [
     "node_loop",
     "run_async",
     "run_sync",
+    "try_record",
     "wrap",
 ]
 
@@ -140,6 +141,23 @@ def _budget_pause(ctx: NodeContext, record: AttemptRecord) -> dict[str, Any]:
         "error": f"{record.error_type}: {record.reason}",
         "resume_with": "Command(resume=Budget(...)) with higher limits, or any value to retry",
     }
+
+
+def try_record(
+    number: int, node: str, failure: Classification, exc: BaseException, decision: Decision
+) -> AttemptRecord:
+    """The record of a failed try, as stored before what follows it (a wait, a
+    durable wait: ``status="waiting"``, or giving up)."""
+    return AttemptRecord(
+        attempt=number,
+        node=node,
+        kind=failure.kind.value,
+        error_type=type(exc).__name__,
+        reason=str(exc)[:500],
+        finished_at=time.time(),
+        status="waiting" if decision.action is Action.WAIT else "failed",
+        wait=decision.wait,
+    )
 
 
 #: The ``reason`` of a durable wait's interrupt value.
@@ -267,16 +285,7 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
             ctx.rand(),
             durable_waits=task.fence is not None,
         )
-        record = AttemptRecord(
-            attempt=number,
-            node=ctx.name,
-            kind=failure.kind.value,
-            error_type=type(exc).__name__,
-            reason=str(exc)[:500],
-            finished_at=time.time(),
-            status="waiting" if decision.action is Action.WAIT else "failed",
-            wait=decision.wait,
-        )
+        record = try_record(number, ctx.name, failure, exc, decision)
         yield RecordAttempt(record, started, exc)
         log_try(ctx.name, task, state, record, decision)
         if decision.action is Action.PAUSE:

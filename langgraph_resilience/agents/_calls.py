@@ -29,7 +29,14 @@ from typing import Any, NamedTuple
 from langgraph.types import interrupt
 
 from langgraph_resilience._engine import Action, Decision, decide
-from langgraph_resilience._node import CallResult, LoadAttempts, RecordAttempt, Sleep, durable_wait
+from langgraph_resilience._node import (
+    CallResult,
+    LoadAttempts,
+    RecordAttempt,
+    Sleep,
+    durable_wait,
+    try_record,
+)
 from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.classify import Classification, Classifier, FailureKind, is_control_flow
@@ -109,16 +116,7 @@ def call_loop(ctx: CallContext) -> Generator[CallOp, Any, Any]:
         failure = ctx.classifier(exc)
         kinds = [FailureKind(r.kind) for r in earlier if r.kind]
         decision = decide(ctx.policy, failure, kinds, ctx.rand(), durable_waits=ctx.durable_waits)
-        record = AttemptRecord(
-            attempt=number,
-            node=ctx.label,
-            kind=failure.kind.value,
-            error_type=type(exc).__name__,
-            reason=str(exc)[:500],
-            finished_at=time.time(),
-            status="waiting" if decision.action is Action.WAIT else "failed",
-            wait=decision.wait,
-        )
+        record = try_record(number, ctx.label, failure, exc, decision)
         yield RecordAttempt(record, started)
         ctx.on_try(record, decision)
         earlier.append(record)

@@ -168,7 +168,11 @@ OPEN_STATUSES = ("queued", "running", "paused")
 # newer than the parent (other than the one being written). SQLite runs the same
 # query in the write's transaction instead (`_threads.put_checkpoint`).
 FORK_MARKER = "resilience-fork"
-_PG_REFUSE_FORK = f"""
+
+
+def _refuse_fork(then: str = "") -> str:
+    """The fork check's function; ``then``: what it checks after (a later version)."""
+    return f"""
 CREATE OR REPLACE FUNCTION resilience_refuse_fork(
     p_thread TEXT, p_ns TEXT, p_parent TEXT, p_new TEXT
 ) RETURNS VOID LANGUAGE plpgsql AS $$
@@ -182,8 +186,11 @@ BEGIN
     ORDER BY checkpoint_id DESC LIMIT 1;
     IF newer IS NOT NULL THEN
         RAISE EXCEPTION '{FORK_MARKER}' USING DETAIL = newer;
-    END IF;
+    END IF;{then}
 END $$"""
+
+
+_PG_REFUSE_FORK = _refuse_fork()
 
 # Postgres fences a write in the same round trip: this function raises unless
 # the run still carries the writer's fencing token, and holds the run's row
@@ -194,27 +201,14 @@ LEASE_MARKER = "resilience-lease-lost"
 # write would store a checkpoint whose history, and on Postgres the blobs of its
 # unchanged channels, are only in the archive). Reading the thread restores it.
 ARCHIVED_MARKER = "resilience-archived"
-_PG_REFUSE_FORK_OR_ARCHIVED = f"""
-CREATE OR REPLACE FUNCTION resilience_refuse_fork(
-    p_thread TEXT, p_ns TEXT, p_parent TEXT, p_new TEXT
-) RETURNS VOID LANGUAGE plpgsql AS $$
-DECLARE
-    newer TEXT;
-BEGIN
-    PERFORM pg_advisory_xact_lock(hashtext(p_thread), hashtext(p_ns));
-    SELECT checkpoint_id INTO newer FROM checkpoints
-    WHERE thread_id = p_thread AND checkpoint_ns = p_ns
-      AND checkpoint_id > p_parent AND checkpoint_id <> p_new
-    ORDER BY checkpoint_id DESC LIMIT 1;
-    IF newer IS NOT NULL THEN
-        RAISE EXCEPTION '{FORK_MARKER}' USING DETAIL = newer;
-    END IF;
+_PG_REFUSE_FORK_OR_ARCHIVED = _refuse_fork(
+    f"""
     IF EXISTS (
         SELECT 1 FROM resilience_archive WHERE thread_id = p_thread AND status = 'archived'
     ) THEN
         RAISE EXCEPTION '{ARCHIVED_MARKER}' USING DETAIL = p_parent;
-    END IF;
-END $$"""
+    END IF;"""
+)
 
 _PG_CHECK_FENCE = f"""
 CREATE OR REPLACE FUNCTION resilience_check_fence(p_run TEXT, p_token BIGINT)
