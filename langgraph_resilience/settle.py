@@ -16,6 +16,7 @@ from typing import Any
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_resilience._metrics_reads import async_saver_of, saver_of
+from langgraph_resilience._process import executor_alive
 from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields
 from langgraph_resilience.errors import ConfigError, RunStateError
 
@@ -83,6 +84,19 @@ async def asettle_effect(
     return stored
 
 
+def _held_by_a_live_call(found: EffectRecord) -> bool:
+    """Whether the intent's holder may still be calling: its claim holds and its
+    process is not known to be gone (a process of this machine that died is
+    known at once; one on another machine only when its claim runs out)."""
+    return (
+        found.status == "intent"
+        and found.owner is not None
+        and found.lease_until is not None
+        and found.lease_until > time.time()
+        and executor_alive(found.owner) is not False
+    )
+
+
 def _settled(
     found: EffectRecord | None,
     thread_id: str,
@@ -104,11 +118,7 @@ def _settled(
             f"side effect {found.name!r} ({key!r}) already has its outcome recorded "
             f"(done at {found.outcome_at}); there is nothing to settle"
         )
-    if (
-        found.status == "intent"
-        and found.lease_until is not None
-        and found.lease_until > (time.time())
-    ):
+    if _held_by_a_live_call(found):
         raise RunStateError(
             f"side effect {found.name!r} ({key!r}) is held by {found.owner}, whose call may "
             f"still be running (its claim holds until {found.lease_until:.0f}); settle it once "

@@ -116,3 +116,27 @@ async def test_settling_asks_for_a_known_effect_and_a_storable_result(
         await settle(h, thread, key, happened="yes")
     with pytest.raises(ConfigError, match="cannot be stored"):
         await settle(h, thread, key, happened=True, result=object())
+
+
+def test_an_effect_whose_call_may_still_run_is_not_settled(tmp_path: Any) -> None:
+    """A live process of this machine holds the intent (its call may still run):
+    settling it could record the opposite of what the call is about to do."""
+    import time
+
+    from langgraph_resilience._process import executor_id
+    from langgraph_resilience.checkpoint import EffectRecord
+    from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+    with ResilientSqliteSaver.from_conn_string(str(tmp_path / "s.db")) as saver:
+        saver.setup()
+        held = EffectRecord(
+            idempotency_key="k1",
+            name="pay",
+            status="intent",
+            intent_at=time.time(),
+            owner=executor_id("call-1"),  # this very process: alive
+        )
+        assert saver.claim_intent("t", held, None, 30.0, first=True).verdict == "new"
+        with pytest.raises(RunStateError, match="may still be running"):
+            settle_effect(saver, "t", "k1", happened=True, result="po-1")
+        assert saver.read_effect("t", "k1").status == "intent"  # nothing changed
