@@ -13,7 +13,7 @@ import itertools
 import uuid
 from collections import Counter
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
 from langchain_core.messages import BaseMessage
@@ -41,6 +41,10 @@ class Run:
     thread_id: str
     input: Any
     resume: bool = False
+    #: Settle these effects first, as a person would after checking the outside
+    #: system (idempotency key -> the outcome the crash kept from the store),
+    #: then ``retry_failed`` instead of resuming.
+    settle: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +55,7 @@ class RunResult:
     error: str | None = None
     values: Any = None
     resumed_from: int | None = None  # step of the checkpoint the run started from
+    settled: tuple[str, ...] = ()  # effects settled by hand before it (`Run.settle`)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +132,12 @@ def suite_steps(spec: SuiteSpec) -> Generator[Run, RunResult, RecoverySuiteRepor
         while runs[-1].outcome != "completed" and len(runs) < _MAX_RUNS:
             again = Run(plan=plan, tracker=tracker, thread_id=thread, input=spec.input, resume=True)
             runs.append((yield again))
+        lost = _left_for_a_person(runs[-1], tracker)
+        if lost:  # on_unknown="raise" stopped for a person: settle as they would
+            settle = Run(
+                plan=plan, tracker=tracker, thread_id=thread, input=spec.input, settle=lost
+            )
+            runs.append(replace((yield settle), settled=tuple(sorted(lost))))
         effects = _delta(before, tracker.read_counters())
         results.append(judge(family, name, runs, tracker, effects, reference, spec.compare))
     return RecoverySuiteReport(
@@ -307,14 +318,31 @@ def _went_back(runs: list[RunResult]) -> str | None:
     return None
 
 
+def _left_for_a_person(result: RunResult, tracker: Tracker) -> dict[str, Any]:
+    """The lost outcomes to settle when a run stopped with `EffectOutcomeUnknown`
+    (``on_unknown="raise"``): the crash kept them from the store, and the
+    suite, which saw the calls return, knows what the outside system would show."""
+    log = result.values.get("resilience") if isinstance(result.values, Mapping) else None
+    failed = log.get("failed_step") if isinstance(log, Mapping) else None
+    if not isinstance(failed, Mapping) or failed.get("error_type") != "EffectOutcomeUnknown":
+        return {}
+    return dict(tracker.lost_outcomes)
+
+
 def _run_line(i: int, r: RunResult) -> str:
+    if r.settled:
+        return (
+            f"run {i}: a person settled {', '.join(repr(k) for k in r.settled)} as the outside "
+            f"system shows (settle_effect, it happened), then retry_failed, {r.outcome}"
+        ) + (f" ({r.error})" if r.error else "")
     if i == 1:
         start = "started"
     elif r.resumed_from is not None:
         start = f"resumed from the checkpoint of step {r.resumed_from}"
     else:
         start = "found no checkpoint to resume from, started again from the input"
-    return f"run {i}: {start}, {r.outcome}" + (f" ({r.error})" if r.error else "")
+    stop = _partial(r.values) if r.outcome == "completed" else None
+    return f"run {i}: {start}, {r.outcome}" + (f" ({r.error or stop})" if r.error or stop else "")
 
 
 def _partial(values: Any) -> str | None:

@@ -113,7 +113,7 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
             return await claim(thread_id, _as_mortal(rec), *args, **kwargs)
 
         async def arecord(thread_id: str, key: str, fields: Any, *args: Any) -> Any:
-            _effect_returned(s, key)
+            _effect_returned(s, key, fields)
             return await record(thread_id, key, fields, *args)
 
         d.update(aclaim_intent=aclaim, arecord_outcome=arecord)
@@ -133,7 +133,7 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
             return sclaim(thread_id, _as_mortal(rec), *args, **kwargs)
 
         def record_sync(thread_id: str, key: str, fields: Any, *args: Any) -> Any:
-            _effect_returned(s, key)
+            _effect_returned(s, key, fields)
             return srecord(thread_id, key, fields, *args)
 
         d.update(claim_intent=claim_sync, record_outcome=record_sync)
@@ -155,7 +155,7 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
     def deferred(thread_id: str, key: str, fields: Any) -> None:
         if s.dead:
             return
-        _effect_returned(s, key)
+        _effect_returned(s, key, fields)
         defer(thread_id, key, fields)
 
     d["defer_outcome"] = deferred
@@ -176,7 +176,7 @@ def _as_mortal(record: Any) -> Any:
     return replace(record, owner=_mortal(record.owner)) if record.owner else record
 
 
-def _effect_returned(s: Session, key: str) -> None:
+def _effect_returned(s: Session, key: str, fields: Any) -> None:
     s.refuse_if_dead()
     found = s.tracker.effect_done(key)
     if found is None:
@@ -184,4 +184,5 @@ def _effect_returned(s: Session, key: str) -> None:
     name, n = found
     fault = s.plan.crash_after(name, n)
     if fault is not None and s.tracker.fire_once(fault):
+        s.tracker.lost_outcomes[key] = fields  # the call happened; its record did not
         s.crash(fault, f"after effect {name!r} (call {n}) returned")

@@ -21,9 +21,11 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
 from langgraph.types import Durability, StateSnapshot
 
+from langgraph_resilience._retrying import aretry_failed, retry_failed
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
 from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.settle import asettle_effect, settle_effect
 from langgraph_resilience.testing._cases import Run, RunResult, SuiteSpec, comparable, suite_steps
 from langgraph_resilience.testing._faults import SimulatedCrash
 from langgraph_resilience.testing._report import RecoverySuiteReport
@@ -102,6 +104,14 @@ def _step(snapshot: StateSnapshot) -> int | None:
     ):
         return None
     return int((snapshot.metadata or {}).get("step", -1))
+
+
+def _settled(saver: Any, lost: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Each lost outcome's key and the value its call returned."""
+    return [
+        (key, saver.serde.loads_typed((f.outcome_type, f.outcome)) if f.outcome_type else None)
+        for key, f in sorted(lost.items())
+    ]
 
 
 def _value(op: Run, resumed_from: int | None) -> Any:
@@ -225,7 +235,12 @@ def recovery_suite(
                 resumed_from = _step(graph.get_state(cfg))
                 faulty = op.plan.apply(graph, tracker=op.tracker)
                 try:
-                    faulty.invoke(_value(op, resumed_from), cfg, **runs.options)
+                    if op.settle:
+                        for key, result in _settled(saver, op.settle):
+                            settle_effect(saver, op.thread_id, key, happened=True, result=result)
+                        retry_failed(cast(Any, faulty), cfg)
+                    else:
+                        faulty.invoke(_value(op, resumed_from), cfg, **runs.options)
                     error = None
                 except (Exception, SimulatedCrash) as exc:
                     error = exc
@@ -270,7 +285,14 @@ async def arecovery_suite(
                 resumed_from = _step(await graph.aget_state(cfg))
                 faulty = op.plan.apply(graph, tracker=op.tracker)
                 try:
-                    await faulty.ainvoke(_value(op, resumed_from), cfg, **runs.options)
+                    if op.settle:
+                        for key, result in _settled(saver, op.settle):
+                            await asettle_effect(
+                                saver, op.thread_id, key, happened=True, result=result
+                            )
+                        await aretry_failed(cast(Any, faulty), cfg)
+                    else:
+                        await faulty.ainvoke(_value(op, resumed_from), cfg, **runs.options)
                     error = None
                 except (Exception, SimulatedCrash) as exc:
                     error = exc

@@ -88,6 +88,9 @@ class Tracker:
         self._seen: dict[str, int] = {}
         self._keys: dict[str, str] = {}  # idempotency key -> effect name
         self._by_task: dict[str, Execution] = {}
+        #: The outcomes a crash right after an effect's call kept from the store
+        #: (idempotency key -> OutcomeFields): what the outside system would show.
+        self.lost_outcomes: dict[str, Any] = {}
         self.lock = threading.RLock()
 
     def read_counters(self) -> dict[str, int]:
