@@ -187,7 +187,7 @@ class TcpProxy:
                     dst.sendall(data)
                 else:
                     held = data  # read just before the link went down
-        except OSError:
+        except (OSError, ValueError):  # ValueError: select on a socket another thread closed
             pass
         finally:
             pair.close()
