@@ -15,9 +15,31 @@ from langgraph_resilience._cli_store import CliError, Store
 from langgraph_resilience.metrics import RecoveryMetrics, recovery_metrics
 from langgraph_resilience.report import RunReport, list_runs, run_report
 
-__all__ = ["parse_since", "print_metrics", "print_report", "print_runs", "run_of"]
+__all__ = [
+    "parse_duration",
+    "parse_since",
+    "print_metrics",
+    "print_report",
+    "print_runs",
+    "run_of",
+]
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def _duration(text: str) -> timedelta | None:
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    return timedelta(**{_UNITS[found.group(2)]: float(found.group(1))}) if found else None
+
+
+def parse_duration(text: str | None, option: str) -> timedelta | None:
+    """A duration option: ``90s``, ``30m``, ``24h``, ``7d``, ``2w``."""
+    if text is None:
+        return None
+    found = _duration(text)
+    if found is None:
+        raise CliError(f"{option} takes a duration (90s, 30m, 24h, 7d, 2w), got {text!r}")
+    return found
 
 
 def parse_since(text: str | None) -> datetime | timedelta | None:
@@ -25,9 +47,9 @@ def parse_since(text: str | None) -> datetime | timedelta | None:
     ``2w``) or an ISO date or time (``2026-11-30``, ``2026-11-30T08:00``)."""
     if text is None:
         return None
-    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
-    if found:
-        return timedelta(**{_UNITS[found.group(2)]: float(found.group(1))})
+    found = _duration(text)
+    if found is not None:
+        return found
     try:
         return datetime.fromisoformat(text.strip())
     except ValueError:

@@ -22,6 +22,7 @@ from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from langgraph_resilience._worker_setup import bind
+from langgraph_resilience.archive import ArchiveError
 from langgraph_resilience.checkpoint import ResilientSaver
 from langgraph_resilience.checkpoint._schema import SCHEMA_VERSION, schema_version
 from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE, execute
@@ -40,6 +41,7 @@ except ImportError as missing:  # the base install, without the `postgres` extra
     )
 
 __all__ = [
+    "ARCHIVE_ENV",
     "DB_ENV",
     "CliError",
     "Store",
@@ -51,6 +53,8 @@ __all__ = [
 ]
 
 DB_ENV = "LGR_DB"
+#: Names the store's cold tier (an `Archive` URL) for every subcommand.
+ARCHIVE_ENV = "LGR_ARCHIVE"
 _PG_PREFIXES = ("postgres://", "postgresql://")
 
 
@@ -126,9 +130,13 @@ def _check_schema(store: Store, db: str) -> None:
 
 
 @contextmanager
-def open_store(db: str | None, *, setup: bool = False) -> Iterator[Store]:
+def open_store(
+    db: str | None, *, setup: bool = False, archive: str | None = None
+) -> Iterator[Store]:
     """Open the store ``db`` names; with ``setup``, create or migrate its tables,
-    else refuse a store that is missing or not set up (`CliError`).
+    else refuse a store that is missing or not set up (`CliError`). ``archive``
+    (default: the ``LGR_ARCHIVE`` variable) names its cold tier: archived
+    threads are restored when read.
 
     Raises:
         CliError: no ``db``, a SQLite file that does not exist, a server that cannot
@@ -138,10 +146,12 @@ def open_store(db: str | None, *, setup: bool = False) -> Iterator[Store]:
     if _POSTGRES_MISSING and is_postgres(target):
         raise CliError(_POSTGRES_MISSING)
     named = target_of(target) if is_postgres(target) else repr(target)
+    archive = archive or os.environ.get(ARCHIVE_ENV) or None
+    options: dict[str, Any] = {"archive": archive} if archive else {}
     with ExitStack() as stack:
         try:
             if is_postgres(target):
-                pg = stack.enter_context(ResilientPostgresSaver.from_conn_string(target))
+                pg = stack.enter_context(ResilientPostgresSaver.from_conn_string(target, **options))
                 store = Store(saver=pg, where=named, dialect="postgres")
             else:
                 if not setup and target != ":memory:" and not os.path.exists(target):
@@ -149,13 +159,13 @@ def open_store(db: str | None, *, setup: bool = False) -> Iterator[Store]:
                         f"no SQLite database at {named} (cwd {os.getcwd()!r}): check the "
                         f"path, or create one with `langgraph-resilience setup --db '{target}'`"
                     )
-                lite = stack.enter_context(ResilientSqliteSaver.from_conn_string(target))
+                lite = stack.enter_context(ResilientSqliteSaver.from_conn_string(target, **options))
                 store = Store(saver=lite, where=named, dialect="sqlite")
             if setup:
                 store.saver.setup()  # type: ignore[attr-defined]
             else:
                 _check_schema(store, target)
-        except (StoreUnavailable, ConfigError) as exc:  # they name the store
+        except (StoreUnavailable, ConfigError, ArchiveError) as exc:  # they name the store
             raise CliError(one_line(exc)) from exc
         yield store
 

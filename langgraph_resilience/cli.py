@@ -15,6 +15,10 @@ Subcommands (``--db``: a SQLite file path or a Postgres DSN, or env ``LGR_DB``):
 - ``worker --graph module:attr [--concurrency N]``: run a `Worker` until
   SIGTERM/SIGINT (it drains: steps in flight finish, their runs are released);
 - ``cancel RUN [--reason TEXT]``: end a queued, running or paused run;
+- ``archive --archive URL [--older-than 24h]``: move idle threads to the cold
+  tier (``LGR_ARCHIVE`` names it for every subcommand: archived threads are
+  restored when read);
+- ``prune [--older-than D] [--keep-last N] [--runs-older-than D]``: retention;
 - ``demo``: the whole story on a throwaway SQLite file (shipped in the package).
 
 ``--json`` prints machine-readable output. Exit codes: 0 done; 1 a thread or
@@ -49,8 +53,15 @@ from langgraph_resilience._cli_render import (
     print_table,
     with_progress,
 )
-from langgraph_resilience._cli_reports import print_metrics, print_report, print_runs, run_of
+from langgraph_resilience._cli_reports import (
+    parse_duration,
+    print_metrics,
+    print_report,
+    print_runs,
+    run_of,
+)
 from langgraph_resilience._cli_store import (
+    ARCHIVE_ENV,
     DB_ENV,
     CliError,
     Store,
@@ -273,6 +284,78 @@ def cancel(run_id: str, reason: str, db: str | None, as_json: bool) -> int:
         print_json({"run_id": run_id, "was": had, "status": "cancelled", "reason": reason})
     else:
         err_console().print(f"run {run_id} cancelled (it was {had})")
+    return 0
+
+
+# -- the checkpoint lifecycle -----------------------------------------------------------
+
+
+@cli.command()
+@click.option(
+    "--archive",
+    "archive_url",
+    envvar=ARCHIVE_ENV,
+    required=True,
+    metavar="URL",
+    help=f"The cold tier: file:///dir, s3://bucket/prefix, ... (or {ARCHIVE_ENV}).",
+)
+@click.option("--older-than", default="24h", show_default=True, metavar="DURATION")
+@click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True)
+@db_option
+@json_option
+def archive(archive_url: str, older_than: str, limit: int, db: str | None, as_json: bool) -> int:
+    """Move threads idle for --older-than, with no open run, to the archive."""
+    idle = parse_duration(older_than, "--older-than")
+    assert idle is not None
+    with open_store(db, archive=archive_url) as store:
+        done = store.saver.archive_idle(idle, limit=limit)  # type: ignore[attr-defined]
+    failed = {thread: one_line(exc) for thread, exc in done.failed.items()}
+    if as_json:
+        print_json({"archived": done.archived, "skipped": done.skipped, "failed": failed})
+    else:
+        err_console().print(
+            f"archived {len(done.archived)} thread(s), skipped {len(done.skipped)}, "
+            f"failed {len(failed)}"
+        )
+        for thread, error in failed.items():
+            err_console().print(f"  {thread}: {error}")
+    return 1 if failed else 0
+
+
+@cli.command()
+@click.option("--older-than", metavar="DURATION", help="Checkpoints older than this.")
+@click.option("--keep-last", type=click.IntRange(min=1), help="Checkpoints beyond the newest N.")
+@click.option("--runs-older-than", metavar="DURATION", help="Records of runs that ended before.")
+@click.option("--thread", "threads", multiple=True, help="Only this thread (repeat for several).")
+@db_option
+@json_option
+def prune(
+    older_than: str | None,
+    keep_last: int | None,
+    runs_older_than: str | None,
+    threads: tuple[str, ...],
+    db: str | None,
+    as_json: bool,
+) -> int:
+    """Retention: old checkpoint history and ended runs' records (effects stay)."""
+    if older_than is None and keep_last is None and runs_older_than is None:
+        raise CliError(
+            "say what to prune: --older-than DURATION, --keep-last N and/or "
+            "--runs-older-than DURATION (each namespace's latest checkpoint always stays)"
+        )
+    with open_store(db) as store:
+        pruned = store.saver.prune_history(  # type: ignore[attr-defined]
+            older_than=parse_duration(older_than, "--older-than"),
+            keep_last=keep_last,
+            runs_older_than=parse_duration(runs_older_than, "--runs-older-than"),
+            thread_ids=list(threads) or None,
+        )
+    if as_json:
+        print_json({"checkpoints": pruned.checkpoints, "runs": pruned.runs})
+    else:
+        err_console().print(
+            f"pruned {pruned.checkpoints} checkpoint(s) and {pruned.runs} run record(s)"
+        )
     return 0
 
 

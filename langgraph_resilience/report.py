@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
+
 import langgraph_resilience._report_render as render
 from langgraph_resilience._metrics_reads import (
     Read,
@@ -302,6 +304,7 @@ def run_report(checkpointer: Any, thread_id: str, *, run: int | str | None = Non
         >>> print(report.to_text()); print(report.to_mermaid(graph))  # doctest: +SKIP
     """
     saver = saver_of(checkpointer, "run_report")
+    saver.get_tuple(_latest(thread_id))  # type: ignore[attr-defined]  # restores an archived one
     return drive(saver, _report(saver.serde.loads_typed, str(thread_id), run))
 
 
@@ -310,4 +313,9 @@ async def arun_report(
 ) -> RunReport:
     """Async twin of `run_report` (on an async resilient saver)."""
     saver = async_saver_of(checkpointer, "arun_report")
+    await saver.aget_tuple(_latest(thread_id))  # type: ignore[attr-defined]  # restores an archived one
     return await adrive(saver, _report(saver.serde.loads_typed, str(thread_id), run))
+
+
+def _latest(thread_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": str(thread_id)}}

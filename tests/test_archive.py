@@ -489,3 +489,21 @@ async def test_a_run_working_while_its_thread_is_archived_is_refused_not_split(h
     # The step in flight is not even run again: its writes, stored before its
     # checkpoint was refused, wait beside the restored checkpoint they belong to.
     assert ran == ["first", "slow", "first", "slow"]
+
+
+async def test_the_run_report_of_an_archived_thread_restores_it(h: Any) -> None:
+    _, _, _, thread_id = await finished(h, "report")
+    before = (await _report(h, thread_id)).to_dict()
+    assert thread_id in (await h.call("archive_idle", 0)).archived
+    after = (await _report(h, thread_id)).to_dict()
+    assert after["status"] == before["status"] == "success"
+    assert after["steps"] == before["steps"]
+    assert hot_rows(h, thread_id) > 0  # read back into the hot tier
+
+
+async def _report(h: Any, thread_id: str) -> Any:
+    from langgraph_resilience import arun_report, run_report
+
+    if h.is_async:
+        return await arun_report(h.saver, thread_id)
+    return await asyncio.to_thread(run_report, h.saver, thread_id)

@@ -29,7 +29,7 @@ import pytest
 from helpers import read_ledger
 from spawn import spawn
 
-from langgraph_resilience import Worker, cli
+from langgraph_resilience import ConfigError, Worker, cli
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
@@ -303,3 +303,51 @@ def test_console_script_runs_and_no_command_prints_help() -> None:
     assert done.returncode == 2
     for command in ("resume", "retry", "worker", "cancel", "demo", "setup"):
         assert command in done.stdout + done.stderr
+
+
+# -- the checkpoint lifecycle ---------------------------------------------------------------
+
+
+def test_archive_and_prune_from_the_command_line(tmp_path: Path, ledger: Path) -> None:
+    db, cold = str(tmp_path / "runs.db"), f"file://{tmp_path}/cold"
+    assert run("setup", "--db", db).code == 0
+    with saver_of("sqlite", db) as saver:
+        graph = cli_graph.builder.compile(checkpointer=saver)
+        for _ in range(3):  # three runs on one thread: history to prune
+            graph.invoke({"fix": "ok"}, cfg("long"))
+        graph.invoke({"fix": "ok"}, cfg("idle"))
+        kept = len(list(saver.list(cfg("long"))))
+
+    # prune: refuses to guess; keeps each namespace's newest N.
+    run("prune", "--db", db).one_error_line("say what to prune")
+    pruned = run("prune", "--db", db, "--keep-last", "2", "--thread", "long", "--json")
+    assert pruned.code == 0, pruned.err
+    assert pruned.json() == {"checkpoints": kept - 2, "runs": 0}
+
+    # archive: every idle thread goes to the cold tier; the store keeps none of it.
+    run("archive", "--db", db, "--older-than", "soon", "--archive", cold).one_error_line(
+        "--older-than takes a duration"
+    )
+    done = run("archive", "--db", db, "--older-than", "0s", "--archive", cold, "--json")
+    assert done.code == 0, done.err
+    assert sorted(done.json()["archived"]) == ["idle", "long"] and not done.json()["failed"]
+    # Opened without the archive: refused, not taken for a new thread.
+    with saver_of("sqlite", db) as saver, pytest.raises(ConfigError, match="archive"):
+        saver.get_tuple(cfg("idle"))
+    # show with LGR_ARCHIVE restores the thread first.
+    shown = run_with_env({"LGR_ARCHIVE": cold}, "show", "idle", "--db", db, "--json")
+    assert shown.code == 0, shown.err
+    assert shown.json()["status"] == "success"
+
+
+def run_with_env(env: dict[str, str], *args: str) -> Result:
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return run(*args)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
