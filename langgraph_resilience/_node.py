@@ -11,25 +11,20 @@ the pure core (`_engine.decide`) what to do:
 - fallback / partial result: raise the routing signal (`_routes`);
 - pause: a BUDGET_EXHAUSTED failure interrupts the run (``interrupt``).
 
-The loop is written once (`node_loop`, a generator of operations); `run_sync`
-and `run_async` only do its I/O. A node without a policy keeps LangGraph's
+The loop is written once (`node_loop`, a generator of operations); the drivers
+(`_node_run`) only do its I/O. A node without a policy keeps LangGraph's
 behaviour; its wrapper only records the step in the run log.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from typing import Any, NamedTuple
 
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
-from langgraph.config import get_config
+from langchain_core.runnables import Runnable
 from langgraph.types import interrupt
 
 from langgraph_resilience._compress import compress_with_summary
@@ -45,9 +40,8 @@ from langgraph_resilience._step_log import (
     step_path,
     with_log,
 )
-from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
-from langgraph_resilience._telemetry import TryRun, begin_try, failed_try, try_config
-from langgraph_resilience.budget import Budget, add_usage, metering, pause_value, topped_up, used
+from langgraph_resilience._task import BUDGET_KEY, RESUMING_KEY, TaskContext
+from langgraph_resilience.budget import Budget, add_usage, pause_value, topped_up, used
 from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.classify import Classification, Classifier, FailureKind, is_control_flow
 from langgraph_resilience.errors import ConfigError, LeaseLost, ValidationFailed
@@ -59,16 +53,15 @@ __all__ = [
     "LoadAttempts",
     "NodeAction",
     "NodeContext",
+    "NOT_DONE",
     "NodeOp",
     "RecordAttempt",
     "Sleep",
     "durable_wait",
-    "is_async",
+    "first_done",
     "node_loop",
-    "run_async",
-    "run_sync",
+    "plain_start",
     "try_record",
-    "wrap",
 ]
 
 
@@ -202,11 +195,91 @@ def _compressed(policy: NodePolicy, state: Any) -> tuple[Any, dict[str, Any]]:
     return new_state, summary
 
 
-def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[NodeOp, Any, Any]:
+def _failure_of(
+    ctx: NodeContext, state: Any, result: CallResult, spent: dict[str, float]
+) -> tuple[BaseException | None, dict[str, float]]:
+    """What failed in a try, if anything (it raised, its subgraph stopped short,
+    its output was rejected), and the usage so far with the try's."""
+    spent = add_usage(spent, result.usage)
+    exc = result.error
+    if exc is None:
+        inner_usage, inner_failed = nested_log(result.output, state)
+        if inner_usage:  # a subgraph's model calls (none for a plain node)
+            spent = add_usage(spent, inner_usage)
+        if inner_failed is not None:
+            exc = SubgraphStopped(inner_failed)
+    policy = ctx.policy
+    if exc is None and policy is not None and policy.validate is not None:
+        exc = _validation_error(policy.validate, result.output)
+    return exc, spent
+
+
+def _completed(
+    ctx: NodeContext,
+    state: Any,
+    task: TaskContext,
+    output: Any,
+    earlier: list[AttemptRecord],
+    first_start: float,
+    spent: dict[str, float],
+    topped: Budget | None = None,
+    summaries: list[dict[str, Any]] | None = None,
+) -> Any:
+    """The node's output with its step's run-log update: the step completed."""
+    log = log_update(
+        ctx.name, ctx.is_terminal(ctx.name), task, state, "completed", earlier, output, first_start
+    )
+    if summaries:
+        log["context_summary"] = summaries
+    _add_spend(log, spent, topped)
+    return with_log(output, log)
+
+
+def plain_start(state: Any, task: TaskContext) -> bool:
+    """Whether the node's first try needs no preamble: not a resume (no tries
+    stored), no budget in force. Then the driver makes the try itself and, if it
+    completed, returns (`first_done`) without entering `node_loop`."""
+    configurable = task.config.get("configurable") or _EMPTY
+    if configurable.get(RESUMING_KEY) or configurable.get(BUDGET_KEY) is not None:
+        return False
+    log = state.get("resilience") if type(state) is dict else None
+    return (log is not None and log.get("budget") is None) or topped_up(state) is None
+
+
+_EMPTY: Mapping[str, Any] = {}
+
+
+#: `first_done`'s answer when the first try did not complete.
+NOT_DONE: Any = object()
+
+
+def first_done(
+    ctx: NodeContext, state: Any, task: TaskContext, result: CallResult, at: float
+) -> Any:
+    """The node's output with its run-log update if the first try (made at
+    ``at``, after `plain_start`) completed; else `NOT_DONE`, and the driver hands
+    the result to `node_loop` (``first=``)."""
+    exc, spent = _failure_of(ctx, state, result, _ONE_STEP)
+    if exc is not None:
+        return NOT_DONE
+    return _completed(ctx, state, task, result.output, [], at, spent)
+
+
+_ONE_STEP: dict[str, float] = {"steps": 1}
+
+
+def node_loop(
+    ctx: NodeContext,
+    state: Any,
+    task: TaskContext,
+    first: tuple[CallResult, float] | None = None,
+) -> Generator[NodeOp, Any, Any]:
     """Run a node under its policy: yields I/O to do, returns the node's output.
 
-    Raises `ResilienceRoute` to route to the fallback or the partial result, and
-    lets LangGraph's control flow (interrupts, drains) through untouched.
+    ``first``: the first try, already made by the driver (`plain_start`), and
+    when it started. Raises `ResilienceRoute` to route to the fallback or the
+    partial result, and lets LangGraph's control flow (interrupts, drains)
+    through untouched.
     """
     policy = ctx.policy
     # A step boundary: pause here if the run's budget is spent (until a top-up).
@@ -246,33 +319,18 @@ def node_loop(ctx: NodeContext, state: Any, task: TaskContext) -> Generator[Node
                 validation_failures=sum(r.kind == FailureKind.VALIDATION.value for r in earlier),
             )
         )
-        started = time.time()
-        result: CallResult = yield CallNode(state, attempt)
-        spent = add_usage(spent, result.usage)
-        exc = result.error
+        result: CallResult
+        if first is not None:  # made by the driver
+            result, started = first
+            first_start, first = started, None
+        else:
+            started = time.time()
+            result = yield CallNode(state, attempt)
+        exc, spent = _failure_of(ctx, state, result, spent)
         if exc is None:
-            inner_usage, inner_failed = nested_log(result.output, state)
-            if inner_usage:  # a subgraph's model calls (none for a plain node)
-                spent = add_usage(spent, inner_usage)
-            if inner_failed is not None:
-                exc = SubgraphStopped(inner_failed)
-        if exc is None and policy is not None and policy.validate is not None:
-            exc = _validation_error(policy.validate, result.output)
-        if exc is None:
-            log = log_update(
-                ctx.name,
-                ctx.is_terminal(ctx.name),
-                task,
-                state,
-                "completed",
-                earlier,
-                result.output,
-                first_start,
+            return _completed(
+                ctx, state, task, result.output, earlier, first_start, spent, topped, summaries
             )
-            if summaries:
-                log["context_summary"] = summaries
-            _add_spend(log, spent, topped)
-            return with_log(result.output, log)
         if is_control_flow(exc) or isinstance(exc, (LeaseLost, ConfigError)) or policy is None:
             # A lost lease ends this worker's part; wrong wiring is the caller's to
             # fix: neither is a failure of the node to retry or route.
@@ -369,160 +427,3 @@ def _validation_error(validate: Callable[[Any], Any], output: Any) -> BaseExcept
     if verdict is False:
         return ValidationFailed("validate() returned False")
     return None
-
-
-# -- the drivers: the only sync/async difference ------------------------------------------
-
-
-def run_sync(ctx: NodeContext, state: Any, call: Callable[[Any], Any], task: TaskContext) -> Any:
-    loop = node_loop(ctx, state, task)
-    reply: Any = None
-    tr: TryRun | None = None  # the try in progress, when someone watches it
-    while True:
-        try:
-            op = loop.send(reply)
-        except StopIteration as stop:
-            if tr is not None:
-                tr.end_sync(stop.value, None, None)
-            return stop.value
-        except BaseException as exc:
-            if tr is not None:
-                tr.end_sync(None, exc, None)
-            raise
-        if isinstance(op, CallNode):
-            output: Any = None
-            error: BaseException | None = None
-            tr = begin_try(ctx.name, op.attempt.number, task.config)
-            if tr is not None:
-                tr.start_sync(op.state)
-            token = CURRENT_ATTEMPT.set(op.attempt)
-            started = time.monotonic()
-            with metering() as meter:
-                try:
-                    output = call(op.state)
-                except Exception as exc:
-                    error = exc
-                finally:
-                    CURRENT_ATTEMPT.reset(token)
-            usage = meter.usage(time.monotonic() - started)
-            reply = CallResult(output, error, usage)
-        elif isinstance(op, LoadAttempts):
-            saver, key = task.saver, task.attempt_key
-            reply = saver.node_attempts(key) if saver is not None and key is not None else []
-        elif isinstance(op, RecordAttempt):
-            saver, key = task.saver, task.attempt_key
-            if saver is not None and key is not None:
-                saver.record_attempt(key, op.record, op.started_at, task.fence)
-            tr = failed_try(tr, ctx.name, op.record.attempt, task.config, op.started_at)
-            tr.end_sync(None, op.error, op.record.kind)
-            tr = reply = None
-        else:
-            time.sleep(op.seconds)
-            reply = None
-
-
-async def run_async(
-    ctx: NodeContext,
-    state: Any,
-    call: Callable[[Any], Awaitable[Any]],
-    task: TaskContext,
-    timeout: float | None,
-) -> Any:
-    loop = node_loop(ctx, state, task)
-    reply: Any = None
-    tr: TryRun | None = None  # the try in progress, when someone watches it
-    while True:
-        try:
-            op = loop.send(reply)
-        except StopIteration as stop:
-            if tr is not None:
-                await tr.end_async(stop.value, None, None)
-            return stop.value
-        except BaseException as exc:
-            if tr is not None:
-                await tr.end_async(None, exc, None)
-            raise
-        if isinstance(op, CallNode):
-            output: Any = None
-            error: BaseException | None = None
-            tr = begin_try(ctx.name, op.attempt.number, task.config)
-            if tr is not None:
-                await tr.start_async(op.state)
-            token = CURRENT_ATTEMPT.set(op.attempt)
-            started = time.monotonic()
-            with metering() as meter:
-                try:
-                    output = await asyncio.wait_for(call(op.state), timeout)
-                except asyncio.TimeoutError as exc:
-                    error = TimeoutError(f"{ctx.name} took longer than {timeout}s")
-                    error.__cause__ = exc
-                except Exception as exc:
-                    error = exc
-                finally:
-                    CURRENT_ATTEMPT.reset(token)
-            usage = meter.usage(time.monotonic() - started)
-            reply = CallResult(output, error, usage)
-        elif isinstance(op, LoadAttempts):
-            saver, key = task.async_saver, task.attempt_key
-            reply = await saver.anode_attempts(key) if saver is not None and key is not None else []
-        elif isinstance(op, RecordAttempt):
-            saver, key = task.async_saver, task.attempt_key
-            if saver is not None and key is not None:
-                await saver.arecord_attempt(key, op.record, op.started_at, task.fence)
-            tr = failed_try(tr, ctx.name, op.record.attempt, task.config, op.started_at)
-            await tr.end_async(None, op.error, op.record.kind)
-            tr = reply = None
-        else:
-            await asyncio.sleep(op.seconds)
-            reply = None
-
-
-# -- the wrapper LangGraph calls ------------------------------------------------------------
-
-
-def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
-    """The node LangGraph runs in place of ``action``: ``action`` under ``ctx``'s policy.
-
-    A runnable stays a runnable (sync and async); a function keeps its name,
-    signature and sync-or-async kind, so LangGraph passes it what it asks for.
-    """
-    timeout = _seconds(ctx.policy.timeout) if ctx.policy is not None else None
-    if isinstance(action, Runnable):
-
-        def sync_runnable(state: Any, config: RunnableConfig) -> Any:
-            call = lambda s: action.invoke(s, try_config(config))  # noqa: E731
-            return run_sync(ctx, state, call, TaskContext(config=config))
-
-        async def async_runnable(state: Any, config: RunnableConfig) -> Any:
-            call = lambda s: action.ainvoke(s, try_config(config))  # noqa: E731
-            return await run_async(ctx, state, call, TaskContext(config=config), timeout)
-
-        return RunnableLambda(sync_runnable, afunc=async_runnable, name=ctx.name)
-    if is_async(action):
-
-        @functools.wraps(action)
-        async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
-            call = lambda s: action(s, *args, **kwargs)  # noqa: E731
-            return await run_async(ctx, state, call, TaskContext(config=get_config()), timeout)
-
-        return async_node
-
-    @functools.wraps(action)
-    def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
-        call = lambda s: action(s, *args, **kwargs)  # noqa: E731
-        return run_sync(ctx, state, call, TaskContext(config=get_config()))
-
-    return sync_node
-
-
-def is_async(action: NodeAction) -> bool:
-    """Whether LangGraph runs ``action`` as an async node."""
-    # A callable object counts by its __call__ method.
-    call = action if inspect.isfunction(action) else type(action).__dict__.get("__call__")
-    return inspect.iscoroutinefunction(action) or inspect.iscoroutinefunction(call)
-
-
-def _seconds(timeout: float | timedelta | None) -> float | None:
-    if isinstance(timeout, timedelta):
-        return timeout.total_seconds()
-    return float(timeout) if timeout else None

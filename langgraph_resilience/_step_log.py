@@ -44,14 +44,22 @@ def step_path(name: str, task: TaskContext, log: Mapping[str, Any]) -> str:
     index = task.send_index
     if index is not None:
         base += f"[{index}]"
-    seen = int((log.get("counts") or {}).get(base, 0))
+    counts = log.get("counts")
+    seen = int(counts.get(base, 0)) if counts else 0
     return f"{base}#{seen + 1}" if seen else base
 
 
 def log_of(state: Any) -> Mapping[str, Any]:
     """The run log in a state (empty if none)."""
+    if type(state) is dict:  # the usual state: no ABC check
+        known = state.get("resilience")
+        if type(known) is dict:
+            return known
     known = state.get("resilience") if isinstance(state, Mapping) else None
-    return known if isinstance(known, Mapping) else {}
+    return known if isinstance(known, Mapping) else _NONE
+
+
+_NONE: Mapping[str, Any] = {}
 
 
 def log_update(
@@ -78,8 +86,8 @@ def log_update(
         "ended_at": time.time(),
         "summary": run_log.summarize(output) if status == "completed" else "",
     }
-    if task.fence is not None:  # it ran under a Worker's lease (the report names the worker)
-        step["run_id"] = task.fence.run_id
+    if (fence := task.fence) is not None:  # it ran under a Worker's lease (the report names it)
+        step["run_id"] = fence.run_id
     update: dict[str, Any] = {"step": step}
     if status != "completed":
         update["degraded_steps"] = [path]
@@ -88,6 +96,9 @@ def log_update(
     elif not known.get("status"):
         update["status"] = "running"
     return update
+
+
+_NO_USAGE: dict[str, float] = {}
 
 
 class SubgraphStopped(Exception):
@@ -102,9 +113,14 @@ def nested_log(output: Any, state: Any) -> tuple[dict[str, float], Mapping[str, 
     """What a node's output carries from a nested run log (a subgraph's, which
     started from this state's log): the usage it added (seconds aside: this
     node's own clock counts them), and its failed step if it stopped short."""
-    inner = output.get("resilience") if isinstance(output, Mapping) else None
+    if type(output) is dict:  # the usual output: no ABC check
+        inner = output.get("resilience")
+        if inner is None:
+            return _NO_USAGE, None
+    else:
+        inner = output.get("resilience") if isinstance(output, Mapping) else None
     if not isinstance(inner, Mapping):
-        return {}, None
+        return _NO_USAGE, None
     before = used(state)
     delta = {
         k: v - before.get(k, 0)

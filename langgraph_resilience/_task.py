@@ -254,7 +254,8 @@ class TaskContext:
     def graph_path(self) -> str:
         """The subgraph nodes this task runs inside, outermost first
         (``"research/"``; empty at the root)."""
-        ns = self.checkpoint_ns
+        # LangGraph puts the task's namespace in its config (as in execution_info).
+        ns = self._configurable.get("checkpoint_ns") or ""
         if "|" not in ns:  # a root task (``node:<task id>``), every step of a flat graph
             return ""
         parts = [seg.split(":", 1)[0] for seg in ns.split("|") if seg]

@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -125,18 +124,20 @@ def add_usage(
 # -- metering one node call ---------------------------------------------------------------
 
 
-class Meter:
-    """What one node call used: tokens and cost (thread-safe: a node may fan out)."""
+class Meter(BaseCallbackHandler):
+    """What one node call used: tokens and cost (thread-safe: a node may fan out).
 
-    __slots__ = ("_lock", "cost", "tokens")
+    Also the context manager that meters the call (`metering`) and the callback
+    handler that counts the chat models' tokens in it: one object per call, the
+    cheapest a node's happy path can pay.
+    """
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.tokens = 0
-        self.cost = 0.0
+    tokens: int = 0
+    cost: float = 0.0
+    _tokens: tuple[Any, Any] | None = None
 
     def add(self, tokens: int = 0, cost: float = 0.0) -> None:
-        with self._lock:
+        with _ADDING:  # rare (a model call's end): one lock for every meter
             self.tokens += tokens
             self.cost += cost
 
@@ -149,21 +150,21 @@ class Meter:
             found["cost"] = self.cost
         return found
 
+    def __enter__(self) -> Meter:
+        self._tokens = (_METER.set(self), _COUNTER.set(self))
+        return self
 
-_METER: ContextVar[Meter | None] = ContextVar("langgraph_resilience_meter", default=None)
-
-
-class _TokenCounter(BaseCallbackHandler):
-    """Adds chat models' ``usage_metadata`` to the meter of the node they run in."""
-
-    def __init__(self, meter: Meter) -> None:
-        super().__init__()
-        self.meter = meter
+    def __exit__(self, *exc: object) -> None:
+        if self._tokens is not None:
+            _COUNTER.reset(self._tokens[1])
+            _METER.reset(self._tokens[0])
+            self._tokens = None
 
     def on_llm_end(
         self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
-        if _METER.get() is not self.meter:
+        """Add a chat model's ``usage_metadata`` to this meter."""
+        if _METER.get() is not self:
             # A node nested in this one (a subgraph's) meters its own calls;
             # its usage reaches this node through the subgraph's run log.
             return
@@ -173,27 +174,21 @@ class _TokenCounter(BaseCallbackHandler):
                 if isinstance(generation, ChatGeneration):
                     usage = getattr(generation.message, "usage_metadata", None)
                 if usage:
-                    self.meter.add(tokens=int(usage.get("total_tokens") or 0))
+                    self.add(tokens=int(usage.get("total_tokens") or 0))
 
+
+_ADDING = threading.Lock()
+_METER: ContextVar[Meter | None] = ContextVar("langgraph_resilience_meter", default=None)
 
 # LangChain adds the handler in this variable to every callback manager
 # configured while it is set (as get_usage_metadata_callback does).
-_COUNTER: ContextVar[_TokenCounter | None] = ContextVar(
-    "langgraph_resilience_token_counter", default=None
-)
+_COUNTER: ContextVar[Meter | None] = ContextVar("langgraph_resilience_token_counter", default=None)
 register_configure_hook(_COUNTER, inheritable=True)
 
 
-@contextmanager
-def metering() -> Iterator[Meter]:
-    """Meter the node call made inside the block."""
-    meter = Meter()
-    tokens = (_METER.set(meter), _COUNTER.set(_TokenCounter(meter)))
-    try:
-        yield meter
-    finally:
-        _COUNTER.reset(tokens[1])
-        _METER.reset(tokens[0])
+def metering() -> Meter:
+    """Meter the node call made inside the block (``with metering() as meter:``)."""
+    return Meter()
 
 
 def report_usage(*, tokens: int = 0, cost: float = 0.0) -> None:

@@ -31,7 +31,8 @@ from typing_extensions import Self, Unpack
 
 import langgraph_resilience._lifecycle as lifecycle
 import langgraph_resilience.state as run_log
-from langgraph_resilience._node import NodeAction, NodeContext, is_async, wrap
+from langgraph_resilience._node import NodeAction, NodeContext
+from langgraph_resilience._node_run import is_async, wrap
 from langgraph_resilience._retrying import aretry_failed, retry_failed
 from langgraph_resilience._routes import PARTIAL_RESULT, error_handler, give_up_of, partial_result
 from langgraph_resilience._task import (

@@ -48,11 +48,12 @@ class SizeBudget:
     def check(
         self,
         size: int,
-        where: str,
+        where: Callable[[], str],
         channels: Callable[[], Mapping[str, int]],
         count: Callable[[str], None],
     ) -> None:
-        """Warn about, or refuse, a checkpoint of ``size`` bytes.
+        """Warn about, or refuse, a checkpoint of ``size`` bytes (``where``
+        names it; called only then).
 
         Raises:
             ConfigError: ``size`` is over ``max_bytes``.
@@ -61,11 +62,12 @@ class SizeBudget:
         over_max = self.max_bytes is not None and size > self.max_bytes
         if not (over_warn or over_max):
             return
+        named_where = where()
         largest = sorted(channels().items(), key=lambda kv: -kv[1])[:_SHOWN]
         named = ", ".join(f"{name!r} {_kb(n)}" for name, n in largest)
         if over_max:
             raise ConfigError(
-                f"{where} is {_kb(size)}, over max_checkpoint_bytes={self.max_bytes}; "
+                f"{named_where} is {_kb(size)}, over max_checkpoint_bytes={self.max_bytes}; "
                 f"largest channels: {named}. Keep large data out of the graph state (store "
                 "it elsewhere and keep a reference or a summary), or raise "
                 "max_checkpoint_bytes; nothing was stored."
@@ -73,7 +75,7 @@ class SizeBudget:
         count(OVERSIZE_COUNTER)
         logger.warning(
             "%s is %s, over warn_checkpoint_bytes=%s; largest channels: %s",
-            where,
+            named_where,
             _kb(size),
             self.warn_bytes,
             named,
@@ -90,7 +92,10 @@ def put_size(row: tuple[Any, ...], blob_rows: Any) -> int:
     JSON counts by its length)."""
     size = 0
     for value in row:
-        if isinstance(value, bytes | bytearray | memoryview):
+        kind = type(value)
+        if kind is str or value is None:
+            continue
+        if kind is bytes or isinstance(value, bytearray | memoryview):
             size += len(value)
         elif isinstance(obj := getattr(value, "obj", None), Mapping):
             values = obj.get("channel_values") or {}

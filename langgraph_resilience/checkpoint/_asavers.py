@@ -84,7 +84,8 @@ class AsyncResilience(Hooks, AsyncArchival):
         **options: Any,
     ) -> T:
         """Run a write in one transaction, fenced if ``fence`` is given."""
-        statements, translate = _runs.fence_write(self._dialect, fence, statements, translate)
+        if fence is not None:
+            statements, translate = _runs.fence_write(self._dialect, fence, statements, translate)
         return await self._transact(statements, translate=translate, **options)
 
     # -- checkpoints and writes -------------------------------------------------------

@@ -114,7 +114,7 @@ class Hooks(BaseCheckpointSaver[str]):
             raise _base.unstorable(self.serde, values, "", exc) from exc
         self._state.sizes.check(
             put_size(put.row, put.blob_rows),
-            f"checkpoint {put.checkpoint_id} of thread {put.thread_id!r}",
+            lambda: f"checkpoint {put.checkpoint_id} of thread {put.thread_id!r}",
             lambda: channel_sizes(checkpoint.get("channel_values", {}), self.serde.dumps_typed),
             self._state.counters.add,
         )
@@ -191,7 +191,8 @@ class SyncResilience(Hooks, SyncArchival):
         **options: Any,
     ) -> T:
         """Run a write in one transaction, fenced if ``fence`` is given."""
-        statements, translate = _runs.fence_write(self._dialect, fence, statements, translate)
+        if fence is not None:
+            statements, translate = _runs.fence_write(self._dialect, fence, statements, translate)
         return self._transact(statements, translate=translate, **options)
 
     # -- checkpoints and writes -------------------------------------------------------

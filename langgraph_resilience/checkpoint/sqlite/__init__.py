@@ -280,7 +280,8 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
     ) -> T:
         def attempt() -> T:
             with self.lock:
-                self.setup()
+                if not self.is_setup:
+                    self.setup()
                 with _base.Riders(self._state, ok, flush=flush) as riders:
                     return self._in_transaction(
                         statements, riders, immediate=not pipeline, relaxed=relaxed
@@ -291,8 +292,11 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
             backoff=self._state.backoff,
             on_failure=lambda exc: _base.count_failure(self._state, failed),
             translate=translate,
-            give_up=sqlite_final(self._state),
+            give_up=self._give_up,
         )
+
+    def _give_up(self, exc: BaseException, attempts: int) -> BaseException | None:
+        return sqlite_final(self._state)(exc, attempts)
 
     def _query(self, statements: Callable[[], Statements[T]]) -> T:
         def attempt() -> T:
@@ -306,7 +310,7 @@ class ResilientSqliteSaver(SyncResilience, SqliteSaver):
             op,
             backoff=self._state.backoff,
             on_failure=lambda exc: None,
-            give_up=sqlite_final(self._state),
+            give_up=self._give_up,
         )
 
     # -- the dialect's rows ------------------------------------------------------
