@@ -2,15 +2,22 @@
 against a plain `StateGraph` on LangGraph's stock saver, at 10, 100 and 500 steps.
 
 The graph is a linear chain of N nodes over a state with a 2 KB payload; each
-node bumps a counter. Both variants run interleaved in one process (stock, ours,
-stock, ours ...) on a fresh store per dialect (a SQLite file; a scratch Postgres
-database), ``durability="sync"``. Reported per length and dialect:
+node bumps a counter. The variants run interleaved in one process, run by run,
+on a fresh store each (a SQLite file; a scratch Postgres database),
+``durability="sync"``. Reported per length and dialect:
 
-- time ratio: median seconds per run, ours / stock (target <= 1.05), over
-  ``repeats`` x max(1, 200 // N) runs of each, run alternately;
-- bytes ratio: what the store holds after the same number of runs, ours /
-  stock (target <= 1.2). SQLite: the file's pages after VACUUM; Postgres: the
-  bytes of the threads' rows in LangGraph's tables and ours.
+- time: median seconds per run, ours / stock (target <= 1.05), over
+  ``repeats`` x max(1, 200 // N) runs of each;
+- cpu: the same for the process's CPU time per run (all threads): steadier than
+  the wall clock on a machine whose disk or network latency drifts;
+- bytes: what the store holds after the same number of runs, ours / stock
+  (target <= 1.2). SQLite: the file's pages after VACUUM; Postgres: the bytes
+  of the threads' rows in LangGraph's tables and ours.
+- record time / record bytes: the floor the run log's storage rule sets. A
+  plain `StateGraph` on the stock saver whose nodes also write one step record
+  (a dict of the same fields and size as ours, kept in a plain channel) against
+  stock: what any record stored with each step's writes costs in LangGraph,
+  before anything of ours runs.
 
 A per-step cost that grew with the run (the whole run log stored in every
 checkpoint) shows as ratios growing with N. Run it from the repository root::
@@ -29,7 +36,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple, TypedDict
 
 import psycopg
 from _pg import postgres_db, server_dsn
@@ -51,28 +58,52 @@ class State(ResilientState, total=False):
     payload: str
 
 
+class RecordState(TypedDict, total=False):
+    count: int
+    payload: str
+    record: dict[str, Any]
+
+
 def bump(state: State) -> dict[str, Any]:
     return {"count": state["count"] + 1}
 
 
-def build(cls: Any, n: int, saver: Any) -> Any:
-    g = cls(State)
+def bump_and_record(state: RecordState) -> dict[str, Any]:
+    """The floor: the same step, and a record of it shaped as our step records."""
+    now = time.time()
+    record = {
+        "run": 1,
+        "path": "n1",
+        "node": "n1",
+        "status": "completed",
+        "attempts": 1,
+        "kinds": [],
+        "started_at": now,
+        "ended_at": now,
+        "summary": f"count={state['count'] + 1}",
+    }
+    return {"count": state["count"] + 1, "record": record}
+
+
+def build(cls: Any, n: int, saver: Any, schema: Any = State, node: Any = bump) -> Any:
+    g = cls(schema)
     names = [f"n{i}" for i in range(n)]
     for name in names:
-        g.add_node(name, bump)
+        g.add_node(name, node)
     for a, b in zip([START, *names], [*names, END], strict=True):
         g.add_edge(a, b)
     return g.compile(checkpointer=saver)
 
 
-def run_once(graph: Any, n: int) -> float:
+def run_once(graph: Any, n: int) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process) of one run."""
     config = {"configurable": {"thread_id": str(uuid.uuid4())}, "recursion_limit": n + 10}
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     out = graph.invoke({"count": 0, "payload": PAYLOAD}, config, durability="sync")
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     if out["count"] != n:
         raise RuntimeError(f"unexpected result {out['count']} != {n}")
-    return elapsed
+    return elapsed, cpu
 
 
 def sqlite_bytes(path: str) -> int:
@@ -102,68 +133,83 @@ def postgres_bytes(dsn: str) -> int:
     return total
 
 
-def measure(
-    n: int, repeats: int, runs: int, open_pair: Callable[[], Any]
-) -> tuple[float, float, int, int]:
-    """(median stock s/run, median ours s/run, stock bytes, ours bytes)."""
-    with open_pair() as (stock_saver, ours_saver, sizes):
-        stock = build(StateGraph, n, stock_saver)
-        ours = build(ResilientStateGraph, n, ours_saver)
+VARIANTS = ("stock", "record", "ours")
+
+
+class Measured(NamedTuple):
+    wall: dict[str, float]  # median seconds per run, by variant
+    cpu: dict[str, float]
+    size: dict[str, int]  # bytes stored
+
+
+def measure(n: int, repeats: int, runs: int, open_stores: Callable[[], Any]) -> Measured:
+    with open_stores() as (savers, sizes):
+        graphs = {
+            "stock": build(StateGraph, n, savers["stock"]),
+            "record": build(StateGraph, n, savers["record"], RecordState, bump_and_record),
+            "ours": build(ResilientStateGraph, n, savers["ours"]),
+        }
         for _ in range(max(2, runs // 2)):  # warm up: connections, caches
-            run_once(stock, n), run_once(ours, n)
-        times: dict[str, list[float]] = {"stock": [], "ours": []}
+            for graph in graphs.values():
+                run_once(graph, n)
+        wall: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
         for _ in range(repeats):
-            for _ in range(runs):  # interleaved run by run: both see the same machine
-                times["stock"].append(run_once(stock, n))
-                times["ours"].append(run_once(ours, n))
-        stock_bytes, ours_bytes = sizes()
-    return (
-        statistics.median(times["stock"]),
-        statistics.median(times["ours"]),
-        stock_bytes,
-        ours_bytes,
+            for _ in range(runs):  # interleaved run by run: all see the same machine
+                for label, graph in graphs.items():
+                    w, c = run_once(graph, n)
+                    wall[label].append(w)
+                    cpu[label].append(c)
+        size = sizes()
+    median = statistics.median
+    return Measured(
+        {v: median(wall[v]) for v in VARIANTS}, {v: median(cpu[v]) for v in VARIANTS}, size
     )
 
 
-class SqlitePair:
-    def __enter__(self) -> tuple[Any, Any, Callable[[], tuple[int, int]]]:
+class SqliteStores:
+    def __enter__(self) -> tuple[dict[str, Any], Callable[[], dict[str, int]]]:
         self.dir = tempfile.mkdtemp(prefix="lgr-runlen-")
-        self.paths = [os.path.join(self.dir, f"{k}.db") for k in ("stock", "ours")]
-        self.stock_cm = SqliteSaver.from_conn_string(self.paths[0])
-        self.ours_cm = ResilientSqliteSaver.from_conn_string(self.paths[1])
-        stock, ours = self.stock_cm.__enter__(), self.ours_cm.__enter__()
-        stock.setup()
-        ours.setup()
-        return stock, ours, self.sizes
+        self.paths = {v: os.path.join(self.dir, f"{v}.db") for v in VARIANTS}
+        self.cms = {
+            v: (ResilientSqliteSaver if v == "ours" else SqliteSaver).from_conn_string(path)
+            for v, path in self.paths.items()
+        }
+        savers = {v: cm.__enter__() for v, cm in self.cms.items()}
+        for saver in savers.values():
+            saver.setup()
+        return savers, self.sizes
 
-    def sizes(self) -> tuple[int, int]:
-        return sqlite_bytes(self.paths[0]), sqlite_bytes(self.paths[1])
-
-    def __exit__(self, *exc: object) -> None:
-        self.ours_cm.__exit__(None, None, None)
-        self.stock_cm.__exit__(None, None, None)
-
-
-class PostgresPair:
-    def __enter__(self) -> tuple[Any, Any, Callable[[], tuple[int, int]]]:
-        server = server_dsn()
-        self.dbs = [postgres_db(server), postgres_db(server)]
-        self.dsns = [cm.__enter__() for cm in self.dbs]
-        self.stock_cm = PostgresSaver.from_conn_string(self.dsns[0])
-        self.ours_cm = ResilientPostgresSaver.from_conn_string(self.dsns[1])
-        stock, ours = self.stock_cm.__enter__(), self.ours_cm.__enter__()
-        stock.setup()
-        ours.setup()
-        return stock, ours, self.sizes
-
-    def sizes(self) -> tuple[int, int]:
-        return postgres_bytes(self.dsns[0]), postgres_bytes(self.dsns[1])
+    def sizes(self) -> dict[str, int]:
+        return {v: sqlite_bytes(path) for v, path in self.paths.items()}
 
     def __exit__(self, *exc: object) -> None:
-        self.ours_cm.__exit__(None, None, None)
-        self.stock_cm.__exit__(None, None, None)
-        for cm in reversed(self.dbs):
+        for cm in self.cms.values():
             cm.__exit__(None, None, None)
+
+
+class PostgresStores:
+    def __enter__(self) -> tuple[dict[str, Any], Callable[[], dict[str, int]]]:
+        server = server_dsn()
+        self.dbs = {v: postgres_db(server) for v in VARIANTS}
+        self.dsns = {v: cm.__enter__() for v, cm in self.dbs.items()}
+        self.cms = {
+            v: (ResilientPostgresSaver if v == "ours" else PostgresSaver).from_conn_string(dsn)
+            for v, dsn in self.dsns.items()
+        }
+        savers = {v: cm.__enter__() for v, cm in self.cms.items()}
+        for saver in savers.values():
+            saver.setup()
+        return savers, self.sizes
+
+    def sizes(self) -> dict[str, int]:
+        return {v: postgres_bytes(dsn) for v, dsn in self.dsns.items()}
+
+    def __exit__(self, *exc: object) -> None:
+        for cm in self.cms.values():
+            cm.__exit__(None, None, None)
+        for db in self.dbs.values():
+            db.__exit__(None, None, None)
 
 
 def main() -> int:
@@ -174,18 +220,20 @@ def main() -> int:
     args = parser.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
     print(f"run length: linear chains, 2 KB payload, {args.repeats} repeats, medians")
-    print(f"{'store':9s} {'steps':>5s} {'stock ms':>9s} {'ours ms':>9s} {'time':>6s} {'bytes':>6s}")
-    worst = 0.0
+    print(
+        f"{'store':9s} {'steps':>5s} {'stock ms':>9s} {'ours ms':>9s} {'time':>6s} "
+        f"{'cpu':>6s} {'bytes':>6s} | {'record time':>11s} {'record bytes':>12s}"
+    )
     for dialect in args.dialects.split(","):
-        pair = SqlitePair if dialect == "sqlite" else PostgresPair
+        stores = SqliteStores if dialect == "sqlite" else PostgresStores
         for n in lengths:
-            runs = max(1, 200 // n)  # short runs are noisy: more of them
-            stock, ours, sb, ob = measure(n, args.repeats, runs, pair)
-            ratio, bytes_ratio = ours / stock, ob / sb
-            worst = max(worst, ratio)
+            m = measure(n, args.repeats, max(1, 200 // n), stores)
+            stock = m.wall["stock"]
             print(
-                f"{dialect:9s} {n:5d} {stock * 1000:9.1f} {ours * 1000:9.1f} "
-                f"{ratio:6.3f} {bytes_ratio:6.3f}"
+                f"{dialect:9s} {n:5d} {stock * 1000:9.1f} {m.wall['ours'] * 1000:9.1f} "
+                f"{m.wall['ours'] / stock:6.3f} {m.cpu['ours'] / m.cpu['stock']:6.3f} "
+                f"{m.size['ours'] / m.size['stock']:6.3f} | "
+                f"{m.wall['record'] / stock:11.3f} {m.size['record'] / m.size['stock']:12.3f}"
             )
     print(f"targets: time <= {TIME_TARGET}, bytes <= {BYTES_TARGET}")
     return 0

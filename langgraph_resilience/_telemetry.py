@@ -60,8 +60,10 @@ __all__ = [
 logger = logging.getLogger("langgraph_resilience")
 
 #: The configurable key under which a compiled `ResilientStateGraph` names
-#: itself to its nodes (the ``graph`` attribute of events and spans).
-GRAPH_KEY = "lgr_graph"
+#: itself to its nodes (the ``graph`` attribute of events and spans). Its
+#: leading ``__`` keeps LangChain from copying it into every run's metadata,
+#: and so into every checkpoint's.
+GRAPH_KEY = "__lgr_graph"
 
 #: Which OTel counter an event moves (``tries`` and ``retries`` move on
 #: ``try_failed``, by its action).

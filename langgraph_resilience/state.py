@@ -216,7 +216,7 @@ _BRIEF = ("path", "attempts", "kinds", "ended_at", "summary")
 
 def brief(step: Mapping[str, Any]) -> dict[str, Any]:
     """A step as the state's window keeps it."""
-    return {k: step[k] for k in _BRIEF if step.get(k)}
+    return {k: v for k in _BRIEF if (v := step.get(k))}
 
 
 def _cleared(log: dict[str, Any], paths: set[str]) -> dict[str, Any]:
@@ -237,14 +237,14 @@ def _count(counts: dict[str, int] | None, step: StepRecord) -> dict[str, int]:
     known = dict(counts) if counts else {}
     seen = known.pop(base, 0)
     known[base] = seen + 1
-    if len(known) > COUNTED_PATHS:
-        known = dict(list(known.items())[-COUNTED_PATHS:])
+    while len(known) > COUNTED_PATHS:  # forget the least recently run
+        del known[next(iter(known))]
     return known
 
 
 def step_base(path: str) -> str:
     """A step path without its loop iteration (``review#3`` -> ``review``)."""
-    return path.split("#", 1)[0]
+    return path.partition("#")[0]
 
 
 class ResilientState(TypedDict, total=False):
