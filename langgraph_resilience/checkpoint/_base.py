@@ -113,6 +113,9 @@ def corrupt(
     )
 
 
+_NOTHING: dict[Any, Any] = {}
+
+
 class Riders:
     """What one try of a write stores in its own transaction besides its statements:
     waiting side-effect outcomes and the counts that are due (maybe nothing).
@@ -132,8 +135,8 @@ class Riders:
         self._ok = ok
         self._flush = flush
         self._ride = ride
-        self.counts: dict[str, int] = {}
-        self.outcomes: dict[tuple[str, str], OutcomeFields] = {}
+        self.counts: dict[str, int] = _NOTHING  # replaced, never changed in place
+        self.outcomes: dict[tuple[str, str], OutcomeFields] = _NOTHING
 
     def __enter__(self) -> Riders:
         if not self._ride:
@@ -141,9 +144,10 @@ class Riders:
         counters = self._state.counters
         if self._flush:
             self.counts = counters.take_all()
-        elif self._ok is not None:
-            self.counts = counters.take_due(time.monotonic())
-        self.outcomes = self._state.outcomes.take_all()
+        elif self._ok is not None and counters.due(now := time.monotonic()):
+            self.counts = counters.take_due(now)
+        if self._state.outcomes.waiting:  # an unlocked peek: mostly nothing waits
+            self.outcomes = self._state.outcomes.take_all()
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:

@@ -72,6 +72,13 @@ class Counters:
             if name.endswith("_failed"):
                 self._failures += 1
 
+    def due(self, now: float) -> bool:
+        """Whether counts are due to ride with the write about to run (an unlocked
+        peek: `take_due` decides under the lock)."""
+        return bool(self.unflushed) and (
+            self._failures > 0 or now - self.last_flush >= self.interval
+        )
+
     def take_due(self, now: float) -> dict[str, int]:
         """The counts to store with the write about to run (maybe none)."""
         with self.lock:
