@@ -9,6 +9,7 @@ pauses, context compression, and LangChain's own middleware alongside.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import subprocess
@@ -33,7 +34,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from spawn import spawn
 
-from langgraph_resilience import Backoff, Budget, ConfigError, Worker
+from langgraph_resilience import Backoff, Budget, ConfigError, Worker, arun_report, run_report
 from langgraph_resilience.agents import CallPolicy, ResilienceMiddleware, ToolEffect
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
@@ -97,6 +98,44 @@ async def test_a_tool_failing_twice_transiently_is_called_three_times(
     assert search_result.content == "3 papers on resilience"
     assert out["resilience"]["status"] == "success"
     assert out["resilience"]["usage"]["tokens"] == 150  # three model calls of 50
+
+
+async def test_each_call_is_a_step_the_report_maps_tries_and_effects_to(
+    checkpointer: Harness, tmp_path: Path
+) -> None:
+    config = cfg()
+    thread = config["configurable"]["thread_id"]
+    clock = Clock()
+    agent = research_agent(
+        checkpointer.saver, tmp_path, search_failures=2, sleep=clock.sleep, asleep=clock.asleep
+    )
+    await checkpointer.invoke(agent, QUESTION, config)
+    steps = await checkpointer.call("step_history", thread)
+    assert [(s["path"], s["node"], s["status"], s["attempts"], s["kinds"]) for s in steps] == [
+        ("model", "model", "completed", 1, []),
+        ("tools/search[0]", "tool:search", "completed", 3, ["transient", "transient"]),
+        ("model#2", "model", "completed", 1, []),
+        ("tools/send_email[0]", "tool:send_email", "completed", 1, []),
+        ("model#3", "model", "completed", 1, []),
+    ]
+    assert [s["summary"] for s in steps] == [
+        "calls='search'",
+        "result='3 papers on resilience'",
+        "calls='send_email'",
+        "result='sent to boss@example.com'",
+        "reply='Report sent.'",
+    ]
+    if checkpointer.is_async:
+        report = await arun_report(checkpointer.saver, thread)
+    else:
+        report = await asyncio.to_thread(run_report, checkpointer.saver, thread)
+    assert [s.path for s in report.steps] == [s["path"] for s in steps]
+    failed = [(e.path, e.attempt) for e in report.timeline if e.event == "failed"]
+    assert failed == [("tools/search[0]", 1), ("tools/search[0]", 2)]
+    assert [(e.name, e.path, e.status) for e in report.effects] == [
+        ("tool:send_email", "tools/send_email[0]", "done")
+    ]
+    assert report.node_statuses() == {"model": "completed", "tools": "retried"}
 
 
 async def test_a_429_waits_what_retry_after_asks(checkpointer: Harness, tmp_path: Path) -> None:

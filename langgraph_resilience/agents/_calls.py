@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from langgraph.types import interrupt
@@ -72,6 +72,9 @@ class CallContext:
     durable_waits: bool = False  # under a `Worker`: a long Retry-After releases the run
     #: Told of every failed try and what comes of it (the log line, as a node's).
     on_try: Callable[[AttemptRecord, Decision], None] = lambda record, decision: None
+    #: The call's failed tries, stored ones first (filled by `call_loop`; its
+    #: step record counts them).
+    tries: list[AttemptRecord] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,7 +102,8 @@ def call_loop(ctx: CallContext) -> Generator[CallOp, Any, Any]:
     Interrupts, lost leases and configuration errors pass through untouched.
     """
     stored: list[AttemptRecord] = list((yield LoadAttempts())) if ctx.resuming else []
-    earlier = [r for r in stored if r.node == ctx.label]
+    earlier = ctx.tries
+    earlier.extend(r for r in stored if r.node == ctx.label)
     if earlier and earlier[-1].kind == FailureKind.BUDGET_EXHAUSTED.value:
         interrupt(_pause_value(ctx, earlier[-1]))  # resumed: returns the resume value
     elif earlier and earlier[-1].status == "waiting":

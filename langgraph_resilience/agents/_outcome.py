@@ -7,7 +7,10 @@
   failed step, what was done (the run's completed tool calls), the partial
   output and what to do next. It has the shape of ``state["resilience"]`` in a
   `ResilientStateGraph` (`RunOutcome`), so a `Worker` and `run_report` read an
-  agent's outcome as any other run's.
+  agent's outcome as any other run's;
+- `call_step`: the step record of a model or tool call that ran, as a node's
+  (``model``, ``model#2``, ``tools/search[0]``), so ``saver.step_history`` and
+  `run_report` list an agent's steps, and map its tries and effects to them.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from langgraph_resilience._routes import error_text
-from langgraph_resilience.agents._calls import GaveUp
+from langgraph_resilience._step_log import log_update
+from langgraph_resilience._task import TaskContext
+from langgraph_resilience.agents._calls import CallContext, GaveUp
 from langgraph_resilience.classify import FailureKind
 from langgraph_resilience.state import summarize
 
-__all__ = ["ended", "partial_log", "stopped_message", "tool_error_message"]
+__all__ = ["call_step", "ended", "partial_log", "stopped_message", "tool_error_message"]
 
 _NEXT = {
     FailureKind.TRANSIENT: "the service kept failing; check it, then resume the thread",
@@ -124,3 +129,29 @@ def ended(state: Mapping[str, Any]) -> bool:
     """Whether the run ended with the partial result (the loop must not go on)."""
     log = state.get("resilience")
     return isinstance(log, Mapping) and log.get("status") == "partial_complete"
+
+
+def call_step(
+    ctx: CallContext,
+    task: TaskContext | None,
+    state: Any,
+    name: str,
+    result: Any,
+    output: Mapping[str, Any],
+    started_at: float,
+) -> dict[str, Any]:
+    """The run-log update recording a call that ran (none outside a graph task).
+
+    ``name``: the step's name in its path (``model``, ``tools/search``; the
+    path adds the tool call's `Send` index and, from the second call on, the
+    iteration); its ``node`` is the call's label in the attempt ledger
+    (``model``, ``tool:search``), as its failed tries are stored. A call that
+    failed for good and goes on (a tool's error message) is ``degraded``;
+    ``output``: what its summary shows.
+    """
+    if task is None:
+        return {}
+    status = "degraded" if isinstance(result, GaveUp) else "completed"
+    update = log_update(name, False, task, state, status, ctx.tries, output, started_at)
+    update["step"]["node"] = ctx.label
+    return update

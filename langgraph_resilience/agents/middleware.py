@@ -56,6 +56,7 @@ from langgraph_resilience._step_log import log_try
 from langgraph_resilience._task import TaskContext
 from langgraph_resilience.agents._calls import CallContext, GaveUp, run_async, run_sync
 from langgraph_resilience.agents._outcome import (
+    call_step,
     ended,
     partial_log,
     stopped_message,
@@ -172,6 +173,17 @@ def _tokens(response: ModelResponse[Any]) -> int:
     return total
 
 
+def _said(response: Any) -> dict[str, Any]:
+    """What a model call's step summary shows: the tools it called, or its reply."""
+    messages = getattr(response, "result", None) or []
+    reply = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+    if reply is None:
+        return {}
+    if reply.tool_calls:
+        return {"calls": ", ".join(str(c.get("name")) for c in reply.tool_calls)}
+    return {"reply": reply.text}
+
+
 class _ModelCall:
     """One model call's state across its tries: the request (shrunk after a
     context overflow), what the tries used, and the compression summaries."""
@@ -180,6 +192,7 @@ class _ModelCall:
         self.request = request
         self.spent: dict[str, float] = {}
         self.summaries: list[dict[str, Any]] = []
+        self.started_at = time.time()
 
     def compress(self) -> None:
         messages, summary = compress_messages(self.request.messages)
@@ -331,9 +344,17 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         return topped
 
     def _model_result(
-        self, result: Any, call: _ModelCall, topped: Budget | None
+        self,
+        result: Any,
+        call: _ModelCall,
+        topped: Budget | None,
+        ctx: CallContext,
+        task: TaskContext | None,
     ) -> ExtendedModelResponse[Any]:
         log: dict[str, Any] = {"usage": {**call.spent, "steps": 1}}
+        if not isinstance(result, GaveUp):
+            state = call.request.state
+            log.update(call_step(ctx, task, state, "model", result, _said(result), call.started_at))
         if topped is not None:
             log["budget"] = topped.to_dict()
         if call.summaries:
@@ -370,7 +391,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
 
         ctx = self._context("model", self.model_policy, task, request.state)
         result = run_sync(ctx, task, once, call.compress, self._sleep)
-        return self._model_result(result, call, topped)
+        return self._model_result(result, call, topped, ctx, task)
 
     async def awrap_model_call(
         self,
@@ -393,14 +414,22 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
 
         ctx = self._context("model", self.model_policy, task, request.state)
         result = await run_async(ctx, task, once, call.compress, self._asleep)
-        return self._model_result(result, call, topped)
+        return self._model_result(result, call, topped, ctx, task)
 
     # -- tool calls ------------------------------------------------------------------
 
     def _tool_policy(self, name: str) -> CallPolicy:
         return self.tool_policies.get(name, self.default_tool_policy)
 
-    def _tool_result(self, result: Any, request: ToolCallRequest, meter: Meter) -> ToolResult:
+    def _tool_result(
+        self,
+        result: Any,
+        request: ToolCallRequest,
+        meter: Meter,
+        ctx: CallContext,
+        task: TaskContext | None,
+        started_at: float,
+    ) -> ToolResult:
         call = request.tool_call
         name, call_id = call["name"], call["id"] or ""
         # Cost (and tokens) the tool reported with report_usage, for the run's budget.
@@ -413,7 +442,12 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             raise result.error
         else:
             message = tool_error_message(name, call_id, result)
-        if isinstance(result, GaveUp) and policy.on_failure == "end":
+        if not (isinstance(result, GaveUp) and policy.on_failure == "end"):
+            said = {"result": getattr(message, "content", message)}
+            log.update(
+                call_step(ctx, task, request.state, f"tools/{name}", result, said, started_at)
+            )
+        else:
             state = request.state if isinstance(request.state, Mapping) else {}
             messages = [*state.get("messages", []), message]
             extra = {"tool": name, "tool_call_id": call_id}
@@ -445,9 +479,10 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
 
         name = request.tool_call["name"]
         ctx = self._context(f"tool:{name}", self._tool_policy(name), task, request.state)
+        started_at = time.time()
         with metering() as meter:
             result = run_sync(ctx, task, once, lambda: None, self._sleep)
-        return self._tool_result(result, request, meter)
+        return self._tool_result(result, request, meter, ctx, task, started_at)
 
     async def awrap_tool_call(
         self,
@@ -472,6 +507,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
 
         name = request.tool_call["name"]
         ctx = self._context(f"tool:{name}", self._tool_policy(name), task, request.state)
+        started_at = time.time()
         with metering() as meter:
             result = await run_async(ctx, task, once, lambda: None, self._asleep)
-        return self._tool_result(result, request, meter)
+        return self._tool_result(result, request, meter, ctx, task, started_at)
