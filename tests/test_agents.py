@@ -200,6 +200,11 @@ async def test_a_failed_tool_by_default_is_an_error_message_the_model_reads(
     assert len(errors) == 1 and "failed after 1 attempt" in str(errors[0].content)
     assert out["messages"][-1].content == "Report sent."
     assert out["resilience"]["status"] == "success"
+    # The email step went on without its result: degraded, and said so.
+    assert out["resilience"]["degraded_steps"] == ["tools/send_email[0]"]
+    steps = await checkpointer.call("step_history", config["configurable"]["thread_id"])
+    email = next(s for s in steps if s["node"] == "tool:send_email")
+    assert (email["status"], email["attempts"], email["kinds"]) == ("degraded", 1, ["permanent"])
 
 
 async def test_a_token_budget_pauses_the_agent_and_a_top_up_resumes_it(
