@@ -152,6 +152,21 @@ def _worker_at(
     return before[-1].owner if before else default
 
 
+def _first_worker(run: ThreadRun) -> str | None:
+    """The worker that ran the run before any takeover: named by a step record
+    it stored (a step that ended before the first takeover), else the worker
+    holding the run now if nobody took it over."""
+    takeovers = [r.at for r in run.recoveries if r.owner and r.at is not None]
+    first_takeover = min(takeovers) if takeovers else None
+    for step in sorted(run.steps, key=lambda s: float(s.get("ended_at") or 0.0)):
+        ended = step.get("ended_at")
+        if first_takeover is not None and (ended is None or ended > first_takeover):
+            break
+        if step.get("worker") and step.get("run_id") == run.run_id:
+            return str(step["worker"])
+    return run.owner if not takeovers else None
+
+
 def _step_of(run: ThreadRun, a: StoredAttempt) -> Mapping[str, Any] | None:
     """The step record a failed try belongs to (its node's, around its time)."""
     for step in run.steps:
@@ -167,8 +182,8 @@ def timeline_of(run: ThreadRun, attempts: Sequence[StoredAttempt]) -> tuple[TryE
     """Failed tries (the attempts ledger), step ends and recoveries, in time order."""
     begin = run.started_at or 0.0
     until = run.last_seen() if run.ended else None
-    # Before any takeover, the run's steps ran under the worker holding it (when known).
-    owner = run.owner if not any(r.owner for r in run.recoveries) else None
+    # Before any takeover, the run's steps ran under its first worker (when known).
+    owner = _first_worker(run)
     entries = []
     for a in attempts:
         if a.started_at < begin - 1.0 or (until is not None and a.started_at > until + 1.0):
@@ -198,7 +213,11 @@ def timeline_of(run: ThreadRun, attempts: Sequence[StoredAttempt]) -> tuple[TryE
                 path=str(step.get("path")),
                 node=str(step.get("node") or ""),
                 attempt=int(step.get("attempts") or 1),
-                worker=_worker_at(run, step, ended, owner),
+                worker=(
+                    str(step["worker"])  # named by the record itself
+                    if step.get("worker") and step.get("run_id") == run.run_id
+                    else _worker_at(run, step, ended, owner)
+                ),
             )
         )
     for rec in run.recoveries:

@@ -88,6 +88,8 @@ def log_update(
     }
     if (fence := task.fence) is not None:  # it ran under a Worker's lease (the report names it)
         step["run_id"] = fence.run_id
+        if (worker := task.worker) is not None:
+            step["worker"] = worker
     update: dict[str, Any] = {"step": step}
     if status != "completed":
         update["degraded_steps"] = [path]

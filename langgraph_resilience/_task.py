@@ -37,7 +37,7 @@ from langgraph_resilience.checkpoint import (
     Fence,
     ResilientSaver,
 )
-from langgraph_resilience.checkpoint._runs import fence_of
+from langgraph_resilience.checkpoint._runs import WORKER_KEY, fence_of
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.policy import Attempt
 
@@ -222,6 +222,12 @@ class TaskContext:
     def fence(self) -> Fence | None:
         """The fence of the run, when a `Worker` runs it."""
         return fence_of(self.config)
+
+    @property
+    def worker(self) -> str | None:
+        """The id of the `Worker` running the task's run (None without one)."""
+        found = self._configurable.get(WORKER_KEY)
+        return str(found) if found else None
 
     @property
     def saver(self) -> ResilientSaver | None:

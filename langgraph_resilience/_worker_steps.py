@@ -30,7 +30,7 @@ from langgraph_resilience._task import BUDGET_KEY
 from langgraph_resilience._telemetry import takeover_event
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import Fence, RunRecord
-from langgraph_resilience.checkpoint._runs import FENCE_KEY
+from langgraph_resilience.checkpoint._runs import FENCE_KEY, WORKER_KEY
 from langgraph_resilience.errors import CheckpointConflict, LeaseLost, StoreUnavailable
 
 __all__ = [
@@ -494,6 +494,8 @@ class Held:
 
     def config(self, budget: Budget | None) -> RunnableConfig:
         configurable: dict[str, Any] = {"thread_id": self.record.thread_id, FENCE_KEY: self.fence}
+        if self.record.owner:  # named in the run's step records
+            configurable[WORKER_KEY] = self.record.owner
         if budget is not None:
             configurable[BUDGET_KEY] = budget
         return {"configurable": configurable, "metadata": {RUN_META: self.record.run_id}}

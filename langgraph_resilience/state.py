@@ -52,6 +52,7 @@ class StepRecord(TypedDict, total=False):
         started_at / ended_at: epoch seconds.
         summary: a short summary of the output.
         run_id: the `Worker` run it ran under (absent when no Worker ran it).
+        worker: the id of the `Worker` that ran it (absent when none did).
     """
 
     run: int
@@ -64,6 +65,7 @@ class StepRecord(TypedDict, total=False):
     ended_at: float
     summary: str
     run_id: str
+    worker: str
 
 
 class FailedStep(TypedDict, total=False):

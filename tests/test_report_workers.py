@@ -18,6 +18,7 @@ from langgraph_resilience import (
 )
 from langgraph_resilience._metrics_scan import Recovery, ThreadRun
 from langgraph_resilience._report_entries import timeline_of
+from langgraph_resilience.checkpoint._events import StoredAttempt
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
 
@@ -78,8 +79,51 @@ def test_worker_steps_name_the_worker_and_a_retry_failed_step_does_not(tmp_path:
         assert out["resilience"]["status"] == "success"
         after = run_report(saver, "pub")
     steps = [(e.path, e.event, e.worker) for e in after.timeline if e.path]
+    assert ("draft", "completed", "worker-1") in steps  # named after the run ended too
     assert ("publish", "completed", None) in steps  # retry_failed ran it, here
     assert all(w in (None, "worker-1") for _, _, w in steps)
     assert [e.worker for e in during.timeline if e.path == "draft"] == [
         e.worker for e in after.timeline if e.path == "draft" and e.event == "completed"
+    ]
+
+
+def test_the_first_workers_tries_and_steps_are_named_after_a_takeover() -> None:
+    """Worker-1 ran draft (its first try failed), then died; worker-2 took the
+    run over and ran review (a try failed there too). The records name their
+    workers, so the timeline names worker-1 for what it did, though the run's
+    record names nobody once it ended."""
+    run = ThreadRun(thread_id="t", run=1, status="success", run_id="r1", owner=None)
+    run.steps = [
+        {**_step("draft", 10.0, "r1"), "worker": "worker-1", "attempts": 2},
+        {**_step("review", 13.0, "r1"), "worker": "worker-2", "attempts": 2},
+    ]
+    run.recoveries = [
+        Recovery(kind="takeover", thread_id="t", at=12.0, run=1, run_id="r1", owner="worker-2")
+    ]
+
+    def failed(node: str, at: float) -> StoredAttempt:
+        return StoredAttempt(
+            checkpoint_ns="",
+            checkpoint_id="c",
+            task_id=node,
+            attempt=1,
+            node=node,
+            kind="transient",
+            error_type="TimeoutError",
+            reason="slow",
+            started_at=at,
+            finished_at=at + 0.1,
+            wait=0.1,
+        )
+
+    named = [
+        (e.path, e.event, e.worker)
+        for e in timeline_of(run, [failed("draft", 9.6), failed("review", 12.6)])
+    ]
+    assert named == [
+        ("draft", "failed", "worker-1"),
+        ("draft", "completed", "worker-1"),
+        ("", "recovery", "worker-2"),
+        ("review", "failed", "worker-2"),
+        ("review", "completed", "worker-2"),
     ]

@@ -26,7 +26,7 @@ from langgraph_resilience.checkpoint._store import (
 )
 from langgraph_resilience.errors import ConfigError, LeaseLost, RunStateError
 
-__all__ = ["FENCE_KEY", "Fence", "RunRecord", "fence_of", "fence_write"]
+__all__ = ["FENCE_KEY", "WORKER_KEY", "Fence", "RunRecord", "fence_of", "fence_write"]
 
 T = TypeVar("T")
 Translate = Callable[[BaseException], BaseException | None]
@@ -110,6 +110,8 @@ _RUN_COLUMNS = select_list(RunRecord)
 # Where a `Worker` puts the run's fence in a run's config; every checkpoint,
 # write, attempt and effect record of that run is checked against it.
 FENCE_KEY = "__lgr_fence"
+#: The id of the `Worker` running the run (its steps name it in their records).
+WORKER_KEY = "__lgr_worker"
 
 
 def fence_of(config: RunnableConfig | None) -> Fence | None:
