@@ -167,13 +167,24 @@ def measure(n: int, repeats: int, runs: int, open_stores: Callable[[], Any]) -> 
     )
 
 
-class SqliteStores:
+class Stores:
+    """One fresh store per variant of a dialect, its saver open: the stock saver
+    for ``stock`` and ``record``, ours for ``ours``."""
+
+    stock: Any
+    ours: Any
+
+    def targets(self) -> dict[str, str]:  # where each variant's store lives
+        raise NotImplementedError
+
+    def size(self, target: str) -> int:
+        raise NotImplementedError
+
     def __enter__(self) -> tuple[dict[str, Any], Callable[[], dict[str, int]]]:
-        self.dir = tempfile.mkdtemp(prefix="lgr-runlen-")
-        self.paths = {v: os.path.join(self.dir, f"{v}.db") for v in VARIANTS}
+        self.where = self.targets()
         self.cms = {
-            v: (ResilientSqliteSaver if v == "ours" else SqliteSaver).from_conn_string(path)
-            for v, path in self.paths.items()
+            v: (self.ours if v == "ours" else self.stock).from_conn_string(target)
+            for v, target in self.where.items()
         }
         savers = {v: cm.__enter__() for v, cm in self.cms.items()}
         for saver in savers.values():
@@ -181,34 +192,38 @@ class SqliteStores:
         return savers, self.sizes
 
     def sizes(self) -> dict[str, int]:
-        return {v: sqlite_bytes(path) for v, path in self.paths.items()}
+        return {v: self.size(target) for v, target in self.where.items()}
 
     def __exit__(self, *exc: object) -> None:
         for cm in self.cms.values():
             cm.__exit__(None, None, None)
 
 
-class PostgresStores:
-    def __enter__(self) -> tuple[dict[str, Any], Callable[[], dict[str, int]]]:
+class SqliteStores(Stores):
+    stock, ours = SqliteSaver, ResilientSqliteSaver
+
+    def targets(self) -> dict[str, str]:
+        folder = tempfile.mkdtemp(prefix="lgr-runlen-")
+        return {v: os.path.join(folder, f"{v}.db") for v in VARIANTS}
+
+    def size(self, target: str) -> int:
+        return sqlite_bytes(target)
+
+
+class PostgresStores(Stores):
+    stock, ours = PostgresSaver, ResilientPostgresSaver
+
+    def targets(self) -> dict[str, str]:
         server = server_dsn()
-        self.dbs = {v: postgres_db(server) for v in VARIANTS}
-        self.dsns = {v: cm.__enter__() for v, cm in self.dbs.items()}
-        self.cms = {
-            v: (ResilientPostgresSaver if v == "ours" else PostgresSaver).from_conn_string(dsn)
-            for v, dsn in self.dsns.items()
-        }
-        savers = {v: cm.__enter__() for v, cm in self.cms.items()}
-        for saver in savers.values():
-            saver.setup()
-        return savers, self.sizes
+        self.dbs = [postgres_db(server) for _ in VARIANTS]
+        return {v: db.__enter__() for v, db in zip(VARIANTS, self.dbs, strict=True)}
 
-    def sizes(self) -> dict[str, int]:
-        return {v: postgres_bytes(dsn) for v, dsn in self.dsns.items()}
+    def size(self, target: str) -> int:
+        return postgres_bytes(target)
 
     def __exit__(self, *exc: object) -> None:
-        for cm in self.cms.values():
-            cm.__exit__(None, None, None)
-        for db in self.dbs.values():
+        super().__exit__(*exc)
+        for db in self.dbs:
             db.__exit__(None, None, None)
 
 
