@@ -53,7 +53,7 @@ __all__ = [
     "LoadAttempts",
     "NodeAction",
     "NodeContext",
-    "NOT_DONE",
+    "FirstTry",
     "NodeOp",
     "RecordAttempt",
     "Sleep",
@@ -249,19 +249,25 @@ def plain_start(state: Any, task: TaskContext) -> bool:
 _EMPTY: Mapping[str, Any] = {}
 
 
-#: `first_done`'s answer when the first try did not complete.
-NOT_DONE: Any = object()
+class FirstTry(NamedTuple):
+    """A first try the driver made (`plain_start`) that did not complete: its
+    result, when it started, what failed and the usage so far, for `node_loop`
+    to go on from (``first=``) without judging the try again."""
+
+    result: CallResult
+    at: float
+    error: BaseException
+    spent: dict[str, float]
 
 
 def first_done(
     ctx: NodeContext, state: Any, task: TaskContext, result: CallResult, at: float
 ) -> Any:
     """The node's output with its run-log update if the first try (made at
-    ``at``, after `plain_start`) completed; else `NOT_DONE`, and the driver hands
-    the result to `node_loop` (``first=``)."""
+    ``at``, after `plain_start`) completed; else a `FirstTry`."""
     exc, spent = _failure_of(ctx, state, result, _ONE_STEP)
     if exc is not None:
-        return NOT_DONE
+        return FirstTry(result, at, exc, spent)
     return _completed(ctx, state, task, result.output, [], at, spent)
 
 
@@ -272,7 +278,7 @@ def node_loop(
     ctx: NodeContext,
     state: Any,
     task: TaskContext,
-    first: tuple[CallResult, float] | None = None,
+    first: FirstTry | None = None,
 ) -> Generator[NodeOp, Any, Any]:
     """Run a node under its policy: yields I/O to do, returns the node's output.
 
@@ -319,14 +325,14 @@ def node_loop(
                 validation_failures=sum(r.kind == FailureKind.VALIDATION.value for r in earlier),
             )
         )
-        result: CallResult
-        if first is not None:  # made by the driver
-            result, started = first
+        exc: BaseException | None
+        if first is not None:  # made, and judged, by the driver
+            result, started, exc, spent = first
             first_start, first = started, None
         else:
             started = time.time()
             result = yield CallNode(state, attempt)
-        exc, spent = _failure_of(ctx, state, result, spent)
+            exc, spent = _failure_of(ctx, state, result, spent)
         if exc is None:
             return _completed(
                 ctx, state, task, result.output, earlier, first_start, spent, topped, summaries

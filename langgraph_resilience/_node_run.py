@@ -22,9 +22,9 @@ from langgraph.config import get_config
 
 from langgraph_resilience._node import (
     _FIRST,
-    NOT_DONE,
     CallNode,
     CallResult,
+    FirstTry,
     LoadAttempts,
     NodeAction,
     NodeContext,
@@ -61,17 +61,18 @@ def _call_sync(call: Callable[[Any], Any], state: Any, attempt: Attempt) -> Call
 
 
 def run_sync(ctx: NodeContext, state: Any, call: Callable[[Any], Any], task: TaskContext) -> Any:
-    first: tuple[CallResult, float] | None = None
+    first: FirstTry | None = None
     tr: TryRun | None = None  # the try in progress, when someone watches it
     if plain_start(state, task):  # the happy path: no loop unless the try fails
         at = time.time()
         if (tr := begin_try(ctx.name, 1, task.config)) is not None:
             tr.start_sync(state)
-        first = (_call_sync(call, state, _FIRST), at)
-        if (done := first_done(ctx, state, task, *first)) is not NOT_DONE:
+        done = first_done(ctx, state, task, _call_sync(call, state, _FIRST), at)
+        if not isinstance(done, FirstTry):
             if tr is not None:
                 tr.end_sync(done, None, None)
             return done
+        first = done
     loop = node_loop(ctx, state, task, first)
     reply: Any = None
     while True:
@@ -137,17 +138,19 @@ async def run_async(
     task: TaskContext,
     timeout: float | None,
 ) -> Any:
-    first: tuple[CallResult, float] | None = None
+    first: FirstTry | None = None
     tr: TryRun | None = None  # the try in progress, when someone watches it
     if plain_start(state, task):  # the happy path: no loop unless the try fails
         at = time.time()
         if (tr := begin_try(ctx.name, 1, task.config)) is not None:
             await tr.start_async(state)
-        first = (await _call_async(ctx.name, call, state, _FIRST, timeout), at)
-        if (done := first_done(ctx, state, task, *first)) is not NOT_DONE:
+        result = await _call_async(ctx.name, call, state, _FIRST, timeout)
+        done = first_done(ctx, state, task, result, at)
+        if not isinstance(done, FirstTry):
             if tr is not None:
                 await tr.end_async(done, None, None)
             return done
+        first = done
     loop = node_loop(ctx, state, task, first)
     reply: Any = None
     while True:

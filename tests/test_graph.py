@@ -192,7 +192,10 @@ async def test_validation_failure_retries_with_adapted_parameters(checkpointer: 
         seen.append((attempt.number, dict(attempt.overrides)))
         return {"draft": f"t={attempt.overrides.get('temperature', 1.0)}"}
 
+    checked: list[str] = []
+
     def check(output: dict[str, Any]) -> None:
+        checked.append(output["draft"])
         if output["draft"] != "t=0.2":
             raise ValidationFailed("too creative")
 
@@ -208,6 +211,7 @@ async def test_validation_failure_retries_with_adapted_parameters(checkpointer: 
     out = await checkpointer.invoke(graph, {"done": []}, cfg(checkpointer, "validation"))
     assert out["draft"] == "t=0.2"
     assert seen == [(1, {}), (2, {"temperature": 0.2})]
+    assert checked == ["t=1.0", "t=0.2"]  # each output judged once
     draft = next(s for s in out["resilience"]["completed_steps"] if s["path"] == "draft")
     assert draft["kinds"] == ["validation"]
 
