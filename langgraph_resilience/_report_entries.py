@@ -152,6 +152,12 @@ def _worker_at(
     return before[-1].owner if before else default
 
 
+def _recorded_worker(run: ThreadRun, step: Mapping[str, Any]) -> str | None:
+    """The worker a step's record names, if it ran under this run's lease."""
+    worker = step.get("worker")
+    return str(worker) if worker and step.get("run_id") == run.run_id else None
+
+
 def _first_worker(run: ThreadRun) -> str | None:
     """The worker that ran the run before any takeover: named by a step record
     it stored (a step that ended before the first takeover), else the worker
@@ -162,8 +168,8 @@ def _first_worker(run: ThreadRun) -> str | None:
         ended = step.get("ended_at")
         if first_takeover is not None and (ended is None or ended > first_takeover):
             break
-        if step.get("worker") and step.get("run_id") == run.run_id:
-            return str(step["worker"])
+        if (worker := _recorded_worker(run, step)) is not None:
+            return worker
     return run.owner if not takeovers else None
 
 
@@ -213,11 +219,7 @@ def timeline_of(run: ThreadRun, attempts: Sequence[StoredAttempt]) -> tuple[TryE
                 path=str(step.get("path")),
                 node=str(step.get("node") or ""),
                 attempt=int(step.get("attempts") or 1),
-                worker=(
-                    str(step["worker"])  # named by the record itself
-                    if step.get("worker") and step.get("run_id") == run.run_id
-                    else _worker_at(run, step, ended, owner)
-                ),
+                worker=_recorded_worker(run, step) or _worker_at(run, step, ended, owner),
             )
         )
     for rec in run.recoveries:

@@ -73,8 +73,8 @@ class Counters:
                 self._failures += 1
 
     def due(self, now: float) -> bool:
-        """Whether counts are due to ride with the write about to run (an unlocked
-        peek: `take_due` decides under the lock)."""
+        """Whether counts are due to ride with the write about to run (unlocked, a
+        peek; `take_due` asks again under the lock)."""
         return bool(self.unflushed) and (
             self._failures > 0 or now - self.last_flush >= self.interval
         )
@@ -82,7 +82,7 @@ class Counters:
     def take_due(self, now: float) -> dict[str, int]:
         """The counts to store with the write about to run (maybe none)."""
         with self.lock:
-            if not self.unflushed or not (self._failures or now - self.last_flush >= self.interval):
+            if not self.due(now):
                 return {}
             deltas, self.unflushed, self.last_flush = self.unflushed, {}, now
             self._failures = 0
