@@ -7,10 +7,11 @@ The savers live in `langgraph_resilience.checkpoint.sqlite` (and ``.aio``) and
 
 from __future__ import annotations
 
-from langgraph_resilience.archive import Archive, ArchiveError
 from langgraph_resilience.budget import Budget, report_usage
+from langgraph_resilience.checkpoint.archive import Archive, ArchiveError
 from langgraph_resilience.classify import Classification, Classifier, FailureKind, classify
-from langgraph_resilience.effects import side_effect
+from langgraph_resilience.effects._settle import asettle_effect, settle_effect
+from langgraph_resilience.effects._side_effect import side_effect
 from langgraph_resilience.errors import (
     BudgetExhausted,
     CheckpointConflict,
@@ -29,18 +30,21 @@ from langgraph_resilience.errors import (
     TransientError,
     ValidationFailed,
 )
-from langgraph_resilience.graph import (
+from langgraph_resilience.graph._builder import (
     ResilientStateGraph,
     aretry_failed,
     current_attempt,
     retry_failed,
 )
-from langgraph_resilience.metrics import RecoveryMetrics, arecovery_metrics, recovery_metrics
+from langgraph_resilience.history._metrics import (
+    RecoveryMetrics,
+    arecovery_metrics,
+    recovery_metrics,
+)
+from langgraph_resilience.history._report import RunReport, arun_report, run_report
 from langgraph_resilience.policy import Attempt, Backoff, NodePolicy
-from langgraph_resilience.report import RunReport, arun_report, run_report
-from langgraph_resilience.settle import asettle_effect, settle_effect
 from langgraph_resilience.state import ResilientState, RunOutcome
-from langgraph_resilience.worker import Worker
+from langgraph_resilience.worker._worker import Worker
 
 __version__ = "0.1.0"
 

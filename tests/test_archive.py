@@ -33,8 +33,8 @@ from langgraph_resilience import (
     retry_failed,
     side_effect,
 )
-from langgraph_resilience.archive._codec import thread_prefix
 from langgraph_resilience.checkpoint import _base
+from langgraph_resilience.checkpoint.archive._codec import thread_prefix
 
 
 class State(ResilientState, total=False):

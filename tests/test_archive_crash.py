@@ -17,7 +17,7 @@ from archive_worker import CLAIM_TTL
 from test_archive import Calls, build
 
 from langgraph_resilience import Archive
-from langgraph_resilience.archive._codec import thread_prefix
+from langgraph_resilience.checkpoint.archive._codec import thread_prefix
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 

@@ -19,7 +19,7 @@ from langgraph.types import Command
 from test_archive import Calls, build
 
 from langgraph_resilience import Archive
-from langgraph_resilience.archive._codec import thread_prefix
+from langgraph_resilience.checkpoint.archive._codec import thread_prefix
 
 BUCKET = "lgr-archive"
 

@@ -17,12 +17,12 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import add_messages
 
-from langgraph_resilience._compress import (
+from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.graph._compress import (
     compress_messages,
     compress_with_summary,
     default_compress,
 )
-from langgraph_resilience.errors import ConfigError
 
 
 def assert_valid_history(messages: Sequence[BaseMessage]) -> None:

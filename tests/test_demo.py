@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from langgraph_resilience.demo.evidence import Evidence, Runner, check, expected_runs
+from langgraph_resilience.cli.demo.evidence import Evidence, Runner, check, expected_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST, SECOND, FIXER = (Runner(name=n, pid=p) for n, p in (("w1", 11), ("w2", 22), ("me", 33)))

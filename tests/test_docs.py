@@ -27,9 +27,8 @@ PAGES = {
     "langgraph_resilience.checkpoint.postgres.aio": "checkpoint-postgres",
     "langgraph_resilience.testing": "testing",
     "langgraph_resilience.agents": "agents",
-    "langgraph_resilience.report": "report",
-    "langgraph_resilience.metrics": "metrics",
-    "langgraph_resilience.archive": "archive",
+    "langgraph_resilience.history": "history",
+    "langgraph_resilience.checkpoint.archive": "archive",
     "langgraph_resilience.cli": "cli",
 }
 

@@ -202,8 +202,8 @@ def _resume_by_hand(store: tuple[str, str], service: Path, thread: str, value: A
 
 
 def _held() -> Any:
-    from langgraph_resilience._leases import Instant, Proof
-    from langgraph_resilience._worker_steps import Held
+    from langgraph_resilience.worker._leases import Instant, Proof
+    from langgraph_resilience.worker._steps import Held
 
     record = RunRecord(
         run_id="r",
@@ -227,7 +227,7 @@ def _held() -> Any:
 
 
 def test_a_run_taken_over_before_its_release_was_stored_waits_on() -> None:
-    from langgraph_resilience._worker_steps import Finish, Invoke, ThreadState, Where, run_steps
+    from langgraph_resilience.worker._steps import Finish, Invoke, ThreadState, Where, run_steps
 
     # Its worker died between the wait's interrupt and storing the release: the
     # claim came from an expired lease, not from the store's not_before.

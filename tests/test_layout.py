@@ -68,3 +68,76 @@ def test_every_import_is_at_module_top() -> None:
                     if isinstance(inner, ast.Import | ast.ImportFrom)
                 ]
     assert late == []
+
+
+# The layers, lowest first. A module may import the core, any folder of a lower
+# layer, and its own folder; never a folder of its own layer or above it.
+CORE = {
+    "langgraph_resilience.errors",
+    "langgraph_resilience.classify",
+    "langgraph_resilience.policy",
+    "langgraph_resilience.budget",
+    "langgraph_resilience.state",
+    "langgraph_resilience._engine",
+    "langgraph_resilience._langgraph",
+    "langgraph_resilience._store_errors",
+}
+LAYERS = [
+    {"telemetry"},
+    {"checkpoint"},
+    {"graph"},
+    {"worker"},
+    {"effects", "history"},
+    {"agents", "testing"},
+    {"cli"},
+]
+MAX_ROOT_MODULES = 12
+MAX_LINES = 550
+
+
+def _folder(module: str) -> str | None:
+    """The top folder of a module (``graph`` for ``langgraph_resilience.graph._node``)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and module not in CORE and parts[1] != "__main__" else None
+
+
+def _layer(folder: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if folder in layer)
+
+
+def test_every_folder_has_its_layer() -> None:
+    root = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert root == set().union(*LAYERS)
+
+
+def test_no_import_runs_up_the_layers() -> None:
+    known = _modules()
+    wrong = []
+    for name, path in sorted(known.items()):
+        if name == "langgraph_resilience" or name == "langgraph_resilience.__main__":
+            continue  # the package's face and its entry point may import anything
+        mine = _folder(name)
+        for dep in sorted(_imports(ast.parse(path.read_text()), known)):
+            theirs = _folder(dep)
+            if dep == "langgraph_resilience":
+                ok = mine == "cli"  # the command prints the package's version
+            elif theirs is None:
+                ok = dep in CORE
+            elif mine is None:
+                ok = False  # the core imports no folder
+            else:
+                ok = theirs == mine or _layer(theirs) < _layer(mine)
+            if not ok:
+                wrong.append(f"{name} -> {dep}")
+    assert wrong == []
+
+
+def test_the_root_is_small_and_every_module_is_a_room() -> None:
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, root
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}

@@ -48,7 +48,7 @@ from langgraph_resilience import (
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.errors import ConfigError
-from langgraph_resilience.report import list_runs
+from langgraph_resilience.history._report import list_runs
 
 SCRIPT = str(Path(__file__).parent / "metrics_worker.py")
 _TABLES = (

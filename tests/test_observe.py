@@ -20,7 +20,7 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.errors import NodeError
 from langgraph.graph import END, START
 
-import langgraph_resilience._otel as otel
+import langgraph_resilience.telemetry._otel as otel
 from langgraph_resilience import (
     Backoff,
     NodePolicy,
@@ -29,10 +29,10 @@ from langgraph_resilience import (
     ResilientStateGraph,
     side_effect,
 )
-from langgraph_resilience._leases import Instant, Proof
-from langgraph_resilience._routes import PARTIAL_RESULT, error_handler, give_up_of
-from langgraph_resilience._worker_steps import Held, Invoke, ThreadState, Where, run_steps
 from langgraph_resilience.checkpoint import RunRecord
+from langgraph_resilience.graph._routes import PARTIAL_RESULT, error_handler, give_up_of
+from langgraph_resilience.worker._leases import Instant, Proof
+from langgraph_resilience.worker._steps import Held, Invoke, ThreadState, Where, run_steps
 
 INNER = RunnableLambda(lambda query: query, name="inner")
 FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.002)
@@ -413,9 +413,9 @@ import operator
 from typing import Annotated
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START
-import langgraph_resilience._otel as otel
-from langgraph_resilience._leases import Instant, Proof
-from langgraph_resilience._worker_steps import Held, Invoke, ThreadState, Where, run_steps
+import langgraph_resilience.telemetry._otel as otel
+from langgraph_resilience.worker._leases import Instant, Proof
+from langgraph_resilience.worker._steps import Held, Invoke, ThreadState, Where, run_steps
 from langgraph_resilience import Backoff, NodePolicy, ResilientState, ResilientStateGraph
 
 class S(ResilientState, total=False):

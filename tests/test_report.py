@@ -34,7 +34,7 @@ from langgraph_resilience import (
 )
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
-from langgraph_resilience.report import UnknownThread, alist_runs, list_runs
+from langgraph_resilience.history._report import UnknownThread, alist_runs, list_runs
 
 
 @pytest.fixture

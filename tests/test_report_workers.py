@@ -16,10 +16,10 @@ from langgraph_resilience import (
     retry_failed,
     run_report,
 )
-from langgraph_resilience._metrics_scan import Recovery, ThreadRun
-from langgraph_resilience._report_entries import timeline_of
 from langgraph_resilience.checkpoint._events import StoredAttempt
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.history._entries import timeline_of
+from langgraph_resilience.history._scan import Recovery, ThreadRun
 
 
 def _step(path: str, ended: float, run_id: str | None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from conftest import Harness
 from helpers import DoneState, appending, chain
 
 from langgraph_resilience import Backoff, NodePolicy, ResilientStateGraph, TransientError
-from langgraph_resilience.report import alist_runs, arun_report, list_runs, run_report
+from langgraph_resilience.history._report import alist_runs, arun_report, list_runs, run_report
 
 FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.01)
 
@@ -131,8 +131,8 @@ async def _status(h: Harness, thread: str) -> str:
 def test_the_error_channels_read_are_the_installed_langgraphs() -> None:
     from langgraph._internal import _constants as lg
 
-    from langgraph_resilience import _metrics_scan
     from langgraph_resilience.checkpoint._events import RUN_LOG_CHANNELS
+    from langgraph_resilience.history import _scan as _metrics_scan
 
     assert (_metrics_scan._ERROR, _metrics_scan._HANDLED) == (lg.ERROR, lg.ERROR_SOURCE_NODE)
     assert {lg.ERROR, lg.ERROR_SOURCE_NODE} <= set(RUN_LOG_CHANNELS)

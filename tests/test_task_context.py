@@ -24,12 +24,12 @@ from langgraph.types import Command, Send, interrupt
 
 import langgraph_resilience
 from langgraph_resilience import Budget, ResilientState, ResilientStateGraph, side_effect
-from langgraph_resilience import _task as task_module
-from langgraph_resilience._task import TaskContext
 from langgraph_resilience.checkpoint import Fence
 from langgraph_resilience.checkpoint._runs import FENCE_KEY
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+from langgraph_resilience.graph import _task as task_module
+from langgraph_resilience.graph._task import TaskContext
 
 
 class State(ResilientState, total=False):
@@ -90,7 +90,7 @@ def test_no_other_module_names_a_private_langgraph_key() -> None:
         for path in package.rglob("*.py")
         if "__pregel_" in path.read_text()
         # _task.py names the config keys a node reads; _store.py the channel the store reads
-        and str(path.relative_to(package)) not in ("_task.py", "checkpoint/_store.py")
+        and str(path.relative_to(package)) not in ("graph/_task.py", "checkpoint/_store.py")
     )
     assert naming == []
 

@@ -47,9 +47,11 @@ from langgraph_resilience import (
     Worker,
     side_effect,
 )
-from langgraph_resilience._leases import LEASES, Instant, Proof, check_lease
-from langgraph_resilience._task import TaskContext
-from langgraph_resilience._worker_steps import (
+from langgraph_resilience.checkpoint import RunRecord, _runs
+from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE
+from langgraph_resilience.graph._task import TaskContext
+from langgraph_resilience.worker._leases import LEASES, Instant, Proof, check_lease
+from langgraph_resilience.worker._steps import (
     Abandon,
     Claim,
     Finish,
@@ -65,8 +67,6 @@ from langgraph_resilience._worker_steps import (
     run_steps,
     worker_loop,
 )
-from langgraph_resilience.checkpoint import RunRecord, _runs
-from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE
 
 TRIALS = int(os.environ.get("LGR_FAULT_TRIALS", "3"))
 STEPS = ["a", "b", "c"]

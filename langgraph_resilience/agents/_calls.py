@@ -29,7 +29,10 @@ from typing import Any, NamedTuple
 from langgraph.types import interrupt
 
 from langgraph_resilience._engine import Action, Decision, decide
-from langgraph_resilience._node import (
+from langgraph_resilience.checkpoint import AttemptRecord
+from langgraph_resilience.classify import Classification, Classifier, FailureKind, is_control_flow
+from langgraph_resilience.errors import ConfigError, LeaseLost
+from langgraph_resilience.graph._node import (
     CallResult,
     LoadAttempts,
     RecordAttempt,
@@ -37,10 +40,7 @@ from langgraph_resilience._node import (
     durable_wait,
     try_record,
 )
-from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
-from langgraph_resilience.checkpoint import AttemptRecord
-from langgraph_resilience.classify import Classification, Classifier, FailureKind, is_control_flow
-from langgraph_resilience.errors import ConfigError, LeaseLost
+from langgraph_resilience.graph._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.policy import Attempt, NodePolicy
 
 __all__ = ["Call", "CallContext", "Compress", "GaveUp", "call_loop", "run_async", "run_sync"]

@@ -20,11 +20,11 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from langgraph_resilience._routes import error_text
-from langgraph_resilience._step_log import log_update
-from langgraph_resilience._task import TaskContext
 from langgraph_resilience.agents._calls import CallContext, GaveUp
 from langgraph_resilience.classify import FailureKind
+from langgraph_resilience.graph._routes import error_text
+from langgraph_resilience.graph._step_log import log_update
+from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.state import summarize
 
 __all__ = ["call_step", "ended", "partial_log", "stopped_message", "tool_error_message"]

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from langgraph_resilience._effect_steps import EFFECT_LEASE, EffectSpec, OnUnknown
 from langgraph_resilience.classify import Classifier
+from langgraph_resilience.effects._steps import EFFECT_LEASE, EffectSpec, OnUnknown
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.policy import Backoff, NodePolicy
 

@@ -30,11 +30,11 @@ from typing import Any
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from pydantic import BaseModel
 
-from langgraph_resilience._effect_steps import EffectSpec
-from langgraph_resilience._task import TaskContext
 from langgraph_resilience.agents._policy import ToolEffect, effect_spec
-from langgraph_resilience.effects import EffectCall, _no_saver, drive_async, drive_sync
+from langgraph_resilience.effects._side_effect import EffectCall, _no_saver, drive_async, drive_sync
+from langgraph_resilience.effects._steps import EffectSpec
 from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.graph._task import TaskContext
 
 __all__ = ["recorded", "tool_key", "tool_once_async", "tool_once_sync", "with_key"]
 

@@ -51,9 +51,6 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
-from langgraph_resilience._compress import compress_messages
-from langgraph_resilience._step_log import log_try
-from langgraph_resilience._task import TaskContext
 from langgraph_resilience.agents._calls import CallContext, GaveUp, run_async, run_sync
 from langgraph_resilience.agents._outcome import (
     call_step,
@@ -77,6 +74,9 @@ from langgraph_resilience.budget import Budget, Meter, add_usage, metering, paus
 from langgraph_resilience.budget import used as used_of
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.graph._compress import compress_messages
+from langgraph_resilience.graph._step_log import log_try
+from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.state import RunOutcome, merge_run_log, new_run_marker
 
 __all__ = ["ResilienceMiddleware", "ResilienceState", "tool_idempotency_key"]

@@ -23,7 +23,6 @@ except ImportError:  # the base install (no `postgres` extra): no pool to be giv
     AsyncConnectionPool = ()  # type: ignore[assignment,misc]
 
 from langgraph_resilience._store_errors import is_store_error
-from langgraph_resilience.archive._methods import AsyncArchival
 from langgraph_resilience.checkpoint import (
     _base,
     _counters,
@@ -44,6 +43,7 @@ from langgraph_resilience.checkpoint._retry import Translate
 from langgraph_resilience.checkpoint._runs import Blob, Fence, RunRecord
 from langgraph_resilience.checkpoint._savers import Hooks, next_config
 from langgraph_resilience.checkpoint._store import Statements, no_statements
+from langgraph_resilience.checkpoint.archive._methods import AsyncArchival
 
 T = TypeVar("T")
 

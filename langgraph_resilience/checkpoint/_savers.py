@@ -33,10 +33,7 @@ try:
 except ImportError:  # the base install (no `postgres` extra): no pool to be given
     ConnectionPool = ()  # type: ignore[assignment,misc]
 
-from langgraph_resilience._route_text import stored_error
 from langgraph_resilience._store_errors import is_store_error
-from langgraph_resilience.archive._methods import SyncArchival
-from langgraph_resilience.archive._sizes import channel_sizes, put_size
 from langgraph_resilience.checkpoint import (
     _base,
     _counters,
@@ -54,9 +51,12 @@ from langgraph_resilience.checkpoint._ledger import (
     OutcomeFields,
 )
 from langgraph_resilience.checkpoint._retry import Translate
+from langgraph_resilience.checkpoint._route_text import stored_error
 from langgraph_resilience.checkpoint._runs import Blob, Fence, RunRecord
 from langgraph_resilience.checkpoint._store import Dialect, Statements, no_statements
 from langgraph_resilience.checkpoint._threads import PutCheckpoint
+from langgraph_resilience.checkpoint.archive._methods import SyncArchival
+from langgraph_resilience.checkpoint.archive._sizes import channel_sizes, put_size
 
 T = TypeVar("T")
 WriteRows = tuple[str, list[tuple[Any, ...]]]

@@ -21,11 +21,11 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
 from langgraph.types import Durability, StateSnapshot
 
-from langgraph_resilience._retrying import aretry_failed, retry_failed
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+from langgraph_resilience.effects._settle import asettle_effect, settle_effect
 from langgraph_resilience.errors import ConfigError
-from langgraph_resilience.settle import asettle_effect, settle_effect
+from langgraph_resilience.graph._retry_failed import aretry_failed, retry_failed
 from langgraph_resilience.testing._cases import Run, RunResult, SuiteSpec, comparable, suite_steps
 from langgraph_resilience.testing._faults import SimulatedCrash
 from langgraph_resilience.testing._report import RecoverySuiteReport

@@ -28,10 +28,10 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph._internal._runnable import RunnableCallable, coerce_to_runnable
 from langgraph.pregel import Pregel
 
-from langgraph_resilience._node_run import is_async
-from langgraph_resilience._step_log import log_of, step_path
-from langgraph_resilience._task import CURRENT_ATTEMPT, TaskContext
-from langgraph_resilience.graph import ResilientStateGraph
+from langgraph_resilience.graph._builder import ResilientStateGraph
+from langgraph_resilience.graph._drivers import is_async
+from langgraph_resilience.graph._step_log import log_of, step_path
+from langgraph_resilience.graph._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.testing._faults import (
     CrashFault,
     CrashWhen,

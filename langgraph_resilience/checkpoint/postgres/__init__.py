@@ -32,7 +32,6 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience._store_errors import is_transient_store_error
-from langgraph_resilience.archive import Archive
 from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._retry import (
     DEFAULT_PG_STORE_RETRY,
@@ -41,6 +40,7 @@ from langgraph_resilience.checkpoint._retry import (
 )
 from langgraph_resilience.checkpoint._savers import SyncResilience
 from langgraph_resilience.checkpoint._store import POSTGRES, Statements, execute
+from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.postgres import _network
 from langgraph_resilience.checkpoint.postgres._network import (
     BoundedConnection,

@@ -17,7 +17,6 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from langgraph_resilience._store_errors import is_transient_store_error
-from langgraph_resilience.archive import Archive
 from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._asavers import AsyncResilience
 from langgraph_resilience.checkpoint._retry import (
@@ -26,6 +25,7 @@ from langgraph_resilience.checkpoint._retry import (
     acall_with_retry,
 )
 from langgraph_resilience.checkpoint._store import POSTGRES, Statements, aexecute
+from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.postgres import (
     _network,
     pg_put,

@@ -10,11 +10,11 @@ import aiosqlite
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from langgraph_resilience.archive import Archive
 from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._asavers import AsyncResilience
 from langgraph_resilience.checkpoint._retry import Translate, acall_with_retry
 from langgraph_resilience.checkpoint._store import SQLITE, Statements, aexecute
+from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.sqlite import (
     sqlite_final,
     sqlite_path_error,

@@ -1,0 +1,15 @@
+"""The checkpoint lifecycle: a cold tier in object storage (`Archive`), idle threads
+moved into it and restored on access, a size budget per checkpoint, and retention.
+
+The rooms: ``_objects`` (`Archive` over obstore, `ArchiveError`), ``_codec`` (the
+key schema and an object's bytes), ``_moves`` (archival and restore as
+operations), ``_drivers`` (their sync and async drivers), ``_methods`` (the
+savers' methods), ``_sizes`` (the size budget). The SQL is in
+`langgraph_resilience.checkpoint._archival` and ``_retention``.
+"""
+
+from __future__ import annotations
+
+from langgraph_resilience.checkpoint.archive._objects import Archive, ArchiveError
+
+__all__ = ["Archive", "ArchiveError"]

@@ -1,0 +1,217 @@
+"""What every subcommand of the command line needs: the store named by ``--db``
+(or ``LGR_DB``), opened without changing it, and the graph named by ``--graph``.
+
+A store that cannot be used is a `CliError`: one line for stderr and exit code 2.
+Reads never set a store up: a mistyped SQLite path is an error, not a new empty
+file, and a database without the resilience tables says to run
+``langgraph-resilience setup``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sqlite3
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph.graph import StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from langgraph_resilience.checkpoint import ResilientSaver
+from langgraph_resilience.checkpoint._schema import SCHEMA_VERSION, schema_version
+from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE, execute
+from langgraph_resilience.checkpoint.archive import ArchiveError
+from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.errors import ConfigError, StoreUnavailable
+from langgraph_resilience.worker._setup import bind
+
+try:
+    from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+    from langgraph_resilience.checkpoint.postgres._network import target_of
+
+    _POSTGRES_MISSING: str | None = None
+except ImportError as missing:  # the base install, without the `postgres` extra
+    _POSTGRES_MISSING = (
+        f"a Postgres DSN needs the postgres extra ({missing}): "
+        "pip install 'langgraph-resilience[postgres]', or pass a SQLite file path"
+    )
+
+__all__ = [
+    "ARCHIVE_ENV",
+    "DB_ENV",
+    "CliError",
+    "Store",
+    "is_postgres",
+    "load_graph",
+    "one_line",
+    "open_store",
+    "thread_exists",
+]
+
+DB_ENV = "LGR_DB"
+#: Names the store's cold tier (an `Archive` URL) for every subcommand.
+ARCHIVE_ENV = "LGR_ARCHIVE"
+_PG_PREFIXES = ("postgres://", "postgresql://")
+
+
+class CliError(Exception):
+    """A command that cannot go on: its message is printed as one line, exit code 2."""
+
+
+def one_line(exc: BaseException | str) -> str:
+    """An error's message on one line (psycopg and others span several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def is_postgres(db: str) -> bool:
+    """A Postgres DSN (URL or ``key=value`` form) rather than a SQLite path."""
+    return db.startswith(_PG_PREFIXES) or ("=" in db and ("host=" in db or "dbname=" in db))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Store:
+    """An open store: the saver and how to name it in messages (no password)."""
+
+    saver: ResilientSaver
+    where: str
+    dialect: str  # "sqlite" | "postgres"
+
+    def __post_init__(self) -> None:
+        if self.dialect not in ("sqlite", "postgres"):
+            raise ValueError(f"dialect must be 'sqlite' or 'postgres', got {self.dialect!r}")
+
+
+def _require_db(db: str | None) -> str:
+    if not db:
+        raise CliError(
+            f"no store named: pass --db (a SQLite file path or a Postgres DSN such as "
+            f"postgresql://user@host:5432/dbname) or set {DB_ENV}"
+        )
+    return db
+
+
+def _schema_found(store: Store) -> int | None:
+    """The store's resilience schema version (None: never set up), read without
+    setting anything up (a SQLite saver would on its first read)."""
+    saver = store.saver
+    if isinstance(saver, ResilientSqliteSaver):
+        try:
+            with saver.lock:
+                return execute(saver.conn.cursor(), schema_version(SQLITE))
+        except sqlite3.DatabaseError as exc:
+            raise CliError(
+                f"{store.where} is not a SQLite database, or is damaged ({exc}): check the "
+                "path, or restore the file from a backup"
+            ) from exc
+    assert isinstance(saver, ResilientPostgresSaver)
+    return saver._transact(lambda: schema_version(POSTGRES), check=False, ride=False)
+
+
+def _check_schema(store: Store, db: str) -> None:
+    found = _schema_found(store)
+    if found is not None and found == SCHEMA_VERSION:
+        return
+    if found is not None and found > SCHEMA_VERSION:
+        raise CliError(
+            f"the store at {store.where} was set up by a newer langgraph-resilience "
+            f"(schema version {found}, this one knows up to {SCHEMA_VERSION}): upgrade "
+            "langgraph-resilience"
+        )
+    state = "has no resilience tables" if found is None else f"is at schema version {found}"
+    again = "the same DSN" if store.dialect == "postgres" else f"'{db}'"  # no password shown
+    raise CliError(
+        f"the store at {store.where} {state} (this release needs {SCHEMA_VERSION}): set it "
+        f"up once with `langgraph-resilience setup --db {again}` (or saver.setup())"
+    )
+
+
+@contextmanager
+def open_store(
+    db: str | None, *, setup: bool = False, archive: str | None = None
+) -> Iterator[Store]:
+    """Open the store ``db`` names; with ``setup``, create or migrate its tables,
+    else refuse a store that is missing or not set up (`CliError`). ``archive``
+    (default: the ``LGR_ARCHIVE`` variable) names its cold tier: archived
+    threads are restored when read.
+
+    Raises:
+        CliError: no ``db``, a SQLite file that does not exist, a server that cannot
+            be reached, or (without ``setup``) a schema that is missing or old.
+    """
+    target = _require_db(db)
+    if _POSTGRES_MISSING and is_postgres(target):
+        raise CliError(_POSTGRES_MISSING)
+    named = target_of(target) if is_postgres(target) else repr(target)
+    archive = archive or os.environ.get(ARCHIVE_ENV) or None
+    options: dict[str, Any] = {"archive": archive} if archive else {}
+    with ExitStack() as stack:
+        try:
+            if is_postgres(target):
+                pg = stack.enter_context(ResilientPostgresSaver.from_conn_string(target, **options))
+                store = Store(saver=pg, where=named, dialect="postgres")
+            else:
+                if not setup and target != ":memory:" and not os.path.exists(target):
+                    raise CliError(
+                        f"no SQLite database at {named} (cwd {os.getcwd()!r}): check the "
+                        f"path, or create one with `langgraph-resilience setup --db '{target}'`"
+                    )
+                lite = stack.enter_context(ResilientSqliteSaver.from_conn_string(target, **options))
+                store = Store(saver=lite, where=named, dialect="sqlite")
+            if setup:
+                store.saver.setup()  # type: ignore[attr-defined]
+            else:
+                _check_schema(store, target)
+        except (StoreUnavailable, ConfigError, ArchiveError) as exc:  # they name the store
+            raise CliError(one_line(exc)) from exc
+        yield store
+
+
+def thread_exists(saver: ResilientSaver, thread_id: str) -> bool:
+    """Whether the store knows the thread: a checkpoint of it, or a run on it."""
+    config = {"configurable": {"thread_id": thread_id}}
+    if saver.get_tuple(config) is not None:  # type: ignore[attr-defined]
+        return True
+    return any(r.thread_id == thread_id for r in saver.list_runs())
+
+
+def _import_target(spec: str) -> Any:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CliError(f"--graph takes module:attribute, e.g. myapp.pipeline:builder; got {spec!r}")
+    if os.getcwd() not in sys.path:  # `--graph myapp:graph` from the project's directory
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CliError(f"--graph {spec}: cannot import {module_name!r}: {one_line(exc)}") from exc
+    found: Any = module
+    for part in attr.split("."):
+        if not hasattr(found, part):
+            raise CliError(f"--graph {spec}: {module_name!r} has no attribute {attr!r}")
+        found = getattr(found, part)
+    return found
+
+
+def load_graph(spec: str, saver: ResilientSaver) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The graph ``module:attr`` names (a compiled graph, its builder, or a function
+    of no arguments returning either), bound to ``saver``.
+
+    Raises:
+        CliError: the module or attribute cannot be found, or is not a graph.
+    """
+    found = _import_target(spec)
+    if callable(found) and not isinstance(found, (StateGraph, CompiledStateGraph)):
+        try:
+            found = found()
+        except Exception as exc:
+            raise CliError(f"--graph {spec}: calling it raised {one_line(exc)}") from exc
+    if not isinstance(found, (StateGraph, CompiledStateGraph)):
+        raise CliError(
+            f"--graph {spec} is a {type(found).__name__}, not a graph: name a "
+            "ResilientStateGraph builder, a compiled graph, or a function returning one"
+        )
+    return bind(found, saver)

@@ -1,0 +1,12 @@
+"""The ``langgraph-resilience demo``: a seven-step research pipeline that fails
+every way a real one does, on SQLite, and recovers (see `demo.story`).
+
+Shipped inside the package, so it runs from an installed wheel:
+``langgraph-resilience demo`` (or ``make demo`` in a clone).
+"""
+
+from __future__ import annotations
+
+from langgraph_resilience.cli.demo.story import DemoFailed, run_demo
+
+__all__ = ["DemoFailed", "run_demo"]

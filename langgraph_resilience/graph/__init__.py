@@ -1,0 +1,29 @@
+"""What users build with: `ResilientStateGraph`, its compiled graph, `retry_failed`.
+
+The builder (`_builder`) wraps each node in its try loop (`_node`: the pure loop;
+`_drivers`: its sync and async drivers and the node wrapper), routes a node that
+gave up (`_routes`), records each step (`_step_log`), tells where a run begins
+and when it reads success (`_lifecycle`), compresses a context that overflowed
+(`_compress`) and re-runs a failed step (`_retry_failed`). `_task` is what a
+node's task knows of itself.
+"""
+
+from __future__ import annotations
+
+from langgraph_resilience.graph._builder import (
+    PARTIAL_RESULT,
+    ResilientCompiledStateGraph,
+    ResilientStateGraph,
+    aretry_failed,
+    current_attempt,
+    retry_failed,
+)
+
+__all__ = [
+    "PARTIAL_RESULT",
+    "ResilientCompiledStateGraph",
+    "ResilientStateGraph",
+    "aretry_failed",
+    "current_attempt",
+    "retry_failed",
+]

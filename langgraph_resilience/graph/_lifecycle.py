@@ -1,0 +1,155 @@
+"""Runs of a compiled `ResilientStateGraph`: where one begins and how it ends.
+
+A run is one task on a thread. Each new input (``invoke(input)``,
+``stream(input)``, ``Worker.submit``) starts one: the input carries a marker
+that the run log's reducer turns into a fresh run (numbered, its outcome fields
+reset), so a second turn on a thread that ended ``partial_complete`` does not
+inherit the first turn's failure. ``None``, ``Command(resume=...)`` and
+`retry_failed` go on with the current run. A graph called as a subgraph is part
+of its parent's run and adds no marker.
+
+A run whose last node leaves through a conditional edge (a loop that stops when
+a counter is reached) has no node that knows it is the last. Such a run is
+stored as ``running`` and reported ``success`` when it has nothing left to do
+(no next task, no interrupt): by ``invoke`` / ``ainvoke`` and by ``get_state``
+/ ``aget_state``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import ensure_config
+from langgraph.types import StateSnapshot
+
+from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint._runs import FENCE_KEY
+from langgraph_resilience.graph._task import in_parent_task
+from langgraph_resilience.state import new_run_marker
+
+__all__ = ["anoted", "nested", "note_resume", "settle_output", "settled", "with_marker"]
+
+_LOG = "resilience"
+logger = logging.getLogger("langgraph_resilience")
+
+
+def nested(config: RunnableConfig | None) -> bool:
+    """Whether the graph runs as a subgraph (inside a parent's task)."""
+    return in_parent_task(ensure_config(config))
+
+
+def with_marker(input: Any, config: RunnableConfig | None) -> Any:
+    """The input, marked as the start of a new run if it is one."""
+    if isinstance(input, Mapping) and _LOG not in input and not nested(config):
+        return {**input, _LOG: new_run_marker(time.time())}
+    return input
+
+
+def _settled_values(values: Any, done: bool) -> Any:
+    log = values.get(_LOG) if isinstance(values, Mapping) else None
+    if done and isinstance(log, Mapping) and log.get("status") == "running":
+        return {**values, _LOG: {**log, "status": "success"}}
+    return values
+
+
+def settled(snapshot: StateSnapshot) -> StateSnapshot:
+    """A snapshot of a run with nothing left to do reads ``success``."""
+    # No task left: none to run, and none whose writes wait to be applied (a
+    # process that stopped after a step's writes and before the next checkpoint).
+    done = (
+        not snapshot.next
+        and not snapshot.tasks
+        and not snapshot.interrupts
+        and bool(snapshot.created_at)
+    )
+    values = _settled_values(snapshot.values, done)
+    return snapshot if values is snapshot.values else snapshot._replace(values=values)
+
+
+def settle_output(out: Any, config: RunnableConfig | None, snapshot: Any) -> Any:
+    """``invoke``'s output, reading ``success`` if the run has nothing left to
+    do; ``snapshot()`` reads the stored state (None without a checkpointer)."""
+    log = out.get(_LOG) if isinstance(out, Mapping) else None
+    if not (isinstance(log, Mapping) and log.get("status") == "running") or nested(config):
+        return out
+    found = snapshot()
+    if found is None:
+        return _settled_values(out, "__interrupt__" not in out)
+    return _status_of(out, found)
+
+
+def _status_of(out: Mapping[str, Any], snapshot: StateSnapshot) -> Any:
+    """``invoke``'s output with the status the stored run settled on."""
+    log = snapshot.values.get(_LOG) if isinstance(snapshot.values, Mapping) else None
+    status = log.get("status") if isinstance(log, Mapping) else None
+    return {**out, _LOG: {**out[_LOG], "status": status}} if status == "success" else out
+
+
+# -- resumes after a crash (for `recovery_metrics`) ------------------------------------
+
+
+def _may_be_crash_resume(input: Any, config: RunnableConfig | None) -> str | None:
+    """The thread of a top-level resume without a `Worker` (``invoke(None)``), or
+    None. Nothing else is looked at: a new input or a Command costs nothing."""
+    if input is not None or not config or nested(config):
+        return None
+    configurable = config.get("configurable") or {}
+    if FENCE_KEY in configurable or configurable.get("thread_id") is None:
+        return None  # a Worker's run: a takeover is stored by its claim
+    return str(configurable["thread_id"])
+
+
+def _crash_key(snapshot: StateSnapshot) -> str | None:
+    """A resume of a run left with steps to do and no interrupt: after a crash."""
+    if not snapshot.next or snapshot.interrupts:
+        return None
+    checkpoint = (snapshot.config.get("configurable") or {}).get("checkpoint_id")
+    # os.urandom, not uuid4: a program seeding uuid4 must not see its ids shift.
+    return f"crash:{checkpoint}:{os.urandom(6).hex()}"
+
+
+def _this_process() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def note_resume(graph: Any, input: Any, config: RunnableConfig | None) -> None:
+    """Store a resume after a crash (``invoke(None)`` on a thread whose run has
+    steps left and no interrupt) as a recovery. Never fails the run."""
+    thread = _may_be_crash_resume(input, config)
+    saver = getattr(graph, "checkpointer", None)
+    if thread is None or not isinstance(saver, ResilientSaver):
+        return
+    try:
+        key = _crash_key(graph.get_state(config))
+        if key is not None:
+            saver.note_recovery(thread, key, "crash", _this_process())
+    except Exception as exc:
+        logger.debug("could not store the resume of thread %s: %s", thread, exc)
+
+
+async def anoted(
+    graph: Any, input: Any, config: RunnableConfig | None, stream: AsyncIterator[Any]
+) -> AsyncIterator[Any]:
+    """``stream``, after storing a resume after a crash (async `note_resume`)."""
+    thread = _may_be_crash_resume(input, config)
+    saver = getattr(graph, "checkpointer", None)
+    if thread is not None and isinstance(saver, AsyncResilientSaver):
+        try:
+            key = _crash_key(await graph.aget_state(config))
+            if key is not None:
+                await saver.anote_recovery(thread, key, "crash", _this_process())
+        except Exception as exc:
+            logger.debug("could not store the resume of thread %s: %s", thread, exc)
+    try:
+        async for item in stream:
+            yield item
+    finally:  # closed early (a consumer that stops): close LangGraph's stream too
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            await close()

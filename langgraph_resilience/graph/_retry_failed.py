@@ -1,0 +1,193 @@
+"""`retry_failed`: re-run what made a run stop short, and go on from there.
+
+Every step that failed for good is re-run (a failed `Send` branch with its own
+payload), or ``step=`` one failed or degraded step; a step that failed inside a
+subgraph node is re-run inside the subgraph, from its own checkpoint, and the
+parent goes on from that node. Completed steps are not run again: their results
+are in the state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command, Send
+
+from langgraph_resilience.errors import ConfigError, RunStateError
+from langgraph_resilience.graph._task import EFFECT_SCOPE_KEY, nested_task
+from langgraph_resilience.telemetry._emit import recovery_event
+
+__all__ = ["aretry_failed", "node_of", "retry_failed"]
+
+
+def _to_retry(values: Mapping[str, Any], thread: str, step: str | None) -> list[Mapping[str, Any]]:
+    """The steps `retry_failed` re-runs: every step that failed for good, or ``step``."""
+    log = values.get("resilience") or {}
+    failed = list(
+        log.get("failed_steps") or ([log["failed_step"]] if log.get("failed_step") else [])
+    )
+    if step is not None:
+        chosen = [f for f in failed if f.get("path") == step]
+        if chosen:
+            return chosen
+        if step in (log.get("degraded_steps") or []):
+            return [{"path": step, "node": node_of(step)}]
+        known = [f.get("path") for f in failed] + list(log.get("degraded_steps") or [])
+        raise RunStateError(
+            f"thread {thread!r} has no failed or degraded step {step!r} in its current run; "
+            f"steps that can be re-run: {', '.join(map(repr, known)) or 'none'}"
+        )
+    if log.get("status") != "partial_complete" or not failed:
+        raise RunStateError(
+            f"thread {thread!r} has no failed step to retry (status: "
+            f"{log.get('status', 'unknown')!r}); retry_failed is for runs that ended with "
+            "a partial result, or give step= a degraded step's path"
+        )
+    return failed
+
+
+def node_of(path: str) -> str:
+    """The node of a step path (``research/fetch#2`` -> ``fetch``)."""
+    return path.rsplit("/", 1)[-1].split("#", 1)[0].split("[", 1)[0]
+
+
+def _retry_command(
+    steps: list[Mapping[str, Any]], update: Mapping[str, Any] | None
+) -> Command[Any]:
+    gotos: list[Any] = [Send(f["node"], f["send"]) if "send" in f else f["node"] for f in steps]
+    reset: dict[str, Any] = {
+        "status": "running",
+        "partial_output": None,
+        "recovery_suggestions": [],
+        "clear": [f["path"] for f in steps if f.get("path")],
+    }
+    return Command(goto=gotos, update={**(update or {}), "resilience": reset})
+
+
+def _with_effect_scope(config: RunnableConfig, steps: list[Mapping[str, Any]]) -> RunnableConfig:
+    """The config for re-running a failed step: its side effects keep their keys."""
+    tasks = [f for f in steps if f.get("task")]
+    if len(tasks) != 1:  # several branches of one node: each keys its effects anew
+        return config
+    scope = {"node": tasks[0]["node"], "task": tasks[0]["task"]}
+    return {**config, "configurable": {**config.get("configurable", {}), EFFECT_SCOPE_KEY: scope}}
+
+
+def _inner_retry(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    config: RunnableConfig,
+    steps: list[Mapping[str, Any]],
+) -> tuple[CompiledStateGraph[Any, Any, Any, Any], RunnableConfig, str] | None:
+    """A step that failed inside a subgraph node, to be re-run in the subgraph's
+    own namespace, where its completed steps are checkpointed: (the subgraph
+    with the parent's saver, its config as its parent's task gave it, the
+    parent's node), or None."""
+    if len(steps) != 1 or not graph.checkpointer:
+        return None
+    failed = steps[0]
+    path, task = str(failed.get("path") or ""), str(failed.get("task") or "")
+    sub = getattr(graph.builder, "_actions", {}).get(failed.get("node"))
+    if "/" not in path or "|" not in task or not isinstance(sub, CompiledStateGraph):
+        return None
+    namespace, task_id = task.rsplit("|", 1)  # the subgraph node's task: where it ran
+    conf = {**(config.get("configurable") or {}), **nested_task(namespace, task_id)}
+    inner = sub.copy(update={"checkpointer": graph.checkpointer})
+    return inner, {**config, "configurable": conf}, str(failed["node"])
+
+
+def _stopped_again(out: Any) -> bool:
+    log = out.get("resilience") if isinstance(out, Mapping) else None
+    return isinstance(log, Mapping) and log.get("status") == "partial_complete"
+
+
+def _inner_done(out: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The parent's update once its subgraph node finished on retry: the
+    subgraph's output (as LangGraph applies a subgraph node's), and the run log
+    going on without the failure."""
+    reset = {
+        "status": "running",
+        "partial_output": None,
+        "recovery_suggestions": [],
+        "clear": [f["path"] for f in steps if f.get("path")],
+    }
+    return {**{k: v for k, v in out.items() if k != "resilience"}, "resilience": reset}
+
+
+def _compiled(graph: Any) -> None:
+    if not isinstance(graph, CompiledStateGraph):
+        raise ConfigError(
+            f"retry_failed needs the compiled graph, got {type(graph).__name__}: pass "
+            "builder.compile(checkpointer=...) (the graph the run was invoked on)"
+        )
+
+
+def _thread_of(config: RunnableConfig) -> str:
+    thread = (config.get("configurable") or {}).get("thread_id") if config else None
+    if thread is None:
+        raise ConfigError(
+            "retry_failed needs the thread's config, e.g. "
+            '{"configurable": {"thread_id": "job-42"}}'
+        )
+    return str(thread)
+
+
+def retry_failed(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    config: RunnableConfig,
+    *,
+    update: Mapping[str, Any] | None = None,
+    step: str | None = None,
+) -> dict[str, Any] | Any:
+    """Re-run the step that ended a run with a partial result, and go on from there.
+
+    Completed steps are not run again: their results are in the state. Pass
+    ``update`` to correct the state first (the fix for a PERMANENT failure).
+    Every step that failed for good is re-run (each failed `Send` branch with
+    its own payload); ``step=`` names one failed or degraded step's path
+    (``state["resilience"]["degraded_steps"]``) to re-run instead.
+
+    Raises:
+        RunStateError: the thread did not end with a partial result.
+
+    Example:
+        >>> out = retry_failed(graph, config, update={"query": "fixed"})  # doctest: +SKIP
+    """
+    _compiled(graph)
+    thread = _thread_of(config)
+    steps = _to_retry(graph.get_state(config).values, thread, step)
+    recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)
+    inner = _inner_retry(graph, config, steps)
+    if inner is not None:  # re-enter the subgraph at its failed step
+        sub, sub_config, node = inner
+        out = retry_failed(sub, sub_config, update=update)
+        if _stopped_again(out):
+            return graph.get_state(config).values
+        graph.update_state(config, _inner_done(out, steps), as_node=node)
+        return graph.invoke(None, config)
+    return graph.invoke(_retry_command(steps, update), _with_effect_scope(config, steps))
+
+
+async def aretry_failed(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    config: RunnableConfig,
+    *,
+    update: Mapping[str, Any] | None = None,
+    step: str | None = None,
+) -> dict[str, Any] | Any:
+    """Async twin of `retry_failed`."""
+    _compiled(graph)
+    thread = _thread_of(config)
+    steps = _to_retry((await graph.aget_state(config)).values, thread, step)
+    recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)
+    inner = _inner_retry(graph, config, steps)
+    if inner is not None:  # re-enter the subgraph at its failed step
+        sub, sub_config, node = inner
+        out = await aretry_failed(sub, sub_config, update=update)
+        if _stopped_again(out):
+            return (await graph.aget_state(config)).values
+        await graph.aupdate_state(config, _inner_done(out, steps), as_node=node)
+        return await graph.ainvoke(None, config)
+    return await graph.ainvoke(_retry_command(steps, update), _with_effect_scope(config, steps))

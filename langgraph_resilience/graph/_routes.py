@@ -1,0 +1,343 @@
+"""Where a node that failed for good goes: the routing signal and its handler.
+
+A node wrapper that gives up raises the node's own last error with its route
+attached (`routing`), so that LangChain callbacks and tracers report the
+failure as it is, never a routing signal. The node has failed, so LangGraph
+fires none of its edges; the node's error handler (`error_handler`) reads the
+route and goes to the fallback node or to the terminal ``partial_result`` node,
+writing the failure into the run log.
+
+After a crash between the failure and its handler, LangGraph hands the handler
+the stored text of the error instead of the exception: the resilient savers
+store a routed error's ``repr`` with its route (`_route_text.stored_error`), so
+the route keeps its kind, tries and effect scope. An error stored without one
+(another saver) has its route rebuilt from the node's policy and the stored
+text (`stored_route`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langgraph.errors import NodeError
+from langgraph.types import Command
+
+from langgraph_resilience._engine import Action, Decision
+from langgraph_resilience.checkpoint._route_text import (
+    ROUTE_ATTR,
+    ResilienceRoute,
+    carried_route,
+    parse_route,
+)
+from langgraph_resilience.classify import Classification, FailureKind
+from langgraph_resilience.errors import EffectOutcomeUnknown
+from langgraph_resilience.graph._task import TaskContext
+from langgraph_resilience.state import brief
+from langgraph_resilience.telemetry._emit import GRAPH_KEY, emit
+
+__all__ = [
+    "PARTIAL_RESULT",
+    "ResilienceRoute",
+    "error_handler",
+    "error_text",
+    "give_up_of",
+    "partial_result",
+    "read_route",
+    "route_of",
+    "routing",
+    "stored_route",
+    "suggestion",
+]
+
+PARTIAL_RESULT = "partial_result"
+
+
+def routing(exc: BaseException, route: dict[str, Any]) -> BaseException:
+    """What a node that gives up raises: its own error, carrying ``route``."""
+    try:
+        setattr(exc, ROUTE_ATTR, route)
+    except (AttributeError, TypeError):  # an error that takes no attribute
+        return ResilienceRoute(route)
+    return exc
+
+
+def read_route(error: object) -> dict[str, Any] | None:
+    """The route an error carries, a live signal's, or one in its stored text."""
+    if isinstance(error, str):
+        return parse_route(error)
+    return carried_route(error)
+
+
+_STORED_RE = re.compile(r"^(\w+)\((.*)\)$", re.S)
+
+
+#: Errors a node raises without routing them (wrong wiring, a lost lease).
+_NOT_ROUTED = ("ConfigError", "LeaseLost")
+
+
+def stored_route(node: str, target: str, action: Action, stored: str) -> dict[str, Any] | None:
+    """The route of a node whose error was stored before its handler ran (a
+    crash in between): where its policy sends it, and what the stored text
+    tells (the error's type and message; its kind is not stored: ``permanent``
+    stands for it). None for an error the node does not route."""
+    match = _STORED_RE.match(stored.strip())
+    error_type, message = (match.group(1), match.group(2).strip("'\"")) if match else ("", stored)
+    if error_type in _NOT_ROUTED:
+        return None
+    return {
+        "route": action.value,
+        "target": target,
+        "node": node,
+        "kind": FailureKind.PERMANENT.value,
+        "reason": "recorded before a restart; the failure's kind was not stored",
+        "error_type": error_type,
+        "message": message[:500],
+        "attempts": 1,
+        "exhausted": False,
+        "suggestion": (
+            f"'{node}' failed ({error_type}: {message[:200]}) and the process stopped before "
+            "routing it. Fix the cause, then call retry_failed(graph, config)."
+        ),
+        "task": "",
+    }
+
+
+def route_of(
+    *,
+    node: str,
+    fallback: str | None,
+    decision: Decision,
+    failure: Classification,
+    exc: BaseException,
+    attempts: int,
+    task: str,
+) -> dict[str, Any]:
+    """The route of a node that gives up: where to, and what the run log keeps.
+
+    ``task`` is where the step ran: `retry_failed` re-runs it as a new task,
+    whose side effects must keep this task's idempotency keys.
+    """
+    target = fallback if decision.action is Action.FALLBACK else PARTIAL_RESULT
+    return {
+        "route": decision.action.value,
+        "target": target,
+        "node": node,
+        "kind": failure.kind.value,
+        "reason": failure.reason,
+        "error_type": type(exc).__name__,
+        "message": str(exc)[:500],
+        "attempts": attempts,
+        "exhausted": decision.exhausted,
+        "suggestion": suggestion(node, failure, exc, attempts, retry_after=decision.retry_after),
+        "task": task,
+    }
+
+
+def error_text(exc: BaseException) -> str:
+    """An error as the run log and suggestions quote it."""
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def suggestion(
+    node: str,
+    failure: Classification,
+    exc: BaseException,
+    attempts: int,
+    step: str | None = None,
+    *,
+    retry_after: float | None = None,
+) -> str:
+    """What to do next about a failed step, by kind (``step``: a degraded step's
+    path, which `retry_failed` re-runs only when named; ``retry_after``: the wait
+    the service asked for, longer than the policy waits in place)."""
+    error = error_text(exc)
+    tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    by_kind = {
+        FailureKind.TRANSIENT: (
+            f"'{node}' kept failing with a transient error after {tries} ({error}). Check the "
+            "service it calls, then call retry_failed(graph, config) to re-run only this step."
+        ),
+        FailureKind.PERMANENT: (
+            f"'{node}' failed with an error a retry cannot fix ({error}). Fix the cause (code, "
+            "configuration or input), then call retry_failed(graph, config, update={...}) with "
+            "corrected state to re-run only this step."
+        ),
+        FailureKind.VALIDATION: (
+            f"'{node}' produced output that failed validation {tries} ({error}). Loosen "
+            "NodePolicy.validate, give NodePolicy.adapt other parameters, or fix the prompt, "
+            "then call retry_failed(graph, config)."
+        ),
+        FailureKind.CONTEXT_OVERFLOW: (
+            f"'{node}' exceeded the model's context even after compression ({error}). Give "
+            "NodePolicy(compress=...) that keeps less, or use a model with a larger window, "
+            "then call retry_failed(graph, config)."
+        ),
+        FailureKind.DEGRADABLE: (
+            f"'{node}' failed ({error}) and had no fallback. Add NodePolicy(fallback=...) or "
+            "call retry_failed(graph, config) once the dependency is back."
+        ),
+        FailureKind.BUDGET_EXHAUSTED: (
+            f"'{node}' ran out of budget ({error}). Resume with a larger budget."
+        ),
+    }
+    text = by_kind[failure.kind]
+    if retry_after is not None:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(time.time() + retry_after))
+        text = (
+            f"'{node}' was asked to wait {retry_after:.0f} s before a retry (Retry-After: "
+            f"{error}), longer than its Backoff.max_wait. Call retry_failed(graph, config) "
+            f"after {when}."
+        )
+    if isinstance(exc, EffectOutcomeUnknown):
+        text = (
+            f"'{node}' stopped at side effect {exc.effect!r}, which was started but whose "
+            "outcome is unknown (the process stopped during the call). Check the outside "
+            "system, record what you find with settle_effect(saver, thread_id, "
+            f"{exc.idempotency_key!r}, happened=True, result=...) or happened=False, then "
+            "call retry_failed(graph, config)."
+        )
+    if step is not None:
+        text = text.replace(
+            "retry_failed(graph, config", f"retry_failed(graph, config, step={step!r}"
+        )
+    return text
+
+
+def give_up_of(fallback: str | None, critical: bool) -> tuple[str, Action] | None:
+    """Where a node's policy sends it when it gives up (None: it degrades)."""
+    if fallback is not None:
+        return fallback, Action.FALLBACK
+    return (PARTIAL_RESULT, Action.PARTIAL) if critical else None
+
+
+def error_handler(
+    node: str, give_up: tuple[str, Action] | None = None
+) -> Callable[..., Command[Any]]:
+    """The error handler of a node with a policy: follows its routing signal.
+
+    ``give_up``: where the node's policy sends it when it gives up (target,
+    action), for an error stored before a crash without its route. Any other
+    error fails the run as LangGraph would.
+    """
+
+    def handler(state: Any, error: NodeError) -> Command[Any]:
+        route = read_route(error.error)
+        if route is None and give_up is not None and isinstance(error.error, str):
+            route = stored_route(node, give_up[0], give_up[1], error.error)
+        if route is None:  # not a routing signal: fail as LangGraph would
+            if isinstance(error.error, BaseException):
+                raise error.error
+            raise RuntimeError(f"node {node!r} failed: {error.error}")
+        return Command(goto=route["target"], update={"resilience": failure_log(route, state)})
+
+    handler.__name__ = f"route_{node}"
+    return handler
+
+
+_FAILED_FIELDS = ("node", "kind", "reason", "error_type", "message", "attempts", "task")
+
+
+def failure_log(route: Mapping[str, Any], state: Any) -> dict[str, Any]:
+    """The run-log update of a step that gave up (``state``: the failed task's
+    input, a `Send` branch's own payload)."""
+    status = "fallback" if route["route"] == Action.FALLBACK.value else "failed"
+    path = str(route.get("path") or route["node"])
+    known = state.get("resilience") if isinstance(state, Mapping) else None
+    step = {
+        "run": int((known or {}).get("run") or 1),
+        "path": path,
+        "node": route["node"],
+        "status": status,
+        "attempts": route["attempts"],
+        "kinds": [route["kind"]],
+        "started_at": time.time(),
+        "ended_at": time.time(),
+        "summary": "",
+    }
+    if route.get("run_id"):  # it ran under a Worker's lease
+        step["run_id"] = route["run_id"]
+    log: dict[str, Any] = {"step": step}
+    if status == "fallback":
+        log["degraded_steps"] = [path]
+        return log
+    failed: dict[str, Any] = {"path": path, **{k: route.get(k) for k in _FAILED_FIELDS}}
+    if route.get("send"):
+        failed["send"] = state
+    log["failed_step"] = failed
+    log["failed_steps"] = [failed]
+    log["recovery_suggestions"] = [route["suggestion"]]
+    return log
+
+
+def _partial(
+    state: Any, history: Sequence[Mapping[str, Any]] | None, task: TaskContext
+) -> dict[str, Any]:
+    """The structured partial result; ``history``: the run's stored steps, if kept."""
+    log = (state.get("resilience") if isinstance(state, Mapping) else None) or {}
+    outcome: dict[str, Any] = {
+        "status": "partial_complete",
+        "partial_output": {k: v for k, v in state.items() if k != "resilience"},
+        "recovery_suggestions": list(log.get("recovery_suggestions") or []),
+    }
+    if history is not None:  # every completed step, not only the recent window
+        done = [brief(s) for s in history if s.get("status") == "completed"]
+        # A step whose writes are still on their way to the store (async savers
+        # write them in the background) is in the window already.
+        stored = {d.get("path") for d in done}
+        window = [w for w in log.get("completed_steps") or [] if w.get("path") not in stored]
+        outcome["completed_steps"] = done + window
+    _announce(log, outcome, task)
+    return {"resilience": outcome}
+
+
+def _announce(log: Mapping[str, Any], outcome: Mapping[str, Any], task: TaskContext) -> None:
+    """The event of a run that ends with a partial result (ERROR: an operator's to see)."""
+    failed = [f for f in log.get("failed_steps") or [] if isinstance(f, Mapping)]
+    paths = [str(f.get("path") or f.get("node")) for f in failed]
+    fence = task.fence
+    emit(
+        "partial_result",
+        logging.ERROR,
+        "run %s of thread %s ended with a partial result: failed %s; %d steps completed",
+        int(log.get("run") or 1),
+        task.thread_id,
+        ", ".join(paths) or "unknown",
+        len(outcome.get("completed_steps") or log.get("completed_steps") or []),
+        thread_id=task.thread_id,
+        run_id=fence.run_id if fence is not None else None,
+        run=int(log.get("run") or 1),
+        graph=(task.config.get("configurable") or {}).get(GRAPH_KEY),
+        failed_paths=paths,
+        kind=str(failed[0].get("kind")) if failed else None,
+    )
+
+
+def _run_of(state: Any) -> int:
+    log = (state.get("resilience") if isinstance(state, Mapping) else None) or {}
+    return int(log.get("run") or 1)
+
+
+def _partial_sync(state: Any, config: RunnableConfig) -> dict[str, Any]:
+    task = TaskContext(config=config)
+    saver, thread = task.saver, task.thread_id
+    found = saver.step_history(thread, run=_run_of(state)) if saver and thread else None
+    return _partial(state, found, task)
+
+
+async def _partial_async(state: Any, config: RunnableConfig) -> dict[str, Any]:
+    task = TaskContext(config=config)
+    saver, thread = task.async_saver, task.thread_id
+    found = await saver.astep_history(thread, run=_run_of(state)) if saver and thread else None
+    return _partial(state, found, task)
+
+
+#: The terminal node of a run that stopped short: the structured partial result,
+#: listing every completed step of the run when the saver keeps the history.
+partial_result: Runnable[Any, Any] = RunnableLambda(
+    _partial_sync, afunc=_partial_async, name=PARTIAL_RESULT
+)

@@ -1,0 +1,250 @@
+"""The run-log entry of one step: its path, its record, what a nested run
+log (a subgraph's) brings, and the log line of a failed try.
+
+A step's record rides in the node's own run-log write (``{"resilience":
+{"step": ...}}``), which the reducer (`state.merge_run_log`) keeps in a bounded
+window and the saver stores with the step's other writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from langgraph.types import Command
+
+import langgraph_resilience.state as run_log
+from langgraph_resilience._engine import Action, Decision
+from langgraph_resilience.budget import used
+from langgraph_resilience.checkpoint import AttemptRecord
+from langgraph_resilience.graph._task import TaskContext
+from langgraph_resilience.telemetry._emit import GRAPH_KEY, emit
+
+__all__ = [
+    "SubgraphStopped",
+    "log_gave_up",
+    "log_of",
+    "log_try",
+    "log_update",
+    "nested_log",
+    "step_ids",
+    "step_path",
+    "with_log",
+]
+
+
+def step_path(name: str, task: TaskContext, log: Mapping[str, Any]) -> str:
+    """The step's path in its run: subgraph path and node, the `Send` branch,
+    and the loop iteration from the second on (``research/fetch``, ``work[2]``,
+    ``review#3``)."""
+    base = task.graph_path + name
+    index = task.send_index
+    if index is not None:
+        base += f"[{index}]"
+    counts = log.get("counts")
+    seen = int(counts.get(base, 0)) if counts else 0
+    return f"{base}#{seen + 1}" if seen else base
+
+
+def log_of(state: Any) -> Mapping[str, Any]:
+    """The run log in a state (empty if none)."""
+    if type(state) is dict:  # the usual state: no ABC check
+        known = state.get("resilience")
+        if type(known) is dict:
+            return known
+    known = state.get("resilience") if isinstance(state, Mapping) else None
+    return known if isinstance(known, Mapping) else _NONE
+
+
+_NONE: Mapping[str, Any] = {}
+
+
+def log_update(
+    name: str,
+    terminal: bool,
+    task: TaskContext,
+    state: Any,
+    status: str,
+    earlier: Sequence[AttemptRecord],
+    output: Any,
+    started_at: float,
+) -> dict[str, Any]:
+    """The run-log update of a step that ran: its record, and the run's status."""
+    known = log_of(state)
+    path = step_path(name, task, known)
+    step: dict[str, Any] = {
+        "run": int(known.get("run") or 1),
+        "path": path,
+        "node": name,
+        "status": status,
+        "attempts": len(earlier) + (1 if status == "completed" else 0),
+        "kinds": [r.kind for r in earlier if r.kind],
+        "started_at": started_at,
+        "ended_at": time.time(),
+        "summary": run_log.summarize(output) if status == "completed" else "",
+    }
+    if (fence := task.fence) is not None:  # it ran under a Worker's lease (the report names it)
+        step["run_id"] = fence.run_id
+        if (worker := task.worker) is not None:
+            step["worker"] = worker
+    update: dict[str, Any] = {"step": step}
+    if status != "completed":
+        update["degraded_steps"] = [path]
+    if terminal:
+        update["status"] = "success"
+    elif not known.get("status"):
+        update["status"] = "running"
+    return update
+
+
+_NO_USAGE: dict[str, float] = {}
+
+
+class SubgraphStopped(Exception):
+    """A subgraph node's graph ended with a partial result: the node failed."""
+
+    def __init__(self, failed: Mapping[str, Any]) -> None:
+        super().__init__(failed.get("message") or "the subgraph stopped short")
+        self.failed = dict(failed)
+
+
+def nested_log(output: Any, state: Any) -> tuple[dict[str, float], Mapping[str, Any] | None]:
+    """What a node's output carries from a nested run log (a subgraph's, which
+    started from this state's log): the usage it added (seconds aside: this
+    node's own clock counts them), and its failed step if it stopped short."""
+    if type(output) is dict:  # the usual output: no ABC check
+        inner = output.get("resilience")
+        if inner is None:
+            return _NO_USAGE, None
+    else:
+        inner = output.get("resilience") if isinstance(output, Mapping) else None
+    if not isinstance(inner, Mapping):
+        return _NO_USAGE, None
+    before = used(state)
+    delta = {
+        k: v - before.get(k, 0)
+        for k, v in (inner.get("usage") or {}).items()
+        if k != "seconds" and v > before.get(k, 0)
+    }
+    failed = inner.get("failed_step") if inner.get("status") == "partial_complete" else None
+    return delta, failed if isinstance(failed, Mapping) else None
+
+
+_VERDICTS = {
+    Action.RETRY: "retrying in {delay:.2f}s",
+    Action.PAUSE: "pausing the run until its budget is topped up",
+    Action.WAIT: "releasing the run to its workers for {delay:.0f}s (the service's Retry-After)",
+    Action.DEGRADE: "skipping the step as degraded",
+    Action.FALLBACK: "taking the fallback",
+    Action.PARTIAL: "giving up: the run ends with a partial result",
+}
+
+
+def log_try(
+    name: str, task: TaskContext, state: Any, record: AttemptRecord, decision: Decision
+) -> None:
+    """One event per failed try and what comes of it (`_telemetry.emit`: a log
+    line, a custom stream event, OTel counts), with the step's ids as
+    structured extras (``thread_id``, ``run_id``, ``run``, ``graph``, ``path``,
+    ``node``, ``attempt``, ``kind``, ``action``, ``wait``, ``error``).
+
+    Level: WARNING for a try that is retried (or waited on, or paused on),
+    ERROR for the try after which the run ends with a partial result, WARNING
+    for a fallback or a degraded step (their own events say so too).
+    """
+    level = logging.WARNING if decision.action is not Action.PARTIAL else logging.ERROR
+    known = log_of(state)
+    path = step_path(name, task, known)
+    action = _VERDICTS[decision.action].format(delay=decision.wait or 0.0)
+    emit(
+        "try_failed",
+        level,
+        "step %s try %d failed (%s, %s: %s); %s",
+        path,
+        record.attempt,
+        record.kind,
+        record.error_type,
+        record.reason,
+        action,
+        **step_ids(name, task, known, path),
+        attempt=record.attempt,
+        kind=record.kind,
+        action=decision.action.value,
+        wait=decision.wait,
+        error=f"{record.error_type}: {record.reason}",
+    )
+
+
+def step_ids(name: str, task: TaskContext, known: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """The ids an event of a step carries: thread, worker run, run-log run,
+    graph, path and node."""
+    fence = task.fence
+    return {
+        "thread_id": task.thread_id,
+        "run_id": fence.run_id if fence is not None else None,
+        "run": int(known.get("run") or 1),
+        "graph": (task.config.get("configurable") or {}).get(GRAPH_KEY),
+        "path": path,
+        "node": name,
+    }
+
+
+def log_gave_up(
+    name: str,
+    task: TaskContext,
+    state: Any,
+    path: str,
+    kind: str,
+    attempts: int,
+    fallback: str | None,
+) -> None:
+    """The event of a step that gave up and did not end the run (WARNING):
+    ``fallback`` (it goes to that node) or ``degraded`` (skipped, the run goes on)."""
+    ids = step_ids(name, task, log_of(state), path)
+    if fallback is not None:
+        message = "step %s gave up after %d tries (%s); taking its fallback %s"
+        emit(
+            "fallback",
+            logging.WARNING,
+            message,
+            path,
+            attempts,
+            kind,
+            fallback,
+            **ids,
+            kind=kind,
+            attempts=attempts,
+            fallback=fallback,
+        )
+    else:
+        message = "step %s degraded after %d tries (%s): skipped, the run goes on without it"
+        emit(
+            "degraded",
+            logging.WARNING,
+            message,
+            path,
+            attempts,
+            kind,
+            **ids,
+            kind=kind,
+            attempts=attempts,
+        )
+
+
+def with_log(output: Any, log: dict[str, Any]) -> Any:
+    """The node's output with the run-log update added."""
+    if output is None:
+        return {"resilience": log}
+    if isinstance(output, dict):  # a nested run log (a subgraph's) gives way to ours
+        return {**output, "resilience": log}
+    if isinstance(output, Command):
+        update = output.update
+        if update is None:
+            return replace(output, update={"resilience": log})
+        if isinstance(update, dict):
+            return replace(output, update=with_log(update, log))
+        return replace(output, update=[*update, ("resilience", log)])
+    return output  # another state type: left as LangGraph would have it

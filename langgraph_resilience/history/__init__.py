@@ -1,0 +1,43 @@
+"""What happened, read back from the store: `recovery_metrics`, `run_report`, `list_runs`.
+
+`_scan` reads one thread's stored writes into its runs, `_metrics` sums them
+into the four recovery metrics, `_report` and `_entries` build one run's
+report, `_runs` lists the runs of a store, `_render` draws a report as text and
+Mermaid.
+"""
+
+from __future__ import annotations
+
+from langgraph_resilience.history._metrics import (
+    RecoveryMetrics,
+    arecovery_metrics,
+    recovery_metrics,
+)
+from langgraph_resilience.history._report import (
+    EffectEntry,
+    RunReport,
+    RunSummary,
+    StepEntry,
+    TryEntry,
+    UnknownThread,
+    alist_runs,
+    arun_report,
+    list_runs,
+    run_report,
+)
+
+__all__ = [
+    "EffectEntry",
+    "RecoveryMetrics",
+    "RunReport",
+    "RunSummary",
+    "StepEntry",
+    "TryEntry",
+    "UnknownThread",
+    "alist_runs",
+    "arecovery_metrics",
+    "arun_report",
+    "list_runs",
+    "recovery_metrics",
+    "run_report",
+]

@@ -1,0 +1,305 @@
+"""The entries of a `RunReport`: steps by task path, the timeline of tries and
+recoveries, side effects, and what to do next (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph_resilience.checkpoint import EffectRecord
+from langgraph_resilience.checkpoint._events import StoredAttempt
+from langgraph_resilience.history._scan import Recovery, ThreadRun
+
+__all__ = [
+    "EffectEntry",
+    "StepEntry",
+    "TryEntry",
+    "effect_entries",
+    "step_entries",
+    "suggestions_for",
+    "timeline_of",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepEntry:
+    """One task path of a run: how it ended, after how many tries, when.
+
+    ``runs``: how many times it ran to an end (more than one: a recovery or
+    `retry_failed` ran it again); ``redone``: of those, how many a recovery
+    caused.
+    """
+
+    path: str
+    node: str
+    status: str
+    attempts: int
+    kinds: tuple[str, ...] = ()
+    started_at: float | None = None
+    ended_at: float | None = None
+    duration: float | None = None
+    summary: str = ""
+    runs: int = 1
+    redone: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TryEntry:
+    """One event of the timeline.
+
+    ``event``: ``failed`` (a try that failed; ``kind``, ``error`` and the
+    ``wait`` before the next), a step's end (``completed``, ``degraded``,
+    ``fallback``, ``gave_up``: failed for good) or ``recovery`` (``kind`` says
+    which).
+    ``worker``: who ran it, when known (the worker or process of the latest
+    recovery before it).
+    """
+
+    at: float | None
+    event: str
+    path: str = ""
+    node: str = ""
+    attempt: int | None = None
+    kind: str | None = None
+    error: str | None = None
+    wait: float | None = None
+    worker: str | None = None
+
+    def describe(self) -> str:
+        who = f" [{self.worker}]" if self.worker else ""
+        if self.event == "recovery":
+            return f"recovery: {self.kind}{who}" + (f" ({self.error})" if self.error else "")
+        if self.event == "failed" and self.attempt is not None:
+            wait = f"; waits {self.wait:.2f}s" if self.wait else ""
+            return f"{self.path} try {self.attempt} failed ({self.kind}: {self.error}){wait}{who}"
+        tries = f" after {self.attempt} tries" if self.attempt and self.attempt > 1 else ""
+        return f"{self.path} {self.event.replace('_', ' ')}{tries}{who}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EffectEntry:
+    """One side effect of the run.
+
+    ``replayed``: a step that ran again found its outcome in the ledger and did
+    not call again; ``reconciled``: its intent was made before a recovery and
+    settled after it (looked up or called by the step that ran again).
+    """
+
+    key: str
+    name: str
+    path: str
+    status: str
+    intent_at: float
+    outcome_at: float | None = None
+    error: str | None = None
+    replayed: bool = False
+    reconciled: bool = False
+
+    def describe(self) -> str:
+        marks = [
+            m for m, on in (("replayed", self.replayed), ("reconciled", self.reconciled)) if on
+        ]
+        extra = f" ({', '.join(marks)})" if marks else ""
+        return f"{self.name} [{self.path or '?'}] {self.status}{extra} key={self.key}"
+
+
+def _redone_counts(run: ThreadRun) -> dict[int, int]:
+    return {id(s): sum(s is r for rec in run.recoveries for r in rec.redone) for s in run.steps}
+
+
+def step_entries(run: ThreadRun) -> tuple[StepEntry, ...]:
+    """The completion map: one entry per path, its records merged in order."""
+    redone = _redone_counts(run)
+    by_path: dict[str, list[dict[str, Any]]] = {}
+    for step in sorted(run.steps, key=lambda s: float(s.get("ended_at") or 0.0)):
+        by_path.setdefault(str(step.get("path")), []).append(step)
+    entries = []
+    for path, records in by_path.items():
+        first, last = records[0], records[-1]
+        start, end = first.get("started_at"), last.get("ended_at")
+        entries.append(
+            StepEntry(
+                path=path,
+                node=str(last.get("node") or ""),
+                status=str(last.get("status") or "completed"),
+                attempts=sum(int(r.get("attempts") or 0) for r in records) or 1,
+                kinds=tuple(str(k) for r in records for k in (r.get("kinds") or [])),
+                started_at=start,
+                ended_at=end,
+                duration=(float(end) - float(start)) if start is not None and end else None,
+                summary=str(last.get("summary") or ""),
+                runs=len(records),
+                redone=sum(redone[id(r)] for r in records),
+            )
+        )
+    entries.sort(key=lambda e: e.started_at or 0.0)
+    return tuple(entries)
+
+
+def _worker_at(
+    run: ThreadRun, step: Mapping[str, Any] | None, at: float | None, default: str | None
+) -> str | None:
+    """Who ran a step (or a try of ``step``) that ended at ``at``: the worker that
+    took the run over last before then, else ``default``; nobody's when the
+    step did not run under the Worker run's lease (a `retry_failed` or a resume
+    by hand in another process)."""
+    if step is None or not step.get("run_id") or step.get("run_id") != run.run_id:
+        return None
+    before = [
+        r for r in run.recoveries if r.owner and r.at is not None and at is not None and r.at <= at
+    ]
+    return before[-1].owner if before else default
+
+
+def _recorded_worker(run: ThreadRun, step: Mapping[str, Any]) -> str | None:
+    """The worker a step's record names, if it ran under this run's lease."""
+    worker = step.get("worker")
+    return str(worker) if worker and step.get("run_id") == run.run_id else None
+
+
+def _first_worker(run: ThreadRun) -> str | None:
+    """The worker that ran the run before any takeover: named by a step record
+    it stored (a step that ended before the first takeover), else the worker
+    holding the run now if nobody took it over."""
+    takeovers = [r.at for r in run.recoveries if r.owner and r.at is not None]
+    first_takeover = min(takeovers) if takeovers else None
+    for step in sorted(run.steps, key=lambda s: float(s.get("ended_at") or 0.0)):
+        ended = step.get("ended_at")
+        if first_takeover is not None and (ended is None or ended > first_takeover):
+            break
+        if (worker := _recorded_worker(run, step)) is not None:
+            return worker
+    return run.owner if not takeovers else None
+
+
+def _step_of(run: ThreadRun, a: StoredAttempt) -> Mapping[str, Any] | None:
+    """The step record a failed try belongs to (its node's, around its time)."""
+    for step in run.steps:
+        if step.get("node") != a.node:
+            continue
+        start, end = step.get("started_at"), step.get("ended_at")
+        if start is not None and end is not None and start - 0.5 <= a.started_at <= end + 0.5:
+            return step
+    return None
+
+
+def timeline_of(run: ThreadRun, attempts: Sequence[StoredAttempt]) -> tuple[TryEntry, ...]:
+    """Failed tries (the attempts ledger), step ends and recoveries, in time order."""
+    begin = run.started_at or 0.0
+    until = run.last_seen() if run.ended else None
+    # Before any takeover, the run's steps ran under its first worker (when known).
+    owner = _first_worker(run)
+    entries = []
+    for a in attempts:
+        if a.started_at < begin - 1.0 or (until is not None and a.started_at > until + 1.0):
+            continue
+        at = a.finished_at or a.started_at
+        step = _step_of(run, a)
+        entries.append(
+            TryEntry(
+                at=at,
+                event="failed",
+                path=str(step.get("path")) if step is not None else a.node,
+                node=a.node,
+                attempt=a.attempt,
+                kind=a.kind,
+                error=f"{a.error_type}: {a.reason}" if a.error_type else a.reason,
+                wait=a.wait,
+                worker=_worker_at(run, step, at, owner),
+            )
+        )
+    for step in run.steps:
+        ended: float | None = step.get("ended_at")
+        status = str(step.get("status") or "completed")
+        entries.append(
+            TryEntry(
+                at=ended,
+                event="gave_up" if status == "failed" else status,
+                path=str(step.get("path")),
+                node=str(step.get("node") or ""),
+                attempt=int(step.get("attempts") or 1),
+                worker=_recorded_worker(run, step) or _worker_at(run, step, ended, owner),
+            )
+        )
+    for rec in run.recoveries:
+        redid = ", ".join(str(s.get("path")) for s in rec.redone)
+        entries.append(
+            TryEntry(
+                at=rec.at,
+                event="recovery",
+                kind=rec.kind,
+                error=f"redid {redid}" if redid else None,
+                worker=rec.owner,
+            )
+        )
+    entries.sort(key=lambda e: (e.at or 0.0, e.event != "recovery"))
+    return tuple(entries)
+
+
+def _tasks(step: dict[str, Any], rec: Recovery) -> set[str]:
+    """The tasks whose effects a redone step meets: its own (task ids are unique),
+    and the failed task whose effect keys a `retry_failed` keeps."""
+    return {str(step.get("task_id")), *(t.rpartition("|")[2] for t in rec.failed_tasks)}
+
+
+def effect_entries(run: ThreadRun, effects: Sequence[EffectRecord]) -> tuple[EffectEntry, ...]:
+    """The run's effects (made while it ran), each marked replayed or reconciled."""
+    paths = {str(s.get("task_id")): str(s.get("path")) for s in run.steps}
+    begin = (run.started_at or 0.0) - 1.0
+    until = run.last_seen() if run.ended else None
+    entries = []
+    for e in effects:
+        if e.intent_at < begin or (until is not None and e.intent_at > until + 1.0):
+            continue
+        task = e.task_id
+        replayed = reconciled = False
+        for rec in run.recoveries:
+            for step in rec.redone:
+                if task not in _tasks(step, rec):
+                    continue
+                start = float(step.get("started_at") or 0.0)
+                if e.status == "done" and e.outcome_at is not None and e.outcome_at < start:
+                    replayed = True
+                elif rec.at is not None and e.intent_at < rec.at and (e.outcome_at or 0) >= rec.at:
+                    reconciled = True
+        entries.append(
+            EffectEntry(
+                key=e.idempotency_key,
+                name=e.name,
+                path=paths.get(task, ""),
+                status=e.status,
+                intent_at=e.intent_at,
+                outcome_at=e.outcome_at,
+                error=e.error,
+                replayed=replayed,
+                reconciled=reconciled,
+            )
+        )
+    return tuple(entries)
+
+
+def suggestions_for(run: ThreadRun, stored: list[str]) -> tuple[str, ...]:
+    """What to do next: the run log's own suggestions, and the run's state."""
+    found = [str(s) for s in stored]
+    if run.status == "partial_complete" and not found:
+        found.append(
+            "the run ended with a partial result: fix the cause of the failed step, then "
+            "retry_failed(graph, config) re-runs it and goes on"
+        )
+    elif run.status == "paused":
+        found.append(
+            "the run waits at an interrupt: resume it with graph.invoke(Command(resume=...), "
+            "config), or Worker.resume(run_id, value) for a Worker run"
+        )
+    elif run.status == "running" and not run.owner:
+        found.append(
+            "the run stopped with steps left and nobody runs it (its process died?): "
+            "graph.invoke(None, config) resumes it from its last checkpoint"
+        )
+    elif run.status == "error":
+        found.append(
+            "the run ended with an error: read it in the Worker run's outcome or the "
+            "timeline; fix the cause and submit the thread again"
+        )
+    return tuple(found)

@@ -1,0 +1,305 @@
+"""`recovery_metrics`: the four recovery metrics and the waste, from the store.
+
+Everything is computed from what the store already keeps (see `_metrics_scan`),
+so the figures add up across workers, processes and restarts, and nothing is
+recorded on a step's happy path for them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from langgraph_resilience.checkpoint._counters import (
+    CHECKPOINT_FAILED,
+    CHECKPOINT_OK,
+    WRITES_FAILED,
+    WRITES_OK,
+)
+from langgraph_resilience.checkpoint._reads import (
+    Read,
+    Reads,
+    adrive,
+    async_saver_of,
+    drive,
+    saver_of,
+)
+from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.history._scan import (
+    RECOVERY_KINDS,
+    ThreadRun,
+    decode_writes,
+    scan_thread,
+)
+
+__all__ = ["RecoveryMetrics", "arecovery_metrics", "recovery_metrics", "scan_store"]
+
+Since = datetime | timedelta | float | int | None
+
+
+def _rate(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecoveryMetrics:
+    """The four recovery metrics, their raw counts, and the waste.
+
+    A *recovery* is a run going on from a stored checkpoint after it stopped,
+    counted by kind (`recoveries_by_kind`):
+
+    - ``crash``: ``invoke(None)`` / ``stream(None)`` on a thread whose run was
+      still running when its process died (a resume after a crash);
+    - ``takeover``: a `Worker` claiming a run whose worker's lease expired;
+    - ``retry_failed``: `retry_failed` re-running the failed steps of a run
+      that ended with a partial result;
+    - ``budget``: a run paused by its `Budget` resumed (with a top-up or not);
+    - ``human``: a run paused by ``interrupt()`` resumed with
+      ``Command(resume=...)`` or `Worker.resume`.
+
+    A `Worker` releasing a run (drain, store outage) and another claiming it is
+    not a recovery: the run stopped at a step boundary and nothing is redone.
+
+    Attributes:
+        partial_completion_rate: runs ended ``partial_complete`` / runs ended
+            (None: no run ended).
+        checkpoint_save_success_rate: checkpoint and task-write tries that
+            succeeded / tried, each store retry counted (None: none tried).
+            Counted per process and per hour, for every graph: ``since`` counts
+            the whole hour it falls in, and ``graph`` does not narrow it.
+        recovery_success_rate: runs resumed by a recovery that then ended
+            ``success`` / runs resumed that have ended (a run still running or
+            paused is left out until it ends; None: none ended).
+        steps_redone_per_recovery: node executions repeated because of a
+            recovery / recoveries (None: no recovery). Redone: for a crash or
+            takeover, the steps of the checkpoint it resumed that ended after it
+            (the step in flight; a step of that checkpoint that had not started
+            counts too: the store cannot tell them apart); for a budget or
+            human resume, the paused steps (LangGraph runs an interrupted node
+            again from its start); for `retry_failed`, the steps it re-ran.
+        runs / runs_ended / runs_succeeded / runs_partial / runs_failed: runs
+            counted, and how those that ended ended (failed: ``error`` or
+            ``cancelled``).
+        checkpoint_writes_tried / _succeeded / _failed: store tries.
+        runs_resumed / runs_resumed_ended / runs_resumed_succeeded: runs with
+            at least one recovery, those of them that ended, and ended ``success``.
+        recoveries / recoveries_by_kind / steps_redone / steps_redone_by_kind:
+            recoveries and the steps they redid, in all and by kind.
+        seconds_redone: the time the redone executions took (the time their
+            lost first runs took is not stored; this is its estimate).
+        tokens_redone: model tokens the redone executions used.
+        effects_replayed: side effects a redone step found recorded as done in
+            the ledger and replayed instead of calling again.
+        since: epoch seconds the figures start at (None: all).
+        graph: the node names the runs were narrowed to (None: every run).
+
+    Example:
+        >>> m = recovery_metrics(saver, since=timedelta(hours=24))  # doctest: +SKIP
+        >>> m.partial_completion_rate, m.to_dict()["recoveries_by_kind"]  # doctest: +SKIP
+        (0.3, {'crash': 0, 'takeover': 1, 'retry_failed': 2, 'budget': 0, 'human': 0})
+    """
+
+    partial_completion_rate: float | None
+    checkpoint_save_success_rate: float | None
+    recovery_success_rate: float | None
+    steps_redone_per_recovery: float | None
+    runs: int = 0
+    runs_ended: int = 0
+    runs_succeeded: int = 0
+    runs_partial: int = 0
+    runs_failed: int = 0
+    checkpoint_writes_tried: int = 0
+    checkpoint_writes_succeeded: int = 0
+    checkpoint_writes_failed: int = 0
+    runs_resumed: int = 0
+    runs_resumed_ended: int = 0
+    runs_resumed_succeeded: int = 0
+    recoveries: int = 0
+    recoveries_by_kind: dict[str, int] = field(default_factory=dict)
+    steps_redone: int = 0
+    steps_redone_by_kind: dict[str, int] = field(default_factory=dict)
+    seconds_redone: float = 0.0
+    tokens_redone: float = 0.0
+    effects_replayed: int = 0
+    since: float | None = None
+    graph: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        for name in (
+            "partial_completion_rate",
+            "checkpoint_save_success_rate",
+            "recovery_success_rate",
+        ):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ConfigError(f"RecoveryMetrics.{name} must be within [0, 1] or None")
+        unknown = set(self.recoveries_by_kind) - set(RECOVERY_KINDS)
+        if unknown:
+            raise ConfigError(
+                f"RecoveryMetrics: unknown recovery kind(s) {sorted(unknown)}; "
+                f"the kinds are {', '.join(RECOVERY_KINDS)}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe data (rates may be None)."""
+        return asdict(self)
+
+
+def since_of(since: Since, now: float | None = None) -> float | None:
+    """``since`` as epoch seconds: a datetime (naive: local time), a timedelta
+    back from now, or a number of seconds back from now."""
+    now = time.time() if now is None else now
+    if since is None:
+        return None
+    if isinstance(since, datetime):
+        return since.timestamp()
+    if isinstance(since, timedelta):
+        return now - since.total_seconds()
+    if isinstance(since, bool) or not isinstance(since, (int, float)) or not math.isfinite(since):
+        raise ConfigError(
+            f"since must be a datetime, a timedelta or seconds back from now, got {since!r}"
+        )
+    if since < 0:
+        raise ConfigError(f"since in seconds back from now must be >= 0, got {since!r}")
+    return now - float(since)
+
+
+def nodes_of(graph: Any) -> frozenset[str] | None:
+    """The node names a ``graph=`` filter narrows runs to: of a compiled graph or
+    a builder, or given as names."""
+    if graph is None:
+        return None
+    nodes = getattr(graph, "nodes", None)
+    if isinstance(nodes, Mapping):
+        return frozenset(str(n) for n in nodes if not str(n).startswith("__"))
+    if isinstance(graph, str):
+        return frozenset([graph])
+    if isinstance(graph, Iterable):
+        return frozenset(str(n) for n in graph)
+    raise ConfigError(
+        f"graph= takes a compiled graph, its builder, or node names; got {type(graph).__name__}"
+    )
+
+
+def scan_store(
+    loads: Callable[[tuple[str, bytes]], Any], thread_id: str | None = None
+) -> Reads[list[ThreadRun]]:
+    """Every run of the store (or of one thread), with recoveries and the
+    effects their redone steps replayed."""
+    writes = decode_writes((yield Read("read_history", ("run_log", thread_id))), loads)
+    events = list((yield Read("read_history", ("recoveries", thread_id))))
+    records = list((yield Read("read_history", ("runs", thread_id))))
+    threads = sorted({w.thread_id for w in writes} | {r.thread_id for r in records})
+    by_thread: dict[str, list[Any]] = {t: [] for t in threads}
+    for w in writes:
+        by_thread[w.thread_id].append(w)
+    runs: list[ThreadRun] = []
+    for thread in threads:
+        found = scan_thread(
+            thread,
+            by_thread[thread],
+            [e for e in events if e.thread_id == thread],
+            [r for r in records if r.thread_id == thread],
+        )
+        if any(rec.redone for run in found for rec in run.recoveries):
+            effects = list((yield Read("list_effects", (thread,))))
+            found = scan_thread(
+                thread,
+                by_thread[thread],
+                [e for e in events if e.thread_id == thread],
+                [r for r in records if r.thread_id == thread],
+                effects,
+            )
+        runs.extend(found)
+    return runs
+
+
+def _in_graph(run: ThreadRun, nodes: frozenset[str] | None) -> bool:
+    return nodes is None or (bool(run.steps) and run.nodes <= nodes)
+
+
+def _metrics(
+    loads: Callable[[tuple[str, bytes]], Any], since: float | None, nodes: frozenset[str] | None
+) -> Reads[RecoveryMetrics]:
+    counters: dict[str, int] = yield Read("read_counters", (since,))
+    runs = [r for r in (yield from scan_store(loads)) if _in_graph(r, nodes)]
+    if since is not None:
+        runs = [r for r in runs if (r.last_seen() or 0.0) >= since]
+    ended = [r for r in runs if r.ended]
+    by_kind = dict.fromkeys(RECOVERY_KINDS, 0)
+    redone_by_kind = dict.fromkeys(RECOVERY_KINDS, 0)
+    recs = [rec for r in runs for rec in r.recoveries if since is None or (rec.at or 0) >= since]
+    for rec in recs:
+        by_kind[rec.kind] += 1
+        redone_by_kind[rec.kind] += rec.steps_redone
+    resumed = [r for r in runs if any(rec in recs for rec in r.recoveries)]
+    resumed_ended = [r for r in resumed if r.ended]
+    resumed_ok = [r for r in resumed_ended if r.status == "success"]
+    ok = counters.get(CHECKPOINT_OK, 0) + counters.get(WRITES_OK, 0)
+    failed = counters.get(CHECKPOINT_FAILED, 0) + counters.get(WRITES_FAILED, 0)
+    steps_redone = sum(redone_by_kind.values())
+    partial = sum(r.status == "partial_complete" for r in ended)
+    return RecoveryMetrics(
+        partial_completion_rate=_rate(partial, len(ended)),
+        checkpoint_save_success_rate=_rate(ok, ok + failed),
+        recovery_success_rate=_rate(len(resumed_ok), len(resumed_ended)),
+        steps_redone_per_recovery=_rate(steps_redone, len(recs)),
+        runs=len(runs),
+        runs_ended=len(ended),
+        runs_succeeded=sum(r.status == "success" for r in ended),
+        runs_partial=partial,
+        runs_failed=sum(r.status in ("error", "cancelled") for r in ended),
+        checkpoint_writes_tried=ok + failed,
+        checkpoint_writes_succeeded=ok,
+        checkpoint_writes_failed=failed,
+        runs_resumed=len(resumed),
+        runs_resumed_ended=len(resumed_ended),
+        runs_resumed_succeeded=len(resumed_ok),
+        recoveries=len(recs),
+        recoveries_by_kind=by_kind,
+        steps_redone=steps_redone,
+        steps_redone_by_kind=redone_by_kind,
+        seconds_redone=round(sum(rec.seconds_redone for rec in recs), 6),
+        tokens_redone=sum(rec.tokens_redone for rec in recs),
+        effects_replayed=sum(rec.effects_replayed for rec in recs),
+        since=since,
+        graph=sorted(nodes) if nodes is not None else None,
+    )
+
+
+def recovery_metrics(
+    checkpointer: Any, *, since: Since = None, graph: Any = None
+) -> RecoveryMetrics:
+    """The four recovery metrics of the runs in ``checkpointer``'s store.
+
+    Args:
+        checkpointer: a resilient saver (or a graph compiled with one).
+        since: only runs seen and recoveries made from then on: a datetime, a
+            timedelta or a number of seconds back from now.
+        graph: only runs of this graph (a compiled graph, its builder, or node
+            names): runs whose steps all ran nodes of it.
+
+    See `RecoveryMetrics` for what each figure counts and what a recovery is.
+
+    Raises:
+        ConfigError: not a resilient saver, or a bad ``since``/``graph``.
+
+    Example:
+        >>> recovery_metrics(saver).partial_completion_rate  # doctest: +SKIP
+        0.3
+    """
+    saver = saver_of(checkpointer, "recovery_metrics")
+    return drive(saver, _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph)))
+
+
+async def arecovery_metrics(
+    checkpointer: Any, *, since: Since = None, graph: Any = None
+) -> RecoveryMetrics:
+    """Async twin of `recovery_metrics` (on an async resilient saver)."""
+    saver = async_saver_of(checkpointer, "arecovery_metrics")
+    reads = _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph))
+    return await adrive(saver, reads)

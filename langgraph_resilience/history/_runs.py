@@ -1,0 +1,121 @@
+"""`list_runs`: every run of the store, newest first, for the ``runs`` command;
+and the error for a thread the store does not have."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from langgraph_resilience.checkpoint._reads import Reads, adrive, async_saver_of, drive, saver_of
+from langgraph_resilience.errors import ConfigError, RunStateError
+from langgraph_resilience.history._metrics import scan_store
+from langgraph_resilience.history._scan import ThreadRun
+
+__all__ = ["RunSummary", "UnknownThread", "alist_runs", "list_runs"]
+
+_STATUSES = ("queued", "running", "paused", "success", "partial_complete", "error", "cancelled")
+
+
+class UnknownThread(RunStateError, LookupError):
+    """The store has no such thread (no checkpoint, no run), or no such run of it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSummary:
+    """One run, as the ``runs`` command lists it.
+
+    Attributes:
+        thread_id / run / run_id: the thread, the run's number on it (0: a
+            `Worker` run that has not started), its `Worker` run id (None for a
+            plain ``invoke``).
+        status: queued, running, paused, success, partial_complete, error or
+            cancelled.
+        attempts: goes at the run: a `Worker`'s claims, or 1 plus one per
+            recovery for a plain run.
+        recoveries: recoveries of the run (see `RecoveryMetrics`).
+        owner: the `Worker` holding it now (None when none does).
+        updated: epoch seconds of the last thing known to happen to it.
+    """
+
+    thread_id: str
+    run: int
+    run_id: str | None
+    status: str
+    attempts: int
+    recoveries: int
+    owner: str | None
+    updated: float | None
+
+    def __post_init__(self) -> None:
+        if self.status not in _STATUSES:
+            raise ConfigError(f"RunSummary.status must be one of {_STATUSES}, got {self.status!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _summary(r: ThreadRun) -> RunSummary:
+    return RunSummary(
+        thread_id=r.thread_id,
+        run=r.run,
+        run_id=r.run_id,
+        status=r.status,
+        attempts=r.claims or 1 + len(r.recoveries),
+        recoveries=len(r.recoveries),
+        owner=r.owner,
+        updated=r.last_seen(),
+    )
+
+
+def _statuses(status: str | Sequence[str] | None) -> frozenset[str] | None:
+    if status is None:
+        return None
+    wanted = frozenset([status] if isinstance(status, str) else status)
+    unknown = wanted - set(_STATUSES)
+    if unknown:
+        raise ConfigError(
+            f"unknown run status(es) {sorted(unknown)}; one of {', '.join(_STATUSES)}"
+        )
+    return wanted
+
+
+def _listed(
+    loads: Callable[[tuple[str, bytes]], Any], wanted: frozenset[str] | None, limit: int
+) -> Reads[list[RunSummary]]:
+    runs = [_summary(r) for r in (yield from scan_store(loads))]
+    runs = [r for r in runs if wanted is None or r.status in wanted]
+    runs.sort(key=lambda r: (r.updated or 0.0, r.thread_id, r.run), reverse=True)
+    return runs[:limit]
+
+
+def _limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigError(f"limit must be an int >= 1, got {limit!r}")
+    return limit
+
+
+def list_runs(
+    checkpointer: Any, *, status: str | Sequence[str] | None = None, limit: int = 100
+) -> list[RunSummary]:
+    """The runs of the store, newest first: `Worker` runs and plain threads alike.
+
+    Args:
+        checkpointer: a resilient saver (or a graph compiled with one).
+        status: only runs in this status (or these).
+        limit: at most this many.
+
+    Example:
+        >>> [r.to_dict() for r in list_runs(saver, status="partial_complete")]  # doctest: +SKIP
+    """
+    saver = saver_of(checkpointer, "list_runs")
+    return drive(saver, _listed(saver.serde.loads_typed, _statuses(status), _limit(limit)))
+
+
+async def alist_runs(
+    checkpointer: Any, *, status: str | Sequence[str] | None = None, limit: int = 100
+) -> list[RunSummary]:
+    """Async twin of `list_runs` (on an async resilient saver)."""
+    saver = async_saver_of(checkpointer, "alist_runs")
+    reads = _listed(saver.serde.loads_typed, _statuses(status), _limit(limit))
+    return await adrive(saver, reads)

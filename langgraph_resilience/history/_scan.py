@@ -1,0 +1,455 @@
+"""A thread's runs and recoveries, read back from what the store keeps (pure).
+
+Nothing is recorded for this on a step's happy path. The story of a thread is
+in the writes of its top-level tasks, in checkpoint order:
+
+- the input's run-log write carries ``new_run`` (a run starts, numbered);
+- each step's run-log write carries its record (``step``: path, status, tries,
+  start and end) and what it used (``usage``);
+- the run-log writes that end a run say so (``status``: ``success``,
+  ``partial_complete``); a run whose last step wrote no route onward
+  (``branch:to:...``, a `Send`) and left no interrupt has nothing left to do;
+- a step that gave up stores its error with its route (and LangGraph an
+  ``__error_source_node__`` marker beside it): its error handler goes on, so
+  it is no error of the run;
+- `retry_failed` writes ``clear`` (the paths it re-runs) with its command;
+- a resume of an interrupted run writes ``__resume__`` beside the
+  ``__interrupt__`` writes of the tasks that paused (a budget pause says
+  ``reason: budget_exhausted``).
+
+The recoveries that leave no write (a `Worker`'s takeover, a resume after a
+crash) are rows of ``resilience_recoveries``, each naming the checkpoint it
+resumed: the steps it redid are those of that checkpoint that ended after it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph_resilience.checkpoint import EffectRecord, RunRecord
+from langgraph_resilience.checkpoint._events import RecoveryRecord
+from langgraph_resilience.checkpoint._route_text import is_routed
+from langgraph_resilience.checkpoint._store import TASKS_CHANNEL
+
+__all__ = [
+    "ENDED",
+    "RECOVERY_KINDS",
+    "Recovery",
+    "ThreadRun",
+    "Write",
+    "checkpoint_time",
+    "decode_writes",
+    "scan_thread",
+]
+
+#: The kinds of recovery, in the order they are reported.
+RECOVERY_KINDS = ("crash", "takeover", "retry_failed", "budget", "human")
+#: The statuses of a run that ended.
+ENDED = ("success", "partial_complete", "error", "cancelled")
+NULL_TASK = "00000000-0000-0000-0000-000000000000"
+_RESUME, _INTERRUPT, _ERROR = "__resume__", "__interrupt__", "__error__"
+_HANDLED = "__error_source_node__"  # the error goes to the node's error handler
+_UUID_EPOCH = 0x01B21DD213814000  # 1582-10-15 in 100 ns ticks before 1970-01-01
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Write:
+    """One stored write of a task (its value decoded, or None)."""
+
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    task_id: str
+    idx: int
+    channel: str
+    value: Any
+
+
+def decode_writes(
+    rows: Iterable[Sequence[Any]], loads: Callable[[tuple[str, bytes]], Any]
+) -> list[Write]:
+    """Writes from `_events.read_run_log` rows, in checkpoint order."""
+    found = []
+    for thread, ns, checkpoint_id, task_id, idx, channel, type_, value in rows:
+        decoded = None
+        if value is not None and type_:
+            try:
+                decoded = loads((str(type_), bytes(value)))
+            except Exception:  # a value this process cannot decode tells nothing here
+                decoded = None
+        found.append(
+            Write(
+                thread_id=str(thread),
+                ns=str(ns or ""),
+                checkpoint_id=str(checkpoint_id),
+                task_id=str(task_id),
+                idx=int(idx),
+                channel=str(channel),
+                value=decoded,
+            )
+        )
+    found.sort(key=lambda w: (w.thread_id, w.ns, w.checkpoint_id, w.task_id, w.idx))
+    return found
+
+
+def checkpoint_time(checkpoint_id: str | None) -> float | None:
+    """When a checkpoint was made (epoch seconds), from its uuid6 id."""
+    try:
+        n = uuid.UUID(str(checkpoint_id)).int
+    except ValueError:
+        return None
+    ticks = ((n >> 80) << 12) | ((n >> 64) & 0x0FFF)
+    return (ticks - _UUID_EPOCH) / 1e7
+
+
+@dataclass(kw_only=True)
+class Recovery:
+    """One recovery of a run, and what it redid.
+
+    Attributes:
+        kind: one of `RECOVERY_KINDS`.
+        at: when (epoch seconds; for kinds read from writes, when the run
+            went on: the first redone step's start, else the checkpoint's time).
+        checkpoint_id: the checkpoint it resumed.
+        redone: the step records of the executions it repeated.
+        effects_replayed: effects whose recorded outcome a redone step
+            replayed instead of calling again.
+    """
+
+    kind: str
+    thread_id: str
+    at: float | None
+    run: int | None = None
+    run_id: str | None = None
+    owner: str | None = None
+    checkpoint_id: str | None = None
+    redone: list[dict[str, Any]] = field(default_factory=list)
+    effects_replayed: int = 0
+    paths: tuple[str, ...] = ()  # retry_failed: the paths it re-runs
+    tasks: tuple[str, ...] = ()  # a resume: the tasks that had paused
+    failed_tasks: tuple[str, ...] = ()  # retry_failed: the failed tasks' "ns|id"
+
+    @property
+    def steps_redone(self) -> int:
+        return len(self.redone)
+
+    @property
+    def seconds_redone(self) -> float:
+        return sum(_duration(s) for s in self.redone)
+
+    @property
+    def tokens_redone(self) -> float:
+        return sum(float((s.get("usage") or {}).get("tokens") or 0) for s in self.redone)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "at": self.at,
+            "run": self.run,
+            "run_id": self.run_id,
+            "owner": self.owner,
+            "checkpoint_id": self.checkpoint_id,
+            "steps_redone": self.steps_redone,
+            "redone_paths": [str(s.get("path")) for s in self.redone],
+            "seconds_redone": round(self.seconds_redone, 6),
+            "tokens_redone": self.tokens_redone,
+            "effects_replayed": self.effects_replayed,
+        }
+
+
+@dataclass(kw_only=True)
+class ThreadRun:
+    """One run of a thread, as read back from the store.
+
+    Attributes:
+        run: its number on the thread (0: a `Worker` run that never started).
+        status: running, paused, success, partial_complete, error or cancelled.
+        steps: its step records, oldest first (with their ``usage``).
+        run_id / owner / claims / updated_at: its `Worker` run, if it had one.
+    """
+
+    thread_id: str
+    run: int
+    status: str = "running"
+    started_at: float | None = None
+    ended_at: float | None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    recoveries: list[Recovery] = field(default_factory=list)
+    run_id: str | None = None
+    owner: str | None = None
+    claims: int = 0
+    updated_at: float | None = None
+    budget: tuple[str, bytes] | None = None  # a Worker run's, as stored
+    # What its last step group left: routes onward, interrupts, errors.
+    last_flags: tuple[bool, bool, bool] = (True, False, False)
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED
+
+    @property
+    def nodes(self) -> set[str]:
+        return {
+            str(s.get("path") or "").split("/", 1)[0].split("[", 1)[0].split("#", 1)[0]
+            for s in self.steps
+        }
+
+    def last_seen(self) -> float | None:
+        times = [t for t in (self.ended_at, self.updated_at, self.started_at) if t is not None]
+        return max(times) if times else None
+
+
+def _duration(step: Mapping[str, Any]) -> float:
+    start, end = step.get("started_at"), step.get("ended_at")
+    return max(0.0, float(end) - float(start)) if start is not None and end is not None else 0.0
+
+
+class _Scan:
+    """The state of one thread's scan."""
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        self.runs: dict[int, ThreadRun] = {}
+        self.current: ThreadRun | None = None
+        self.retries: dict[str, Recovery] = {}  # path -> the retry_failed re-running it
+        self.failed_tasks: dict[str, str] = {}  # path -> the failed task's "ns|id"
+
+    def run(self, number: int) -> ThreadRun:
+        found = self.runs.get(number)
+        if found is None:
+            found = self.runs[number] = ThreadRun(thread_id=self.thread_id, run=number)
+        if self.current is None or number >= self.current.run:
+            self.current = found
+        return found
+
+    def new_run(self, started_at: float) -> None:
+        number = max(self.runs, default=0) + 1
+        self.run(number).started_at = started_at
+
+    def step(self, w: Write, value: Mapping[str, Any]) -> None:
+        step = dict(value["step"])
+        step.update(
+            usage=dict(value.get("usage") or {}),
+            checkpoint_ns=w.ns,
+            checkpoint_id=w.checkpoint_id,
+            task_id=w.task_id,
+        )
+        number = int(step.get("run") or (self.current.run if self.current else 1))
+        run = self.run(number)
+        run.steps.append(step)
+        if step.get("ended_at") is not None:
+            run.ended_at = max(run.ended_at or 0.0, float(step["ended_at"]))
+        if run.started_at is None and step.get("started_at") is not None:
+            run.started_at = float(step["started_at"])
+        waiting = self.retries.pop(str(step.get("path")), None)
+        if waiting is not None and w.ns == "":
+            waiting.redone.append(step)
+
+    def run_log(self, w: Write, value: Mapping[str, Any]) -> None:
+        if "new_run" in value:
+            self.new_run(float(value["new_run"]))
+        if isinstance(value.get("step"), Mapping) and "path" in value["step"]:
+            self.step(w, value)
+        if w.ns:
+            return  # a subgraph's run log: its steps count, its status is its parent's
+        for failed in [value.get("failed_step"), *(value.get("failed_steps") or [])]:
+            if isinstance(failed, Mapping) and failed.get("path") and failed.get("task"):
+                self.failed_tasks[str(failed["path"])] = str(failed["task"])
+        run = self.current
+        if run is None:
+            return
+        if value.get("clear"):
+            paths = tuple(str(p) for p in value["clear"])
+            rec = Recovery(
+                kind="retry_failed",
+                thread_id=self.thread_id,
+                at=checkpoint_time(w.checkpoint_id),
+                run=run.run,
+                checkpoint_id=w.checkpoint_id,
+                paths=paths,
+                failed_tasks=tuple(self.failed_tasks[p] for p in paths if p in self.failed_tasks),
+            )
+            run.recoveries.append(rec)
+            self.retries.update(dict.fromkeys(paths, rec))
+        if isinstance(value.get("status"), str):
+            run.status = value["status"]
+
+    def group(self, writes: Sequence[Write]) -> None:
+        """The writes made on one top-level checkpoint."""
+        interrupted = {w.task_id for w in writes if w.channel == _INTERRUPT}
+        resumed = any(w.channel == _RESUME for w in writes)
+        resume: Recovery | None = None
+        for w in writes:
+            if w.channel == "resilience" and isinstance(w.value, Mapping):
+                self.run_log(w, w.value)
+            elif w.channel == _RESUME and resume is None and self.current is not None:
+                resume = Recovery(
+                    kind="budget" if _budget_pause(writes) else "human",
+                    thread_id=self.thread_id,
+                    at=checkpoint_time(w.checkpoint_id),
+                    run=self.current.run,
+                    checkpoint_id=w.checkpoint_id,
+                    tasks=tuple(sorted(interrupted)),
+                )
+                self.current.recoveries.append(resume)
+        if resume is not None and self.current is not None:
+            resume.redone = [
+                s
+                for s in self.current.steps
+                if s.get("checkpoint_id") == resume.checkpoint_id
+                and s.get("task_id") in interrupted
+                and not s.get("checkpoint_ns")
+            ]
+        if self.current is not None and any(w.task_id != NULL_TASK for w in writes):
+            # A routed error (stored with its route, or beside an error-handler
+            # marker) is no error of the run: its handler goes on from it.
+            handled = {w.task_id for w in writes if w.channel == _HANDLED}
+            errors = [w for w in writes if w.channel == _ERROR]
+            routed = [w for w in errors if w.task_id in handled or is_routed(w.value)]
+            failed = len(errors) > len(routed)  # e.g. a handler that failed in turn
+            onward = (bool(routed) and not failed) or any(
+                w.channel.startswith("branch:to:") or w.channel == TASKS_CHANNEL for w in writes
+            )
+            self.current.last_flags = (onward, bool(interrupted) and not resumed, failed)
+
+
+def _budget_pause(writes: Sequence[Write]) -> bool:
+    for w in writes:
+        if w.channel != _INTERRUPT:
+            continue
+        for item in w.value if isinstance(w.value, (list, tuple)) else [w.value]:
+            value = getattr(item, "value", item)
+            if isinstance(value, Mapping) and value.get("reason") == "budget_exhausted":
+                return True
+    return False
+
+
+def _settle(run: ThreadRun) -> None:
+    """The status of a run whose run log still reads ``running``."""
+    if run.status != "running":
+        return
+    onward, paused, errors = run.last_flags
+    if paused:
+        run.status = "paused"
+    elif errors and not onward:
+        run.status = "error"
+    elif not onward:
+        run.status = "success"  # nothing left to do (it left through a conditional edge)
+
+
+def _stored(scan: _Scan, events: Sequence[RecoveryRecord]) -> None:
+    """Takeovers and crash resumes: each redid the steps of the checkpoint it
+    resumed that ended after it."""
+    ordered = sorted(scan.runs.values(), key=lambda r: r.run)
+    for ev in events:
+        run = next((r for r in ordered if ev.run_id and r.run_id == ev.run_id), None)
+        if run is None:
+            started = [r for r in ordered if (r.started_at or 0.0) <= ev.at]
+            run = started[-1] if started else (ordered[-1] if ordered else None)
+        if run is None:
+            continue
+        redone = [
+            s
+            for s in run.steps
+            if not s.get("checkpoint_ns")
+            and s.get("checkpoint_id") == ev.checkpoint_id
+            and float(s.get("ended_at") or 0.0) >= ev.at
+        ]
+        run.recoveries.append(
+            Recovery(
+                kind=ev.kind,
+                thread_id=ev.thread_id,
+                at=ev.at,
+                run=run.run,
+                run_id=ev.run_id,
+                owner=ev.owner,
+                checkpoint_id=ev.checkpoint_id,
+                redone=redone,
+            )
+        )
+
+
+def _link_worker_runs(scan: _Scan, records: Sequence[RunRecord]) -> None:
+    """Each `Worker` run names the thread run its input started (the first not
+    yet named that started after it was submitted); one that never started is
+    a run of its own (number 0)."""
+    ordered = sorted(scan.runs.values(), key=lambda r: r.run)
+    for record in sorted(records, key=lambda r: r.created_at):
+        run = next(
+            (
+                r
+                for r in ordered
+                if r.run_id is None and (r.started_at or 0.0) >= record.created_at - 1.0
+            ),
+            None,
+        )
+        if run is None:
+            run = ThreadRun(thread_id=scan.thread_id, run=0, status=record.status)
+            scan.runs[-len(scan.runs) - 1] = run
+        run.run_id, run.owner, run.claims = record.run_id, record.owner, record.attempts
+        run.updated_at = record.updated_at
+        if record.budget_type is not None:
+            run.budget = (record.budget_type, bytes(record.budget or b""))
+        if record.status in ("error", "cancelled") or not run.ended:
+            run.status = record.status
+
+
+def _replays(run: ThreadRun, effects: Sequence[EffectRecord]) -> None:
+    """Effects a redone step replayed from the ledger: recorded as done, for the
+    redone task (or the failed task a `retry_failed` re-runs), before it started."""
+    for rec in run.recoveries:
+        for step in rec.redone:
+            tasks = {str(step.get("task_id")), *(t.rpartition("|")[2] for t in rec.failed_tasks)}
+            start = float(step.get("started_at") or 0.0)
+            rec.effects_replayed += sum(
+                1
+                for e in effects
+                if e.status == "done"
+                and e.task_id in tasks
+                and e.outcome_at is not None
+                and e.outcome_at < start
+            )
+
+
+def scan_thread(
+    thread_id: str,
+    writes: Sequence[Write],
+    events: Sequence[RecoveryRecord] = (),
+    records: Sequence[RunRecord] = (),
+    effects: Sequence[EffectRecord] | None = None,
+) -> list[ThreadRun]:
+    """The runs of one thread, oldest first, with their recoveries.
+
+    ``writes``: the thread's (`decode_writes`); ``events``: its stored
+    recoveries; ``records``: its `Worker` runs; ``effects``: its ledger (None:
+    effects replayed are not counted).
+    """
+    scan = _Scan(thread_id)
+    group: list[Write] = []
+    for w in writes:
+        if w.ns:
+            if w.channel == "resilience" and isinstance(w.value, Mapping):
+                scan.run_log(w, w.value)
+            continue
+        if group and group[-1].checkpoint_id != w.checkpoint_id:
+            scan.group(group)
+            group = []
+        group.append(w)
+    if group:
+        scan.group(group)
+    for run in scan.runs.values():
+        _settle(run)
+    _link_worker_runs(scan, records)
+    _stored(scan, events)
+    runs = sorted(scan.runs.values(), key=lambda r: (r.run == 0, r.run, r.started_at or 0.0))
+    for run in runs:
+        for rec in run.recoveries:
+            if rec.kind in ("retry_failed", "budget", "human") and rec.redone:
+                rec.at = min(float(s.get("started_at") or rec.at or 0.0) for s in rec.redone)
+        run.recoveries.sort(key=lambda r: r.at or 0.0)
+        if effects is not None:
+            _replays(run, effects)
+    return runs

@@ -1,0 +1,408 @@
+"""`Worker`: runs submitted runs to their end under a lease, and takes over the
+runs of workers that died.
+
+A run is a thread plus its input, queued in the saver's ``resilience_runs``
+table by `Worker.submit`. Any number of workers (threads, processes, machines
+sharing the database) claim queued runs, and runs whose lease expired, with a
+time-bounded lease and a fencing token that grows with every claim:
+
+- the worker renews its leases every ``lease_ttl / 3`` while the runs go on,
+  also while one long node runs (renewal is not done by the run's thread);
+- a run's config carries its fence, and the saver refuses every checkpoint,
+  write, attempt and effect record whose token is no longer the run's
+  (`LeaseLost`), in the same transaction: a worker that was paused past its
+  lease (a zombie) cannot write after another took over;
+- a worker that fails to renew asks the run to stop at the next step boundary
+  (LangGraph's ``RunControl.request_drain``);
+- claims, renewals and run ends go through a saver of their own (the saver's
+  `lease_saver`: its own connection and lock), so they never wait behind a
+  write of the runs that hangs;
+- a side effect of a run calls only while the worker can prove it holds the
+  run's lease, with a margin of one renewal period (`_leases`): a worker that
+  was stalled past its lease, or cannot renew, raises `LeaseLost` instead;
+- a run that stops because the store could not be reached is released (queued
+  again) and its end is stored once the store is back: a store outage never
+  ends a run as ``error``, nor turns a success into one;
+- SIGTERM or SIGINT drains the worker: the steps in flight finish, their runs
+  are released (queued again, nothing redone) and `run` returns. A drain waits
+  at most ``drain_timeout`` (default ``lease_ttl``) for them: runs whose step is
+  still busy then (a store call that hangs) are abandoned to their lease, which
+  runs out within ``lease_ttl`` (another worker takes them over). `run` returns
+  within ``drain_timeout`` plus a poll and the loop's own store call in
+  progress, which the saver's store timeouts bound;
+- a run claimed after more than ``max_recoveries`` takeovers (it keeps killing
+  its workers) ends as ``error``, with its partial result kept.
+
+The per-run flow and the worker's loop are written once (`_worker_steps`:
+`run_steps`, `worker_loop`); `run` (threads) and `arun` (asyncio tasks) only do
+their I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from langgraph.graph import StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from langgraph_resilience.budget import Budget
+from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver, RunRecord
+from langgraph_resilience.checkpoint.archive._schedule import aarchiving, archiving, schedule_of
+from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.worker._controls import RunControls
+from langgraph_resilience.worker._leases import LEASES
+from langgraph_resilience.worker._setup import (
+    bind,
+    default_worker_id,
+    in_thread,
+    positive,
+    resilient_saver,
+    store_down,
+    stored_value,
+)
+from langgraph_resilience.worker._steps import (
+    NO_ANSWER,
+    Abandon,
+    Claim,
+    CurrentValues,
+    Held,
+    Invoke,
+    Invoked,
+    LoopSettings,
+    Pause,
+    Renew,
+    RunOp,
+    Start,
+    ThreadState,
+    Wait,
+    invoked,
+    released_waits,
+    run_steps,
+    where_of,
+    worker_loop,
+)
+
+__all__ = ["Worker"]
+
+logger = logging.getLogger("langgraph_resilience")
+T = TypeVar("T")
+
+
+class Worker(RunControls):
+    """Claims runs under a lease, heartbeats, resumes crashed runs.
+
+    Args:
+        graph: a compiled `ResilientStateGraph` (or its builder, compiled here).
+        checkpointer: the resilient saver that holds the runs; default: the
+            graph's own. A sync saver for `run`, an async one for `arun`.
+        lease_ttl: seconds a claim lasts without renewal; a dead worker's runs
+            are taken over about this long after it died.
+        worker_id: this worker's name in the runs table (default host:pid:random).
+        concurrency: runs this worker runs at once.
+        poll_interval: seconds between looks for claimable runs (default
+            ``min(1, lease_ttl / 10)``).
+        max_recoveries: takeovers after which a run is given up as ``error``.
+        drain_timeout: seconds a drain (SIGTERM, `drain`) waits for the steps in
+            flight before it abandons their runs to their leases (default
+            ``lease_ttl``).
+        archive_idle: move threads idle this long to the saver's archive while
+            the worker runs (None: never; see ``saver.archive_idle``).
+        archive_every: how often (seconds or timedelta) it looks for them.
+
+    Example:
+        >>> worker = Worker(graph, checkpointer=saver, lease_ttl=30)  # doctest: +SKIP
+        >>> run_id = worker.submit({"topic": "tides"})  # doctest: +SKIP
+        >>> worker.run()  # until no run is queued or running  # doctest: +SKIP
+        >>> saver.read_run(run_id).status  # doctest: +SKIP
+        'success'
+    """
+
+    def __init__(
+        self,
+        graph: CompiledStateGraph[Any, Any, Any, Any] | StateGraph[Any, Any, Any, Any],
+        *,
+        checkpointer: ResilientSaver | AsyncResilientSaver | None = None,
+        lease_ttl: float = 30.0,
+        worker_id: str | None = None,
+        concurrency: int = 1,
+        poll_interval: float | None = None,
+        max_recoveries: int = 3,
+        drain_timeout: float | None = None,
+        archive_idle: timedelta | float | None = None,
+        archive_every: timedelta | float = 3600.0,
+    ) -> None:
+        self.lease_ttl = positive("lease_ttl", lease_ttl, "seconds, e.g. 30")
+        self.drain_timeout = (
+            self.lease_ttl
+            if drain_timeout is None
+            else positive("drain_timeout", drain_timeout, "seconds, e.g. 30")
+        )
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigError(f"Worker concurrency must be an int >= 1, got {concurrency!r}")
+        if isinstance(max_recoveries, bool) or not isinstance(max_recoveries, int):
+            raise ConfigError(f"Worker max_recoveries must be an int >= 0, got {max_recoveries!r}")
+        if max_recoveries < 0:
+            raise ConfigError(f"Worker max_recoveries must be an int >= 0, got {max_recoveries!r}")
+        self.poll_interval = (
+            min(1.0, self.lease_ttl / 10)
+            if poll_interval is None
+            else positive("poll_interval", poll_interval, "seconds, e.g. 0.5")
+        )
+        self.concurrency = concurrency
+        self.max_recoveries = max_recoveries
+        self._archive = schedule_of(archive_idle, archive_every)
+        self.worker_id = str(worker_id) if worker_id else default_worker_id()
+        self.graph = bind(graph, checkpointer)
+        self.saver = resilient_saver(self.graph)
+        # Kept, as a protocol check probes every method; None: `arun` cannot run.
+        self._async_saver = self.saver if isinstance(self.saver, AsyncResilientSaver) else None
+        self._held: dict[str, Held] = {}
+        self._draining = threading.Event()
+
+    # -- draining --------------------------------------------------------------------
+
+    def drain(self, reason: str = "worker draining") -> None:
+        """Stop claiming; the runs in flight stop at their next step and are released."""
+        self._draining.set()
+        for held in list(self._held.values()):
+            held.control.request_drain(reason)
+
+    @contextmanager
+    def _signals(self) -> Iterator[None]:
+        """SIGTERM/SIGINT drain the worker (main thread only; elsewhere call `drain`)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {
+            sig: signal.signal(sig, lambda signum, frame: self.drain(f"signal {signum}"))
+            for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _settings(self, until_idle: bool) -> LoopSettings:
+        return LoopSettings(
+            lease_ttl=self.lease_ttl,
+            poll_interval=self.poll_interval,
+            concurrency=self.concurrency,
+            until_idle=until_idle,
+            drain_timeout=self.drain_timeout,
+        )
+
+    def _input_of(self, record: RunRecord) -> Any:
+        return stored_value(self.saver.serde, record.input_type, record.input, None)
+
+    def _answer_of(self, record: RunRecord) -> Any:
+        return stored_value(self.saver.serde, record.resume_type, record.resume, NO_ANSWER)
+
+    def _steps(self, held: Held, budget: Budget | None) -> Generator[RunOp, Any, str | None]:
+        record = held.record
+        ended = stored_value(self.saver.serde, record.outcome_type, record.outcome, None)
+        return run_steps(
+            held,
+            self._input_of(record),
+            budget,
+            self.max_recoveries,
+            self._answer_of(record),
+            released=released_waits(ended),
+        )
+
+    def _budget_of(self, record: RunRecord) -> Budget | None:
+        found = stored_value(self.saver.serde, record.budget_type, record.budget, None)
+        return Budget.coerce(found, where=f"run {record.run_id}'s stored budget")
+
+    # -- sync ----------------------------------------------------------------------
+
+    def run(self, until_idle: bool = True) -> dict[str, str]:
+        """Claim and run runs in threads until idle (no run queued or running
+        anywhere, if ``until_idle``) or drained; returns {run id: status left in}.
+
+        Runs this worker lost to another (its lease expired) are not in the result;
+        runs a drain abandoned (see ``drain_timeout``) are, as ``running``.
+
+        Raises:
+            StoreUnavailable: the store could not be reached as the worker started.
+        """
+        loop = worker_loop(self._settings(until_idle), self._held, self._draining.is_set)
+        futures: dict[concurrent.futures.Future[str | None], str] = {}
+        reply: Any = None
+        with (
+            self._signals(),
+            self.saver.lease_saver() as leases,
+            archiving(self.saver, self._archive),
+        ):
+            while True:
+                try:
+                    op = loop.send(reply)
+                except StopIteration as stop:
+                    done: dict[str, str] = stop.value
+                    return done
+                reply = None
+                if isinstance(op, Claim):
+                    reply = self._call(leases.claim_runs, self.worker_id, op.room, self.lease_ttl)
+                elif isinstance(op, Start):
+                    name = f"lgr-run-{op.held.record.run_id}"
+                    futures[in_thread(name, self._execute, op.held, leases)] = op.held.record.run_id
+                elif isinstance(op, Wait):
+                    if not futures:
+                        time.sleep(op.timeout)
+                        continue
+                    finished, _ = concurrent.futures.wait(
+                        futures, timeout=op.timeout, return_when=concurrent.futures.FIRST_COMPLETED
+                    )
+                    reply = [(futures.pop(f), f.result()) for f in finished]
+                elif isinstance(op, Renew):
+                    reply = self._call(
+                        leases.renew_leases, self.worker_id, op.fences, self.lease_ttl
+                    )
+                elif isinstance(op, Abandon):  # their daemon threads are left to themselves
+                    futures = {f: r for f, r in futures.items() if r not in op.run_ids}
+                else:
+                    reply = self._call(leases.active_runs)
+
+    def _call(self, method: Callable[..., Any], *args: Any) -> Any:
+        """A store call of the loop; a store that is down is tried again next round."""
+        try:
+            return method(*args)
+        except Exception as exc:
+            if not store_down(exc):
+                raise
+            logger.warning("worker %s: %s failed: %s", self.worker_id, method.__name__, exc)
+            return None
+
+    def _execute(self, held: Held, leases: ResilientSaver) -> str | None:
+        budget = self._budget_of(held.record)
+        steps = self._steps(held, budget)
+        config = held.config(budget)
+        reply: Any = None
+        with LEASES.holding(held.fence, held.proof):
+            while True:
+                try:
+                    op = steps.send(reply)
+                except StopIteration as stop:
+                    status: str | None = stop.value
+                    return status
+                reply = None
+                if isinstance(op, ThreadState):
+                    try:
+                        reply = where_of(self.graph.get_state(config), held.record.run_id)
+                    except Exception as exc:
+                        reply = exc
+                elif isinstance(op, CurrentValues):
+                    try:
+                        reply = dict(self.graph.get_state(config).values)
+                    except Exception as exc:
+                        reply = exc
+                elif isinstance(op, Invoke):
+                    try:
+                        self.graph.invoke(op.value, config, control=held.control)
+                        reply = invoked(self.graph.get_state(config))
+                    except Exception as exc:
+                        reply = Invoked(error=exc)
+                elif isinstance(op, Pause):
+                    time.sleep(op.seconds)
+                else:
+                    blob = self._outcome_blob(op.outcome)
+                    reply = self._call(leases.finish_run, held.fence, op.status, blob, op.wait)
+
+    # -- async -----------------------------------------------------------------------
+
+    async def arun(self, until_idle: bool = True) -> dict[str, str]:
+        """Async twin of `run`: runs are asyncio tasks on this event loop (a drain
+        that times out cancels the tasks it abandons)."""
+        saver = self._asaver()
+        loop = worker_loop(self._settings(until_idle), self._held, self._draining.is_set)
+        tasks: dict[asyncio.Task[str | None], str] = {}
+        reply: Any = None
+        with self._signals():
+            async with saver.alease_saver() as leases, aarchiving(saver, self._archive):
+                while True:
+                    try:
+                        op = loop.send(reply)
+                    except StopIteration as stop:
+                        done: dict[str, str] = stop.value
+                        return done
+                    reply = None
+                    if isinstance(op, Claim):
+                        reply = await self._acall(
+                            leases.aclaim_runs, self.worker_id, op.room, self.lease_ttl
+                        )
+                    elif isinstance(op, Start):
+                        task = asyncio.ensure_future(self._aexecute(op.held, leases))
+                        tasks[task] = op.held.record.run_id
+                    elif isinstance(op, Wait):
+                        if not tasks:
+                            await asyncio.sleep(op.timeout)
+                            continue
+                        finished, _ = await asyncio.wait(
+                            tasks, timeout=op.timeout, return_when=asyncio.FIRST_COMPLETED
+                        )
+                        reply = [(tasks.pop(t), t.result()) for t in finished]
+                    elif isinstance(op, Renew):
+                        reply = await self._acall(
+                            leases.arenew_leases, self.worker_id, op.fences, self.lease_ttl
+                        )
+                    elif isinstance(op, Abandon):
+                        for task in [t for t, r in tasks.items() if r in op.run_ids]:
+                            task.cancel()
+                            del tasks[task]
+                    else:
+                        reply = await self._acall(leases.aactive_runs)
+
+    async def _acall(self, method: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return await method(*args)
+        except Exception as exc:
+            if not store_down(exc):
+                raise
+            logger.warning("worker %s: %s failed: %s", self.worker_id, method.__name__, exc)
+            return None
+
+    async def _aexecute(self, held: Held, leases: AsyncResilientSaver) -> str | None:
+        budget = self._budget_of(held.record)
+        steps = self._steps(held, budget)
+        config = held.config(budget)
+        reply: Any = None
+        with LEASES.holding(held.fence, held.proof):
+            while True:
+                try:
+                    op = steps.send(reply)
+                except StopIteration as stop:
+                    status: str | None = stop.value
+                    return status
+                reply = None
+                if isinstance(op, ThreadState):
+                    try:
+                        reply = where_of(await self.graph.aget_state(config), held.record.run_id)
+                    except Exception as exc:
+                        reply = exc
+                elif isinstance(op, CurrentValues):
+                    try:
+                        reply = dict((await self.graph.aget_state(config)).values)
+                    except Exception as exc:
+                        reply = exc
+                elif isinstance(op, Invoke):
+                    try:
+                        await self.graph.ainvoke(op.value, config, control=held.control)
+                        reply = invoked(await self.graph.aget_state(config))
+                    except Exception as exc:
+                        reply = Invoked(error=exc)
+                elif isinstance(op, Pause):
+                    await asyncio.sleep(op.seconds)
+                else:
+                    blob = self._outcome_blob(op.outcome)
+                    reply = await self._acall(
+                        leases.afinish_run, held.fence, op.status, blob, op.wait
+                    )
