@@ -57,7 +57,18 @@ class Result:
             assert word in lines[0], (word, lines[0])
 
 
-def run(*args: str, timeout: float = 60) -> Result:
+def run(*args: str, timeout: float = 60, fresh: bool = False) -> Result:
+    """The command, in a forked child of this process (``fresh``: a new interpreter).
+
+    A command that reaches an object store runs ``fresh``: once this process has
+    used obstore (the archive tests), a forked child inherits its Rust runtime
+    without the runtime's threads, and its first call waits forever.
+    """
+    if fresh:
+        done = subprocess.run(
+            [sys.executable, CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=TESTS
+        )
+        return Result(done.returncode, done.stdout, done.stderr)
     proc = spawn(CLI, *args)
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode is not None
@@ -328,23 +339,23 @@ def test_archive_and_prune_from_the_command_line(tmp_path: Path, ledger: Path) -
     run("archive", "--db", db, "--older-than", "soon", "--archive", cold).one_error_line(
         "--older-than takes a duration"
     )
-    done = run("archive", "--db", db, "--older-than", "0s", "--archive", cold, "--json")
+    done = run("archive", "--db", db, "--older-than", "0s", "--archive", cold, "--json", fresh=True)
     assert done.code == 0, done.err
     assert sorted(done.json()["archived"]) == ["idle", "long"] and not done.json()["failed"]
     # Opened without the archive: refused, not taken for a new thread.
     with saver_of("sqlite", db) as saver, pytest.raises(ConfigError, match="archive"):
         saver.get_tuple(cfg("idle"))
     # show with LGR_ARCHIVE restores the thread first.
-    shown = run_with_env({"LGR_ARCHIVE": cold}, "show", "idle", "--db", db, "--json")
+    shown = run_with_env({"LGR_ARCHIVE": cold}, "show", "idle", "--db", db, "--json", fresh=True)
     assert shown.code == 0, shown.err
     assert shown.json()["status"] == "success"
 
 
-def run_with_env(env: dict[str, str], *args: str) -> Result:
+def run_with_env(env: dict[str, str], *args: str, fresh: bool = False) -> Result:
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        return run(*args)
+        return run(*args, fresh=fresh)
     finally:
         for k, v in saved.items():
             if v is None:
