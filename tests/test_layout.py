@@ -141,3 +141,24 @@ def test_the_root_is_small_and_every_module_is_a_room() -> None:
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def test_the_readme_draws_the_tree_as_it_stands() -> None:
+    readme = (PACKAGE.parent / "README.md").read_text()
+    tree = readme.split("## Layout", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    drawn: set[str] = set()
+    folder = ""
+    for line in tree.splitlines()[1:]:  # below "langgraph_resilience/"
+        indent = len(line) - len(line.lstrip())
+        names = [w for w in line.split() if w.endswith((".py", "/"))]
+        if indent == 2 and names:
+            folder = names[0] if names[0].endswith("/") else ""
+            drawn.add(names[0])
+        elif indent == 4 and folder:
+            drawn.update(folder + n for n in names if n.endswith("/"))
+    modules = {p.name for p in PACKAGE.glob("*.py")}
+    folders = {f"{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    inner = {
+        f"{p.parent.name}/{p.name}/" for p in PACKAGE.glob("*/*") if (p / "__init__.py").exists()
+    }
+    assert drawn == modules | folders | inner
