@@ -38,7 +38,7 @@ from langgraph_resilience import (
     current_attempt,
     retry_failed,
 )
-from langgraph_resilience.graph._task import DURABILITY_KEY
+from langgraph_resilience._langgraph import DURABILITY_KEY
 
 FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.01)
 

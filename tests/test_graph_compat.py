@@ -23,7 +23,7 @@ from langgraph_resilience import (
     ResilientState,
     ResilientStateGraph,
 )
-from langgraph_resilience.graph._task import DURABILITY_KEY
+from langgraph_resilience._langgraph import DURABILITY_KEY
 
 
 class State(ResilientState, total=False):

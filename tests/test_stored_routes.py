@@ -126,13 +126,3 @@ async def _status(h: Harness, thread: str) -> str:
     (summary,) = [r for r in listed if r.thread_id == thread]
     assert summary.status == report.status
     return report.status
-
-
-def test_the_error_channels_read_are_the_installed_langgraphs() -> None:
-    from langgraph._internal import _constants as lg
-
-    from langgraph_resilience.checkpoint._events import RUN_LOG_CHANNELS
-    from langgraph_resilience.history import _scan as _metrics_scan
-
-    assert (_metrics_scan._ERROR, _metrics_scan._HANDLED) == (lg.ERROR, lg.ERROR_SOURCE_NODE)
-    assert {lg.ERROR, lg.ERROR_SOURCE_NODE} <= set(RUN_LOG_CHANNELS)

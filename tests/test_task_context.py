@@ -1,6 +1,6 @@
-"""`TaskContext` against the installed LangGraph: the private config keys it reads,
-and what a node sees through it in a real graph (a subgraph node, `Send`
-branches, a resumed task).
+"""`TaskContext` against the installed LangGraph: what a node sees through it in a
+real graph (a subgraph node, `Send` branches, a resumed task). The private config
+keys it reads are pinned with the door's (``tests/test_langgraph_door.py``).
 
 If an upgrade renames one of LangGraph's keys, or lets the config and the
 runtime's ``execution_info`` disagree about a task, these tests fail loudly
@@ -22,7 +22,6 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import ExecutionInfo, get_runtime
 from langgraph.types import Command, Send, interrupt
 
-import langgraph_resilience
 from langgraph_resilience import Budget, ResilientState, ResilientStateGraph, side_effect
 from langgraph_resilience.checkpoint import Fence
 from langgraph_resilience.checkpoint._runs import FENCE_KEY
@@ -63,15 +62,6 @@ def saver(tmp_path: Path) -> Iterator[ResilientSqliteSaver]:
 # -- the keys ------------------------------------------------------------------------
 
 
-def test_private_keys_match_the_installed_langgraph() -> None:
-    assert task_module.CHECKPOINTER_KEY == lg.CONFIG_KEY_CHECKPOINTER
-    assert task_module.RESUMING_KEY == lg.CONFIG_KEY_RESUMING
-    assert task_module.RUNTIME_KEY == lg.CONFIG_KEY_RUNTIME
-    assert task_module.DURABILITY_KEY == lg.CONFIG_KEY_DURABILITY
-    # get_runtime() is the runtime under RUNTIME_KEY in the configurable section.
-    assert lg.CONF == "configurable"
-
-
 def test_execution_info_has_every_field_the_context_reads() -> None:
     names = {f.name for f in dataclasses.fields(ExecutionInfo)}
     assert {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "node_attempt"} <= names
@@ -81,18 +71,6 @@ def test_our_keys_do_not_clash_with_langgraphs() -> None:
     theirs = {v for k, v in vars(lg).items() if k.startswith("CONFIG_KEY_")}
     ours = {task_module.BUDGET_KEY, task_module.EFFECT_SCOPE_KEY, FENCE_KEY}
     assert not ours & theirs
-
-
-def test_no_other_module_names_a_private_langgraph_key() -> None:
-    package = Path(langgraph_resilience.__file__).parent
-    naming = sorted(
-        str(path.relative_to(package))
-        for path in package.rglob("*.py")
-        if "__pregel_" in path.read_text()
-        # _task.py names the config keys a node reads; _store.py the channel the store reads
-        and str(path.relative_to(package)) not in ("graph/_task.py", "checkpoint/_store.py")
-    )
-    assert naming == []
 
 
 # -- what a node sees ----------------------------------------------------------------

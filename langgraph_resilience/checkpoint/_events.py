@@ -17,10 +17,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from langgraph_resilience._langgraph import (
+    BRANCH_PREFIX,
+    ERROR_CHANNEL,
+    ERROR_SOURCE_CHANNEL,
+    INTERRUPT_CHANNEL,
+    RESUME_CHANNEL,
+    TASKS_CHANNEL,
+)
 from langgraph_resilience.checkpoint._runs import RunRecord, claim_runs
 from langgraph_resilience.checkpoint._schema import ATTEMPTS, RECOVERIES, RUNS
 from langgraph_resilience.checkpoint._store import (
-    TASKS_CHANNEL,
     Dialect,
     Row,
     Statements,
@@ -44,15 +51,16 @@ __all__ = [
 ]
 
 #: The channels whose writes tell a run's story (values read); writes to the
-#: ``branch:to:`` channels and Sends are read without their values (a run that
-#: wrote none in its last step has nothing left to do). ``__error_source_node__``
-#: marks an error that goes to the node's error handler.
+#: ``branch:to:`` channels (`BRANCH_PREFIX`) and Sends (`TASKS_CHANNEL`) are read
+#: without their values (a run that wrote none in its last step has nothing left
+#: to do). ``__error_source_node__`` marks an error that goes to the node's error
+#: handler.
 RUN_LOG_CHANNELS = (
     "resilience",
-    "__resume__",
-    "__interrupt__",
-    "__error__",
-    "__error_source_node__",
+    RESUME_CHANNEL,
+    INTERRUPT_CHANNEL,
+    ERROR_CHANNEL,
+    ERROR_SOURCE_CHANNEL,
 )
 
 
@@ -158,16 +166,23 @@ def read_run_log(d: Dialect, thread_id: str | None = None) -> Statements[list[Ro
     """The writes that tell runs' stories: (thread, namespace, checkpoint, task,
     idx, channel, type, value); the value only for `RUN_LOG_CHANNELS`."""
     value = d.writes.columns[-1].name  # LangGraph names it value (SQLite) or blob
-    named = ", ".join(f"'{c}'" for c in RUN_LOG_CHANNELS)
+    named = d.list_param(RUN_LOG_CHANNELS)
     where = "AND thread_id = ? " if thread_id is not None else ""
     rows = yield Stmt(
         d.sql(
             "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, "
-            f"CASE WHEN channel IN ({named}) THEN {value} END FROM {d.writes.name} "
-            f"WHERE (channel IN ({named}) OR substr(channel, 1, 10) = 'branch:to:' "
-            f"OR channel = '{TASKS_CHANNEL}') {where}"
+            f"CASE WHEN channel IN_LIST(?) THEN {value} END FROM {d.writes.name} "
+            "WHERE (channel IN_LIST(?) OR substr(channel, 1, ?) = ? OR channel = ?) "
+            f"{where}"
         ),
-        (thread_id,) if thread_id is not None else (),
+        (
+            named,
+            named,
+            len(BRANCH_PREFIX),
+            BRANCH_PREFIX,
+            TASKS_CHANNEL,
+            *((thread_id,) if thread_id is not None else ()),
+        ),
         fetch=True,
     )
     return rows

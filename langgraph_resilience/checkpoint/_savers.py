@@ -26,13 +26,13 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
-from langgraph.checkpoint.serde.types import ERROR
 
 try:
     from psycopg_pool import ConnectionPool
 except ImportError:  # the base install (no `postgres` extra): no pool to be given
     ConnectionPool = ()  # type: ignore[assignment,misc]
 
+from langgraph_resilience._langgraph import ERROR_CHANNEL
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience.checkpoint import (
     _base,
@@ -142,7 +142,7 @@ class Hooks(BaseCheckpointSaver[str]):
     ) -> WriteRows:
         """`_write_rows`, with a value the serde cannot store named by its channel,
         and a routed error stored with its route (`_route_text.stored_error`)."""
-        writes = [(c, stored_error(v) if c == ERROR else v) for c, v in writes]
+        writes = [(c, stored_error(v) if c == ERROR_CHANNEL else v) for c, v in writes]
         try:
             return self._write_rows(config, writes, task_id, task_path)
         except TypeError as exc:

@@ -26,7 +26,6 @@ from typing import Any, NamedTuple, TypeVar
 __all__ = [
     "POSTGRES",
     "SQLITE",
-    "TASKS_CHANNEL",
     "Dialect",
     "Stmt",
     "Table",
@@ -131,11 +130,6 @@ _PG_BLOBS = Table(
 
 
 # -- dialects ------------------------------------------------------------------------
-
-
-#: The channel of LangGraph's writes that holds a `Send` (langgraph's private
-#: ``TASKS``): a step that sent one went on, though it wrote no ``branch:to:``.
-TASKS_CHANNEL = "__pregel_tasks"
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,8 @@ from typing import Any, TypedDict, cast
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.graph import Graph
-from langgraph._internal._runnable import coerce_to_runnable
 from langgraph.cache.base import BaseCache, FullKey, Namespace
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph._node import StateNodeSpec
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import All, CachePolicy, Checkpointer, StateSnapshot
@@ -31,6 +29,7 @@ from typing_extensions import Self, Unpack
 
 import langgraph_resilience.graph._lifecycle as lifecycle
 import langgraph_resilience.state as run_log
+from langgraph_resilience._langgraph import DURABILITY_KEY, StateNodeSpec, coerce_to_runnable
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError
@@ -43,11 +42,7 @@ from langgraph_resilience.graph._routes import (
     give_up_of,
     partial_result,
 )
-from langgraph_resilience.graph._task import (
-    BUDGET_KEY,
-    DURABILITY_KEY,
-    current_attempt,
-)
+from langgraph_resilience.graph._task import BUDGET_KEY, current_attempt
 from langgraph_resilience.policy import NodePolicy
 from langgraph_resilience.telemetry._emit import GRAPH_KEY
 

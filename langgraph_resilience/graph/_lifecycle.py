@@ -28,6 +28,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config
 from langgraph.types import StateSnapshot
 
+from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.checkpoint._runs import FENCE_KEY
 from langgraph_resilience.graph._task import in_parent_task
@@ -80,7 +81,7 @@ def settle_output(out: Any, config: RunnableConfig | None, snapshot: Any) -> Any
         return out
     found = snapshot()
     if found is None:
-        return _settled_values(out, "__interrupt__" not in out)
+        return _settled_values(out, INTERRUPT_CHANNEL not in out)
     return _status_of(out, found)
 
 

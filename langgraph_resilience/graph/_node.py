@@ -28,6 +28,7 @@ from langchain_core.runnables import Runnable
 from langgraph.types import interrupt
 
 from langgraph_resilience._engine import Action, Decision, decide
+from langgraph_resilience._langgraph import RESUMING_KEY
 from langgraph_resilience.budget import Budget, add_usage, pause_value, topped_up, used
 from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.classify import Classification, Classifier, FailureKind, is_control_flow
@@ -44,7 +45,7 @@ from langgraph_resilience.graph._step_log import (
     step_path,
     with_log,
 )
-from langgraph_resilience.graph._task import BUDGET_KEY, RESUMING_KEY, TaskContext
+from langgraph_resilience.graph._task import BUDGET_KEY, TaskContext
 from langgraph_resilience.policy import Attempt, NodePolicy
 
 __all__ = [

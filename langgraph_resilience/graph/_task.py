@@ -1,11 +1,11 @@
 """`TaskContext`: what a running node's task knows of itself, read from its config.
 
 LangGraph hands a task its facts in the task's config, partly under private keys
-(``__pregel_*``). This module names those keys once and reads them into one typed
-context; the node wrapper, side effects and budgets ask it, never the config. A
-test (``tests/test_task_context.py``) pins every key against the installed
-LangGraph, so an upgrade that renames one fails loudly instead of silently
-changing idempotency keys.
+(``__pregel_*``). This module reads them into one typed context; the node
+wrapper, side effects and budgets ask it, never the config. The keys' names come
+from the door to LangGraph's internals (`langgraph_resilience._langgraph`),
+whose test pins them against the installed LangGraph, so an upgrade that renames
+one fails loudly instead of silently changing idempotency keys.
 
 The task's identity (thread, namespace, checkpoint, task id, LangGraph's own
 node attempt) has one source, the runtime's ``execution_info``: the attempt
@@ -30,6 +30,17 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 from langgraph.runtime import ExecutionInfo, Runtime
 
+from langgraph_resilience._langgraph import (
+    CHECKPOINTER_KEY,
+    NODE_KEY,
+    PATH_KEY,
+    RESUMING_KEY,
+    RUNTIME_KEY,
+    SCRATCHPAD_KEY,
+    SEND_PATH,
+    STEP_KEY,
+    TASK_ID_KEY,
+)
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import (
     AsyncResilientSaver,
@@ -43,34 +54,14 @@ from langgraph_resilience.policy import Attempt
 
 __all__ = [
     "BUDGET_KEY",
-    "CHECKPOINTER_KEY",
     "CURRENT_ATTEMPT",
-    "DURABILITY_KEY",
     "EFFECT_SCOPE_KEY",
-    "NODE_KEY",
-    "PATH_KEY",
-    "RESUMING_KEY",
-    "RUNTIME_KEY",
-    "STEP_KEY",
     "TaskContext",
     "current_attempt",
     "in_parent_task",
     "nested_task",
 ]
 
-# LangGraph's private configurable keys (langgraph._internal._constants.CONFIG_KEY_*).
-CHECKPOINTER_KEY = "__pregel_checkpointer"  # the graph's saver (a subgraph's: its parent's)
-RESUMING_KEY = "__pregel_resuming"  # the run goes on from a checkpoint (resume, recovery)
-RUNTIME_KEY = "__pregel_runtime"  # a langgraph.runtime.Runtime, with execution_info
-DURABILITY_KEY = "__pregel_durability"  # "sync" | "async" | "exit"
-# LangGraph's metadata keys of a task.
-NODE_KEY = "langgraph_node"
-STEP_KEY = "langgraph_step"
-PATH_KEY = "langgraph_path"  # ("__pregel_push", index, ...) for a Send branch
-PUSH = "__pregel_push"
-# Set in the config of a task: a graph called with them runs inside a parent's task.
-TASK_ID_KEY = "__pregel_task_id"
-SCRATCHPAD_KEY = "__pregel_scratchpad"
 # Our own configurable keys.
 BUDGET_KEY = "budget"  # the run's Budget, or a dict of its fields
 EFFECT_SCOPE_KEY = "lgr_effect_scope"  # retry_failed's {"node", "task"} of the failed step
@@ -252,7 +243,7 @@ class TaskContext:
     def send_index(self) -> int | None:
         """The index of the `Send` that started this task, if one did."""
         path = (self.config.get("metadata") or {}).get(PATH_KEY)
-        if path and path[0] == PUSH and len(path) >= 2 and isinstance(path[1], int):
+        if path and path[0] == SEND_PATH and len(path) >= 2 and isinstance(path[1], int):
             return int(path[1])
         return None
 

@@ -29,10 +29,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from langgraph_resilience._langgraph import (
+    BRANCH_PREFIX,
+    ERROR_CHANNEL,
+    ERROR_SOURCE_CHANNEL,
+    INTERRUPT_CHANNEL,
+    NULL_TASK_ID,
+    RESUME_CHANNEL,
+    TASKS_CHANNEL,
+)
 from langgraph_resilience.checkpoint import EffectRecord, RunRecord
 from langgraph_resilience.checkpoint._events import RecoveryRecord
 from langgraph_resilience.checkpoint._route_text import is_routed
-from langgraph_resilience.checkpoint._store import TASKS_CHANNEL
 
 __all__ = [
     "ENDED",
@@ -49,9 +57,6 @@ __all__ = [
 RECOVERY_KINDS = ("crash", "takeover", "retry_failed", "budget", "human")
 #: The statuses of a run that ended.
 ENDED = ("success", "partial_complete", "error", "cancelled")
-NULL_TASK = "00000000-0000-0000-0000-000000000000"
-_RESUME, _INTERRUPT, _ERROR = "__resume__", "__interrupt__", "__error__"
-_HANDLED = "__error_source_node__"  # the error goes to the node's error handler
 _UUID_EPOCH = 0x01B21DD213814000  # 1582-10-15 in 100 ns ticks before 1970-01-01
 
 
@@ -279,13 +284,13 @@ class _Scan:
 
     def group(self, writes: Sequence[Write]) -> None:
         """The writes made on one top-level checkpoint."""
-        interrupted = {w.task_id for w in writes if w.channel == _INTERRUPT}
-        resumed = any(w.channel == _RESUME for w in writes)
+        interrupted = {w.task_id for w in writes if w.channel == INTERRUPT_CHANNEL}
+        resumed = any(w.channel == RESUME_CHANNEL for w in writes)
         resume: Recovery | None = None
         for w in writes:
             if w.channel == "resilience" and isinstance(w.value, Mapping):
                 self.run_log(w, w.value)
-            elif w.channel == _RESUME and resume is None and self.current is not None:
+            elif w.channel == RESUME_CHANNEL and resume is None and self.current is not None:
                 resume = Recovery(
                     kind="budget" if _budget_pause(writes) else "human",
                     thread_id=self.thread_id,
@@ -303,22 +308,22 @@ class _Scan:
                 and s.get("task_id") in interrupted
                 and not s.get("checkpoint_ns")
             ]
-        if self.current is not None and any(w.task_id != NULL_TASK for w in writes):
+        if self.current is not None and any(w.task_id != NULL_TASK_ID for w in writes):
             # A routed error (stored with its route, or beside an error-handler
             # marker) is no error of the run: its handler goes on from it.
-            handled = {w.task_id for w in writes if w.channel == _HANDLED}
-            errors = [w for w in writes if w.channel == _ERROR]
+            handled = {w.task_id for w in writes if w.channel == ERROR_SOURCE_CHANNEL}
+            errors = [w for w in writes if w.channel == ERROR_CHANNEL]
             routed = [w for w in errors if w.task_id in handled or is_routed(w.value)]
             failed = len(errors) > len(routed)  # e.g. a handler that failed in turn
             onward = (bool(routed) and not failed) or any(
-                w.channel.startswith("branch:to:") or w.channel == TASKS_CHANNEL for w in writes
+                w.channel.startswith(BRANCH_PREFIX) or w.channel == TASKS_CHANNEL for w in writes
             )
             self.current.last_flags = (onward, bool(interrupted) and not resumed, failed)
 
 
 def _budget_pause(writes: Sequence[Write]) -> bool:
     for w in writes:
-        if w.channel != _INTERRUPT:
+        if w.channel != INTERRUPT_CHANNEL:
             continue
         for item in w.value if isinstance(w.value, (list, tuple)) else [w.value]:
             value = getattr(item, "value", item)

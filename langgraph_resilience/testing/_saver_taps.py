@@ -17,11 +17,12 @@ from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from langgraph_resilience._langgraph import ERROR_CHANNEL, INTERRUPT_CHANNEL, RESUME_CHANNEL
 from langgraph_resilience.testing._taps import Session
 
 __all__ = ["tap_saver"]
 
-_ERROR_CHANNELS = frozenset({"__error__", "__interrupt__", "__resume__"})
+_ERROR_CHANNELS = frozenset({ERROR_CHANNEL, INTERRUPT_CHANNEL, RESUME_CHANNEL})
 
 
 def _untapped(saver: Any, name: str) -> Any:

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from langchain_core.runnables import Runnable, RunnableConfig
-from langgraph._internal._runnable import RunnableCallable, coerce_to_runnable
 from langgraph.pregel import Pregel
 
+from langgraph_resilience._langgraph import RunnableCallable, coerce_to_runnable
 from langgraph_resilience.graph._builder import ResilientStateGraph
 from langgraph_resilience.graph._drivers import is_async
 from langgraph_resilience.graph._step_log import log_of, step_path

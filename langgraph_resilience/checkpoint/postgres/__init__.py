@@ -22,15 +22,15 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     get_serializable_checkpoint_metadata,
 )
-from langgraph.checkpoint.postgres import PostgresSaver, _internal
+from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from psycopg import Connection, Cursor, Pipeline
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from langgraph_resilience._langgraph import DeltaSnapshot
 from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._retry import (
@@ -44,6 +44,7 @@ from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.postgres import _network
 from langgraph_resilience.checkpoint.postgres._network import (
     BoundedConnection,
+    Conn,
     PgTimeouts,
     live_conninfo,
     target_of,
@@ -75,7 +76,7 @@ def pg_put(
     copy["channel_values"] = copy["channel_values"].copy()
     blob_values = {}
     for k, v in checkpoint["channel_values"].items():
-        if isinstance(v, _DeltaSnapshot):
+        if isinstance(v, DeltaSnapshot):
             blob_values[k] = copy["channel_values"].pop(k)
             copy["channel_values"][k] = True
         elif v is None or isinstance(v, (str, int, float, bool)):
@@ -224,7 +225,7 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
 
     def __init__(
         self,
-        conn: _internal.Conn,
+        conn: Conn,
         pipe: Pipeline | None = None,
         serde: SerializerProtocol | None = None,
         *,
@@ -248,11 +249,11 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
     # compile() under strict msgpack) sees the fresh connection that replaced a
     # broken one.
     @property
-    def conn(self) -> _internal.Conn:
+    def conn(self) -> Conn:
         return self._state.conn  # type: ignore[no-any-return]
 
     @conn.setter
-    def conn(self, value: _internal.Conn) -> None:
+    def conn(self, value: Conn) -> None:
         self._state.conn = value
 
     @classmethod

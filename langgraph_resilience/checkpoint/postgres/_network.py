@@ -43,7 +43,9 @@ from langgraph_resilience.policy import Backoff
 __all__ = [
     "CONNECT_KWARGS",
     "AsyncBoundedConnection",
+    "AsyncConn",
     "BoundedConnection",
+    "Conn",
     "PgTimeouts",
     "aconnect",
     "apooled",
@@ -58,6 +60,12 @@ __all__ = [
 ]
 
 RV = TypeVar("RV")
+
+# What LangGraph's Postgres savers take as their connection: one, or a pool. Its
+# own aliases live in private modules, so the savers spell the same unions here;
+# tests/test_langgraph_door.py pins them as LangGraph's.
+Conn = Connection[DictRow] | ConnectionPool[Connection[DictRow]]
+AsyncConn = AsyncConnection[DictRow] | AsyncConnectionPool[AsyncConnection[DictRow]]
 
 #: What LangGraph's savers need of a connection (its ``from_conn_string`` sets the same).
 CONNECT_KWARGS: dict[str, Any] = {

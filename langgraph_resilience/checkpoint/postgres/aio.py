@@ -9,7 +9,6 @@ from typing import Any, TypeVar, cast
 import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
-from langgraph.checkpoint.postgres import _ainternal
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
@@ -37,6 +36,7 @@ from langgraph_resilience.checkpoint.postgres import (
 )
 from langgraph_resilience.checkpoint.postgres._network import (
     AsyncBoundedConnection,
+    AsyncConn,
     PgTimeouts,
     target_of,
 )
@@ -71,7 +71,7 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
 
     def __init__(
         self,
-        conn: _ainternal.Conn,
+        conn: AsyncConn,
         pipe: AsyncPipeline | None = None,
         serde: SerializerProtocol | None = None,
         *,
@@ -92,11 +92,11 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
             conn.read_timeout = self._timeouts.read_timeout
 
     @property
-    def conn(self) -> _ainternal.Conn:
+    def conn(self) -> AsyncConn:
         return self._state.conn  # type: ignore[no-any-return]
 
     @conn.setter
-    def conn(self, value: _ainternal.Conn) -> None:
+    def conn(self, value: AsyncConn) -> None:
         self._state.conn = value
 
     @classmethod
