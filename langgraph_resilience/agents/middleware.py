@@ -362,13 +362,13 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         call = _ModelCall(request)
 
-        def once(request: ModelRequest[Any]) -> ModelResponse[Any]:
-            call.request = request
+        def once(shrunk: ModelRequest[Any]) -> ModelResponse[Any]:
+            call.request = shrunk  # the request of this try (compressed, maybe)
             started = time.monotonic()
             response = None
             with metering() as meter:
                 try:
-                    response = handler(request)
+                    response = handler(shrunk)
                     return response
                 finally:
                     call.count(meter, time.monotonic() - started, response)
@@ -385,13 +385,13 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         call = _ModelCall(request)
 
-        async def once(request: ModelRequest[Any]) -> ModelResponse[Any]:
-            call.request = request
+        async def once(shrunk: ModelRequest[Any]) -> ModelResponse[Any]:
+            call.request = shrunk  # the request of this try (compressed, maybe)
             started = time.monotonic()
             response = None
             with metering() as meter:
                 try:
-                    response = await handler(request)
+                    response = await handler(shrunk)
                     return response
                 finally:
                     call.count(meter, time.monotonic() - started, response)
@@ -406,7 +406,9 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
     def _tool_policy(self, name: str) -> CallPolicy:
         return self.tool_policies.get(name, self.default_tool_policy)
 
-    def _tool_result(self, tried: Tried, request: ToolCallRequest, meter: Meter) -> ToolResult:
+    def _tool_result(
+        self, tried: Tried, label: str, request: ToolCallRequest, meter: Meter
+    ) -> ToolResult:
         result, end = tried
         call = request.tool_call
         name, call_id = call["name"], call["id"] or ""
@@ -422,12 +424,17 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             message = tool_error_message(name, call_id, result)
         if not (isinstance(result, GaveUp) and policy.on_failure == "end"):
             said = {"result": getattr(message, "content", message)}
-            label, state = f"tool:{name}", request.state
-            log.update(
-                call_step(
-                    label, end.tries, end.task, state, f"tools/{name}", result, said, end.started_at
-                )
+            step = call_step(
+                label,
+                end.tries,
+                end.task,
+                request.state,
+                f"tools/{name}",
+                result,
+                said,
+                end.started_at,
             )
+            log.update(step)
         else:
             state = request.state if isinstance(request.state, Mapping) else {}
             messages = [*state.get("messages", []), message]
@@ -453,7 +460,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             finally:
                 _KEY.reset(token)
 
-        def once(request: ToolCallRequest) -> Any:
+        def once(_: ToolCallRequest) -> Any:  # a tool call's tries all take ``run``
             if spec is None:
                 return handler(run)
             return tool_once_sync(spec, _call_id(request, task), task, keyed)
@@ -461,7 +468,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         what = self._tool_tries(request.tool_call["name"])
         with metering() as meter:
             tried = run_sync(what, request.state, request, once, task, sleep=self._sleep)
-        return self._tool_result(tried, request, meter)
+        return self._tool_result(tried, what.name, request, meter)
 
     async def awrap_tool_call(
         self,
@@ -479,7 +486,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             finally:
                 _KEY.reset(token)
 
-        async def once(request: ToolCallRequest) -> Any:
+        async def once(_: ToolCallRequest) -> Any:  # a tool call's tries all take ``run``
             if spec is None:
                 return await handler(run)
             return await tool_once_async(spec, _call_id(request, task), task, keyed)
@@ -487,4 +494,4 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         what = self._tool_tries(request.tool_call["name"])
         with metering() as meter:
             tried = await run_async(what, request.state, request, once, task, sleep=self._asleep)
-        return self._tool_result(tried, request, meter)
+        return self._tool_result(tried, what.name, request, meter)
