@@ -231,14 +231,26 @@ def used(state: Any) -> dict[str, float]:
 
 
 def pause_value(
-    node: str, budget: Budget, spent: Mapping[str, float], ran_out: list[str]
+    node: str,
+    budget: Budget | None,
+    spent: Mapping[str, float],
+    ran_out: list[str],
+    *,
+    error: str | None = None,
 ) -> dict[str, Any]:
-    """What the interrupt of an exhausted budget says."""
+    """What the interrupt of an exhausted budget says: the limits that ran out
+    (``exhausted``) at a step boundary, or what a try raised (``error``: a
+    `BudgetExhausted` from a service), with the run's usage and limits. One
+    shape for a graph node and an agent's model or tool call."""
     return {
         "reason": "budget_exhausted",
         "node": node,
         "exhausted": ran_out,
         "used": {k: spent.get(k, 0) for k in USAGE_KEYS},
-        "limits": budget.to_dict(),
-        "resume_with": "Command(resume=Budget(...)) with higher limits",
+        "limits": budget.to_dict() if budget is not None else {},
+        "error": error,
+        # A try that raised is tried again on any resume value; a spent budget
+        # pauses again until it is topped up.
+        "resume_with": "Command(resume=Budget(...)) with higher limits"
+        + (", or any value to retry" if error is not None else ""),
     }

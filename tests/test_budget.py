@@ -212,6 +212,26 @@ def test_a_node_raising_budget_exhausted_uses_the_budget_it_is_resumed_with(
         assert out["done"] == ["pay"] and out["resilience"]["budget"] == {"max_cost": 3}
 
 
+def test_a_raised_and_a_spent_budget_pause_with_one_shape() -> None:
+    def pay(state: DoneState) -> dict[str, Any]:
+        raise BudgetExhausted("the provider says the quota is spent")
+
+    g = ResilientStateGraph(DoneState)
+    g.add_node("pay", pay, policy=NodePolicy())
+    g.add_edge(START, "pay")
+    g.add_edge("pay", END)
+    graph = g.compile(checkpointer=InMemorySaver())
+    raised = pause_of(graph.invoke({"done": []}, {"configurable": {"thread_id": "raised"}}))
+    ran = Counter[str]()
+    spent = pipeline(ran, "tokens", False).compile(
+        checkpointer=InMemorySaver(), budget=Budget(max_tokens=1)
+    )
+    boundary = pause_of(spent.invoke({"done": []}, {"configurable": {"thread_id": "spent"}}))
+    assert set(raised) == set(boundary)
+    assert raised["exhausted"] == [] and "quota is spent" in raised["error"]
+    assert boundary["exhausted"] == ["max_tokens"] and boundary["error"] is None
+
+
 def test_bad_budgets_and_report_usage_outside_a_node_are_refused() -> None:
     with pytest.raises(ConfigError, match="max_tokens must be an int"):
         Budget(max_tokens=1.5)  # type: ignore[arg-type]

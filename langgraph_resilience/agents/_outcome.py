@@ -20,11 +20,12 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from langgraph_resilience.agents._calls import CallContext, GaveUp
+from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.classify import FailureKind
 from langgraph_resilience.graph._routes import error_text
 from langgraph_resilience.graph._step_log import log_update
 from langgraph_resilience.graph._task import TaskContext
+from langgraph_resilience.graph._tries import GaveUp
 from langgraph_resilience.state import summarize
 
 __all__ = ["call_step", "ended", "partial_log", "stopped_message", "tool_error_message"]
@@ -132,7 +133,8 @@ def ended(state: Mapping[str, Any]) -> bool:
 
 
 def call_step(
-    ctx: CallContext,
+    label: str,
+    tries: Sequence[AttemptRecord],
     task: TaskContext | None,
     state: Any,
     name: str,
@@ -145,13 +147,13 @@ def call_step(
     ``name``: the step's name in its path (``model``, ``tools/search``; the
     path adds the tool call's `Send` index and, from the second call on, the
     iteration); its ``node`` is the call's label in the attempt ledger
-    (``model``, ``tool:search``), as its failed tries are stored. A call that
+    (``model``, ``tool:search``), as its failed ``tries`` are stored. A call that
     failed for good and goes on (a tool's error message) is ``degraded``;
     ``output``: what its summary shows.
     """
     if task is None:
         return {}
     status = "degraded" if isinstance(result, GaveUp) else "completed"
-    update = log_update(name, False, task, state, status, ctx.tries, output, started_at)
-    update["step"]["node"] = ctx.label
+    update = log_update(name, False, task, state, status, tries, output, started_at)
+    update["step"]["node"] = label
     return update

@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Annotated, Any, NotRequired, cast
+from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import (
     AgentMiddleware,
@@ -46,12 +45,12 @@ from langchain.agents.middleware import (
     ModelResponse,
     hook_config,
 )
-from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
-from langgraph.types import Command, interrupt
+from langgraph.types import Command
 
-from langgraph_resilience.agents._calls import CallContext, GaveUp, run_async, run_sync
+from langgraph_resilience.agents._calls import CallTries, ModelTries
 from langgraph_resilience.agents._outcome import (
     call_step,
     ended,
@@ -70,13 +69,12 @@ from langgraph_resilience.agents._tool_effects import (
     tool_once_sync,
     with_key,
 )
-from langgraph_resilience.budget import Budget, Meter, add_usage, metering, pause_value, topped_up
-from langgraph_resilience.budget import used as used_of
+from langgraph_resilience.budget import Budget, Meter, add_usage, metering
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError
-from langgraph_resilience.graph._compress import compress_messages
-from langgraph_resilience.graph._step_log import log_try
+from langgraph_resilience.graph._drivers import run_async, run_sync
 from langgraph_resilience.graph._task import TaskContext
+from langgraph_resilience.graph._tries import GaveUp, Tried
 from langgraph_resilience.state import RunOutcome, merge_run_log, new_run_marker
 
 __all__ = ["ResilienceMiddleware", "ResilienceState", "tool_idempotency_key"]
@@ -185,19 +183,12 @@ def _said(response: Any) -> dict[str, Any]:
 
 
 class _ModelCall:
-    """One model call's state across its tries: the request (shrunk after a
-    context overflow), what the tries used, and the compression summaries."""
+    """One model call's state across its tries: the request of the last try
+    (shrunk after a context overflow) and what the tries used."""
 
     def __init__(self, request: ModelRequest[Any]) -> None:
         self.request = request
         self.spent: dict[str, float] = {}
-        self.summaries: list[dict[str, Any]] = []
-        self.started_at = time.time()
-
-    def compress(self) -> None:
-        messages, summary = compress_messages(self.request.messages)
-        self.request = self.request.override(messages=cast("list[AnyMessage]", messages))
-        self.summaries.append({"node": "model", "at": time.time(), "trimmed": summary})
 
     def count(self, meter: Meter, seconds: float, response: ModelResponse[Any] | None) -> None:
         usage = meter.usage(seconds)
@@ -315,50 +306,44 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
 
     # -- the model call ------------------------------------------------------------------
 
-    def _context(
-        self, label: str, policy: CallPolicy, task: TaskContext | None, state: Any
-    ) -> CallContext:
-        classifier = self.classifier
-        if policy.classifier is not None:  # its rules first, then the middleware's
-            classifier = Classifier((*policy.classifier.rules, *classifier.rules))
-        return CallContext(
-            label=label,
+    def _classifier(self, policy: CallPolicy) -> Classifier:
+        if policy.classifier is None:
+            return self.classifier
+        return Classifier((*policy.classifier.rules, *self.classifier.rules))  # its rules first
+
+    def _model_tries(self) -> ModelTries:
+        policy = self.model_policy
+        return ModelTries(
+            name="model",
             policy=node_policy(policy),
-            classifier=classifier,
+            classifier=self._classifier(policy),
             rand=self._rand,
-            resuming=task is not None and task.resuming,
-            durable_waits=task is not None and task.fence is not None,  # under a Worker
-            on_try=(lambda *_: None)
-            if task is None
-            else functools.partial(log_try, label, task, state),
+            budget=self.budget,  # when the run's config gives none
         )
 
-    def _budget_gate(self, state: Mapping[str, Any], task: TaskContext | None) -> Budget | None:
-        """Pause here while the run's budget is spent; returns a top-up resumed with."""
-        budget = topped_up(state) or (task.budget if task is not None else None) or self.budget
-        topped: Budget | None = None
-        while budget is not None and (ran_out := budget.exhausted(used_of(state))):
-            resumed = interrupt(pause_value("model", budget, used_of(state), ran_out))
-            if isinstance(resumed, (Budget, Mapping)):
-                budget = topped = Budget.coerce(resumed, where="the value resumed with")
-        return topped
+    def _tool_tries(self, name: str) -> CallTries:
+        policy = self._tool_policy(name)
+        return CallTries(
+            name=f"tool:{name}",
+            policy=node_policy(policy),
+            classifier=self._classifier(policy),
+            rand=self._rand,
+        )
 
-    def _model_result(
-        self,
-        result: Any,
-        call: _ModelCall,
-        topped: Budget | None,
-        ctx: CallContext,
-        task: TaskContext | None,
-    ) -> ExtendedModelResponse[Any]:
+    def _model_result(self, tried: Tried, call: _ModelCall) -> ExtendedModelResponse[Any]:
+        result, end = tried
         log: dict[str, Any] = {"usage": {**call.spent, "steps": 1}}
         if not isinstance(result, GaveUp):
-            state = call.request.state
-            log.update(call_step(ctx, task, state, "model", result, _said(result), call.started_at))
-        if topped is not None:
-            log["budget"] = topped.to_dict()
-        if call.summaries:
-            log["context_summary"] = call.summaries
+            state, said = call.request.state, _said(result)
+            log.update(
+                call_step(
+                    "model", end.tries, end.task, state, "model", result, said, end.started_at
+                )
+            )
+        if end.topped is not None:
+            log["budget"] = end.topped.to_dict()
+        if end.summaries:
+            log["context_summary"] = end.summaries
         if isinstance(result, GaveUp):
             if self.model_policy.on_failure == "raise":
                 raise result.error
@@ -375,46 +360,46 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        task = TaskContext.current()
-        topped = self._budget_gate(request.state, task)
         call = _ModelCall(request)
 
-        def once() -> ModelResponse[Any]:
+        def once(shrunk: ModelRequest[Any]) -> ModelResponse[Any]:
+            call.request = shrunk  # the request of this try (compressed, maybe)
             started = time.monotonic()
             response = None
             with metering() as meter:
                 try:
-                    response = handler(call.request)
+                    response = handler(shrunk)
                     return response
                 finally:
                     call.count(meter, time.monotonic() - started, response)
 
-        ctx = self._context("model", self.model_policy, task, request.state)
-        result = run_sync(ctx, task, once, call.compress, self._sleep)
-        return self._model_result(result, call, topped, ctx, task)
+        task = TaskContext.current()
+        what = self._model_tries()
+        tried = run_sync(what, request.state, request, once, task, sleep=self._sleep)
+        return self._model_result(tried, call)
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        task = TaskContext.current()
-        topped = self._budget_gate(request.state, task)
         call = _ModelCall(request)
 
-        async def once() -> ModelResponse[Any]:
+        async def once(shrunk: ModelRequest[Any]) -> ModelResponse[Any]:
+            call.request = shrunk  # the request of this try (compressed, maybe)
             started = time.monotonic()
             response = None
             with metering() as meter:
                 try:
-                    response = await handler(call.request)
+                    response = await handler(shrunk)
                     return response
                 finally:
                     call.count(meter, time.monotonic() - started, response)
 
-        ctx = self._context("model", self.model_policy, task, request.state)
-        result = await run_async(ctx, task, once, call.compress, self._asleep)
-        return self._model_result(result, call, topped, ctx, task)
+        task = TaskContext.current()
+        what = self._model_tries()
+        tried = await run_async(what, request.state, request, once, task, sleep=self._asleep)
+        return self._model_result(tried, call)
 
     # -- tool calls ------------------------------------------------------------------
 
@@ -422,14 +407,9 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         return self.tool_policies.get(name, self.default_tool_policy)
 
     def _tool_result(
-        self,
-        result: Any,
-        request: ToolCallRequest,
-        meter: Meter,
-        ctx: CallContext,
-        task: TaskContext | None,
-        started_at: float,
+        self, tried: Tried, label: str, request: ToolCallRequest, meter: Meter
     ) -> ToolResult:
+        result, end = tried
         call = request.tool_call
         name, call_id = call["name"], call["id"] or ""
         # Cost (and tokens) the tool reported with report_usage, for the run's budget.
@@ -444,9 +424,17 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             message = tool_error_message(name, call_id, result)
         if not (isinstance(result, GaveUp) and policy.on_failure == "end"):
             said = {"result": getattr(message, "content", message)}
-            log.update(
-                call_step(ctx, task, request.state, f"tools/{name}", result, said, started_at)
+            step = call_step(
+                label,
+                end.tries,
+                end.task,
+                request.state,
+                f"tools/{name}",
+                result,
+                said,
+                end.started_at,
             )
+            log.update(step)
         else:
             state = request.state if isinstance(request.state, Mapping) else {}
             messages = [*state.get("messages", []), message]
@@ -472,17 +460,15 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             finally:
                 _KEY.reset(token)
 
-        def once() -> Any:
+        def once(_: ToolCallRequest) -> Any:  # a tool call's tries all take ``run``
             if spec is None:
                 return handler(run)
             return tool_once_sync(spec, _call_id(request, task), task, keyed)
 
-        name = request.tool_call["name"]
-        ctx = self._context(f"tool:{name}", self._tool_policy(name), task, request.state)
-        started_at = time.time()
+        what = self._tool_tries(request.tool_call["name"])
         with metering() as meter:
-            result = run_sync(ctx, task, once, lambda: None, self._sleep)
-        return self._tool_result(result, request, meter, ctx, task, started_at)
+            tried = run_sync(what, request.state, request, once, task, sleep=self._sleep)
+        return self._tool_result(tried, what.name, request, meter)
 
     async def awrap_tool_call(
         self,
@@ -500,14 +486,12 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             finally:
                 _KEY.reset(token)
 
-        async def once() -> Any:
+        async def once(_: ToolCallRequest) -> Any:  # a tool call's tries all take ``run``
             if spec is None:
                 return await handler(run)
             return await tool_once_async(spec, _call_id(request, task), task, keyed)
 
-        name = request.tool_call["name"]
-        ctx = self._context(f"tool:{name}", self._tool_policy(name), task, request.state)
-        started_at = time.time()
+        what = self._tool_tries(request.tool_call["name"])
         with metering() as meter:
-            result = await run_async(ctx, task, once, lambda: None, self._asleep)
-        return self._tool_result(result, request, meter, ctx, task, started_at)
+            tried = await run_async(what, request.state, request, once, task, sleep=self._asleep)
+        return self._tool_result(tried, what.name, request, meter)

@@ -1,10 +1,11 @@
-"""The drivers of a node's tries: the only sync/async difference, and the wrapper
-LangGraph runs in place of the node.
+"""The drivers of the try loop, the only sync/async difference, and the
+wrapper LangGraph runs in place of a node.
 
-`_node.node_loop` decides; a driver does its I/O (the call, the attempt ledger,
-the waits). On the happy path (`_node.plain_start`: not a resume, no budget) the
-driver makes the first try itself and returns at once if it completed, without
-entering the loop: that path runs on every step of every run.
+`_tries.try_loop` decides; a driver does its I/O: the try (metered, as the
+current `Attempt`, in its own callback run when watched, within the node's
+timeout when async), the attempt ledger, the waits. One pair of drivers serves
+a graph node's tries and an agent's model and tool calls (`_tries.Tries` says
+what a try is).
 """
 
 from __future__ import annotations
@@ -21,20 +22,16 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.config import get_config
 
 from langgraph_resilience.budget import Meter
-from langgraph_resilience.graph._node import (
-    _FIRST,
-    CallNode,
-    CallResult,
-    FirstTry,
-    LoadAttempts,
-    NodeAction,
-    NodeContext,
-    RecordAttempt,
-    first_done,
-    node_loop,
-    plain_start,
-)
+from langgraph_resilience.graph._node import NodeAction, NodeContext
 from langgraph_resilience.graph._task import CURRENT_ATTEMPT, TaskContext
+from langgraph_resilience.graph._tries import (
+    Call,
+    CallResult,
+    LoadAttempts,
+    RecordAttempt,
+    Tries,
+    try_loop,
+)
 from langgraph_resilience.policy import Attempt
 from langgraph_resilience.telemetry._emit import TryRun, begin_try, failed_try, try_config
 
@@ -44,15 +41,31 @@ __all__ = ["is_async", "run_async", "run_sync", "wrap"]
 # -- the drivers: the only sync/async difference ------------------------------------------
 
 
-def _call_sync(call: Callable[[Any], Any], state: Any, attempt: Attempt) -> CallResult:
-    """One try of the node, metered."""
+class _Unmetered:
+    """The meter of a try that meters itself (an agent's call): counts nothing."""
+
+    def __enter__(self) -> _Unmetered:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def usage(self, seconds: float) -> dict[str, float]:
+        return {}
+
+
+_UNMETERED = _Unmetered()
+
+
+def _call_sync(call: Callable[[Any], Any], arg: Any, attempt: Attempt, metered: bool) -> CallResult:
+    """One try, metered."""
     output: Any = None
     error: BaseException | None = None
     token = CURRENT_ATTEMPT.set(attempt)
     started = time.monotonic()
-    with Meter() as meter:
+    with Meter() if metered else _UNMETERED as meter:
         try:
-            output = call(state)
+            output = call(arg)
         except Exception as exc:
             error = exc
         finally:
@@ -60,20 +73,18 @@ def _call_sync(call: Callable[[Any], Any], state: Any, attempt: Attempt) -> Call
     return CallResult(output, error, meter.usage(time.monotonic() - started))
 
 
-def run_sync(ctx: NodeContext, state: Any, call: Callable[[Any], Any], task: TaskContext) -> Any:
-    first: FirstTry | None = None
+def run_sync(
+    what: Tries,
+    state: Any,
+    arg: Any,
+    call: Callable[[Any], Any],
+    task: TaskContext | None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Any:
+    """Drive `try_loop` with blocking I/O: ``call(arg)`` is a try."""
+    loop = try_loop(what, state, arg, task)
+    watched = task if what.watched else None  # the task whose tries are runs of their own
     tr: TryRun | None = None  # the try in progress, when someone watches it
-    if plain_start(state, task):  # the happy path: no loop unless the try fails
-        at = time.time()
-        if (tr := begin_try(ctx.name, 1, task.config)) is not None:
-            tr.start_sync(state)
-        done = first_done(ctx, state, task, _call_sync(call, state, _FIRST), at)
-        if not isinstance(done, FirstTry):
-            if tr is not None:
-                tr.end_sync(done, None, None)
-            return done
-        first = done
-    loop = node_loop(ctx, state, task, first)
     reply: Any = None
     while True:
         try:
@@ -86,41 +97,47 @@ def run_sync(ctx: NodeContext, state: Any, call: Callable[[Any], Any], task: Tas
             if tr is not None:
                 tr.end_sync(None, exc, None)
             raise
-        if isinstance(op, CallNode):
-            tr = begin_try(ctx.name, op.attempt.number, task.config)
-            if tr is not None:
-                tr.start_sync(op.state)
-            reply = _call_sync(call, op.state, op.attempt)
+        if isinstance(op, Call):
+            if watched is not None:
+                tr = begin_try(what.name, op.attempt.number, watched.config)
+                if tr is not None:
+                    tr.start_sync(op.arg)
+            reply = _call_sync(call, op.arg, op.attempt, what.metered)
         elif isinstance(op, LoadAttempts):
-            saver, key = task.saver, task.attempt_key
+            saver = task.saver if task is not None else None
+            key = task.attempt_key if task is not None else None
             reply = saver.node_attempts(key) if saver is not None and key is not None else []
         elif isinstance(op, RecordAttempt):
-            saver, key = task.saver, task.attempt_key
-            if saver is not None and key is not None:
+            saver = task.saver if task is not None else None
+            key = task.attempt_key if task is not None else None
+            if saver is not None and key is not None and task is not None:
                 saver.record_attempt(key, op.record, op.started_at, task.fence)
-            tr = failed_try(tr, ctx.name, op.record.attempt, task.config, op.started_at)
-            tr.end_sync(None, op.error, op.record.kind)
+            if watched is not None:
+                number, config = op.record.attempt, watched.config
+                tr = failed_try(tr, what.name, number, config, op.started_at)
+                tr.end_sync(None, op.error, op.record.kind)
             tr = reply = None
         else:
-            time.sleep(op.seconds)
+            sleep(op.seconds)
             reply = None
 
 
 async def _call_async(
     name: str,
     call: Callable[[Any], Awaitable[Any]],
-    state: Any,
+    arg: Any,
     attempt: Attempt,
     timeout: float | None,
+    metered: bool,
 ) -> CallResult:
     """Async twin of `_call_sync`, with the node's timeout."""
     output: Any = None
     error: BaseException | None = None
     token = CURRENT_ATTEMPT.set(attempt)
     started = time.monotonic()
-    with Meter() as meter:
+    with Meter() if metered else _UNMETERED as meter:
         try:
-            output = await asyncio.wait_for(call(state), timeout)
+            output = await asyncio.wait_for(call(arg), timeout)
         except asyncio.TimeoutError as exc:
             error = TimeoutError(f"{name} took longer than {timeout}s")
             error.__cause__ = exc
@@ -132,26 +149,18 @@ async def _call_async(
 
 
 async def run_async(
-    ctx: NodeContext,
+    what: Tries,
     state: Any,
+    arg: Any,
     call: Callable[[Any], Awaitable[Any]],
-    task: TaskContext,
-    timeout: float | None,
+    task: TaskContext | None,
+    timeout: float | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Any:
-    first: FirstTry | None = None
+    """Drive `try_loop` with async I/O: ``await call(arg)`` is a try."""
+    loop = try_loop(what, state, arg, task)
+    watched = task if what.watched else None  # the task whose tries are runs of their own
     tr: TryRun | None = None  # the try in progress, when someone watches it
-    if plain_start(state, task):  # the happy path: no loop unless the try fails
-        at = time.time()
-        if (tr := begin_try(ctx.name, 1, task.config)) is not None:
-            await tr.start_async(state)
-        result = await _call_async(ctx.name, call, state, _FIRST, timeout)
-        done = first_done(ctx, state, task, result, at)
-        if not isinstance(done, FirstTry):
-            if tr is not None:
-                await tr.end_async(done, None, None)
-            return done
-        first = done
-    loop = node_loop(ctx, state, task, first)
     reply: Any = None
     while True:
         try:
@@ -164,23 +173,28 @@ async def run_async(
             if tr is not None:
                 await tr.end_async(None, exc, None)
             raise
-        if isinstance(op, CallNode):
-            tr = begin_try(ctx.name, op.attempt.number, task.config)
-            if tr is not None:
-                await tr.start_async(op.state)
-            reply = await _call_async(ctx.name, call, op.state, op.attempt, timeout)
+        if isinstance(op, Call):
+            if watched is not None:
+                tr = begin_try(what.name, op.attempt.number, watched.config)
+                if tr is not None:
+                    await tr.start_async(op.arg)
+            reply = await _call_async(what.name, call, op.arg, op.attempt, timeout, what.metered)
         elif isinstance(op, LoadAttempts):
-            saver, key = task.async_saver, task.attempt_key
+            saver = task.async_saver if task is not None else None
+            key = task.attempt_key if task is not None else None
             reply = await saver.anode_attempts(key) if saver is not None and key is not None else []
         elif isinstance(op, RecordAttempt):
-            saver, key = task.async_saver, task.attempt_key
-            if saver is not None and key is not None:
+            saver = task.async_saver if task is not None else None
+            key = task.attempt_key if task is not None else None
+            if saver is not None and key is not None and task is not None:
                 await saver.arecord_attempt(key, op.record, op.started_at, task.fence)
-            tr = failed_try(tr, ctx.name, op.record.attempt, task.config, op.started_at)
-            await tr.end_async(None, op.error, op.record.kind)
+            if watched is not None:
+                number, config = op.record.attempt, watched.config
+                tr = failed_try(tr, what.name, number, config, op.started_at)
+                await tr.end_async(None, op.error, op.record.kind)
             tr = reply = None
         else:
-            await asyncio.sleep(op.seconds)
+            await sleep(op.seconds)
             reply = None
 
 
@@ -198,11 +212,11 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
 
         def sync_runnable(state: Any, config: RunnableConfig) -> Any:
             call = lambda s: action.invoke(s, try_config(config))  # noqa: E731
-            return run_sync(ctx, state, call, TaskContext(config=config))
+            return run_sync(ctx, state, state, call, TaskContext(config=config))
 
         async def async_runnable(state: Any, config: RunnableConfig) -> Any:
             call = lambda s: action.ainvoke(s, try_config(config))  # noqa: E731
-            return await run_async(ctx, state, call, TaskContext(config=config), timeout)
+            return await run_async(ctx, state, state, call, TaskContext(config=config), timeout)
 
         return RunnableLambda(sync_runnable, afunc=async_runnable, name=ctx.name)
     if is_async(action):
@@ -210,14 +224,16 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
         @functools.wraps(action)
         async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
             call = lambda s: action(s, *args, **kwargs)  # noqa: E731
-            return await run_async(ctx, state, call, TaskContext(config=get_config()), timeout)
+            return await run_async(
+                ctx, state, state, call, TaskContext(config=get_config()), timeout
+            )
 
         return async_node
 
     @functools.wraps(action)
     def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
         call = lambda s: action(s, *args, **kwargs)  # noqa: E731
-        return run_sync(ctx, state, call, TaskContext(config=get_config()))
+        return run_sync(ctx, state, state, call, TaskContext(config=get_config()))
 
     return sync_node
 

@@ -28,8 +28,8 @@ from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import Fence, RunRecord
 from langgraph_resilience.checkpoint._runs import FENCE_KEY, WORKER_KEY
 from langgraph_resilience.errors import CheckpointConflict, LeaseLost, StoreUnavailable
-from langgraph_resilience.graph._node import DURABLE_WAIT
 from langgraph_resilience.graph._task import BUDGET_KEY
+from langgraph_resilience.graph._tries import DURABLE_WAIT
 from langgraph_resilience.telemetry._emit import takeover_event
 from langgraph_resilience.worker._leases import Instant, Proof
 
