@@ -39,10 +39,10 @@ from langgraph_resilience.checkpoint._ledger import (
     IntentClaim,
     OutcomeFields,
 )
-from langgraph_resilience.checkpoint._retry import Translate
 from langgraph_resilience.checkpoint._runs import Blob, Fence, RunRecord
 from langgraph_resilience.checkpoint._savers import Hooks, next_config
 from langgraph_resilience.checkpoint._store import Statements, no_statements
+from langgraph_resilience.checkpoint._store_retry import Translate
 from langgraph_resilience.checkpoint.archive._methods import AsyncArchival
 
 T = TypeVar("T")

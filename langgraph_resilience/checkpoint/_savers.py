@@ -50,10 +50,10 @@ from langgraph_resilience.checkpoint._ledger import (
     IntentClaim,
     OutcomeFields,
 )
-from langgraph_resilience.checkpoint._retry import Translate
 from langgraph_resilience.checkpoint._route_text import stored_error
 from langgraph_resilience.checkpoint._runs import Blob, Fence, RunRecord
 from langgraph_resilience.checkpoint._store import Dialect, Statements, no_statements
+from langgraph_resilience.checkpoint._store_retry import Translate
 from langgraph_resilience.checkpoint._threads import PutCheckpoint
 from langgraph_resilience.checkpoint.archive._methods import SyncArchival
 from langgraph_resilience.checkpoint.archive._sizes import channel_sizes, put_size
