@@ -172,10 +172,10 @@ def run_sync(
             finally:
                 CURRENT_ATTEMPT.reset(token)
         elif isinstance(op, LoadAttempts):
-            reply = saver.node_attempts(key) if saver is not None and key is not None else []
+            reply = saver.attempts.read(key) if saver is not None and key is not None else []
         elif isinstance(op, RecordAttempt):
             if saver is not None and key is not None:
-                saver.record_attempt(key, op.record, op.started_at, fence)
+                saver.attempts.record(key, op.record, op.started_at, fence)
         elif isinstance(op, Compress):
             compress()
         else:
@@ -210,11 +210,11 @@ async def run_async(
             finally:
                 CURRENT_ATTEMPT.reset(token)
         elif isinstance(op, LoadAttempts):
-            found = await saver.anode_attempts(key) if saver is not None and key else []
+            found = await saver.attempts.aread(key) if saver is not None and key else []
             reply = found
         elif isinstance(op, RecordAttempt):
             if saver is not None and key is not None:
-                await saver.arecord_attempt(key, op.record, op.started_at, fence)
+                await saver.attempts.arecord(key, op.record, op.started_at, fence)
         elif isinstance(op, Compress):
             compress()
         else:

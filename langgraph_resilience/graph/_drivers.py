@@ -93,11 +93,11 @@ def run_sync(ctx: NodeContext, state: Any, call: Callable[[Any], Any], task: Tas
             reply = _call_sync(call, op.state, op.attempt)
         elif isinstance(op, LoadAttempts):
             saver, key = task.saver, task.attempt_key
-            reply = saver.node_attempts(key) if saver is not None and key is not None else []
+            reply = saver.attempts.read(key) if saver is not None and key is not None else []
         elif isinstance(op, RecordAttempt):
             saver, key = task.saver, task.attempt_key
             if saver is not None and key is not None:
-                saver.record_attempt(key, op.record, op.started_at, task.fence)
+                saver.attempts.record(key, op.record, op.started_at, task.fence)
             tr = failed_try(tr, ctx.name, op.record.attempt, task.config, op.started_at)
             tr.end_sync(None, op.error, op.record.kind)
             tr = reply = None
@@ -171,11 +171,11 @@ async def run_async(
             reply = await _call_async(ctx.name, call, op.state, op.attempt, timeout)
         elif isinstance(op, LoadAttempts):
             saver, key = task.async_saver, task.attempt_key
-            reply = await saver.anode_attempts(key) if saver is not None and key is not None else []
+            reply = await saver.attempts.aread(key) if saver is not None and key is not None else []
         elif isinstance(op, RecordAttempt):
             saver, key = task.async_saver, task.attempt_key
             if saver is not None and key is not None:
-                await saver.arecord_attempt(key, op.record, op.started_at, task.fence)
+                await saver.attempts.arecord(key, op.record, op.started_at, task.fence)
             tr = failed_try(tr, ctx.name, op.record.attempt, task.config, op.started_at)
             await tr.end_async(None, op.error, op.record.kind)
             tr = reply = None

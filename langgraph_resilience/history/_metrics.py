@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from langgraph_resilience.checkpoint import _reads as reads
 from langgraph_resilience.checkpoint._counters import (
     CHECKPOINT_FAILED,
     CHECKPOINT_OK,
@@ -21,8 +22,8 @@ from langgraph_resilience.checkpoint._counters import (
     WRITES_OK,
 )
 from langgraph_resilience.checkpoint._reads import (
-    Read,
     Reads,
+    SaverOrGraph,
     adrive,
     async_saver_of,
     drive,
@@ -190,9 +191,9 @@ def scan_store(
 ) -> Reads[list[ThreadRun]]:
     """Every run of the store (or of one thread), with recoveries and the
     effects their redone steps replayed."""
-    writes = decode_writes((yield Read("read_history", ("run_log", thread_id))), loads)
-    events = list((yield Read("read_history", ("recoveries", thread_id))))
-    records = list((yield Read("read_history", ("runs", thread_id))))
+    writes = decode_writes((yield reads.run_log(thread_id)), loads)
+    events = list((yield reads.recoveries(thread_id)))
+    records = list((yield reads.runs(thread_id)))
     threads = sorted({w.thread_id for w in writes} | {r.thread_id for r in records})
     by_thread: dict[str, list[Any]] = {t: [] for t in threads}
     for w in writes:
@@ -206,7 +207,7 @@ def scan_store(
             [r for r in records if r.thread_id == thread],
         )
         if any(rec.redone for run in found for rec in run.recoveries):
-            effects = list((yield Read("list_effects", (thread,))))
+            effects = list((yield reads.effects(thread)))
             found = scan_thread(
                 thread,
                 by_thread[thread],
@@ -225,7 +226,7 @@ def _in_graph(run: ThreadRun, nodes: frozenset[str] | None) -> bool:
 def _metrics(
     loads: Callable[[tuple[str, bytes]], Any], since: float | None, nodes: frozenset[str] | None
 ) -> Reads[RecoveryMetrics]:
-    counters: dict[str, int] = yield Read("read_counters", (since,))
+    counters: dict[str, int] = yield reads.counters(since)
     runs = [r for r in (yield from scan_store(loads)) if _in_graph(r, nodes)]
     if since is not None:
         runs = [r for r in runs if (r.last_seen() or 0.0) >= since]
@@ -272,7 +273,7 @@ def _metrics(
 
 
 def recovery_metrics(
-    checkpointer: Any, *, since: Since = None, graph: Any = None
+    checkpointer: SaverOrGraph, *, since: Since = None, graph: Any = None
 ) -> RecoveryMetrics:
     """The four recovery metrics of the runs in ``checkpointer``'s store.
 
@@ -297,7 +298,7 @@ def recovery_metrics(
 
 
 async def arecovery_metrics(
-    checkpointer: Any, *, since: Since = None, graph: Any = None
+    checkpointer: SaverOrGraph, *, since: Since = None, graph: Any = None
 ) -> RecoveryMetrics:
     """Async twin of `recovery_metrics` (on an async resilient saver)."""
     saver = async_saver_of(checkpointer, "arecovery_metrics")

@@ -7,7 +7,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from langgraph_resilience.checkpoint._reads import Reads, adrive, async_saver_of, drive, saver_of
+from langgraph_resilience.checkpoint._reads import (
+    Reads,
+    SaverOrGraph,
+    adrive,
+    async_saver_of,
+    drive,
+    saver_of,
+)
 from langgraph_resilience.errors import ConfigError, RunStateError
 from langgraph_resilience.history._metrics import scan_store
 from langgraph_resilience.history._scan import ThreadRun
@@ -96,7 +103,7 @@ def _limit(limit: int) -> int:
 
 
 def list_runs(
-    checkpointer: Any, *, status: str | Sequence[str] | None = None, limit: int = 100
+    checkpointer: SaverOrGraph, *, status: str | Sequence[str] | None = None, limit: int = 100
 ) -> list[RunSummary]:
     """The runs of the store, newest first: `Worker` runs and plain threads alike.
 
@@ -113,7 +120,7 @@ def list_runs(
 
 
 async def alist_runs(
-    checkpointer: Any, *, status: str | Sequence[str] | None = None, limit: int = 100
+    checkpointer: SaverOrGraph, *, status: str | Sequence[str] | None = None, limit: int = 100
 ) -> list[RunSummary]:
     """Async twin of `list_runs` (on an async resilient saver)."""
     saver = async_saver_of(checkpointer, "alist_runs")
