@@ -47,7 +47,8 @@ T = TypeVar("T")
 
 
 class AsyncResilience(Hooks, AsyncArchival):
-    """The async twin of `SyncResilience`, with sync bridges for the new methods."""
+    """The async twin of `SyncResilience`, with sync bridges for the README's methods
+    (the interfaces bridge their own)."""
 
     loop: asyncio.AbstractEventLoop
 

@@ -143,7 +143,8 @@ class Hooks(BaseCheckpointSaver[str]):
 
 
 class SyncResilience(Hooks, SyncArchival):
-    """put, put_writes, reads, the ledger, runs and thread maintenance of the sync savers."""
+    """put, put_writes, reads, the ledgers' interfaces, the README's methods and thread
+    maintenance of the sync savers."""
 
     def _transact(
         self,

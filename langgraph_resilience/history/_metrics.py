@@ -21,14 +21,7 @@ from langgraph_resilience.checkpoint._counters import (
     WRITES_FAILED,
     WRITES_OK,
 )
-from langgraph_resilience.checkpoint._reads import (
-    Reads,
-    SaverOrGraph,
-    adrive,
-    async_saver_of,
-    drive,
-    saver_of,
-)
+from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.history._scan import (
     RECOVERY_KINDS,
@@ -293,14 +286,14 @@ def recovery_metrics(
         >>> recovery_metrics(saver).partial_completion_rate  # doctest: +SKIP
         0.3
     """
-    saver = saver_of(checkpointer, "recovery_metrics")
-    return drive(saver, _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph)))
+    saver = reads.saver_of(checkpointer, "recovery_metrics")
+    return reads.drive(saver, _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph)))
 
 
 async def arecovery_metrics(
     checkpointer: SaverOrGraph, *, since: Since = None, graph: Any = None
 ) -> RecoveryMetrics:
     """Async twin of `recovery_metrics` (on an async resilient saver)."""
-    saver = async_saver_of(checkpointer, "arecovery_metrics")
-    reads = _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph))
-    return await adrive(saver, reads)
+    saver = reads.async_saver_of(checkpointer, "arecovery_metrics")
+    steps = _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph))
+    return await reads.adrive(saver, steps)

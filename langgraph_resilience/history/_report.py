@@ -17,14 +17,7 @@ from langchain_core.runnables import RunnableConfig
 
 import langgraph_resilience.history._render as render
 from langgraph_resilience.checkpoint import _reads as reads
-from langgraph_resilience.checkpoint._reads import (
-    Reads,
-    SaverOrGraph,
-    adrive,
-    async_saver_of,
-    drive,
-    saver_of,
-)
+from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.graph._routes import PARTIAL_RESULT
 from langgraph_resilience.history._entries import (
@@ -306,18 +299,18 @@ def run_report(
         >>> report = run_report(saver, "job-42")  # doctest: +SKIP
         >>> print(report.to_text()); print(report.to_mermaid(graph))  # doctest: +SKIP
     """
-    saver = saver_of(checkpointer, "run_report")
+    saver = reads.saver_of(checkpointer, "run_report")
     saver.get_tuple(_latest(thread_id))  # restores an archived one
-    return drive(saver, _report(saver.serde.loads_typed, str(thread_id), run))
+    return reads.drive(saver, _report(saver.serde.loads_typed, str(thread_id), run))
 
 
 async def arun_report(
     checkpointer: SaverOrGraph, thread_id: str, *, run: int | str | None = None
 ) -> RunReport:
     """Async twin of `run_report` (on an async resilient saver)."""
-    saver = async_saver_of(checkpointer, "arun_report")
+    saver = reads.async_saver_of(checkpointer, "arun_report")
     await saver.aget_tuple(_latest(thread_id))  # restores an archived one
-    return await adrive(saver, _report(saver.serde.loads_typed, str(thread_id), run))
+    return await reads.adrive(saver, _report(saver.serde.loads_typed, str(thread_id), run))
 
 
 def _latest(thread_id: str) -> RunnableConfig:
