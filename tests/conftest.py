@@ -104,9 +104,15 @@ class Harness:
         return ResilientSqliteSaver if self.backend == "sqlite" else ResilientPostgresSaver
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``saver.method(...)``, or its a-prefixed twin on an async saver; a dotted
+        ``method`` names one of the saver's interfaces (``"runs.claim"``)."""
+        *where, name = method.split(".")
+        target = self.saver
+        for part in where:
+            target = getattr(target, part)
         if self.is_async:
-            return await getattr(self.saver, "a" + method)(*args, **kwargs)
-        return await asyncio.to_thread(getattr(self.saver, method), *args, **kwargs)
+            return await getattr(target, "a" + name)(*args, **kwargs)
+        return await asyncio.to_thread(getattr(target, name), *args, **kwargs)
 
     async def listed(self, config: Any, **kwargs: Any) -> list[Any]:
         if self.is_async:

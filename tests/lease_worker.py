@@ -59,21 +59,23 @@ STOP_NEXT_INTENT = threading.Event()
 def stop_after_intents(saver: Any, service: Path) -> None:
     """Make ``saver`` SIGSTOP this process right after it stores an intent of its
     own while `STOP_NEXT_INTENT` is set (the effects of the nodes are sync: they
-    use the saver's sync ``claim_intent``, for an async saver too)."""
-    claim = saver.claim_intent
+    use the sync ``saver.effects.claim``, for an async saver too)."""
 
-    def claim_then_stop(*args: Any, **kwargs: Any) -> Any:
-        found = claim(*args, **kwargs)
-        if STOP_NEXT_INTENT.is_set() and found.verdict in ("new", "took_over"):
-            STOP_NEXT_INTENT.clear()
-            append(service / "stopped.log", f"{os.getpid()} {time.time()}")
-            # Sent to this thread, it stops here (sent to the process, another
-            # thread may take it and this one run on a little first).
-            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
-            time.sleep(0.05)
-        return found
+    class StopAfterClaim(type(saver)._effects_type):  # type: ignore[misc]
+        __slots__ = ()
 
-    saver.claim_intent = claim_then_stop
+        def claim(self, *args: Any, **kwargs: Any) -> Any:
+            found = super().claim(*args, **kwargs)
+            if STOP_NEXT_INTENT.is_set() and found.verdict in ("new", "took_over"):
+                STOP_NEXT_INTENT.clear()
+                append(service / "stopped.log", f"{os.getpid()} {time.time()}")
+                # Sent to this thread, it stops here (sent to the process, another
+                # thread may take it and this one run on a little first).
+                signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+                time.sleep(0.05)
+            return found
+
+    saver._effects_type = StopAfterClaim
 
 
 def build(

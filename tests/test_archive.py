@@ -187,7 +187,7 @@ async def test_a_thread_with_an_open_run_or_recent_activity_stays_hot(h: Any) ->
     report = await h.call("archive_idle", 3600)
     assert config["configurable"]["thread_id"] not in report.archived
     thread_id = config["configurable"]["thread_id"]
-    await h.call("submit_run", uuid.uuid4().hex, thread_id, None, None)
+    await h.call("runs.submit", uuid.uuid4().hex, thread_id, None, None)
     assert thread_id not in (await h.call("archive_idle", 0)).archived
     assert hot_rows(h, thread_id) > 0
 
@@ -355,7 +355,7 @@ async def test_prune_history_keeps_the_latest_and_the_ledger(h: Any) -> None:
 
 async def test_prune_history_drops_only_ended_runs(h: Any) -> None:
     thread_id = f"runs-{uuid.uuid4().hex[:6]}"
-    await h.call("submit_run", "open-" + thread_id, thread_id, None, None)
+    await h.call("runs.submit", "open-" + thread_id, thread_id, None, None)
     pruned = await h.call("prune_history", runs_older_than=0, thread_ids=[thread_id])
     assert pruned.runs == 0
     assert await h.call("read_run", "open-" + thread_id) is not None

@@ -296,7 +296,7 @@ def test_retry_leaves_a_workers_run_alone(tmp_path: Path) -> None:
         for thread in ("taken", "queued"):
             graph.invoke({}, cfg(thread))  # a partial result, then a new turn for a worker
         taken = worker.submit({"fix": "ok"}, thread_id="taken")
-        saver.claim_runs("dead-worker", 1, 0.01)  # claimed; its lease runs out at once
+        saver.runs.claim("dead-worker", 1, 0.01)  # claimed; its lease runs out at once
         queued = worker.submit({"fix": "ok"}, thread_id="queued")
     time.sleep(0.05)
     acted = run("retry", "taken", "queued", "--db", db, "--graph", GRAPH, "--json").json()

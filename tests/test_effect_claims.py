@@ -89,19 +89,19 @@ async def test_claims_on_each_backend(checkpointer: Any) -> None:
     t = f"claims-{h.id}-{uuid.uuid4().hex[:6]}"
     a, b = executor_id("a"), executor_id("b")  # two calls of this (live) process
 
-    first = await h.call("claim_intent", t, intent(a), None, 30.0)
+    first = await h.call("effects.claim", t, intent(a), None, 30.0)
     assert first.verdict == "new" and first.record is None
-    second = await h.call("claim_intent", t, intent(b), None, 30.0)
+    second = await h.call("effects.claim", t, intent(b), None, 30.0)
     assert second.verdict == "busy" and second.record.owner == a
     assert 25.0 < second.wait <= 30.0
-    assert await h.call("renew_intent", t, "k", a, 30.0) is True
-    assert await h.call("renew_intent", t, "k", b, 30.0) is False  # not its claim
+    assert await h.call("effects.renew", t, "k", a, 30.0) is True
+    assert await h.call("effects.renew", t, "k", b, 30.0) is False  # not its claim
     # Let go (a lease of 0): the next claimer takes it over and learns what it found.
-    assert await h.call("renew_intent", t, "k", a, 0.0) is True
-    taken = await h.call("claim_intent", t, intent(b), None, 30.0)
+    assert await h.call("effects.renew", t, "k", a, 0.0) is True
+    taken = await h.call("effects.claim", t, intent(b), None, 30.0)
     assert taken.verdict == "took_over" and taken.record.owner == a
-    assert (await h.call("read_effect", t, "k")).owner == b
-    assert await h.call("renew_intent", t, "k", a, 30.0) is False  # a lost it
+    assert (await h.call("effects.read", t, "k")).owner == b
+    assert await h.call("effects.renew", t, "k", a, 30.0) is False  # a lost it
 
     # The holder's process is gone: taken over at once, though its lease holds.
     pid = os.fork()
@@ -109,25 +109,25 @@ async def test_claims_on_each_backend(checkpointer: Any) -> None:
         os._exit(0)
     os.waitpid(pid, 0)
     dead = f"{a.split('|')[0]}|{pid}|123|x"
-    await h.call("claim_intent", t, intent(dead, "k2"), None, 30.0)
-    assert (await h.call("claim_intent", t, intent(b, "k2"), None, 30.0)).verdict == "took_over"
+    await h.call("effects.claim", t, intent(dead, "k2"), None, 30.0)
+    assert (await h.call("effects.claim", t, intent(b, "k2"), None, 30.0)).verdict == "took_over"
 
     # A holder on another machine is judged by its lease alone.
     far = "elsewhere~boot~ns|1|1|x"
-    await h.call("claim_intent", t, intent(far, "k3"), None, 0.2)
-    assert (await h.call("claim_intent", t, intent(b, "k3"), None, 30.0)).verdict == "busy"
+    await h.call("effects.claim", t, intent(far, "k3"), None, 0.2)
+    assert (await h.call("effects.claim", t, intent(b, "k3"), None, 30.0)).verdict == "busy"
     await asyncio.sleep(0.3)
-    assert (await h.call("claim_intent", t, intent(b, "k3"), None, 30.0)).verdict == "took_over"
+    assert (await h.call("effects.claim", t, intent(b, "k3"), None, 30.0)).verdict == "took_over"
 
     # A worker that took the run over (a higher fencing token) takes its claims too.
-    await h.call("claim_intent", t, intent(far, "k4", token=1), None, 30.0)
-    late = await h.call("claim_intent", t, intent(b, "k4", token=2), None, 30.0)
+    await h.call("effects.claim", t, intent(far, "k4", token=1), None, 30.0)
+    late = await h.call("effects.claim", t, intent(b, "k4", token=2), None, 30.0)
     assert late.verdict == "took_over"
 
     # A recorded outcome is replayed, whoever asks.
     fields = OutcomeFields("done", time.time(), "json", b'"ok"', None)
-    await h.call("record_outcome", t, "k4", fields)
-    done = await h.call("claim_intent", t, intent(a, "k4"), None, 30.0)
+    await h.call("effects.record", t, "k4", fields)
+    done = await h.call("effects.claim", t, intent(a, "k4"), None, 30.0)
     assert done.verdict == "done" and done.record.outcome == b'"ok"'
 
 
@@ -175,7 +175,7 @@ async def test_a_call_longer_than_its_lease_keeps_its_claim(checkpointer: Any) -
     await asyncio.sleep(0.8)  # well past the 0.3 s lease
     [held] = await h.call("list_effects", thread)
     other = await h.call(
-        "claim_intent", thread, intent(executor_id("z"), held.idempotency_key), None, 30.0
+        "effects.claim", thread, intent(executor_id("z"), held.idempotency_key), None, 30.0
     )
     assert other.verdict == "busy", other
     assert (await run)["out"] == ["sent"]
@@ -212,7 +212,7 @@ async def test_a_second_executor_does_not_call_and_replays_once_recorded(
 
     async def settle_later(key: str) -> None:
         await asyncio.sleep(0.3)
-        await h.call("record_outcome", thread, key, fields)
+        await h.call("effects.record", thread, key, fields)
 
     g = ResilientStateGraph(State)
     g.add_node("n", node, policy=NodePolicy(retry=Backoff(max_attempts=5, initial_interval=0.01)))
@@ -226,7 +226,7 @@ async def test_a_second_executor_does_not_call_and_replays_once_recorded(
     task_id = state.tasks[0].id
     key = f"n:{task_id}|{task_id}|pay|1"  # the task's namespace, its id, the call
     other = executor_id("other")
-    claim = await h.call("claim_intent", thread, intent(other, key), None, 30.0)
+    claim = await h.call("effects.claim", thread, intent(other, key), None, 30.0)
     assert claim.verdict == "new"
     settling = asyncio.ensure_future(settle_later(key))
     out = await h.invoke(graph, None, config)

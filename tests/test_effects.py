@@ -379,7 +379,7 @@ async def test_an_outcome_rides_with_the_next_write_unless_on_unknown_raise(
             (thread, "email"),
         )
         if emails and not h.is_async:  # the saver's own read, from inside the node
-            record = h.saver.read_effect(thread, emails[0][0])
+            record = h.saver.effects.read(thread, emails[0][0])
             seen[label + " read"] = record.status
 
     if h.is_async:
@@ -428,13 +428,13 @@ async def test_a_waiting_outcome_survives_a_failed_write_and_is_stored_on_close(
     with ResilientSqliteSaver.from_conn_string(path) as saver:
         saver.setup()
         record = EffectRecord(idempotency_key="k1", name="email", status="intent", intent_at=1.0)
-        saver.claim_intent("t1", record, None, 30.0)
-        saver.defer_outcome("t1", "k1", fields)
+        saver.effects.claim("t1", record, None, 30.0)
+        saver.effects.defer("t1", "k1", fields)
         with pytest.raises(RuntimeError), _base.Riders(saver._state, None):
             raise RuntimeError("the write failed")
         assert saver._state.outcomes.waiting == {("t1", "k1"): fields}  # given back
         assert sql("sqlite", path, "SELECT status FROM resilience_effects") == [("intent",)]
-        assert saver.read_effect("t1", "k1").status == "done"  # type: ignore[union-attr]
+        assert saver.effects.read("t1", "k1").status == "done"  # type: ignore[union-attr]
     # Closing the saver stored it.
     assert sql("sqlite", path, "SELECT status, outcome FROM resilience_effects") == [
         ("done", b'"ok"')

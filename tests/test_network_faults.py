@@ -42,12 +42,12 @@ from langgraph_resilience._store_errors import (
     is_transient_store_error,
     is_unavailable_error,
 )
-from langgraph_resilience.checkpoint._retry import (
+from langgraph_resilience.checkpoint._store import Stmt
+from langgraph_resilience.checkpoint._store_retry import (
     DEFAULT_PG_STORE_RETRY,
     DEFAULT_STORE_RETRY,
     retry_window,
 )
-from langgraph_resilience.checkpoint._store import Stmt
 from langgraph_resilience.checkpoint.postgres import (
     BoundedConnection,
     PgTimeouts,

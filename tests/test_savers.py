@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -305,3 +306,17 @@ async def test_prune_and_copy_reject_bad_arguments(checkpointer: Any) -> None:
         await checkpointer.call("copy_thread", "same", "same")
     await checkpointer.call("prune", [])
     await checkpointer.call("delete_for_runs", [])
+
+
+#: What used to be flat methods of every saver, now behind its interfaces.
+MOVED = ("claim_intent", "record_outcome", "claim_runs", "finish_run", "read_history")
+
+
+async def test_the_ledgers_are_reached_from_the_saver_and_act_on_it(checkpointer: Harness) -> None:
+    """``compile()`` may ``copy.copy`` a saver: the copy's interfaces act on the copy."""
+    saver = checkpointer.saver
+    copied = copy.copy(saver)
+    for name in ("effects", "attempts", "runs", "history"):
+        assert getattr(copied, name)._saver is copied
+        assert getattr(saver, name)._saver is saver
+    assert not any(hasattr(saver, m) or hasattr(saver, "a" + m) for m in MOVED)

@@ -136,7 +136,7 @@ def test_an_effect_whose_call_may_still_run_is_not_settled(tmp_path: Any) -> Non
             intent_at=time.time(),
             owner=executor_id("call-1"),  # this very process: alive
         )
-        assert saver.claim_intent("t", held, None, 30.0, first=True).verdict == "new"
+        assert saver.effects.claim("t", held, None, 30.0, first=True).verdict == "new"
         with pytest.raises(RunStateError, match="may still be running"):
             settle_effect(saver, "t", "k1", happened=True, result="po-1")
-        assert saver.read_effect("t", "k1").status == "intent"  # nothing changed
+        assert saver.effects.read("t", "k1").status == "intent"  # nothing changed

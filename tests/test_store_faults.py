@@ -23,7 +23,7 @@ from helpers import linear_graph, put_first_checkpoint, sql
 
 from langgraph_resilience._store_errors import is_store_error, is_transient_store_error
 from langgraph_resilience.checkpoint import _schema, _store
-from langgraph_resilience.checkpoint._retry import call_with_retry
+from langgraph_resilience.checkpoint._store_retry import call_with_retry
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver

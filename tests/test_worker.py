@@ -178,19 +178,17 @@ async def test_concurrent_submits_to_one_thread_make_one_run(h: Any) -> None:
 async def test_claims_bump_the_token_and_take_over_expired_leases(h: Any) -> None:
     worker = Worker(pipeline(), checkpointer=h.saver)
     run_id = await submit(h, worker, {"done": []})
-    [mine] = await h.call("claim_runs", "worker-a", 5, 30.0)
+    [mine] = await h.call("runs.claim", "worker-a", 5, 30.0)
     assert (mine.run_id, mine.fencing_token, mine.owner, mine.recoveries) == (
         run_id,
         1,
         "worker-a",
         0,
     )
-    assert await h.call("claim_runs", "worker-b", 5, 30.0) == []  # held
-    assert await h.call("renew_leases", "worker-a", [Fence(run_id=run_id, token=1)], 30.0) == [
-        run_id
-    ]
+    assert await h.call("runs.claim", "worker-b", 5, 30.0) == []  # held
+    assert await h.call("runs.renew", "worker-a", [Fence(run_id=run_id, token=1)], 30.0) == [run_id]
     expire_lease(h.backend, h.target, run_id)
-    [taken] = await h.call("claim_runs", "worker-b", 5, 5.0)
+    [taken] = await h.call("runs.claim", "worker-b", 5, 5.0)
     assert (taken.fencing_token, taken.owner, taken.recoveries, taken.attempts) == (
         2,
         "worker-b",
@@ -198,10 +196,10 @@ async def test_claims_bump_the_token_and_take_over_expired_leases(h: Any) -> Non
         2,
     )
     # The old holder can neither renew nor finish it.
-    assert await h.call("renew_leases", "worker-a", [Fence(run_id=run_id, token=1)], 5.0) == []
-    assert await h.call("finish_run", Fence(run_id=run_id, token=1), "success", None) is False
+    assert await h.call("runs.renew", "worker-a", [Fence(run_id=run_id, token=1)], 5.0) == []
+    assert await h.call("runs.finish", Fence(run_id=run_id, token=1), "success", None) is False
     assert (await h.call("read_run", run_id)).status == "running"
-    assert await h.call("finish_run", Fence(run_id=run_id, token=2), "success", None) is True
+    assert await h.call("runs.finish", Fence(run_id=run_id, token=2), "success", None) is True
 
 
 async def test_a_stale_token_cannot_write_anything(h: Any) -> None:
@@ -209,9 +207,9 @@ async def test_a_stale_token_cannot_write_anything(h: Any) -> None:
     worker = Worker(pipeline(), checkpointer=h.saver)
     run_id = await submit(h, worker, {"done": []})
     thread = (await h.call("read_run", run_id)).thread_id
-    await h.call("claim_runs", "worker-a", 1, 30.0)
+    await h.call("runs.claim", "worker-a", 1, 30.0)
     expire_lease(h.backend, h.target, run_id)
-    await h.call("claim_runs", "worker-b", 1, 5.0)
+    await h.call("runs.claim", "worker-b", 1, 5.0)
     stale = {
         "configurable": {
             "thread_id": thread,
@@ -240,7 +238,7 @@ async def test_a_stale_token_cannot_write_anything(h: Any) -> None:
         )
     intent = EffectRecord(idempotency_key="k", name="email", status="intent", intent_at=time.time())
     with pytest.raises(LeaseLost):
-        await h.call("claim_intent", thread, intent, None, 30.0, Fence(run_id=run_id, token=1))
+        await h.call("effects.claim", thread, intent, None, 30.0, Fence(run_id=run_id, token=1))
     attempt = AttemptRecord(
         attempt=1,
         node="a",
@@ -251,7 +249,7 @@ async def test_a_stale_token_cannot_write_anything(h: Any) -> None:
     )
     with pytest.raises(LeaseLost):
         await h.call(
-            "record_attempt",
+            "attempts.record",
             (thread, "", checkpoint["id"], "t"),
             attempt,
             time.time(),
@@ -326,7 +324,7 @@ async def test_a_run_that_keeps_killing_its_workers_ends_as_error(h: Any) -> Non
     worker = Worker(pipeline(), checkpointer=h.saver, lease_ttl=5, max_recoveries=1)
     run_id = await submit(h, worker, {"done": []})
     for n in range(2):  # two workers claim it and die (their leases expire)
-        [claimed] = await h.call("claim_runs", f"dead-{n}", 1, 30.0)
+        [claimed] = await h.call("runs.claim", f"dead-{n}", 1, 30.0)
         assert claimed.recoveries == n
         expire_lease(h.backend, h.target, run_id)
     assert await run_worker(h, worker) == {run_id: "error"}

@@ -6,7 +6,7 @@
   process, an effect whose lease cannot be proven raises `LeaseLost` uncalled.
 - A store outage never ends a run as ``error``: the run is released and run
   again, and a run's end that cannot be stored is tried again.
-- Retried ``submit_run`` / ``claim_runs`` whose first try committed (the reply
+- Retried ``runs.submit`` / ``runs.claim`` whose first try committed (the reply
   lost) recognise their own run / claim: their statements are run twice.
 - Renewals never wait behind a write that hangs holding the saver's lock, and a
   drain returns within ``drain_timeout`` while one hangs.
@@ -421,9 +421,9 @@ async def test_a_retried_submit_whose_first_try_committed_finds_its_own_run(h: A
     assert await twice(h, lambda: _runs.submit_run(d, run_id, thread, None, None)) == [None, None]
     assert [r.run_id for r in await h.call("list_runs") if r.thread_id == thread] == [run_id]
     with pytest.raises(RunStateError, match="already has an open run"):
-        await h.call("submit_run", str(uuid.uuid4()), thread, None, None)
+        await h.call("runs.submit", str(uuid.uuid4()), thread, None, None)
     with pytest.raises(ConfigError, match="already taken"):
-        await h.call("submit_run", run_id, f"other-{uuid.uuid4()}", None, None)
+        await h.call("runs.submit", run_id, f"other-{uuid.uuid4()}", None, None)
 
 
 async def test_a_retried_claim_whose_first_try_committed_returns_its_own_runs(h: Any) -> None:
@@ -436,7 +436,7 @@ async def test_a_retried_claim_whose_first_try_committed_returns_its_own_runs(h:
     for record in await h.call("list_runs"):
         assert (record.fencing_token, record.attempts, record.recoveries) == (1, 1, 0)
         assert (record.owner, record.claim_token) == ("worker-a", token)
-    assert await h.call("claim_runs", "worker-b", 5, 30.0) == []  # held, not claimable
+    assert await h.call("runs.claim", "worker-b", 5, 30.0) == []  # held, not claimable
 
 
 async def test_claims_take_expired_leases_before_queued_runs(h: Any) -> None:
@@ -451,9 +451,9 @@ async def test_claims_take_expired_leases_before_queued_runs(h: Any) -> None:
         "fencing_token = 1, owner = 'dead', lease_expires_at = 0 WHERE run_id = ?",
         (expired,),
     )
-    [first] = await h.call("claim_runs", "worker-a", 1, 30.0)
+    [first] = await h.call("runs.claim", "worker-a", 1, 30.0)
     assert (first.run_id, first.recoveries) == (expired, 1)
-    [second] = await h.call("claim_runs", "worker-a", 1, 30.0)
+    [second] = await h.call("runs.claim", "worker-a", 1, 30.0)
     assert (second.run_id, second.recoveries) == (queued, 0)
 
 

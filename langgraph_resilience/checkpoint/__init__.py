@@ -15,8 +15,11 @@ executor), ``_schema`` (tables and migrations), ``_counters`` (save counters),
 ``_threads`` (checkpoints, writes, forks, thread maintenance), ``_ledger``
 (node attempts, side-effect claims and outcomes), ``_steps`` (the step
 history, read from the steps' writes), ``_runs`` (runs, leases, fencing),
-``_retry`` (retry loops), ``_base`` (state the copies of a saver share),
-``_savers`` and ``_asavers`` (the methods both dialects share, sync and async),
+``_store_retry`` (the retry loops of store operations), ``_base`` (state the
+copies of a saver share), ``_savers`` and ``_asavers`` (the methods both
+dialects share, sync and async), ``_interfaces`` (the ledgers reached from a
+saver: ``saver.effects``, ``saver.attempts``, ``saver.runs``, ``saver.history``),
+``_reads`` (the typed reads of the history and their drivers),
 ``postgres/_network`` (timeouts, bounded connections, reconnects).
 """
 

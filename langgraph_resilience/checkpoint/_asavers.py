@@ -4,10 +4,9 @@ sync bridges for the methods LangGraph's async savers do not bridge themselves."
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -26,30 +25,30 @@ from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience.checkpoint import (
     _base,
     _counters,
-    _events,
     _ledger,
     _runs,
     _steps,
     _threads,
 )
-from langgraph_resilience.checkpoint._ledger import (
-    AttemptKey,
-    AttemptRecord,
-    EffectRecord,
-    IntentClaim,
-    OutcomeFields,
+from langgraph_resilience.checkpoint._interfaces import (
+    AsyncAttempts,
+    AsyncEffects,
+    AsyncHistory,
+    AsyncRuns,
 )
-from langgraph_resilience.checkpoint._retry import Translate
-from langgraph_resilience.checkpoint._runs import Blob, Fence, RunRecord
+from langgraph_resilience.checkpoint._ledger import EffectRecord
+from langgraph_resilience.checkpoint._runs import Fence, RunRecord
 from langgraph_resilience.checkpoint._savers import Hooks, next_config
 from langgraph_resilience.checkpoint._store import Statements, no_statements
+from langgraph_resilience.checkpoint._store_retry import Translate
 from langgraph_resilience.checkpoint.archive._methods import AsyncArchival
 
 T = TypeVar("T")
 
 
 class AsyncResilience(Hooks, AsyncArchival):
-    """The async twin of `SyncResilience`, with sync bridges for the new methods."""
+    """The async twin of `SyncResilience`, with sync bridges for the README's methods
+    (the interfaces bridge their own)."""
 
     loop: asyncio.AbstractEventLoop
 
@@ -191,58 +190,32 @@ class AsyncResilience(Hooks, AsyncArchival):
         counters = self._state.counters
         return await self._query(lambda: _counters.read_counters(self._dialect, counters, since))
 
-    # -- the ledger: node attempts and side effects -------------------------------------
+    # -- the ledgers (`_interfaces`), their sync methods bridged --------------------------
 
-    async def arecord_attempt(
-        self, key: AttemptKey, record: AttemptRecord, started_at: float, fence: Fence | None = None
-    ) -> None:
-        """Store a failed try of a task (thread, ns, checkpoint, task)."""
-        d = self._dialect
-        await self._write(lambda: _ledger.record_attempt(d, key, record, started_at), fence=fence)
+    #: The class of `effects` (a `FaultPlan` taps a subclass of it on one saver).
+    _effects_type: ClassVar[type[AsyncEffects]] = AsyncEffects
 
-    async def anode_attempts(self, key: AttemptKey) -> Sequence[AttemptRecord]:
-        """The failed tries stored for a task (thread, ns, checkpoint, task)."""
-        return await self._query(lambda: _ledger.read_attempts(self._dialect, key))
+    @property
+    def effects(self) -> AsyncEffects:
+        """The side-effect ledger (the store side of `side_effect`)."""
+        return self._effects_type(self)
 
-    async def aread_effect(self, thread_id: str, key: str) -> EffectRecord | None:
-        """The record of one side effect (with its outcome if one waits), or None."""
-        found = await self._query(lambda: _ledger.read_effect(self._dialect, thread_id, key))
-        return found and self._state.outcomes.overlay(thread_id, [found])[0]
+    @property
+    def attempts(self) -> AsyncAttempts:
+        """The failed tries of tasks (the store side of the node wrapper)."""
+        return AsyncAttempts(self)
 
-    async def aclaim_intent(
-        self,
-        thread_id: str,
-        record: EffectRecord,
-        args_digest: str | None,
-        lease: float,
-        fence: Fence | None = None,
-        first: bool = False,
-    ) -> IntentClaim:
-        """Store an effect's intent durably before the call, held by
-        ``record.owner`` for ``lease`` seconds, or say who holds it (`IntentClaim`);
-        ``first``: see `_ledger.claim_intent`."""
-        d = self._dialect
-        claim = _ledger.claim_intent
-        return await self._write(
-            lambda: claim(d, thread_id, record, args_digest, lease, first),
-            fence=fence,
-            pipeline=True,
-        )
+    @property
+    def runs(self) -> AsyncRuns:
+        """The run queue under leases (the store side of `Worker`)."""
+        return AsyncRuns(self)
 
-    async def arenew_intent(self, thread_id: str, key: str, owner: str, lease: float) -> bool:
-        """Extend the lease of an intent whose call runs; False once it is not held."""
-        d = self._dialect
-        return await self._write(lambda: _ledger.renew_intent(d, thread_id, key, owner, lease))
+    @property
+    def history(self) -> AsyncHistory:
+        """What `arecovery_metrics` and `arun_report` read."""
+        return AsyncHistory(self)
 
-    async def arecord_outcome(
-        self, thread_id: str, key: str, fields: OutcomeFields, fence: Fence | None = None
-    ) -> None:
-        """Store an effect's outcome (or error) after the call, at once."""
-        d = self._dialect
-        outcome = _ledger.record_outcome
-        await self._write(
-            lambda: outcome(d, thread_id, key, fields), fence=fence, pipeline=True, relaxed=True
-        )
+    # -- what the README documents ----------------------------------------------------
 
     async def alist_effects(self, thread_id: str) -> Sequence[EffectRecord]:
         """A thread's side effects: key, name, intent and outcome times, status."""
@@ -258,70 +231,6 @@ class AsyncResilience(Hooks, AsyncArchival):
         if not rows and await self._arestored({"configurable": {"thread_id": thread_id}}):
             rows = await self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
         return _steps.decode_steps(rows, self.serde.loads_typed, run)
-
-    async def aread_history(self, what: str, thread_id: str | None = None) -> Sequence[Any]:
-        """Async twin of `read_history`."""
-        return await self._query(lambda: _events.read_history(self._dialect, what, thread_id))
-
-    async def anote_recovery(
-        self, thread_id: str, key: str, kind: str, owner: str | None = None
-    ) -> None:
-        """Async twin of `note_recovery`."""
-        d = self._dialect
-        await self._write(lambda: _events.note_recovery(d, thread_id, key, kind, owner))
-
-    # -- runs and leases (the store side of `Worker`) -------------------------------------
-
-    async def asubmit_run(
-        self, run_id: str, thread_id: str, input_: Blob | None, budget: Blob | None
-    ) -> None:
-        """Queue a run of a thread (see `Worker.submit`).
-
-        Raises:
-            RunStateError: the thread already has an open run.
-        """
-        d = self._dialect
-        await self._write(
-            lambda: _runs.submit_run(d, run_id, thread_id, input_, budget),
-            translate=lambda exc: _runs.open_run_conflict(exc, thread_id),
-        )
-
-    async def aclaim_runs(self, owner: str, limit: int, lease_ttl: float) -> Sequence[RunRecord]:
-        """Claim up to ``limit`` lease-expired or queued runs for ``owner``."""
-        d, token = self._dialect, uuid.uuid4().hex  # one token for every try of this claim
-        return await self._write(lambda: _events.claim_noting(d, owner, limit, lease_ttl, token))
-
-    async def arenew_leases(
-        self, owner: str, fences: Sequence[Fence], lease_ttl: float
-    ) -> Sequence[str]:
-        """Extend ``owner``'s leases; returns the run ids it still holds."""
-        d = self._dialect
-        return await self._write(lambda: _runs.renew_leases(d, owner, fences, lease_ttl))
-
-    async def afinish_run(
-        self, fence: Fence, status: str, outcome: Blob | None, wait: float | None = None
-    ) -> bool:
-        """End, pause or release a held run (``wait``: seconds before a released run
-        may be claimed again); False if its lease was lost."""
-        return await self._write(
-            lambda: _runs.finish_run(self._dialect, fence, status, outcome, wait)
-        )
-
-    async def arequeue_run(
-        self, run_id: str, budget: Blob | None, resume: Blob | None = None
-    ) -> bool:
-        """Queue a paused run again, with a new budget if given."""
-        return await self._write(lambda: _runs.requeue_run(self._dialect, run_id, budget, resume))
-
-    async def asettle_paused(self, run_id: str, status: str, outcome: Blob) -> bool:
-        """End a paused run whose thread was resumed by hand, as its thread ended."""
-        return await self._write(
-            lambda: _runs.settle_paused(self._dialect, run_id, status, outcome)
-        )
-
-    async def acancel_run(self, run_id: str, outcome: Blob) -> str | None:
-        """End an open run as cancelled (fenced); the status it had, or None."""
-        return await self._write(lambda: _runs.cancel_run(self._dialect, run_id, outcome))
 
     async def aread_run(self, run_id: str) -> RunRecord | None:
         """A run: status, claims, owner, lease expiry, fencing token, outcome."""
@@ -418,73 +327,11 @@ class AsyncResilience(Hooks, AsyncArchival):
     def read_counters(self, since: float | None = None) -> dict[str, int]:
         return self._bridge(self.aread_counters(since))
 
-    def read_history(self, what: str, thread_id: str | None = None) -> Sequence[Any]:
-        return self._bridge(self.aread_history(what, thread_id))
-
-    def note_recovery(self, thread_id: str, key: str, kind: str, owner: str | None = None) -> None:
-        self._bridge(self.anote_recovery(thread_id, key, kind, owner))
-
-    def record_attempt(
-        self, key: AttemptKey, record: AttemptRecord, started_at: float, fence: Fence | None = None
-    ) -> None:
-        self._bridge(self.arecord_attempt(key, record, started_at, fence))
-
-    def node_attempts(self, key: AttemptKey) -> Sequence[AttemptRecord]:
-        return self._bridge(self.anode_attempts(key))
-
-    def read_effect(self, thread_id: str, key: str) -> EffectRecord | None:
-        return self._bridge(self.aread_effect(thread_id, key))
-
-    def claim_intent(
-        self,
-        thread_id: str,
-        record: EffectRecord,
-        args_digest: str | None,
-        lease: float,
-        fence: Fence | None = None,
-        first: bool = False,
-    ) -> IntentClaim:
-        claim = self.aclaim_intent(thread_id, record, args_digest, lease, fence, first)
-        return self._bridge(claim)
-
-    def renew_intent(self, thread_id: str, key: str, owner: str, lease: float) -> bool:
-        return self._bridge(self.arenew_intent(thread_id, key, owner, lease))
-
-    def record_outcome(
-        self, thread_id: str, key: str, fields: OutcomeFields, fence: Fence | None = None
-    ) -> None:
-        self._bridge(self.arecord_outcome(thread_id, key, fields, fence))
-
     def list_effects(self, thread_id: str) -> Sequence[EffectRecord]:
         return self._bridge(self.alist_effects(thread_id))
 
     def step_history(self, thread_id: str, *, run: int | None = None) -> Sequence[dict[str, Any]]:
         return self._bridge(self.astep_history(thread_id, run=run))
-
-    def submit_run(
-        self, run_id: str, thread_id: str, input_: Blob | None, budget: Blob | None
-    ) -> None:
-        self._bridge(self.asubmit_run(run_id, thread_id, input_, budget))
-
-    def claim_runs(self, owner: str, limit: int, lease_ttl: float) -> Sequence[RunRecord]:
-        return self._bridge(self.aclaim_runs(owner, limit, lease_ttl))
-
-    def renew_leases(self, owner: str, fences: Sequence[Fence], lease_ttl: float) -> Sequence[str]:
-        return self._bridge(self.arenew_leases(owner, fences, lease_ttl))
-
-    def finish_run(
-        self, fence: Fence, status: str, outcome: Blob | None, wait: float | None = None
-    ) -> bool:
-        return self._bridge(self.afinish_run(fence, status, outcome, wait))
-
-    def requeue_run(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
-        return self._bridge(self.arequeue_run(run_id, budget, resume))
-
-    def cancel_run(self, run_id: str, outcome: Blob) -> str | None:
-        return self._bridge(self.acancel_run(run_id, outcome))
-
-    def settle_paused(self, run_id: str, status: str, outcome: Blob) -> bool:
-        return self._bridge(self.asettle_paused(run_id, status, outcome))
 
     def read_run(self, run_id: str) -> RunRecord | None:
         return self._bridge(self.aread_run(run_id))

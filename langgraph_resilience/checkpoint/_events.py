@@ -8,12 +8,12 @@ markers of new runs, partial results and `retry_failed`), LangGraph's own
 runs tables. Two recoveries leave no write of their own and get a row in
 ``resilience_recoveries``: a `Worker`'s takeover of a run whose lease expired
 (stored in the claim's own transaction) and a resume after a crash
-(`note_recovery`).
+(`note_recovery`). The saver's ``history`` interface runs these reads
+(`_interfaces.History`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,6 @@ from langgraph_resilience.checkpoint._store import (
     from_row,
     select_list,
 )
-from langgraph_resilience.errors import ConfigError
 
 __all__ = [
     "RUN_LOG_CHANNELS",
@@ -43,7 +42,6 @@ __all__ = [
     "StoredAttempt",
     "claim_noting",
     "note_recovery",
-    "read_history",
     "read_recoveries",
     "read_run_log",
     "read_thread_attempts",
@@ -200,7 +198,7 @@ def read_thread_attempts(d: Dialect, thread_id: str) -> Statements[list[StoredAt
     return [from_row(StoredAttempt, r) for r in rows]
 
 
-def read_thread_runs(d: Dialect, thread_id: str | None = None) -> Statements[list[Any]]:
+def read_thread_runs(d: Dialect, thread_id: str | None = None) -> Statements[list[RunRecord]]:
     """`Worker` runs, oldest first: of one thread, or all."""
     where = "WHERE thread_id = ? " if thread_id is not None else ""
     params: Any = (thread_id,) if thread_id is not None else ()
@@ -212,26 +210,3 @@ def read_thread_runs(d: Dialect, thread_id: str | None = None) -> Statements[lis
         fetch=True,
     )
     return [from_row(RunRecord, r) for r in rows]
-
-
-def read_thread_attempts_or_all(d: Dialect, thread_id: str | None) -> Statements[list[Any]]:
-    if thread_id is None:
-        return []
-    return (yield from read_thread_attempts(d, thread_id))
-
-
-#: What `read_history` reads, by name: each takes a thread id (None: every thread).
-HISTORY_READS: dict[str, Callable[[Dialect, str | None], Statements[list[Any]]]] = {
-    "recoveries": read_recoveries,
-    "run_log": read_run_log,
-    "attempts": read_thread_attempts_or_all,
-    "runs": read_thread_runs,
-}
-
-
-def read_history(d: Dialect, what: str, thread_id: str | None) -> Statements[list[Any]]:
-    """One of `HISTORY_READS`."""
-    read = HISTORY_READS.get(what)
-    if read is None:
-        raise ConfigError(f"unknown history read {what!r}; one of {', '.join(HISTORY_READS)}")
-    return (yield from read(d, thread_id))

@@ -1,36 +1,111 @@
-"""How `recovery_metrics` and `run_report` read the store: written once as
-generators of `Read` (a saver method and its arguments), run by a sync driver
-(`drive`) or an async one (`adrive`, the a-prefixed methods)."""
+"""How `recovery_metrics`, `run_report` and `list_runs` read the store: written
+once as generators of `Read`, run by a sync driver (`drive`) or an async one
+(`adrive`).
+
+A `Read` carries the read twice, as a call on a sync saver and as one on an
+async saver, so that no method is looked up by name; the constructors below are
+the reads there are, each with its own reply type.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeAlias, TypeVar
 
-from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.pregel import Pregel
+
+from langgraph_resilience.checkpoint._events import RecoveryRecord, StoredAttempt
+from langgraph_resilience.checkpoint._ledger import EffectRecord
+from langgraph_resilience.checkpoint._protocol import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint._runs import RunRecord
+from langgraph_resilience.checkpoint._store import Row
 from langgraph_resilience.errors import ConfigError
 
-__all__ = ["Read", "Reads", "adrive", "async_saver_of", "drive", "saver_of"]
+__all__ = [
+    "Read",
+    "Reads",
+    "SaverOrGraph",
+    "adrive",
+    "async_saver_of",
+    "checkpoint",
+    "counters",
+    "drive",
+    "effects",
+    "recoveries",
+    "run_log",
+    "runs",
+    "saver_of",
+    "thread_attempts",
+]
 
 T = TypeVar("T")
 
-
-class Read(NamedTuple):
-    """Call ``method`` of the saver (``"a" + method`` on an async one)."""
-
-    method: str
-    args: tuple[Any, ...] = ()
+#: What the history's entry points take: a resilient saver, or a graph compiled
+#: with one.
+SaverOrGraph: TypeAlias = "BaseCheckpointSaver[Any] | Pregel[Any, Any, Any, Any]"
 
 
-Reads = Generator[Read, Any, T]
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Read(Generic[T]):
+    """One read of the store: ``sync`` on a sync saver, ``async_`` on an async one."""
+
+    sync: Callable[[ResilientSaver], T]
+    async_: Callable[[AsyncResilientSaver], Awaitable[T]]
 
 
-def _checkpointer(target: Any) -> Any:
+Reads = Generator[Read[Any], Any, T]
+
+
+def run_log(thread_id: str | None) -> Read[list[Row]]:
+    return Read(
+        sync=lambda s: s.history.run_log(thread_id),
+        async_=lambda s: s.history.arun_log(thread_id),
+    )
+
+
+def recoveries(thread_id: str | None) -> Read[list[RecoveryRecord]]:
+    return Read(
+        sync=lambda s: s.history.recoveries(thread_id),
+        async_=lambda s: s.history.arecoveries(thread_id),
+    )
+
+
+def runs(thread_id: str | None) -> Read[list[RunRecord]]:
+    return Read(
+        sync=lambda s: s.history.runs(thread_id), async_=lambda s: s.history.aruns(thread_id)
+    )
+
+
+def thread_attempts(thread_id: str) -> Read[list[StoredAttempt]]:
+    return Read(
+        sync=lambda s: s.history.attempts(thread_id),
+        async_=lambda s: s.history.aattempts(thread_id),
+    )
+
+
+def effects(thread_id: str) -> Read[Sequence[EffectRecord]]:
+    return Read(
+        sync=lambda s: s.list_effects(thread_id), async_=lambda s: s.alist_effects(thread_id)
+    )
+
+
+def counters(since: float | None) -> Read[dict[str, int]]:
+    return Read(sync=lambda s: s.read_counters(since), async_=lambda s: s.aread_counters(since))
+
+
+def checkpoint(config: RunnableConfig) -> Read[CheckpointTuple | None]:
+    return Read(sync=lambda s: s.get_tuple(config), async_=lambda s: s.aget_tuple(config))
+
+
+def _checkpointer(target: object) -> object:
     """The saver itself, or the saver of a compiled graph."""
     return getattr(target, "checkpointer", None) or target
 
 
-def _wrong(target: Any, what: str, wanted: str) -> ConfigError:
+def _wrong(target: object, what: str, wanted: str) -> ConfigError:
     return ConfigError(
         f"{what} reads a resilient saver's store: pass {wanted} (or a graph compiled with "
         f"one; the a-prefixed twin takes an async saver, the other a sync one), got "
@@ -38,14 +113,14 @@ def _wrong(target: Any, what: str, wanted: str) -> ConfigError:
     )
 
 
-def saver_of(target: Any, what: str) -> ResilientSaver:
+def saver_of(target: object, what: str) -> ResilientSaver:
     saver = _checkpointer(target)
     if not isinstance(saver, ResilientSaver):
         raise _wrong(target, what, "ResilientSqliteSaver or ResilientPostgresSaver")
     return saver
 
 
-def async_saver_of(target: Any, what: str) -> AsyncResilientSaver:
+def async_saver_of(target: object, what: str) -> AsyncResilientSaver:
     saver = _checkpointer(target)
     if not isinstance(saver, AsyncResilientSaver):
         raise _wrong(target, what, "AsyncResilientSqliteSaver or AsyncResilientPostgresSaver")
@@ -59,7 +134,7 @@ def drive(saver: ResilientSaver, reads: Reads[T]) -> T:
             op = reads.send(reply)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        reply = getattr(saver, op.method)(*op.args)
+        reply = op.sync(saver)
 
 
 async def adrive(saver: AsyncResilientSaver, reads: Reads[T]) -> T:
@@ -69,4 +144,4 @@ async def adrive(saver: AsyncResilientSaver, reads: Reads[T]) -> T:
             op = reads.send(reply)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        reply = await getattr(saver, "a" + op.method)(*op.args)
+        reply = await op.async_(saver)

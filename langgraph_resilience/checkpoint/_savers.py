@@ -13,7 +13,6 @@ Every write goes through ``_write``: the one place a run's `Fence` is applied
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar, TypeVar, cast
@@ -37,23 +36,17 @@ from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience.checkpoint import (
     _base,
     _counters,
-    _events,
     _ledger,
     _runs,
     _steps,
     _threads,
 )
-from langgraph_resilience.checkpoint._ledger import (
-    AttemptKey,
-    AttemptRecord,
-    EffectRecord,
-    IntentClaim,
-    OutcomeFields,
-)
-from langgraph_resilience.checkpoint._retry import Translate
+from langgraph_resilience.checkpoint._interfaces import Attempts, Effects, History, Runs
+from langgraph_resilience.checkpoint._ledger import EffectRecord
 from langgraph_resilience.checkpoint._route_text import stored_error
-from langgraph_resilience.checkpoint._runs import Blob, Fence, RunRecord
+from langgraph_resilience.checkpoint._runs import Fence, RunRecord
 from langgraph_resilience.checkpoint._store import Dialect, Statements, no_statements
+from langgraph_resilience.checkpoint._store_retry import Translate
 from langgraph_resilience.checkpoint._threads import PutCheckpoint
 from langgraph_resilience.checkpoint.archive._methods import SyncArchival
 from langgraph_resilience.checkpoint.archive._sizes import channel_sizes, put_size
@@ -148,17 +141,10 @@ class Hooks(BaseCheckpointSaver[str]):
         except TypeError as exc:
             raise _base.unstorable(self.serde, writes, task_path, exc) from exc
 
-    def defer_outcome(self, thread_id: str, key: str, fields: OutcomeFields) -> None:
-        """Store an effect's outcome with this saver's next write (no I/O now).
-
-        See `_ledger.PendingOutcomes` for when that is and what a crash before it
-        means; reads of this saver see the outcome at once.
-        """
-        self._state.outcomes.add(thread_id, key, fields)
-
 
 class SyncResilience(Hooks, SyncArchival):
-    """put, put_writes, reads, the ledger, runs and thread maintenance of the sync savers."""
+    """put, put_writes, reads, the ledgers' interfaces, the README's methods and thread
+    maintenance of the sync savers."""
 
     def _transact(
         self,
@@ -296,58 +282,32 @@ class SyncResilience(Hooks, SyncArchival):
         counters = self._state.counters
         return self._query(lambda: _counters.read_counters(self._dialect, counters, since))
 
-    # -- the ledger: node attempts and side effects -------------------------------------
+    # -- the ledgers (`_interfaces`): the store side of side effects, nodes, `Worker` ----
 
-    def record_attempt(
-        self, key: AttemptKey, record: AttemptRecord, started_at: float, fence: Fence | None = None
-    ) -> None:
-        """Store a failed try of a task (thread, ns, checkpoint, task)."""
-        d = self._dialect
-        self._write(lambda: _ledger.record_attempt(d, key, record, started_at), fence=fence)
+    #: The class of `effects` (a `FaultPlan` taps a subclass of it on one saver).
+    _effects_type: ClassVar[type[Effects]] = Effects
 
-    def node_attempts(self, key: AttemptKey) -> Sequence[AttemptRecord]:
-        """The failed tries stored for a task (thread, ns, checkpoint, task)."""
-        return self._query(lambda: _ledger.read_attempts(self._dialect, key))
+    @property
+    def effects(self) -> Effects:
+        """The side-effect ledger (the store side of `side_effect`)."""
+        return self._effects_type(self)
 
-    def read_effect(self, thread_id: str, key: str) -> EffectRecord | None:
-        """The record of one side effect (with its outcome if one waits), or None."""
-        found = self._query(lambda: _ledger.read_effect(self._dialect, thread_id, key))
-        return found and self._state.outcomes.overlay(thread_id, [found])[0]
+    @property
+    def attempts(self) -> Attempts:
+        """The failed tries of tasks (the store side of the node wrapper)."""
+        return Attempts(self)
 
-    def claim_intent(
-        self,
-        thread_id: str,
-        record: EffectRecord,
-        args_digest: str | None,
-        lease: float,
-        fence: Fence | None = None,
-        first: bool = False,
-    ) -> IntentClaim:
-        """Store an effect's intent durably before the call, held by
-        ``record.owner`` for ``lease`` seconds, or say who holds it (`IntentClaim`);
-        ``first``: see `_ledger.claim_intent`."""
-        d = self._dialect
-        claim = _ledger.claim_intent
-        return self._write(
-            lambda: claim(d, thread_id, record, args_digest, lease, first),
-            fence=fence,
-            pipeline=True,
-        )
+    @property
+    def runs(self) -> Runs:
+        """The run queue under leases (the store side of `Worker`)."""
+        return Runs(self)
 
-    def renew_intent(self, thread_id: str, key: str, owner: str, lease: float) -> bool:
-        """Extend the lease of an intent whose call runs; False once it is not held."""
-        d = self._dialect
-        return self._write(lambda: _ledger.renew_intent(d, thread_id, key, owner, lease))
+    @property
+    def history(self) -> History:
+        """What `recovery_metrics` and `run_report` read."""
+        return History(self)
 
-    def record_outcome(
-        self, thread_id: str, key: str, fields: OutcomeFields, fence: Fence | None = None
-    ) -> None:
-        """Store an effect's outcome (or error) after the call, at once."""
-        d = self._dialect
-        outcome = _ledger.record_outcome
-        self._write(
-            lambda: outcome(d, thread_id, key, fields), fence=fence, pipeline=True, relaxed=True
-        )
+    # -- what the README documents ----------------------------------------------------
 
     def list_effects(self, thread_id: str) -> Sequence[EffectRecord]:
         """A thread's side effects: key, name, intent and outcome times, status."""
@@ -361,60 +321,6 @@ class SyncResilience(Hooks, SyncArchival):
         if not rows and self._restored({"configurable": {"thread_id": thread_id}}):
             rows = self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
         return _steps.decode_steps(rows, self.serde.loads_typed, run)
-
-    def read_history(self, what: str, thread_id: str | None = None) -> Sequence[Any]:
-        """What `recovery_metrics` and `run_report` read (`_events.HISTORY_READS`):
-        ``recoveries``, ``run_log``, ``attempts``, ``runs``; of one thread or all."""
-        return self._query(lambda: _events.read_history(self._dialect, what, thread_id))
-
-    def note_recovery(self, thread_id: str, key: str, kind: str, owner: str | None = None) -> None:
-        """Store one recovery of a thread that leaves no write of its own (once per key)."""
-        d = self._dialect
-        self._write(lambda: _events.note_recovery(d, thread_id, key, kind, owner))
-
-    # -- runs and leases (the store side of `Worker`) -------------------------------------
-
-    def submit_run(
-        self, run_id: str, thread_id: str, input_: Blob | None, budget: Blob | None
-    ) -> None:
-        """Queue a run of a thread (see `Worker.submit`).
-
-        Raises:
-            RunStateError: the thread already has an open run.
-        """
-        d = self._dialect
-        self._write(
-            lambda: _runs.submit_run(d, run_id, thread_id, input_, budget),
-            translate=lambda exc: _runs.open_run_conflict(exc, thread_id),
-        )
-
-    def claim_runs(self, owner: str, limit: int, lease_ttl: float) -> Sequence[RunRecord]:
-        """Claim up to ``limit`` lease-expired or queued runs for ``owner``."""
-        d, token = self._dialect, uuid.uuid4().hex  # one token for every try of this claim
-        return self._write(lambda: _events.claim_noting(d, owner, limit, lease_ttl, token))
-
-    def renew_leases(self, owner: str, fences: Sequence[Fence], lease_ttl: float) -> Sequence[str]:
-        """Extend ``owner``'s leases; returns the run ids it still holds."""
-        return self._write(lambda: _runs.renew_leases(self._dialect, owner, fences, lease_ttl))
-
-    def finish_run(
-        self, fence: Fence, status: str, outcome: Blob | None, wait: float | None = None
-    ) -> bool:
-        """End, pause or release a held run (``wait``: seconds before a released run
-        may be claimed again); False if its lease was lost."""
-        return self._write(lambda: _runs.finish_run(self._dialect, fence, status, outcome, wait))
-
-    def requeue_run(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
-        """Queue a paused run again, with a new budget if given."""
-        return self._write(lambda: _runs.requeue_run(self._dialect, run_id, budget, resume))
-
-    def settle_paused(self, run_id: str, status: str, outcome: Blob) -> bool:
-        """End a paused run whose thread was resumed by hand, as its thread ended."""
-        return self._write(lambda: _runs.settle_paused(self._dialect, run_id, status, outcome))
-
-    def cancel_run(self, run_id: str, outcome: Blob) -> str | None:
-        """End an open run as cancelled (fenced); the status it had, or None."""
-        return self._write(lambda: _runs.cancel_run(self._dialect, run_id, outcome))
 
     def read_run(self, run_id: str) -> RunRecord | None:
         """A run: status, claims, owner, lease expiry, fencing token, outcome."""

@@ -308,7 +308,7 @@ def archive(archive_url: str, older_than: str, limit: int, db: str | None, as_js
     idle = parse_duration(older_than, "--older-than")
     assert idle is not None
     with open_store(db, archive=archive_url) as store:
-        done = store.saver.archive_idle(idle, limit=limit)  # type: ignore[attr-defined]
+        done = store.saver.archive_idle(idle, limit=limit)
     failed = {thread: one_line(exc) for thread, exc in done.failed.items()}
     if as_json:
         print_json({"archived": done.archived, "skipped": done.skipped, "failed": failed})
@@ -344,7 +344,7 @@ def prune(
             "--runs-older-than DURATION (each namespace's latest checkpoint always stays)"
         )
     with open_store(db) as store:
-        pruned = store.saver.prune_history(  # type: ignore[attr-defined]
+        pruned = store.saver.prune_history(
             older_than=parse_duration(older_than, "--older-than"),
             keep_last=keep_last,
             runs_older_than=parse_duration(runs_older_than, "--runs-older-than"),

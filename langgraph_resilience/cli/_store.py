@@ -18,6 +18,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
@@ -76,7 +78,7 @@ def is_postgres(db: str) -> bool:
 class Store:
     """An open store: the saver and how to name it in messages (no password)."""
 
-    saver: ResilientSaver
+    saver: ResilientSqliteSaver | ResilientPostgresSaver
     where: str
     dialect: str  # "sqlite" | "postgres"
 
@@ -162,7 +164,7 @@ def open_store(
                 lite = stack.enter_context(ResilientSqliteSaver.from_conn_string(target, **options))
                 store = Store(saver=lite, where=named, dialect="sqlite")
             if setup:
-                store.saver.setup()  # type: ignore[attr-defined]
+                store.saver.setup()
             else:
                 _check_schema(store, target)
         except (StoreUnavailable, ConfigError, ArchiveError) as exc:  # they name the store
@@ -172,8 +174,8 @@ def open_store(
 
 def thread_exists(saver: ResilientSaver, thread_id: str) -> bool:
     """Whether the store knows the thread: a checkpoint of it, or a run on it."""
-    config = {"configurable": {"thread_id": thread_id}}
-    if saver.get_tuple(config) is not None:  # type: ignore[attr-defined]
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+    if saver.get_tuple(config) is not None:
         return True
     return any(r.thread_id == thread_id for r in saver.list_runs())
 
@@ -196,7 +198,9 @@ def _import_target(spec: str) -> Any:
     return found
 
 
-def load_graph(spec: str, saver: ResilientSaver) -> CompiledStateGraph[Any, Any, Any, Any]:
+def load_graph(
+    spec: str, saver: BaseCheckpointSaver[Any]
+) -> CompiledStateGraph[Any, Any, Any, Any]:
     """The graph ``module:attr`` names (a compiled graph, its builder, or a function
     of no arguments returning either), bound to ``saver``.
 

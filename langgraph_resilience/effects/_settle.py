@@ -17,7 +17,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields
 from langgraph_resilience.checkpoint._process import executor_alive
-from langgraph_resilience.checkpoint._reads import async_saver_of, saver_of
+from langgraph_resilience.checkpoint._reads import SaverOrGraph, async_saver_of, saver_of
 from langgraph_resilience.errors import ConfigError, RunStateError
 
 __all__ = ["asettle_effect", "settle_effect"]
@@ -26,7 +26,7 @@ _WHAT = "settle_effect"
 
 
 def settle_effect(
-    checkpointer: Any,
+    checkpointer: SaverOrGraph,
     thread_id: str,
     idempotency_key: str,
     *,
@@ -58,16 +58,16 @@ def settle_effect(
         >>> retry_failed(graph, {"configurable": {"thread_id": "order-7"}})  # doctest: +SKIP
     """
     saver = saver_of(checkpointer, _WHAT)
-    found = saver.read_effect(thread_id, idempotency_key)
+    found = saver.effects.read(thread_id, idempotency_key)
     fields = _settled(found, thread_id, idempotency_key, happened, result, saver.serde)
-    saver.record_outcome(thread_id, idempotency_key, fields)
-    stored = saver.read_effect(thread_id, idempotency_key)
+    saver.effects.record(thread_id, idempotency_key, fields)
+    stored = saver.effects.read(thread_id, idempotency_key)
     assert stored is not None
     return stored
 
 
 async def asettle_effect(
-    checkpointer: Any,
+    checkpointer: SaverOrGraph,
     thread_id: str,
     idempotency_key: str,
     *,
@@ -76,10 +76,10 @@ async def asettle_effect(
 ) -> EffectRecord:
     """Async twin of `settle_effect`, for the async savers."""
     saver = async_saver_of(checkpointer, _WHAT)
-    found = await saver.aread_effect(thread_id, idempotency_key)
+    found = await saver.effects.aread(thread_id, idempotency_key)
     fields = _settled(found, thread_id, idempotency_key, happened, result, saver.serde)
-    await saver.arecord_outcome(thread_id, idempotency_key, fields)
-    stored = await saver.aread_effect(thread_id, idempotency_key)
+    await saver.effects.arecord(thread_id, idempotency_key, fields)
+    stored = await saver.effects.aread(thread_id, idempotency_key)
     assert stored is not None
     return stored
 

@@ -173,7 +173,7 @@ def _renewing(
     savers' sync methods run on their event loop, which the call leaves free)."""
     owner = intent.owner or ""
     key = intent.idempotency_key
-    return every(spec.lease / 3, lambda: saver.renew_intent(thread, key, owner, spec.lease))
+    return every(spec.lease / 3, lambda: saver.effects.renew(thread, key, owner, spec.lease))
 
 
 def _release(
@@ -182,7 +182,7 @@ def _release(
     """Let a claim go that this call will not settle (it raised before calling):
     its lease ends now, so the next try need not wait it out."""
     with contextlib.suppress(Exception):  # if not, the lease runs out on its own
-        saver.renew_intent(thread, intent.idempotency_key, intent.owner or "", 0.0)
+        saver.effects.renew(thread, intent.idempotency_key, intent.owner or "", 0.0)
 
 
 def _lease_waits(spec: EffectSpec, key: str, fence: Fence | None) -> Iterator[float]:
@@ -296,9 +296,11 @@ def drive_sync(call: EffectCall, saver: ResilientSaver, invoke: Callable[[str], 
                 return _result(saver, call, stop.value)
             reply = None
             if isinstance(op, Lookup):
-                reply = saver.read_effect(thread, key)
+                reply = saver.effects.read(thread, key)
             elif isinstance(op, Claim):
-                reply = saver.claim_intent(thread, intent, call.digest, spec.lease, fence, op.first)
+                reply = saver.effects.claim(
+                    thread, intent, call.digest, spec.lease, fence, op.first
+                )
                 held = reply.verdict in ("new", "took_over")
             elif isinstance(op, Reconcile):
                 assert spec.reconcile is not None
@@ -318,9 +320,9 @@ def drive_sync(call: EffectCall, saver: ResilientSaver, invoke: Callable[[str], 
                 held = False
                 fields = _outcome_fields(spec, saver, op)
                 if spec.on_unknown == "raise":
-                    saver.record_outcome(thread, key, fields, fence)
+                    saver.effects.record(thread, key, fields, fence)
                 else:
-                    saver.defer_outcome(thread, key, fields)
+                    saver.effects.defer(thread, key, fields)
                 _raise_unstorable(fields)
     except BaseException:
         if held:
@@ -345,9 +347,9 @@ async def drive_async(
                 return _result(saver, call, stop.value)
             reply = None
             if isinstance(op, Lookup):
-                reply = await saver.aread_effect(thread, key)
+                reply = await saver.effects.aread(thread, key)
             elif isinstance(op, Claim):
-                reply = await saver.aclaim_intent(
+                reply = await saver.effects.aclaim(
                     thread, intent, call.digest, spec.lease, fence, op.first
                 )
                 held = reply.verdict in ("new", "took_over")
@@ -371,14 +373,14 @@ async def drive_async(
                 held = False
                 fields = _outcome_fields(spec, saver, op)
                 if spec.on_unknown == "raise":
-                    await saver.arecord_outcome(thread, key, fields, fence)
+                    await saver.effects.arecord(thread, key, fields, fence)
                 else:
-                    saver.defer_outcome(thread, key, fields)
+                    saver.effects.defer(thread, key, fields)
                 _raise_unstorable(fields)
     except BaseException:
         if held:
             with contextlib.suppress(Exception):  # if not, the lease runs out on its own
-                await saver.arenew_intent(thread, key, intent.owner or "", 0.0)
+                await saver.effects.arenew(thread, key, intent.owner or "", 0.0)
         raise
 
 

@@ -106,12 +106,12 @@ def run_sync(
         elif isinstance(op, LoadAttempts):
             saver = task.saver if task is not None else None
             key = task.attempt_key if task is not None else None
-            reply = saver.node_attempts(key) if saver is not None and key is not None else []
+            reply = saver.attempts.read(key) if saver is not None and key is not None else []
         elif isinstance(op, RecordAttempt):
             saver = task.saver if task is not None else None
             key = task.attempt_key if task is not None else None
             if saver is not None and key is not None and task is not None:
-                saver.record_attempt(key, op.record, op.started_at, task.fence)
+                saver.attempts.record(key, op.record, op.started_at, task.fence)
             if watched is not None:
                 number, config = op.record.attempt, watched.config
                 tr = failed_try(tr, what.name, number, config, op.started_at)
@@ -182,12 +182,12 @@ async def run_async(
         elif isinstance(op, LoadAttempts):
             saver = task.async_saver if task is not None else None
             key = task.attempt_key if task is not None else None
-            reply = await saver.anode_attempts(key) if saver is not None and key is not None else []
+            reply = await saver.attempts.aread(key) if saver is not None and key is not None else []
         elif isinstance(op, RecordAttempt):
             saver = task.async_saver if task is not None else None
             key = task.attempt_key if task is not None else None
             if saver is not None and key is not None and task is not None:
-                await saver.arecord_attempt(key, op.record, op.started_at, task.fence)
+                await saver.attempts.arecord(key, op.record, op.started_at, task.fence)
             if watched is not None:
                 number, config = op.record.attempt, watched.config
                 tr = failed_try(tr, what.name, number, config, op.started_at)

@@ -129,7 +129,7 @@ def note_resume(graph: Any, input: Any, config: RunnableConfig | None) -> None:
     try:
         key = _crash_key(graph.get_state(config))
         if key is not None:
-            saver.note_recovery(thread, key, "crash", _this_process())
+            saver.history.note_recovery(thread, key, "crash", _this_process())
     except Exception as exc:
         logger.debug("could not store the resume of thread %s: %s", thread, exc)
 
@@ -144,7 +144,7 @@ async def anoted(
         try:
             key = _crash_key(await graph.aget_state(config))
             if key is not None:
-                await saver.anote_recovery(thread, key, "crash", _this_process())
+                await saver.history.anote_recovery(thread, key, "crash", _this_process())
         except Exception as exc:
             logger.debug("could not store the resume of thread %s: %s", thread, exc)
     try:

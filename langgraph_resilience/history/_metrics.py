@@ -14,20 +14,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from langgraph_resilience.checkpoint import _reads as reads
 from langgraph_resilience.checkpoint._counters import (
     CHECKPOINT_FAILED,
     CHECKPOINT_OK,
     WRITES_FAILED,
     WRITES_OK,
 )
-from langgraph_resilience.checkpoint._reads import (
-    Read,
-    Reads,
-    adrive,
-    async_saver_of,
-    drive,
-    saver_of,
-)
+from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.history._scan import (
     RECOVERY_KINDS,
@@ -190,9 +184,9 @@ def scan_store(
 ) -> Reads[list[ThreadRun]]:
     """Every run of the store (or of one thread), with recoveries and the
     effects their redone steps replayed."""
-    writes = decode_writes((yield Read("read_history", ("run_log", thread_id))), loads)
-    events = list((yield Read("read_history", ("recoveries", thread_id))))
-    records = list((yield Read("read_history", ("runs", thread_id))))
+    writes = decode_writes((yield reads.run_log(thread_id)), loads)
+    events = list((yield reads.recoveries(thread_id)))
+    records = list((yield reads.runs(thread_id)))
     threads = sorted({w.thread_id for w in writes} | {r.thread_id for r in records})
     by_thread: dict[str, list[Any]] = {t: [] for t in threads}
     for w in writes:
@@ -206,7 +200,7 @@ def scan_store(
             [r for r in records if r.thread_id == thread],
         )
         if any(rec.redone for run in found for rec in run.recoveries):
-            effects = list((yield Read("list_effects", (thread,))))
+            effects = list((yield reads.effects(thread)))
             found = scan_thread(
                 thread,
                 by_thread[thread],
@@ -225,7 +219,7 @@ def _in_graph(run: ThreadRun, nodes: frozenset[str] | None) -> bool:
 def _metrics(
     loads: Callable[[tuple[str, bytes]], Any], since: float | None, nodes: frozenset[str] | None
 ) -> Reads[RecoveryMetrics]:
-    counters: dict[str, int] = yield Read("read_counters", (since,))
+    counters: dict[str, int] = yield reads.counters(since)
     runs = [r for r in (yield from scan_store(loads)) if _in_graph(r, nodes)]
     if since is not None:
         runs = [r for r in runs if (r.last_seen() or 0.0) >= since]
@@ -272,7 +266,7 @@ def _metrics(
 
 
 def recovery_metrics(
-    checkpointer: Any, *, since: Since = None, graph: Any = None
+    checkpointer: SaverOrGraph, *, since: Since = None, graph: Any = None
 ) -> RecoveryMetrics:
     """The four recovery metrics of the runs in ``checkpointer``'s store.
 
@@ -292,14 +286,14 @@ def recovery_metrics(
         >>> recovery_metrics(saver).partial_completion_rate  # doctest: +SKIP
         0.3
     """
-    saver = saver_of(checkpointer, "recovery_metrics")
-    return drive(saver, _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph)))
+    saver = reads.saver_of(checkpointer, "recovery_metrics")
+    return reads.drive(saver, _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph)))
 
 
 async def arecovery_metrics(
-    checkpointer: Any, *, since: Since = None, graph: Any = None
+    checkpointer: SaverOrGraph, *, since: Since = None, graph: Any = None
 ) -> RecoveryMetrics:
     """Async twin of `recovery_metrics` (on an async resilient saver)."""
-    saver = async_saver_of(checkpointer, "arecovery_metrics")
-    reads = _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph))
-    return await adrive(saver, reads)
+    saver = reads.async_saver_of(checkpointer, "arecovery_metrics")
+    steps = _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph))
+    return await reads.adrive(saver, steps)

@@ -16,14 +16,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 import langgraph_resilience.history._render as render
-from langgraph_resilience.checkpoint._reads import (
-    Read,
-    Reads,
-    adrive,
-    async_saver_of,
-    drive,
-    saver_of,
-)
+from langgraph_resilience.checkpoint import _reads as reads
+from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.graph._routes import PARTIAL_RESULT
 from langgraph_resilience.history._entries import (
@@ -208,7 +202,7 @@ def _report(
     loads: Callable[[tuple[str, bytes]], Any], thread: str, run: int | str | None
 ) -> Reads[RunReport]:
     runs = yield from scan_store(loads, thread)
-    tuple_ = yield Read("get_tuple", ({"configurable": {"thread_id": thread}},))
+    tuple_ = yield reads.checkpoint({"configurable": {"thread_id": thread}})
     if not runs and tuple_ is None:
         raise UnknownThread(
             f"thread {thread!r} is not in this store (no checkpoint, no run); "
@@ -217,8 +211,8 @@ def _report(
     if not runs:
         runs = [ThreadRun(thread_id=thread, run=1)]
     chosen = _chosen(runs, run, thread)
-    attempts = yield Read("read_history", ("attempts", thread))
-    effects = yield Read("list_effects", (thread,))
+    attempts = yield reads.thread_attempts(thread)
+    effects = yield reads.effects(thread)
     values = tuple_.checkpoint.get("channel_values", {}) if tuple_ is not None else {}
     log = values.get("resilience") if isinstance(values, Mapping) else None
     current = isinstance(log, Mapping) and int(log.get("run") or 1) == chosen.run
@@ -285,7 +279,9 @@ def _summed_usage(run: ThreadRun) -> dict[str, float]:
     return total
 
 
-def run_report(checkpointer: Any, thread_id: str, *, run: int | str | None = None) -> RunReport:
+def run_report(
+    checkpointer: SaverOrGraph, thread_id: str, *, run: int | str | None = None
+) -> RunReport:
     """What happened in one run of a thread.
 
     Args:
@@ -303,18 +299,18 @@ def run_report(checkpointer: Any, thread_id: str, *, run: int | str | None = Non
         >>> report = run_report(saver, "job-42")  # doctest: +SKIP
         >>> print(report.to_text()); print(report.to_mermaid(graph))  # doctest: +SKIP
     """
-    saver = saver_of(checkpointer, "run_report")
-    saver.get_tuple(_latest(thread_id))  # type: ignore[attr-defined]  # restores an archived one
-    return drive(saver, _report(saver.serde.loads_typed, str(thread_id), run))
+    saver = reads.saver_of(checkpointer, "run_report")
+    saver.get_tuple(_latest(thread_id))  # restores an archived one
+    return reads.drive(saver, _report(saver.serde.loads_typed, str(thread_id), run))
 
 
 async def arun_report(
-    checkpointer: Any, thread_id: str, *, run: int | str | None = None
+    checkpointer: SaverOrGraph, thread_id: str, *, run: int | str | None = None
 ) -> RunReport:
     """Async twin of `run_report` (on an async resilient saver)."""
-    saver = async_saver_of(checkpointer, "arun_report")
-    await saver.aget_tuple(_latest(thread_id))  # type: ignore[attr-defined]  # restores an archived one
-    return await adrive(saver, _report(saver.serde.loads_typed, str(thread_id), run))
+    saver = reads.async_saver_of(checkpointer, "arun_report")
+    await saver.aget_tuple(_latest(thread_id))  # restores an archived one
+    return await reads.adrive(saver, _report(saver.serde.loads_typed, str(thread_id), run))
 
 
 def _latest(thread_id: str) -> RunnableConfig:

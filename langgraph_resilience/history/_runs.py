@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from langgraph_resilience.checkpoint._reads import Reads, adrive, async_saver_of, drive, saver_of
+from langgraph_resilience.checkpoint import _reads as reads
+from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
 from langgraph_resilience.errors import ConfigError, RunStateError
 from langgraph_resilience.history._metrics import scan_store
 from langgraph_resilience.history._scan import ThreadRun
@@ -96,7 +97,7 @@ def _limit(limit: int) -> int:
 
 
 def list_runs(
-    checkpointer: Any, *, status: str | Sequence[str] | None = None, limit: int = 100
+    checkpointer: SaverOrGraph, *, status: str | Sequence[str] | None = None, limit: int = 100
 ) -> list[RunSummary]:
     """The runs of the store, newest first: `Worker` runs and plain threads alike.
 
@@ -108,14 +109,14 @@ def list_runs(
     Example:
         >>> [r.to_dict() for r in list_runs(saver, status="partial_complete")]  # doctest: +SKIP
     """
-    saver = saver_of(checkpointer, "list_runs")
-    return drive(saver, _listed(saver.serde.loads_typed, _statuses(status), _limit(limit)))
+    saver = reads.saver_of(checkpointer, "list_runs")
+    return reads.drive(saver, _listed(saver.serde.loads_typed, _statuses(status), _limit(limit)))
 
 
 async def alist_runs(
-    checkpointer: Any, *, status: str | Sequence[str] | None = None, limit: int = 100
+    checkpointer: SaverOrGraph, *, status: str | Sequence[str] | None = None, limit: int = 100
 ) -> list[RunSummary]:
     """Async twin of `list_runs` (on an async resilient saver)."""
-    saver = async_saver_of(checkpointer, "alist_runs")
-    reads = _listed(saver.serde.loads_typed, _statuses(status), _limit(limit))
-    return await adrive(saver, reads)
+    saver = reads.async_saver_of(checkpointer, "alist_runs")
+    steps = _listed(saver.serde.loads_typed, _statuses(status), _limit(limit))
+    return await reads.adrive(saver, steps)

@@ -6,6 +6,8 @@ right after an effect's call returned, and, once the run crashed, refuse every
 write and forget effect outcomes not yet stored, as a killed process stores
 nothing more. Intents claimed under a plan name an executor that is gone, so a
 later claim in this same process settles them at once, as after a real kill.
+The effect ledger is tapped by a subclass of the saver's ``effects`` interface,
+put on the saver (``_effects_type``).
 """
 
 from __future__ import annotations
@@ -90,10 +92,9 @@ def tap_saver(saver: BaseCheckpointSaver[Any], s: Session) -> None:
 def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> None:
     """The resilient saver's own writes: refused after a crash; a crash right
     after an effect's call, before its outcome is stored."""
-    if not hasattr(cls, "_transact") or not hasattr(cls, "defer_outcome"):
+    if not hasattr(cls, "_transact") or not hasattr(cls, "_effects_type"):
         return  # a saver without the ledger: only its put/put_writes are tapped
     transact = _untapped(saver, "_transact")
-    defer = _untapped(saver, "defer_outcome")
     state = getattr(saver, "_state", None)
     if state is not None:
         s.on_crash(state.outcomes.take_all)  # outcomes not yet stored die with the process
@@ -107,17 +108,6 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
             return await transact(statements, **options)
 
         d["_transact"] = atransact
-        claim, record = _untapped(saver, "aclaim_intent"), _untapped(saver, "arecord_outcome")
-
-        async def aclaim(thread_id: str, rec: Any, *args: Any, **kwargs: Any) -> Any:
-            s.tracker.effect_claimed(rec.idempotency_key, rec.name)
-            return await claim(thread_id, _as_mortal(rec), *args, **kwargs)
-
-        async def arecord(thread_id: str, key: str, fields: Any, *args: Any) -> Any:
-            _effect_returned(s, key, fields)
-            return await record(thread_id, key, fields, *args)
-
-        d.update(aclaim_intent=aclaim, arecord_outcome=arecord)
     else:
 
         def stransact(statements: Any, **options: Any) -> Any:
@@ -127,39 +117,54 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
             return transact(statements, **options)
 
         d["_transact"] = stransact
-        sclaim, srecord = _untapped(saver, "claim_intent"), _untapped(saver, "record_outcome")
+    # The class's own (never a tapped one): a saver used by run after run is tapped
+    # again for each, and a dead run's taps must not stay in the way.
+    d["_effects_type"] = _tapped_effects(cls._effects_type, s)
 
-        def claim_sync(thread_id: str, rec: Any, *args: Any, **kwargs: Any) -> Any:
-            s.tracker.effect_claimed(rec.idempotency_key, rec.name)
-            return sclaim(thread_id, _as_mortal(rec), *args, **kwargs)
 
-        def record_sync(thread_id: str, key: str, fields: Any, *args: Any) -> Any:
-            _effect_returned(s, key, fields)
-            return srecord(thread_id, key, fields, *args)
+def _tapped_effects(effects: type[Any], s: Session) -> type[Any]:
+    """``saver.effects`` under a plan: claims noted and held by an executor that
+    is gone, outcomes that may crash the run right after the call returned."""
 
-        d.update(claim_intent=claim_sync, record_outcome=record_sync)
+    def claim(self: Any, thread_id: str, rec: Any, *args: Any, **kwargs: Any) -> Any:
+        s.tracker.effect_claimed(rec.idempotency_key, rec.name)
+        return effects.claim(self, thread_id, _as_mortal(rec), *args, **kwargs)
 
-    renew = _untapped(saver, "renew_intent")
+    def record(self: Any, thread_id: str, key: str, fields: Any, *args: Any) -> Any:
+        _effect_returned(s, key, fields)
+        return effects.record(self, thread_id, key, fields, *args)
 
-    def renew_sync(thread_id: str, key: str, owner: str, lease: float) -> Any:
-        return renew(thread_id, key, _mortal(owner), lease)
+    def renew(self: Any, thread_id: str, key: str, owner: str, lease: float) -> Any:
+        return effects.renew(self, thread_id, key, _mortal(owner), lease)
 
-    d["renew_intent"] = renew_sync
-    if hasattr(cls, "arenew_intent"):
-        arenew = _untapped(saver, "arenew_intent")
-
-        async def arenew_mortal(thread_id: str, key: str, owner: str, lease: float) -> Any:
-            return await arenew(thread_id, key, _mortal(owner), lease)
-
-        d["arenew_intent"] = arenew_mortal
-
-    def deferred(thread_id: str, key: str, fields: Any) -> None:
+    def defer(self: Any, thread_id: str, key: str, fields: Any) -> None:
         if s.dead:
             return
         _effect_returned(s, key, fields)
-        defer(thread_id, key, fields)
+        effects.defer(self, thread_id, key, fields)
 
-    d["defer_outcome"] = deferred
+    methods: dict[str, Any] = {
+        "__slots__": (),
+        "claim": claim,
+        "record": record,
+        "renew": renew,
+        "defer": defer,
+    }
+    if hasattr(effects, "aclaim"):  # an async saver's
+
+        async def aclaim(self: Any, thread_id: str, rec: Any, *args: Any, **kwargs: Any) -> Any:
+            s.tracker.effect_claimed(rec.idempotency_key, rec.name)
+            return await effects.aclaim(self, thread_id, _as_mortal(rec), *args, **kwargs)
+
+        async def arecord(self: Any, thread_id: str, key: str, fields: Any, *args: Any) -> Any:
+            _effect_returned(s, key, fields)
+            return await effects.arecord(self, thread_id, key, fields, *args)
+
+        async def arenew(self: Any, thread_id: str, key: str, owner: str, lease: float) -> Any:
+            return await effects.arenew(self, thread_id, key, _mortal(owner), lease)
+
+        methods.update(aclaim=aclaim, arecord=arecord, arenew=arenew)
+    return type(f"Tapped{effects.__name__}", (effects,), methods)
 
 
 def _mortal(owner: str) -> str:

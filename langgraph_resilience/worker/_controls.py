@@ -41,11 +41,11 @@ class RunControls:
         """
         run_id, thread, blobs = self._new_run(input, thread_id, budget)
         try:
-            self.saver.submit_run(run_id, thread, *blobs)
+            self.saver.runs.submit(run_id, thread, *blobs)
         except RunStateError:
             if not self._settle_paused(thread):
                 raise
-            self.saver.submit_run(run_id, thread, *blobs)
+            self.saver.runs.submit(run_id, thread, *blobs)
         return run_id
 
     def _settle_paused(self, thread: str) -> bool:
@@ -59,7 +59,7 @@ class RunControls:
         if status is None:
             return False
         blob = self._outcome_blob({"values": dict(snapshot.values), "resumed": "by hand"})
-        return any([self.saver.settle_paused(r.run_id, status, blob) for r in paused])
+        return any([self.saver.runs.settle(r.run_id, status, blob) for r in paused])
 
     async def asubmit(
         self,
@@ -72,11 +72,11 @@ class RunControls:
         run_id, thread, blobs = self._new_run(input, thread_id, budget)
         saver = self._asaver()
         try:
-            await saver.asubmit_run(run_id, thread, *blobs)
+            await saver.runs.asubmit(run_id, thread, *blobs)
         except RunStateError:
             if not await self._asettle_paused(thread):
                 raise
-            await saver.asubmit_run(run_id, thread, *blobs)
+            await saver.runs.asubmit(run_id, thread, *blobs)
         return run_id
 
     async def _asettle_paused(self, thread: str) -> bool:
@@ -91,7 +91,7 @@ class RunControls:
         if status is None:
             return False
         blob = self._outcome_blob({"values": dict(snapshot.values), "resumed": "by hand"})
-        return any([await saver.asettle_paused(r.run_id, status, blob) for r in paused])
+        return any([await saver.runs.asettle(r.run_id, status, blob) for r in paused])
 
     def _new_run(
         self, input: Any, thread_id: str | None, budget: Budget | Mapping[str, Any] | None
@@ -135,7 +135,7 @@ class RunControls:
             RunStateError: the run is not paused.
         """
         budget_blob, answer = self._resumed_with(value, budget)
-        if not self.saver.requeue_run(str(run_id), budget_blob, answer):
+        if not self.saver.runs.requeue(str(run_id), budget_blob, answer):
             raise RunStateError(not_paused(run_id, self.saver.read_run(str(run_id))))
 
     async def aresume(
@@ -148,7 +148,7 @@ class RunControls:
         """Async twin of `resume`."""
         saver = self._asaver()
         budget_blob, answer = self._resumed_with(value, budget)
-        if not await saver.arequeue_run(str(run_id), budget_blob, answer):
+        if not await saver.runs.arequeue(str(run_id), budget_blob, answer):
             raise RunStateError(not_paused(run_id, await saver.aread_run(str(run_id))))
 
     def cancel(self, run_id: str, reason: str) -> str:
@@ -161,7 +161,7 @@ class RunControls:
         Raises:
             RunStateError: the run is not open (unknown, or already ended).
         """
-        had = self.saver.cancel_run(str(run_id), self._cancelled(reason))
+        had = self.saver.runs.cancel(str(run_id), self._cancelled(reason))
         if had is None:
             raise RunStateError(not_open(run_id, self.saver.read_run(str(run_id))))
         return had
@@ -169,7 +169,7 @@ class RunControls:
     async def acancel(self, run_id: str, reason: str) -> str:
         """Async twin of `cancel`."""
         saver = self._asaver()
-        had = await saver.acancel_run(str(run_id), self._cancelled(reason))
+        had = await saver.runs.acancel(str(run_id), self._cancelled(reason))
         if had is None:
             raise RunStateError(not_open(run_id, await saver.aread_run(str(run_id))))
         return had

@@ -10,14 +10,14 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from langgraph_resilience._store_errors import is_store_error
-from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver, RunRecord
+from langgraph_resilience.checkpoint import ResilientSaver, RunRecord
 from langgraph_resilience.errors import ConfigError, StoreUnavailable
 
 __all__ = [
@@ -82,11 +82,11 @@ def store_down(exc: BaseException) -> bool:
 
 def bind(
     graph: CompiledStateGraph[Any, Any, Any, Any] | StateGraph[Any, Any, Any, Any],
-    checkpointer: ResilientSaver | AsyncResilientSaver | None,
+    checkpointer: BaseCheckpointSaver[Any] | None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """The compiled graph the worker runs, on the saver that holds the runs."""
-    # Every resilient saver is a LangGraph saver; the protocols name what is added.
-    saver = cast(BaseCheckpointSaver[Any] | None, checkpointer)
+    """The compiled graph the worker runs, on the saver that holds the runs (checked
+    by `resilient_saver`)."""
+    saver = checkpointer
     if isinstance(graph, StateGraph):
         return graph.compile(checkpointer=saver)
     if saver is not None:

@@ -51,6 +51,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
@@ -130,7 +131,7 @@ class Worker(RunControls):
         self,
         graph: CompiledStateGraph[Any, Any, Any, Any] | StateGraph[Any, Any, Any, Any],
         *,
-        checkpointer: ResilientSaver | AsyncResilientSaver | None = None,
+        checkpointer: BaseCheckpointSaver[Any] | None = None,
         lease_ttl: float = 30.0,
         worker_id: str | None = None,
         concurrency: int = 1,
@@ -251,7 +252,7 @@ class Worker(RunControls):
                     return done
                 reply = None
                 if isinstance(op, Claim):
-                    reply = self._call(leases.claim_runs, self.worker_id, op.room, self.lease_ttl)
+                    reply = self._call(leases.runs.claim, self.worker_id, op.room, self.lease_ttl)
                 elif isinstance(op, Start):
                     name = f"lgr-run-{op.held.record.run_id}"
                     futures[in_thread(name, self._execute, op.held, leases)] = op.held.record.run_id
@@ -264,9 +265,7 @@ class Worker(RunControls):
                     )
                     reply = [(futures.pop(f), f.result()) for f in finished]
                 elif isinstance(op, Renew):
-                    reply = self._call(
-                        leases.renew_leases, self.worker_id, op.fences, self.lease_ttl
-                    )
+                    reply = self._call(leases.runs.renew, self.worker_id, op.fences, self.lease_ttl)
                 elif isinstance(op, Abandon):  # their daemon threads are left to themselves
                     futures = {f: r for f, r in futures.items() if r not in op.run_ids}
                 else:
@@ -315,7 +314,7 @@ class Worker(RunControls):
                     time.sleep(op.seconds)
                 else:
                     blob = self._outcome_blob(op.outcome)
-                    reply = self._call(leases.finish_run, held.fence, op.status, blob, op.wait)
+                    reply = self._call(leases.runs.finish, held.fence, op.status, blob, op.wait)
 
     # -- async -----------------------------------------------------------------------
 
@@ -337,7 +336,7 @@ class Worker(RunControls):
                     reply = None
                     if isinstance(op, Claim):
                         reply = await self._acall(
-                            leases.aclaim_runs, self.worker_id, op.room, self.lease_ttl
+                            leases.runs.aclaim, self.worker_id, op.room, self.lease_ttl
                         )
                     elif isinstance(op, Start):
                         task = asyncio.ensure_future(self._aexecute(op.held, leases))
@@ -352,7 +351,7 @@ class Worker(RunControls):
                         reply = [(tasks.pop(t), t.result()) for t in finished]
                     elif isinstance(op, Renew):
                         reply = await self._acall(
-                            leases.arenew_leases, self.worker_id, op.fences, self.lease_ttl
+                            leases.runs.arenew, self.worker_id, op.fences, self.lease_ttl
                         )
                     elif isinstance(op, Abandon):
                         for task in [t for t, r in tasks.items() if r in op.run_ids]:
@@ -404,5 +403,5 @@ class Worker(RunControls):
                 else:
                     blob = self._outcome_blob(op.outcome)
                     reply = await self._acall(
-                        leases.afinish_run, held.fence, op.status, blob, op.wait
+                        leases.runs.afinish, held.fence, op.status, blob, op.wait
                     )

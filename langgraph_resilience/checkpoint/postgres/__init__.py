@@ -33,13 +33,13 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from langgraph_resilience._langgraph import DeltaSnapshot
 from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.checkpoint import _base, _schema, _threads
-from langgraph_resilience.checkpoint._retry import (
+from langgraph_resilience.checkpoint._savers import SyncResilience
+from langgraph_resilience.checkpoint._store import POSTGRES, Statements, execute
+from langgraph_resilience.checkpoint._store_retry import (
     DEFAULT_PG_STORE_RETRY,
     Translate,
     call_with_retry,
 )
-from langgraph_resilience.checkpoint._savers import SyncResilience
-from langgraph_resilience.checkpoint._store import POSTGRES, Statements, execute
 from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.postgres import _network
 from langgraph_resilience.checkpoint.postgres._network import (

@@ -18,12 +18,12 @@ from psycopg_pool import AsyncConnectionPool
 from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._asavers import AsyncResilience
-from langgraph_resilience.checkpoint._retry import (
+from langgraph_resilience.checkpoint._store import POSTGRES, Statements, aexecute
+from langgraph_resilience.checkpoint._store_retry import (
     DEFAULT_PG_STORE_RETRY,
     Translate,
     acall_with_retry,
 )
-from langgraph_resilience.checkpoint._store import POSTGRES, Statements, aexecute
 from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.postgres import (
     _network,

@@ -22,9 +22,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from langgraph_resilience.checkpoint import _base, _schema, _threads
-from langgraph_resilience.checkpoint._retry import Translate, call_with_retry
 from langgraph_resilience.checkpoint._savers import SyncResilience
 from langgraph_resilience.checkpoint._store import SQLITE, Statements, execute
+from langgraph_resilience.checkpoint._store_retry import Translate, call_with_retry
 from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.errors import ConfigError, StoreUnavailable
 from langgraph_resilience.policy import Backoff

@@ -12,8 +12,8 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._asavers import AsyncResilience
-from langgraph_resilience.checkpoint._retry import Translate, acall_with_retry
 from langgraph_resilience.checkpoint._store import SQLITE, Statements, aexecute
+from langgraph_resilience.checkpoint._store_retry import Translate, acall_with_retry
 from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.sqlite import (
     sqlite_final,

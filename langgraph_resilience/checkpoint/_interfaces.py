@@ -1,0 +1,446 @@
+"""The ledgers a resilient saver keeps besides its checkpoints, each a small typed
+interface reached from the saver: ``saver.effects`` (side-effect intents and
+outcomes), ``saver.attempts`` (the failed tries of a task), ``saver.runs`` (the
+run queue under leases) and ``saver.history`` (what `recovery_metrics` and
+`run_report` read, and the recoveries noted). They are the store side of
+`side_effect`, the node wrapper and `Worker`; the saver itself stays a
+checkpointer with the methods the README documents.
+
+An interface is built on each access (one slotted object, two on an async saver)
+and acts on the saver it was reached from: a copy of a saver (``compile()`` may
+``copy.copy`` one) never writes through the original. Its statements are the
+dialect's (`_ledger`, `_runs`, `_events`); an interface only says how each runs,
+as a (fenced) write or a read, through the saver's ``_write`` and ``_query``.
+
+Sync and async twins: ``AsyncEffects`` is ``Effects`` plus the a-prefixed
+methods. On an async saver the sync methods are the sync interface's own, with
+only their I/O sent to the saver's event loop (`Bridge`), for the callers in
+other threads: the heartbeat that renews a claim, a sync node under
+``ainvoke``, a sync `Worker`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol, TypeVar
+
+import langgraph_resilience.checkpoint._events as _events
+import langgraph_resilience.checkpoint._ledger as _ledger
+import langgraph_resilience.checkpoint._runs as _runs
+from langgraph_resilience.checkpoint._base import SaverState
+from langgraph_resilience.checkpoint._events import RecoveryRecord, StoredAttempt
+from langgraph_resilience.checkpoint._ledger import (
+    AttemptKey,
+    AttemptRecord,
+    EffectRecord,
+    IntentClaim,
+    OutcomeFields,
+)
+from langgraph_resilience.checkpoint._runs import Blob, Fence, RunRecord
+from langgraph_resilience.checkpoint._store import Dialect, Row, Statements
+
+__all__ = [
+    "AsyncAttempts",
+    "AsyncEffects",
+    "AsyncHistory",
+    "AsyncRuns",
+    "AsyncStore",
+    "Attempts",
+    "Effects",
+    "History",
+    "Runs",
+    "SyncStore",
+]
+
+T = TypeVar("T")
+Make = Callable[[], Statements[T]]
+
+
+class Store(Protocol):
+    """What an interface reads of its saver."""
+
+    @property
+    def _dialect(self) -> Dialect: ...
+
+    @property
+    def _state(self) -> SaverState: ...
+
+
+class SyncIO(Protocol):
+    def _write(self, statements: Make[T], **options: Any) -> T: ...
+
+    def _query(self, statements: Make[T]) -> T: ...
+
+
+class SyncStore(Store, SyncIO, Protocol):
+    """A sync saver, as its interfaces use it."""
+
+
+class AsyncStore(Store, Protocol):
+    """An async saver, as its interfaces use it."""
+
+    async def _write(self, statements: Make[T], **options: Any) -> T: ...
+
+    async def _query(self, statements: Make[T]) -> T: ...
+
+    def _bridge(self, coro: Coroutine[Any, Any, T]) -> T: ...
+
+
+class Bridge:
+    """The sync I/O of an async saver: a statement runs on the saver's event loop,
+    called from another thread."""
+
+    __slots__ = ("_saver",)
+
+    def __init__(self, saver: AsyncStore) -> None:
+        self._saver = saver
+
+    def _write(self, statements: Make[T], **options: Any) -> T:
+        return self._saver._bridge(self._saver._write(statements, **options))
+
+    def _query(self, statements: Make[T]) -> T:
+        return self._saver._bridge(self._saver._query(statements))
+
+
+class _Part:
+    __slots__ = ("_io", "_saver")
+
+    def __init__(self, saver: SyncStore) -> None:
+        self._saver: Store = saver
+        self._io: SyncIO = saver
+
+
+class _AsyncPart(_Part):
+    __slots__ = ()
+    _saver: AsyncStore
+
+    def __init__(self, saver: AsyncStore) -> None:
+        self._saver = saver
+        self._io = Bridge(saver)
+
+
+# -- side effects --------------------------------------------------------------------------
+
+
+class Effects(_Part):
+    """The side-effect ledger (`side_effect`, `settle_effect`): an effect's intent,
+    stored durably before its call and held under a lease, then its outcome."""
+
+    __slots__ = ()
+
+    def read(self, thread_id: str, key: str) -> EffectRecord | None:
+        """One effect's record (with its outcome if one waits to be stored), or None."""
+        d = self._saver._dialect
+        return self._overlaid(
+            thread_id, self._io._query(lambda: _ledger.read_effect(d, thread_id, key))
+        )
+
+    def claim(
+        self,
+        thread_id: str,
+        record: EffectRecord,
+        args_digest: str | None,
+        lease: float,
+        fence: Fence | None = None,
+        first: bool = False,
+    ) -> IntentClaim:
+        """Store an effect's intent, held by ``record.owner`` for ``lease`` seconds,
+        or say who holds it (`IntentClaim`); ``first``: see `_ledger.claim_intent`."""
+        d = self._saver._dialect
+        claim = _ledger.claim_intent
+        return self._io._write(
+            lambda: claim(d, thread_id, record, args_digest, lease, first),
+            fence=fence,
+            pipeline=True,
+        )
+
+    def renew(self, thread_id: str, key: str, owner: str, lease: float) -> bool:
+        """Extend the lease of an intent whose call runs; False once it is not held."""
+        d = self._saver._dialect
+        return self._io._write(lambda: _ledger.renew_intent(d, thread_id, key, owner, lease))
+
+    def record(
+        self, thread_id: str, key: str, fields: OutcomeFields, fence: Fence | None = None
+    ) -> None:
+        """Store an effect's outcome (or error) after the call, at once."""
+        d = self._saver._dialect
+        outcome = _ledger.record_outcome
+        self._io._write(
+            lambda: outcome(d, thread_id, key, fields), fence=fence, pipeline=True, relaxed=True
+        )
+
+    def defer(self, thread_id: str, key: str, fields: OutcomeFields) -> None:
+        """Store an effect's outcome with the saver's next write (no I/O now).
+
+        See `_ledger.PendingOutcomes` for when that is and what a crash before it
+        means; reads of the saver see the outcome at once.
+        """
+        self._saver._state.outcomes.add(thread_id, key, fields)
+
+    def _overlaid(self, thread_id: str, found: EffectRecord | None) -> EffectRecord | None:
+        return found and self._saver._state.outcomes.overlay(thread_id, [found])[0]
+
+
+class AsyncEffects(Effects, _AsyncPart):
+    """`Effects` with the a-prefixed methods of an async saver."""
+
+    __slots__ = ()
+
+    async def aread(self, thread_id: str, key: str) -> EffectRecord | None:
+        """Async twin of `Effects.read`."""
+        d = self._saver._dialect
+        found = await self._saver._query(lambda: _ledger.read_effect(d, thread_id, key))
+        return self._overlaid(thread_id, found)
+
+    async def aclaim(
+        self,
+        thread_id: str,
+        record: EffectRecord,
+        args_digest: str | None,
+        lease: float,
+        fence: Fence | None = None,
+        first: bool = False,
+    ) -> IntentClaim:
+        """Async twin of `Effects.claim`."""
+        d = self._saver._dialect
+        claim = _ledger.claim_intent
+        return await self._saver._write(
+            lambda: claim(d, thread_id, record, args_digest, lease, first),
+            fence=fence,
+            pipeline=True,
+        )
+
+    async def arenew(self, thread_id: str, key: str, owner: str, lease: float) -> bool:
+        """Async twin of `Effects.renew`."""
+        d = self._saver._dialect
+        return await self._saver._write(
+            lambda: _ledger.renew_intent(d, thread_id, key, owner, lease)
+        )
+
+    async def arecord(
+        self, thread_id: str, key: str, fields: OutcomeFields, fence: Fence | None = None
+    ) -> None:
+        """Async twin of `Effects.record`."""
+        d = self._saver._dialect
+        outcome = _ledger.record_outcome
+        await self._saver._write(
+            lambda: outcome(d, thread_id, key, fields), fence=fence, pipeline=True, relaxed=True
+        )
+
+
+# -- node attempts -------------------------------------------------------------------------
+
+
+class Attempts(_Part):
+    """The failed tries of a task (thread, namespace, checkpoint, task), which a
+    resumed or retried task counts on from."""
+
+    __slots__ = ()
+
+    def record(
+        self, key: AttemptKey, record: AttemptRecord, started_at: float, fence: Fence | None = None
+    ) -> None:
+        """Store a failed try of a task."""
+        d = self._saver._dialect
+        self._io._write(lambda: _ledger.record_attempt(d, key, record, started_at), fence=fence)
+
+    def read(self, key: AttemptKey) -> Sequence[AttemptRecord]:
+        """The failed tries stored for a task."""
+        d = self._saver._dialect
+        return self._io._query(lambda: _ledger.read_attempts(d, key))
+
+
+class AsyncAttempts(Attempts, _AsyncPart):
+    """`Attempts` with the a-prefixed methods of an async saver."""
+
+    __slots__ = ()
+
+    async def arecord(
+        self, key: AttemptKey, record: AttemptRecord, started_at: float, fence: Fence | None = None
+    ) -> None:
+        """Async twin of `Attempts.record`."""
+        d = self._saver._dialect
+        await self._saver._write(
+            lambda: _ledger.record_attempt(d, key, record, started_at), fence=fence
+        )
+
+    async def aread(self, key: AttemptKey) -> Sequence[AttemptRecord]:
+        """Async twin of `Attempts.read`."""
+        d = self._saver._dialect
+        return await self._saver._query(lambda: _ledger.read_attempts(d, key))
+
+
+# -- runs and leases -----------------------------------------------------------------------
+
+
+class Runs(_Part):
+    """The run queue, the store side of `Worker`: runs submitted, claimed under a
+    lease with a fencing token, renewed, ended, requeued, cancelled. Reading runs
+    is the saver's own (`read_run`, `list_runs`, `active_runs`)."""
+
+    __slots__ = ()
+
+    def submit(self, run_id: str, thread_id: str, input_: Blob | None, budget: Blob | None) -> None:
+        """Queue a run of a thread (see `Worker.submit`).
+
+        Raises:
+            RunStateError: the thread already has an open run.
+        """
+        d = self._saver._dialect
+        self._io._write(
+            lambda: _runs.submit_run(d, run_id, thread_id, input_, budget),
+            translate=lambda exc: _runs.open_run_conflict(exc, thread_id),
+        )
+
+    def claim(self, owner: str, limit: int, lease_ttl: float) -> Sequence[RunRecord]:
+        """Claim up to ``limit`` lease-expired or queued runs for ``owner``."""
+        d, token = self._saver._dialect, uuid.uuid4().hex  # one token for every try
+        return self._io._write(lambda: _events.claim_noting(d, owner, limit, lease_ttl, token))
+
+    def renew(self, owner: str, fences: Sequence[Fence], lease_ttl: float) -> Sequence[str]:
+        """Extend ``owner``'s leases; returns the run ids it still holds."""
+        d = self._saver._dialect
+        return self._io._write(lambda: _runs.renew_leases(d, owner, fences, lease_ttl))
+
+    def finish(
+        self, fence: Fence, status: str, outcome: Blob | None, wait: float | None = None
+    ) -> bool:
+        """End, pause or release a held run (``wait``: seconds before a released run
+        may be claimed again); False if its lease was lost."""
+        d = self._saver._dialect
+        return self._io._write(lambda: _runs.finish_run(d, fence, status, outcome, wait))
+
+    def requeue(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
+        """Queue a paused run again, with a new budget if given."""
+        d = self._saver._dialect
+        return self._io._write(lambda: _runs.requeue_run(d, run_id, budget, resume))
+
+    def settle(self, run_id: str, status: str, outcome: Blob) -> bool:
+        """End a paused run whose thread was resumed by hand, as its thread ended."""
+        d = self._saver._dialect
+        return self._io._write(lambda: _runs.settle_paused(d, run_id, status, outcome))
+
+    def cancel(self, run_id: str, outcome: Blob) -> str | None:
+        """End an open run as cancelled (fenced); the status it had, or None."""
+        d = self._saver._dialect
+        return self._io._write(lambda: _runs.cancel_run(d, run_id, outcome))
+
+
+class AsyncRuns(Runs, _AsyncPart):
+    """`Runs` with the a-prefixed methods of an async saver."""
+
+    __slots__ = ()
+
+    async def asubmit(
+        self, run_id: str, thread_id: str, input_: Blob | None, budget: Blob | None
+    ) -> None:
+        """Async twin of `Runs.submit`."""
+        d = self._saver._dialect
+        await self._saver._write(
+            lambda: _runs.submit_run(d, run_id, thread_id, input_, budget),
+            translate=lambda exc: _runs.open_run_conflict(exc, thread_id),
+        )
+
+    async def aclaim(self, owner: str, limit: int, lease_ttl: float) -> Sequence[RunRecord]:
+        """Async twin of `Runs.claim`."""
+        d, token = self._saver._dialect, uuid.uuid4().hex  # one token for every try
+        return await self._saver._write(
+            lambda: _events.claim_noting(d, owner, limit, lease_ttl, token)
+        )
+
+    async def arenew(self, owner: str, fences: Sequence[Fence], lease_ttl: float) -> Sequence[str]:
+        """Async twin of `Runs.renew`."""
+        d = self._saver._dialect
+        return await self._saver._write(lambda: _runs.renew_leases(d, owner, fences, lease_ttl))
+
+    async def afinish(
+        self, fence: Fence, status: str, outcome: Blob | None, wait: float | None = None
+    ) -> bool:
+        """Async twin of `Runs.finish`."""
+        d = self._saver._dialect
+        return await self._saver._write(lambda: _runs.finish_run(d, fence, status, outcome, wait))
+
+    async def arequeue(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
+        """Async twin of `Runs.requeue`."""
+        d = self._saver._dialect
+        return await self._saver._write(lambda: _runs.requeue_run(d, run_id, budget, resume))
+
+    async def asettle(self, run_id: str, status: str, outcome: Blob) -> bool:
+        """Async twin of `Runs.settle`."""
+        d = self._saver._dialect
+        return await self._saver._write(lambda: _runs.settle_paused(d, run_id, status, outcome))
+
+    async def acancel(self, run_id: str, outcome: Blob) -> str | None:
+        """Async twin of `Runs.cancel`."""
+        d = self._saver._dialect
+        return await self._saver._write(lambda: _runs.cancel_run(d, run_id, outcome))
+
+
+# -- history -------------------------------------------------------------------------------
+
+
+class History(_Part):
+    """What `recovery_metrics` and `run_report` read, of one thread or of all
+    (``thread_id=None``), and the recoveries that leave no write of their own
+    (see `_events`)."""
+
+    __slots__ = ()
+
+    def run_log(self, thread_id: str | None = None) -> list[Row]:
+        """The writes that tell runs' stories (`_events.read_run_log`)."""
+        d = self._saver._dialect
+        return self._io._query(lambda: _events.read_run_log(d, thread_id))
+
+    def recoveries(self, thread_id: str | None = None) -> list[RecoveryRecord]:
+        """The takeovers and crash resumes stored, oldest first."""
+        d = self._saver._dialect
+        return self._io._query(lambda: _events.read_recoveries(d, thread_id))
+
+    def runs(self, thread_id: str | None = None) -> list[RunRecord]:
+        """`Worker` runs, oldest first."""
+        d = self._saver._dialect
+        return self._io._query(lambda: _events.read_thread_runs(d, thread_id))
+
+    def attempts(self, thread_id: str) -> list[StoredAttempt]:
+        """A thread's failed tries, oldest first."""
+        d = self._saver._dialect
+        return self._io._query(lambda: _events.read_thread_attempts(d, thread_id))
+
+    def note_recovery(self, thread_id: str, key: str, kind: str, owner: str | None = None) -> None:
+        """Store one recovery of a thread that leaves no write of its own (once per key)."""
+        d = self._saver._dialect
+        self._io._write(lambda: _events.note_recovery(d, thread_id, key, kind, owner))
+
+
+class AsyncHistory(History, _AsyncPart):
+    """`History` with the a-prefixed methods of an async saver."""
+
+    __slots__ = ()
+
+    async def arun_log(self, thread_id: str | None = None) -> list[Row]:
+        """Async twin of `History.run_log`."""
+        d = self._saver._dialect
+        return await self._saver._query(lambda: _events.read_run_log(d, thread_id))
+
+    async def arecoveries(self, thread_id: str | None = None) -> list[RecoveryRecord]:
+        """Async twin of `History.recoveries`."""
+        d = self._saver._dialect
+        return await self._saver._query(lambda: _events.read_recoveries(d, thread_id))
+
+    async def aruns(self, thread_id: str | None = None) -> list[RunRecord]:
+        """Async twin of `History.runs`."""
+        d = self._saver._dialect
+        return await self._saver._query(lambda: _events.read_thread_runs(d, thread_id))
+
+    async def aattempts(self, thread_id: str) -> list[StoredAttempt]:
+        """Async twin of `History.attempts`."""
+        d = self._saver._dialect
+        return await self._saver._query(lambda: _events.read_thread_attempts(d, thread_id))
+
+    async def anote_recovery(
+        self, thread_id: str, key: str, kind: str, owner: str | None = None
+    ) -> None:
+        """Async twin of `History.note_recovery`."""
+        d = self._saver._dialect
+        await self._saver._write(lambda: _events.note_recovery(d, thread_id, key, kind, owner))
