@@ -74,7 +74,7 @@ from langgraph_resilience.effects._steps import (
     EFFECT_LEASE,
     MAX_OUTCOME_BYTES,
     CallEffect,
-    Claim,
+    ClaimIntent,
     EffectSpec,
     Lookup,
     OnUnknown,
@@ -297,7 +297,7 @@ def drive_sync(call: EffectCall, saver: ResilientSaver, invoke: Callable[[str], 
             reply = None
             if isinstance(op, Lookup):
                 reply = saver.read_effect(thread, key)
-            elif isinstance(op, Claim):
+            elif isinstance(op, ClaimIntent):
                 reply = saver.claim_intent(thread, intent, call.digest, spec.lease, fence, op.first)
                 held = reply.verdict in ("new", "took_over")
             elif isinstance(op, Reconcile):
@@ -346,7 +346,7 @@ async def drive_async(
             reply = None
             if isinstance(op, Lookup):
                 reply = await saver.aread_effect(thread, key)
-            elif isinstance(op, Claim):
+            elif isinstance(op, ClaimIntent):
                 reply = await saver.aclaim_intent(
                     thread, intent, call.digest, spec.lease, fence, op.first
                 )

@@ -114,7 +114,7 @@ def _crash_key(snapshot: StateSnapshot) -> str | None:
     return f"crash:{checkpoint}:{os.urandom(6).hex()}"
 
 
-def _this_process() -> str:
+def _host_pid() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -128,7 +128,7 @@ def note_resume(graph: Any, input: Any, config: RunnableConfig | None) -> None:
     try:
         key = _crash_key(graph.get_state(config))
         if key is not None:
-            saver.note_recovery(thread, key, "crash", _this_process())
+            saver.note_recovery(thread, key, "crash", _host_pid())
     except Exception as exc:
         logger.debug("could not store the resume of thread %s: %s", thread, exc)
 
@@ -143,7 +143,7 @@ async def anoted(
         try:
             key = _crash_key(await graph.aget_state(config))
             if key is not None:
-                await saver.anote_recovery(thread, key, "crash", _this_process())
+                await saver.anote_recovery(thread, key, "crash", _host_pid())
         except Exception as exc:
             logger.debug("could not store the resume of thread %s: %s", thread, exc)
     try:

@@ -130,7 +130,7 @@ class RunReport:
         nodes, edges = render.drawn(graph) if graph is not None else render.seen(steps)
         tries: dict[str, int] = {}
         for s in self.steps:
-            name = render.node_of(s.path)
+            name = render.top_node(s.path)
             tries[name] = tries.get(name, 0) + s.attempts
         statuses = self.node_statuses()
         if self.status == "partial_complete":  # the run ended at the partial result

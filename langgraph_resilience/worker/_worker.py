@@ -72,7 +72,7 @@ from langgraph_resilience.worker._setup import (
 from langgraph_resilience.worker._steps import (
     NO_ANSWER,
     Abandon,
-    Claim,
+    ClaimRuns,
     CurrentValues,
     Held,
     Invoke,
@@ -250,7 +250,7 @@ class Worker(RunControls):
                     done: dict[str, str] = stop.value
                     return done
                 reply = None
-                if isinstance(op, Claim):
+                if isinstance(op, ClaimRuns):
                     reply = self._call(leases.claim_runs, self.worker_id, op.room, self.lease_ttl)
                 elif isinstance(op, Start):
                     name = f"lgr-run-{op.held.record.run_id}"
@@ -335,7 +335,7 @@ class Worker(RunControls):
                         done: dict[str, str] = stop.value
                         return done
                     reply = None
-                    if isinstance(op, Claim):
+                    if isinstance(op, ClaimRuns):
                         reply = await self._acall(
                             leases.aclaim_runs, self.worker_id, op.room, self.lease_ttl
                         )

@@ -66,7 +66,7 @@ class Overwrite(NamedTuple):
     body: bytes
 
 
-class Read(NamedTuple):
+class Fetch(NamedTuple):
     key: str
 
 
@@ -78,7 +78,7 @@ class Drop(NamedTuple):
     keys: tuple[str, ...]
 
 
-Op = Sql | Tuples | Put | Overwrite | Read | Keys | Drop
+Op = Sql | Tuples | Put | Overwrite | Fetch | Keys | Drop
 Moves = Generator[Op, Any, Any]
 
 
@@ -257,7 +257,7 @@ def restore(
     items = []
     for key in keys:
         try:
-            items.append(_codec.decode((yield Read(key))))
+            items.append(_codec.decode((yield Fetch(key))))
         except (ArchiveError, ValueError) as exc:
             raise ArchiveError(
                 f"cannot restore thread {thread_id!r}: object {where(key)} is unreadable "
