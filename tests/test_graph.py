@@ -31,12 +31,14 @@ from langgraph_resilience import (
     PermanentError,
     ResilientState,
     ResilientStateGraph,
-    RunStateError,
     TransientError,
     ValidationFailed,
     aretry_failed,
     current_attempt,
     retry_failed,
+)
+from langgraph_resilience.errors import (
+    RunStateError,
 )
 from langgraph_resilience.graph._task import DURABILITY_KEY
 

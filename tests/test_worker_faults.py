@@ -42,13 +42,15 @@ from langgraph_resilience import (
     NodePolicy,
     ResilientState,
     ResilientStateGraph,
-    RunStateError,
-    StoreUnavailable,
     Worker,
     side_effect,
 )
 from langgraph_resilience.checkpoint import RunRecord, _runs
 from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE
+from langgraph_resilience.errors import (
+    RunStateError,
+    StoreUnavailable,
+)
 from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.worker._leases import LEASES, Instant, Proof, check_lease
 from langgraph_resilience.worker._steps import (

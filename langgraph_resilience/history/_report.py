@@ -24,7 +24,7 @@ from langgraph_resilience.checkpoint._reads import (
     drive,
     saver_of,
 )
-from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.errors import ConfigError, UnknownThread
 from langgraph_resilience.graph._routes import PARTIAL_RESULT
 from langgraph_resilience.history._entries import (
     EffectEntry,
@@ -38,7 +38,6 @@ from langgraph_resilience.history._entries import (
 from langgraph_resilience.history._metrics import scan_store
 from langgraph_resilience.history._runs import (
     RunSummary,
-    UnknownThread,
     alist_runs,
     list_runs,
 )
@@ -50,7 +49,6 @@ __all__ = [
     "RunSummary",
     "StepEntry",
     "TryEntry",
-    "UnknownThread",
     "alist_runs",
     "arun_report",
     "list_runs",

@@ -8,17 +8,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from langgraph_resilience.checkpoint._reads import Reads, adrive, async_saver_of, drive, saver_of
-from langgraph_resilience.errors import ConfigError, RunStateError
+from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.history._metrics import scan_store
 from langgraph_resilience.history._scan import ThreadRun
 
-__all__ = ["RunSummary", "UnknownThread", "alist_runs", "list_runs"]
+__all__ = ["RunSummary", "alist_runs", "list_runs"]
 
 _STATUSES = ("queued", "running", "paused", "success", "partial_complete", "error", "cancelled")
-
-
-class UnknownThread(RunStateError, LookupError):
-    """The store has no such thread (no checkpoint, no run), or no such run of it."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,8 +30,7 @@ from langgraph_resilience.checkpoint import _archival
 from langgraph_resilience.checkpoint._store import Dialect, Statements
 from langgraph_resilience.checkpoint.archive import _codec
 from langgraph_resilience.checkpoint.archive._codec import ArchivedCheckpoint
-from langgraph_resilience.checkpoint.archive._objects import ArchiveError
-from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.errors import ArchiveError, ConfigError
 
 __all__ = ["ArchiveReport", "Op", "archive_threads", "restore"]
 
