@@ -316,8 +316,16 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
     # -- the model call ------------------------------------------------------------------
 
     def _context(
-        self, label: str, policy: CallPolicy, task: TaskContext | None, state: Any
+        self,
+        label: str,
+        policy: CallPolicy,
+        task: TaskContext | None,
+        state: Any,
+        step: str | None = None,
     ) -> CallContext:
+        """``label``: the call's key in the attempt ledger (``model``,
+        ``tool:search``); ``step``: the name of its path when another
+        (``tools/search``), so its log lines name the step as reports do."""
         classifier = self.classifier
         if policy.classifier is not None:  # its rules first, then the middleware's
             classifier = Classifier((*policy.classifier.rules, *classifier.rules))
@@ -330,7 +338,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             durable_waits=task is not None and task.fence is not None,  # under a Worker
             on_try=(lambda *_: None)
             if task is None
-            else functools.partial(log_try, label, task, state),
+            else functools.partial(log_try, label, task, state, step=step),
         )
 
     def _budget_gate(self, state: Mapping[str, Any], task: TaskContext | None) -> Budget | None:
@@ -478,7 +486,9 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             return tool_once_sync(spec, _call_id(request, task), task, keyed)
 
         name = request.tool_call["name"]
-        ctx = self._context(f"tool:{name}", self._tool_policy(name), task, request.state)
+        ctx = self._context(
+            f"tool:{name}", self._tool_policy(name), task, request.state, f"tools/{name}"
+        )
         started_at = time.time()
         with metering() as meter:
             result = run_sync(ctx, task, once, lambda: None, self._sleep)
@@ -506,7 +516,9 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             return await tool_once_async(spec, _call_id(request, task), task, keyed)
 
         name = request.tool_call["name"]
-        ctx = self._context(f"tool:{name}", self._tool_policy(name), task, request.state)
+        ctx = self._context(
+            f"tool:{name}", self._tool_policy(name), task, request.state, f"tools/{name}"
+        )
         started_at = time.time()
         with metering() as meter:
             result = await run_async(ctx, task, once, lambda: None, self._asleep)
