@@ -3,30 +3,30 @@
 Checkpoint what succeeded, retry only what failed, never repeat a side effect.
 The savers live in `langgraph_resilience.checkpoint.sqlite` (and ``.aio``) and
 `langgraph_resilience.checkpoint.postgres` (and ``.aio``).
+
+``__all__`` is the documented API. Of the errors it holds the kinds node code
+raises and the library's errors most callers catch; every error, the rare ones
+too (`StoreUnavailable`, `RunStateError`, `ArchiveError`, ...), is importable
+from `langgraph_resilience.errors`, whose docstring draws the whole tree.
 """
 
 from __future__ import annotations
 
 from langgraph_resilience.budget import Budget, report_usage
-from langgraph_resilience.checkpoint.archive import Archive, ArchiveError
+from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.classify import Classification, Classifier, FailureKind, classify
 from langgraph_resilience.effects._settle import asettle_effect, settle_effect
 from langgraph_resilience.effects._side_effect import side_effect
 from langgraph_resilience.errors import (
     BudgetExhausted,
     CheckpointConflict,
-    CheckpointCorrupt,
     ConfigError,
     ContextOverflow,
     DegradableError,
-    EffectInFlight,
     EffectOutcomeUnknown,
     LeaseLost,
-    NodeFailure,
     PermanentError,
     ResilienceError,
-    RunStateError,
-    StoreUnavailable,
     TransientError,
     ValidationFailed,
 )
@@ -50,23 +50,19 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Archive",
-    "ArchiveError",
     "Attempt",
     "Backoff",
     "Budget",
     "BudgetExhausted",
     "CheckpointConflict",
-    "CheckpointCorrupt",
     "Classification",
     "Classifier",
     "ConfigError",
     "ContextOverflow",
     "DegradableError",
-    "EffectInFlight",
     "EffectOutcomeUnknown",
     "FailureKind",
     "LeaseLost",
-    "NodeFailure",
     "NodePolicy",
     "PermanentError",
     "RecoveryMetrics",
@@ -75,8 +71,6 @@ __all__ = [
     "ResilientStateGraph",
     "RunOutcome",
     "RunReport",
-    "RunStateError",
-    "StoreUnavailable",
     "TransientError",
     "ValidationFailed",
     "Worker",

@@ -1,19 +1,24 @@
-"""The library's own errors.
+"""The library's errors, every one of them, as a tree.
 
-Every error raised by langgraph-resilience derives from `ResilienceError`, so a
-caller can catch the library's failures without catching LangGraph's or the
-database driver's::
+The top level (`langgraph_resilience`) exports the errors most code raises or
+catches; every error is importable from here. The library's own errors derive
+from `ResilienceError`, so a caller can catch the library's failures without
+catching LangGraph's or the database driver's::
 
     ResilienceError
     ├── ConfigError            wrong wiring or bad input; says what would be right
+    │                          (also a ValueError)
     ├── StoreUnavailable       the store could not be reached, even after retries
     │                          (also a ConnectionError: callers may retry later)
     ├── CheckpointConflict     a second process tried to continue the same thread
     ├── CheckpointCorrupt      a stored checkpoint or write cannot be decoded
+    ├── ArchiveError           the cold tier could not store or read a thread's objects
     ├── LeaseLost              this worker's lease was taken over (fencing)
     ├── RunStateError          a run is not in a state that allows the call
-                               (a second open run on a thread, resuming a run
-                               that is not paused)
+    │   │                      (a second open run on a thread, resuming a run
+    │   │                      that is not paused)
+    │   └── UnknownThread      a report or a run list names a thread or run the
+    │                          store does not have (also a LookupError)
     ├── EffectOutcomeUnknown   a side effect's intent has no recorded outcome
     └── EffectInFlight         another executor holds a live claim on a side effect
                                (also a TransientError: the node retries, and
@@ -30,6 +35,25 @@ Node code raises these to state how its failure should be handled (see
     ├── ContextOverflow          compress the context, then retry
     └── BudgetExhausted          pause until the budget is topped up
 
+The testing kit's (`langgraph_resilience.testing`), raised in a user's tests::
+
+    AssertionError
+    └── RecoveryFailed           a `recovery_suite` case failed; the message is the report
+    BaseException
+    └── SimulatedCrash           `FaultPlan`'s stand-in for a killed process: no
+                                 node policy or ``except Exception`` catches it
+
+Signals the package raises and handles itself; they are not part of the API and
+are exported nowhere (a stored error's text may name the first two)::
+
+    Exception
+    ├── ResilienceRoute          a node that gave up hands its task, with the route
+    │                            it takes, to its error handler (graph/_routes)
+    ├── SubgraphStopped          a subgraph node's graph ended with a partial
+    │                            result: the node failed (graph/_step_log)
+    ├── CliError                 a command that cannot go on: one line, exit code 2
+    └── DemoFailed               the demo could not run, or a claim did not hold
+
 The driver's own exceptions (``sqlite3.Error``, ``psycopg.Error``) are mapped to
 these at the saver boundary only where the saver knows more than the driver
 does (which thread, which checkpoint, what to do next); otherwise they pass
@@ -39,6 +63,7 @@ through unchanged, chained as ``__cause__``.
 from __future__ import annotations
 
 __all__ = [
+    "ArchiveError",
     "BudgetExhausted",
     "CheckpointConflict",
     "CheckpointCorrupt",
@@ -50,10 +75,13 @@ __all__ = [
     "LeaseLost",
     "NodeFailure",
     "PermanentError",
+    "RecoveryFailed",
     "ResilienceError",
     "RunStateError",
+    "SimulatedCrash",
     "StoreUnavailable",
     "TransientError",
+    "UnknownThread",
     "ValidationFailed",
 ]
 
@@ -161,6 +189,20 @@ class CheckpointCorrupt(ResilienceError):
         self.checkpoint_id = checkpoint_id
 
 
+class ArchiveError(ResilienceError):
+    """The archive could not be read or written: which thread, which object, why.
+
+    Attributes:
+        thread_id: the thread being archived or restored (None for a bare call).
+        key: the object (or prefix) concerned, as the archive names it.
+    """
+
+    def __init__(self, message: str, *, thread_id: str | None = None, key: str = "") -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.key = key
+
+
 class LeaseLost(ResilienceError):
     """This worker no longer holds the run's lease; its writes are refused."""
 
@@ -169,6 +211,10 @@ class RunStateError(ResilienceError):
     """A run is not in a state that allows the call: a thread that already has an
     open run (queued, running or paused) takes no second one; only a paused run
     can be resumed. The message names the run and its status."""
+
+
+class UnknownThread(RunStateError, LookupError):
+    """The store has no such thread (no checkpoint, no run), or no such run of it."""
 
 
 class EffectOutcomeUnknown(ResilienceError):
@@ -251,3 +297,18 @@ class EffectInFlight(ResilienceError, TransientError):
         super().__init__(message, retry_after=wait)
         self.idempotency_key = idempotency_key
         self.owner = owner
+
+
+class RecoveryFailed(AssertionError):
+    """A recovery case failed; the message is the report of the failed cases."""
+
+
+class SimulatedCrash(BaseException):
+    """The in-process stand-in for a killed process, raised at a crash point.
+
+    A `BaseException`, so no node policy, retry or ``except Exception`` catches
+    it. From the moment it is raised the run's saver refuses every write and
+    forgets effect outcomes it had not stored yet: the store is left as a
+    SIGKILL at that point would leave it. Recover with a new saver on the same
+    store, as a new process would.
+    """

@@ -92,6 +92,9 @@ async def test_a_tool_failing_twice_transiently_is_called_three_times(
         ("tool:search", 2, "transient", "retry"),
     ]
     assert all(r.thread_id == config["configurable"]["thread_id"] for r in tries)  # type: ignore[attr-defined]
+    # the step is named by its path, as step_history and run_report name it
+    assert [r.path for r in tries] == ["tools/search[0]", "tools/search[0]"]  # type: ignore[attr-defined]
+    assert tries[0].getMessage().startswith("step tools/search[0] try 1 failed")
     assert len(clock.waits) == 2  # one backoff before each retry
     assert out["messages"][-1].content == "Report sent."
     search_result = next(m for m in out["messages"] if isinstance(m, ToolMessage))

@@ -22,7 +22,6 @@ from langgraph.types import Command, interrupt
 
 from langgraph_resilience import (
     Archive,
-    ArchiveError,
     ConfigError,
     NodePolicy,
     PermanentError,
@@ -35,6 +34,9 @@ from langgraph_resilience import (
 )
 from langgraph_resilience.checkpoint import _base
 from langgraph_resilience.checkpoint.archive._codec import thread_prefix
+from langgraph_resilience.errors import (
+    ArchiveError,
+)
 
 
 class State(ResilientState, total=False):

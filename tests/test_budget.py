@@ -25,11 +25,13 @@ from langgraph_resilience import (
     ConfigError,
     NodePolicy,
     ResilientStateGraph,
-    RunStateError,
     Worker,
     report_usage,
 )
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.errors import (
+    RunStateError,
+)
 
 STEPS = ["s1", "s2", "s3", "s4", "s5"]
 TOKENS_PER_CALL = 40

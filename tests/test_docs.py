@@ -20,6 +20,7 @@ ROOT = Path(__file__).parent.parent
 # Each public module, and the API page it is documented on (docs/api/<page>.md).
 PAGES = {
     "langgraph_resilience": "langgraph_resilience",
+    "langgraph_resilience.errors": "errors",
     "langgraph_resilience.checkpoint": "checkpoint",
     "langgraph_resilience.checkpoint.sqlite": "checkpoint-sqlite",
     "langgraph_resilience.checkpoint.sqlite.aio": "checkpoint-sqlite",

@@ -31,7 +31,6 @@ from langgraph_resilience import (
     PermanentError,
     ResilientState,
     ResilientStateGraph,
-    RunStateError,
     TransientError,
     ValidationFailed,
     aretry_failed,
@@ -39,6 +38,9 @@ from langgraph_resilience import (
     retry_failed,
 )
 from langgraph_resilience._langgraph import DURABILITY_KEY
+from langgraph_resilience.errors import (
+    RunStateError,
+)
 
 FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.01)
 

@@ -1,10 +1,12 @@
-"""The README's code runs as written, and what it names exists.
+"""The README's and the guides' code runs as written, and what it names exists.
 
-Every ```python block of README.md runs, in order, in one namespace (as a reader
-pasting them into one session would), in a temporary directory. A block marked
-``<!-- readme-test: postgres -->`` needs a Postgres server: it runs, with ``DSN``
-set, in the Postgres test (skipped without a server, failed under ``CI=true``).
-``<!-- readme-test: skip REASON -->`` leaves a block out, and must say why.
+Every ```python block of README.md, and of each guide in docs/ (not docs/api/,
+the reference, which has no code of its own), runs: a page's blocks in order, in
+one namespace (as a reader pasting them into one session would), in a temporary
+directory. A block marked ``<!-- readme-test: postgres -->`` needs a Postgres
+server: it runs, with ``DSN`` set, in the Postgres test (skipped without a
+server, failed under ``CI=true``). ``<!-- readme-test: skip REASON -->`` leaves a
+block out, and must say why.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from langgraph_resilience.checkpoint import RunRecord
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()
+#: The pages whose code runs: the README and every guide.
+PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 
 _BLOCK = re.compile(
     r"(?:<!-- readme-test: (?P<mark>[a-z]+)(?P<reason>[^>]*)-->\n)?```python\n(?P<code>.*?)^```",
@@ -36,41 +40,46 @@ class Block:
     code: str
 
 
-def _blocks() -> list[Block]:
+def _blocks(page: str = "README.md") -> list[Block]:
+    text = (ROOT / page).read_text()
     return [
         Block(
-            line=README.count("\n", 0, m.start("code")) + 1,
+            line=text.count("\n", 0, m.start("code")) + 1,
             mark=m.group("mark"),
             reason=(m.group("reason") or "").strip(),
             code=m.group("code"),
         )
-        for m in _BLOCK.finditer(README)
+        for m in _BLOCK.finditer(text)
     ]
 
 
-def _run(blocks: list[Block], namespace: dict[str, Any]) -> None:
+def _run(blocks: list[Block], namespace: dict[str, Any], page: str = "README.md") -> None:
     for block in blocks:
         try:
-            exec(compile(block.code, f"README.md:{block.line}", "exec"), namespace)
+            exec(compile(block.code, f"{page}:{block.line}", "exec"), namespace)
         except Exception as exc:
             detail = "".join(traceback.format_exception(exc))
-            pytest.fail(f"the README block at line {block.line} failed:\n{detail}")
+            pytest.fail(f"the {page} block at line {block.line} failed:\n{detail}")
 
 
-def test_every_block_is_run_or_says_why_not() -> None:
-    blocks = _blocks()
-    assert len(blocks) >= 10, "the README's Python blocks were not found"
-    assert README.count("```python") == len(blocks), "a marker the test does not read"
+@pytest.mark.parametrize("page", PAGES)
+def test_every_block_is_run_or_says_why_not(page: str) -> None:
+    blocks = _blocks(page)
+    if page == "README.md":
+        assert len(blocks) >= 10, "the README's Python blocks were not found"
+    text = (ROOT / page).read_text()
+    assert text.count("```python") == len(blocks), "a marker the test does not read"
     for block in blocks:
         assert block.mark in (None, "postgres", "skip"), f"line {block.line}: {block.mark}"
         if block.mark == "skip":
             assert block.reason, f"line {block.line}: a skipped block must say why"
 
 
-def test_every_fence_opens_with_a_language_and_closes_bare() -> None:
+@pytest.mark.parametrize("page", PAGES)
+def test_every_fence_opens_with_a_language_and_closes_bare(page: str) -> None:
     """A stray fence turns the rest of the page into one code block (and hides
     the blocks after it from this test)."""
-    fences = [line for line in README.splitlines() if line.startswith("```")]
+    fences = [line for line in (ROOT / page).read_text().splitlines() if line.startswith("```")]
     opening = fences[0::2]
     closing = fences[1::2]
     assert len(opening) == len(closing), "a fence is not closed"
@@ -78,19 +87,26 @@ def test_every_fence_opens_with_a_language_and_closes_bare() -> None:
     assert [f for f in closing if f != "```"] == [], "a fence out of place"
 
 
-def test_the_readme_python_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _namespace(page: str) -> dict[str, Any]:
+    return {"__name__": "readme" if page == "README.md" else Path(page).stem}
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_the_python_blocks_run(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    namespace: dict[str, Any] = {"__name__": "readme"}
-    _run([b for b in _blocks() if b.mark is None], namespace)
+    _run([b for b in _blocks(page) if b.mark is None], _namespace(page), page)
 
 
-def test_the_readme_python_blocks_run_on_postgres(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_dsn: str
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if any(b.mark == "postgres" for b in _blocks(p))]
+)
+def test_the_python_blocks_run_on_postgres(
+    page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_dsn: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    namespace: dict[str, Any] = {"__name__": "readme", "DSN": pg_dsn}
+    namespace = {**_namespace(page), "DSN": pg_dsn}
     try:
-        _run([b for b in _blocks() if b.mark in (None, "postgres")], namespace)
+        _run([b for b in _blocks(page) if b.mark in (None, "postgres")], namespace, page)
     finally:
         pool = namespace.get("pool")
         if pool is not None:

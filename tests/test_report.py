@@ -24,7 +24,6 @@ from langgraph_resilience import (
     PermanentError,
     ResilientStateGraph,
     RunReport,
-    RunStateError,
     TransientError,
     Worker,
     arun_report,
@@ -34,7 +33,11 @@ from langgraph_resilience import (
 )
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
-from langgraph_resilience.history._report import UnknownThread, alist_runs, list_runs
+from langgraph_resilience.errors import (
+    RunStateError,
+    UnknownThread,
+)
+from langgraph_resilience.history._report import alist_runs, list_runs
 
 
 @pytest.fixture

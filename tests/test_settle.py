@@ -19,12 +19,14 @@ from langgraph_resilience import (
     NodePolicy,
     ResilientState,
     ResilientStateGraph,
-    RunStateError,
     aretry_failed,
     asettle_effect,
     retry_failed,
     settle_effect,
     side_effect,
+)
+from langgraph_resilience.errors import (
+    RunStateError,
 )
 from langgraph_resilience.testing import FaultPlan, SimulatedCrash
 

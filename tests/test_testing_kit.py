@@ -34,7 +34,6 @@ from langgraph_resilience import (
     PermanentError,
     ResilientState,
     ResilientStateGraph,
-    StoreUnavailable,
     TransientError,
     side_effect,
 )
@@ -42,6 +41,9 @@ from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+from langgraph_resilience.errors import (
+    StoreUnavailable,
+)
 from langgraph_resilience.testing import (
     FaultPlan,
     RecoveryFailed,

@@ -28,10 +28,12 @@ from langgraph_resilience import (
     PermanentError,
     ResilientState,
     ResilientStateGraph,
-    RunStateError,
     Worker,
 )
 from langgraph_resilience.checkpoint import AttemptRecord, EffectRecord, Fence
+from langgraph_resilience.errors import (
+    RunStateError,
+)
 
 STEPS = ["a", "b", "c"]
 

@@ -42,18 +42,20 @@ from langgraph_resilience import (
     NodePolicy,
     ResilientState,
     ResilientStateGraph,
-    RunStateError,
-    StoreUnavailable,
     Worker,
     side_effect,
 )
 from langgraph_resilience.checkpoint import RunRecord, _runs
 from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE
+from langgraph_resilience.errors import (
+    RunStateError,
+    StoreUnavailable,
+)
 from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.worker._leases import LEASES, Instant, Proof, check_lease
 from langgraph_resilience.worker._steps import (
     Abandon,
-    Claim,
+    ClaimRuns,
     Finish,
     Held,
     Invoked,
@@ -529,7 +531,7 @@ def test_the_loop_abandons_runs_a_drain_waited_for_too_long() -> None:
     held: dict[str, Held] = {}
     draining = [False]
     loop = worker_loop(settings, held, lambda: draining[0], lambda: now[0])
-    assert next(loop) == Claim(1)
+    assert next(loop) == ClaimRuns(1)
     run = held_run()
     assert isinstance(loop.send([run.record]), Start)
     proof = held["r1"].proof

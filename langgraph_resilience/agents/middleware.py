@@ -325,6 +325,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         policy = self._tool_policy(name)
         return CallTries(
             name=f"tool:{name}",
+            step=f"tools/{name}",
             policy=node_policy(policy),
             classifier=self._classifier(policy),
             rand=self._rand,

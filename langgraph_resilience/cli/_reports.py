@@ -27,7 +27,7 @@ __all__ = [
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
-def _duration(text: str) -> timedelta | None:
+def _parse_duration(text: str) -> timedelta | None:
     found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
     return timedelta(**{_UNITS[found.group(2)]: float(found.group(1))}) if found else None
 
@@ -36,7 +36,7 @@ def parse_duration(text: str | None, option: str) -> timedelta | None:
     """A duration option: ``90s``, ``30m``, ``24h``, ``7d``, ``2w``."""
     if text is None:
         return None
-    found = _duration(text)
+    found = _parse_duration(text)
     if found is None:
         raise CliError(f"{option} takes a duration (90s, 30m, 24h, 7d, 2w), got {text!r}")
     return found
@@ -47,7 +47,7 @@ def parse_since(text: str | None) -> datetime | timedelta | None:
     ``2w``) or an ISO date or time (``2026-11-30``, ``2026-11-30T08:00``)."""
     if text is None:
         return None
-    found = _duration(text)
+    found = _parse_duration(text)
     if found is not None:
         return found
     try:
@@ -109,7 +109,7 @@ def print_report(
 # -- metrics ---------------------------------------------------------------------------
 
 
-def _rate(value: float | None) -> str:
+def _rate_text(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
@@ -118,22 +118,22 @@ def metric_rows(m: RecoveryMetrics) -> list[tuple[str, str, str]]:
     return [
         (
             "partial_completion_rate",
-            _rate(m.partial_completion_rate),
+            _rate_text(m.partial_completion_rate),
             f"{m.runs_partial} partial / {m.runs_ended} ended",
         ),
         (
             "checkpoint_save_success_rate",
-            _rate(m.checkpoint_save_success_rate),
+            _rate_text(m.checkpoint_save_success_rate),
             f"{m.checkpoint_writes_succeeded} stored / {m.checkpoint_writes_tried} tried",
         ),
         (
             "recovery_success_rate",
-            _rate(m.recovery_success_rate),
+            _rate_text(m.recovery_success_rate),
             f"{m.runs_resumed_succeeded} succeeded / {m.runs_resumed_ended} recovered and ended",
         ),
         (
             "steps_redone_per_recovery",
-            _rate(m.steps_redone_per_recovery),
+            _rate_text(m.steps_redone_per_recovery),
             f"{m.steps_redone} redone / {m.recoveries} recoveries",
         ),
     ]

@@ -26,9 +26,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph_resilience.checkpoint import ResilientSaver
 from langgraph_resilience.checkpoint._schema import SCHEMA_VERSION, schema_version
 from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE, execute
-from langgraph_resilience.checkpoint.archive import ArchiveError
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
-from langgraph_resilience.errors import ConfigError, StoreUnavailable
+from langgraph_resilience.errors import ArchiveError, ConfigError, StoreUnavailable
 from langgraph_resilience.worker._setup import bind
 
 try:

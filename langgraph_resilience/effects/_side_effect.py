@@ -74,7 +74,7 @@ from langgraph_resilience.effects._steps import (
     EFFECT_LEASE,
     MAX_OUTCOME_BYTES,
     CallEffect,
-    Claim,
+    ClaimIntent,
     EffectSpec,
     Lookup,
     OnUnknown,
@@ -297,7 +297,7 @@ def drive_sync(call: EffectCall, saver: ResilientSaver, invoke: Callable[[str], 
             reply = None
             if isinstance(op, Lookup):
                 reply = saver.effects.read(thread, key)
-            elif isinstance(op, Claim):
+            elif isinstance(op, ClaimIntent):
                 reply = saver.effects.claim(
                     thread, intent, call.digest, spec.lease, fence, op.first
                 )
@@ -348,7 +348,7 @@ async def drive_async(
             reply = None
             if isinstance(op, Lookup):
                 reply = await saver.effects.aread(thread, key)
-            elif isinstance(op, Claim):
+            elif isinstance(op, ClaimIntent):
                 reply = await saver.effects.aclaim(
                     thread, intent, call.digest, spec.lease, fence, op.first
                 )

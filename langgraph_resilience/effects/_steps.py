@@ -18,7 +18,7 @@ __all__ = [
     "EFFECT_LEASE",
     "MAX_OUTCOME_BYTES",
     "CallEffect",
-    "Claim",
+    "ClaimIntent",
     "EffectOp",
     "EffectSpec",
     "Lookup",
@@ -103,7 +103,7 @@ class Lookup(NamedTuple):
     """Read the effect's record (replies an `EffectRecord` or None)."""
 
 
-class Claim(NamedTuple):
+class ClaimIntent(NamedTuple):
     """Store the intent before the call, or learn who holds it (replies an `IntentClaim`).
 
     ``first``: the task's first try, not resumed: no one else can hold the key.
@@ -134,7 +134,7 @@ class Replay(NamedTuple):
     record: EffectRecord
 
 
-EffectOp = Lookup | Claim | Reconcile | CallEffect | Settle
+EffectOp = Lookup | ClaimIntent | Reconcile | CallEffect | Settle
 
 
 def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[EffectOp, Any, Any]:
@@ -146,7 +146,7 @@ def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[EffectOp,
     found: EffectRecord | None = None if fresh else (yield Lookup())
     if found is not None and found.status == "done":
         return Replay(found)
-    claim: IntentClaim = yield Claim(fresh)
+    claim: IntentClaim = yield ClaimIntent(fresh)
     if claim.verdict == "done" and claim.record is not None:
         return Replay(claim.record)
     if claim.verdict == "busy":

@@ -115,7 +115,7 @@ def _crash_key(snapshot: StateSnapshot) -> str | None:
     return f"crash:{checkpoint}:{os.urandom(6).hex()}"
 
 
-def _this_process() -> str:
+def _host_pid() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -129,7 +129,7 @@ def note_resume(graph: Any, input: Any, config: RunnableConfig | None) -> None:
     try:
         key = _crash_key(graph.get_state(config))
         if key is not None:
-            saver.history.note_recovery(thread, key, "crash", _this_process())
+            saver.history.note_recovery(thread, key, "crash", _host_pid())
     except Exception as exc:
         logger.debug("could not store the resume of thread %s: %s", thread, exc)
 
@@ -144,7 +144,7 @@ async def anoted(
         try:
             key = _crash_key(await graph.aget_state(config))
             if key is not None:
-                await saver.history.anote_recovery(thread, key, "crash", _this_process())
+                await saver.history.anote_recovery(thread, key, "crash", _host_pid())
         except Exception as exc:
             logger.debug("could not store the resume of thread %s: %s", thread, exc)
     try:

@@ -20,7 +20,7 @@ from langgraph_resilience.errors import ConfigError, RunStateError
 from langgraph_resilience.graph._task import EFFECT_SCOPE_KEY, nested_task
 from langgraph_resilience.telemetry._emit import recovery_event
 
-__all__ = ["aretry_failed", "node_of", "retry_failed"]
+__all__ = ["aretry_failed", "innermost_node", "retry_failed"]
 
 
 def _to_retry(values: Mapping[str, Any], thread: str, step: str | None) -> list[Mapping[str, Any]]:
@@ -34,7 +34,7 @@ def _to_retry(values: Mapping[str, Any], thread: str, step: str | None) -> list[
         if chosen:
             return chosen
         if step in (log.get("degraded_steps") or []):
-            return [{"path": step, "node": node_of(step)}]
+            return [{"path": step, "node": innermost_node(step)}]
         known = [f.get("path") for f in failed] + list(log.get("degraded_steps") or [])
         raise RunStateError(
             f"thread {thread!r} has no failed or degraded step {step!r} in its current run; "
@@ -49,7 +49,7 @@ def _to_retry(values: Mapping[str, Any], thread: str, step: str | None) -> list[
     return failed
 
 
-def node_of(path: str) -> str:
+def innermost_node(path: str) -> str:
     """The node of a step path (``research/fetch#2`` -> ``fetch``)."""
     return path.rsplit("/", 1)[-1].split("#", 1)[0].split("[", 1)[0]
 
@@ -116,7 +116,7 @@ def _inner_done(out: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> dict[
     return {**{k: v for k, v in out.items() if k != "resilience"}, "resilience": reset}
 
 
-def _compiled(graph: Any) -> None:
+def _require_compiled(graph: Any) -> None:
     if not isinstance(graph, CompiledStateGraph):
         raise ConfigError(
             f"retry_failed needs the compiled graph, got {type(graph).__name__}: pass "
@@ -155,7 +155,7 @@ def retry_failed(
     Example:
         >>> out = retry_failed(graph, config, update={"query": "fixed"})  # doctest: +SKIP
     """
-    _compiled(graph)
+    _require_compiled(graph)
     thread = _thread_of(config)
     steps = _to_retry(graph.get_state(config).values, thread, step)
     recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)
@@ -178,7 +178,7 @@ async def aretry_failed(
     step: str | None = None,
 ) -> dict[str, Any] | Any:
     """Async twin of `retry_failed`."""
-    _compiled(graph)
+    _require_compiled(graph)
     thread = _thread_of(config)
     steps = _to_retry((await graph.aget_state(config)).values, thread, step)
     recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)

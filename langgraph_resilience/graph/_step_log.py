@@ -144,12 +144,22 @@ _VERDICTS = {
 
 
 def log_try(
-    name: str, task: TaskContext, state: Any, record: AttemptRecord, decision: Decision
+    name: str,
+    task: TaskContext,
+    state: Any,
+    record: AttemptRecord,
+    decision: Decision,
+    *,
+    step: str | None = None,
 ) -> None:
     """One event per failed try and what comes of it (`_telemetry.emit`: a log
     line, a custom stream event, OTel counts), with the step's ids as
     structured extras (``thread_id``, ``run_id``, ``run``, ``graph``, ``path``,
     ``node``, ``attempt``, ``kind``, ``action``, ``wait``, ``error``).
+
+    ``step``: the name the step's path is made of when it is not the node's
+    (an agent's tool call: node ``tool:search``, path ``tools/search[0]``, as
+    its step record and `run_report` name it).
 
     Level: WARNING for a try that is retried (or waited on, or paused on),
     ERROR for the try after which the run ends with a partial result, WARNING
@@ -157,7 +167,7 @@ def log_try(
     """
     level = logging.WARNING if decision.action is not Action.PARTIAL else logging.ERROR
     known = log_of(state)
-    path = step_path(name, task, known)
+    path = step_path(step or name, task, known)
     action = _VERDICTS[decision.action].format(delay=decision.wait or 0.0)
     emit(
         "try_failed",

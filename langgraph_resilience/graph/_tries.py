@@ -154,6 +154,9 @@ class Tries:
     first try (``budget``: the one in force when the run's config has none).
     ``metered``: the driver meters each try (an agent's calls meter themselves).
     ``watched``: each try is its own callback run and span (a node's tries).
+    ``step``: the name the step's path is made of when it is not ``name`` (an
+    agent's tool call: ledger label ``tool:search``, step ``tools/search[0]``),
+    so its log lines name the step as its record and reports do.
     """
 
     name: str
@@ -164,6 +167,7 @@ class Tries:
     gated: bool = True
     metered: bool = True
     watched: bool = True
+    step: str | None = None
 
     def judge(
         self, state: Any, result: CallResult, spent: dict[str, float]
@@ -318,7 +322,7 @@ def try_loop(
         record = try_record(number, what.name, failure, exc, decision)
         yield RecordAttempt(record, started, exc)
         if task is not None:
-            log_try(what.name, task, state, record, decision)
+            log_try(what.name, task, state, record, decision, step=what.step)
         if decision.action is Action.PAUSE:
             # Raises until the run is resumed (Command(resume=...)); the task
             # re-runs and, finding this try stored, takes the resume value in

@@ -8,6 +8,7 @@ Mermaid.
 
 from __future__ import annotations
 
+from langgraph_resilience.errors import UnknownThread
 from langgraph_resilience.history._metrics import (
     RecoveryMetrics,
     arecovery_metrics,
@@ -19,7 +20,6 @@ from langgraph_resilience.history._report import (
     RunSummary,
     StepEntry,
     TryEntry,
-    UnknownThread,
     alist_runs,
     arun_report,
     list_runs,

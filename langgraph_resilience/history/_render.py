@@ -23,7 +23,7 @@ NODE_STATUSES: dict[str, tuple[str, str]] = {
 _ENDS = ("__start__", "__end__")
 
 
-def node_of(path: str) -> str:
+def top_node(path: str) -> str:
     """The top-level node of a step path (``research/fetch#2`` -> ``research``)."""
     return re.split(r"[/\[#]", path, maxsplit=1)[0]
 
@@ -34,7 +34,7 @@ def node_statuses(steps: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     again after a recovery) is retried; otherwise completed."""
     found: dict[str, list[Mapping[str, Any]]] = {}
     for step in steps:
-        found.setdefault(node_of(str(step.get("path") or "")), []).append(step)
+        found.setdefault(top_node(str(step.get("path") or "")), []).append(step)
     statuses = {}
     for node, records in found.items():
         last = str(records[-1].get("status") or "completed")
@@ -107,7 +107,7 @@ def seen(steps: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[tuple[str,
     order = sorted(steps, key=lambda s: float(s.get("started_at") or 0.0))
     nodes: list[str] = []
     for step in order:
-        name = node_of(str(step.get("path") or ""))
+        name = top_node(str(step.get("path") or ""))
         if name not in nodes:
             nodes.append(name)
     chain = ["__start__", *nodes, "__end__"] if nodes else []

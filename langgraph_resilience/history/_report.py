@@ -18,7 +18,7 @@ from langchain_core.runnables import RunnableConfig
 import langgraph_resilience.history._render as render
 from langgraph_resilience.checkpoint import _reads as reads
 from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
-from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.errors import ConfigError, UnknownThread
 from langgraph_resilience.graph._routes import PARTIAL_RESULT
 from langgraph_resilience.history._entries import (
     EffectEntry,
@@ -32,7 +32,6 @@ from langgraph_resilience.history._entries import (
 from langgraph_resilience.history._metrics import scan_store
 from langgraph_resilience.history._runs import (
     RunSummary,
-    UnknownThread,
     alist_runs,
     list_runs,
 )
@@ -44,7 +43,6 @@ __all__ = [
     "RunSummary",
     "StepEntry",
     "TryEntry",
-    "UnknownThread",
     "alist_runs",
     "arun_report",
     "list_runs",
@@ -124,7 +122,7 @@ class RunReport:
         nodes, edges = render.drawn(graph) if graph is not None else render.seen(steps)
         tries: dict[str, int] = {}
         for s in self.steps:
-            name = render.node_of(s.path)
+            name = render.top_node(s.path)
             tries[name] = tries.get(name, 0) + s.attempts
         statuses = self.node_statuses()
         if self.status == "partial_complete":  # the run ended at the partial result

@@ -9,17 +9,13 @@ from typing import Any
 
 from langgraph_resilience.checkpoint import _reads as reads
 from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
-from langgraph_resilience.errors import ConfigError, RunStateError
+from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.history._metrics import scan_store
 from langgraph_resilience.history._scan import ThreadRun
 
-__all__ = ["RunSummary", "UnknownThread", "alist_runs", "list_runs"]
+__all__ = ["RunSummary", "alist_runs", "list_runs"]
 
 _STATUSES = ("queued", "running", "paused", "success", "partial_complete", "error", "cancelled")
-
-
-class UnknownThread(RunStateError, LookupError):
-    """The store has no such thread (no checkpoint, no run), or no such run of it."""
 
 
 @dataclass(frozen=True, kw_only=True)

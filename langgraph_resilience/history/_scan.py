@@ -292,7 +292,7 @@ class _Scan:
                 self.run_log(w, w.value)
             elif w.channel == RESUME_CHANNEL and resume is None and self.current is not None:
                 resume = Recovery(
-                    kind="budget" if _budget_pause(writes) else "human",
+                    kind="budget" if _paused_for_budget(writes) else "human",
                     thread_id=self.thread_id,
                     at=checkpoint_time(w.checkpoint_id),
                     run=self.current.run,
@@ -321,7 +321,7 @@ class _Scan:
             self.current.last_flags = (onward, bool(interrupted) and not resumed, failed)
 
 
-def _budget_pause(writes: Sequence[Write]) -> bool:
+def _paused_for_budget(writes: Sequence[Write]) -> bool:
     for w in writes:
         if w.channel != INTERRUPT_CHANNEL:
             continue

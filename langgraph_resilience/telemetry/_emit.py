@@ -121,7 +121,7 @@ def _count(event: str, fields: Mapping[str, Any]) -> None:
 
 def checkpoint_write(counter: str) -> None:
     """Count one checkpoint or writes try (``checkpoint_put_ok``, ``writes_put_failed`` ...)."""
-    if otel.AVAILABLE and otel.metering():
+    if otel.AVAILABLE and otel.meter_provider_set():
         write, _, outcome = counter.partition("_put_")
         otel.add("checkpoint_writes", {"write": write, "outcome": outcome})
 

@@ -44,7 +44,16 @@ except ImportError:  # pragma: no cover - exercised in a subprocess test
     _metrics_state = None  # type: ignore[assignment]
     _trace = None  # type: ignore[assignment]
 
-__all__ = ["AVAILABLE", "COUNTERS", "add", "end_try", "metering", "record", "start_try", "watching"]
+__all__ = [
+    "AVAILABLE",
+    "COUNTERS",
+    "add",
+    "end_try",
+    "meter_provider_set",
+    "record",
+    "start_try",
+    "watching",
+]
 
 AVAILABLE = _trace is not None
 SCOPE = "langgraph_resilience"
@@ -173,7 +182,7 @@ def watching() -> bool:
     return _tracer() is not None or _meter_provider() is not None
 
 
-def metering() -> bool:
+def meter_provider_set() -> bool:
     """Whether the application set a meter provider."""
     return _trace is not None and not _unset() and _meter_provider() is not None
 

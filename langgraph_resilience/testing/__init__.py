@@ -12,12 +12,11 @@ Example:
 
 from __future__ import annotations
 
-from langgraph_resilience.testing._faults import SimulatedCrash
+from langgraph_resilience.errors import RecoveryFailed, SimulatedCrash
 from langgraph_resilience.testing._plan import FaultPlan
 from langgraph_resilience.testing._report import (
     FAMILIES,
     CaseResult,
-    RecoveryFailed,
     RecoverySuiteReport,
 )
 from langgraph_resilience.testing._suite import CASES_ENV, arecovery_suite, recovery_suite

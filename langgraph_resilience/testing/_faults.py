@@ -21,7 +21,6 @@ __all__ = [
     "CrashFault",
     "CrashWhen",
     "NodeFault",
-    "SimulatedCrash",
     "StoreFault",
     "make_error",
     "matches",
@@ -30,17 +29,6 @@ __all__ = [
 
 CrashWhen = Literal["before", "after"]
 StoreTarget = Literal["checkpoint", "writes"]
-
-
-class SimulatedCrash(BaseException):
-    """The in-process stand-in for a killed process, raised at a crash point.
-
-    A `BaseException`, so no node policy, retry or ``except Exception`` catches
-    it. From the moment it is raised the run's saver refuses every write and
-    forgets effect outcomes it had not stored yet: the store is left as a
-    SIGKILL at that point would leave it. Recover with a new saver on the same
-    store, as a new process would.
-    """
 
 
 def matches(pattern: str, path: str) -> bool:

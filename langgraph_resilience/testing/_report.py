@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.errors import ConfigError, RecoveryFailed
 
-__all__ = ["CaseResult", "FAMILIES", "Family", "RecoveryFailed", "RecoverySuiteReport"]
+__all__ = ["CaseResult", "FAMILIES", "Family", "RecoverySuiteReport"]
 
 Family = Literal["step_crash", "checkpoint_write", "double_recovery", "effect_replay"]
 
@@ -20,10 +20,6 @@ FAMILIES: Mapping[Family, str] = {
     "double_recovery": "two crashes at different steps: the second resumes from the later one",
     "effect_replay": "side effects: every non-idempotent call happened exactly once",
 }
-
-
-class RecoveryFailed(AssertionError):
-    """A recovery case failed; the message is the report of the failed cases."""
 
 
 @dataclass(frozen=True, kw_only=True)

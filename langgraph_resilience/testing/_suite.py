@@ -24,10 +24,9 @@ from langgraph.types import Durability, StateSnapshot
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
 from langgraph_resilience.effects._settle import asettle_effect, settle_effect
-from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.errors import ConfigError, SimulatedCrash
 from langgraph_resilience.graph._retry_failed import aretry_failed, retry_failed
 from langgraph_resilience.testing._cases import Run, RunResult, SuiteSpec, comparable, suite_steps
-from langgraph_resilience.testing._faults import SimulatedCrash
 from langgraph_resilience.testing._report import RecoverySuiteReport
 
 __all__ = ["CASES_ENV", "arecovery_suite", "recovery_suite"]

@@ -28,6 +28,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.pregel import Pregel
 
 from langgraph_resilience._langgraph import RunnableCallable, coerce_to_runnable
+from langgraph_resilience.errors import SimulatedCrash
 from langgraph_resilience.graph._builder import ResilientStateGraph
 from langgraph_resilience.graph._drivers import is_async
 from langgraph_resilience.graph._step_log import log_of, step_path
@@ -35,7 +36,6 @@ from langgraph_resilience.graph._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.testing._faults import (
     CrashFault,
     CrashWhen,
-    SimulatedCrash,
     StoreFault,
     matches,
 )

@@ -37,7 +37,7 @@ __all__ = [
     "Abandon",
     "ActiveRuns",
     "BUDGET_PAUSE",
-    "Claim",
+    "ClaimRuns",
     "CurrentValues",
     "Finish",
     "Held",
@@ -339,7 +339,7 @@ def where_of(snapshot: StateSnapshot, run_id: str, now: float | None = None) -> 
 # -- the worker's loop ---------------------------------------------------------------
 
 
-class Claim(NamedTuple):
+class ClaimRuns(NamedTuple):
     room: int  # how many runs to claim at most
 
 
@@ -368,7 +368,7 @@ class Abandon(NamedTuple):
     run_ids: tuple[str, ...]
 
 
-LoopOp = Claim | Start | Wait | Renew | ActiveRuns | Abandon
+LoopOp = ClaimRuns | Start | Wait | Renew | ActiveRuns | Abandon
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -408,7 +408,7 @@ def worker_loop(
     while True:
         room = 0 if draining() else settings.concurrency - len(held)
         sent = clock()
-        claimed: list[RunRecord] = ((yield Claim(room)) or []) if room > 0 else []
+        claimed: list[RunRecord] = ((yield ClaimRuns(room)) or []) if room > 0 else []
         for record in claimed:
             proof = Proof(deadline=sent.after(settings.lease_ttl), margin=settings.margin)
             run = held[record.run_id] = Held(record, proof=proof)

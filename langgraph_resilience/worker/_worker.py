@@ -73,7 +73,7 @@ from langgraph_resilience.worker._setup import (
 from langgraph_resilience.worker._steps import (
     NO_ANSWER,
     Abandon,
-    Claim,
+    ClaimRuns,
     CurrentValues,
     Held,
     Invoke,
@@ -251,7 +251,7 @@ class Worker(RunControls):
                     done: dict[str, str] = stop.value
                     return done
                 reply = None
-                if isinstance(op, Claim):
+                if isinstance(op, ClaimRuns):
                     reply = self._call(leases.runs.claim, self.worker_id, op.room, self.lease_ttl)
                 elif isinstance(op, Start):
                     name = f"lgr-run-{op.held.record.run_id}"
@@ -334,7 +334,7 @@ class Worker(RunControls):
                         done: dict[str, str] = stop.value
                         return done
                     reply = None
-                    if isinstance(op, Claim):
+                    if isinstance(op, ClaimRuns):
                         reply = await self._acall(
                             leases.runs.aclaim, self.worker_id, op.room, self.lease_ttl
                         )

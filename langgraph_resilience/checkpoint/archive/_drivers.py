@@ -10,11 +10,11 @@ from langchain_core.runnables import RunnableConfig
 from langgraph_resilience.checkpoint.archive._codec import ArchivedCheckpoint
 from langgraph_resilience.checkpoint.archive._moves import (
     Drop,
+    Fetch,
     Keys,
     Moves,
     Overwrite,
     Put,
-    Read,
     Sql,
     Tuples,
 )
@@ -78,7 +78,7 @@ def drive(saver: Any, archive: Archive | None, moves: Moves) -> Any:
                     send = _need(archive).put_new(key, body)
                 case Overwrite(key, body):
                     _need(archive).overwrite(key, body)
-                case Read(key):
+                case Fetch(key):
                     send = _need(archive).read(key)
                 case Keys(prefix):
                     send = _need(archive).keys(prefix)
@@ -111,7 +111,7 @@ async def adrive(saver: Any, archive: Archive | None, moves: Moves) -> Any:
                     send = await _need(archive).aput_new(key, body)
                 case Overwrite(key, body):
                     await _need(archive).aoverwrite(key, body)
-                case Read(key):
+                case Fetch(key):
                     send = await _need(archive).aread(key)
                 case Keys(prefix):
                     send = await _need(archive).akeys(prefix)

@@ -27,7 +27,8 @@ from langgraph_resilience.checkpoint.archive._drivers import (
     preparer,
 )
 from langgraph_resilience.checkpoint.archive._moves import ArchiveReport
-from langgraph_resilience.checkpoint.archive._objects import Archive, ArchiveError
+from langgraph_resilience.checkpoint.archive._objects import Archive
+from langgraph_resilience.errors import ArchiveError
 
 __all__ = ["AsyncArchival", "SyncArchival"]
 

@@ -30,8 +30,7 @@ from langgraph_resilience.checkpoint import _archival
 from langgraph_resilience.checkpoint._store import Dialect, Statements
 from langgraph_resilience.checkpoint.archive import _codec
 from langgraph_resilience.checkpoint.archive._codec import ArchivedCheckpoint
-from langgraph_resilience.checkpoint.archive._objects import ArchiveError
-from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.errors import ArchiveError, ConfigError
 
 __all__ = ["ArchiveReport", "Op", "archive_threads", "restore"]
 
@@ -66,7 +65,7 @@ class Overwrite(NamedTuple):
     body: bytes
 
 
-class Read(NamedTuple):
+class Fetch(NamedTuple):
     key: str
 
 
@@ -78,7 +77,7 @@ class Drop(NamedTuple):
     keys: tuple[str, ...]
 
 
-Op = Sql | Tuples | Put | Overwrite | Read | Keys | Drop
+Op = Sql | Tuples | Put | Overwrite | Fetch | Keys | Drop
 Moves = Generator[Op, Any, Any]
 
 
@@ -257,7 +256,7 @@ def restore(
     items = []
     for key in keys:
         try:
-            items.append(_codec.decode((yield Read(key))))
+            items.append(_codec.decode((yield Fetch(key))))
         except (ArchiveError, ValueError) as exc:
             raise ArchiveError(
                 f"cannot restore thread {thread_id!r}: object {where(key)} is unreadable "

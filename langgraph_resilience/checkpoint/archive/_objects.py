@@ -20,28 +20,14 @@ from datetime import timedelta
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from langgraph_resilience.errors import ConfigError, ResilienceError
+from langgraph_resilience.errors import ArchiveError, ConfigError
 
-__all__ = ["Archive", "ArchiveError", "PutOutcome"]
+__all__ = ["Archive", "PutOutcome"]
 
 #: What a conditional put found: the object was created, was already there with
 #: the same bytes (a retried archival), or was there with other bytes.
 PutOutcome = Literal["created", "same", "differs"]
 _SCHEMES = ("file", "memory", "s3", "gs", "az", "abfs", "abfss", "azure", "http", "https")
-
-
-class ArchiveError(ResilienceError):
-    """The archive could not be read or written: which thread, which object, why.
-
-    Attributes:
-        thread_id: the thread being archived or restored (None for a bare call).
-        key: the object (or prefix) concerned, as the archive names it.
-    """
-
-    def __init__(self, message: str, *, thread_id: str | None = None, key: str = "") -> None:
-        super().__init__(message)
-        self.thread_id = thread_id
-        self.key = key
 
 
 def _obstore() -> Any:

@@ -7,6 +7,6 @@ Shipped inside the package, so it runs from an installed wheel:
 
 from __future__ import annotations
 
-from langgraph_resilience.cli.demo.story import DemoFailed, run_demo
+from langgraph_resilience.cli.demo.story import run_demo
 
-__all__ = ["DemoFailed", "run_demo"]
+__all__ = ["run_demo"]

@@ -58,7 +58,7 @@ from langgraph_resilience.history._metrics import recovery_metrics
 from langgraph_resilience.history._report import run_report
 from langgraph_resilience.worker._worker import Worker
 
-__all__ = ["DemoFailed", "run_demo"]
+__all__ = ["run_demo"]
 
 THREAD = "research-1"
 GRAPH = "langgraph_resilience.cli.demo.pipeline:builder"
