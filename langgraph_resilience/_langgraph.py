@@ -6,9 +6,9 @@ prefix, private classes and functions) is read here, and nowhere else. Each is
 taken from LangGraph's own module where it has one, so an upgrade that renames
 or moves it fails at import, naming this module, instead of silently changing
 what a node reads or what the store counts; the few LangGraph spells inline
-(the task metadata keys) are spelled here once. ``tests/test_langgraph_door.py``
-pins every name against the installed LangGraph and fails if any other module
-names one.
+(the task metadata keys, the error handler's node name) are spelled here once.
+``tests/test_langgraph_door.py`` pins every name against the installed LangGraph
+and fails if any other module names one.
 
 What each is for:
 
@@ -25,34 +25,67 @@ What each is for:
   to the node's error handler), `TASKS_CHANNEL` (a `Send`), `BRANCH_PREFIX`
   (the channels of the edges a step routes on), and `NULL_TASK_ID` (the task
   id of writes no task made: the input's);
+- a task's namespace (``checkpoint_ns``): `NS_SEP` between its levels
+  (``graph|subgraph``), `NS_END` between a level's node and task id
+  (``node:<task id>``);
+- the node LangGraph adds for ``add_node(..., error_handler=...)``: named
+  `ERROR_HANDLER_PREFIX` and the node's name;
 - private callables: `coerce_to_runnable` and `RunnableCallable` (how LangGraph
   wraps a node, so a wrapped node behaves as LangGraph's own), `StateNodeSpec`
   (a node's entry in ``StateGraph.nodes``), and `DeltaSnapshot` (a channel
-  value that `PostgresSaver.put` stores as a blob).
+  value that `PostgresSaver.put` stores as a blob);
+- private attributes and hooks of LangGraph's classes: `default_cache_policy`
+  (a builder's ``set_node_defaults(cache_policy=...)``), `DefaultsHook` (a
+  compiled graph that changes what a run starts with: ``Pregel._defaults``),
+  `route_cursor` (a Postgres saver's cursor: its ``_cursor``, `CURSOR_HOOK`),
+  `dump_pg_blobs` and `dump_pg_writes` (the rows `PostgresSaver` stores).
+
+A hook LangGraph calls by a private name is overridden here, once, and handed on
+under a name of ours (`DefaultsHook._run_defaults`, a saver's ``_open_cursor``),
+so the subclasses elsewhere never spell LangGraph's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+from langchain_core.runnables import RunnableConfig
 from langgraph._internal import _constants
 from langgraph._internal._runnable import RunnableCallable, coerce_to_runnable
+from langgraph.cache.base import BaseCache
+from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions
 from langgraph.checkpoint.serde.types import _DeltaSnapshot as DeltaSnapshot
+from langgraph.graph import StateGraph
 from langgraph.graph._node import StateNodeSpec
-from langgraph.graph.state import _CHANNEL_BRANCH_TO
+from langgraph.graph.state import _CHANNEL_BRANCH_TO, CompiledStateGraph
+from langgraph.store.base import BaseStore
+from langgraph.types import CachePolicy, Durability
+from langgraph.typing import ContextT, InputT, OutputT, StateT
+
+if TYPE_CHECKING:  # the postgres extra: the door is typed against it, never imports it
+    from langgraph.checkpoint.postgres.base import BasePostgresSaver
 
 __all__ = [
     "BRANCH_PREFIX",
     "CHECKPOINTER_KEY",
+    "CURSOR_HOOK",
     "DURABILITY_KEY",
+    "DefaultsHook",
     "DeltaSnapshot",
     "ERROR_CHANNEL",
+    "ERROR_HANDLER_PREFIX",
     "ERROR_SOURCE_CHANNEL",
     "INTERRUPT_CHANNEL",
     "NODE_KEY",
+    "NS_END",
+    "NS_SEP",
     "NULL_TASK_ID",
     "PATH_KEY",
     "RESUME_CHANNEL",
     "RESUMING_KEY",
     "RUNTIME_KEY",
+    "RunDefaults",
     "RunnableCallable",
     "SCRATCHPAD_KEY",
     "SEND_PATH",
@@ -61,6 +94,10 @@ __all__ = [
     "TASKS_CHANNEL",
     "TASK_ID_KEY",
     "coerce_to_runnable",
+    "default_cache_policy",
+    "dump_pg_blobs",
+    "dump_pg_writes",
+    "route_cursor",
 ]
 
 # -- config keys (config["configurable"]) ----------------------------------------------
@@ -88,3 +125,83 @@ ERROR_SOURCE_CHANNEL = _constants.ERROR_SOURCE_NODE
 TASKS_CHANNEL = _constants.TASKS
 BRANCH_PREFIX = _CHANNEL_BRANCH_TO.format("")
 NULL_TASK_ID = _constants.NULL_TASK_ID
+
+# -- a task's namespace (checkpoint_ns) ------------------------------------------------------
+NS_SEP = _constants.NS_SEP  # between levels: "graph|subgraph"
+NS_END = _constants.NS_END  # between a level's node and its task id: "node:<task id>"
+
+# -- nodes -------------------------------------------------------------------------------
+# LangGraph spells it inline (StateGraph.add_node); the door's test pins it.
+ERROR_HANDLER_PREFIX = "__error_handler__"
+
+# -- private attributes and hooks of LangGraph's classes ---------------------------------
+
+C = TypeVar("C", bound=type)
+#: The method through which LangGraph's Postgres savers open every cursor.
+CURSOR_HOOK = "_cursor"
+
+
+def default_cache_policy(graph: StateGraph[Any, Any, Any, Any]) -> CachePolicy[Any] | None:
+    """The cache policy ``graph.set_node_defaults`` gave every node (None if none)."""
+    policy: CachePolicy[Any] | None = graph._node_defaults.cache_policy
+    return policy
+
+
+class RunDefaults(NamedTuple):
+    """What a run of a compiled graph starts with, as LangGraph resolved it from
+    the graph, the call's arguments and the config."""
+
+    checkpointer: BaseCheckpointSaver[Any] | None
+    store: BaseStore | None
+    cache: BaseCache[Any] | None
+    durability: Durability
+
+
+class DefaultsHook(CompiledStateGraph[StateT, ContextT, InputT, OutputT]):
+    """A compiled graph that may change what a run starts with.
+
+    LangGraph resolves a run's saver, store, cache and durability in the private
+    ``Pregel._defaults``, and has no public hook for it: this class overrides it
+    once and asks `_run_defaults` (``kwargs``: the call's own arguments).
+    """
+
+    def _run_defaults(
+        self, config: RunnableConfig, kwargs: Mapping[str, Any], found: RunDefaults
+    ) -> RunDefaults:
+        return found
+
+    def _defaults(self, config: RunnableConfig, **kwargs: Any) -> Any:
+        *head, checkpointer, store, cache, durability = super()._defaults(config, **kwargs)
+        found = RunDefaults(checkpointer, store, cache, durability)
+        return (*head, *self._run_defaults(config, kwargs, found))
+
+
+def route_cursor(cls: C) -> C:
+    """A class decorator: ``cls._open_cursor`` becomes the cursor that every query
+    of the LangGraph Postgres saver ``cls`` subclasses opens (its `CURSOR_HOOK`)."""
+    setattr(cls, CURSOR_HOOK, cls.__dict__["_open_cursor"])
+    return cls
+
+
+def dump_pg_blobs(
+    saver: BasePostgresSaver,
+    thread_id: str,
+    checkpoint_ns: str,
+    values: dict[str, Any],
+    versions: ChannelVersions,
+) -> list[tuple[str, str, str, str, str, bytes | None]]:
+    """The ``checkpoint_blobs`` rows `PostgresSaver` stores for a checkpoint's values."""
+    return saver._dump_blobs(thread_id, checkpoint_ns, values, versions)
+
+
+def dump_pg_writes(
+    saver: BasePostgresSaver,
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str,
+    task_id: str,
+    task_path: str,
+    writes: Sequence[tuple[str, Any]],
+) -> list[tuple[str, str, str, str, str, int, str, str, bytes]]:
+    """The ``checkpoint_writes`` rows `PostgresSaver` stores for a task's writes."""
+    return saver._dump_writes(thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, writes)

@@ -1,17 +1,23 @@
 """The door to LangGraph's private internals (`langgraph_resilience._langgraph`).
 
 Every name the door spells is the installed LangGraph's: its private constants,
-what a real graph writes and puts in a task's metadata, its private callables.
-And no other module of the package names one: a scan of every module's string
-literals (docstrings aside: prose may name them) and imports fails on any private
-LangGraph name outside the door, so an upgrade has one module to check.
+what a real graph writes and puts in a task's metadata, its private callables,
+attributes and hooks, with the shape the door uses. And no other module of the
+package names one: a scan of every module's syntax fails on any private
+LangGraph name outside the door (string literals, docstrings aside: prose may
+name them; imports; attribute chains on LangGraph's modules; private attributes
+of LangGraph's classes, read, overridden or passed to ``getattr``), so an
+upgrade has one module to check.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import operator
 import re
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -20,12 +26,13 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph._internal import _constants as lg
 from langgraph._internal import _runnable
+from langgraph.cache.memory import InMemoryCache
 from langgraph.checkpoint.base import EXCLUDED_METADATA_KEYS
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde import types as serde_types
 from langgraph.config import get_config
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import Command, Send, interrupt
+from langgraph.types import CachePolicy, Command, Send, interrupt
 
 import langgraph_resilience
 from langgraph_resilience import _langgraph as door
@@ -59,6 +66,7 @@ def test_the_channels_are_langgraphs() -> None:
     assert door.TASKS_CHANNEL == lg.TASKS == serde_types.TASKS
     assert door.SEND_PATH == lg.PUSH
     assert door.NULL_TASK_ID == lg.NULL_TASK_ID
+    assert (door.NS_SEP, door.NS_END) == (lg.NS_SEP, lg.NS_END)
     # The run log reads the error channels' values: an error and its handler's marker.
     assert {lg.ERROR, lg.ERROR_SOURCE_NODE} <= set(RUN_LOG_CHANNELS)
 
@@ -75,6 +83,101 @@ def test_the_private_callables_are_langgraphs() -> None:
     graph = StateGraph(_State)
     graph.add_node("a", lambda s: {})
     assert isinstance(graph.nodes["a"], door.StateNodeSpec)
+
+
+def test_an_error_handler_is_the_node_the_door_names() -> None:
+    def fail(state: _State) -> dict[str, Any]:
+        raise ValueError("boom")
+
+    g = StateGraph(_State)
+    g.add_node("x", fail, error_handler=lambda s: {"done": ["handled"]})
+    g.add_edge(START, "x")
+    spec = g.nodes[f"{door.ERROR_HANDLER_PREFIX}x"]
+    assert (
+        spec.is_error_handler and g.nodes["x"].error_handler_node == f"{door.ERROR_HANDLER_PREFIX}x"
+    )
+    assert g.compile().invoke({}) == {"done": ["handled"]}
+
+
+def test_a_builders_default_cache_policy_is_read_through_the_door() -> None:
+    g = StateGraph(_State)
+    assert door.default_cache_policy(g) is None
+    policy = CachePolicy()
+    g.set_node_defaults(cache_policy=policy)
+    assert door.default_cache_policy(g) is policy
+
+
+def test_the_defaults_hook_sees_what_a_run_starts_with() -> None:
+    found: list[tuple[dict[str, Any], door.RunDefaults]] = []
+
+    class Recording(door.DefaultsHook[Any, Any, Any, Any]):
+        def _run_defaults(
+            self, config: RunnableConfig, kwargs: Any, defaults: door.RunDefaults
+        ) -> door.RunDefaults:
+            found.append((dict(kwargs), defaults))
+            return defaults
+
+    g = StateGraph(_State)
+    g.add_node("a", lambda s: {"done": ["a"]})
+    g.add_edge(START, "a")
+    saver, cache = InMemorySaver(), InMemoryCache()
+    graph = g.compile(checkpointer=saver, cache=cache)
+    graph.__class__ = Recording
+    config: RunnableConfig = {"configurable": {"thread_id": "defaults"}}
+    assert graph.invoke({}, config) == {"done": ["a"]}
+    assert found[0][1] == door.RunDefaults(saver, None, cache, "async")  # LangGraph's default
+    found.clear()
+    graph.with_config(configurable={door.DURABILITY_KEY: "sync"}).invoke({}, config)
+    assert found[0][1].durability == "sync"  # the key a compiled graph's default goes under
+    found.clear()
+    graph.invoke({}, config, durability="exit")
+    assert found[0][0]["durability"] == "exit" == found[0][1].durability
+
+
+def test_the_postgres_savers_hooks_are_langgraphs() -> None:
+    postgres = pytest.importorskip("langgraph.checkpoint.postgres")
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from langgraph.checkpoint.postgres.base import BasePostgresSaver
+
+    from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+    from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
+
+    def params(fn: Any) -> list[str]:
+        return list(inspect.signature(fn).parameters)
+
+    assert params(BasePostgresSaver._dump_blobs)[1:] == params(door.dump_pg_blobs)[1:]
+    assert params(BasePostgresSaver._dump_writes)[1:] == params(door.dump_pg_writes)[1:]
+    for theirs, read, ours in (
+        (postgres.PostgresSaver, "get_tuple", ResilientPostgresSaver),
+        (AsyncPostgresSaver, "aget_tuple", AsyncResilientPostgresSaver),
+    ):
+        opened = ours.__dict__["_open_cursor"]
+        assert params(getattr(theirs, door.CURSOR_HOOK)) == params(opened) == ["self", "pipeline"]
+        # LangGraph's own queries open the hook, which is ours.
+        assert f"self.{door.CURSOR_HOOK}(" in inspect.getsource(getattr(theirs, read))
+        assert getattr(ours, door.CURSOR_HOOK) is opened
+
+
+def test_a_task_namespace_is_split_as_the_door_says() -> None:
+    seen: dict[str, RunnableConfig] = {}
+
+    def inner(state: _State) -> dict[str, Any]:
+        seen["inner"] = get_config()
+        return {}
+
+    sub = StateGraph(_State)
+    sub.add_node("inner", inner)
+    sub.add_edge(START, "inner")
+    g = StateGraph(_State)
+    g.add_node("sub", sub.compile())
+    g.add_edge(START, "sub")
+    g.compile(checkpointer=InMemorySaver()).invoke({}, {"configurable": {"thread_id": "ns"}})
+    configurable = seen["inner"]["configurable"]
+    levels = [
+        level.split(door.NS_END) for level in configurable["checkpoint_ns"].split(door.NS_SEP)
+    ]
+    assert [level[0] for level in levels] == ["sub", "inner"]
+    assert levels[-1][1] == configurable[door.TASK_ID_KEY]
 
 
 def test_the_postgres_connection_types_are_langgraphs() -> None:
@@ -161,7 +264,7 @@ _PRIVATE_MODULE = re.compile(r"\blanggraph(?:\.\w+)*\._\w")
 #: from the installed LangGraph; and the prefix of its edge channels.
 _RESERVED = sorted(
     {v for v in vars(lg).values() if isinstance(v, str) and v.startswith("__")}
-    | {serde_types.SCHEDULED, lg.NULL_TASK_ID, "__pregel", "branch:to:"}
+    | {serde_types.SCHEDULED, lg.NULL_TASK_ID, "__pregel", "branch:to:", "__error_handler__"}
 )
 #: A task's metadata keys (spelled whole: ``langgraph_`` alone starts our own names).
 _METADATA = {k for k in EXCLUDED_METADATA_KEYS if k.startswith("langgraph_")}
@@ -176,20 +279,52 @@ def _prose(tree: ast.AST) -> set[int]:
     }
 
 
+#: The NamedTuple API: underscored, but public.
+_NAMED_TUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
+
+
 def _is_langgraph(module: str) -> bool:
     return module == "langgraph" or module.startswith("langgraph.")
 
 
-def private_names(source: str) -> list[str]:
-    """The private LangGraph names a module's code spells (``line: name``)."""
+def _dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` for an attribute chain on a name, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
+
+
+def _imported(tree: ast.AST) -> dict[str, str]:
+    """The LangGraph paths a module binds by import: {local name: dotted path}."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if _is_langgraph(a.name):
+                    bound[a.asname or "langgraph"] = a.name if a.asname else "langgraph"
+        elif isinstance(node, ast.ImportFrom) and node.module and _is_langgraph(node.module):
+            bound.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+    return bound
+
+
+def _reserved_in(text: str) -> list[str]:
+    hits = [r for r in _RESERVED if r in text] + _PRIVATE_MODULE.findall(text)
+    return hits + ([text] if text in _METADATA else [])
+
+
+def private_names(source: str, attributes: frozenset[str] = frozenset()) -> list[str]:
+    """The private LangGraph names a module's code spells (``line: name``);
+    ``attributes``: the private attributes of LangGraph's classes."""
     tree = ast.parse(source)
     prose = _prose(tree)
+    bound = _imported(tree)
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
             text = node.value
-            hits = [r for r in _RESERVED if r in text] + _PRIVATE_MODULE.findall(text)
-            hits += [text] if text in _METADATA else []
+            hits = _reserved_in(text) + ([text] if text in attributes else [])
             found += [f"{node.lineno}: {hit}" for hit in hits]
         elif isinstance(node, ast.Import):
             found += [
@@ -200,12 +335,63 @@ def private_names(source: str) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and _is_langgraph(node.module):
             if _PRIVATE_MODULE.search(node.module):
                 found.append(f"{node.lineno}: from {node.module}")
-            found += [
-                f"{node.lineno}: from {node.module} import {a.name}"
-                for a in node.names
-                if a.name.startswith("_")
-            ]
+                continue
+            for a in node.names:
+                if a.name.startswith("_"):
+                    found.append(f"{node.lineno}: from {node.module} import {a.name}")
+                    continue
+                # A public name for a private value: ``from ...serde.types import ERROR``.
+                value = getattr(importlib.import_module(node.module), a.name, None)
+                if isinstance(value, str) and _reserved_in(value):
+                    found.append(f"{node.lineno}: from {node.module} import {a.name}")
+        elif isinstance(node, ast.Attribute):
+            chain = _dotted(node)
+            head = chain.split(".")[0] if chain else ""
+            if chain and head in bound and _PRIVATE_MODULE.search(bound[head] + chain[len(head) :]):
+                found.append(f"{node.lineno}: {chain}")
+            elif node.attr in attributes:
+                found.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in attributes:
+            found.append(f"{node.lineno}: def {node.name}")  # overrides a private hook
     return found
+
+
+def _private_attributes(sources: Sequence[str]) -> frozenset[str]:
+    """The private attributes of the LangGraph classes the package imports, and of
+    their LangGraph bases: what each class defines and what its methods set on
+    ``self`` (read from LangGraph's source)."""
+    classes = set()
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.module and _is_langgraph(node.module):
+                module = importlib.import_module(node.module)
+                for a in node.names:
+                    if inspect.isclass(found := getattr(module, a.name, None)):
+                        classes.update(k for k in found.__mro__ if _is_langgraph(k.__module__))
+    names = set()
+    for cls in classes:
+        names.update(n for n in vars(cls) if n.startswith("_") and not n.endswith("__"))
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        except (OSError, TypeError):
+            continue
+        names.update(
+            node.attr
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+            and node.attr.startswith("_")
+            and not node.attr.endswith("__")
+        )
+    return frozenset(names - _NAMED_TUPLE_API)
+
+
+def _package() -> dict[str, str]:
+    return {
+        str(path.relative_to(PACKAGE)): path.read_text() for path in sorted(PACKAGE.rglob("*.py"))
+    }
 
 
 def test_the_scan_finds_what_it_looks_for() -> None:
@@ -216,35 +402,75 @@ from langgraph.checkpoint.postgres import _internal
 import langgraph.pregel._algo
 from langgraph.graph import StateGraph
 from langgraph_resilience._langgraph import PUSH as SEND
+from langgraph.checkpoint.serde.types import ERROR
+import langgraph
+import langgraph.graph as lgg
 
 def f(c):
     """And so may a function's ``__interrupt__``."""
     sql = f"SELECT 1 WHERE channel = '__error__' OR substr(channel, 1, 10) = 'branch:to:'"
     return c == "__pregel_tasks", c == "langgraph_node", c == "langgraph_resilience"
+
+class G(StateGraph):
+    def _defaults(self):
+        return langgraph._internal._constants.TASKS, lgg._node.StateNodeSpec, self._nodes
+
+    def policy(self):
+        return getattr(self, "_node_defaults"), f"__error_handler__{self.name}"
 '''
-    found = {f.split(": ", 1)[1] for f in private_names(source)}
+    attributes = frozenset({"_defaults", "_nodes", "_node_defaults"})
+    found = {f.split(": ", 1)[1] for f in private_names(source, attributes)}
     assert found == {
         "from langgraph._internal._constants",
         "from langgraph.checkpoint.postgres import _internal",
         "import langgraph.pregel._algo",
+        "from langgraph.checkpoint.serde.types import ERROR",
         "__error__",
         "branch:to:",
         "__pregel",
         "__pregel_tasks",
         "langgraph_node",
+        "def _defaults",
+        "langgraph._internal",
+        "langgraph._internal._constants",
+        "langgraph._internal._constants.TASKS",
+        "lgg._node",
+        "lgg._node.StateNodeSpec",
+        "._nodes",
+        "_node_defaults",
+        "__error_handler__",
     }
 
 
+def test_the_private_attributes_are_read_from_langgraphs_classes() -> None:
+    attributes = _private_attributes(list(_package().values()))
+    # Pregel's, a builder's (set in its __init__), the Postgres saver's (if installed).
+    assert {"_defaults", "_node_defaults"} <= attributes
+    assert not attributes & _NAMED_TUPLE_API
+
+
 def test_no_module_but_the_door_names_a_private_langgraph_name() -> None:
+    modules = _package()
+    attributes = _private_attributes(list(modules.values()))
     naming = {
-        str(path.relative_to(PACKAGE)): found
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if str(path.relative_to(PACKAGE)) not in DOORS
-        and (found := private_names(path.read_text()))
+        name: found
+        for name, source in modules.items()
+        if name not in DOORS and (found := private_names(source, attributes))
     }
     assert naming == {}
 
 
 def test_the_door_names_them() -> None:
-    # The scan would find the door's own names: it is looking in the right place.
-    assert private_names((PACKAGE / "_langgraph.py").read_text())
+    # The scan finds the door's own names: it is looking in the right place.
+    modules = _package()
+    attributes = _private_attributes(list(modules.values()))
+    found = " ".join(private_names(modules["_langgraph.py"], attributes))
+    for kind in (
+        "from langgraph._internal",
+        "langgraph_node",
+        "__error_handler__",
+        "def _defaults",
+    ):
+        assert kind in found, kind
+    for kind in ("._node_defaults", "._dump_blobs", "_cursor"):
+        assert kind in found or "_dump_blobs" not in attributes, kind

@@ -21,7 +21,6 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.graph import Graph
 from langgraph.cache.base import BaseCache, FullKey, Namespace
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import All, CachePolicy, Checkpointer, StateSnapshot
 from langgraph.typing import ContextT, InputT, OutputT, StateT
@@ -29,7 +28,15 @@ from typing_extensions import Self, Unpack
 
 import langgraph_resilience.graph._lifecycle as lifecycle
 import langgraph_resilience.state as run_log
-from langgraph_resilience._langgraph import DURABILITY_KEY, StateNodeSpec, coerce_to_runnable
+from langgraph_resilience._langgraph import (
+    DURABILITY_KEY,
+    ERROR_HANDLER_PREFIX,
+    DefaultsHook,
+    RunDefaults,
+    StateNodeSpec,
+    coerce_to_runnable,
+    default_cache_policy,
+)
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError
@@ -71,7 +78,7 @@ class CompileOptions(TypedDict, total=False):
     transformers: Sequence[Callable[[tuple[str, ...]], Any]] | None
 
 
-class ResilientCompiledStateGraph(CompiledStateGraph[StateT, ContextT, InputT, OutputT]):
+class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT]):
     """A compiled `ResilientStateGraph`: draws its failure routes in `get_graph()`;
     each new input starts a new run, and a run with nothing left to do reads
     ``success`` (`_lifecycle`)."""
@@ -118,7 +125,10 @@ class ResilientCompiledStateGraph(CompiledStateGraph[StateT, ContextT, InputT, O
         routes leave from the subgraph's last nodes and enter at its first
         ones, as LangGraph draws the node's own edges.
         """
-        for name in [n for n in drawing.nodes if n.rpartition(":")[2].startswith(_HANDLER)]:
+        handlers = [
+            n for n in drawing.nodes if n.rpartition(":")[2].startswith(ERROR_HANDLER_PREFIX)
+        ]
+        for name in handlers:
             drawing.remove_node(drawing.nodes[name])
         firsts: dict[str, list[str]] = {}
         lasts: dict[str, list[str]] = {}
@@ -169,28 +179,29 @@ class ResilientCompiledStateGraph(CompiledStateGraph[StateT, ContextT, InputT, O
                     connect(source, target, None if key == target else str(key), True)
         return drawing
 
-    def _defaults(self, config: RunnableConfig, **kwargs: Any) -> Any:
+    def _run_defaults(
+        self, config: RunnableConfig, kwargs: Mapping[str, Any], found: RunDefaults
+    ) -> RunDefaults:
         # LangGraph has no public per-graph durability default (no compile
         # parameter or attribute; `with_config` takes none), so `compile` sets
         # the private config key. A "sync" run waits after each step for a
         # checkpoint write that a run without a saver never makes (AttributeError
         # `_put_checkpoint_fut`): such a run, and its subgraphs, drop the
         # default. A durability passed to invoke/stream, or in the config, wins.
-        *head, checkpointer, store, cache, durability = super()._defaults(config, **kwargs)
         configurable = config.get("configurable") or {}
         if (
-            checkpointer is None
+            found.checkpointer is None
             and kwargs.get("durability") is None
             and configurable.get(DURABILITY_KEY) == "sync"
         ):
             del configurable[DURABILITY_KEY]
-            durability = "async"  # LangGraph's default
-        if cache is not None:
-            cache = _RunLogFreeCache(cache, frozenset(getattr(self.builder, "_policies", ())))
-        return (*head, checkpointer, store, cache, durability)
+            found = found._replace(durability="async")  # LangGraph's default
+        if found.cache is not None:
+            policies = frozenset(getattr(self.builder, "_policies", ()))
+            found = found._replace(cache=_RunLogFreeCache(found.cache, policies))
+        return found
 
 
-_HANDLER = "__error_handler__"
 _RUN_LOG = "resilience"
 
 
@@ -408,7 +419,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
             spec.runnable = coerce_to_runnable(
                 self._wrap(name, self._actions[name], policy), name=name, trace=False
             )
-            handler = f"__error_handler__{name}"
+            handler = f"{ERROR_HANDLER_PREFIX}{name}"
             self.nodes[handler] = StateNodeSpec(
                 coerce_to_runnable(
                     error_handler(name, give_up_of(None, policy.critical)),
@@ -467,7 +478,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
             StateGraph.add_node(self, PARTIAL_RESULT, partial_result)
             StateGraph.add_edge(self, PARTIAL_RESULT, END)
         for name, targets in routes.items():
-            handler = self.nodes.get(f"__error_handler__{name}")
+            handler = self.nodes.get(f"{ERROR_HANDLER_PREFIX}{name}")
             if handler is not None:
                 handler.ends = tuple(targets)
         self._routes = routes
@@ -480,7 +491,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
             if targets == {END} and n not in self.branches and n != START
         )
         default_budget = Budget.coerce(budget, where="compile(budget=...)")
-        default_cache = self._node_defaults.cache_policy
+        default_cache = default_cache_policy(self)
         if default_cache is not None:  # our nodes key it without the run log, as in add_node
             for name in self._policies:
                 if self.nodes[name].cache_policy is None:

@@ -33,6 +33,8 @@ from langgraph.runtime import ExecutionInfo, Runtime
 from langgraph_resilience._langgraph import (
     CHECKPOINTER_KEY,
     NODE_KEY,
+    NS_END,
+    NS_SEP,
     PATH_KEY,
     RESUMING_KEY,
     RUNTIME_KEY,
@@ -253,9 +255,9 @@ class TaskContext:
         (``"research/"``; empty at the root)."""
         # LangGraph puts the task's namespace in its config (as in execution_info).
         ns = self._configurable.get("checkpoint_ns") or ""
-        if "|" not in ns:  # a root task (``node:<task id>``), every step of a flat graph
+        if NS_SEP not in ns:  # a root task (``node:<task id>``), every step of a flat graph
             return ""
-        parts = [seg.split(":", 1)[0] for seg in ns.split("|") if seg]
+        parts = [seg.split(NS_END, 1)[0] for seg in ns.split(NS_SEP) if seg]
         return "".join(f"{p}/" for p in parts[:-1])
 
     @property

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.pregel import Pregel
 
-from langgraph_resilience._langgraph import RunnableCallable, coerce_to_runnable
+from langgraph_resilience._langgraph import NS_END, NS_SEP, RunnableCallable, coerce_to_runnable
 from langgraph_resilience.errors import SimulatedCrash
 from langgraph_resilience.graph._builder import ResilientStateGraph
 from langgraph_resilience.graph._drivers import is_async
@@ -105,10 +105,10 @@ class Tracker:
             path = step_path(name, task, log_of(state))
         else:
             path = self._counted(name, task)
-        segments = task.checkpoint_ns.split("|")
+        segments = task.checkpoint_ns.split(NS_SEP)
         if len(segments) >= 2:
             with self.lock:
-                parent = self._by_task.get(segments[-2].partition(":")[2])
+                parent = self._by_task.get(segments[-2].partition(NS_END)[2])
             if parent is not None:
                 path = f"{parent.path}/{path[len(task.graph_path) :]}"
         return path
@@ -188,7 +188,7 @@ class Tracker:
 
 
 def _parent(namespace: str) -> str:
-    return namespace.rpartition("|")[0]
+    return namespace.rpartition(NS_SEP)[0]
 
 
 class Session:

@@ -30,7 +30,12 @@ from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from langgraph_resilience._langgraph import DeltaSnapshot
+from langgraph_resilience._langgraph import (
+    DeltaSnapshot,
+    dump_pg_blobs,
+    dump_pg_writes,
+    route_cursor,
+)
 from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._savers import SyncResilience
@@ -85,7 +90,7 @@ def pg_put(
             blob_values[k] = copy["channel_values"].pop(k)
     blob_versions = {k: v for k, v in new_versions.items() if k in blob_values}
     blob_rows = (
-        saver._dump_blobs(thread_id, ns, blob_values, blob_versions) if blob_versions else []
+        dump_pg_blobs(saver, thread_id, ns, blob_values, blob_versions) if blob_versions else []
     )
     row = (
         thread_id,
@@ -129,7 +134,7 @@ def pg_write_rows(
         replace=saver.UPSERT_CHECKPOINT_WRITES_SQL,
         keep_first=saver.INSERT_CHECKPOINT_WRITES_SQL,
     )
-    rows = saver._dump_writes(thread_id, ns, str(checkpoint_id), task_id, task_path, writes)
+    rows = dump_pg_writes(saver, thread_id, ns, str(checkpoint_id), task_id, task_path, writes)
     return sql, list(rows)
 
 
@@ -168,6 +173,7 @@ def translation(translate: Translate | None) -> Translate:
     return lambda exc: translate(exc) or missing_schema(exc)
 
 
+@route_cursor
 class ResilientPostgresSaver(SyncResilience, PostgresSaver):
     """A drop-in `PostgresSaver` that survives store faults and refuses silent forks.
 
@@ -345,8 +351,9 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         return fresh
 
     @contextmanager
-    def _cursor(self, *, pipeline: bool = False) -> Iterator[Cursor[DictRow]]:
-        """LangGraph's cursor (as `PostgresSaver._cursor`), on `_connection`."""
+    def _open_cursor(self, *, pipeline: bool = False) -> Iterator[Cursor[DictRow]]:
+        """LangGraph's cursor (as `PostgresSaver`'s), on `_connection`: the cursor
+        every query of LangGraph's own methods opens (`route_cursor`)."""
         with self._connection() as conn:
             if self.pipe:
                 try:

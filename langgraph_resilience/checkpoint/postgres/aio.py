@@ -15,6 +15,7 @@ from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from langgraph_resilience._langgraph import route_cursor
 from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._asavers import AsyncResilience
@@ -47,6 +48,7 @@ __all__ = ["AsyncBoundedConnection", "AsyncResilientPostgresSaver"]
 T = TypeVar("T")
 
 
+@route_cursor
 class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
     """A drop-in `AsyncPostgresSaver` with the resilience store.
 
@@ -220,8 +222,9 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         return fresh
 
     @asynccontextmanager
-    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
-        """LangGraph's cursor (as `AsyncPostgresSaver._cursor`), on `_connection`."""
+    async def _open_cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        """LangGraph's cursor (as `AsyncPostgresSaver`'s), on `_connection`: the
+        cursor every query of LangGraph's own methods opens (`route_cursor`)."""
         async with self._connection() as conn:
             if self.pipe:
                 try:
