@@ -1,0 +1,211 @@
+"""Checkpoint integrity: a flipped bit in what the savers stored never lets a run go
+on with a changed state.
+
+The bit-flip trial (both dialects): a four-step graph with a fan-out stops when one
+branch fails, leaving a checkpoint and the other branch's pending write. One bit is
+flipped in the stored checkpoint (SQLite: the checkpoint bytes; Postgres: a
+``checkpoint_blobs`` blob), in the checkpoint row (its metadata; Postgres: its
+JSONB), or in the pending write; then the run resumes with the branch fixed. Every
+case must end in `CheckpointCorrupt` naming the thread and the checkpoint, or (a
+flip in bytes nothing reads) in the state an untouched run ends in.
+
+``LGR_FAULT_RUNS`` sets the cases per dialect (default 6, the issue's count: 30).
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import random
+import sqlite3
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import psycopg
+import pytest
+from langgraph.graph import END, START, StateGraph
+
+from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.errors import CheckpointCorrupt
+
+FAULT_RUNS = int(os.environ.get("LGR_FAULT_RUNS", "6"))
+TARGETS = ("blob", "row", "write")
+
+
+class Doc(TypedDict):
+    log: Annotated[list[str], operator.add]
+    notes: dict[str, str]
+    count: int
+
+
+def _graph(fail: dict[str, bool]) -> StateGraph:
+    def first(state: Doc) -> dict[str, Any]:
+        return {"log": ["first"], "notes": {"first": "a" * 40}, "count": 1}
+
+    def left(state: Doc) -> dict[str, Any]:
+        return {"log": ["left:" + "l" * 30]}
+
+    def right(state: Doc) -> dict[str, Any]:
+        if fail["right"]:
+            raise RuntimeError("right is down")
+        return {"log": ["right"]}
+
+    def last(state: Doc) -> dict[str, Any]:
+        return {"log": ["last"], "count": state["count"] + 1}
+
+    g = StateGraph(Doc)
+    for name, fn in (("first", first), ("left", left), ("right", right), ("last", last)):
+        g.add_node(name, fn)
+    g.add_edge(START, "first")
+    g.add_edge("first", "left")
+    g.add_edge("first", "right")
+    g.add_edge(["left", "right"], "last")
+    g.add_edge("last", END)
+    return g
+
+
+def _flip(data: bytes, rng: random.Random) -> bytes:
+    i = rng.randrange(len(data) * 8)
+    out = bytearray(data)
+    out[i // 8] ^= 1 << (i % 8)
+    return bytes(out)
+
+
+def _flip_json(value: Any, rng: random.Random) -> str:
+    """The JSON text of ``value`` with one bit flipped, still JSON Postgres takes."""
+    text = json.dumps(value).encode()
+    for _ in range(500):
+        flipped = _flip(text, rng)
+        try:
+            decoded = json.loads(flipped.decode())
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if decoded != value and "\\u0000" not in flipped.decode():
+            return flipped.decode()
+    raise AssertionError("no bit flip of this JSON is still JSON")
+
+
+def _corrupt_sqlite(path: str, thread_id: str, target: str, rng: random.Random) -> None:
+    with sqlite3.connect(path) as conn:
+        cid = conn.execute(
+            "SELECT max(checkpoint_id) FROM checkpoints WHERE thread_id = ?", (thread_id,)
+        ).fetchone()[0]
+        if target == "write":
+            rowid, value = conn.execute(
+                "SELECT rowid, value FROM writes WHERE thread_id = ? AND checkpoint_id = ? "
+                "AND channel = 'log'",
+                (thread_id, cid),
+            ).fetchone()
+            conn.execute("UPDATE writes SET value = ? WHERE rowid = ?", (_flip(value, rng), rowid))
+            return
+        column = "checkpoint" if target == "blob" else "metadata"
+        (value,) = conn.execute(
+            f"SELECT {column} FROM checkpoints WHERE thread_id = ? AND checkpoint_id = ?",
+            (thread_id, cid),
+        ).fetchone()
+        conn.execute(
+            f"UPDATE checkpoints SET {column} = ? WHERE thread_id = ? AND checkpoint_id = ?",
+            (_flip(bytes(value), rng), thread_id, cid),
+        )
+
+
+def _corrupt_pg(dsn: str, thread_id: str, target: str, rng: random.Random) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cid, checkpoint, metadata = conn.execute(
+            "SELECT checkpoint_id, checkpoint, metadata FROM checkpoints WHERE thread_id = %s "
+            "ORDER BY checkpoint_id DESC LIMIT 1",
+            (thread_id,),
+        ).fetchone()
+        if target == "write":
+            task_id, idx, blob = conn.execute(
+                "SELECT task_id, idx, blob FROM checkpoint_writes WHERE thread_id = %s "
+                "AND checkpoint_id = %s AND channel = 'log'",
+                (thread_id, cid),
+            ).fetchone()
+            conn.execute(
+                "UPDATE checkpoint_writes SET blob = %s WHERE thread_id = %s "
+                "AND checkpoint_id = %s AND task_id = %s AND idx = %s",
+                (_flip(blob, rng), thread_id, cid, task_id, idx),
+            )
+        elif target == "blob":
+            blobs = conn.execute(
+                "SELECT channel, version, blob FROM checkpoint_blobs WHERE thread_id = %s "
+                "AND blob IS NOT NULL ORDER BY channel, version",
+                (thread_id,),
+            ).fetchall()
+            versions = checkpoint["channel_versions"]
+            blobs = [b for b in blobs if versions.get(b[0]) == b[1]]
+            channel, version, blob = rng.choice(blobs)
+            conn.execute(
+                "UPDATE checkpoint_blobs SET blob = %s WHERE thread_id = %s AND channel = %s "
+                "AND version = %s",
+                (_flip(blob, rng), thread_id, channel, version),
+            )
+        else:
+            column, value = rng.choice([("checkpoint", checkpoint), ("metadata", metadata)])
+            conn.execute(
+                f"UPDATE checkpoints SET {column} = %s::jsonb WHERE thread_id = %s "
+                "AND checkpoint_id = %s",
+                (_flip_json(value, rng), thread_id, cid),
+            )
+
+
+def _run(saver: Any, thread_id: str, corrupt: Any) -> tuple[str, Any]:
+    """Stop the run at its fan-out, let ``corrupt`` flip a bit, resume: what happened."""
+    fail = {"right": True}
+    graph = _graph(fail).compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": thread_id}}
+    with pytest.raises(RuntimeError, match="right is down"):
+        graph.invoke({"log": [], "notes": {}, "count": 0}, config, durability="sync")
+    stopped_at = saver.get_tuple(config).checkpoint["id"]
+    corrupt(thread_id)
+    fail["right"] = False
+    try:
+        return "ended", graph.invoke(None, config, durability="sync")
+    except CheckpointCorrupt as exc:
+        assert thread_id in str(exc) and stopped_at in str(exc), str(exc)
+        return "caught", exc
+    except Exception as exc:  # neither the run nor the error the user can act on
+        return "other", exc
+
+
+def _trial(open_saver: Any, corrupt: Any, label: str) -> None:
+    with open_saver() as saver:
+        _, expected = _run(saver, f"{label}-clean", lambda t: None)
+        assert expected["log"][-1] == "last"
+        outcomes: dict[str, list[str]] = {"caught": [], "unchanged": [], "altered": [], "other": []}
+        for i in range(FAULT_RUNS):
+            target = TARGETS[i % len(TARGETS)]
+            rng = random.Random(f"{label}-{i}")
+            how, result = _run(saver, f"{label}-{i}", lambda t: corrupt(t, target, rng))
+            if how == "ended":
+                how = "unchanged" if result == expected else "altered"
+            outcomes[how].append(f"{target}#{i}: {str(result)[:160]}")
+    counts = {k: len(v) for k, v in outcomes.items()}
+    print(label, counts)
+    assert not outcomes["altered"] and not outcomes["other"], (counts, outcomes)
+
+
+@pytest.mark.faults
+def test_bit_flip_trial_sqlite(tmp_path: Path) -> None:
+    path = str(tmp_path / "flips.db")
+    _trial(
+        lambda: ResilientSqliteSaver.from_conn_string(path),
+        lambda t, target, rng: _corrupt_sqlite(path, t, target, rng),
+        "sqlite",
+    )
+
+
+@pytest.mark.faults
+def test_bit_flip_trial_postgres(pg_dsn: str) -> None:
+    def open_saver() -> Any:
+        cm = ResilientPostgresSaver.from_conn_string(pg_dsn)
+        return cm
+
+    with ResilientPostgresSaver.from_conn_string(pg_dsn) as saver:
+        saver.setup()
+    _trial(
+        open_saver, lambda t, target, rng: _corrupt_pg(pg_dsn, t, target, rng), "postgres"
+    )
