@@ -11,7 +11,7 @@ catching LangGraph's or the database driver's::
     ├── StoreUnavailable       the store could not be reached, even after retries
     │                          (also a ConnectionError: callers may retry later)
     ├── CheckpointConflict     a second process tried to continue the same thread
-    ├── CheckpointCorrupt      a stored checkpoint or write cannot be decoded
+    ├── CheckpointCorrupt      a stored checkpoint or write is undecodable or fails its checksum
     ├── ArchiveError           the cold tier could not store or read a thread's objects
     ├── LeaseLost              this worker's lease was taken over (fencing)
     ├── RunStateError          a run is not in a state that allows the call
@@ -162,10 +162,12 @@ class CheckpointConflict(ResilienceError):
 
 
 class CheckpointCorrupt(ResilienceError):
-    """A stored checkpoint (or one of its writes) cannot be decoded.
+    """A stored checkpoint (or one of its writes) cannot be decoded, or does not
+    match the checksum stored with it.
 
     Attributes:
         thread_id, checkpoint_ns, checkpoint_id: where the bad row is.
+        mismatch: what failed its checksum ("" when the row could not be decoded).
     """
 
     def __init__(
@@ -174,19 +176,25 @@ class CheckpointCorrupt(ResilienceError):
         thread_id: str,
         checkpoint_ns: str,
         checkpoint_id: str | None,
-        cause: BaseException,
+        cause: BaseException | None = None,
+        mismatch: str = "",
     ) -> None:
         where = f"checkpoint {checkpoint_id}" if checkpoint_id else "a checkpoint"
         ns = f" namespace {checkpoint_ns!r}" if checkpoint_ns else ""
+        what = (
+            f"does not match its checksum: {mismatch} changed since it was written"
+            if mismatch
+            else f"cannot be decoded ({type(cause).__name__}: {cause})"
+        )
         super().__init__(
-            f"{where} of thread {thread_id!r}{ns} cannot be decoded "
-            f"({type(cause).__name__}: {cause}). The row is left as it is; other "
+            f"{where} of thread {thread_id!r}{ns} {what}. The row is left as it is; other "
             "checkpoints and threads are unaffected. Resume from an earlier checkpoint "
             "(pass its checkpoint_id), or delete the thread if it cannot be recovered."
         )
         self.thread_id = thread_id
         self.checkpoint_ns = checkpoint_ns
         self.checkpoint_id = checkpoint_id
+        self.mismatch = mismatch
 
 
 class ArchiveError(ResilienceError):

@@ -179,7 +179,9 @@ def _trial(open_saver: Any, corrupt: Any, label: str) -> None:
         for i in range(FAULT_RUNS):
             target = TARGETS[i % len(TARGETS)]
             rng = random.Random(f"{label}-{i}")
-            how, result = _run(saver, f"{label}-{i}", lambda t: corrupt(t, target, rng))
+            how, result = _run(
+                saver, f"{label}-{i}", lambda t, target=target, rng=rng: corrupt(t, target, rng)
+            )
             if how == "ended":
                 how = "unchanged" if result == expected else "altered"
             outcomes[how].append(f"{target}#{i}: {str(result)[:160]}")
@@ -206,6 +208,4 @@ def test_bit_flip_trial_postgres(pg_dsn: str) -> None:
 
     with ResilientPostgresSaver.from_conn_string(pg_dsn) as saver:
         saver.setup()
-    _trial(
-        open_saver, lambda t, target, rng: _corrupt_pg(pg_dsn, t, target, rng), "postgres"
-    )
+    _trial(open_saver, lambda t, target, rng: _corrupt_pg(pg_dsn, t, target, rng), "postgres")

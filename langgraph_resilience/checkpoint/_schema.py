@@ -229,6 +229,14 @@ _ONE_OPEN_RUN = (
 )
 
 
+#: LangGraph's tables that carry a checksum column (`_sums`), per dialect.
+_SUMMED = {
+    "sqlite": ("checkpoints", "writes"),
+    "postgres": ("checkpoints", "checkpoint_blobs", "checkpoint_writes"),
+}
+SUM = "resilience_sum"
+
+
 class Migration(NamedTuple):
     """What one schema version runs on each dialect (maybe nothing on one)."""
 
@@ -285,6 +293,14 @@ MIGRATIONS: tuple[Migration, ...] = (
     # 14: the fork check also refuses a write to a thread archived meanwhile
     # (SQLite checks in Python).
     Migration.postgres_only(_PG_REFUSE_FORK_OR_ARCHIVED),
+    # 15: a checksum on each checkpoint row, write and blob (`_sums`); rows written
+    # before keep NULL: read as before, unverified.
+    Migration(
+        sqlite=tuple(f"ALTER TABLE {t} ADD COLUMN {SUM} INTEGER" for t in _SUMMED["sqlite"]),
+        postgres=tuple(
+            f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {SUM} BIGINT" for t in _SUMMED["postgres"]
+        ),
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 

@@ -21,6 +21,7 @@ from langgraph_resilience.checkpoint._schema import (
     THREAD_TABLES,
 )
 from langgraph_resilience.checkpoint._store import SQLITE, Dialect, Statements, Stmt
+from langgraph_resilience.checkpoint._sums import SUM
 from langgraph_resilience.errors import CheckpointConflict, ConfigError
 
 __all__ = ["PutCheckpoint", "put_checkpoint", "put_writes"]
@@ -120,11 +121,11 @@ class PutCheckpoint(NamedTuple):
 
 _SQLITE_PUT = (
     "INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-    "parent_checkpoint_id, type, checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    f"parent_checkpoint_id, type, checkpoint, metadata, {SUM}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _SQLITE_WRITES = (
     "INSERT OR {verb} INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-    "task_path, idx, channel, type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"task_path, idx, channel, type, value, {SUM}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 SQLITE_WRITES_REPLACE = _SQLITE_WRITES.format(verb="REPLACE")
 SQLITE_WRITES_IGNORE = _SQLITE_WRITES.format(verb="IGNORE")
@@ -216,7 +217,8 @@ def copy_thread(d: Dialect, source: str, target: str) -> Statements[None]:
             "copy into a new thread id, or delete_thread the target first"
         )
     for table in (*d.thread_tables, *CHECKPOINT_TABLES):
-        cols = ", ".join(copied_columns(table.names))
+        # a sum covers no thread id: it is copied as it is
+        cols = ", ".join(copied_columns(table.names, table in d.thread_tables))
         yield Stmt(
             d.sql(
                 f"INSERT INTO {table.name} (thread_id, {cols}) "
@@ -226,9 +228,9 @@ def copy_thread(d: Dialect, source: str, target: str) -> Statements[None]:
         )
 
 
-def copied_columns(names: Sequence[str]) -> list[str]:
+def copied_columns(names: Sequence[str], summed: bool = False) -> list[str]:
     """The columns `copy_thread` copies as they are (all but the thread id)."""
-    return [n for n in names if n != "thread_id"]
+    return [n for n in names if n != "thread_id"] + ([SUM] if summed else [])
 
 
 def delete_orphans(d: Dialect, thread_ids: Sequence[str]) -> Statements[None]:

@@ -16,6 +16,7 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
+    CheckpointTuple,
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -25,11 +26,18 @@ from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._savers import SyncResilience
 from langgraph_resilience.checkpoint._store import SQLITE, Statements, execute
 from langgraph_resilience.checkpoint._store_retry import Translate, call_with_retry
+from langgraph_resilience.checkpoint._sums import (
+    checkpoint_sum,
+    sqlite_keys,
+    sqlite_read,
+    sqlite_tuple,
+    write_sum,
+)
 from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.errors import ConfigError, StoreUnavailable
 from langgraph_resilience.policy import Backoff
 
-__all__ = ["ResilientSqliteSaver", "sqlite_put", "sqlite_write_rows"]
+__all__ = ["ResilientSqliteSaver", "VerifiedSqliteReads", "sqlite_put", "sqlite_write_rows"]
 
 T = TypeVar("T")
 
@@ -44,8 +52,11 @@ def sqlite_put(
     """The row SqliteSaver.put stores, and whether the fork check applies."""
     thread_id, ns, parent_id = _base.thread_key(config)
     type_, blob = saver.serde.dumps_typed(checkpoint)
-    meta = json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False)
-    row = (thread_id, ns, checkpoint["id"], parent_id, type_, blob, meta.encode("utf-8", "ignore"))
+    meta = json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False).encode(
+        "utf-8", "ignore"
+    )
+    crc = checkpoint_sum(checkpoint["id"], type_, blob, meta)
+    row = (thread_id, ns, checkpoint["id"], parent_id, type_, blob, meta, crc)
     return _threads.PutCheckpoint(
         thread_id=thread_id,
         ns=ns,
@@ -68,19 +79,25 @@ def sqlite_write_rows(
     sql = _threads.writes_sql(
         writes, replace=_threads.SQLITE_WRITES_REPLACE, keep_first=_threads.SQLITE_WRITES_IGNORE
     )
-    rows = [
-        (
-            thread_id,
-            ns,
-            str(checkpoint_id),
-            task_id,
-            task_path,
-            WRITES_IDX_MAP.get(channel, idx),
-            channel,
-            *saver.serde.dumps_typed(value),
+    rows = []
+    for idx, (channel, value) in enumerate(writes):
+        index = WRITES_IDX_MAP.get(channel, idx)
+        type_, data = saver.serde.dumps_typed(value)
+        crc = write_sum(str(checkpoint_id), task_id, task_path, index, channel, type_, data)
+        rows.append(
+            (
+                thread_id,
+                ns,
+                str(checkpoint_id),
+                task_id,
+                task_path,
+                index,
+                channel,
+                type_,
+                data,
+                crc,
+            )
         )
-        for idx, (channel, value) in enumerate(writes)
-    ]
     return sql, rows
 
 
@@ -145,7 +162,40 @@ def sqlite_connect(conn_string: str) -> sqlite3.Connection:
         raise sqlite_unavailable(conn_string, exc) from exc
 
 
-class ResilientSqliteSaver(SyncResilience, SqliteSaver):
+class VerifiedSqliteReads(SqliteSaver):
+    """`SqliteSaver`'s reads, each row checked against its sum before it is decoded
+    (`_sums`); the resilient saver's own reads (retries, archive) wrap these."""
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        with self.cursor(transaction=False) as cur:
+            read = execute(cur, sqlite_read(config))
+        return None if read is None else sqlite_tuple(self.serde, read)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        with self.cursor(transaction=False) as cur:
+            keys = execute(cur, sqlite_keys(config, filter, before, limit))
+        for thread_id, ns, checkpoint_id in keys:
+            found = self.get_tuple(
+                {
+                    "configurable": {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": ns,
+                        "checkpoint_id": checkpoint_id,
+                    }
+                }
+            )
+            if found is not None:  # deleted since it was listed
+                yield found
+
+
+class ResilientSqliteSaver(SyncResilience, VerifiedSqliteReads):
     """A drop-in `SqliteSaver` that survives store faults and refuses silent forks.
 
     On top of LangGraph's saver it:

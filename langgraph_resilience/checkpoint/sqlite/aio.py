@@ -7,6 +7,8 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import aiosqlite
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
@@ -14,6 +16,7 @@ from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._asavers import AsyncResilience
 from langgraph_resilience.checkpoint._store import SQLITE, Statements, aexecute
 from langgraph_resilience.checkpoint._store_retry import Translate, acall_with_retry
+from langgraph_resilience.checkpoint._sums import sqlite_keys, sqlite_read, sqlite_tuple
 from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.sqlite import (
     sqlite_final,
@@ -33,7 +36,41 @@ async def _no_reset(exc: BaseException) -> None:
     return None
 
 
-class AsyncResilientSqliteSaver(AsyncResilience, AsyncSqliteSaver):
+class VerifiedAsyncSqliteReads(AsyncSqliteSaver):
+    """Async twin of `VerifiedSqliteReads`."""
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        await self.setup()
+        async with self.lock, self.conn.cursor() as cur:
+            read = await aexecute(cur, sqlite_read(config))
+        return None if read is None else sqlite_tuple(self.serde, read)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        await self.setup()
+        async with self.lock, self.conn.cursor() as cur:
+            keys = await aexecute(cur, sqlite_keys(config, filter, before, limit))
+        for thread_id, ns, checkpoint_id in keys:
+            found = await self.aget_tuple(
+                {
+                    "configurable": {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": ns,
+                        "checkpoint_id": checkpoint_id,
+                    }
+                }
+            )
+            if found is not None:  # deleted since it was listed
+                yield found
+
+
+class AsyncResilientSqliteSaver(AsyncResilience, VerifiedAsyncSqliteReads):
     """A drop-in `AsyncSqliteSaver` with the resilience store.
 
     The async twin of `ResilientSqliteSaver`: same tables, retries, fork refusal

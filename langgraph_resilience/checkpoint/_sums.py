@@ -1,0 +1,185 @@
+"""Checksums on what the savers store, computed when written, verified on every read.
+
+Each row of LangGraph's tables a resilient saver writes carries a
+``resilience_sum`` column (added by our migration 15; LangGraph names its columns
+in every statement, so its own code and suite never see it): a checkpoint row,
+each write, and on Postgres each blob. A read recomputes it over the bytes it
+got and raises `CheckpointCorrupt` naming the thread, namespace, checkpoint and
+the part that changed, before anything is decoded; a changed state never reaches
+the graph. A row with no sum (written before the migration, or by a stock
+LangGraph saver) is read as before, unverified; ``langgraph-resilience check``
+counts those.
+
+The sum is CRC-32 (``zlib.crc32``) over the row's bytes and the keys that give
+them their meaning (a checkpoint's id, a write's task, index and
+channel, a blob's channel and version), never over the thread id, so
+``copy_thread`` copies sums as they are. CRC-32 finds every single-bit flip and
+every burst up to 32 bits for certain, at memory speed. Postgres stores a
+checkpoint's own fields as JSONB, which it normalises on the way in: their sum
+is the server's hash of the JSONB's text (``PG_CHECKPOINT_SUM``), computed in the
+write's own statement and again in the read's.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, get_checkpoint_id
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.sqlite.utils import load_pending_writes, search_where
+
+from langgraph_resilience.checkpoint._schema import SUM
+from langgraph_resilience.checkpoint._store import Row, Statements, Stmt
+from langgraph_resilience.errors import CheckpointCorrupt
+
+__all__ = [
+    "PG_CHECKPOINT_SUM",
+    "SUM",
+    "blob_sum",
+    "checkpoint_sum",
+    "mismatch",
+    "sqlite_keys",
+    "sqlite_read",
+    "sqlite_tuple",
+    "write_sum",
+]
+
+
+def _crc(parts: Iterable[Any]) -> int:
+    crc = 0
+    for part in parts:
+        if part is None:
+            data = b"\xff"  # not the empty string
+        elif isinstance(part, (bytes, bytearray, memoryview)):
+            data = bytes(part)
+        else:
+            data = str(part).encode("utf-8", "surrogatepass")
+        crc = zlib.crc32(b"\x00", zlib.crc32(data, crc))
+    return crc
+
+
+def checkpoint_sum(checkpoint_id: str, type_: str | None, checkpoint: Any, metadata: Any) -> int:
+    """A SQLite checkpoint row's sum: its id, type, bytes and metadata (not its
+    parent: a prune that deletes the parent unsets it, as LangGraph's does)."""
+    return _crc((checkpoint_id, type_, checkpoint, metadata))
+
+
+def write_sum(
+    checkpoint_id: str, task_id: str, task_path: str, idx: int, channel: str, type_: Any, value: Any
+) -> int:
+    """A write's sum (both dialects)."""
+    return _crc((checkpoint_id, task_id, task_path, int(idx), channel, type_, value))
+
+
+def blob_sum(channel: Any, version: Any, type_: Any, blob: Any) -> int:
+    """A Postgres blob's sum."""
+    return _crc((channel, version, type_, blob))
+
+
+def pg_checkpoint_sum(c: str, m: str, i: str) -> str:
+    """The SQL of a Postgres checkpoint row's sum over the named columns."""
+    return f"hashtextextended({c}::text || ' ' || {m}::text || ' ' || {i}, 0)"
+
+
+#: The sum of a row of ``checkpoints`` on Postgres, in a read of the row.
+PG_CHECKPOINT_SUM = pg_checkpoint_sum("checkpoint", "metadata", "checkpoint_id")
+
+
+def mismatch(thread_id: str, ns: str, checkpoint_id: str | None, what: str) -> CheckpointCorrupt:
+    """The error for a row whose bytes no longer match their sum."""
+    return CheckpointCorrupt(
+        thread_id=str(thread_id), checkpoint_ns=ns or "", checkpoint_id=checkpoint_id, mismatch=what
+    )
+
+
+def verify(stored: Any, actual: int, where: Sequence[str], what: str) -> None:
+    """Raise `CheckpointCorrupt` when a stored sum differs from ``actual``
+    (``where``: thread, namespace, checkpoint id); a row with no sum passes."""
+    if stored is not None and int(stored) != actual:
+        raise mismatch(where[0], where[1], where[2], what)
+
+
+# -- the SQLite savers' reads (LangGraph's, with the sums) --------------------------------
+
+_SQLITE_ROW = (
+    "SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, "
+    f"metadata, {SUM} FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+)
+_SQLITE_WRITES_OF = (
+    f"SELECT task_id, channel, type, value, task_path, idx, {SUM} FROM writes "
+    "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+)
+SqliteRead = tuple[RunnableConfig, Row, list[Row]]
+
+
+def sqlite_read(config: RunnableConfig) -> Statements[SqliteRead | None]:
+    """The row `SqliteSaver.get_tuple` reads (the config's checkpoint, or the
+    namespace's latest) and its writes, sums included."""
+    configurable = config["configurable"]
+    thread_id, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
+    if checkpoint_id := get_checkpoint_id(config):
+        sql, params = _SQLITE_ROW + "AND checkpoint_id = ?", (thread_id, ns, checkpoint_id)
+    else:
+        sql, params = _SQLITE_ROW + "ORDER BY checkpoint_id DESC LIMIT 1", (thread_id, ns)
+    rows = yield Stmt(sql, params, fetch=True)
+    if not rows:
+        return None
+    row = rows[0]
+    if not checkpoint_id:
+        config = _config_of(row[0], ns, row[2])
+    writes = yield Stmt(_SQLITE_WRITES_OF, (row[0], ns, row[2]), fetch=True)
+    return config, row, writes
+
+
+def sqlite_keys(
+    config: RunnableConfig | None,
+    filter: dict[str, Any] | None,
+    before: RunnableConfig | None,
+    limit: int | None,
+) -> Statements[list[Row]]:
+    """(thread_id, checkpoint_ns, checkpoint_id) of what `SqliteSaver.list` lists, in
+    its order; each is then read as by `sqlite_read`."""
+    where, params = search_where(config, filter, before)
+    sql = f"SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints {where} "
+    sql += "ORDER BY checkpoint_id DESC"
+    if limit is not None:
+        sql, params = sql + " LIMIT ?", (*params, limit)
+    return (yield Stmt(sql, tuple(params), fetch=True))
+
+
+def _config_of(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def sqlite_tuple(serde: SerializerProtocol, read: SqliteRead) -> CheckpointTuple:
+    """Verify a row and its writes against their sums, then decode them as
+    `SqliteSaver` does.
+
+    Raises:
+        CheckpointCorrupt: a sum does not match (nothing is decoded).
+    """
+    config, row, writes = read
+    thread_id, ns, checkpoint_id, parent_id, type_, blob, metadata, stored = row
+    where = (thread_id, ns, checkpoint_id)
+    actual = checkpoint_sum(checkpoint_id, type_, blob, metadata)
+    verify(stored, actual, where, "the checkpoint row (its state or metadata)")
+    for task_id, channel, t, value, path, idx, stored_write in writes:
+        actual = write_sum(checkpoint_id, task_id, path, idx, channel, t, value)
+        verify(stored_write, actual, where, f"the write of task {task_id} to {channel!r} #{idx}")
+    return CheckpointTuple(
+        config,
+        serde.loads_typed((type_, blob)),
+        cast(CheckpointMetadata, json.loads(metadata) if metadata is not None else {}),
+        _config_of(thread_id, ns, parent_id) if parent_id else None,
+        load_pending_writes([w[:6] for w in writes], serde),
+    )
