@@ -38,6 +38,7 @@ What each is for:
   (a builder's ``set_node_defaults(cache_policy=...)``), `DefaultsHook` (a
   compiled graph that changes what a run starts with: ``Pregel._defaults``),
   `route_cursor` (a Postgres saver's cursor: its ``_cursor``, `CURSOR_HOOK`),
+  `check_pg_rows` (each row a Postgres saver reads: its ``_load_checkpoint_tuple``),
   `dump_pg_blobs` and `dump_pg_writes` (the rows `PostgresSaver` stores).
 
 A hook LangGraph calls by a private name is overridden here, once, and handed on
@@ -47,7 +48,8 @@ so the subclasses elsewhere never spell LangGraph's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -98,6 +100,7 @@ __all__ = [
     "dump_pg_blobs",
     "dump_pg_writes",
     "route_cursor",
+    "check_pg_rows",
 ]
 
 # -- config keys (config["configurable"]) ----------------------------------------------
@@ -181,6 +184,29 @@ def route_cursor(cls: C) -> C:
     of the LangGraph Postgres saver ``cls`` subclasses opens (its `CURSOR_HOOK`)."""
     setattr(cls, CURSOR_HOOK, cls.__dict__["_open_cursor"])
     return cls
+
+
+LOAD_HOOK = "_load_checkpoint_tuple"
+
+
+def check_pg_rows(check: Callable[[Any], Any]) -> Callable[[C], C]:
+    """A class decorator: each row of ``SELECT_SQL`` that the LangGraph Postgres saver
+    ``cls`` subclasses reads (``get_tuple``, ``list``, sync or async) passes through
+    ``check`` before LangGraph decodes it (its `LOAD_HOOK`)."""
+
+    def decorate(cls: C) -> C:
+        load = getattr(cls, LOAD_HOOK)
+        if inspect.iscoroutinefunction(load):
+
+            async def aload(self: Any, value: Any) -> Any:
+                return await load(self, check(value))
+
+            setattr(cls, LOAD_HOOK, aload)
+        else:
+            setattr(cls, LOAD_HOOK, lambda self, value: load(self, check(value)))
+        return cls
+
+    return decorate
 
 
 def dump_pg_blobs(

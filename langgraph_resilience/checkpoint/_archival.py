@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from langgraph_resilience.checkpoint._schema import ARCHIVE, ATTEMPTS, OPEN_STATUSES, RUNS
 from langgraph_resilience.checkpoint._store import Dialect, Row, Statements, Stmt
+from langgraph_resilience.checkpoint._sums import SUM, write_sum
 
 __all__ = [
     "ThreadRows",
@@ -196,14 +197,14 @@ def restore_thread(
         return False
     for put in puts:
         yield from put_statements(put)
-    names = d.writes.names
+    names = (*d.writes.names, SUM)  # the sums are computed again (`_sums`)
     if writes:
         yield Stmt(
             d.sql(
                 f"INSERT INTO {d.writes.name} ({', '.join(names)}) VALUES "
                 f"({', '.join('?' for _ in names)}) ON CONFLICT DO NOTHING"
             ),
-            [(thread_id, *w) for w in writes],
+            [(thread_id, *w, write_sum(*w[1:])) for w in writes],
             many=True,
         )
     by_columns: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}

@@ -88,6 +88,120 @@ def pg_checkpoint_sum(c: str, m: str, i: str) -> str:
 #: The sum of a row of ``checkpoints`` on Postgres, in a read of the row.
 PG_CHECKPOINT_SUM = pg_checkpoint_sum("checkpoint", "metadata", "checkpoint_id")
 
+# -- the Postgres savers' statements (LangGraph's, with the sums) -------------------------
+
+_PG_CHECKPOINT_VALUES = (
+    f"SELECT v.t, v.n, v.i, v.p, v.c, v.m, {pg_checkpoint_sum('v.c', 'v.m', 'v.i')} "
+    "FROM (VALUES (%s, %s, %s, %s, %s::jsonb, %s::jsonb)) AS v(t, n, i, p, c, m)"
+)
+_PG_CHECKPOINT_UPSERT = f"""
+INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
+    checkpoint, metadata, {SUM})
+{{values}}
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
+DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata,
+    {SUM} = EXCLUDED.{SUM}
+"""
+#: `PostgresSaver`'s checkpoint upsert, its sum computed by the server.
+PG_PUT = _PG_CHECKPOINT_UPSERT.format(values=_PG_CHECKPOINT_VALUES)
+#: The same, refused by the fork check (which raises first).
+PG_PUT_UNLESS_NEWER = _PG_CHECKPOINT_UPSERT.format(
+    values=_PG_CHECKPOINT_VALUES + ", resilience_refuse_fork(%s, %s, %s, %s)"
+)
+PG_BLOBS = f"""
+INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob, {SUM})
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+"""
+_PG_WRITES = f"""
+INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,
+    idx, channel, type, blob, {SUM})
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO {{then}}
+"""
+PG_WRITES_REPLACE = _PG_WRITES.format(
+    then=f"UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob, "
+    f"{SUM} = EXCLUDED.{SUM}"
+)
+PG_WRITES_IGNORE = _PG_WRITES.format(then="NOTHING")
+
+#: `PostgresSaver.SELECT_SQL` with each part's stored sum (and the server's sum of
+#: the row's JSONB): blobs carry theirs as a 4th item and their version as a 5th,
+#: writes theirs as a 7th. `pg_checked` checks and strips them.
+PG_SELECT = f"""
+select
+    thread_id,
+    checkpoint,
+    checkpoint_ns,
+    checkpoint_id,
+    parent_checkpoint_id,
+    metadata,
+    {SUM},
+    {PG_CHECKPOINT_SUM} as resilience_actual,
+    (
+        select array_agg(array[bl.channel::bytea, bl.type::bytea, bl.blob,
+            convert_to(coalesce(bl.{SUM}::text, ''), 'UTF8'), convert_to(bl.version, 'UTF8')])
+        from jsonb_each_text(checkpoint -> 'channel_versions')
+        inner join checkpoint_blobs bl
+            on bl.thread_id = checkpoints.thread_id
+            and bl.checkpoint_ns = checkpoints.checkpoint_ns
+            and bl.channel = jsonb_each_text.key
+            and bl.version = jsonb_each_text.value
+    ) as channel_values,
+    (
+        select
+        array_agg(array[cw.task_id::text::bytea, cw.channel::bytea, cw.type::bytea, cw.blob,
+            convert_to(cw.task_path, 'UTF8'), cw.idx::text::bytea,
+            convert_to(coalesce(cw.{SUM}::text, ''), 'UTF8')])
+        from checkpoint_writes cw
+        where cw.thread_id = checkpoints.thread_id
+            and cw.checkpoint_ns = checkpoints.checkpoint_ns
+            and cw.checkpoint_id = checkpoints.checkpoint_id
+    ) as pending_writes
+from checkpoints """
+
+
+def _stored(raw: bytes | None) -> int | None:
+    return int(raw) if raw else None
+
+
+def pg_checked(value: dict[str, Any]) -> dict[str, Any]:
+    """A `PG_SELECT` row checked against its sums, in the shape LangGraph decodes.
+
+    Raises:
+        CheckpointCorrupt: a sum does not match (nothing is decoded).
+    """
+    checkpoint_id = value["checkpoint_id"]
+    where = (value["thread_id"], value["checkpoint_ns"], checkpoint_id)
+    verify(value.pop(SUM, None), value.pop("resilience_actual", 0), where, "the checkpoint row")
+    blobs = []
+    for blob in value.get("channel_values") or ():
+        if len(blob) == 5:  # LangGraph's own pending-sends migration appends 3
+            channel, type_, data, stored, version = blob
+            actual = blob_sum(channel.decode(), version.decode(), type_.decode(), data)
+            verify(_stored(stored), actual, where, f"the value of channel {channel.decode()!r}")
+        blobs.append(tuple(blob[:3]))
+    if value.get("channel_values") is not None:
+        value["channel_values"] = blobs
+    writes = []
+    for w in value.get("pending_writes") or ():
+        task_id, channel, type_, data, path, idx, stored = (x and bytes(x) for x in w)
+        actual = write_sum(
+            checkpoint_id,
+            task_id.decode(),
+            path.decode(),
+            int(idx),
+            channel.decode(),
+            type_.decode(),
+            data,
+        )
+        what = f"the write of task {task_id.decode()} to {channel.decode()!r} #{int(idx)}"
+        verify(_stored(stored), actual, where, what)
+        writes.append(w[:6])
+    if value.get("pending_writes") is not None:
+        value["pending_writes"] = writes
+    return value
+
 
 def mismatch(thread_id: str, ns: str, checkpoint_id: str | None, what: str) -> CheckpointCorrupt:
     """The error for a row whose bytes no longer match their sum."""
@@ -121,10 +235,11 @@ def sqlite_read(config: RunnableConfig) -> Statements[SqliteRead | None]:
     namespace's latest) and its writes, sums included."""
     configurable = config["configurable"]
     thread_id, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
+    params: tuple[Any, ...] = (thread_id, ns)
     if checkpoint_id := get_checkpoint_id(config):
-        sql, params = _SQLITE_ROW + "AND checkpoint_id = ?", (thread_id, ns, checkpoint_id)
+        sql, params = _SQLITE_ROW + "AND checkpoint_id = ?", (*params, checkpoint_id)
     else:
-        sql, params = _SQLITE_ROW + "ORDER BY checkpoint_id DESC LIMIT 1", (thread_id, ns)
+        sql = _SQLITE_ROW + "ORDER BY checkpoint_id DESC LIMIT 1"
     rows = yield Stmt(sql, params, fetch=True)
     if not rows:
         return None

@@ -21,7 +21,7 @@ from langgraph_resilience.checkpoint._schema import (
     THREAD_TABLES,
 )
 from langgraph_resilience.checkpoint._store import SQLITE, Dialect, Statements, Stmt
-from langgraph_resilience.checkpoint._sums import SUM
+from langgraph_resilience.checkpoint._sums import PG_PUT_UNLESS_NEWER, SUM
 from langgraph_resilience.errors import CheckpointConflict, ConfigError
 
 __all__ = ["PutCheckpoint", "put_checkpoint", "put_writes"]
@@ -130,15 +130,6 @@ _SQLITE_WRITES = (
 SQLITE_WRITES_REPLACE = _SQLITE_WRITES.format(verb="REPLACE")
 SQLITE_WRITES_IGNORE = _SQLITE_WRITES.format(verb="IGNORE")
 
-# The check and the upsert in one statement: the guard raises first.
-_PG_PUT_UNLESS_NEWER = """
-INSERT INTO checkpoints
-    (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata)
-SELECT %s, %s, %s, %s, %s, %s FROM resilience_refuse_fork(%s, %s, %s, %s)
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
-DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata
-"""
-
 
 def put_checkpoint(
     d: Dialect, put: PutCheckpoint, *, upsert_sql: str = _SQLITE_PUT, blobs_sql: str = ""
@@ -152,7 +143,7 @@ def put_checkpoint(
     assert put.parent_id is not None
     keys = (put.thread_id, put.ns, put.parent_id, put.checkpoint_id)
     if d.procedures:
-        yield Stmt(_PG_PUT_UNLESS_NEWER, (*put.row, *keys))
+        yield Stmt(PG_PUT_UNLESS_NEWER, (*put.row, *keys))
         return
     # Check, then insert, in one transaction: in WAL mode a transaction that
     # read a snapshot another process has since moved past cannot write

@@ -100,9 +100,9 @@ def put_size(row: tuple[Any, ...], blob_rows: Any) -> int:
         elif isinstance(obj := getattr(value, "obj", None), Mapping):
             values = obj.get("channel_values") or {}
             size += sum(len(v) for v in values.values() if isinstance(v, str))
-    for blob_row in blob_rows or ():
-        if isinstance(blob_row[-1], bytes | bytearray | memoryview):
-            size += len(blob_row[-1])
+    for blob_row in blob_rows or ():  # (thread, ns, channel, version, type, blob, sum)
+        if isinstance(blob_row[5], bytes | bytearray | memoryview):
+            size += len(blob_row[5])
     return size
 
 

@@ -32,12 +32,13 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience._langgraph import (
     DeltaSnapshot,
+    check_pg_rows,
     dump_pg_blobs,
     dump_pg_writes,
     route_cursor,
 )
 from langgraph_resilience._store_errors import is_transient_store_error
-from langgraph_resilience.checkpoint import _base, _schema, _threads
+from langgraph_resilience.checkpoint import _base, _schema, _sums, _threads
 from langgraph_resilience.checkpoint._savers import SyncResilience
 from langgraph_resilience.checkpoint._store import POSTGRES, Statements, execute
 from langgraph_resilience.checkpoint._store_retry import (
@@ -45,6 +46,7 @@ from langgraph_resilience.checkpoint._store_retry import (
     Translate,
     call_with_retry,
 )
+from langgraph_resilience.checkpoint._sums import blob_sum
 from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.postgres import _network
 from langgraph_resilience.checkpoint.postgres._network import (
@@ -89,9 +91,12 @@ def pg_put(
         else:
             blob_values[k] = copy["channel_values"].pop(k)
     blob_versions = {k: v for k, v in new_versions.items() if k in blob_values}
-    blob_rows = (
-        dump_pg_blobs(saver, thread_id, ns, blob_values, blob_versions) if blob_versions else []
-    )
+    blob_rows = [
+        (*b, blob_sum(b[2], b[3], b[4], b[5]))
+        for b in (
+            dump_pg_blobs(saver, thread_id, ns, blob_values, blob_versions) if blob_versions else ()
+        )
+    ]
     row = (
         thread_id,
         ns,
@@ -115,8 +120,8 @@ def pg_put_statements(saver: BasePostgresSaver, put: _threads.PutCheckpoint) -> 
     return _threads.put_checkpoint(
         POSTGRES,
         put,
-        upsert_sql=saver.UPSERT_CHECKPOINTS_SQL,
-        blobs_sql=saver.UPSERT_CHECKPOINT_BLOBS_SQL,
+        upsert_sql=_sums.PG_PUT,
+        blobs_sql=_sums.PG_BLOBS,
     )
 
 
@@ -130,12 +135,10 @@ def pg_write_rows(
     """The statement and rows PostgresSaver.put_writes stores."""
     thread_id, ns, checkpoint_id = _base.thread_key(config)
     sql = _threads.writes_sql(
-        writes,
-        replace=saver.UPSERT_CHECKPOINT_WRITES_SQL,
-        keep_first=saver.INSERT_CHECKPOINT_WRITES_SQL,
+        writes, replace=_sums.PG_WRITES_REPLACE, keep_first=_sums.PG_WRITES_IGNORE
     )
     rows = dump_pg_writes(saver, thread_id, ns, str(checkpoint_id), task_id, task_path, writes)
-    return sql, list(rows)
+    return sql, [(*r, _sums.write_sum(*r[2:6], r[6], r[7], r[8])) for r in rows]
 
 
 def saver_timeouts(timeouts: PgTimeouts | None) -> PgTimeouts:
@@ -174,6 +177,7 @@ def translation(translate: Translate | None) -> Translate:
 
 
 @route_cursor
+@check_pg_rows(_sums.pg_checked)
 class ResilientPostgresSaver(SyncResilience, PostgresSaver):
     """A drop-in `PostgresSaver` that survives store faults and refuses silent forks.
 
@@ -228,6 +232,7 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
     """
 
     _dialect = POSTGRES
+    SELECT_SQL = _sums.PG_SELECT  # with the sums (`_sums.pg_checked`)
 
     def __init__(
         self,

@@ -15,9 +15,9 @@ from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from langgraph_resilience._langgraph import route_cursor
+from langgraph_resilience._langgraph import check_pg_rows, route_cursor
 from langgraph_resilience._store_errors import is_transient_store_error
-from langgraph_resilience.checkpoint import _base, _schema, _threads
+from langgraph_resilience.checkpoint import _base, _schema, _sums, _threads
 from langgraph_resilience.checkpoint._asavers import AsyncResilience
 from langgraph_resilience.checkpoint._store import POSTGRES, Statements, aexecute
 from langgraph_resilience.checkpoint._store_retry import (
@@ -49,6 +49,7 @@ T = TypeVar("T")
 
 
 @route_cursor
+@check_pg_rows(_sums.pg_checked)
 class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
     """A drop-in `AsyncPostgresSaver` with the resilience store.
 
@@ -70,6 +71,7 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
     """
 
     _dialect = POSTGRES
+    SELECT_SQL = _sums.PG_SELECT  # with the sums (`_sums.pg_checked`)
 
     def __init__(
         self,
