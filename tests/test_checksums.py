@@ -209,3 +209,110 @@ def test_bit_flip_trial_postgres(pg_dsn: str) -> None:
     with ResilientPostgresSaver.from_conn_string(pg_dsn) as saver:
         saver.setup()
     _trial(open_saver, lambda t, target, rng: _corrupt_pg(pg_dsn, t, target, rng), "postgres")
+
+
+def _stopped_thread(saver: Any, thread_id: str) -> str:
+    """A thread stopped at its fan-out; the id of its latest checkpoint."""
+    graph = _graph({"right": True}).compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": thread_id}}
+    with pytest.raises(RuntimeError):
+        graph.invoke({"log": [], "notes": {}, "count": 0}, config, durability="sync")
+    return str(saver.get_tuple(config).checkpoint["id"])
+
+
+@pytest.fixture
+def own_pg(pg_dsn: str) -> Any:
+    """A Postgres database of this test alone (a whole-store check sees only it)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = f"lgr_sums_{os.getpid()}_{random.randrange(10**9)}"
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    yield make_conninfo("", **{**conninfo_to_dict(pg_dsn), "dbname": name})
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def _stores(tmp_path: Path, pg_dsn: str) -> list[tuple[str, str, Any, Any]]:
+    path = str(tmp_path / "check.db")
+    return [
+        ("sqlite", path, lambda: ResilientSqliteSaver.from_conn_string(path), _corrupt_sqlite),
+        ("postgres", pg_dsn, lambda: ResilientPostgresSaver.from_conn_string(pg_dsn), _corrupt_pg),
+    ]
+
+
+def _unsum(backend: str, target: str, thread_id: str) -> None:
+    """Make the thread's rows look written before the checksums (migration 15)."""
+    tables = (
+        ("checkpoints", "writes")
+        if backend == "sqlite"
+        else ("checkpoints", "checkpoint_writes", "checkpoint_blobs")
+    )
+    if backend == "sqlite":
+        with sqlite3.connect(target) as conn:
+            for t in tables:
+                conn.execute(
+                    f"UPDATE {t} SET resilience_sum = NULL WHERE thread_id = ?", (thread_id,)
+                )
+        return
+    with psycopg.connect(target, autocommit=True) as conn:
+        for t in tables:
+            conn.execute(f"UPDATE {t} SET resilience_sum = NULL WHERE thread_id = %s", (thread_id,))
+
+
+def test_check_reports_damaged_rows_and_rows_written_before(
+    tmp_path: Path, own_pg: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from langgraph_resilience.cli import main
+
+    for backend, target, open_saver, corrupt in _stores(tmp_path, own_pg):
+        with open_saver() as saver:
+            saver.setup()
+            bad = _stopped_thread(saver, f"chk-bad-{backend}")
+            _stopped_thread(saver, f"chk-old-{backend}")
+        capsys.readouterr()
+        assert main(["check", "--db", target, "--json"]) == 0, capsys.readouterr()
+        clean = json.loads(capsys.readouterr().out)
+        assert clean["ok"] and clean["checked"]["checkpoint"] >= 2 and not clean["failures"]
+        if backend == "sqlite":
+            assert clean["quick_check"] == ["ok"]
+
+        _unsum(backend, target, f"chk-old-{backend}")
+        corrupt(target, f"chk-bad-{backend}", "write", random.Random(1))
+        assert main(["check", "--db", target, "--json"]) == 1
+        found = json.loads(capsys.readouterr().out)
+        assert [(f["thread_id"], f["checkpoint_id"], f["kind"]) for f in found["failures"]] == [
+            (f"chk-bad-{backend}", bad, "write")
+        ]
+        assert found["unverified"]["checkpoint"] >= 2 and found["unverified"]["write"] >= 1
+        assert main(["check", "--db", target]) == 1
+        assert f"chk-bad-{backend}" in capsys.readouterr().out
+
+        with open_saver() as saver:  # rows with no checksum are read as before
+            config = {"configurable": {"thread_id": f"chk-old-{backend}"}}
+            graph = _graph({"right": False}).compile(checkpointer=saver)
+            assert graph.invoke(None, config, durability="sync")["log"][-1] == "last"
+
+
+def test_archived_and_copied_threads_stay_verified(tmp_path: Path, pg_dsn: str) -> None:
+    from langgraph_resilience.checkpoint.archive import Archive
+
+    for backend, target, open_saver, corrupt in _stores(tmp_path, pg_dsn):
+        archive = Archive(f"file://{tmp_path}/cold-{backend}")
+        with open_saver() as plain:
+            plain.setup()
+        saver_cm = (
+            ResilientSqliteSaver.from_conn_string(target, archive=archive)
+            if backend == "sqlite"
+            else ResilientPostgresSaver.from_conn_string(target, archive=archive)
+        )
+        with saver_cm as saver:
+            thread_id = f"cold-{backend}"
+            cid = _stopped_thread(saver, thread_id)
+            assert thread_id in saver.archive_idle(0).archived
+            assert saver.restore_thread(thread_id)
+            saver.copy_thread(thread_id, f"{thread_id}-copy")
+            for t in (thread_id, f"{thread_id}-copy"):
+                corrupt(target, t, "write", random.Random(2))
+                with pytest.raises(CheckpointCorrupt, match=cid):
+                    saver.get_tuple({"configurable": {"thread_id": t}})

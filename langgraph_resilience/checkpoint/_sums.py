@@ -25,7 +25,8 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any, NamedTuple, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, get_checkpoint_id
@@ -33,13 +34,17 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite.utils import load_pending_writes, search_where
 
 from langgraph_resilience.checkpoint._schema import SUM
-from langgraph_resilience.checkpoint._store import Row, Statements, Stmt
+from langgraph_resilience.checkpoint._store import Dialect, Row, Statements, Stmt
 from langgraph_resilience.errors import CheckpointCorrupt
 
 __all__ = [
     "PG_CHECKPOINT_SUM",
     "SUM",
+    "CHECK_PAGE",
+    "Failure",
+    "StoreCheck",
     "blob_sum",
+    "check_store",
     "checkpoint_sum",
     "mismatch",
     "sqlite_keys",
@@ -297,4 +302,124 @@ def sqlite_tuple(serde: SerializerProtocol, read: SqliteRead) -> CheckpointTuple
         cast(CheckpointMetadata, json.loads(metadata) if metadata is not None else {}),
         _config_of(thread_id, ns, parent_id) if parent_id else None,
         load_pending_writes([w[:6] for w in writes], serde),
+    )
+
+
+# -- checking a whole store (``langgraph-resilience check``) -----------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    """A row whose bytes do not match their sum."""
+
+    kind: str  # checkpoint, write, blob
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str | None  # None for a blob (shared by checkpoints)
+    what: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreCheck:
+    """What `check_store` found: rows checked and rows with no sum (written before
+    the checksums), per kind; the failures; SQLite's ``PRAGMA quick_check``."""
+
+    checked: dict[str, int]
+    unverified: dict[str, int]
+    failures: tuple[Failure, ...]
+    quick_check: tuple[str, ...] = ()  # SQLite only: ("ok",) when the file is sound
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and self.quick_check in ((), ("ok",))
+
+
+class _Scan(NamedTuple):
+    kind: str
+    table: str
+    key: tuple[str, ...]
+    columns: str  # after the key; the stored sum, then (Postgres rows) the server's
+
+
+def _checkpoint_of(kind: str, key: Row, rest: Row, dialect: str) -> tuple[Any, int, str]:
+    if kind == "checkpoint":
+        if dialect == "postgres":
+            return rest[0], int(rest[1]), "the checkpoint row"
+        type_, blob, metadata, stored = rest
+        return stored, checkpoint_sum(key[2], type_, blob, metadata), "the checkpoint row"
+    if kind == "write":
+        path, channel, type_, value, stored = rest
+        actual = write_sum(key[2], key[3], path, key[4], channel, type_, value)
+        return stored, actual, f"the write of task {key[3]} to {channel!r} #{key[4]}"
+    type_, blob, stored = rest
+    return stored, blob_sum(key[2], key[3], type_, blob), f"the value of channel {key[2]!r}"
+
+
+_WRITE_KEY = ("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx")
+_SCANS = {
+    "sqlite": (
+        _Scan("checkpoint", "checkpoints", _WRITE_KEY[:3], f"type, checkpoint, metadata, {SUM}"),
+        _Scan("write", "writes", _WRITE_KEY, f"task_path, channel, type, value, {SUM}"),
+    ),
+    "postgres": (
+        _Scan("checkpoint", "checkpoints", _WRITE_KEY[:3], f"{SUM}, {PG_CHECKPOINT_SUM}"),
+        _Scan(
+            "blob",
+            "checkpoint_blobs",
+            ("thread_id", "checkpoint_ns", "channel", "version"),
+            f"type, blob, {SUM}",
+        ),
+        _Scan("write", "checkpoint_writes", _WRITE_KEY, f"task_path, channel, type, blob, {SUM}"),
+    ),
+}
+#: Rows read per statement while checking a store.
+CHECK_PAGE = 500
+
+
+def check_store(d: Dialect) -> Statements[StoreCheck]:
+    """Check every row's sum (and on SQLite the file itself, ``PRAGMA quick_check``),
+    a page of rows at a time."""
+    quick: tuple[str, ...] = ()
+    if d.name == "sqlite":
+        quick = tuple(str(r[0]) for r in (yield Stmt("PRAGMA quick_check", fetch=True)))
+    checked: dict[str, int] = {}
+    unverified: dict[str, int] = {}
+    failures: list[Failure] = []
+    for scan in _SCANS[d.name]:
+        keys = ", ".join(scan.key)
+        checked[scan.kind] = unverified[scan.kind] = 0
+        after: Row | None = None
+        while True:
+            where = f"WHERE ({keys}) > ({', '.join('?' for _ in scan.key)}) " if after else ""
+            rows = yield Stmt(
+                d.sql(
+                    f"SELECT {keys}, {scan.columns} FROM {scan.table} {where}"
+                    f"ORDER BY {keys} LIMIT {CHECK_PAGE}"
+                ),
+                after or (),
+                fetch=True,
+            )
+            for row in rows:
+                key, rest = row[: len(scan.key)], row[len(scan.key) :]
+                stored, actual, what = _checkpoint_of(scan.kind, key, rest, d.name)
+                if stored is None:
+                    unverified[scan.kind] += 1
+                    continue
+                checked[scan.kind] += 1
+                if int(stored) != actual:
+                    checkpoint_id = None if scan.kind == "blob" else str(key[2])
+                    failures.append(
+                        Failure(
+                            kind=scan.kind,
+                            thread_id=str(key[0]),
+                            checkpoint_ns=str(key[1]),
+                            checkpoint_id=checkpoint_id,
+                            what=what,
+                        )
+                    )
+            if len(rows) < CHECK_PAGE:
+                break
+            after = rows[-1][: len(scan.key)]
+    return StoreCheck(
+        checked=checked, unverified=unverified, failures=tuple(failures), quick_check=quick
     )

@@ -3,6 +3,8 @@
 Subcommands (``--db``: a SQLite file path or a Postgres DSN, or env ``LGR_DB``):
 
 - ``setup``: create or migrate the store's tables;
+- ``check``: verify every checkpoint, write and blob against its checksum (and
+  SQLite's ``PRAGMA quick_check``); exit code 1 on a damaged row;
 - ``runs [--status S]``: the runs (thread, run, status, attempts, recoveries,
   owner, updated), newest first;
 - ``show THREAD [--run N]``: the run report (`run_report`), or its graph in
@@ -29,6 +31,7 @@ reached or is not set up (one line on stderr).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -69,6 +72,7 @@ from langgraph_resilience.cli._store import (
     load_graph,
     one_line,
     open_store,
+    store_check,
     thread_exists,
 )
 from langgraph_resilience.cli.demo import run_demo
@@ -120,6 +124,41 @@ def setup(db: str | None) -> int:
     with open_store(db, setup=True) as store:
         err_console().print(f"store {store.where} is set up ({store.dialect})")
     return 0
+
+
+@cli.command()
+@db_option
+@json_option
+def check(db: str | None, as_json: bool) -> int:
+    """Verify a whole store: every checksum (checkpoints, writes, blobs) and, on
+    SQLite, PRAGMA quick_check. Exit code 1 when something does not match."""
+    with open_store(db) as store:
+        found = store_check(store)
+    if as_json:
+        print_json(dataclasses.asdict(found) | {"ok": found.ok})
+        return 0 if found.ok else 1
+    kinds = sorted(found.checked)
+    rows = [(k, found.checked[k], found.unverified[k]) for k in kinds]
+    print_table(
+        f"checksums of {store.where}",
+        ["rows", "verified", "no checksum (written before)"],
+        rows,
+        status_column=None,
+    )
+    if found.quick_check:
+        err_console().print(f"PRAGMA quick_check: {'; '.join(found.quick_check)}")
+    if found.failures:
+        print_table(
+            f"{len(found.failures)} row(s) do not match their checksum",
+            ["thread", "namespace", "checkpoint", "what"],
+            [
+                (f.thread_id, f.checkpoint_ns, f.checkpoint_id or "-", f.what)
+                for f in found.failures
+            ],
+            status_column=None,
+        )
+    err_console().print("store is sound" if found.ok else "store has damaged rows")
+    return 0 if found.ok else 1
 
 
 # -- reading -----------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph_resilience.checkpoint import ResilientSaver
 from langgraph_resilience.checkpoint._schema import SCHEMA_VERSION, schema_version
 from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE, execute
+from langgraph_resilience.checkpoint._sums import StoreCheck, check_store
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.errors import ArchiveError, ConfigError, StoreUnavailable
 from langgraph_resilience.worker._setup import bind
@@ -50,6 +51,7 @@ __all__ = [
     "load_graph",
     "one_line",
     "open_store",
+    "store_check",
     "thread_exists",
 ]
 
@@ -169,6 +171,16 @@ def open_store(
         except (StoreUnavailable, ConfigError, ArchiveError) as exc:  # they name the store
             raise CliError(one_line(exc)) from exc
         yield store
+
+
+def store_check(store: Store) -> StoreCheck:
+    """Every checksum of the store, and SQLite's ``PRAGMA quick_check`` (`check_store`)."""
+    d = SQLITE if store.dialect == "sqlite" else POSTGRES
+    saver: Any = store.saver
+    try:
+        return saver._query(lambda: check_store(d))  # type: ignore[no-any-return]
+    except sqlite3.DatabaseError as exc:
+        raise CliError(f"{store.where} is damaged beyond a check ({exc}): restore it") from exc
 
 
 def thread_exists(saver: ResilientSaver, thread_id: str) -> bool:
