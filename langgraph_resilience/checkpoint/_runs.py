@@ -6,6 +6,15 @@ fencing token that grows with every claim (`claim_runs`), renewed
 worker makes for a run carries its `Fence`; `fence_write` is the one way a
 saver applies it: the write is refused, in its own transaction, once another
 worker holds the run (`LeaseLost`).
+
+A lease ends in one of two ways. Its time runs out: by the server's clock on
+Postgres; on SQLite by this machine's boot clock when it was renewed on the
+same one (`_process.clock_now`: a wall clock stepped forward or back moves no
+lease), else by the wall clock. Or its holder is known gone: a claim names the
+claiming process (`Claimant.holder`), and a claimer on the same machine, boot
+and PID namespace that finds that process dead (`_process.executor_alive`, as
+the effect claims judge their holders) takes the run over at once, fenced as
+for an expired lease. Elsewhere only the lease's time tells.
 """
 
 from __future__ import annotations
@@ -16,6 +25,13 @@ from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 
+from langgraph_resilience.checkpoint._process import (
+    ClockReading,
+    clock_now,
+    executor_alive,
+    machine,
+    process_id,
+)
 from langgraph_resilience.checkpoint._schema import LEASE_MARKER, OPEN_STATUSES, RUNS
 from langgraph_resilience.checkpoint._store import (
     Dialect,
@@ -26,7 +42,17 @@ from langgraph_resilience.checkpoint._store import (
 )
 from langgraph_resilience.errors import ConfigError, LeaseLost, RunStateError
 
-__all__ = ["FENCE_KEY", "WORKER_KEY", "Fence", "RunRecord", "fence_of", "fence_write"]
+__all__ = [
+    "FENCE_KEY",
+    "WORKER_KEY",
+    "Claimant",
+    "Fence",
+    "RunRecord",
+    "dead_holders",
+    "fence_of",
+    "fence_write",
+    "taken_over",
+]
 
 T = TypeVar("T")
 Translate = Callable[[BaseException], BaseException | None]
@@ -79,6 +105,12 @@ class RunRecord:
         not_before: epoch seconds (database clock) before which a queued run is
             not claimed: it waits for a service that asked to be called again
             later (a ``Retry-After`` longer than its node's ``Backoff.max_wait``).
+        holder: the process that claimed or last renewed it (host, boot, PID
+            namespace, pid and start time): a claimer on that machine that finds
+            the process gone takes the run over at once.
+        lease_clock / lease_ticks: SQLite only: the boot clock the lease was
+            renewed on, and its reading when the lease ends (judged by it when the
+            claimer reads the same clock).
     """
 
     run_id: str
@@ -101,6 +133,29 @@ class RunRecord:
     resume_type: str | None = None
     resume: bytes | None = None
     not_before: float | None = None
+    holder: str | None = None
+    lease_clock: str | None = None
+    lease_ticks: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Claimant:
+    """Who claims or renews leases, and this machine's boot clock then.
+
+    Attributes:
+        holder: the claiming process (`_process.process_id`).
+        machine: its host, boot and PID namespace: holders with this prefix can
+            be judged alive or gone from here.
+        clock: the boot clock now (`_process.clock_now`).
+    """
+
+    holder: str
+    machine: str
+    clock: ClockReading
+
+    @classmethod
+    def here(cls) -> Claimant:
+        return cls(holder=process_id(), machine=machine(), clock=clock_now())
 
 
 _RUN_COLUMNS = select_list(RunRecord)
@@ -237,12 +292,66 @@ def submit_run(
     )
 
 
+def _lease_over(d: Dialect, clock: ClockReading) -> tuple[str, tuple[Any, ...]]:
+    """The condition a running run's lease has run out on, and its parameters."""
+    if not d.local_leases or not clock.clock:
+        return "lease_expires_at < NOW()", ()
+    return (
+        "(CASE WHEN lease_clock = ? THEN lease_ticks < ? ELSE lease_expires_at < NOW() END)",
+        (clock.clock, clock.ticks),
+    )
+
+
+def _lease_values(d: Dialect, who: Claimant, lease_ttl: float) -> tuple[Any, ...]:
+    """The holder, the boot clock and its reading at the lease's end, as stored."""
+    if not d.local_leases or not who.clock.clock:
+        return (who.holder, None, None)
+    return (who.holder, who.clock.clock, who.clock.ticks + float(lease_ttl))
+
+
+def _like_prefix(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"{escaped}%"
+
+
+def dead_holders(d: Dialect, who: Claimant) -> Statements[list[str]]:
+    """The holders of running runs that are processes of ``who``'s machine, boot
+    and PID namespace known to be gone (`executor_alive`)."""
+    if who.machine.endswith("~"):  # no /proc to tell by: leases alone decide
+        return []
+    rows = yield Stmt(
+        d.sql(
+            f"SELECT DISTINCT holder FROM {RUNS.name} "
+            "WHERE status = 'running' AND holder LIKE ? ESCAPE '\\'"
+        ),
+        (_like_prefix(f"{who.machine}|"),),
+        fetch=True,
+    )
+    return [str(h) for (h,) in rows if h is not None and executor_alive(str(h)) is False]
+
+
+def taken_over(d: Dialect, clock: ClockReading, dead: Sequence[str]) -> tuple[str, tuple[Any, ...]]:
+    """The condition of a running run a claim takes over (its lease ran out, or its
+    holder is among ``dead``), and its parameters."""
+    over, params = _lease_over(d, clock)
+    return (
+        f"(status = 'running' AND ({over} OR holder IN_LIST(?)))",
+        (*params, d.list_param(dead)),
+    )
+
+
 def claim_runs(
-    d: Dialect, owner: str, limit: int, lease_ttl: float, claim_token: str
+    d: Dialect,
+    owner: str,
+    limit: int,
+    lease_ttl: float,
+    claim_token: str,
+    who: Claimant | None = None,
+    dead: Sequence[str] | None = None,
 ) -> Statements[list[RunRecord]]:
-    """Claim up to ``limit`` runs: running ones whose lease expired first (a
-    recovery), then queued ones whose wait (``not_before``) is over, oldest first
-    within each. Each claim bumps the
+    """Claim up to ``limit`` runs: running ones whose lease expired or whose holder
+    is known gone first (a recovery), then queued ones whose wait
+    (``not_before``) is over, oldest first within each. Each claim bumps the
     fencing token; the runs are returned oldest first.
 
     Recoveries go first because a taken-over run was started earlier, holds
@@ -254,7 +363,11 @@ def claim_runs(
     the runs that try claimed instead of claiming more (which would leave those
     running under a lease nobody renews, then count their takeover as a
     recovery).
+
+    ``who``: the claiming process and its clock (default: this one, now);
+    ``dead``: the holders known gone (default: read here, `dead_holders`).
     """
+    who = Claimant.here() if who is None else who
     rows = yield Stmt(
         d.sql(
             f"SELECT {_RUN_COLUMNS} FROM {RUNS.name} "
@@ -264,37 +377,59 @@ def claim_runs(
         fetch=True,
     )
     if not rows:
+        if dead is None:
+            dead = yield from dead_holders(d, who)
+        gone, gone_params = taken_over(d, who.clock, dead)
         rows = yield Stmt(
             d.sql(
                 f"UPDATE {RUNS.name} SET status = 'running', owner = ?, claim_token = ?, "
                 "fencing_token = fencing_token + 1, lease_expires_at = NOW() + ?, "
+                "holder = ?, lease_clock = ?, lease_ticks = ?, "
                 "attempts = attempts + 1, "
                 "recoveries = recoveries + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
                 "not_before = NULL, updated_at = NOW() "
                 f"WHERE run_id IN (SELECT run_id FROM {RUNS.name} "
-                f"WHERE {_DUE} OR (status = 'running' AND lease_expires_at < NOW()) "
+                f"WHERE {_DUE} OR {gone} "
                 "ORDER BY status = 'queued', created_at LIMIT ? SKIP_LOCKED) "
                 f"RETURNING {_RUN_COLUMNS}"
             ),
-            (owner, claim_token, float(lease_ttl), int(limit)),
+            (
+                owner,
+                claim_token,
+                float(lease_ttl),
+                *_lease_values(d, who, lease_ttl),
+                *gone_params,
+                int(limit),
+            ),
             fetch=True,
         )
     return sorted((from_row(RunRecord, r) for r in rows), key=lambda r: r.created_at)
 
 
 def renew_leases(
-    d: Dialect, owner: str, fences: Sequence[Fence], lease_ttl: float
+    d: Dialect,
+    owner: str,
+    fences: Sequence[Fence],
+    lease_ttl: float,
+    who: Claimant | None = None,
 ) -> Statements[list[str]]:
     """Extend the leases this worker still holds; returns their run ids."""
     if not fences:
         return []
+    who = Claimant.here() if who is None else who
     rows = yield Stmt(
         d.sql(
-            f"UPDATE {RUNS.name} SET lease_expires_at = NOW() + ?, updated_at = NOW() "
+            f"UPDATE {RUNS.name} SET lease_expires_at = NOW() + ?, holder = ?, "
+            "lease_clock = ?, lease_ticks = ?, updated_at = NOW() "
             "WHERE owner = ? AND status = 'running' AND run_id IN_LIST(?) "
             "RETURNING run_id, fencing_token"
         ),
-        (float(lease_ttl), owner, d.list_param(f.run_id for f in fences)),
+        (
+            float(lease_ttl),
+            *_lease_values(d, who, lease_ttl),
+            owner,
+            d.list_param(f.run_id for f in fences),
+        ),
         fetch=True,
     )
     held = {(str(r[0]), int(r[1])) for r in rows}

@@ -60,6 +60,9 @@ RUNS = Table(
         Column("resume_type", "TEXT", since=10),
         Column("resume", "BLOB_T", since=10),
         Column("not_before", "REAL_T", since=11),
+        Column("holder", "TEXT", since=15),
+        Column("lease_clock", "TEXT", since=15),
+        Column("lease_ticks", "REAL_T", since=15),
     ),
     since=1,
 )
@@ -285,6 +288,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     # 14: the fork check also refuses a write to a thread archived meanwhile
     # (SQLite checks in Python).
     Migration.postgres_only(_PG_REFUSE_FORK_OR_ARCHIVED),
+    # 15: a claim names its worker's process (a dead one's runs are taken over at
+    # once) and, on SQLite, the boot clock its lease is judged by.
+    Migration.both(*RUNS.added(15)),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 
