@@ -30,7 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ReceiptsState, chain, sql
+from faults import PgServer, TcpProxy
+from helpers import ReceiptsState, chain, read_ledger, sql
+from partition_worker import call_bound, partition_bounds, partition_graph
+from spawn import spawn
+from test_partitions import db  # noqa: F401 (a fixture)
 from test_worker_crash import (
     assert_each_effect_once,
     fresh,  # noqa: F401 (a fixture)
@@ -42,7 +46,10 @@ from test_worker_crash import (
 )
 
 from langgraph_resilience import NodePolicy, ResilientStateGraph, Worker
+from langgraph_resilience.checkpoint import Fence
+from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.errors import StoreUnavailable
 from langgraph_resilience.worker import _leases
 from langgraph_resilience.worker._leases import Instant
 
@@ -170,11 +177,11 @@ def test_a_stepped_wall_clock_takes_no_live_sqlite_run_over(
 ) -> None:
     """The clock steps while the run's long step goes on: 60 s forward; or 60 s
     back, renewals made meanwhile, then set right again (NTP correcting a bad step)."""
-    db = str(tmp_path / "runs.db")
+    path = str(tmp_path / "runs.db")
     started = threading.Event()
     with (
-        ResilientSqliteSaver.from_conn_string(db) as saver,
-        ResilientSqliteSaver.from_conn_string(db) as other,
+        ResilientSqliteSaver.from_conn_string(path) as saver,
+        ResilientSqliteSaver.from_conn_string(path) as other,
     ):
         saver.setup()
         holder = Worker(slow_graph(saver, started, 3 * LEASE), checkpointer=saver, lease_ttl=LEASE)
@@ -205,8 +212,8 @@ def test_a_stepped_wall_clock_takes_no_live_sqlite_run_over(
 def test_a_stepped_wall_clock_delays_no_sqlite_takeover_past_one_lease(
     wall: WallStep, tmp_path: Path, seconds: float
 ) -> None:
-    db = str(tmp_path / "runs.db")
-    with ResilientSqliteSaver.from_conn_string(db) as saver:
+    path = str(tmp_path / "runs.db")
+    with ResilientSqliteSaver.from_conn_string(path) as saver:
         saver.setup()
         worker = Worker(
             slow_graph(saver, threading.Event(), 0), checkpointer=saver, lease_ttl=LEASE
@@ -230,3 +237,71 @@ def test_a_stepped_wall_clock_delays_no_sqlite_takeover_past_one_lease(
         assert found == {run_id: "success"}, f"not taken over within {waited:.1f} s"
         record = saver.read_run(run_id)
         assert record is not None and (record.fencing_token, record.recoveries) == (2, 1)
+
+
+# -- SIGTERM while partitioned (Postgres, a blackhole) ----------------------------------------
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("trial", range(RUNS))
+def test_sigterm_during_a_blackholed_renewal_returns_within_drain_timeout_and_one_call(
+    pg_server: PgServer,
+    db: str,  # noqa: F811
+    tmp_path: Path,
+    trial: int,
+) -> None:
+    """The worker's renewal is in flight into a blackhole when SIGTERM comes: the
+    drain counts from the signal, so `run` returns within ``drain_timeout`` plus
+    that one bounded store call (none is begun after), not after a second one.
+    The call's bound is measured: a renewal through the same blackhole, with the
+    worker's bounds, timed here (at most `call_bound`)."""
+    drain_timeout, lease = 1.0, 2.0
+    timeouts, retry = partition_bounds()
+    service = tmp_path / "service"
+    service.mkdir()
+    with (
+        TcpProxy(pg_server.port) as proxy,
+        ResilientPostgresSaver.from_conn_string(db) as direct,
+        ResilientPostgresSaver.from_conn_string(
+            proxy.dsn(db), timeouts=timeouts, store_retry=retry
+        ) as probe,
+    ):
+        probe.setup()
+        run_id = Worker(partition_graph(service, 30.0), checkpointer=direct).submit({"done": []})
+        child = spawn(
+            str(Path(__file__).parent / "partition_worker.py"),
+            proxy.dsn(db),
+            str(service),
+            str(lease),
+            str(drain_timeout),
+        )
+        try:
+            wait_for(
+                lambda: any(p[1] == "b" for p in read_ledger(service / "steps.log")),
+                timeout=20,
+                what="the worker to reach step b",
+            )
+            proxy.blackhole()
+            time.sleep(lease / 3 + 0.3)  # a renewal (every lease / 3) is in flight now
+            sent = time.time()
+            os.kill(child.pid, signal.SIGTERM)
+            returned = wait_for(
+                lambda: read_ledger(service / "exit.log"), timeout=60, what="run to return"
+            )
+            took = float(returned[0][1]) - sent
+        finally:
+            child.kill()
+            child.communicate(timeout=30)
+        began = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            probe.runs.renew("probe", [Fence(run_id=run_id, token=1)], lease)
+        one_call = time.monotonic() - began
+        assert one_call <= call_bound(timeouts, retry) + 0.5
+        bound = drain_timeout + one_call + 0.5
+        print(
+            f"SIGTERM while blackholed: run returned after {took:.2f} s (drain_timeout "
+            f"{drain_timeout} s + one store call {one_call:.2f} s + 0.5 s = {bound:.2f} s)"
+        )
+        assert took <= bound, f"run returned {took:.2f} s after SIGTERM (bound {bound:.1f} s)"
+        assert sql("postgres", db, "SELECT status FROM resilience_runs WHERE run_id = ?", (run_id,))
