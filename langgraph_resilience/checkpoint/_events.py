@@ -25,13 +25,8 @@ from langgraph_resilience._langgraph import (
     RESUME_CHANNEL,
     TASKS_CHANNEL,
 )
-from langgraph_resilience.checkpoint._runs import (
-    Claimant,
-    RunRecord,
-    claim_runs,
-    dead_holders,
-    taken_over,
-)
+from langgraph_resilience.checkpoint._lease_judge import Claimant, dead_holders, taken_over
+from langgraph_resilience.checkpoint._runs import RunRecord, claim_runs
 from langgraph_resilience.checkpoint._schema import ATTEMPTS, RECOVERIES, RUNS
 from langgraph_resilience.checkpoint._store import (
     Dialect,

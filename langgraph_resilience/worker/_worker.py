@@ -27,9 +27,12 @@ time-bounded lease and a fencing token that grows with every claim:
   are released (queued again, nothing redone) and `run` returns. A drain waits
   at most ``drain_timeout`` (default ``lease_ttl``) for them: runs whose step is
   still busy then (a store call that hangs) are abandoned to their lease, which
-  runs out within ``lease_ttl`` (another worker takes them over). `run` returns
-  within ``drain_timeout`` plus a poll and the loop's own store call in
-  progress, which the saver's store timeouts bound;
+  runs out within ``lease_ttl`` (another worker takes them over). The drain
+  counts from the signal and no renewal begins past its end, so `run` returns
+  within ``drain_timeout`` plus a poll and one store call of the loop, which the
+  saver's store timeouts bound;
+- a run whose worker's process is known gone (on this machine: the claim names
+  it) is taken over at the next poll, not after its lease;
 - a run claimed after more than ``max_recoveries`` takeovers (it keeps killing
   its workers) ends as ``error``, with its partial result kept.
 
