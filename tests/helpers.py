@@ -113,11 +113,13 @@ def sql(
 
 def expire_lease(backend: str, target: str, run_id: str) -> None:
     """Let a run's lease run out now, as if its worker had stopped renewing it an hour
-    ago (the lease clock is the database's, so the store is where time passes)."""
+    ago (the lease clock is the database's, or on SQLite the boot clock it names, so
+    the store is where time passes)."""
     sql(
         backend,
         target,
-        "UPDATE resilience_runs SET lease_expires_at = lease_expires_at - 3600 WHERE run_id = ?",
+        "UPDATE resilience_runs SET lease_expires_at = lease_expires_at - 3600, "
+        "lease_ticks = lease_ticks - 3600 WHERE run_id = ?",
         (run_id,),
     )
 

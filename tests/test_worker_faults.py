@@ -255,7 +255,7 @@ async def test_an_effect_whose_lease_cannot_be_proven_is_not_called(
     assert "its lease ran out" in caplog.text
 
 
-def test_check_lease_calls_only_with_a_margin_left_on_both_clocks() -> None:
+def test_check_lease_calls_only_with_a_margin_left_on_the_boot_clock() -> None:
     at = Instant(monotonic=100.0, wall=1_000.0)
     proof = Proof(deadline=at.after(10), margin=3)
     assert check_lease(proof, at).verdict == "call"
@@ -263,10 +263,9 @@ def test_check_lease_calls_only_with_a_margin_left_on_both_clocks() -> None:
     waiting = check_lease(proof, at.after(8))
     assert waiting.verdict == "wait" and 0 < waiting.seconds <= 0.05
     assert check_lease(proof, at.after(10)).verdict == "lost"
-    # The wall clock stepped 9 s forward: SQLite's leases end early, so does the proof.
-    assert check_lease(proof, Instant(100.0, 1_009.0)).verdict == "wait"
-    assert check_lease(proof, Instant(100.0, 1_011.0)).verdict == "lost"
-    # ...and a step back does not stretch it: the monotonic clock still bounds it.
+    # A wall clock stepped forward moves no store's lease (SQLite judges by the boot
+    # clock too), so it ends no proof; a step back does not stretch it either.
+    assert check_lease(proof, Instant(100.0, 1_011.0)).verdict == "call"
     assert check_lease(proof, Instant(110.5, 900.0)).verdict == "lost"
     assert check_lease(None, at).verdict == "lost"
     proof.lost = "another worker took the lease over"
@@ -530,7 +529,8 @@ def test_the_loop_abandons_runs_a_drain_waited_for_too_long() -> None:
     )
     held: dict[str, Held] = {}
     draining = [False]
-    loop = worker_loop(settings, held, lambda: draining[0], lambda: now[0])
+    asked: list[float | None] = [None]
+    loop = worker_loop(settings, held, lambda: draining[0], lambda: now[0], lambda: asked[0])
     assert next(loop) == ClaimRuns(1)
     run = held_run()
     assert isinstance(loop.send([run.record]), Start)
@@ -541,13 +541,13 @@ def test_the_loop_abandons_runs_a_drain_waited_for_too_long() -> None:
     assert isinstance(loop.send([]), Renew)
     now[0] = now[0].after(0.2)
     draining[0] = True  # the renewal came back (kept), and a drain began
+    asked[0] = now[0].monotonic
     assert isinstance(loop.send(["r1"]), Wait)
     assert proof.deadline == pytest.approx((4.1, 4.1))  # from when the renewal was sent
     now[0] = now[0].after(0.5)
     assert isinstance(loop.send([]), Wait)  # waited 0.5 s of its 1 s
-    now[0] = now[0].after(0.6)
-    assert isinstance(loop.send([]), Renew)
-    assert loop.send(["r1"]) == Abandon(("r1",))
+    now[0] = now[0].after(0.6)  # a beat is due too, but no renewal begins past the drain
+    assert loop.send([]) == Abandon(("r1",))
     assert proof.lost is not None and "drain waited" in proof.lost
     with pytest.raises(StopIteration) as stop:
         loop.send(None)

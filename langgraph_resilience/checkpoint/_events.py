@@ -25,6 +25,7 @@ from langgraph_resilience._langgraph import (
     RESUME_CHANNEL,
     TASKS_CHANNEL,
 )
+from langgraph_resilience.checkpoint._lease_judge import Claimant, dead_holders, taken_over
 from langgraph_resilience.checkpoint._runs import RunRecord, claim_runs
 from langgraph_resilience.checkpoint._schema import ATTEMPTS, RECOVERIES, RUNS
 from langgraph_resilience.checkpoint._store import (
@@ -111,17 +112,23 @@ _NOTE = (
 
 
 def claim_noting(
-    d: Dialect, owner: str, limit: int, lease_ttl: float, claim_token: str
+    d: Dialect,
+    owner: str,
+    limit: int,
+    lease_ttl: float,
+    claim_token: str,
+    who: Claimant | None = None,
 ) -> Statements[list[RunRecord]]:
     """`claim_runs`, storing a takeover for each claimed run whose lease had
-    expired (in the claim's transaction: a takeover is never claimed unnoted)."""
+    expired or whose holder was gone (in the claim's transaction: a takeover is
+    never claimed unnoted)."""
+    who = Claimant.here() if who is None else who
+    dead = yield from dead_holders(d, who)
+    gone_sql, gone_params = taken_over(d, who.clock, dead)
     expired = yield Stmt(
-        d.sql(
-            f"SELECT run_id FROM {RUNS.name} WHERE status = 'running' AND lease_expires_at < NOW()"
-        ),
-        fetch=True,
+        d.sql(f"SELECT run_id FROM {RUNS.name} WHERE {gone_sql}"), gone_params, fetch=True
     )
-    claimed = yield from claim_runs(d, owner, limit, lease_ttl, claim_token)
+    claimed = yield from claim_runs(d, owner, limit, lease_ttl, claim_token, who, dead)
     gone = {str(r[0]) for r in expired}
     rows = [
         (

@@ -6,16 +6,34 @@ for the old process) and a nonce of the call. Another executor that finds the
 intent without an outcome asks `executor_alive`: on the same host, boot and PID
 namespace it can tell for sure that the process is gone (killed, crashed) and
 settle the intent at once instead of waiting for its lease to run out; anywhere
-else only the lease tells.
+else only the lease tells. A `Worker`'s claim of a run names its process the
+same way (`process_id`), so a run whose worker died on this machine is taken
+over at the next poll.
+
+Leases judged on this machine (SQLite's) also read its clock here: `clock_now`
+is the boot clock (``CLOCK_BOOTTIME``: every process of the machine and time
+namespace reads the same one, it counts a suspend, and no one steps it) and
+its `clock_id`; a lease renewed on the same clock is judged by it, so a wall
+clock stepped forward or back moves no lease.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 from functools import lru_cache
+from typing import NamedTuple
 
-__all__ = ["executor_alive", "executor_id"]
+__all__ = [
+    "ClockReading",
+    "clock_id",
+    "clock_now",
+    "executor_alive",
+    "executor_id",
+    "machine",
+    "process_id",
+]
 
 
 @lru_cache(maxsize=1)
@@ -28,6 +46,45 @@ def _machine() -> str:
     except OSError:  # not Linux: no sure answer, leases decide
         return f"{socket.gethostname()}~"
     return f"{socket.gethostname()}~{boot}~{pidns}"
+
+
+def machine() -> str:
+    """This process's host, boot and PID namespace (the prefix of its `process_id`)."""
+    return _machine()
+
+
+@lru_cache(maxsize=1)
+def clock_id() -> str:
+    """The boot clock's identity: the boot and the time namespace (readings of
+    `clock_now` compare only under one id). Empty when unknown (not Linux)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        try:
+            timens = os.readlink("/proc/self/ns/time")
+        except OSError:  # a kernel without time namespaces: one clock per boot
+            timens = ""
+    except OSError:
+        return ""
+    return f"{boot}~{timens}"
+
+
+class ClockReading(NamedTuple):
+    """This machine's boot clock now: ``ticks`` seconds on the clock ``clock``
+    (`clock_id`; empty: no clock shared by the machine's processes is known)."""
+
+    clock: str
+    ticks: float
+
+
+_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def clock_now() -> ClockReading:
+    """The boot clock now."""
+    if _BOOTTIME is None:  # not Linux: no clock known to be shared; leases use the wall
+        return ClockReading("", time.monotonic())
+    return ClockReading(clock_id(), time.clock_gettime(_BOOTTIME))
 
 
 def _start(pid: int) -> str | None:
@@ -48,6 +105,11 @@ def executor_id(nonce: str) -> str:
     return f"{_this_process(os.getpid())}|{nonce}"
 
 
+def process_id() -> str:
+    """This process's identity (`executor_id` without a call's nonce)."""
+    return f"{_this_process(os.getpid())}|"
+
+
 @lru_cache(maxsize=2)
 def _this_process(pid: int) -> str:  # keyed by pid: a forked child is another process
     return f"{_machine()}|{pid}|{_start(pid) or ''}"
@@ -57,9 +119,9 @@ def executor_alive(owner: str) -> bool | None:
     """False when ``owner``'s process is surely gone, True when it surely runs,
     None when this process cannot tell (another host, or not Linux)."""
     try:
-        machine, pid, start, _ = owner.split("|")
+        where, pid, start, _ = owner.split("|")
     except ValueError:
         return None
-    if not machine.endswith("~") and machine == _machine() and pid.isdigit() and start:
+    if not where.endswith("~") and where == _machine() and pid.isdigit() and start:
         return _start(int(pid)) == start
     return None

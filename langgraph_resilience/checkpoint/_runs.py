@@ -6,6 +6,7 @@ fencing token that grows with every claim (`claim_runs`), renewed
 worker makes for a run carries its `Fence`; `fence_write` is the one way a
 saver applies it: the write is refused, in its own transaction, once another
 worker holds the run (`LeaseLost`).
+How a lease is judged over (its time, its holder) is `_lease_judge`'s.
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 
+from langgraph_resilience.checkpoint._lease_judge import (
+    Claimant,
+    dead_holders,
+    lease_values,
+    taken_over,
+)
 from langgraph_resilience.checkpoint._schema import LEASE_MARKER, OPEN_STATUSES, RUNS
 from langgraph_resilience.checkpoint._store import (
     Dialect,
@@ -26,7 +33,14 @@ from langgraph_resilience.checkpoint._store import (
 )
 from langgraph_resilience.errors import ConfigError, LeaseLost, RunStateError
 
-__all__ = ["FENCE_KEY", "WORKER_KEY", "Fence", "RunRecord", "fence_of", "fence_write"]
+__all__ = [
+    "FENCE_KEY",
+    "WORKER_KEY",
+    "Fence",
+    "RunRecord",
+    "fence_of",
+    "fence_write",
+]
 
 T = TypeVar("T")
 Translate = Callable[[BaseException], BaseException | None]
@@ -79,6 +93,12 @@ class RunRecord:
         not_before: epoch seconds (database clock) before which a queued run is
             not claimed: it waits for a service that asked to be called again
             later (a ``Retry-After`` longer than its node's ``Backoff.max_wait``).
+        holder: the process that claimed or last renewed it (host, boot, PID
+            namespace, pid and start time): a claimer on that machine that finds
+            the process gone takes the run over at once.
+        lease_clock / lease_ticks: SQLite only: the boot clock the lease was
+            renewed on, and its reading when the lease ends (judged by it when the
+            claimer reads the same clock).
     """
 
     run_id: str
@@ -101,6 +121,9 @@ class RunRecord:
     resume_type: str | None = None
     resume: bytes | None = None
     not_before: float | None = None
+    holder: str | None = None
+    lease_clock: str | None = None
+    lease_ticks: float | None = None
 
 
 _RUN_COLUMNS = select_list(RunRecord)
@@ -238,11 +261,17 @@ def submit_run(
 
 
 def claim_runs(
-    d: Dialect, owner: str, limit: int, lease_ttl: float, claim_token: str
+    d: Dialect,
+    owner: str,
+    limit: int,
+    lease_ttl: float,
+    claim_token: str,
+    who: Claimant | None = None,
+    dead: Sequence[str] | None = None,
 ) -> Statements[list[RunRecord]]:
-    """Claim up to ``limit`` runs: running ones whose lease expired first (a
-    recovery), then queued ones whose wait (``not_before``) is over, oldest first
-    within each. Each claim bumps the
+    """Claim up to ``limit`` runs: running ones whose lease expired or whose holder
+    is known gone first (a recovery), then queued ones whose wait
+    (``not_before``) is over, oldest first within each. Each claim bumps the
     fencing token; the runs are returned oldest first.
 
     Recoveries go first because a taken-over run was started earlier, holds
@@ -254,7 +283,11 @@ def claim_runs(
     the runs that try claimed instead of claiming more (which would leave those
     running under a lease nobody renews, then count their takeover as a
     recovery).
+
+    ``who``: the claiming process and its clock (default: this one, now);
+    ``dead``: the holders known gone (default: read here, `dead_holders`).
     """
+    who = Claimant.here() if who is None else who
     rows = yield Stmt(
         d.sql(
             f"SELECT {_RUN_COLUMNS} FROM {RUNS.name} "
@@ -264,37 +297,59 @@ def claim_runs(
         fetch=True,
     )
     if not rows:
+        if dead is None:
+            dead = yield from dead_holders(d, who)
+        gone, gone_params = taken_over(d, who.clock, dead)
         rows = yield Stmt(
             d.sql(
                 f"UPDATE {RUNS.name} SET status = 'running', owner = ?, claim_token = ?, "
                 "fencing_token = fencing_token + 1, lease_expires_at = NOW() + ?, "
+                "holder = ?, lease_clock = ?, lease_ticks = ?, "
                 "attempts = attempts + 1, "
                 "recoveries = recoveries + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
                 "not_before = NULL, updated_at = NOW() "
                 f"WHERE run_id IN (SELECT run_id FROM {RUNS.name} "
-                f"WHERE {_DUE} OR (status = 'running' AND lease_expires_at < NOW()) "
+                f"WHERE {_DUE} OR {gone} "
                 "ORDER BY status = 'queued', created_at LIMIT ? SKIP_LOCKED) "
                 f"RETURNING {_RUN_COLUMNS}"
             ),
-            (owner, claim_token, float(lease_ttl), int(limit)),
+            (
+                owner,
+                claim_token,
+                float(lease_ttl),
+                *lease_values(d, who, lease_ttl),
+                *gone_params,
+                int(limit),
+            ),
             fetch=True,
         )
     return sorted((from_row(RunRecord, r) for r in rows), key=lambda r: r.created_at)
 
 
 def renew_leases(
-    d: Dialect, owner: str, fences: Sequence[Fence], lease_ttl: float
+    d: Dialect,
+    owner: str,
+    fences: Sequence[Fence],
+    lease_ttl: float,
+    who: Claimant | None = None,
 ) -> Statements[list[str]]:
     """Extend the leases this worker still holds; returns their run ids."""
     if not fences:
         return []
+    who = Claimant.here() if who is None else who
     rows = yield Stmt(
         d.sql(
-            f"UPDATE {RUNS.name} SET lease_expires_at = NOW() + ?, updated_at = NOW() "
+            f"UPDATE {RUNS.name} SET lease_expires_at = NOW() + ?, holder = ?, "
+            "lease_clock = ?, lease_ticks = ?, updated_at = NOW() "
             "WHERE owner = ? AND status = 'running' AND run_id IN_LIST(?) "
             "RETURNING run_id, fencing_token"
         ),
-        (float(lease_ttl), owner, d.list_param(f.run_id for f in fences)),
+        (
+            float(lease_ttl),
+            *lease_values(d, who, lease_ttl),
+            owner,
+            d.list_param(f.run_id for f in fences),
+        ),
         fetch=True,
     )
     held = {(str(r[0]), int(r[1])) for r in rows}

@@ -60,6 +60,9 @@ RUNS = Table(
         Column("resume_type", "TEXT", since=10),
         Column("resume", "BLOB_T", since=10),
         Column("not_before", "REAL_T", since=11),
+        Column("holder", "TEXT", since=16),
+        Column("lease_clock", "TEXT", since=16),
+        Column("lease_ticks", "REAL_T", since=16),
     ),
     since=1,
 )
@@ -301,6 +304,9 @@ MIGRATIONS: tuple[Migration, ...] = (
             f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {SUM} BIGINT" for t in _SUMMED["postgres"]
         ),
     ),
+    # 16: a claim names its worker's process (a dead one's runs are taken over at
+    # once) and, on SQLite, the boot clock its lease is judged by.
+    Migration.both(*RUNS.added(16)),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 

@@ -143,6 +143,10 @@ class Dialect:
     in_list: str  # replaces IN_LIST(?)
     placeholder: str
     now: str  # the database's clock, epoch seconds (leases use one clock)
+    # Leases judged by this machine's boot clock when their renewal was made on
+    # it (SQLite: the store has no clock of its own; a stepped wall clock would
+    # move every lease). Postgres judges every lease by the server's clock.
+    local_leases: bool
     skip_locked: str  # what a claim's row selection ends with
     json_lists: bool  # a list parameter is bound as a JSON text
     # LangGraph's tables of this dialect (all keyed by thread_id).
@@ -182,6 +186,7 @@ SQLITE = Dialect(
     in_list="IN (SELECT value FROM json_each(?))",
     placeholder="?",
     now="((julianday('now') - 2440587.5) * 86400.0)",
+    local_leases=True,
     skip_locked="",  # the claim runs in an immediate transaction: one writer at a time
     json_lists=True,
     checkpoints=_SQLITE_CHECKPOINTS,
@@ -201,6 +206,7 @@ POSTGRES = Dialect(
     in_list="= ANY(?)",
     placeholder="%s",
     now="extract(epoch from clock_timestamp())::double precision",
+    local_leases=False,
     skip_locked="FOR UPDATE SKIP LOCKED",
     json_lists=False,
     checkpoints=_PG_CHECKPOINTS,

@@ -4,13 +4,13 @@ side effect asks before it calls.
 A Worker's claim or renewal is sent at a known local instant; the store sets the
 lease to its own clock plus ``lease_ttl`` no earlier than that, so ``sent +
 lease_ttl`` on this machine's clocks is a deadline the store's lease cannot end
-before (clocks ticking at the same rate). The deadline is kept on two clocks and
-the lease is proven for the smaller of what is left on each:
-
-- the monotonic clock: a process stalled by SIGSTOP, a long pause or a frozen VM
-  finds its deadline passed when it wakes, whatever the wall clock did;
-- the wall clock: SQLite leases follow it (every process on the machine shares
-  it), so a step forward ends them early in the store too, and here as well.
+before (clocks ticking at the same rate). The deadline is kept on the machine's
+boot clock (`_process.clock_now`: monotonic, and it counts a suspend), the clock
+SQLite leases are judged by: a process stalled by SIGSTOP, a long pause, a
+frozen or suspended VM finds its deadline passed when it wakes. The wall clock
+is kept beside it but proves nothing: a step of it moves no store's lease
+(Postgres judges by the server's clock, SQLite by the boot clock), so it must
+not end a proof either.
 
 A side effect under a Worker's fence calls only while its lease is proven for
 more than a margin (a third of the lease: one renewal period) — it waits for a
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from langgraph_resilience.checkpoint import Fence
+from langgraph_resilience.checkpoint._process import clock_now
 
 __all__ = ["LEASES", "Instant", "LeaseCheck", "Leases", "Proof", "check_lease"]
 
@@ -40,14 +41,14 @@ LOOK_AGAIN = 0.05
 
 
 class Instant(NamedTuple):
-    """One moment on both clocks (seconds)."""
+    """One moment on the boot clock (``monotonic``) and the wall clock (seconds)."""
 
     monotonic: float
     wall: float
 
     @classmethod
     def now(cls) -> Instant:
-        return cls(time.monotonic(), time.time())
+        return cls(clock_now().ticks, time.time())
 
     def after(self, seconds: float) -> Instant:
         return Instant(self.monotonic + seconds, self.wall + seconds)
@@ -58,8 +59,9 @@ class Proof:
     """What this process can prove of one run lease.
 
     Attributes:
-        deadline: when the lease surely still holds until, on both clocks (the
-            instant its last successful claim or renewal was sent, plus the TTL).
+        deadline: when the lease surely still holds until (the instant its last
+            successful claim or renewal was sent, plus the TTL; judged on the
+            boot clock).
         margin: how much of it must be left for a side effect to call.
         lost: why this worker no longer holds the run (None while it does).
     """
@@ -69,8 +71,8 @@ class Proof:
     lost: str | None = None
 
     def left(self, now: Instant) -> float:
-        """Seconds the lease is proven for from ``now`` (the smaller of both clocks)."""
-        return min(self.deadline.monotonic - now.monotonic, self.deadline.wall - now.wall)
+        """Seconds the lease is proven for from ``now``, by the boot clock."""
+        return self.deadline.monotonic - now.monotonic
 
 
 class LeaseCheck(NamedTuple):

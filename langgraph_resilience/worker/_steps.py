@@ -393,6 +393,7 @@ def worker_loop(
     held: dict[str, Held],
     draining: Callable[[], bool],
     clock: Callable[[], Instant] = Instant.now,
+    drain_asked: Callable[[], float | None] | None = None,
 ) -> Generator[LoopOp, Any, dict[str, str]]:
     """The worker's loop: claim, start, wait, renew, stop; returns {run id: status}.
 
@@ -400,6 +401,11 @@ def worker_loop(
     are added as they are claimed and removed as they end. A drain that has
     waited ``drain_timeout`` for them abandons the rest (reported ``running``:
     their leases run out and other workers take them over).
+
+    ``drain_asked``: when the drain was asked for (``clock().monotonic``), so
+    that a store call in flight then counts against ``drain_timeout`` (the loop
+    returns within it plus the one store call in flight as it ran out: none is
+    begun after). Without it the drain counts from when the loop notices it.
     """
     done: dict[str, str] = {}
     beat = settings.lease_ttl / 3
@@ -418,21 +424,23 @@ def worker_loop(
             held.pop(run_id, None)
             if status is not None:
                 done[run_id] = status
-        if clock().monotonic >= next_beat:
-            asked = [h.fence for h in held.values() if not h.taken]
-            if asked:
-                sent = clock()
-                kept = yield Renew(asked)
-                renewed(held, kept, asked, sent, clock(), settings.lease_ttl)
-            next_beat = clock().monotonic + beat
         if draining() and held:
-            drain_began = clock().monotonic if drain_began is None else drain_began
+            if drain_began is None:
+                asked = drain_asked() if drain_asked is not None else None
+                drain_began = clock().monotonic if asked is None else asked
             if clock().monotonic - drain_began >= settings.drain_timeout:
                 stuck = tuple(held)
                 for run_id in stuck:
                     held.pop(run_id).abandon(settings.drain_timeout)
                     done[run_id] = "running"
                 yield Abandon(stuck)
+        if clock().monotonic >= next_beat:  # after the drain's check: none begun past it
+            asked_runs = [h.fence for h in held.values() if not h.taken]
+            if asked_runs:
+                sent = clock()
+                kept = yield Renew(asked_runs)
+                renewed(held, kept, asked_runs, sent, clock(), settings.lease_ttl)
+            next_beat = clock().monotonic + beat
         if held or claimed:
             continue
         if draining():

@@ -27,9 +27,12 @@ time-bounded lease and a fencing token that grows with every claim:
   are released (queued again, nothing redone) and `run` returns. A drain waits
   at most ``drain_timeout`` (default ``lease_ttl``) for them: runs whose step is
   still busy then (a store call that hangs) are abandoned to their lease, which
-  runs out within ``lease_ttl`` (another worker takes them over). `run` returns
-  within ``drain_timeout`` plus a poll and the loop's own store call in
-  progress, which the saver's store timeouts bound;
+  runs out within ``lease_ttl`` (another worker takes them over). The drain
+  counts from the signal and no renewal begins past its end, so `run` returns
+  within ``drain_timeout`` plus a poll and one store call of the loop, which the
+  saver's store timeouts bound;
+- a run whose worker's process is known gone (on this machine: the claim names
+  it) is taken over at the next poll, not after its lease;
 - a run claimed after more than ``max_recoveries`` takeovers (it keeps killing
   its workers) ends as ``error``, with its partial result kept.
 
@@ -60,7 +63,7 @@ from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver,
 from langgraph_resilience.checkpoint.archive._schedule import aarchiving, archiving, schedule_of
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.worker._controls import RunControls
-from langgraph_resilience.worker._leases import LEASES
+from langgraph_resilience.worker._leases import LEASES, Instant
 from langgraph_resilience.worker._setup import (
     bind,
     default_worker_id,
@@ -168,11 +171,14 @@ class Worker(RunControls):
         self._async_saver = self.saver if isinstance(self.saver, AsyncResilientSaver) else None
         self._held: dict[str, Held] = {}
         self._draining = threading.Event()
+        self._drain_asked: float | None = None  # Instant.now().monotonic of the first drain
 
     # -- draining --------------------------------------------------------------------
 
     def drain(self, reason: str = "worker draining") -> None:
         """Stop claiming; the runs in flight stop at their next step and are released."""
+        if self._drain_asked is None:
+            self._drain_asked = Instant.now().monotonic
         self._draining.set()
         for held in list(self._held.values()):
             held.control.request_drain(reason)
@@ -200,6 +206,12 @@ class Worker(RunControls):
             concurrency=self.concurrency,
             until_idle=until_idle,
             drain_timeout=self.drain_timeout,
+        )
+
+    def _loop(self, until_idle: bool) -> Generator[Any, Any, dict[str, str]]:
+        settings = self._settings(until_idle)
+        return worker_loop(
+            settings, self._held, self._draining.is_set, drain_asked=lambda: self._drain_asked
         )
 
     def _input_of(self, record: RunRecord) -> Any:
@@ -236,7 +248,7 @@ class Worker(RunControls):
         Raises:
             StoreUnavailable: the store could not be reached as the worker started.
         """
-        loop = worker_loop(self._settings(until_idle), self._held, self._draining.is_set)
+        loop = self._loop(until_idle)
         futures: dict[concurrent.futures.Future[str | None], str] = {}
         reply: Any = None
         with (
@@ -322,7 +334,7 @@ class Worker(RunControls):
         """Async twin of `run`: runs are asyncio tasks on this event loop (a drain
         that times out cancels the tasks it abandons)."""
         saver = self._asaver()
-        loop = worker_loop(self._settings(until_idle), self._held, self._draining.is_set)
+        loop = self._loop(until_idle)
         tasks: dict[asyncio.Task[str | None], str] = {}
         reply: Any = None
         with self._signals():
