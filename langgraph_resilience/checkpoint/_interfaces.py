@@ -28,7 +28,7 @@ from typing import Any, Protocol, TypeVar
 import langgraph_resilience.checkpoint._events as _events
 import langgraph_resilience.checkpoint._ledger as _ledger
 import langgraph_resilience.checkpoint._runs as _runs
-from langgraph_resilience.checkpoint._base import SaverState
+from langgraph_resilience.checkpoint._base import SaverState, check_thread_id
 from langgraph_resilience.checkpoint._events import RecoveryRecord, StoredAttempt
 from langgraph_resilience.checkpoint._ledger import (
     AttemptKey,
@@ -288,6 +288,7 @@ class Runs(_Part):
             RunStateError: the thread already has an open run.
         """
         d = self._saver._dialect
+        check_thread_id(thread_id)
         self._io._write(
             lambda: _runs.submit_run(d, run_id, thread_id, input_, budget),
             translate=lambda exc: _runs.open_run_conflict(exc, thread_id),
@@ -337,6 +338,7 @@ class AsyncRuns(Runs, _AsyncPart):
     ) -> None:
         """Async twin of `Runs.submit`."""
         d = self._saver._dialect
+        check_thread_id(thread_id)
         await self._saver._write(
             lambda: _runs.submit_run(d, run_id, thread_id, input_, budget),
             translate=lambda exc: _runs.open_run_conflict(exc, thread_id),
