@@ -13,19 +13,27 @@ caller's pool under a blackhole.
 
 from __future__ import annotations
 
+import errno
 import operator
+import os
+import sqlite3
+import subprocess
 import uuid
+from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from conftest import harness
+from conftest import IN_CI, Harness, harness
 from helpers import sql
 from langgraph.graph import END, START
 
-from langgraph_resilience import ResilientState, ResilientStateGraph, side_effect
-from langgraph_resilience.errors import ConfigError
+from langgraph_resilience import Backoff, ResilientState, ResilientStateGraph, side_effect
+from langgraph_resilience.checkpoint._process import executing, executor_alive, executor_id
+from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+from langgraph_resilience.errors import ConfigError, StoreUnavailable
 
 
 class Channels(ResilientState, total=False):
@@ -218,3 +226,109 @@ async def test_sqlite_deletes_a_thread_stored_under_a_nul_id_whole(
                 (thread_id,),
             ) == [(0,)]
         assert thread_rows(h.target, bystander) == kept
+
+
+# -- a full disk while an effect's outcome is written ----------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs of the test's own (a real file system that fills up), or a
+    skip saying why one cannot be mounted here (mounting needs root)."""
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        reason = f"cannot mount a tmpfs to fill ({done.stderr.strip() or done.returncode})"
+        if IN_CI:
+            pytest.fail(f"CI=true but {reason}")
+        pytest.skip(reason)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Take every free byte of ``disk``: the next write that needs a page fails."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+    return filler
+
+
+STORE_RETRY = Backoff(max_attempts=2, initial_interval=0.01, max_interval=0.01)
+
+
+@pytest.mark.parametrize("on_unknown", ["raise", "reexecute"])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+async def test_a_full_disk_while_an_outcome_is_written_stops_the_run_clearly_then_it_resumes(
+    small_disk: Path, is_async: bool, on_unknown: str
+) -> None:
+    """The effect is called once; the run stops with `StoreUnavailable` (never a raw
+    sqlite3 error, never this process's own claim taken for another executor's),
+    and once space is back the same process resumes the thread, replaying the
+    outcome it still holds."""
+    calls: list[str] = []
+    filler: list[Path] = []
+
+    @side_effect(name="pay", on_unknown=on_unknown)  # type: ignore[arg-type]
+    def pay(order: str) -> str:
+        calls.append(order)
+        filler.append(fill(small_disk))
+        return f"paid {order} " + "x" * 50_000  # an outcome that needs new pages
+
+    def charge(state: Channels) -> dict[str, Any]:
+        return {"done": [pay("order-1")[:12]]}
+
+    g = ResilientStateGraph(Channels)
+    g.add_node("charge", charge)
+    g.add_edge(START, "charge")
+    g.add_edge("charge", END)
+    path = str(small_disk / "store.db")
+    config = {"configurable": {"thread_id": "full-disk"}}
+    async with AsyncExitStack() as stack:
+        if is_async:
+            saver: Any = await stack.enter_async_context(
+                AsyncResilientSqliteSaver.from_conn_string(path, store_retry=STORE_RETRY)
+            )
+        else:
+            saver = stack.enter_context(
+                ResilientSqliteSaver.from_conn_string(path, store_retry=STORE_RETRY)
+            )
+        h = Harness("sqlite", is_async, saver, path)
+        graph = g.compile(checkpointer=saver)
+        for value in ({}, None):  # the run, then a resume while the disk is still full
+            with pytest.raises(StoreUnavailable, match="database or disk is full") as raised:
+                await h.invoke(graph, value, config)
+            assert "Free space on its file system" in str(raised.value)
+            assert not isinstance(raised.value, sqlite3.Error)
+        filler[0].unlink()  # space is back
+        final = await h.invoke(graph, None, config)
+        assert final["done"] == ["paid order-1"]
+        assert final["resilience"]["status"] == "success"
+        assert calls == ["order-1"]
+        [effect] = await h.call("list_effects", "full-disk")
+        assert effect.status == "done"
+
+
+def test_this_process_claim_is_alive_while_its_call_runs_only() -> None:
+    """The executor compare: an intent of this process whose call ended (its
+    outcome lost) is gone, not "another executor" whose call may be in flight."""
+    owner = executor_id("call-1")
+    assert executor_alive(owner) is False
+    with executing(owner):
+        assert executor_alive(owner) is True  # another thread of ours runs the step
+        assert executor_alive(executor_id("call-2")) is False
+    assert executor_alive(owner) is False

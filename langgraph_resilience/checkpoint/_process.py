@@ -7,15 +7,28 @@ intent without an outcome asks `executor_alive`: on the same host, boot and PID
 namespace it can tell for sure that the process is gone (killed, crashed) and
 settle the intent at once instead of waiting for its lease to run out; anywhere
 else only the lease tells.
+
+An intent of this very process is judged by what this process knows: its call
+is alive while it runs (`executing` holds its owner), and gone once it ended,
+for instance when the call returned but its outcome could not be stored (a full
+disk): a later try of the same step in this process then settles it at once
+instead of waiting out the lease as if another process held it.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 
-__all__ = ["executor_alive", "executor_id"]
+__all__ = ["executing", "executor_alive", "executor_id"]
+
+# The owners of this process's calls that run now (a set: no call holds two).
+_running: set[str] = set()
+_running_lock = threading.Lock()
 
 
 @lru_cache(maxsize=1)
@@ -53,13 +66,38 @@ def _this_process(pid: int) -> str:  # keyed by pid: a forked child is another p
     return f"{_machine()}|{pid}|{_start(pid) or ''}"
 
 
+@contextmanager
+def executing(owner: str) -> Iterator[None]:
+    """While the call of ``owner`` (an `executor_id` of this process) runs."""
+    with _running_lock:
+        _running.add(owner)
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _running.discard(owner)
+
+
 def executor_alive(owner: str) -> bool | None:
-    """False when ``owner``'s process is surely gone, True when it surely runs,
-    None when this process cannot tell (another host, or not Linux)."""
+    """False when ``owner``'s process (or, in this process, its call) is surely
+    gone, True when it surely runs, None when this process cannot tell (another
+    host, or not Linux)."""
     try:
         machine, pid, start, _ = owner.split("|")
     except ValueError:
         return None
+    if f"{machine}|{pid}|{start}" == _this_process(os.getpid()):
+        with _running_lock:
+            return owner in _running
     if not machine.endswith("~") and machine == _machine() and pid.isdigit() and start:
         return _start(int(pid)) == start
     return None
+
+
+def _after_fork() -> None:  # a child runs none of its parent's calls (their pid is not its)
+    global _running_lock
+    _running_lock = threading.Lock()
+    _running.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
