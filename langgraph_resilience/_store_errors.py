@@ -96,8 +96,9 @@ def is_transient_store_error(exc: BaseException) -> bool:
     """Whether a store operation that raised ``exc`` may succeed if tried again.
 
     Transient: SQLite "database is locked"/busy and "database or disk is full";
-    Postgres connection failures (dropped connection, server restart, terminated backend, pool timeout, no
-    reply in time), serialization failures and deadlocks, lock timeouts.
+    Postgres connection failures (dropped connection, server restart, terminated
+    backend, pool timeout, no reply in time), serialization failures and
+    deadlocks, lock timeouts.
     Everything else (constraint violations, syntax errors, a missing table, a
     closed pool) is not, and neither is a login the server refuses (unknown role
     or database, failed authentication): the next try would be refused too.

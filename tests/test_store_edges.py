@@ -13,11 +13,13 @@ caller's pool under a blackhole.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import operator
 import os
 import sqlite3
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
@@ -26,11 +28,17 @@ from typing import Annotated, Any
 
 import pytest
 from conftest import IN_CI, Harness, harness
+from faults import TcpProxy
 from helpers import sql
 from langgraph.graph import END, START
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience import Backoff, ResilientState, ResilientStateGraph, side_effect
 from langgraph_resilience.checkpoint._process import executing, executor_alive, executor_id
+from langgraph_resilience.checkpoint._store_retry import retry_window
+from langgraph_resilience.checkpoint.postgres import PgTimeouts, ResilientPostgresSaver
+from langgraph_resilience.checkpoint.postgres._network import CONNECT_KWARGS
+from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
 from langgraph_resilience.errors import ConfigError, StoreUnavailable
@@ -332,3 +340,60 @@ def test_this_process_claim_is_alive_while_its_call_runs_only() -> None:
         assert executor_alive(owner) is True  # another thread of ours runs the step
         assert executor_alive(executor_id("call-2")) is False
     assert executor_alive(owner) is False
+
+
+# -- a pool the caller built, under a blackhole ----------------------------------------
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+async def test_a_plain_pool_of_the_caller_gives_up_within_its_bound_under_a_blackhole(
+    pg_server: Any, is_async: bool
+) -> None:
+    """A pool built the plain way (psycopg's own connection class, a DSN with no
+    timeouts): every saver call ends with `StoreUnavailable` within
+    ``store_retry.max_attempts * (pool timeout + timeouts.read) + retry window``."""
+    pg_server.ensure_running()
+    dsn = pg_server.create_database(f"lgr_edges_{uuid.uuid4().hex[:8]}")
+    with ResilientPostgresSaver.from_conn_string(dsn) as plain:
+        plain.setup()
+    timeouts = PgTimeouts(connect=2, statement=0.5, read=1.0, lock=0.4, idle_in_transaction=2)
+    retry = Backoff(max_attempts=2, initial_interval=0.1, max_interval=0.1, jitter="none")
+    pool_timeout = 1.0
+    bound = retry.max_attempts * (pool_timeout + 1.0) + retry_window(retry)
+    with TcpProxy(pg_server.port) as proxy:
+        target = proxy.dsn(dsn)
+        async with AsyncExitStack() as stack:
+            options = {"min_size": 1, "max_size": 2, "timeout": pool_timeout}
+            if is_async:
+                apool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                    target, kwargs=CONNECT_KWARGS, open=False, **options
+                )
+                await apool.open(wait=True)
+                stack.push_async_callback(apool.close, 5)
+                saver: Any = AsyncResilientPostgresSaver(
+                    apool, store_retry=retry, timeouts=timeouts
+                )
+            else:
+                pool: ConnectionPool[Any] = ConnectionPool(
+                    target, kwargs=CONNECT_KWARGS, open=True, **options
+                )
+                pool.wait()
+                stack.callback(pool.close, 5)
+                saver = ResilientPostgresSaver(pool, store_retry=retry, timeouts=timeouts)
+            h = Harness("postgres", is_async, saver, target, "pool")
+            config = {"configurable": {"thread_id": f"blackhole-{uuid.uuid4().hex[:6]}"}}
+            proxy.blackhole()
+            try:
+                for method, args in [
+                    ("get_tuple", (config,)),
+                    ("list_effects", (config["configurable"]["thread_id"],)),
+                    ("delete_thread", (config["configurable"]["thread_id"],)),
+                ]:
+                    started = time.monotonic()
+                    with pytest.raises(StoreUnavailable):
+                        await asyncio.wait_for(h.call(method, *args), 60)
+                    took = time.monotonic() - started
+                    assert took <= bound + 0.5, f"{method} took {took:.2f} s (bound {bound:.1f} s)"
+            finally:
+                proxy.heal()
