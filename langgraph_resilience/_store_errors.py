@@ -26,7 +26,11 @@ __all__ = [
     "is_unavailable_error",
 ]
 
-_SQLITE_TRANSIENT = ("database is locked", "database table is locked", "busy")
+_SQLITE_TRANSIENT = ("database is locked", "database table is locked", "busy", "disk is full")
+# SQLite's SQLITE_FULL ("database or disk is full"): the file system has no room.
+# Transient (space may come back: a log rotated, a temp file removed), and once
+# the retries are spent the store could not serve the call: StoreUnavailable.
+_SQLITE_UNAVAILABLE = ("disk is full",)
 # SQLSTATE classes and codes after which a new try on a fresh connection can work:
 # connection exceptions, serialization failures and deadlocks, too many
 # connections, the server shutting down or starting up, a lock not granted in
@@ -91,9 +95,10 @@ def is_refused_login(exc: BaseException) -> bool:
 def is_transient_store_error(exc: BaseException) -> bool:
     """Whether a store operation that raised ``exc`` may succeed if tried again.
 
-    Transient: SQLite "database is locked"/busy; Postgres connection failures
-    (dropped connection, server restart, terminated backend, pool timeout, no
-    reply in time), serialization failures and deadlocks, lock timeouts.
+    Transient: SQLite "database is locked"/busy and "database or disk is full";
+    Postgres connection failures (dropped connection, server restart, terminated
+    backend, pool timeout, no reply in time), serialization failures and
+    deadlocks, lock timeouts.
     Everything else (constraint violations, syntax errors, a missing table, a
     closed pool) is not, and neither is a login the server refuses (unknown role
     or database, failed authentication): the next try would be refused too.
@@ -119,8 +124,10 @@ def is_unavailable_error(exc: BaseException) -> bool:
     """Whether a Postgres error says the store could not be reached or could not
     serve the call: psycopg's ``OperationalError`` family (refused, lost or timed
     out connections, a refused login, shutdowns, statement and lock timeouts,
-    serialization failures) and pool timeouts. Not: bad SQL, bad data, a missing
-    table, a misused connection."""
+    serialization failures) and pool timeouts; SQLite's full disk. Not: bad SQL,
+    bad data, a missing table, a misused connection."""
+    if isinstance(exc, sqlite3.OperationalError):
+        return any(marker in str(exc).lower() for marker in _SQLITE_UNAVAILABLE)
     if not _is_psycopg_error(exc) or any(marker in str(exc) for marker in _PG_MISUSE):
         return False
     return bool({c.__name__ for c in type(exc).__mro__} & _PG_UNAVAILABLE)

@@ -21,7 +21,7 @@ from langgraph.graph import END, START
 from langgraph_resilience import Backoff, NodePolicy, ResilientStateGraph, side_effect
 from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields
 from langgraph_resilience.checkpoint._ledger import judge_intent
-from langgraph_resilience.checkpoint._process import executor_alive, executor_id
+from langgraph_resilience.checkpoint._process import executing, executor_alive, executor_id
 from langgraph_resilience.errors import ConfigError, EffectInFlight, TransientError
 from langgraph_resilience.state import ResilientState
 
@@ -62,7 +62,9 @@ def test_who_may_take_an_intent(
 
 def test_a_process_is_known_dead_on_this_machine_only() -> None:
     me = executor_id("n1")
-    assert executor_alive(me) is True
+    with executing(me):  # this process: alive while its call runs, gone after
+        assert executor_alive(me) is True
+    assert executor_alive(me) is False
     pid = os.fork()
     if pid == 0:
         os._exit(0)
@@ -91,8 +93,15 @@ async def test_claims_on_each_backend(checkpointer: Any) -> None:
 
     first = await h.call("effects.claim", t, intent(a), None, 30.0)
     assert first.verdict == "new" and first.record is None
-    second = await h.call("effects.claim", t, intent(b), None, 30.0)
+    with executing(a):  # while a's call runs, its claim is live
+        second = await h.call("effects.claim", t, intent(b), None, 30.0)
     assert second.verdict == "busy" and second.record.owner == a
+    # Once a's call ended (its outcome lost: a full disk), its claim is gone: b
+    # takes it over at once, as from a process that died.
+    ended = await h.call("effects.claim", t, intent(b, "k0"), None, 30.0)
+    assert ended.verdict == "new"
+    after = await h.call("effects.claim", t, intent(a, "k0"), None, 30.0)
+    assert after.verdict == "took_over" and after.record.owner == b
     assert 25.0 < second.wait <= 30.0
     assert await h.call("effects.renew", t, "k", a, 30.0) is True
     assert await h.call("effects.renew", t, "k", b, 30.0) is False  # not its claim
@@ -228,9 +237,10 @@ async def test_a_second_executor_does_not_call_and_replays_once_recorded(
     other = executor_id("other")
     claim = await h.call("effects.claim", thread, intent(other, key), None, 30.0)
     assert claim.verdict == "new"
-    settling = asyncio.ensure_future(settle_later(key))
-    out = await h.invoke(graph, None, config)
-    await settling
+    with executing(other):  # its call runs until it settles
+        settling = asyncio.ensure_future(settle_later(key))
+        out = await h.invoke(graph, None, config)
+        await settling
     assert calls == [] and out["out"] == ["theirs"]
 
 

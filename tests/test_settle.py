@@ -126,7 +126,7 @@ def test_an_effect_whose_call_may_still_run_is_not_settled(tmp_path: Any) -> Non
     import time
 
     from langgraph_resilience.checkpoint import EffectRecord
-    from langgraph_resilience.checkpoint._process import executor_id
+    from langgraph_resilience.checkpoint._process import executing, executor_id
     from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
     with ResilientSqliteSaver.from_conn_string(str(tmp_path / "s.db")) as saver:
@@ -136,9 +136,12 @@ def test_an_effect_whose_call_may_still_run_is_not_settled(tmp_path: Any) -> Non
             name="pay",
             status="intent",
             intent_at=time.time(),
-            owner=executor_id("call-1"),  # this very process: alive
+            owner=executor_id("call-1"),  # this very process
         )
         assert saver.effects.claim("t", held, None, 30.0, first=True).verdict == "new"
-        with pytest.raises(RunStateError, match="may still be running"):
+        with (
+            executing(held.owner or ""),  # its call runs
+            pytest.raises(RunStateError, match="may still be running"),
+        ):
             settle_effect(saver, "t", "k1", happened=True, result="po-1")
         assert saver.effects.read("t", "k1").status == "intent"  # nothing changed

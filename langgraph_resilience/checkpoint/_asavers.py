@@ -134,6 +134,7 @@ class AsyncResilience(Hooks, AsyncArchival):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """As LangGraph's `aget_tuple`; an undecodable row raises `CheckpointCorrupt`."""
+        _base.check_config_thread(config)  # a NUL in the id: ConfigError, not a driver's
         try:
             found = await self._call(lambda: super(AsyncResilience, self).aget_tuple(config))
             if found is None and await self._arestored(config):  # was archived: read again

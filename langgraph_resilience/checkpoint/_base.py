@@ -88,10 +88,42 @@ def thread_key(config: RunnableConfig) -> tuple[str, str, str | None]:
             '{"configurable": {"thread_id": "job-42"}}'
         )
     return (
-        str(configurable["thread_id"]),
+        check_thread_id(str(configurable["thread_id"])),
         str(configurable.get("checkpoint_ns") or ""),
         configurable.get("checkpoint_id"),
     )
+
+
+def check_thread_id(thread_id: str) -> str:
+    """Refuse a thread id a dialect cannot store, so that both refuse it alike.
+
+    Postgres text cannot hold a NUL, and no driver binds a lone surrogate. SQLite
+    would store a NUL, but a thread only one dialect can hold is one a move to the
+    other would lose, so both refuse it at its first read or write. (A thread an
+    older version stored on SQLite under such an id is still deleted whole:
+    `Dialect.list_param`.)
+    """
+    problem = None
+    if "\x00" in thread_id:
+        problem = f"holds a NUL character at index {thread_id.index(chr(0))}"
+    else:
+        try:
+            thread_id.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            problem = f"is not valid Unicode text ({exc.reason} at index {exc.start})"
+    if problem is not None:
+        raise ConfigError(
+            f"thread id {thread_id!r} {problem}, which the Postgres checkpointer cannot "
+            "store. Use printable text for thread ids, e.g. a uuid or 'job-42'."
+        )
+    return thread_id
+
+
+def check_config_thread(config: RunnableConfig | None) -> None:
+    """`check_thread_id` on a config's thread id, if it has one (a read's config)."""
+    thread_id = ((config or {}).get("configurable") or {}).get("thread_id")
+    if thread_id is not None:
+        check_thread_id(str(thread_id))
 
 
 def corrupt(

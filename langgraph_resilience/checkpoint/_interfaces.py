@@ -28,7 +28,8 @@ from typing import Any, Protocol, TypeVar
 import langgraph_resilience.checkpoint._events as _events
 import langgraph_resilience.checkpoint._ledger as _ledger
 import langgraph_resilience.checkpoint._runs as _runs
-from langgraph_resilience.checkpoint._base import SaverState
+from langgraph_resilience._store_errors import is_store_error
+from langgraph_resilience.checkpoint._base import SaverState, check_thread_id
 from langgraph_resilience.checkpoint._events import RecoveryRecord, StoredAttempt
 from langgraph_resilience.checkpoint._ledger import (
     AttemptKey,
@@ -163,12 +164,20 @@ class Effects(_Part):
     def record(
         self, thread_id: str, key: str, fields: OutcomeFields, fence: Fence | None = None
     ) -> None:
-        """Store an effect's outcome (or error) after the call, at once."""
+        """Store an effect's outcome (or error) after the call, at once.
+
+        An outcome the store refuses (a full disk, an outage) is of a call that
+        happened: it is held, as `defer` holds it, before the error is raised, so
+        the saver's next write stores it and a later try replays it."""
         d = self._saver._dialect
         outcome = _ledger.record_outcome
-        self._io._write(
-            lambda: outcome(d, thread_id, key, fields), fence=fence, pipeline=True, relaxed=True
-        )
+        try:
+            self._io._write(
+                lambda: outcome(d, thread_id, key, fields), fence=fence, pipeline=True, relaxed=True
+            )
+        except Exception as exc:
+            self._held_back(thread_id, key, fields, exc)
+            raise
 
     def defer(self, thread_id: str, key: str, fields: OutcomeFields) -> None:
         """Store an effect's outcome with the saver's next write (no I/O now).
@@ -177,6 +186,10 @@ class Effects(_Part):
         means; reads of the saver see the outcome at once.
         """
         self._saver._state.outcomes.add(thread_id, key, fields)
+
+    def _held_back(self, thread_id: str, key: str, fields: OutcomeFields, exc: Exception) -> None:
+        if is_store_error(exc):
+            self.defer(thread_id, key, fields)
 
     def _overlaid(self, thread_id: str, found: EffectRecord | None) -> EffectRecord | None:
         return found and self._saver._state.outcomes.overlay(thread_id, [found])[0]
@@ -224,9 +237,13 @@ class AsyncEffects(Effects, _AsyncPart):
         """Async twin of `Effects.record`."""
         d = self._saver._dialect
         outcome = _ledger.record_outcome
-        await self._saver._write(
-            lambda: outcome(d, thread_id, key, fields), fence=fence, pipeline=True, relaxed=True
-        )
+        try:
+            await self._saver._write(
+                lambda: outcome(d, thread_id, key, fields), fence=fence, pipeline=True, relaxed=True
+            )
+        except Exception as exc:
+            self._held_back(thread_id, key, fields, exc)
+            raise
 
 
 # -- node attempts -------------------------------------------------------------------------
@@ -288,6 +305,7 @@ class Runs(_Part):
             RunStateError: the thread already has an open run.
         """
         d = self._saver._dialect
+        check_thread_id(thread_id)
         self._io._write(
             lambda: _runs.submit_run(d, run_id, thread_id, input_, budget),
             translate=lambda exc: _runs.open_run_conflict(exc, thread_id),
@@ -337,6 +355,7 @@ class AsyncRuns(Runs, _AsyncPart):
     ) -> None:
         """Async twin of `Runs.submit`."""
         d = self._saver._dialect
+        check_thread_id(thread_id)
         await self._saver._write(
             lambda: _runs.submit_run(d, run_id, thread_id, input_, budget),
             translate=lambda exc: _runs.open_run_conflict(exc, thread_id),

@@ -15,13 +15,22 @@ is the boot clock (``CLOCK_BOOTTIME``: every process of the machine and time
 namespace reads the same one, it counts a suspend, and no one steps it) and
 its `clock_id`; a lease renewed on the same clock is judged by it, so a wall
 clock stepped forward or back moves no lease.
+
+An effect's intent of this very process is judged by what this process knows: its call
+is alive while it runs (`executing` holds its owner), and gone once it ended,
+for instance when the call returned but its outcome could not be stored (a full
+disk): a later try of the same step in this process then settles it at once
+instead of waiting out the lease as if another process held it.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -29,11 +38,16 @@ __all__ = [
     "ClockReading",
     "clock_id",
     "clock_now",
+    "executing",
     "executor_alive",
     "executor_id",
     "machine",
     "process_id",
 ]
+
+# The owners of this process's calls that run now (a set: no call holds two).
+_running: set[str] = set()
+_running_lock = threading.Lock()
 
 
 @lru_cache(maxsize=1)
@@ -115,13 +129,39 @@ def _this_process(pid: int) -> str:  # keyed by pid: a forked child is another p
     return f"{_machine()}|{pid}|{_start(pid) or ''}"
 
 
-def executor_alive(owner: str) -> bool | None:
-    """False when ``owner``'s process is surely gone, True when it surely runs,
-    None when this process cannot tell (another host, or not Linux)."""
+@contextmanager
+def executing(owner: str) -> Iterator[None]:
+    """While the call of ``owner`` (an `executor_id` of this process) runs."""
+    with _running_lock:
+        _running.add(owner)
     try:
-        where, pid, start, _ = owner.split("|")
+        yield
+    finally:
+        with _running_lock:
+            _running.discard(owner)
+
+
+def executor_alive(owner: str) -> bool | None:
+    """False when ``owner``'s process (or, in this process, its call) is surely
+    gone, True when it surely runs, None when this process cannot tell (another
+    host, or not Linux)."""
+    try:
+        where, pid, start, nonce = owner.split("|")
     except ValueError:
         return None
+    if nonce and f"{where}|{pid}|{start}" == _this_process(os.getpid()):
+        # One call of this process (a run's holder, with no nonce, is the process).
+        with _running_lock:
+            return owner in _running
     if not where.endswith("~") and where == _machine() and pid.isdigit() and start:
         return _start(int(pid)) == start
     return None
+
+
+def _after_fork() -> None:  # a child runs none of its parent's calls (their pid is not its)
+    global _running_lock
+    _running_lock = threading.Lock()
+    _running.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)

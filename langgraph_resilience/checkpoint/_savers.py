@@ -228,6 +228,7 @@ class SyncResilience(Hooks, SyncArchival):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """As LangGraph's `get_tuple`; an undecodable row raises `CheckpointCorrupt`."""
+        _base.check_config_thread(config)  # a NUL in the id: ConfigError, not a driver's
         try:
             found = self._call(lambda: super(SyncResilience, self).get_tuple(config))
             if found is None and self._restored(config):  # was archived: read it again

@@ -169,8 +169,19 @@ class Dialect:
         return text.replace("?", self.placeholder)
 
     def list_param(self, values: Iterable[str]) -> Any:
-        values = [str(v) for v in values]
-        return json.dumps(values) if self.json_lists else values
+        """A list parameter that matches exactly what it holds, whatever the text.
+
+        A text no driver can bind (a lone surrogate) is stored nowhere, and on
+        Postgres neither is one holding a NUL: they are left out, which matches
+        the same rows (none). SQLite's JSON cuts a string at a NUL, so its list
+        carries NUL (and the escape's own \\x01) escaped, and ``in_list`` undoes it.
+        """
+        texts = [t for t in map(str, values) if _bindable(t, nul=self.json_lists)]
+        if not self.json_lists:
+            return texts
+        return json.dumps(
+            [t.replace("\x01", "\x01\x02").replace("\x00", "\x01\x03") for t in texts]
+        )
 
     @property
     def thread_tables(self) -> tuple[Table, ...]:
@@ -178,12 +189,23 @@ class Dialect:
         return (self.checkpoints, self.writes, *((self.blobs,) if self.blobs else ()))
 
 
+def _bindable(text: str, *, nul: bool) -> bool:
+    """Whether a driver can bind ``text`` (with a NUL in it if ``nul``)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return nul or "\x00" not in text
+
+
 SQLITE = Dialect(
     name="sqlite",
     blob="BLOB",
     real="REAL",
     bigint="INTEGER",
-    in_list="IN (SELECT value FROM json_each(?))",
+    # The list's texts unescaped (`list_param`): the index on the column still serves.
+    in_list="IN (SELECT replace(replace(value, char(1, 3), char(0)), char(1, 2), char(1)) "
+    "FROM json_each(?))",
     placeholder="?",
     now="((julianday('now') - 2440587.5) * 86400.0)",
     local_leases=True,

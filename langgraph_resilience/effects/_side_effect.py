@@ -68,7 +68,7 @@ from langgraph_resilience.checkpoint import (
     OutcomeFields,
     ResilientSaver,
 )
-from langgraph_resilience.checkpoint._process import executor_id
+from langgraph_resilience.checkpoint._process import executing, executor_id
 from langgraph_resilience.effects._heartbeat import Beat, every
 from langgraph_resilience.effects._steps import (
     EFFECT_LEASE,
@@ -288,46 +288,47 @@ def drive_sync(call: EffectCall, saver: ResilientSaver, invoke: Callable[[str], 
     steps = effect_steps(spec, key, call.fresh)
     reply: Any = None
     held = False  # our claim is stored and not settled
-    try:
-        while True:
-            try:
-                op = steps.send(reply)
-            except StopIteration as stop:
-                return _result(saver, call, stop.value)
-            reply = None
-            if isinstance(op, Lookup):
-                reply = saver.effects.read(thread, key)
-            elif isinstance(op, ClaimIntent):
-                reply = saver.effects.claim(
-                    thread, intent, call.digest, spec.lease, fence, op.first
-                )
-                held = reply.verdict in ("new", "took_over")
-            elif isinstance(op, Reconcile):
-                assert spec.reconcile is not None
-                reply = spec.reconcile(key)
-                effect_event("effect_reconciled", spec.name, key, thread, reply)
-            elif isinstance(op, CallEffect):
-                for wait in _lease_waits(spec, key, fence):
-                    time.sleep(wait)
-                beat = _renewing(saver, thread, spec, intent)
+    with executing(intent.owner or ""):  # a later try of ours sees it gone after
+        try:
+            while True:
                 try:
-                    reply = invoke(key)
-                except Exception as exc:
-                    reply = Settle("failed", error=exc)
-                finally:
-                    beat.stop()
-            else:
-                held = False
-                fields = _outcome_fields(spec, saver, op)
-                if spec.on_unknown == "raise":
-                    saver.effects.record(thread, key, fields, fence)
+                    op = steps.send(reply)
+                except StopIteration as stop:
+                    return _result(saver, call, stop.value)
+                reply = None
+                if isinstance(op, Lookup):
+                    reply = saver.effects.read(thread, key)
+                elif isinstance(op, ClaimIntent):
+                    reply = saver.effects.claim(
+                        thread, intent, call.digest, spec.lease, fence, op.first
+                    )
+                    held = reply.verdict in ("new", "took_over")
+                elif isinstance(op, Reconcile):
+                    assert spec.reconcile is not None
+                    reply = spec.reconcile(key)
+                    effect_event("effect_reconciled", spec.name, key, thread, reply)
+                elif isinstance(op, CallEffect):
+                    for wait in _lease_waits(spec, key, fence):
+                        time.sleep(wait)
+                    beat = _renewing(saver, thread, spec, intent)
+                    try:
+                        reply = invoke(key)
+                    except Exception as exc:
+                        reply = Settle("failed", error=exc)
+                    finally:
+                        beat.stop()
                 else:
-                    saver.effects.defer(thread, key, fields)
-                _raise_unstorable(fields)
-    except BaseException:
-        if held:
-            _release(saver, thread, intent)
-        raise
+                    held = False
+                    fields = _outcome_fields(spec, saver, op)
+                    if spec.on_unknown == "raise":
+                        saver.effects.record(thread, key, fields, fence)
+                    else:
+                        saver.effects.defer(thread, key, fields)
+                    _raise_unstorable(fields)
+        except BaseException:
+            if held:
+                _release(saver, thread, intent)
+            raise
 
 
 async def drive_async(
@@ -339,49 +340,50 @@ async def drive_async(
     steps = effect_steps(spec, key, call.fresh)
     reply: Any = None
     held = False  # our claim is stored and not settled
-    try:
-        while True:
-            try:
-                op = steps.send(reply)
-            except StopIteration as stop:
-                return _result(saver, call, stop.value)
-            reply = None
-            if isinstance(op, Lookup):
-                reply = await saver.effects.aread(thread, key)
-            elif isinstance(op, ClaimIntent):
-                reply = await saver.effects.aclaim(
-                    thread, intent, call.digest, spec.lease, fence, op.first
-                )
-                held = reply.verdict in ("new", "took_over")
-            elif isinstance(op, Reconcile):
-                assert spec.reconcile is not None
-                reply = spec.reconcile(key)
-                if inspect.isawaitable(reply):
-                    reply = await reply
-                effect_event("effect_reconciled", spec.name, key, thread, reply)
-            elif isinstance(op, CallEffect):
-                for wait in _lease_waits(spec, key, fence):
-                    await asyncio.sleep(wait)
-                beat = _renewing(saver, thread, spec, intent)
+    with executing(intent.owner or ""):  # a later try of ours sees it gone after
+        try:
+            while True:
                 try:
-                    reply = await invoke(key)
-                except Exception as exc:
-                    reply = Settle("failed", error=exc)
-                finally:
-                    beat.stop()
-            else:
-                held = False
-                fields = _outcome_fields(spec, saver, op)
-                if spec.on_unknown == "raise":
-                    await saver.effects.arecord(thread, key, fields, fence)
+                    op = steps.send(reply)
+                except StopIteration as stop:
+                    return _result(saver, call, stop.value)
+                reply = None
+                if isinstance(op, Lookup):
+                    reply = await saver.effects.aread(thread, key)
+                elif isinstance(op, ClaimIntent):
+                    reply = await saver.effects.aclaim(
+                        thread, intent, call.digest, spec.lease, fence, op.first
+                    )
+                    held = reply.verdict in ("new", "took_over")
+                elif isinstance(op, Reconcile):
+                    assert spec.reconcile is not None
+                    reply = spec.reconcile(key)
+                    if inspect.isawaitable(reply):
+                        reply = await reply
+                    effect_event("effect_reconciled", spec.name, key, thread, reply)
+                elif isinstance(op, CallEffect):
+                    for wait in _lease_waits(spec, key, fence):
+                        await asyncio.sleep(wait)
+                    beat = _renewing(saver, thread, spec, intent)
+                    try:
+                        reply = await invoke(key)
+                    except Exception as exc:
+                        reply = Settle("failed", error=exc)
+                    finally:
+                        beat.stop()
                 else:
-                    saver.effects.defer(thread, key, fields)
-                _raise_unstorable(fields)
-    except BaseException:
-        if held:
-            with contextlib.suppress(Exception):  # if not, the lease runs out on its own
-                await saver.effects.arenew(thread, key, intent.owner or "", 0.0)
-        raise
+                    held = False
+                    fields = _outcome_fields(spec, saver, op)
+                    if spec.on_unknown == "raise":
+                        await saver.effects.arecord(thread, key, fields, fence)
+                    else:
+                        saver.effects.defer(thread, key, fields)
+                    _raise_unstorable(fields)
+        except BaseException:
+            if held:
+                with contextlib.suppress(Exception):  # if not, the lease runs out on its own
+                    await saver.effects.arenew(thread, key, intent.owner or "", 0.0)
+            raise
 
 
 def _result(saver: ResilientSaver | AsyncResilientSaver, call: EffectCall, value: Any) -> Any:

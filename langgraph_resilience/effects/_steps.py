@@ -153,8 +153,9 @@ def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[EffectOp,
         owner = claim.record.owner if claim.record is not None else None
         raise EffectInFlight(
             f"side effect {spec.name!r} (idempotency key {key!r}) is claimed by another "
-            f"executor ({owner}) whose call may be in flight: another process runs the "
-            f"same step. Not calling it again; its claim holds {claim.wait:.1f} s more "
+            f"executor ({owner}) whose call may be in flight: another process (or another "
+            f"thread of this one) runs the same step. Not calling it again; its claim "
+            f"holds {claim.wait:.1f} s more "
             "unless renewed. A retry replays the outcome once it is recorded.",
             idempotency_key=key,
             owner=owner or "",

@@ -48,7 +48,7 @@ from langgraph_resilience.checkpoint._store_retry import (
 )
 from langgraph_resilience.checkpoint._sums import blob_sum
 from langgraph_resilience.checkpoint.archive import Archive
-from langgraph_resilience.checkpoint.postgres import _network
+from langgraph_resilience.checkpoint.postgres import _network, _values
 from langgraph_resilience.checkpoint.postgres._network import (
     BoundedConnection,
     Conn,
@@ -87,7 +87,7 @@ def pg_put(
             blob_values[k] = copy["channel_values"].pop(k)
             copy["channel_values"][k] = True
         elif v is None or isinstance(v, (str, int, float, bool)):
-            pass
+            _values.refuse_inline([(k, v)])  # NaN or NUL: no JSONB form (see _values)
         else:
             blob_values[k] = copy["channel_values"].pop(k)
     blob_versions = {k: v for k, v in new_versions.items() if k in blob_values}
@@ -134,6 +134,7 @@ def pg_write_rows(
 ) -> tuple[str, list[tuple[Any, ...]]]:
     """The statement and rows PostgresSaver.put_writes stores."""
     thread_id, ns, checkpoint_id = _base.thread_key(config)
+    _values.refuse_writes(writes, task_path)  # before any of it is stored (see _values)
     sql = _threads.writes_sql(
         writes, replace=_sums.PG_WRITES_REPLACE, keep_first=_sums.PG_WRITES_IGNORE
     )

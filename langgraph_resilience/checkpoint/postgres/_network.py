@@ -11,7 +11,8 @@
   timeouts only notice a peer that stops acknowledging.
 - The connection one try runs on: `needs_new_connection` decides whether a saver
   replaces its own, `connect` / `aconnect` open one, `pooled` / `apooled` take a
-  live one from a pool.
+  live one from a pool (within the pool's ``timeout``) and bound its waits by
+  ``read`` too, a pool the caller built without `BoundedConnection` included.
 - `target_of`, `unavailable` and `give_up`: the `StoreUnavailable` a saver raises
   when it stops trying, naming the server without its password.
 """
@@ -367,6 +368,14 @@ async def aconnect(conninfo: str, read: float | None) -> AsyncBoundedConnection[
 
 
 def _bound(conn: Connection[Any] | AsyncConnection[Any], read: float | None) -> None:
+    """Bound every wait of a pooled connection by ``read``, whatever pool it came
+    from: one of psycopg's own class (a pool built without ``connection_class``)
+    is adopted as its bounded twin, which differs from it only in `wait`; a
+    class of the caller's own is bounded only if it is a bounded one."""
+    if type(conn) is Connection:
+        conn.__class__ = BoundedConnection
+    elif type(conn) is AsyncConnection:
+        conn.__class__ = AsyncBoundedConnection
     if isinstance(conn, (BoundedConnection, AsyncBoundedConnection)):
         conn.read_timeout = read
 

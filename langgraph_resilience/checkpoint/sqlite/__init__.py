@@ -22,6 +22,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from langgraph_resilience._store_errors import is_unavailable_error
 from langgraph_resilience.checkpoint import _base, _schema, _threads
 from langgraph_resilience.checkpoint._savers import SyncResilience
 from langgraph_resilience.checkpoint._store import SQLITE, Statements, execute
@@ -129,6 +130,15 @@ def sqlite_final(state: _base.SaverState) -> Callable[[BaseException, int], Base
     def final(exc: BaseException, attempts: int) -> BaseException | None:
         text = str(exc).lower()
         where = repr(state.conninfo) if state.conninfo else "this SQLite database"
+        if is_unavailable_error(exc):  # the disk is full
+            return StoreUnavailable(
+                f"SQLite database {where} could not be written after {attempts} tries: {exc}. "
+                "Free space on its file system; nothing of this call was stored, and the "
+                "run resumes from its last checkpoint (an effect's outcome held in memory "
+                "is stored with this saver's next write).",
+                target=state.conninfo or ":memory:",
+                attempts=attempts,
+            )
         if "readonly" in text or "read-only" in text:
             return ConfigError(
                 f"SQLite database {where} is read-only for this process ({exc}). Give it "
