@@ -38,7 +38,7 @@ from langgraph_resilience.checkpoint._interfaces import (
 )
 from langgraph_resilience.checkpoint._ledger import EffectRecord
 from langgraph_resilience.checkpoint._runs import Fence, RunRecord
-from langgraph_resilience.checkpoint._savers import Hooks, next_config
+from langgraph_resilience.checkpoint._savers import Hooks, next_config, stops_on_lost_lease
 from langgraph_resilience.checkpoint._store import Statements, no_statements
 from langgraph_resilience.checkpoint._store_retry import Translate
 from langgraph_resilience.checkpoint.archive._methods import AsyncArchival
@@ -122,7 +122,10 @@ class AsyncResilience(Hooks, AsyncArchival):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Store a task's writes, retrying transient store errors."""
+        """Store a task's writes, retrying transient store errors (none of a step
+        stopped by a lost lease: `stops_on_lost_lease`)."""
+        if stops_on_lost_lease(writes):
+            return
         sql, rows = self._rows_of(config, writes, task_id, task_path)
         await self._write(
             lambda: _threads.put_writes(sql, rows),

@@ -9,6 +9,11 @@ retried), the rows of a checkpoint and of writes, and ``_keep_latest``.
 
 Every write goes through ``_write``: the one place a run's `Fence` is applied
 (`_runs.fence_write`) and a store error is translated to the library's own.
+
+A task's writes that hold a `LeaseLost` (its worker could not prove it held the
+run's lease: the step stopped, it did not fail) are never stored
+(`stops_on_lost_lease`): stored, they would mark the step failed for whoever
+takes the run over, which would then never run it.
 """
 
 from __future__ import annotations
@@ -50,9 +55,16 @@ from langgraph_resilience.checkpoint._store_retry import Translate
 from langgraph_resilience.checkpoint._threads import PutCheckpoint
 from langgraph_resilience.checkpoint.archive._methods import SyncArchival
 from langgraph_resilience.checkpoint.archive._sizes import channel_sizes, put_size
+from langgraph_resilience.errors import LeaseLost
 
 T = TypeVar("T")
 WriteRows = tuple[str, list[tuple[Any, ...]]]
+
+
+def stops_on_lost_lease(writes: Sequence[tuple[str, Any]]) -> bool:
+    """Whether a task's writes are those of a step stopped by a lost lease (an
+    error write holding the live `LeaseLost`): none of them is stored."""
+    return any(c == ERROR_CHANNEL and isinstance(v, LeaseLost) for c, v in writes)
 
 
 def next_config(config: RunnableConfig, put: PutCheckpoint) -> RunnableConfig:
@@ -216,7 +228,10 @@ class SyncResilience(Hooks, SyncArchival):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Store a task's writes, retrying transient store errors."""
+        """Store a task's writes, retrying transient store errors (none of a step
+        stopped by a lost lease: `stops_on_lost_lease`)."""
+        if stops_on_lost_lease(writes):
+            return
         sql, rows = self._rows_of(config, writes, task_id, task_path)
         self._write(
             lambda: _threads.put_writes(sql, rows),
