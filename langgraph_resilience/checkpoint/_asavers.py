@@ -38,7 +38,7 @@ from langgraph_resilience.checkpoint._interfaces import (
 )
 from langgraph_resilience.checkpoint._ledger import EffectRecord
 from langgraph_resilience.checkpoint._runs import Fence, RunRecord
-from langgraph_resilience.checkpoint._savers import Hooks, next_config, stops_on_lost_lease
+from langgraph_resilience.checkpoint._savers import Hooks, next_config
 from langgraph_resilience.checkpoint._store import Statements, no_statements
 from langgraph_resilience.checkpoint._store_retry import Translate
 from langgraph_resilience.checkpoint.archive._methods import AsyncArchival
@@ -103,6 +103,7 @@ class AsyncResilience(Hooks, AsyncArchival):
                 checkpoint's parent.
             LeaseLost: the run's worker no longer holds its lease.
         """
+        self._refuse_after_stop(config)
         put = self._put_of(config, checkpoint, metadata, new_versions)
         await self._write(
             lambda: self._put_statements(put),
@@ -124,7 +125,7 @@ class AsyncResilience(Hooks, AsyncArchival):
     ) -> None:
         """Store a task's writes, retrying transient store errors (none of a step
         stopped by a lost lease: `stops_on_lost_lease`)."""
-        if stops_on_lost_lease(writes):
+        if self._lease_stop(config, writes):
             return
         sql, rows = self._rows_of(config, writes, task_id, task_path)
         await self._write(
