@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-long test-upstream lint docs bench clean
+.PHONY: install demo test test-long test-faults test-upstream lint docs bench clean
 
 install: $(STAMP)
 
@@ -22,8 +22,14 @@ test: $(STAMP)
 
 # Crash and chaos suites with many more cases than the default, and every test on
 # Postgres in pipeline mode and on a connection pool too.
-test-long: $(STAMP)
+test-long: $(STAMP) test-faults
 	LGR_CRASH_CASES=50 LGR_CHAOS_RUNS=500 LGR_ALL_SAVERS=1 $(BIN)/pytest -q
+
+# The fault-injection trials (tests marked `faults`: a private Postgres SIGKILLed,
+# stopped and partitioned under Workers, ...) at the issue's counts: each trial
+# reads LGR_FAULT_RUNS for its runs; `make test` runs them with a bounded count.
+test-faults: $(STAMP)
+	LGR_FAULT_RUNS=100 $(BIN)/pytest -q -m faults
 
 # LangGraph's own test suite (~3,066 saver-backed tests of the installed version's
 # sdist) on its stock savers and on ours; fails if a test passes on stock only.

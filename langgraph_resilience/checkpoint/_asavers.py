@@ -103,6 +103,7 @@ class AsyncResilience(Hooks, AsyncArchival):
                 checkpoint's parent.
             LeaseLost: the run's worker no longer holds its lease.
         """
+        self._refuse_after_stop(config)
         put = self._put_of(config, checkpoint, metadata, new_versions)
         await self._write(
             lambda: self._put_statements(put),
@@ -122,7 +123,10 @@ class AsyncResilience(Hooks, AsyncArchival):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Store a task's writes, retrying transient store errors."""
+        """Store a task's writes, retrying transient store errors (none of a step
+        stopped by a lost lease: `stops_on_lost_lease`)."""
+        if self._lease_stop(config, writes):
+            return
         sql, rows = self._rows_of(config, writes, task_id, task_path)
         await self._write(
             lambda: _threads.put_writes(sql, rows),

@@ -9,6 +9,13 @@ retried), the rows of a checkpoint and of writes, and ``_keep_latest``.
 
 Every write goes through ``_write``: the one place a run's `Fence` is applied
 (`_runs.fence_write`) and a store error is translated to the library's own.
+
+A task's writes that hold a `LeaseLost` (its worker could not prove it held the
+run's lease: the step stopped, it did not fail) are never stored
+(`stops_on_lost_lease`): stored, they would mark the step failed for whoever
+takes the run over, which would then never run it. Nor is the checkpoint that
+would follow such a step (`Hooks._lease_stop`): the step has no writes, and a
+checkpoint after it would read as if it had run.
 """
 
 from __future__ import annotations
@@ -50,9 +57,20 @@ from langgraph_resilience.checkpoint._store_retry import Translate
 from langgraph_resilience.checkpoint._threads import PutCheckpoint
 from langgraph_resilience.checkpoint.archive._methods import SyncArchival
 from langgraph_resilience.checkpoint.archive._sizes import channel_sizes, put_size
+from langgraph_resilience.errors import LeaseLost
 
 T = TypeVar("T")
 WriteRows = tuple[str, list[tuple[Any, ...]]]
+
+
+def stops_on_lost_lease(writes: Sequence[tuple[str, Any]]) -> bool:
+    """Whether a task's writes are those of a step stopped by a lost lease (an
+    error write holding the live `LeaseLost`): none of them is stored."""
+    return any(c == ERROR_CHANNEL and isinstance(v, LeaseLost) for c, v in writes)
+
+
+#: Checkpoints remembered as stopped by a lost lease, at most.
+_MAX_STOPS = 1024
 
 
 def next_config(config: RunnableConfig, put: PutCheckpoint) -> RunnableConfig:
@@ -70,6 +88,30 @@ class Hooks(BaseCheckpointSaver[str]):
 
     _dialect: ClassVar[Dialect]
     _state: _base.SaverState
+
+    def _lease_stop(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]]) -> bool:
+        """Whether ``writes`` are a step stopped by a lost lease (not to be stored);
+        remembers the checkpoint it stopped at, for `_refuse_after_stop`."""
+        if not stops_on_lost_lease(writes):
+            return False
+        stops: set[tuple[str, str, str | None]] = self.__dict__.setdefault("_lease_stops", set())
+        if len(stops) >= _MAX_STOPS:
+            stops.clear()  # a bound: a stopped run raises LeaseLost at once, so few wait here
+        stops.add(_base.thread_key(config))
+        return True
+
+    def _refuse_after_stop(self, config: RunnableConfig) -> None:
+        """Raise `LeaseLost` for a checkpoint whose parent saw a step stopped by a
+        lost lease (``config``: the parent's)."""
+        key = _base.thread_key(config)
+        stops: set[tuple[str, str, str | None]] = self.__dict__.get("_lease_stops") or set()
+        if key in stops:
+            stops.discard(key)
+            raise LeaseLost(
+                f"thread {key[0]!r}: a step at checkpoint {key[2]!r} stopped because its "
+                "worker lost the run's lease; the checkpoint after it is not stored. The "
+                "worker that takes the run over runs that step."
+            )
 
     def _prepare_put(
         self,
@@ -197,6 +239,7 @@ class SyncResilience(Hooks, SyncArchival):
                 checkpoint's parent.
             LeaseLost: the run's worker no longer holds its lease.
         """
+        self._refuse_after_stop(config)
         put = self._put_of(config, checkpoint, metadata, new_versions)
         self._write(
             lambda: self._put_statements(put),
@@ -216,7 +259,10 @@ class SyncResilience(Hooks, SyncArchival):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Store a task's writes, retrying transient store errors."""
+        """Store a task's writes, retrying transient store errors (none of a step
+        stopped by a lost lease: `stops_on_lost_lease`)."""
+        if self._lease_stop(config, writes):
+            return
         sql, rows = self._rows_of(config, writes, task_id, task_path)
         self._write(
             lambda: _threads.put_writes(sql, rows),

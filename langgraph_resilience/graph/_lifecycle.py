@@ -13,6 +13,11 @@ a counter is reached) has no node that knows it is the last. Such a run is
 stored as ``running`` and reported ``success`` when it has nothing left to do
 (no next task, no interrupt): by ``invoke`` / ``ainvoke`` and by ``get_state``
 / ``aget_state``.
+
+Nothing left to do is not enough for a `Worker` to store ``success``: no step of
+the run may have failed without being recovered either (`unrecovered_steps`:
+a task whose error was stored, not routed, and whose checkpoint the run went on
+from without its writes). Such a run is given up as ``error`` naming the step.
 """
 
 from __future__ import annotations
@@ -21,20 +26,30 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config
+from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.types import StateSnapshot
 
-from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
+from langgraph_resilience._langgraph import ERROR_CHANNEL, ERROR_SOURCE_CHANNEL, INTERRUPT_CHANNEL
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint._route_text import is_routed
 from langgraph_resilience.checkpoint._runs import FENCE_KEY
 from langgraph_resilience.graph._task import in_parent_task
 from langgraph_resilience.state import new_run_marker
 
-__all__ = ["anoted", "nested", "note_resume", "settle_output", "settled", "with_marker"]
+__all__ = [
+    "anoted",
+    "nested",
+    "note_resume",
+    "settle_output",
+    "settled",
+    "unrecovered_steps",
+    "with_marker",
+]
 
 _LOG = "resilience"
 logger = logging.getLogger("langgraph_resilience")
@@ -90,6 +105,40 @@ def _status_of(out: Mapping[str, Any], snapshot: StateSnapshot) -> Any:
     log = snapshot.values.get(_LOG) if isinstance(snapshot.values, Mapping) else None
     status = log.get("status") if isinstance(log, Mapping) else None
     return {**out, _LOG: {**out[_LOG], "status": status}} if status == "success" else out
+
+
+def unrecovered_steps(checkpoints: Iterable[CheckpointTuple]) -> list[str]:
+    """The steps of a run that failed without being recovered, by its stored
+    checkpoints (a run's, any order), at each checkpoint the run went on from (a
+    ``loop`` checkpoint is its child): a task with an error write that carries no
+    route (`is_routed`: no fallback or partial result took it), no write of its
+    own, and that was handed to no error handler (a handler's failure counts as
+    its node's). Each named ``'node' (error)``, or by its task id."""
+    found = list(checkpoints)
+    went_on = {
+        (t.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+        for t in found
+        if (t.metadata or {}).get("source") == "loop"
+    }
+    failed: list[str] = []
+    for stored in found:
+        if stored.config["configurable"].get("checkpoint_id") not in went_on:
+            continue
+        tasks: dict[str, list[tuple[str, Any]]] = {}
+        for task_id, channel, value in stored.pending_writes or ():
+            tasks.setdefault(task_id, []).append((channel, value))
+        handed = [str(v) for w in tasks.values() for c, v in w if c == ERROR_SOURCE_CHANNEL]
+        for task_id, writes in tasks.items():
+            errors = [v for c, v in writes if c == ERROR_CHANNEL and not is_routed(v)]
+            own = [c for c, _ in writes if c != ERROR_CHANNEL]  # ERROR_SOURCE: handed over
+            if errors and not own:
+                name = (
+                    f"{', '.join(map(repr, handed))} (its error handler failed"
+                    if handed
+                    else (f"task {task_id!r} (")
+                )
+                failed.append(f"{name}: {str(errors[0])[:200]})")
+    return failed
 
 
 # -- resumes after a crash (for `recovery_metrics`) ------------------------------------

@@ -13,6 +13,13 @@ store a routed error's ``repr`` with its route (`_route_text.stored_error`), so
 the route keeps its kind, tries and effect scope. An error stored without one
 (another saver) has its route rebuilt from the node's policy and the stored
 text (`stored_route`).
+
+A `LeaseLost` is not a failure: the step stopped because its worker could not
+prove it held the run's lease. Its handler routes nothing and writes nothing;
+it raises a lost lease of its own (LangGraph treats a handler that raises the
+very error it was handed as having handled it, and would go on to store a
+checkpoint with the step done), so the run stops there and whoever takes it
+over runs the step. The savers store none of its writes either.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from langgraph_resilience.checkpoint._route_text import (
     parse_route,
 )
 from langgraph_resilience.classify import Classification, FailureKind
-from langgraph_resilience.errors import EffectOutcomeUnknown
+from langgraph_resilience.errors import EffectOutcomeUnknown, LeaseLost
 from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.state import brief
 from langgraph_resilience.telemetry._emit import GRAPH_KEY, emit
@@ -226,6 +233,8 @@ def error_handler(
     """
 
     def handler(state: Any, error: NodeError) -> Command[Any]:
+        if isinstance(error.error, LeaseLost):  # the step stopped: it did not fail
+            raise LeaseLost(str(error.error)) from error.error
         route = read_route(error.error)
         if route is None and give_up is not None and isinstance(error.error, str):
             route = stored_route(node, give_up[0], give_up[1], error.error)

@@ -112,6 +112,7 @@ class Invoked(NamedTuple):
     error: BaseException | None = None
     paused: bool = False  # stopped at an interrupt (a budget, a human, a durable wait)
     interrupts: tuple[dict[str, Any], ...] = ()  # what it stopped at: {"id", "value"}
+    unrecovered: tuple[str, ...] = ()  # steps that failed unrecovered (`unrecovered_steps`)
 
 
 class Finish(NamedTuple):
@@ -208,6 +209,13 @@ def run_steps(
     if held.taken:
         return None  # another worker holds the run now; nothing more to write
     values = result.values or {}
+    if not result.paused and result.unrecovered:  # nothing left to do is not success
+        reason = (
+            f"run {record.run_id!r} stopped with nothing left to do, but its step(s) "
+            f"{', '.join(result.unrecovered)} failed without being recovered: its graph did "
+            "not end. Fix the cause, then submit the thread again."
+        )
+        return (yield from _finish(held, "error", {"error": reason, "values": values}))
     if not result.paused:
         return (yield from _finish(held, ended_status(values, False), {"values": values}))
     why = pause_reason(result.interrupts)
@@ -252,10 +260,14 @@ def interrupts_of(snapshot: StateSnapshot) -> tuple[dict[str, Any], ...]:
     return tuple({"id": i.id, "value": i.value} for i in snapshot.interrupts)
 
 
-def invoked(snapshot: StateSnapshot) -> Invoked:
-    """What an invocation came to, by the thread's state after it."""
+def invoked(snapshot: StateSnapshot, unrecovered: Sequence[str] = ()) -> Invoked:
+    """What an invocation came to, by the thread's state after it (``unrecovered``:
+    `unrecovered_steps` of the run's checkpoints)."""
     return Invoked(
-        dict(snapshot.values), paused=bool(snapshot.next), interrupts=interrupts_of(snapshot)
+        dict(snapshot.values),
+        paused=bool(snapshot.next),
+        interrupts=interrupts_of(snapshot),
+        unrecovered=tuple(unrecovered),
     )
 
 

@@ -52,8 +52,9 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -62,6 +63,7 @@ from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver, RunRecord
 from langgraph_resilience.checkpoint.archive._schedule import aarchiving, archiving, schedule_of
 from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.graph._lifecycle import unrecovered_steps
 from langgraph_resilience.worker._controls import RunControls
 from langgraph_resilience.worker._leases import LEASES, Instant
 from langgraph_resilience.worker._setup import (
@@ -75,6 +77,7 @@ from langgraph_resilience.worker._setup import (
 )
 from langgraph_resilience.worker._steps import (
     NO_ANSWER,
+    RUN_META,
     Abandon,
     ClaimRuns,
     CurrentValues,
@@ -99,6 +102,14 @@ __all__ = ["Worker"]
 
 logger = logging.getLogger("langgraph_resilience")
 T = TypeVar("T")
+
+
+def _run_of(held: Held) -> tuple[RunnableConfig, dict[str, Any]]:
+    """How to list a run's top-level checkpoints: the thread, and the run's metadata."""
+    where: RunnableConfig = {
+        "configurable": {"thread_id": held.record.thread_id, "checkpoint_ns": ""}
+    }
+    return where, {RUN_META: held.record.run_id}
 
 
 class Worker(RunControls):
@@ -319,7 +330,14 @@ class Worker(RunControls):
                 elif isinstance(op, Invoke):
                     try:
                         self.graph.invoke(op.value, config, control=held.control)
-                        reply = invoked(self.graph.get_state(config))
+                        snapshot = self.graph.get_state(config)
+                        where, meta = _run_of(held)
+                        found = (
+                            []
+                            if snapshot.next
+                            else cast(BaseCheckpointSaver[Any], self.saver).list(where, filter=meta)
+                        )
+                        reply = invoked(snapshot, unrecovered_steps(found))
                     except Exception as exc:
                         reply = Invoked(error=exc)
                 elif isinstance(op, Pause):
@@ -407,7 +425,19 @@ class Worker(RunControls):
                 elif isinstance(op, Invoke):
                     try:
                         await self.graph.ainvoke(op.value, config, control=held.control)
-                        reply = invoked(await self.graph.aget_state(config))
+                        snapshot = await self.graph.aget_state(config)
+                        where, meta = _run_of(held)
+                        found = (
+                            []
+                            if snapshot.next
+                            else [
+                                t
+                                async for t in cast(BaseCheckpointSaver[Any], self.saver).alist(
+                                    where, filter=meta
+                                )
+                            ]
+                        )
+                        reply = invoked(snapshot, unrecovered_steps(found))
                     except Exception as exc:
                         reply = Invoked(error=exc)
                 elif isinstance(op, Pause):

@@ -1,0 +1,521 @@
+"""Never a false success (issue 24): a run a `Worker` stores as ``success`` really
+ended, whatever the store did while it ran.
+
+Six-step runs, each step calling a `side_effect`, under two `Worker`s, each on a
+psycopg **pool** of its own, on a Postgres server of the tests' own
+(`faults.PgServer`). While steps are in flight the store fails for real:
+
+- the server is SIGKILLed (postmaster and backends, as the OOM killer would) and
+  started again ~3 s later;
+- the server is stopped with ``pg_ctl stop`` for ~3 s;
+- worker A's pool is partitioned from the server (`faults.TcpProxy`, every
+  reply held) right after one of its runs stored a step's intent, for ~3 s.
+
+Whatever each step's effect check or write met meanwhile (`LeaseLost`, a
+dropped connection), every run must end stored ``success`` with every step's
+record (``done`` lists the six steps), every effect's outcome in the ledger and
+``state["resilience"]["status"] == "success"``; a run of which a step or an
+effect is missing is never stored ``success``.
+
+``LGR_FAULT_RUNS`` sets the runs per fault (default: a bounded count for
+``make test``, enough to show the defect: 16 under SIGKILL, 8 under a stop, 8
+under a partition); ``make test-faults`` runs the issue's 100. Each trial is
+marked ``faults``.
+
+The same holes, in one process on every backend (no fault needed): a step that
+raises `LeaseLost` is run again by the worker that takes the run over, whether
+the node's own handler or a user's handler (one that re-raises what it was
+handed) got it; and a Worker finds a step that failed unrecovered while its
+graph went on (the checkpoints 0b1050e stored) before it would store ``success``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, suppress
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from faults import PgServer, TcpProxy
+from helpers import append, chain, read_ledger, sql
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.errors import NodeError
+from psycopg_pool import ConnectionPool
+
+from langgraph_resilience import (
+    LeaseLost,
+    NodePolicy,
+    ResilientState,
+    ResilientStateGraph,
+    Worker,
+    side_effect,
+)
+from langgraph_resilience.checkpoint import _ledger
+from langgraph_resilience.checkpoint._route_text import stored_error
+from langgraph_resilience.checkpoint.postgres import (
+    BoundedConnection,
+    PgTimeouts,
+    ResilientPostgresSaver,
+)
+from langgraph_resilience.checkpoint.postgres._network import CONNECT_KWARGS
+from langgraph_resilience.graph._lifecycle import unrecovered_steps
+from langgraph_resilience.graph._routes import routing
+from langgraph_resilience.policy import Backoff
+
+RUNS = os.environ.get("LGR_FAULT_RUNS")
+STEPS = [f"s{i}" for i in range(1, 7)]
+LEASE_TTL = 2.0
+OUTAGE = 3.0
+CONCURRENCY = 4  # runs each worker runs at once
+BATCH = 2 * CONCURRENCY  # runs in flight when the fault hits (both workers full)
+
+
+def runs_for(default: int) -> int:
+    return int(RUNS) if RUNS else default
+
+
+def report(line: str) -> None:
+    print(f"\n[false success] {line}", end="")
+
+
+class State(ResilientState, total=False):
+    done: Annotated[list[str], operator.add]
+
+
+# -- the pipeline ----------------------------------------------------------------------
+
+
+def pipeline(calls: Path, in_step: Callable[[str, str], None] | None = None) -> Any:
+    """s1 -> ... -> s6; each step sleeps a little (a step is in flight when the
+    fault hits), calls its effect ``deliver`` (logged to ``calls``), and records
+    itself in ``done``. ``in_step(thread, step)`` runs before the effect."""
+
+    @side_effect(name="deliver")
+    def deliver(thread: str, step: str, *, idempotency_key: str) -> str:
+        append(calls, f"{thread} {step} {idempotency_key}")
+        return f"receipt:{step}"
+
+    def make(step: str) -> Any:
+        def node(state: State, config: RunnableConfig) -> dict[str, Any]:
+            thread = str(config["configurable"]["thread_id"])
+            time.sleep(0.05)
+            if in_step is not None:
+                in_step(thread, step)
+            deliver(thread, step)
+            return {"done": [step]}
+
+        return node
+
+    policy = NodePolicy(retry=Backoff(max_attempts=3, initial_interval=0.05), critical=True)
+    return chain(ResilientStateGraph(State), STEPS, make, lambda _: {"policy": policy})
+
+
+# -- the store and its faults ------------------------------------------------------------
+
+
+@pytest.fixture
+def db(pg_server: PgServer) -> Iterator[str]:
+    """A fresh, set-up database on the private server (running before and after),
+    with ``synchronous_commit`` on: the server runs with it off for speed, and a
+    SIGKILLed server then loses commits it acknowledged (a ledger outcome, say),
+    which no client can notice; that is not the fault under test."""
+    pg_server.ensure_running()
+    name = f"lgr_false_{uuid.uuid4().hex[:8]}"
+    dsn = pg_server.create_database(name)
+    sql("postgres", pg_server.dsn(), f'ALTER DATABASE "{name}" SET synchronous_commit = on')
+    with ResilientPostgresSaver.from_conn_string(dsn) as saver:
+        saver.setup()
+    yield dsn
+    pg_server.ensure_running()
+
+
+def pooled_saver(stack: ExitStack, dsn: str) -> ResilientPostgresSaver:
+    """A saver on a pool built as the README says, with short bounds."""
+    timeouts = PgTimeouts(connect=2, statement=2, read=3, lock=1, idle_in_transaction=2)
+    pool: ConnectionPool[Any] = ConnectionPool(
+        timeouts.conninfo(dsn),
+        min_size=2,
+        max_size=CONCURRENCY + 3,
+        timeout=3,
+        connection_class=BoundedConnection,
+        kwargs=CONNECT_KWARGS,
+        reconnect_timeout=60,
+        open=True,
+    )
+    stack.callback(pool.close, 5)
+    retry = Backoff(max_attempts=3, initial_interval=0.2, max_interval=1.0, jitter="none")
+    return ResilientPostgresSaver(pool, timeouts=timeouts, store_retry=retry)
+
+
+def postmaster_pids(server: PgServer) -> list[int]:
+    """The postmaster and every process it started."""
+    pid = int((server.data / "postmaster.pid").read_text().split()[0])
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                children.append(int(entry.name))
+    return [pid, *children]
+
+
+def kill_server(server: PgServer) -> None:
+    """SIGKILL the postmaster and its backends; return once they are gone."""
+    pids = postmaster_pids(server)
+    for pid in pids:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in pids):
+        assert time.monotonic() < deadline, "the killed server's processes did not go"
+        time.sleep(0.02)
+
+
+# -- a trial ---------------------------------------------------------------------------------
+
+
+def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["result"] = fn()
+        except BaseException as exc:  # reported by the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def steps_done(calls: Path) -> int:
+    return len(read_ledger(calls)) if calls.exists() else 0
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.01)
+
+
+def verdicts(dsn: str, run_ids: list[str], calls: Path) -> dict[str, str]:
+    """Per run: "" when it is stored ``success`` and really ended, else what is
+    wrong (a false success names what is missing; another end names its status)."""
+    called: dict[str, set[str]] = {}
+    for thread, step, _key in read_ledger(calls):
+        called.setdefault(thread, set()).add(step)
+    found: dict[str, str] = {}
+    with ResilientPostgresSaver.from_conn_string(dsn) as saver:
+        graph = pipeline(calls).compile(checkpointer=saver)
+        for run_id in run_ids:
+            record = saver.read_run(run_id)
+            assert record is not None
+            thread = record.thread_id
+            state = graph.get_state({"configurable": {"thread_id": thread}}).values
+            done = list(state.get("done") or [])
+            outcomes = sql(
+                "postgres",
+                dsn,
+                "SELECT count(*) FROM resilience_effects WHERE thread_id = ? AND status = 'done'",
+                (thread,),
+            )[0][0]
+            status = (state.get("resilience") or {}).get("status")
+            stored = saver.get_tuple({"configurable": {"thread_id": thread}})
+            raw = stored.checkpoint["channel_values"].get("resilience") if stored else None
+            missing = []
+            if sorted(done) != STEPS:
+                missing.append(f"steps recorded {done}")
+            if int(outcomes) != len(STEPS):
+                rows = sql(
+                    "postgres",
+                    dsn,
+                    "SELECT idempotency_key, status, owner, fencing_token FROM resilience_effects "
+                    "WHERE thread_id = ? AND status <> 'done'",
+                    (thread,),
+                )
+                missing.append(f"{outcomes} effect outcomes (others: {rows})")
+            if called.get(thread, set()) != set(STEPS):
+                missing.append(f"effects called for {sorted(called.get(thread, set()))}")
+            if status != "success":
+                missing.append(f"state status {status!r}")
+            if (raw or {}).get("status") != "success":
+                missing.append(f"stored status {(raw or {}).get('status')!r}")
+            if record.status == "success":
+                found[run_id] = "FALSE SUCCESS: " + "; ".join(missing) if missing else ""
+            else:
+                outcome = saver.serde.loads_typed((record.outcome_type, record.outcome))
+                found[run_id] = f"ended {record.status}: {outcome.get('error')!r}"
+    return found
+
+
+def trial(
+    dsn: str,
+    calls: Path,
+    runs: int,
+    fault: Callable[[], None],
+    *,
+    dsn_a: str | None = None,
+    in_step: Callable[[str, str], None] | None = None,
+    b_after: bool = False,
+) -> dict[str, str]:
+    """Submit ``runs`` runs to two workers, in batches of `BATCH` (both workers
+    full); in each batch ``fault()`` is called once a few steps ran and must
+    return once the store is back. Worker A's saver uses ``dsn_a``, its steps
+    call ``in_step``; ``b_after``: worker B starts once the fault is over (so that
+    A, not B, is the first to reach the store again). The verdict of each run
+    (`verdicts`)."""
+    run_ids: list[str] = []
+    graph_a, graph_b = pipeline(calls, in_step), pipeline(calls)
+    for start in range(0, runs, BATCH):
+        with ExitStack() as stack:
+            saver_a = pooled_saver(stack, dsn_a or dsn)
+            saver_b = pooled_saver(stack, dsn)
+            options = {"lease_ttl": LEASE_TTL, "poll_interval": 0.05, "concurrency": CONCURRENCY}
+            worker_a = Worker(graph_a, checkpointer=saver_a, drain_timeout=5, **options)
+            worker_b = Worker(graph_b, checkpointer=saver_b, drain_timeout=5, **options)
+            batch = [
+                worker_a.submit({"done": []}, thread_id=f"t-{uuid.uuid4().hex[:10]}")
+                for _ in range(min(BATCH, runs - start))
+            ]
+            run_ids += batch
+            before = steps_done(calls)
+            a_thread, a_out = in_thread(worker_a.run)
+            if not b_after:
+                b_thread, b_out = in_thread(worker_b.run)
+            # Every run has started (a step of each called) and some have more to do.
+            started = min(len(batch), CONCURRENCY) if b_after else len(batch)
+            wait_until(lambda n=started + before: steps_done(calls) >= n, 30, "runs to start")
+            fault()
+            if b_after:
+                time.sleep(1.0)  # B is busy elsewhere: A reaches the store first
+                b_thread, b_out = in_thread(worker_b.run)
+            for thread in (a_thread, b_thread):
+                thread.join(90)
+                assert not thread.is_alive(), "a worker did not finish within 90 s"
+            assert "error" not in a_out and "error" not in b_out, (a_out, b_out)
+    return verdicts(dsn, run_ids, calls)
+
+
+def check(label: str, found: dict[str, str]) -> None:
+    false = {r: why for r, why in found.items() if why.startswith("FALSE")}
+    other = {r: why for r, why in found.items() if why and not why.startswith("FALSE")}
+    report(
+        f"{label}: {len(found)} runs, {len(false)} false successes, {len(other)} other ends "
+        f"{sorted(set(other.values()))[:3]}"
+    )
+    assert false == {}, f"{len(false)} of {len(found)} runs stored success falsely: {false}"
+    assert other == {}, f"runs that did not end success: {other}"
+
+
+# -- the trials ----------------------------------------------------------------------------
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(600)
+def test_server_sigkilled_mid_step_never_a_false_success(
+    pg_server: PgServer, db: str, tmp_path: Path
+) -> None:
+    """The server SIGKILLed for ~3 s while steps run (issue: 24 of 96 runs stored
+    ``success`` with the last step and its effect missing)."""
+    calls = tmp_path / "calls.log"
+
+    def fault() -> None:
+        kill_server(pg_server)
+        time.sleep(OUTAGE)
+        pg_server.start()
+
+    check("SIGKILL", trial(db, calls, runs_for(16), fault))
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(600)
+def test_server_stopped_mid_step_never_a_false_success(
+    pg_server: PgServer, db: str, tmp_path: Path
+) -> None:
+    """``pg_ctl stop`` for ~3 s while steps run (issue: 10 of 48)."""
+    calls = tmp_path / "calls.log"
+
+    def fault() -> None:
+        pg_server.stop()
+        time.sleep(OUTAGE)
+        pg_server.start()
+
+    check("pg_ctl stop", trial(db, calls, runs_for(8), fault))
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(600)
+def test_partition_right_after_an_intent_never_a_false_success(
+    pg_server: PgServer, db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Worker A's pool is cut off (every reply held) right after one of its runs
+    stored a step's intent, for ~3 s, longer than its lease; A is the first to
+    reach the store once it heals, its lease run out by its own clocks (issue:
+    1 of 8)."""
+    calls = tmp_path / "calls.log"
+    in_a = threading.local()  # set in the steps worker A runs (its saver is behind the proxy)
+    armed = threading.Event()
+    cut = threading.Event()
+    proxy_box: dict[str, TcpProxy] = {}
+    claim = _ledger.claim_intent
+
+    def claim_then_cut(d: Any, thread_id: str, record: Any, *args: Any, **kw: Any) -> Any:
+        gen = claim(d, thread_id, record, *args, **kw)
+        if not (armed.is_set() and getattr(in_a, "yes", False)):
+            return (yield from gen)
+        stmt = next(gen)  # the intent's INSERT, queued with its COMMIT
+        value = yield stmt
+        if armed.is_set():
+            armed.clear()
+            proxy_box["proxy"].drop()  # the intent is stored; no reply comes back
+            cut.set()
+        while True:
+            try:
+                stmt = gen.send(value)
+            except StopIteration as stop:
+                return stop.value
+            value = yield stmt
+
+    monkeypatch.setattr(_ledger, "claim_intent", claim_then_cut)
+
+    def mark(local: threading.local) -> None:
+        local.yes = True
+
+    def fault() -> None:
+        cut.clear()
+        armed.set()
+        assert cut.wait(30), "no intent was stored after arming"
+        time.sleep(OUTAGE)
+        proxy_box["proxy"].heal()
+
+    with TcpProxy(pg_server.port) as proxy:
+        proxy_box["proxy"] = proxy
+        found = trial(
+            db,
+            calls,
+            runs_for(8),
+            fault,
+            dsn_a=proxy.dsn(db),
+            in_step=lambda *_: mark(in_a),
+            b_after=True,
+        )
+    check("partition after an intent", found)
+
+
+# -- the same holes in one process, on every backend --------------------------------------
+
+
+async def run_worker(h: Any, worker: Worker) -> dict[str, str]:
+    if h.is_async:
+        return await worker.arun()
+    return await asyncio.to_thread(worker.run)
+
+
+async def submit(h: Any, worker: Worker, value: Any) -> str:
+    if h.is_async:
+        return await worker.asubmit(value)
+    return await asyncio.to_thread(worker.submit, value)
+
+
+def three_steps(raise_in_b: Callable[[], None], *, handler: Any = None, policy: Any = True) -> Any:
+    """a -> b -> c; b calls ``raise_in_b()`` first (``handler``: b's own error
+    handler, for a node with ``policy=None``)."""
+
+    def make(step: str) -> Any:
+        def node(state: State) -> dict[str, Any]:
+            if step == "b":
+                raise_in_b()
+            return {"done": [step]}
+
+        return node
+
+    def options(step: str) -> dict[str, Any]:
+        if step != "b" or policy is True:
+            return {"policy": NodePolicy(retry=None, critical=True)}
+        return {"policy": None, "error_handler": handler}
+
+    return chain(ResilientStateGraph(State), ["a", "b", "c"], make, options)
+
+
+def reraise(state: Any, error: NodeError) -> Any:
+    """A user's error handler that re-raises what it was handed."""
+    raise error.error
+
+
+@pytest.mark.parametrize("own_handler", [True, False], ids=["node-handler", "user-handler"])
+async def test_a_step_that_loses_its_lease_is_run_by_whoever_takes_the_run_over(
+    checkpointer: Any, own_handler: bool
+) -> None:
+    """b raises `LeaseLost` once (its worker could not prove its lease). The run
+    must end ``success`` with every step, b run again, never ``success`` without c
+    (before the fix: stored ``success`` with ``done == ["a"]``)."""
+    h = checkpointer
+    if h.backend == "postgres":
+        sql(h.backend, h.target, "DELETE FROM resilience_runs")
+    tries: list[str] = []
+
+    def in_b() -> None:
+        tries.append("b")
+        if len(tries) == 1:
+            raise LeaseLost("this worker cannot prove it still holds the run (test)")
+
+    graph = three_steps(in_b, handler=reraise, policy=True if own_handler else None)
+    worker = Worker(graph, checkpointer=h.saver, lease_ttl=1.0, poll_interval=0.05)
+    run_id = await submit(h, worker, {"done": []})
+    await run_worker(h, worker)
+    record = await h.call("read_run", run_id)
+    values = h.saver.serde.loads_typed((record.outcome_type, record.outcome))["values"]
+    assert (record.status, values["done"]) == ("success", ["a", "b", "c"]), (record, values)
+    assert tries == ["b", "b"] and record.recoveries >= 1
+
+
+def stored(checkpoint_id: str, parent: str | None, source: str, writes: list[Any]) -> Any:
+    """A stored checkpoint as a saver's ``list`` returns it (only what is read)."""
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": ""}}
+    config["configurable"]["checkpoint_id"] = checkpoint_id
+    parent_config = None
+    if parent is not None:
+        parent_config = {"configurable": {"thread_id": "t", "checkpoint_id": parent}}
+    return CheckpointTuple(config, {}, {"source": source}, parent_config, writes)  # type: ignore[arg-type]
+
+
+def test_a_step_that_failed_unrecovered_is_found_in_the_runs_checkpoints() -> None:
+    """What a Worker reads before it stores ``success`` (`unrecovered_steps`): the
+    shape 0b1050e stored after a lost lease (b's error handed to its handler,
+    the handler's own error, and the run went on to a checkpoint with nothing
+    left) is a step that failed unrecovered; a routed error, an error next to
+    the task's own writes (a retry that completed) and a handler that completed
+    are not."""
+    lost = "LeaseLost(\"side effect 'deliver' was not called\")"
+    broken = [
+        stored("c1", None, "loop", [("tb", "__error__", lost), ("tb", "__error_source_node__", "b"),
+                                    ("th", "__error__", lost)]),
+        stored("c2", "c1", "loop", []),
+    ]  # fmt: skip
+    [found] = unrecovered_steps(broken)
+    assert found.startswith("'b' (its error handler failed") and "LeaseLost" in found
+    routed = stored_error(routing(ValueError("bad"), {"route": "partial", "target": "p"}))
+    writes = [
+        ("tb", "__error__", routed),
+        ("tb", "__error_source_node__", "b"),
+        ("th", "resilience", {}),
+        ("tc", "__error__", "X()"),
+        ("tc", "done", ["c"]),
+    ]
+    fine = [stored("c1", None, "loop", writes), stored("c2", "c1", "loop", [])]
+    assert unrecovered_steps(fine) == []
+    head_only = [stored("c1", None, "loop", [("tb", "__error__", "ValueError('x')")])]
+    assert unrecovered_steps(head_only) == []  # the run did not go on from it: resumed there
