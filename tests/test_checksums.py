@@ -316,3 +316,30 @@ def test_archived_and_copied_threads_stay_verified(tmp_path: Path, pg_dsn: str) 
                 corrupt(target, t, "write", random.Random(2))
                 with pytest.raises(CheckpointCorrupt, match=cid):
                     saver.get_tuple({"configurable": {"thread_id": t}})
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_special_write_written_again_by_its_task_still_verifies(
+    backend: str, tmp_path: Path, own_pg: str
+) -> None:
+    """LangGraph's own suite (test_strict_resume) writes an interrupt again to the
+    task that wrote it, from outside the run: Postgres's upsert replaces the value
+    and keeps the first row's task path; the write must read back, not as corrupt."""
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.types import Interrupt
+
+    opener = (
+        ResilientSqliteSaver.from_conn_string(str(tmp_path / "again.db"))
+        if backend == "sqlite"
+        else ResilientPostgresSaver.from_conn_string(own_pg)
+    )
+    with opener as saver:
+        saver.setup()
+        config = {"configurable": {"thread_id": "again", "checkpoint_ns": ""}}
+        stored = saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+        first = [("__interrupt__", (Interrupt(value="first?", id="card"),))]
+        saver.put_writes(stored, first, "task-1", task_path="~__pregel_pull, ask")
+        again = [("__interrupt__", (Interrupt(value="second?", id="card"),))]
+        saver.put_writes(stored, again, "task-1")
+        (write,) = saver.get_tuple(stored).pending_writes or []
+        assert write[2][0].value == "second?"

@@ -76,8 +76,12 @@ def checkpoint_sum(checkpoint_id: str, type_: str | None, checkpoint: Any, metad
 def write_sum(
     checkpoint_id: str, task_id: str, task_path: str, idx: int, channel: str, type_: Any, value: Any
 ) -> int:
-    """A write's sum (both dialects)."""
-    return _crc((checkpoint_id, task_id, task_path, int(idx), channel, type_, value))
+    """A write's sum (both dialects): its key, channel, type and bytes, not its
+    ``task_path`` (which only orders the writes): LangGraph's Postgres upsert of
+    a write to a special channel (``__interrupt__`` again, by the same task)
+    replaces the value and keeps the first row's path."""
+    del task_path
+    return _crc((checkpoint_id, task_id, int(idx), channel, type_, value))
 
 
 def blob_sum(channel: Any, version: Any, type_: Any, blob: Any) -> int:
