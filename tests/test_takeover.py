@@ -68,6 +68,7 @@ def claim_of(store: tuple[str, str], run_id: str) -> tuple[int, int, str | None]
     return int(token), int(recoveries), owner
 
 
+@pytest.mark.faults
 @pytest.mark.crash
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("trial", range(RUNS))
@@ -242,6 +243,7 @@ def test_a_stepped_wall_clock_delays_no_sqlite_takeover_past_one_lease(
 # -- SIGTERM while partitioned (Postgres, a blackhole) ----------------------------------------
 
 
+@pytest.mark.faults
 @pytest.mark.crash
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("trial", range(RUNS))
