@@ -168,6 +168,8 @@ class CheckpointCorrupt(ResilienceError):
     Attributes:
         thread_id, checkpoint_ns, checkpoint_id: where the bad row is.
         mismatch: what failed its checksum ("" when the row could not be decoded).
+        idempotency_key: the side effect whose recorded outcome failed its
+            checksum (None for a checkpoint's own rows).
     """
 
     def __init__(
@@ -178,6 +180,7 @@ class CheckpointCorrupt(ResilienceError):
         checkpoint_id: str | None,
         cause: BaseException | None = None,
         mismatch: str = "",
+        idempotency_key: str | None = None,
     ) -> None:
         where = f"checkpoint {checkpoint_id}" if checkpoint_id else "a checkpoint"
         ns = f" namespace {checkpoint_ns!r}" if checkpoint_ns else ""
@@ -186,15 +189,24 @@ class CheckpointCorrupt(ResilienceError):
             if mismatch
             else f"cannot be decoded ({type(cause).__name__}: {cause})"
         )
+        # an earlier checkpoint's task would call the effect again under a new key
+        fix = (
+            "It is neither replayed nor called again: look up in the outside system what "
+            "the call with that idempotency key did, or delete the thread if it cannot be "
+            "recovered."
+            if idempotency_key
+            else "Resume from an earlier checkpoint (pass its checkpoint_id), or delete "
+            "the thread if it cannot be recovered."
+        )
         super().__init__(
             f"{where} of thread {thread_id!r}{ns} {what}. The row is left as it is; other "
-            "checkpoints and threads are unaffected. Resume from an earlier checkpoint "
-            "(pass its checkpoint_id), or delete the thread if it cannot be recovered."
+            f"checkpoints and threads are unaffected. {fix}"
         )
         self.thread_id = thread_id
         self.checkpoint_ns = checkpoint_ns
         self.checkpoint_id = checkpoint_id
         self.mismatch = mismatch
+        self.idempotency_key = idempotency_key
 
 
 class ArchiveError(ResilienceError):

@@ -14,6 +14,7 @@ flip in bytes nothing reads) in the state an untouched run ends in.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import operator
 import os
@@ -343,3 +344,163 @@ def test_a_special_write_written_again_by_its_task_still_verifies(
         saver.put_writes(stored, again, "task-1")
         (write,) = saver.get_tuple(stored).pending_writes or []
         assert write[2][0].value == "second?"
+
+
+# -- effect outcomes -----------------------------------------------------------------
+
+
+def _effect_graph(saver: Any, calls: list[str], fail: list[bool]) -> Any:
+    """One node charges once, then fails while ``fail`` says so: a resume replays
+    the charge's recorded outcome to it."""
+    from langgraph_resilience import ResilientState, ResilientStateGraph, side_effect
+
+    class Order(ResilientState, total=False):
+        receipt: str
+
+    @side_effect(name="charge")
+    def charge(amount: int, *, idempotency_key: str) -> str:
+        calls.append(idempotency_key)
+        return f"receipt-{amount:04d}-{len(calls):04d}"
+
+    def pay(state: Order) -> dict[str, Any]:
+        receipt = charge(42)
+        if fail[0]:
+            raise ValueError("the mail server is down, after the charge")
+        return {"receipt": receipt}
+
+    g = ResilientStateGraph(Order)
+    g.add_node("pay", pay)
+    g.add_edge(START, "pay")
+    g.add_edge("pay", END)
+    return g.compile(checkpointer=saver)
+
+
+def _flip_outcome(backend: str, target: str, thread_id: str) -> str:
+    """Flip the lowest bit of the stored outcome's last byte (the receipt's last
+    digit: the value still decodes, changed); the effect's idempotency key."""
+    from helpers import sql
+
+    ((key, outcome),) = sql(
+        backend,
+        target,
+        "SELECT idempotency_key, outcome FROM resilience_effects WHERE thread_id = ?",
+        (thread_id,),
+    )
+    flipped = bytearray(bytes(outcome))
+    flipped[-1] ^= 1
+    sql(
+        backend,
+        target,
+        "UPDATE resilience_effects SET outcome = ? WHERE thread_id = ? AND idempotency_key = ?",
+        (bytes(flipped), thread_id, key),
+    )
+    return str(key)
+
+
+async def _async_reads_refuse(backend: str, target: str, thread_id: str, key: str) -> None:
+    from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
+    from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+
+    cls = AsyncResilientSqliteSaver if backend == "sqlite" else AsyncResilientPostgresSaver
+    async with cls.from_conn_string(target) as saver:
+        with pytest.raises(CheckpointCorrupt, match="charge"):
+            await saver.alist_effects(thread_id)
+        with pytest.raises(CheckpointCorrupt) as caught:
+            await saver.effects.aread(thread_id, key)
+        assert caught.value.idempotency_key == key
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_flipped_bit_in_an_effect_outcome_is_caught_not_replayed(
+    backend: str, tmp_path: Path, own_pg: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A resume replays an effect's recorded outcome instead of calling it again: a
+    bit flipped in that outcome must stop the run with `CheckpointCorrupt` naming the
+    thread and the effect's key, never hand the node a changed value nor call the
+    effect again; ``check`` finds it, and reading the ledger refuses it too."""
+    from langgraph_resilience.cli import main
+
+    target = str(tmp_path / "effects.db") if backend == "sqlite" else own_pg
+    opener = (
+        (lambda: ResilientSqliteSaver.from_conn_string(target))
+        if backend == "sqlite"
+        else (lambda: ResilientPostgresSaver.from_conn_string(target))
+    )
+    thread_id = f"flip-outcome-{backend}"
+    config = {"configurable": {"thread_id": thread_id}}
+    calls: list[str] = []
+    fail = [True]
+    with opener() as saver:
+        saver.setup()
+        graph = _effect_graph(saver, calls, fail)
+        with pytest.raises(ValueError, match="after the charge"):
+            graph.invoke({}, config, durability="sync")
+        assert len(calls) == 1
+        (stored,) = saver.list_effects(thread_id)
+        assert stored.status == "done"
+    key = _flip_outcome(backend, target, thread_id)
+
+    with opener() as saver:
+        graph = _effect_graph(saver, calls, fail)
+        fail[0] = False
+        with pytest.raises(CheckpointCorrupt) as caught:
+            graph.invoke(None, config, durability="sync")
+        assert thread_id in str(caught.value) and key in str(caught.value), str(caught.value)
+        assert caught.value.idempotency_key == key
+        assert calls == [key], "the effect was called again"
+        with pytest.raises(CheckpointCorrupt, match="charge"):
+            saver.list_effects(thread_id)
+        with pytest.raises(CheckpointCorrupt, match="charge"):
+            saver.effects.read(thread_id, key)
+    asyncio.run(_async_reads_refuse(backend, target, thread_id, key))
+
+    capsys.readouterr()
+    assert main(["check", "--db", target, "--json"]) == 1
+    found = json.loads(capsys.readouterr().out)
+    assert [(f["kind"], f["thread_id"]) for f in found["failures"]] == [("effect", thread_id)]
+    assert key in found["failures"][0]["what"] and found["checked"]["effect"] == 1
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_effect_outcomes_copied_or_written_before_read_as_they_were(
+    backend: str, tmp_path: Path, own_pg: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A copied thread's outcomes keep their sums (a flip in the copy is caught);
+    an outcome stored before the checksums (no sum) is replayed as before and
+    counted by ``check`` as unverified."""
+    from helpers import sql
+
+    from langgraph_resilience.cli import main
+
+    target = str(tmp_path / "effects.db") if backend == "sqlite" else own_pg
+    opener = (
+        (lambda: ResilientSqliteSaver.from_conn_string(target))
+        if backend == "sqlite"
+        else (lambda: ResilientPostgresSaver.from_conn_string(target))
+    )
+    calls: list[str] = []
+    fail = [True]
+    with opener() as saver:
+        saver.setup()
+        graph = _effect_graph(saver, calls, fail)
+        for t in ("old", "src"):
+            with pytest.raises(ValueError):
+                graph.invoke({}, {"configurable": {"thread_id": t}}, durability="sync")
+        saver.copy_thread("src", "copy")
+        sql(
+            backend,
+            target,
+            "UPDATE resilience_effects SET outcome_sum = NULL WHERE thread_id = ?",
+            ("old",),
+        )
+        key = _flip_outcome(backend, target, "copy")
+        with pytest.raises(CheckpointCorrupt, match=key):
+            saver.list_effects("copy")
+        capsys.readouterr()
+        assert main(["check", "--db", target, "--json"]) == 1
+        found = json.loads(capsys.readouterr().out)
+        assert found["unverified"]["effect"] == 1 and found["checked"]["effect"] == 2
+        assert [f["thread_id"] for f in found["failures"]] == ["copy"]
+        fail[0] = False
+        old = graph.invoke(None, {"configurable": {"thread_id": "old"}}, durability="sync")
+        assert old["receipt"] == "receipt-0042-0001" and len(calls) == 2

@@ -3,7 +3,9 @@
 Both are keyed by the task that made them (thread, namespace, checkpoint, task
 id), so they are copied and deleted with the thread's checkpoints
 (`_threads`). Effect outcomes may be written behind (`PendingOutcomes`): they
-ride along with the saver's next write.
+ride along with the saver's next write. Every statement that stores an outcome
+stores its checksum (`_sums.outcome_sum`) with it, and every read of an effect
+checks it (`_checked`) before anything replays it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from langgraph_resilience.checkpoint._process import executor_alive
 from langgraph_resilience.checkpoint._schema import ATTEMPTS, EFFECTS
 from langgraph_resilience.checkpoint._store import (
     Dialect,
+    Row,
     Statements,
     Stmt,
     from_row,
     select_list,
 )
+from langgraph_resilience.checkpoint._sums import effect_mismatch, outcome_sum
 
 __all__ = [
     "AttemptKey",
@@ -141,11 +145,33 @@ class OutcomeFields(NamedTuple):
     error: str | None
 
 
-_EFFECT_COLUMNS = select_list(EffectRecord)
+# A record is read with its outcome's sum last (`_checked` strips it).
+_EFFECT_COLUMNS = f"{select_list(EffectRecord)}, outcome_sum"
 _OUTCOME = (
     f"UPDATE {EFFECTS.name} SET status = ?, outcome_at = ?, outcome_type = ?, "
-    "outcome = ?, error = ? WHERE thread_id = ? AND idempotency_key = ?"
+    "outcome = ?, error = ?, outcome_sum = ? WHERE thread_id = ? AND idempotency_key = ?"
 )
+
+
+def _outcome_params(thread_id: str, key: str, fields: OutcomeFields) -> tuple[object, ...]:
+    f = fields
+    return (*f, outcome_sum(key, f.status, f.outcome_type, f.outcome, f.error), thread_id, key)
+
+
+def _checked(thread_id: str, row: Row) -> EffectRecord:
+    """The record of a row read with `_EFFECT_COLUMNS`, once its outcome matches
+    its sum (a row with none passes: stored before the checksums, or an intent).
+
+    Raises:
+        CheckpointCorrupt: naming the thread, the effect's checkpoint and its key.
+    """
+    r, stored = from_row(EffectRecord, row[:-1]), row[-1]
+    actual = outcome_sum(r.idempotency_key, r.status, r.outcome_type, r.outcome, r.error)
+    if stored is not None and int(stored) != actual:
+        raise effect_mismatch(
+            thread_id, r.checkpoint_ns, r.checkpoint_id, r.name, r.idempotency_key
+        )
+    return r
 
 
 def read_effect(d: Dialect, thread_id: str, key: str) -> Statements[EffectRecord | None]:
@@ -157,7 +183,7 @@ def read_effect(d: Dialect, thread_id: str, key: str) -> Statements[EffectRecord
         (thread_id, key),
         fetch=True,
     )
-    return from_row(EffectRecord, rows[0]) if rows else None
+    return _checked(thread_id, rows[0]) if rows else None
 
 
 def list_effects(d: Dialect, thread_id: str) -> Statements[list[EffectRecord]]:
@@ -169,7 +195,7 @@ def list_effects(d: Dialect, thread_id: str) -> Statements[list[EffectRecord]]:
         (thread_id,),
         fetch=True,
     )
-    return [from_row(EffectRecord, r) for r in rows]
+    return [_checked(thread_id, r) for r in rows]
 
 
 class IntentClaim(NamedTuple):
@@ -273,7 +299,7 @@ def claim_intent(
             (thread_id, r.idempotency_key),
             fetch=True,
         )
-        found, now = from_row(EffectRecord, rows[0][:-1]), float(rows[0][-1])
+        found, now = _checked(thread_id, rows[0][:-1]), float(rows[0][-1])
         alive = None if found.owner is None else executor_alive(found.owner)
         verdict = judge_intent(found, r, now, alive)
         if verdict == "busy":
@@ -282,8 +308,10 @@ def claim_intent(
             return IntentClaim("done", found)
         taken = yield Stmt(
             d.sql(
+                # the new call's outcome brings its own sum
                 f"UPDATE {EFFECTS.name} SET status = 'intent', owner = ?, fencing_token = ?, "
-                "lease_until = NOW() + ? WHERE thread_id = ? AND idempotency_key = ? "
+                "lease_until = NOW() + ?, outcome_sum = NULL "
+                "WHERE thread_id = ? AND idempotency_key = ? "
                 "AND status = ? AND coalesce(owner, '') = ? RETURNING 1"
             ),
             (
@@ -331,13 +359,13 @@ def record_outcome(d: Dialect, thread_id: str, key: str, fields: OutcomeFields) 
     """
     if d.relax_commit is not None:
         yield Stmt(d.relax_commit)
-    yield Stmt(d.sql(_OUTCOME), (*fields, thread_id, key))
+    yield Stmt(d.sql(_OUTCOME), _outcome_params(thread_id, key, fields))
 
 
 def store_outcomes(d: Dialect, outcomes: dict[tuple[str, str], OutcomeFields]) -> Statements[None]:
     """Outcomes written behind, stored with another write."""
     if outcomes:
-        rows = [(*fields, thread, key) for (thread, key), fields in sorted(outcomes.items())]
+        rows = [_outcome_params(thread, key, f) for (thread, key), f in sorted(outcomes.items())]
         yield Stmt(d.sql(_OUTCOME), rows, many=True)
 
 

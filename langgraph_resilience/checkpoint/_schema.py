@@ -105,6 +105,7 @@ EFFECTS = Table(
         Column("error", "TEXT"),
         Column("owner", "TEXT", since=8),
         Column("lease_until", "REAL_T", since=8),
+        Column("outcome_sum", "BIGINT_T", since=17),
     ),
     primary_key=("thread_id", "idempotency_key"),
     since=3,
@@ -307,6 +308,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     # 16: a claim names its worker's process (a dead one's runs are taken over at
     # once) and, on SQLite, the boot clock its lease is judged by.
     Migration.both(*RUNS.added(16)),
+    # 17: a checksum on each effect outcome (`_sums.outcome_sum`); outcomes stored
+    # before keep NULL: replayed as before, unverified.
+    Migration.both(*EFFECTS.added(17)),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 

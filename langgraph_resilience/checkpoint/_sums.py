@@ -10,6 +10,13 @@ the graph. A row with no sum (written before the migration, or by a stock
 LangGraph saver) is read as before, unverified; ``langgraph-resilience check``
 counts those.
 
+An effect's recorded outcome (``resilience_effects``, our own table) carries
+``outcome_sum`` (migration 17), written by the statement that stores the outcome
+(`outcome_sum`) and cleared when a new call takes the intent over; every read of
+the ledger checks it (`_ledger`), so a replay never hands a node a value
+the call did not return, and a changed ``status`` never makes a done call look
+undone (which would call it again).
+
 The sum is CRC-32 (``zlib.crc32``) over the row's bytes and the keys that give
 them their meaning (a checkpoint's id, a write's task, index and
 channel, a blob's channel and version), never over the thread id, so
@@ -45,8 +52,10 @@ __all__ = [
     "StoreCheck",
     "blob_sum",
     "check_store",
+    "effect_mismatch",
     "checkpoint_sum",
     "mismatch",
+    "outcome_sum",
     "sqlite_keys",
     "sqlite_read",
     "sqlite_tuple",
@@ -87,6 +96,31 @@ def write_sum(
 def blob_sum(channel: Any, version: Any, type_: Any, blob: Any) -> int:
     """A Postgres blob's sum."""
     return _crc((channel, version, type_, blob))
+
+
+def outcome_sum(
+    key: str, status: str, outcome_type: str | None, outcome: bytes | None, error: str | None
+) -> int:
+    """An effect outcome's sum: its key, status, bytes and error (not its thread:
+    ``copy_thread`` copies it as it is; not its times, which replay nothing)."""
+    return _crc((key, status, outcome_type, outcome, error))
+
+
+def effect_mismatch(
+    thread_id: str, ns: str, checkpoint_id: str | None, name: str, key: str
+) -> CheckpointCorrupt:
+    """The error for an effect outcome whose bytes no longer match their sum."""
+    return CheckpointCorrupt(
+        thread_id=str(thread_id),
+        checkpoint_ns=ns or "",
+        checkpoint_id=checkpoint_id or None,
+        mismatch=_effect_what(name, key),
+        idempotency_key=key,
+    )
+
+
+def _effect_what(name: str, key: str) -> str:
+    return f"the recorded outcome of side effect {name!r} (idempotency key {key!r})"
 
 
 def pg_checkpoint_sum(c: str, m: str, i: str) -> str:
@@ -316,11 +350,12 @@ def sqlite_tuple(serde: SerializerProtocol, read: SqliteRead) -> CheckpointTuple
 class Failure:
     """A row whose bytes do not match their sum."""
 
-    kind: str  # checkpoint, write, blob
+    kind: str  # checkpoint, write, blob, effect (a side effect's recorded outcome)
     thread_id: str
     checkpoint_ns: str
     checkpoint_id: str | None  # None for a blob (shared by checkpoints)
     what: str
+    idempotency_key: str | None = None  # an effect's
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -345,25 +380,54 @@ class _Scan(NamedTuple):
     columns: str  # after the key; the stored sum, then (Postgres rows) the server's
 
 
-def _checkpoint_of(kind: str, key: Row, rest: Row, dialect: str) -> tuple[Any, int, str]:
+class _Judged(NamedTuple):
+    stored: Any
+    actual: int
+    what: str
+    ns: str
+    checkpoint_id: str | None
+    key: str | None = None  # an effect's idempotency key
+
+
+def _judged(kind: str, key: Row, rest: Row, dialect: str) -> _Judged | None:
+    """A scanned row's stored and actual sum; None for a row with nothing to check
+    (an effect's intent: no outcome yet)."""
+    ns, checkpoint_id = str(key[1]), None if kind in ("blob", "effect") else str(key[2])
     if kind == "checkpoint":
         if dialect == "postgres":
-            return rest[0], int(rest[1]), "the checkpoint row"
+            return _Judged(rest[0], int(rest[1]), "the checkpoint row", ns, checkpoint_id)
         type_, blob, metadata, stored = rest
-        return stored, checkpoint_sum(key[2], type_, blob, metadata), "the checkpoint row"
+        actual = checkpoint_sum(key[2], type_, blob, metadata)
+        return _Judged(stored, actual, "the checkpoint row", ns, checkpoint_id)
     if kind == "write":
         path, channel, type_, value, stored = rest
         actual = write_sum(key[2], key[3], path, key[4], channel, type_, value)
-        return stored, actual, f"the write of task {key[3]} to {channel!r} #{key[4]}"
+        what = f"the write of task {key[3]} to {channel!r} #{key[4]}"
+        return _Judged(stored, actual, what, ns, checkpoint_id)
+    if kind == "effect":
+        ns, checkpoint_id, name, status, outcome_type, outcome, error, stored = rest
+        if stored is None and status == "intent":
+            return None
+        actual = outcome_sum(str(key[1]), status, outcome_type, outcome, error)
+        what = _effect_what(name, str(key[1]))
+        return _Judged(stored, actual, what, str(ns), checkpoint_id or None, str(key[1]))
     type_, blob, stored = rest
-    return stored, blob_sum(key[2], key[3], type_, blob), f"the value of channel {key[2]!r}"
+    what = f"the value of channel {key[2]!r}"
+    return _Judged(stored, blob_sum(key[2], key[3], type_, blob), what, ns, None)
 
 
 _WRITE_KEY = ("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx")
+_EFFECT = _Scan(
+    "effect",
+    "resilience_effects",
+    ("thread_id", "idempotency_key"),
+    "checkpoint_ns, checkpoint_id, name, status, outcome_type, outcome, error, outcome_sum",
+)
 _SCANS = {
     "sqlite": (
         _Scan("checkpoint", "checkpoints", _WRITE_KEY[:3], f"type, checkpoint, metadata, {SUM}"),
         _Scan("write", "writes", _WRITE_KEY, f"task_path, channel, type, value, {SUM}"),
+        _EFFECT,
     ),
     "postgres": (
         _Scan("checkpoint", "checkpoints", _WRITE_KEY[:3], f"{SUM}, {PG_CHECKPOINT_SUM}"),
@@ -374,6 +438,7 @@ _SCANS = {
             f"type, blob, {SUM}",
         ),
         _Scan("write", "checkpoint_writes", _WRITE_KEY, f"task_path, channel, type, blob, {SUM}"),
+        _EFFECT,
     ),
 }
 #: Rows read per statement while checking a store.
@@ -405,20 +470,22 @@ def check_store(d: Dialect) -> Statements[StoreCheck]:
             )
             for row in rows:
                 key, rest = row[: len(scan.key)], row[len(scan.key) :]
-                stored, actual, what = _checkpoint_of(scan.kind, key, rest, d.name)
-                if stored is None:
+                judged = _judged(scan.kind, key, rest, d.name)
+                if judged is None:
+                    continue
+                if judged.stored is None:
                     unverified[scan.kind] += 1
                     continue
                 checked[scan.kind] += 1
-                if int(stored) != actual:
-                    checkpoint_id = None if scan.kind == "blob" else str(key[2])
+                if int(judged.stored) != judged.actual:
                     failures.append(
                         Failure(
                             kind=scan.kind,
                             thread_id=str(key[0]),
-                            checkpoint_ns=str(key[1]),
-                            checkpoint_id=checkpoint_id,
-                            what=what,
+                            checkpoint_ns=judged.ns,
+                            checkpoint_id=judged.checkpoint_id,
+                            what=judged.what,
+                            idempotency_key=judged.key,
                         )
                     )
             if len(rows) < CHECK_PAGE:

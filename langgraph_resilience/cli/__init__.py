@@ -3,8 +3,8 @@
 Subcommands (``--db``: a SQLite file path or a Postgres DSN, or env ``LGR_DB``):
 
 - ``setup``: create or migrate the store's tables;
-- ``check``: verify every checkpoint, write and blob against its checksum (and
-  SQLite's ``PRAGMA quick_check``); exit code 1 on a damaged row;
+- ``check``: verify every checkpoint, write, blob and side-effect outcome against
+  its checksum (and SQLite's ``PRAGMA quick_check``); exit code 1 on a damaged row;
 - ``runs [--status S]``: the runs (thread, run, status, attempts, recoveries,
   owner, updated), newest first;
 - ``show THREAD [--run N]``: the run report (`run_report`), or its graph in
@@ -130,8 +130,9 @@ def setup(db: str | None) -> int:
 @db_option
 @json_option
 def check(db: str | None, as_json: bool) -> int:
-    """Verify a whole store: every checksum (checkpoints, writes, blobs) and, on
-    SQLite, PRAGMA quick_check. Exit code 1 when something does not match."""
+    """Verify a whole store: every checksum (checkpoints, writes, blobs, side-effect
+    outcomes) and, on SQLite, PRAGMA quick_check. Exit code 1 when something does
+    not match."""
     with open_store(db) as store:
         found = store_check(store)
     if as_json:
