@@ -349,15 +349,16 @@ def test_a_special_write_written_again_by_its_task_still_verifies(
 # -- effect outcomes -----------------------------------------------------------------
 
 
-def _effect_graph(saver: Any, calls: list[str], fail: list[bool]) -> Any:
+def _effect_graph(saver: Any, calls: list[str], fail: list[bool], **options: Any) -> Any:
     """One node charges once, then fails while ``fail`` says so: a resume replays
-    the charge's recorded outcome to it."""
+    the charge's recorded outcome to it (``options``: the effect's; with
+    ``on_unknown="raise"`` its outcome is stored at once, else with the next write)."""
     from langgraph_resilience import ResilientState, ResilientStateGraph, side_effect
 
     class Order(ResilientState, total=False):
         receipt: str
 
-    @side_effect(name="charge")
+    @side_effect(name="charge", **options)
     def charge(amount: int, *, idempotency_key: str) -> str:
         calls.append(idempotency_key)
         return f"receipt-{amount:04d}-{len(calls):04d}"
@@ -467,7 +468,8 @@ def test_effect_outcomes_copied_or_written_before_read_as_they_were(
 ) -> None:
     """A copied thread's outcomes keep their sums (a flip in the copy is caught);
     an outcome stored before the checksums (no sum) is replayed as before and
-    counted by ``check`` as unverified."""
+    counted by ``check`` as unverified. Outcomes stored at once (``on_unknown=
+    "raise"``, as `settle_effect` stores) carry their sum as those written behind."""
     from helpers import sql
 
     from langgraph_resilience.cli import main
@@ -482,7 +484,7 @@ def test_effect_outcomes_copied_or_written_before_read_as_they_were(
     fail = [True]
     with opener() as saver:
         saver.setup()
-        graph = _effect_graph(saver, calls, fail)
+        graph = _effect_graph(saver, calls, fail, on_unknown="raise")
         for t in ("old", "src"):
             with pytest.raises(ValueError):
                 graph.invoke({}, {"configurable": {"thread_id": t}}, durability="sync")
