@@ -172,9 +172,22 @@ def fence_write(
     return fenced, mapped
 
 
+# A Postgres fenced write also takes this shared advisory lock (keyed by its run)
+# until its commit: it marks the session as one of our fenced writes of that run,
+# so a claim can find it in pg_locks (`_end_stalled_writers`). Shared: writes of
+# one run never wait for each other, and nothing ever takes it exclusively.
+_FENCE_LOCK = "hashtext('resilience_fence'), hashtext(?)"
+
+
 def _check_fence(d: Dialect, fence: Fence) -> Statements[None]:
     if d.procedures:
-        yield Stmt(d.sql("SELECT resilience_check_fence(?, ?)"), (fence.run_id, fence.token))
+        yield Stmt(
+            d.sql(
+                "SELECT resilience_check_fence(?, ?), "
+                f"pg_advisory_xact_lock_shared({_FENCE_LOCK})"
+            ),
+            (fence.run_id, fence.token, fence.run_id),
+        )
         return
     rows = yield Stmt(
         d.sql(f"SELECT fencing_token FROM {RUNS.name} WHERE run_id = ?"),
@@ -300,6 +313,7 @@ def claim_runs(
         if dead is None:
             dead = yield from dead_holders(d, who)
         gone, gone_params = taken_over(d, who.clock, dead)
+        yield from _end_stalled_writers(d, gone, gone_params)
         rows = yield Stmt(
             d.sql(
                 f"UPDATE {RUNS.name} SET status = 'running', owner = ?, claim_token = ?, "
@@ -324,6 +338,43 @@ def claim_runs(
             fetch=True,
         )
     return sorted((from_row(RunRecord, r) for r in rows), key=lambda r: r.created_at)
+
+
+def _end_stalled_writers(d: Dialect, gone: str, params: tuple[Any, ...]) -> Statements[None]:
+    """End the sessions of fenced writes of runs a claim takes over (Postgres).
+
+    A fenced write holds its run's row (``FOR SHARE``) until it commits, and a
+    claim skips a locked row. A writer cut off mid-pipeline leaves its session
+    waiting for the pipeline's ``Sync``: not idle in a transaction, no statement
+    running, so no server timeout ends it (PostgreSQL < 17 has no
+    ``transaction_timeout``), and through a proxy or pooler TCP keepalives are
+    answered. Once the run's lease is over (or its holder is known gone), its
+    writer has no right to commit anything: its session, found by the fence's
+    advisory lock, is terminated (its transaction rolls back, as when its client
+    crashed; the writer's retry is refused by the fence). Only sessions this
+    role may signal are ended (no permission error fails the claim); a session
+    still exiting is claimed at the next poll.
+    """
+    if not d.procedures:
+        return  # SQLite: a write holds the whole database for its one transaction
+    yield Stmt(
+        d.sql(
+            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid "
+            "JOIN pg_roles ro ON ro.oid = a.usesysid "
+            # The gate first (a one-time filter): a poll with no lease over reads no locks.
+            f"WHERE EXISTS (SELECT 1 FROM {RUNS.name} WHERE {gone}) "
+            "AND l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted "
+            "AND l.pid <> pg_backend_pid() "
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND l.classid = hashtext('resilience_fence')::oid "
+            f"AND l.objid IN (SELECT hashtext(run_id)::oid FROM {RUNS.name} WHERE {gone}) "
+            "AND pg_has_role(a.usesysid, 'MEMBER') "
+            "AND (NOT ro.rolsuper OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user))"
+        ),
+        (*params, *params),
+        fetch=True,
+    )
 
 
 def renew_leases(

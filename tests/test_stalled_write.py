@@ -1,0 +1,215 @@
+"""A live worker's stalled fenced write never blocks the takeover past its lease
+(issue 24), on a Postgres server of the tests' own (`faults.PgServer`) with a
+`faults.TcpProxy` between worker A's savers and the server; worker B talks to the
+server directly.
+
+A's effect stores its intent in one pipelined transaction: the fence check (which
+holds the run's row ``FOR SHARE`` until the commit) and the ``INSERT`` reach the
+server, then the proxy blackholes before the pipeline's ``Sync``. The server waits
+for the rest of the pipeline in state ``active``: no ``statement_timeout`` (re-armed
+per statement) nor ``idle_in_transaction_session_timeout`` (not idle: no Sync yet)
+ends it, and the proxy's end of the TCP connection answers every keepalive. Without
+a bound the row stays locked and every claim skips it (``SKIP LOCKED``) for as long
+as the partition lasts. B must take the run over within ``lease_ttl`` +
+`TAKEOVER_MARGIN` of the cut and finish it; A's fenced writes are refused after
+(`LeaseLost`), and the effect is performed once (by B: A's intent never answered).
+
+``LGR_FAULT_RUNS`` sets the trials (default 1).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faults import PgServer, TcpProxy
+from helpers import append, assert_no_fork, read_ledger, sql
+from partition_worker import STEPS, partition_bounds, partition_graph
+
+from langgraph_resilience import LeaseLost, Worker, side_effect
+from langgraph_resilience.checkpoint import EffectRecord, Fence, _ledger
+from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+
+TRIALS = int(os.environ.get("LGR_FAULT_RUNS", "1"))
+LEASE_TTL = 3.0
+POLL = 0.05
+#: B's poll interval (twice: the claim that ends the stalled session may find the
+#: row still held while that session exits), its claim's round trips and the thread
+#: scheduling of a loaded machine.
+TAKEOVER_MARGIN = 1.5
+
+
+@pytest.fixture
+def db(pg_server: PgServer) -> Iterator[str]:
+    pg_server.ensure_running()
+    dsn = pg_server.create_database(f"lgr_stall_{uuid.uuid4().hex[:8]}")
+    with ResilientPostgresSaver.from_conn_string(dsn) as saver:
+        saver.setup()
+    yield dsn
+    pg_server.ensure_running()
+
+
+def wait_until(check: Any, timeout: float, what: str, tick: float = 0.01) -> float:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(tick)
+    return time.monotonic()
+
+
+def token_of(dsn: str, run_id: str) -> int:
+    [(token,)] = sql(
+        "postgres", dsn, "SELECT fencing_token FROM resilience_runs WHERE run_id = ?", (run_id,)
+    )
+    return int(token or 0)
+
+
+def stalled_inserts(dsn: str) -> int:
+    """Sessions of the database executing an intent's INSERT (waiting for its Sync)."""
+    [(n,)] = sql(
+        "postgres",
+        dsn,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = ? AND state = 'active' "
+        "AND query LIKE 'INSERT INTO resilience_effects%%' AND pid <> pg_backend_pid()",
+        (dsn.rsplit("/", 1)[1],),
+    )
+    return int(n)
+
+
+def in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["result"] = fn()
+        except BaseException as exc:  # reported by the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, out
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(120)
+def test_a_stalled_intent_insert_of_a_live_worker_does_not_block_the_takeover(
+    pg_server: PgServer, db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    timeouts, retry = partition_bounds(read=2.0)
+    armed = threading.Event()
+    cut = threading.Event()
+    box: dict[str, Any] = {}
+    claim = _ledger.claim_intent
+
+    def claim_then_stall(d: Any, thread_id: str, record: Any, *args: Any, **kw: Any) -> Any:
+        gen = claim(d, thread_id, record, *args, **kw)
+        if not armed.is_set():
+            return (yield from gen)
+        armed.clear()
+        value = yield next(gen)  # the INSERT, sent in the pipeline after the fence check
+        # Both statements are on the server (active, holding the run's row); the
+        # pipeline's Sync, and its COMMIT with it, never gets there.
+        box["stalled"] = wait_until(lambda: stalled_inserts(db) == 1, 5, "A's INSERT")
+        box["proxy"].blackhole()
+        box["cut_at"] = time.monotonic()
+        cut.set()
+        while True:
+            try:
+                stmt = gen.send(value)
+            except StopIteration as stop:
+                return stop.value
+            value = yield stmt
+
+    monkeypatch.setattr(_ledger, "claim_intent", claim_then_stall)
+    for trial in range(TRIALS):
+        service = tmp_path / f"stall-{trial}"
+        service.mkdir()
+        calls_log = service / "calls.log"
+        armed.clear()
+        cut.clear()
+
+        @side_effect(name="deliver")
+        def deliver(*, idempotency_key: str, log: Path = calls_log) -> str:
+            append(log, f"{idempotency_key} {threading.current_thread().name} {time.time()}")
+            return f"receipt:{idempotency_key}"
+
+        first_b = {"seen": False}
+
+        def in_b(first_b: dict[str, bool] = first_b) -> None:
+            if not first_b["seen"]:
+                first_b["seen"] = True
+                armed.set()  # A's intent for this effect is the one stalled
+            deliver()
+
+        graph = partition_graph(service, 0.0, in_b)
+        with (
+            TcpProxy(pg_server.port) as proxy,
+            ResilientPostgresSaver.from_conn_string(db) as direct,
+        ):
+            box["proxy"] = proxy
+            with ResilientPostgresSaver.from_conn_string(
+                proxy.dsn(db), timeouts=timeouts, store_retry=retry
+            ) as saver_a:
+                worker_a = Worker(
+                    graph, checkpointer=saver_a, lease_ttl=LEASE_TTL, poll_interval=POLL,
+                    drain_timeout=1.0,
+                )  # fmt: skip
+                run_id = worker_a.submit({"done": []})
+                a_thread, a_out = in_thread(worker_a.run)
+                assert cut.wait(15), "A never stored b's intent"
+                cut_at = box["cut_at"]
+                time.sleep(0.2)
+                still = stalled_inserts(db)
+                worker_b = Worker(
+                    graph, checkpointer=direct, lease_ttl=LEASE_TTL, poll_interval=POLL
+                )
+                b_thread, b_out = in_thread(worker_b.run)
+                try:
+                    taken_at = wait_until(
+                        lambda run_id=run_id: token_of(db, run_id) >= 2,
+                        LEASE_TTL + 8,
+                        "B to take the run over",
+                    )
+                finally:
+                    delay = time.monotonic() - cut_at
+                    print(
+                        f"\n[stall] trial {trial}: INSERT stalled on the server "
+                        f"(sessions {still}); takeover after {delay:.2f} s "
+                        f"(bound {LEASE_TTL + TAKEOVER_MARGIN:g} s)",
+                        end="",
+                    )
+                delay = taken_at - cut_at
+                b_thread.join(20)
+                assert not b_thread.is_alive(), "worker B did not finish"
+                proxy.heal()
+                # A's fenced writes are refused now: B holds the run (token 2).
+                thread = sql(
+                    "postgres", db, "SELECT thread_id FROM resilience_runs WHERE run_id = ?",
+                    (run_id,),
+                )[0][0]  # fmt: skip
+                intent = EffectRecord(
+                    idempotency_key=f"late-{trial}", name="deliver", status="intent",
+                    intent_at=time.time(),
+                )  # fmt: skip
+                with pytest.raises(LeaseLost, match="taken over"):
+                    saver_a.effects.claim(thread, intent, None, 30.0, Fence(run_id=run_id, token=1))
+                worker_a.drain("test over")
+                a_thread.join(30)
+                assert not a_thread.is_alive(), "worker A did not stop once healed"
+            record = direct.read_run(run_id)
+            values = direct.serde.loads_typed((record.outcome_type, record.outcome))["values"]
+        assert still == 1, "the cut did not leave A's INSERT active on the server"
+        assert delay <= LEASE_TTL + TAKEOVER_MARGIN, f"takeover took {delay:.2f} s"
+        assert b_out == {"result": {run_id: "success"}}, b_out
+        assert record.status == "success", record
+        assert values["done"] == STEPS
+        assert_no_fork("postgres", db, str(thread))
+        counted = Counter(parts[0] for parts in read_ledger(calls_log))
+        assert len(counted) == 1 and set(counted.values()) == {1}, counted
