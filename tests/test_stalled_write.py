@@ -162,7 +162,7 @@ def test_a_stalled_intent_insert_of_a_live_worker_does_not_block_the_takeover(
                     drain_timeout=1.0,
                 )  # fmt: skip
                 run_id = worker_a.submit({"done": []})
-                a_thread, a_out = in_thread(worker_a.run)
+                a_thread, _a_out = in_thread(worker_a.run)
                 assert cut.wait(15), "A never stored b's intent"
                 cut_at = box["cut_at"]
                 time.sleep(0.2)
