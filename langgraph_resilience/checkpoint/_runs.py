@@ -183,8 +183,7 @@ def _check_fence(d: Dialect, fence: Fence) -> Statements[None]:
     if d.procedures:
         yield Stmt(
             d.sql(
-                "SELECT resilience_check_fence(?, ?), "
-                f"pg_advisory_xact_lock_shared({_FENCE_LOCK})"
+                f"SELECT resilience_check_fence(?, ?), pg_advisory_xact_lock_shared({_FENCE_LOCK})"
             ),
             (fence.run_id, fence.token, fence.run_id),
         )
