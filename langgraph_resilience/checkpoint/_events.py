@@ -4,7 +4,7 @@ that nothing else stores (both dialects).
 Nothing here runs on a step's happy path. A run's history is read from what is
 already stored: the writes of its run-log channel (each step's record, the
 markers of new runs, partial results and `retry_failed`), LangGraph's own
-``__resume__``/``__interrupt__``/``__error__`` writes, the attempts, effects and
+resume, interrupt and error writes (`_langgraph`'s channels), the attempts, effects and
 runs tables. Two recoveries leave no write of their own and get a row in
 ``resilience_recoveries``: a `Worker`'s takeover of a run whose lease expired
 (stored in the claim's own transaction) and a resume after a crash
@@ -50,9 +50,9 @@ __all__ = [
 ]
 
 #: The channels whose writes tell a run's story (values read); writes to the
-#: ``branch:to:`` channels (`BRANCH_PREFIX`) and Sends (`TASKS_CHANNEL`) are read
+#: `BRANCH_PREFIX` channels and Sends (`TASKS_CHANNEL`) are read
 #: without their values (a run that wrote none in its last step has nothing left
-#: to do). ``__error_source_node__`` marks an error that goes to the node's error
+#: to do). `ERROR_SOURCE_CHANNEL` marks an error that goes to the node's error
 #: handler.
 RUN_LOG_CHANNELS = (
     "resilience",

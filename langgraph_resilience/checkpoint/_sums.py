@@ -87,7 +87,7 @@ def write_sum(
 ) -> int:
     """A write's sum (both dialects): its key, channel, type and bytes, not its
     ``task_path`` (which only orders the writes): LangGraph's Postgres upsert of
-    a write to a special channel (``__interrupt__`` again, by the same task)
+    a write to a special channel (`INTERRUPT_CHANNEL` again, by the same task)
     replaces the value and keeps the first row's path."""
     del task_path
     return _crc((checkpoint_id, task_id, int(idx), channel, type_, value))

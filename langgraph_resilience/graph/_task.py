@@ -1,7 +1,7 @@
 """`TaskContext`: what a running node's task knows of itself, read from its config.
 
 LangGraph hands a task its facts in the task's config, partly under private keys
-(``__pregel_*``). This module reads them into one typed context; the node
+(`_langgraph`'s ``*_KEY`` names). This module reads them into one typed context; the node
 wrapper, side effects and budgets ask it, never the config. The keys' names come
 from the door to LangGraph's internals (`langgraph_resilience._langgraph`),
 whose test pins them against the installed LangGraph, so an upgrade that renames

@@ -8,13 +8,13 @@ in the writes of its top-level tasks, in checkpoint order:
   start and end) and what it used (``usage``);
 - the run-log writes that end a run say so (``status``: ``success``,
   ``partial_complete``); a run whose last step wrote no route onward
-  (``branch:to:...``, a `Send`) and left no interrupt has nothing left to do;
+  (`BRANCH_PREFIX` channels, a `Send`) and left no interrupt has nothing left to do;
 - a step that gave up stores its error with its route (and LangGraph an
-  ``__error_source_node__`` marker beside it): its error handler goes on, so
+  `ERROR_SOURCE_CHANNEL` marker beside it): its error handler goes on, so
   it is no error of the run;
 - `retry_failed` writes ``clear`` (the paths it re-runs) with its command;
-- a resume of an interrupted run writes ``__resume__`` beside the
-  ``__interrupt__`` writes of the tasks that paused (a budget pause says
+- a resume of an interrupted run writes to `RESUME_CHANNEL` beside the
+  `INTERRUPT_CHANNEL` writes of the tasks that paused (a budget pause says
   ``reason: budget_exhausted``).
 
 The recoveries that leave no write (a `Worker`'s takeover, a resume after a
