@@ -7,9 +7,11 @@ import itertools
 import operator
 import os
 import sqlite3
+import threading
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, TypeVar
 
@@ -178,3 +180,48 @@ def put_first_checkpoint(saver: Any, thread_id: str) -> Any:
 
     config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
     return saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+
+
+# -- the fault tests' private Postgres and their threads -------------------------------------
+
+
+def private_db(pg_server: Any, prefix: str, *, synchronous_commit: bool = False) -> Iterator[str]:
+    """A fresh, set-up database on the private server (`faults.PgServer`, running
+    before and after), for a fixture to yield from. ``synchronous_commit``: on for
+    this database (the server runs with it off for speed, and a SIGKILLed server
+    then loses commits it acknowledged, which no client can notice)."""
+    from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+
+    pg_server.ensure_running()
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    dsn: str = pg_server.create_database(name)
+    if synchronous_commit:
+        sql("postgres", pg_server.dsn(), f'ALTER DATABASE "{name}" SET synchronous_commit = on')
+    with ResilientPostgresSaver.from_conn_string(dsn) as saver:
+        saver.setup()
+    yield dsn
+    pg_server.ensure_running()
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str, tick: float = 0.01) -> float:
+    """Poll ``check`` until true; the time.monotonic() it became true."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(tick)
+    return time.monotonic()
+
+
+def in_thread(fn: Callable[..., Any], *args: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    """``fn(*args)`` in a daemon thread; its ``result`` or ``error`` lands in the dict."""
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["result"] = fn(*args)
+        except BaseException as exc:  # reported by the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, out

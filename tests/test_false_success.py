@@ -45,7 +45,7 @@ from typing import Annotated, Any
 
 import pytest
 from faults import PgServer, TcpProxy
-from helpers import append, chain, read_ledger, sql
+from helpers import append, chain, in_thread, private_db, read_ledger, sql, wait_until
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.errors import NodeError
@@ -124,18 +124,10 @@ def pipeline(calls: Path, in_step: Callable[[str, str], None] | None = None) -> 
 
 @pytest.fixture
 def db(pg_server: PgServer) -> Iterator[str]:
-    """A fresh, set-up database on the private server (running before and after),
-    with ``synchronous_commit`` on: the server runs with it off for speed, and a
-    SIGKILLed server then loses commits it acknowledged (a ledger outcome, say),
-    which no client can notice; that is not the fault under test."""
-    pg_server.ensure_running()
-    name = f"lgr_false_{uuid.uuid4().hex[:8]}"
-    dsn = pg_server.create_database(name)
-    sql("postgres", pg_server.dsn(), f'ALTER DATABASE "{name}" SET synchronous_commit = on')
-    with ResilientPostgresSaver.from_conn_string(dsn) as saver:
-        saver.setup()
-    yield dsn
-    pg_server.ensure_running()
+    """A fresh, set-up database on the private server, ``synchronous_commit`` on:
+    a SIGKILLed server otherwise loses commits it acknowledged (a ledger outcome,
+    say), which no client can notice; that is not the fault under test."""
+    yield from private_db(pg_server, "lgr_false", synchronous_commit=True)
 
 
 def pooled_saver(stack: ExitStack, dsn: str) -> ResilientPostgresSaver:
@@ -186,29 +178,8 @@ def kill_server(server: PgServer) -> None:
 # -- a trial ---------------------------------------------------------------------------------
 
 
-def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    out: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            out["result"] = fn()
-        except BaseException as exc:  # reported by the test
-            out["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread, out
-
-
 def steps_done(calls: Path) -> int:
     return len(read_ledger(calls)) if calls.exists() else 0
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.01)
 
 
 def verdicts(dsn: str, run_ids: list[str], calls: Path) -> dict[str, str]:

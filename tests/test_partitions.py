@@ -27,7 +27,6 @@ import os
 import signal
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 
 import pytest
 from faults import PgServer, TcpProxy
-from helpers import append, assert_no_fork, read_ledger, sql
+from helpers import append, assert_no_fork, in_thread, private_db, read_ledger, sql, wait_until
 from partition_worker import STEPS, call_bound, partition_bounds, partition_graph
 from spawn import spawn
 
@@ -55,28 +54,14 @@ TAKEOVER_MARGIN = 1.0
 HERE = Path(__file__).parent
 
 
-def report(line: str) -> None:
-    print(f"\n[partitions] {line}", end="")
-
-
 @pytest.fixture
 def db(pg_server: PgServer) -> Iterator[str]:
-    """A fresh, set-up database on the private server (the server running)."""
-    pg_server.ensure_running()
-    dsn = pg_server.create_database(f"lgr_part_{uuid.uuid4().hex[:8]}")
-    with ResilientPostgresSaver.from_conn_string(dsn) as saver:
-        saver.setup()
-    yield dsn
-    pg_server.ensure_running()
+    """A fresh, set-up database on the private server (`helpers.private_db`)."""
+    yield from private_db(pg_server, "lgr_part")
 
 
-def wait_until(check: Any, timeout: float, what: str, tick: float = 0.01) -> float:
-    """Poll ``check`` until true; the time.monotonic() it became true."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(tick)
-    return time.monotonic()
+def report(line: str) -> None:
+    print(f"\n[partitions] {line}", end="")
 
 
 def run_row(dsn: str, run_id: str) -> tuple[str, str | None, int]:
@@ -93,20 +78,6 @@ def final_values(saver: Any, run_id: str) -> dict[str, Any]:
     record = saver.read_run(run_id)
     assert record.status == "success", record
     return dict(saver.serde.loads_typed((record.outcome_type, record.outcome))["values"])
-
-
-def in_thread(fn: Any, *args: Any) -> tuple[threading.Thread, dict[str, Any]]:
-    out: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            out["result"] = fn(*args)
-        except BaseException as exc:  # reported by the test
-            out["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread, out
 
 
 def idle_in_transaction(dsn: str) -> int:

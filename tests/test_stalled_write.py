@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 
 import pytest
 from faults import PgServer, TcpProxy
-from helpers import append, assert_no_fork, read_ledger, sql
+from helpers import append, assert_no_fork, in_thread, private_db, read_ledger, sql, wait_until
 from partition_worker import STEPS, partition_bounds, partition_graph
 
 from langgraph_resilience import LeaseLost, Worker, side_effect
@@ -48,20 +47,8 @@ TAKEOVER_MARGIN = 1.5
 
 @pytest.fixture
 def db(pg_server: PgServer) -> Iterator[str]:
-    pg_server.ensure_running()
-    dsn = pg_server.create_database(f"lgr_stall_{uuid.uuid4().hex[:8]}")
-    with ResilientPostgresSaver.from_conn_string(dsn) as saver:
-        saver.setup()
-    yield dsn
-    pg_server.ensure_running()
-
-
-def wait_until(check: Any, timeout: float, what: str, tick: float = 0.01) -> float:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-        time.sleep(tick)
-    return time.monotonic()
+    """A fresh, set-up database on the private server (`helpers.private_db`)."""
+    yield from private_db(pg_server, "lgr_stall")
 
 
 def token_of(dsn: str, run_id: str) -> int:
@@ -81,20 +68,6 @@ def stalled_inserts(dsn: str) -> int:
         (dsn.rsplit("/", 1)[1],),
     )
     return int(n)
-
-
-def in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
-    out: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            out["result"] = fn()
-        except BaseException as exc:  # reported by the test
-            out["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread, out
 
 
 @pytest.mark.faults
