@@ -8,6 +8,11 @@
   output and what to do next. It has the shape of ``state["resilience"]`` in a
   `ResilientStateGraph` (`RunOutcome`), so a `Worker` and `run_report` read an
   agent's outcome as any other run's;
+- `earlier_result`: the result a tool call already has in the history (a
+  re-run of the ``tools`` node, by `retry_failed`): an error result is
+  replaced by the new one (same message id, so LangGraph's ``add_messages``
+  replaces it in place), a success is kept and the call not made again, so
+  the history keeps one `ToolMessage` per tool call, as providers require;
 - `call_step`: the step record of a model or tool call that ran, as a node's
   (``model``, ``model#2``, ``tools/search[0]``), so ``saver.step_history`` and
   `run_report` list an agent's steps, and map its tries and effects to them.
@@ -28,7 +33,15 @@ from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.graph._tries import GaveUp
 from langgraph_resilience.state import summarize
 
-__all__ = ["call_step", "ended", "partial_log", "stopped_message", "tool_error_message"]
+__all__ = [
+    "call_step",
+    "earlier_result",
+    "ended",
+    "in_parents_run",
+    "partial_log",
+    "stopped_message",
+    "tool_error_message",
+]
 
 _NEXT = {
     FailureKind.TRANSIENT: "the service kept failing; check it, then resume the thread",
@@ -53,6 +66,18 @@ def tool_error_message(name: str, call_id: str, gave_up: GaveUp) -> ToolMessage:
         name=name,
         status="error",
     )
+
+
+def earlier_result(state: Any, call_id: str) -> ToolMessage | None:
+    """The `ToolMessage` answering tool call ``call_id`` in the state's history
+    after the model message that made the call, if there is one."""
+    messages = state.get("messages") if isinstance(state, Mapping) else None
+    for m in reversed(messages or ()):
+        if isinstance(m, ToolMessage) and m.tool_call_id == call_id:
+            return m
+        if isinstance(m, AIMessage) and any(c.get("id") == call_id for c in m.tool_calls):
+            return None  # the call that is being made: not answered yet
+    return None
 
 
 def _since_question(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
@@ -124,6 +149,14 @@ def stopped_message(log: Mapping[str, Any]) -> AIMessage:
     return AIMessage(
         content=f"Stopped: {failed.get('path', 'a step')} failed ({failed.get('message', '')})."
     )
+
+
+def in_parents_run(state: Any, task: TaskContext | None) -> bool:
+    """Whether the agent runs nested in a graph (a subgraph node) whose run is
+    under way in the state it shares: the run log it was given is running."""
+    log = state.get("resilience") if isinstance(state, Mapping) else None
+    nested = task is not None and bool(task.graph_path)
+    return nested and isinstance(log, Mapping) and log.get("status") == "running"
 
 
 def ended(state: Mapping[str, Any]) -> bool:

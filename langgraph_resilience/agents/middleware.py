@@ -18,8 +18,11 @@ composes with LangChain's middleware (summarization, human in the loop, ...):
   tool call id), so a resumed or retried agent gets the stored message back
   instead of a second call; a tool that fails for good becomes an error
   `ToolMessage` (``on_failure="continue"``) or ends the run with the partial
-  result (``"end"``);
-- ``before_agent``: a new input starts a new run in the run log;
+  result (``"end"``); a call run again by `retry_failed` replaces its error
+  `ToolMessage` (same id), and one that has its result is not made again: one
+  `ToolMessage` per tool call id;
+- ``before_agent``: a new input starts a new run in the run log (an agent
+  that is a node of a running `ResilientStateGraph` run is part of that run);
 - ``before_model``: a run that ended short does not call the model again;
 - ``after_agent``: a run that reached its end otherwise is a ``success``.
 
@@ -53,7 +56,9 @@ from langgraph.types import Command
 from langgraph_resilience.agents._calls import CallTries, ModelTries
 from langgraph_resilience.agents._outcome import (
     call_step,
+    earlier_result,
     ended,
+    in_parents_run,
     partial_log,
     stopped_message,
     tool_error_message,
@@ -153,6 +158,12 @@ def _tool_message(value: Any, request: ToolCallRequest) -> ToolResult:
         return value
     call = request.tool_call
     return ToolMessage(content=str(value), tool_call_id=call["id"] or "", name=call["name"])
+
+
+def _earlier(request: ToolCallRequest) -> ToolMessage | None:
+    """The result the tool call already has in the history (`earlier_result`)."""
+    call_id = request.tool_call["id"]
+    return earlier_result(request.state, call_id) if call_id else None
 
 
 def _call_id(request: ToolCallRequest, task: TaskContext | None) -> str:
@@ -277,11 +288,19 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
 
     # -- the run log ---------------------------------------------------------------
 
-    def before_agent(self, state: ResilienceState, runtime: Runtime[Any]) -> dict[str, Any]:
-        """A new input starts a new run: its usage, failures and status reset."""
+    def before_agent(self, state: ResilienceState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """A new input starts a new run: its usage, failures and status reset.
+
+        An agent that is a node of a running `ResilientStateGraph` run (its
+        state's run log is that run's) is part of that run: it starts none, and
+        its steps, usage and step counts go on in the run's log."""
+        if in_parents_run(state, TaskContext.current()):
+            return None
         return {"resilience": new_run_marker(time.time())}
 
-    async def abefore_agent(self, state: ResilienceState, runtime: Runtime[Any]) -> dict[str, Any]:
+    async def abefore_agent(
+        self, state: ResilienceState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)
 
     def after_agent(self, state: ResilienceState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -408,7 +427,12 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         return self.tool_policies.get(name, self.default_tool_policy)
 
     def _tool_result(
-        self, tried: Tried, label: str, request: ToolCallRequest, meter: Meter
+        self,
+        tried: Tried,
+        label: str,
+        request: ToolCallRequest,
+        meter: Meter,
+        earlier: ToolMessage | None,
     ) -> ToolResult:
         result, end = tried
         call = request.tool_call
@@ -423,6 +447,9 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             raise result.error
         else:
             message = tool_error_message(name, call_id, result)
+        if earlier is not None and isinstance(message, ToolMessage):
+            # The call's error result is replaced in place (add_messages, by id).
+            message = message.model_copy(update={"id": earlier.id})
         if not (isinstance(result, GaveUp) and policy.on_failure == "end"):
             said = {"result": getattr(message, "content", message)}
             step = call_step(
@@ -450,6 +477,9 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], ToolResult],
     ) -> ToolResult:
+        earlier = _earlier(request)
+        if earlier is not None and earlier.status != "error":
+            return earlier  # answered (the tools node re-run): not called again
         task = TaskContext.current()
         spec, run = recorded(request, self.effects)
 
@@ -469,13 +499,16 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         what = self._tool_tries(request.tool_call["name"])
         with metering() as meter:
             tried = run_sync(what, request.state, request, once, task, sleep=self._sleep)
-        return self._tool_result(tried, what.name, request, meter)
+        return self._tool_result(tried, what.name, request, meter, earlier)
 
     async def awrap_tool_call(
         self,
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
+        earlier = _earlier(request)
+        if earlier is not None and earlier.status != "error":
+            return earlier  # answered (the tools node re-run): not called again
         task = TaskContext.current()
         spec, run = recorded(request, self.effects)
 
@@ -495,4 +528,4 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         what = self._tool_tries(request.tool_call["name"])
         with metering() as meter:
             tried = await run_async(what, request.state, request, once, task, sleep=self._asleep)
-        return self._tool_result(tried, what.name, request, meter)
+        return self._tool_result(tried, what.name, request, meter, earlier)

@@ -17,6 +17,13 @@ in the writes of its top-level tasks, in checkpoint order:
   `INTERRUPT_CHANNEL` writes of the tasks that paused (a budget pause says
   ``reason: budget_exhausted``).
 
+A nested graph's run-log writes (a subgraph node's, or those of a graph or
+agent invoked inside a node: their namespace starts with the top-level task's)
+belong to the run of the top-level task that ran them: their steps are that
+run's, under their path; their markers and statuses are not the run's. Only
+under a parent that keeps no run log (a plain ``StateGraph``) does a nested
+run log tell its run's story.
+
 The recoveries that leave no write (a `Worker`'s takeover, a resume after a
 crash) are rows of ``resilience_recoveries``, each naming the checkpoint it
 resumed: the steps it redid are those of that checkpoint that ended after it.
@@ -24,6 +31,7 @@ resumed: the steps it redid are those of that checkpoint that ended after it.
 
 from __future__ import annotations
 
+import bisect
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +42,8 @@ from langgraph_resilience._langgraph import (
     ERROR_CHANNEL,
     ERROR_SOURCE_CHANNEL,
     INTERRUPT_CHANNEL,
+    NS_END,
+    NS_SEP,
     NULL_TASK_ID,
     RESUME_CHANNEL,
     TASKS_CHANNEL,
@@ -221,6 +231,8 @@ class _Scan:
         self.current: ThreadRun | None = None
         self.retries: dict[str, Recovery] = {}  # path -> the retry_failed re-running it
         self.failed_tasks: dict[str, str] = {}  # path -> the failed task's "ns|id"
+        self.task_runs: dict[str, int] = {}  # top-level task id -> its run
+        self.marks: list[tuple[str, int]] = []  # (top-level checkpoint, the run then)
 
     def run(self, number: int) -> ThreadRun:
         found = self.runs.get(number)
@@ -234,15 +246,18 @@ class _Scan:
         number = max(self.runs, default=0) + 1
         self.run(number).started_at = started_at
 
-    def step(self, w: Write, value: Mapping[str, Any]) -> None:
+    def step(self, w: Write, value: Mapping[str, Any], number: int | None = None) -> ThreadRun:
+        """A step record joins its run: ``number``, else the run it names."""
         step = dict(value["step"])
+        if number is None:
+            number = int(step.get("run") or (self.current.run if self.current else 1))
         step.update(
+            run=number,
             usage=dict(value.get("usage") or {}),
             checkpoint_ns=w.ns,
             checkpoint_id=w.checkpoint_id,
             task_id=w.task_id,
         )
-        number = int(step.get("run") or (self.current.run if self.current else 1))
         run = self.run(number)
         run.steps.append(step)
         if step.get("ended_at") is not None:
@@ -252,14 +267,14 @@ class _Scan:
         waiting = self.retries.pop(str(step.get("path")), None)
         if waiting is not None and w.ns == "":
             waiting.redone.append(step)
+        return run
 
     def run_log(self, w: Write, value: Mapping[str, Any]) -> None:
+        """A top-level run-log write."""
         if "new_run" in value:
             self.new_run(float(value["new_run"]))
-        if isinstance(value.get("step"), Mapping) and "path" in value["step"]:
+        if _is_step(value):
             self.step(w, value)
-        if w.ns:
-            return  # a subgraph's run log: its steps count, its status is its parent's
         for failed in [value.get("failed_step"), *(value.get("failed_steps") or [])]:
             if isinstance(failed, Mapping) and failed.get("path") and failed.get("task"):
                 self.failed_tasks[str(failed["path"])] = str(failed["task"])
@@ -319,6 +334,61 @@ class _Scan:
                 w.channel.startswith(BRANCH_PREFIX) or w.channel == TASKS_CHANNEL for w in writes
             )
             self.current.last_flags = (onward, bool(interrupted) and not resumed, failed)
+        if self.current is not None and writes:
+            number = self.current.run
+            self.task_runs.update((w.task_id, number) for w in writes if w.task_id != NULL_TASK_ID)
+            self.marks.append((writes[0].checkpoint_id, number))
+
+    def nested(self, writes: Sequence[Write]) -> None:
+        """The run-log writes of nested graphs (subgraph nodes, graphs and agents
+        invoked inside a node), after the top-level ones. A nested graph is part
+        of the run whose top-level task ran it: its steps join that run, under
+        their namespace; its own markers and statuses are not the run's (the
+        parent's node reports how it went). Only a nested run log under a parent
+        that keeps none (a plain ``StateGraph``) tells its run's story itself."""
+        by_task: dict[str, list[Write]] = {}
+        for w in writes:
+            top = w.ns.split(NS_SEP, 1)[0]
+            by_task.setdefault(top.rpartition(NS_END)[2], []).append(w)
+        for task_id, found in sorted(by_task.items(), key=lambda kv: _first_checkpoint(kv[1])):
+            owner = self.task_runs.get(task_id) or self._run_at(_first_checkpoint(found))
+            if owner is None:
+                self.own_story(found)
+                continue
+            for w in found:
+                if isinstance(w.value, Mapping) and _is_step(w.value):
+                    self.step(w, w.value, owner)
+
+    def _run_at(self, checkpoint_id: str) -> int | None:
+        """The run current at the last top-level checkpoint made before this one
+        (a task still in flight has no top-level write yet)."""
+        at = bisect.bisect_right(self.marks, (checkpoint_id, float("inf")))
+        return self.marks[at - 1][1] if at else None
+
+    def own_story(self, writes: Sequence[Write]) -> None:
+        """A nested run log under a parent that keeps none: its marker starts a
+        run, its steps are that run's, its statuses end it."""
+        run: ThreadRun | None = None
+        for w in writes:
+            value = w.value
+            if not isinstance(value, Mapping):
+                continue
+            if "new_run" in value:
+                self.new_run(float(value["new_run"]))
+                run = self.current
+            if _is_step(value):
+                joined = self.step(w, value, run.run if run is not None else None)
+                run = run or joined
+            if run is not None and isinstance(value.get("status"), str):
+                run.status = value["status"]
+
+
+def _is_step(value: Mapping[str, Any]) -> bool:
+    return isinstance(value.get("step"), Mapping) and "path" in value["step"]
+
+
+def _first_checkpoint(writes: Sequence[Write]) -> str:
+    return min(w.checkpoint_id for w in writes)
 
 
 def _paused_for_budget(writes: Sequence[Write]) -> bool:
@@ -436,8 +506,6 @@ def scan_thread(
     group: list[Write] = []
     for w in writes:
         if w.ns:
-            if w.channel == "resilience" and isinstance(w.value, Mapping):
-                scan.run_log(w, w.value)
             continue
         if group and group[-1].checkpoint_id != w.checkpoint_id:
             scan.group(group)
@@ -445,6 +513,7 @@ def scan_thread(
         group.append(w)
     if group:
         scan.group(group)
+    scan.nested([w for w in writes if w.ns and w.channel == "resilience"])
     for run in scan.runs.values():
         _settle(run)
     _link_worker_runs(scan, records)
