@@ -84,13 +84,14 @@ def pipeline(
     *,
     recorded: bool = True,
     reconcile: bool = True,
+    defer: bool = False,
     builder: type[StateGraph] = ResilientStateGraph,
     on_b: Callable[[], None] | None = None,
 ) -> Callable[[Any], Any]:
     """``build_graph`` of a four-step pipeline whose step c emails (through
-    `side_effect` unless ``recorded=False``)."""
+    `side_effect` unless ``recorded=False``; ``defer``: its ``defer_outcome``)."""
 
-    @side_effect(name="email", reconcile=mailer.lookup if reconcile else None)
+    @side_effect(name="email", reconcile=mailer.lookup if reconcile else None, defer_outcome=defer)
     def email(*, idempotency_key: str) -> str:
         return mailer.send(idempotency_key)
 
@@ -270,11 +271,17 @@ def test_an_in_process_crash_leaves_the_store_as_sigkill_does(store: tuple[str, 
     assert len(mailer.sent) == 2  # one per thread: reconcile found each email
 
 
-def test_a_crash_after_an_effect_repeats_it_only_without_reconcile(tmp_path: Path) -> None:
-    for reconcile, calls in [(True, 1), (False, 2)]:
-        mailer, path = Mailer(), str(tmp_path / f"{reconcile}.db")
+def test_a_crash_after_an_effects_step_repeats_it_only_deferred_without_reconcile(
+    tmp_path: Path,
+) -> None:
+    """The outcome is stored as the call returns: a crash later in the step
+    replays it; with ``defer_outcome=True`` it was not stored yet, and only
+    ``reconcile`` keeps the resumed run from calling again."""
+    cases = [(True, False, 1), (False, False, 1), (True, True, 1), (False, True, 2)]
+    for reconcile, defer, calls in cases:
+        mailer, path = Mailer(), str(tmp_path / f"{reconcile}-{defer}.db")
         with ResilientSqliteSaver.from_conn_string(path) as saver:
-            build = pipeline(mailer, reconcile=reconcile)
+            build = pipeline(mailer, reconcile=reconcile, defer=defer)
             with pytest.raises(SimulatedCrash):
                 FaultPlan().crash("c").apply(build(saver)).invoke({"done": []}, config("t"))
             with pytest.raises(SimulatedCrash, match="writes nothing more"):
