@@ -9,6 +9,7 @@ from typing import Any
 
 from langgraph_resilience.checkpoint import AsyncResilientSaver, OutcomeFields, ResilientSaver
 from langgraph_resilience.effects._steps import EffectSpec, Replay, Settle
+from langgraph_resilience.errors import describe
 
 __all__ = ["UNSTORABLE", "outcome_fields", "raise_unstorable", "replayed"]
 
@@ -42,7 +43,7 @@ def outcome_fields(
         return OutcomeFields(
             status="done", at=time.time(), outcome_type=type_, outcome=blob, error=None
         )
-    error = f"{type(op.error).__name__}: {op.error}"[:1000]
+    error = describe(op.error)[:1000] if op.error is not None else "None"
     return OutcomeFields(
         status="failed", at=time.time(), outcome_type=None, outcome=None, error=error
     )

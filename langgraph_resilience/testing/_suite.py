@@ -24,7 +24,7 @@ from langgraph.types import Durability, StateSnapshot
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
 from langgraph_resilience.effects._settle import asettle_effect, settle_effect
-from langgraph_resilience.errors import ConfigError, SimulatedCrash
+from langgraph_resilience.errors import ConfigError, SimulatedCrash, describe
 from langgraph_resilience.graph._retry_failed import aretry_failed, retry_failed
 from langgraph_resilience.testing._cases import Run, RunResult, SuiteSpec, comparable, suite_steps
 from langgraph_resilience.testing._report import RecoverySuiteReport
@@ -142,7 +142,7 @@ def _ended(
     if len(op.tracker.crashes) > crashes or isinstance(error, SimulatedCrash):
         return RunResult(outcome="crashed", values=values, resumed_from=resumed_from)
     if error is not None:
-        text = f"{type(error).__name__}: {error}"[:300]
+        text = describe(error)[:300]
         return RunResult(outcome="failed", error=text, values=values, resumed_from=resumed_from)
     return RunResult(outcome="completed", values=values, resumed_from=resumed_from)
 
