@@ -531,3 +531,36 @@ def test_bad_options_are_refused() -> None:
     with pytest.raises(ConfigError, match="defer_outcome=True leaves the outcome unknown"):
         side_effect(defer_outcome=True, on_unknown="raise")(lambda: None)
     side_effect(defer_outcome=True, on_unknown="raise", reconcile=lambda key: None)(lambda: None)
+
+
+def test_an_outcome_is_one_statement_that_commits_without_waiting_for_the_disk(
+    pg_dsn: str,
+) -> None:
+    """The outcome's own write is one statement on both dialects; on Postgres it
+    turns ``synchronous_commit`` off for its transaction itself (a killed process
+    keeps the commit; only a server crash could lose it)."""
+    import psycopg
+
+    from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields, _ledger
+    from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE
+    from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+
+    fields = OutcomeFields("done", 2.0, "json", b'"ok"', None)
+    for dialect in (SQLITE, POSTGRES):
+        assert len(list(_ledger.record_outcome(dialect, "t", "k1", fields))) == 1
+    with ResilientPostgresSaver.from_conn_string(pg_dsn) as saver:
+        saver.setup()
+        record = EffectRecord(idempotency_key="k1", name="email", status="intent", intent_at=1.0)
+        saver.effects.claim("t-relaxed", record, None, 30.0)
+    [stmt] = _ledger.record_outcome(POSTGRES, "t-relaxed", "k1", fields)
+    with psycopg.connect(pg_dsn) as conn:  # a transaction, as the saver's write is
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        conn.execute(stmt.sql, stmt.params)
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+    rows = sql(
+        "postgres",
+        pg_dsn,
+        "SELECT status FROM resilience_effects WHERE thread_id = ?",
+        ("t-relaxed",),
+    )
+    assert rows == [("done",)]

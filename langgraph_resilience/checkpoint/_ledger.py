@@ -360,9 +360,8 @@ def record_outcome(d: Dialect, thread_id: str, key: str, fields: OutcomeFields) 
     power failure loses it, the intent stays without outcome, which
     ``reconcile`` (or a call with the same idempotency key) settles.
     """
-    if d.relax_commit is not None:
-        yield Stmt(d.relax_commit)
-    yield Stmt(d.sql(_OUTCOME), _outcome_params(thread_id, key, fields))
+    relax = "" if d.relax_commit is None else f" AND {d.relax_commit}"  # in the one statement
+    yield Stmt(d.sql(_OUTCOME + relax), _outcome_params(thread_id, key, fields))
 
 
 def store_outcomes(d: Dialect, outcomes: dict[tuple[str, str], OutcomeFields]) -> Statements[None]:
