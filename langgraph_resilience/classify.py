@@ -33,6 +33,7 @@ from langgraph_resilience.errors import (
     PermanentError,
     TransientError,
     ValidationFailed,
+    message_of,
 )
 
 __all__ = ["Classification", "Classifier", "FailureKind", "classify", "is_control_flow"]
@@ -135,7 +136,7 @@ def _says_context_overflow(exc: BaseException) -> bool:
         inner = body.get("error", body)
         if isinstance(inner, dict):
             code += " " + str(inner.get("code", "") or inner.get("type", "")).lower()
-    text = f"{code} {exc}".lower()
+    text = f"{code} {message_of(exc)}".lower()
     return any(marker in text for marker in _CONTEXT_MARKERS)
 
 
@@ -155,7 +156,7 @@ def _is_node_timeout(exc: BaseException) -> bool:
 
 
 def _is_store_transient(exc: BaseException) -> bool:
-    return is_transient_store_error(exc) or "database is locked" in str(exc).lower()
+    return is_transient_store_error(exc) or "database is locked" in message_of(exc).lower()
 
 
 def _transient_status(exc: BaseException) -> bool:

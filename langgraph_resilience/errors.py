@@ -58,6 +58,11 @@ The driver's own exceptions (``sqlite3.Error``, ``psycopg.Error``) are mapped to
 these at the saver boundary only where the saver knows more than the driver
 does (which thread, which checkpoint, what to do next); otherwise they pass
 through unchanged, chained as ``__cause__``.
+
+An error is quoted in records, logs and suggestions through `message_of`,
+`describe` and `repr_of` (internal, not exported): a user's exception whose
+``__str__`` or ``__repr__`` raises is quoted as ``<ValueError: unprintable>``
+and kept as it is, never replaced by the formatting error.
 """
 
 from __future__ import annotations
@@ -332,3 +337,36 @@ class SimulatedCrash(BaseException):
     SIGKILL at that point would leave it. Recover with a new saver on the same
     store, as a new process would.
     """
+
+
+# -- quoting an error (internal) ------------------------------------------------------
+
+
+def _unprintable(value: object) -> str:
+    return f"<{type(value).__name__}: unprintable>"
+
+
+def message_of(value: object) -> str:
+    """``str(value)`` (an exception's message), or ``<ValueError: unprintable>``
+    when its ``__str__`` raises."""
+    try:
+        return str(value)
+    except Exception:
+        return _unprintable(value)
+
+
+def describe(exc: BaseException) -> str:
+    """``"ValueError: message"``, or ``<ValueError: unprintable>`` when its
+    ``__str__`` raises."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:
+        return _unprintable(exc)
+
+
+def repr_of(value: object) -> str:
+    """``repr(value)``, or ``<ValueError: unprintable>`` when its ``__repr__`` raises."""
+    try:
+        return repr(value)
+    except Exception:
+        return _unprintable(value)

@@ -12,8 +12,8 @@ side effect against a fake outside service kept in SERVICE_DIR:
 
 ``--kill`` makes this process SIGKILL itself at one point of the first effect:
 ``before-call`` (intent stored, service not called), ``after-call`` (service
-called, outcome not stored), ``after-return`` (the effect returned, its outcome
-waits in memory for the saver's next write) or ``after-outcome`` (outcome
+called, outcome not stored), ``after-return`` (the effect returned: its outcome
+is stored, the node has not ended) or ``after-outcome`` (outcome
 stored: the node fails after the effect, the failed try's record carries the
 outcome, and the process dies as the retry starts).
 """

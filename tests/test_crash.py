@@ -258,16 +258,47 @@ def test_effect_killed_at_each_point_happens_once(
     keys = [k for k, _, _ in after]
     assert len(keys) == len(set(keys)) == 3  # reserve, charge, notify: each once
     first_key = next(k for k in keys if "|reserve|" in k)
-    reconciled = (tmp_path / "reconcile.log").read_text() if point != "after-outcome" else ""
+    asked = tmp_path / "reconcile.log"
+    reconciled = asked.read_text() if asked.exists() else ""
     if point == "before-call":
         assert before == []
         assert [p for k, p, _ in after if k == first_key] == [second.pid]
-    elif point in ("after-call", "after-return"):  # the outcome was never stored
+    elif point == "after-call":  # the outcome was never stored
         assert [p for k, p, _ in before] == [first.pid]
         assert first_key in reconciled and str(second.pid) in reconciled  # reconcile decided
-    else:
+    else:  # stored as the call returned (after-return), or with the failed try
         assert [p for k, p, _ in before] == [first.pid]
         assert not (tmp_path / "reconcile.log").exists()  # the outcome was simply replayed
+
+
+SEND_WORKER = str(Path(__file__).parent / "send_worker.py")
+
+
+@pytest.mark.parametrize("defer", [False, True], ids=["stored", "deferred"])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_killed_while_the_node_works_on_after_a_plain_effect_returned(
+    store: tuple[str, str], tmp_path: Path, is_async: bool, defer: bool
+) -> None:
+    """A node sends an email through a plain @side_effect (no reconcile, a service
+    that ignores keys), then works on and is SIGKILLed: the resumed run replays the
+    stored outcome and sends once. With ``defer_outcome=True`` the outcome waited
+    for the node's writes, so the resumed run sends again, as documented."""
+    thread = f"send-{is_async}-{defer}"
+    options = [*(["--async"] if is_async else []), *(["--defer"] if defer else [])]
+    first = spawn(SEND_WORKER, *store, str(tmp_path), thread, *options, "--work", "60")
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "working").exists():
+        assert first.poll() is None, first.communicate()[1]
+        assert time.monotonic() < deadline, "the node never got past its effect"
+        time.sleep(0.005)
+    first.kill()
+    assert first.wait(timeout=30) == -signal.SIGKILL
+    second = spawn(SEND_WORKER, *store, str(tmp_path), thread, *options)
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    sends = read_ledger(tmp_path / "sends.log")
+    assert len({key for key, _ in sends}) == 1  # one effect, one idempotency key
+    assert [int(pid) for _, pid in sends] == ([first.pid, second.pid] if defer else [first.pid])
 
 
 @pytest.mark.timeout(900)

@@ -349,14 +349,15 @@ async def test_unknown_outcome_can_stop_the_run_for_a_human(checkpointer: Any) -
 # -- when the outcome is stored -----------------------------------------------------------
 
 
-async def test_an_outcome_rides_with_the_next_write_unless_on_unknown_raise(
+async def test_an_outcome_is_stored_as_the_call_returns_unless_deferred(
     checkpointer: Any,
 ) -> None:
-    """A plain effect's outcome is stored with the next intent (or the node's writes),
-    an ``on_unknown="raise"`` effect's at once; reads of the saver see both at once."""
+    """An effect's outcome is stored before the call returns to the node; with
+    ``defer_outcome=True`` it rides with the next intent (or the node's writes).
+    Reads of the saver see both at once."""
     service = Service()
-    email, _ = effects_for(service, checkpointer.is_async)
-    receipt, _ = effects_for(service, checkpointer.is_async, on_unknown="raise", name="receipt")
+    email, _ = effects_for(service, checkpointer.is_async, defer_outcome=True)
+    receipt, _ = effects_for(service, checkpointer.is_async, name="receipt")
     h = checkpointer
     seen: dict[str, Any] = {}
 
@@ -524,3 +525,42 @@ def test_bad_options_are_refused() -> None:
         side_effect(reconcile="lookup")(lambda: None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="key="):
         side_effect(key="order")(lambda: None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="defer_outcome= must be True or False"):
+        side_effect(defer_outcome="yes")(lambda: None)  # type: ignore[arg-type]
+    # A deferred outcome a crash loses would stop the run for a person each time.
+    with pytest.raises(ConfigError, match="defer_outcome=True leaves the outcome unknown"):
+        side_effect(defer_outcome=True, on_unknown="raise")(lambda: None)
+    side_effect(defer_outcome=True, on_unknown="raise", reconcile=lambda key: None)(lambda: None)
+
+
+def test_an_outcome_is_one_statement_that_commits_without_waiting_for_the_disk(
+    pg_dsn: str,
+) -> None:
+    """The outcome's own write is one statement on both dialects; on Postgres it
+    turns ``synchronous_commit`` off for its transaction itself (a killed process
+    keeps the commit; only a server crash could lose it)."""
+    import psycopg
+
+    from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields, _ledger
+    from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE
+    from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+
+    fields = OutcomeFields("done", 2.0, "json", b'"ok"', None)
+    for dialect in (SQLITE, POSTGRES):
+        assert len(list(_ledger.record_outcome(dialect, "t", "k1", fields))) == 1
+    with ResilientPostgresSaver.from_conn_string(pg_dsn) as saver:
+        saver.setup()
+        record = EffectRecord(idempotency_key="k1", name="email", status="intent", intent_at=1.0)
+        saver.effects.claim("t-relaxed", record, None, 30.0)
+    [stmt] = _ledger.record_outcome(POSTGRES, "t-relaxed", "k1", fields)
+    with psycopg.connect(pg_dsn) as conn:  # a transaction, as the saver's write is
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        conn.execute(stmt.sql, stmt.params)
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+    rows = sql(
+        "postgres",
+        pg_dsn,
+        "SELECT status FROM resilience_effects WHERE thread_id = ?",
+        ("t-relaxed",),
+    )
+    assert rows == [("done",)]

@@ -84,13 +84,14 @@ def pipeline(
     *,
     recorded: bool = True,
     reconcile: bool = True,
+    defer: bool = False,
     builder: type[StateGraph] = ResilientStateGraph,
     on_b: Callable[[], None] | None = None,
 ) -> Callable[[Any], Any]:
     """``build_graph`` of a four-step pipeline whose step c emails (through
-    `side_effect` unless ``recorded=False``)."""
+    `side_effect` unless ``recorded=False``; ``defer``: its ``defer_outcome``)."""
 
-    @side_effect(name="email", reconcile=mailer.lookup if reconcile else None)
+    @side_effect(name="email", reconcile=mailer.lookup if reconcile else None, defer_outcome=defer)
     def email(*, idempotency_key: str) -> str:
         return mailer.send(idempotency_key)
 
@@ -270,11 +271,17 @@ def test_an_in_process_crash_leaves_the_store_as_sigkill_does(store: tuple[str, 
     assert len(mailer.sent) == 2  # one per thread: reconcile found each email
 
 
-def test_a_crash_after_an_effect_repeats_it_only_without_reconcile(tmp_path: Path) -> None:
-    for reconcile, calls in [(True, 1), (False, 2)]:
-        mailer, path = Mailer(), str(tmp_path / f"{reconcile}.db")
+def test_a_crash_after_an_effects_step_repeats_it_only_deferred_without_reconcile(
+    tmp_path: Path,
+) -> None:
+    """The outcome is stored as the call returns: a crash later in the step
+    replays it; with ``defer_outcome=True`` it was not stored yet, and only
+    ``reconcile`` keeps the resumed run from calling again."""
+    cases = [(True, False, 1), (False, False, 1), (True, True, 1), (False, True, 2)]
+    for reconcile, defer, calls in cases:
+        mailer, path = Mailer(), str(tmp_path / f"{reconcile}-{defer}.db")
         with ResilientSqliteSaver.from_conn_string(path) as saver:
-            build = pipeline(mailer, reconcile=reconcile)
+            build = pipeline(mailer, reconcile=reconcile, defer=defer)
             with pytest.raises(SimulatedCrash):
                 FaultPlan().crash("c").apply(build(saver)).invoke({"done": []}, config("t"))
             with pytest.raises(SimulatedCrash, match="writes nothing more"):
@@ -459,3 +466,58 @@ def test_the_plugin_gives_a_users_test_file_the_fixture(pytester: pytest.Pyteste
     args = ["-p", "no:cacheprovider"] + ([] if loaded else ["-p", "pytest_langgraph_resilience"])
     result = pytester.runpytest_inprocess(*args)
     result.assert_outcomes(passed=1)
+
+
+def test_the_suite_tells_a_same_key_repeat_from_a_call_outside_the_ledger() -> None:
+    """Three pipelines whose step c emails through a service that ignores keys:
+    reconciled (passes), a side_effect without reconcile (re-called with the same
+    key after a crash right after its call: safe only if the service
+    deduplicates), an unwrapped call (no key: sent twice). Three reports apart."""
+    kinds = {"reconciled": {}, "same key": {"reconcile": False}, "unwrapped": {"recorded": False}}
+    reports = {}
+    for kind, options in kinds.items():
+        mailer = Mailer()
+        build = pipeline(mailer, **options)  # type: ignore[arg-type]
+        reports[kind] = recovery_suite(build, {"done": []}, effects={"email": mailer.sent})
+    texts = {kind: str(report) for kind, report in reports.items()}
+    again, outside = "called again with the same idempotency key", "outside the effect ledger"
+    assert reports["reconciled"].ok
+    assert again not in texts["reconciled"] and outside not in texts["reconciled"]
+
+    same_key = reports["same key"]
+    assert [c.name for c in same_key.failed] == ["crash right after effect 'email' call 1 returned"]
+    case = same_key.failed[0]
+    assert case.effects_same_key == {"email": 1} and case.effects_unkeyed == {}
+    said = "\n".join(case.evidence)
+    assert again in said and "safe only if its service deduplicates by that key" in said
+    assert "dedupe_effects={'email'}" in said and "reconcile=" in said
+    assert outside not in texts["same key"]
+
+    unwrapped = reports["unwrapped"]
+    assert not unwrapped.ok and unwrapped.failed
+    assert all(c.effects_unkeyed == {"email": 1} for c in unwrapped.failed)
+    assert all(c.effects_same_key == {} for c in unwrapped.failed)
+    assert outside in texts["unwrapped"] and "sends it twice" in texts["unwrapped"]
+    assert again not in texts["unwrapped"]
+
+
+def test_a_service_declared_deduplicating_passes_its_same_key_repeats() -> None:
+    mailer = Mailer()
+    report = recovery_suite(
+        pipeline(mailer, reconcile=False),
+        {"done": []},
+        effects={"email": mailer.sent},
+        dedupe_effects={"email"},
+    )
+    report.assert_ok()
+    [case] = [c for c in report.cases if c.effects_deduplicated]
+    assert case.effects_deduplicated == {"email": 1} and case.effects_duplicated == {}
+    assert "deduplicated by the service (dedupe_effects): email +1" in str(report)
+    assert report.to_dict()["cases"][report.cases.index(case)]["effects_deduplicated"] == {
+        "email": 1
+    }
+    # A call outside the ledger has no key to deduplicate by: nothing excuses it.
+    with pytest.raises(ConfigError, match="never called as a side_effect"):
+        recovery_suite(pipeline(Mailer(), recorded=False), {"done": []}, dedupe_effects={"email"})
+    with pytest.raises(ConfigError, match="a set of str"):
+        recovery_suite(pipeline(Mailer()), {"done": []}, dedupe_effects="email")

@@ -2,10 +2,12 @@
 
 Both are keyed by the task that made them (thread, namespace, checkpoint, task
 id), so they are copied and deleted with the thread's checkpoints
-(`_threads`). Effect outcomes may be written behind (`PendingOutcomes`): they
-ride along with the saver's next write. Every statement that stores an outcome
-stores its checksum (`_sums.outcome_sum`) with it, and every read of an effect
-checks it (`_checked`) before anything replays it.
+(`_threads`). An effect's outcome is stored as its call returns
+(`record_outcome`), or, for ``side_effect(defer_outcome=True)``, written behind
+(`PendingOutcomes`): it rides along with the saver's next write. Every
+statement that stores an outcome stores its checksum (`_sums.outcome_sum`)
+with it, and every read of an effect checks it (`_checked`) before anything
+replays it.
 """
 
 from __future__ import annotations
@@ -348,18 +350,18 @@ def renew_intent(
 
 
 def record_outcome(d: Dialect, thread_id: str, key: str, fields: OutcomeFields) -> Statements[None]:
-    """The outcome (or the error) after the call, stored at once.
+    """The outcome (or the error) after the call, stored at once: one statement
+    (with its checksum), in a write of its own as the call returns.
 
-    Used for effects with ``on_unknown="raise"``; the others write it behind
-    (`PendingOutcomes`). It is committed without waiting for the disk (Postgres
+    Every effect's, except those with ``defer_outcome=True``, which write it
+    behind (`PendingOutcomes`). It is committed without waiting for the disk (Postgres
     ``synchronous_commit`` off for this transaction; SQLite's driver lowers
     ``synchronous`` around it): a process crash keeps it, and if a server or
     power failure loses it, the intent stays without outcome, which
     ``reconcile`` (or a call with the same idempotency key) settles.
     """
-    if d.relax_commit is not None:
-        yield Stmt(d.relax_commit)
-    yield Stmt(d.sql(_OUTCOME), _outcome_params(thread_id, key, fields))
+    relax = "" if d.relax_commit is None else f" AND {d.relax_commit}"  # in the one statement
+    yield Stmt(d.sql(_OUTCOME + relax), _outcome_params(thread_id, key, fields))
 
 
 def store_outcomes(d: Dialect, outcomes: dict[tuple[str, str], OutcomeFields]) -> Statements[None]:
@@ -373,7 +375,9 @@ def store_outcomes(d: Dialect, outcomes: dict[tuple[str, str], OutcomeFields]) -
 class PendingOutcomes:
     """Effect outcomes written behind: they ride along with the saver's next write.
 
-    That write is, in a node, the next effect's intent or the node's own writes
+    The outcomes of ``side_effect(defer_outcome=True)``, and an outcome whose
+    own write the store refused (`Effects.record` holds it here before it
+    raises). That write is, in a node, the next effect's intent or the node's own writes
     (`put_writes`), which LangGraph stores as the node ends; a failed try stores
     its attempt. A process killed before then loses the outcome, and the intent
     stays without one, which ``reconcile`` (or a call with the same idempotency

@@ -13,6 +13,8 @@ import json
 import re
 from typing import Any
 
+from langgraph_resilience.errors import repr_of
+
 __all__ = [
     "ROUTE_ATTR",
     "ROUTE_MARK",
@@ -83,4 +85,4 @@ def stored_error(value: Any) -> Any:
     route = carried_route(value)
     if route is None or isinstance(value, ResilienceRoute):
         return value
-    return f"{value!r} {route_repr(route)}"
+    return f"{repr_of(value)} {route_repr(route)}"

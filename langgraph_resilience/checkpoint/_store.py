@@ -159,7 +159,9 @@ class Dialect:
     table_exists: str  # one row, true when table ? exists
     metadata_text: str  # the text of a key of a checkpoint's metadata: {key}
     migration_lock: str | None  # taken before migrating (two processes take turns)
-    relax_commit: str | None  # this transaction commits without waiting for the disk
+    # A condition a write's statement may end with (``AND ...``, always true): its
+    # transaction then commits without waiting for the disk.
+    relax_commit: str | None
 
     def sql(self, text: str) -> str:
         text = text.replace("IN_LIST(?)", self.in_list)
@@ -238,7 +240,7 @@ POSTGRES = Dialect(
     table_exists="SELECT to_regclass(?) IS NOT NULL",
     metadata_text="metadata ->> '{key}'",
     migration_lock="SELECT pg_advisory_xact_lock(hashtext('resilience_migrations'))",
-    relax_commit="SELECT set_config('synchronous_commit', 'off', true)",
+    relax_commit="set_config('synchronous_commit', 'off', true) IS NOT NULL",
 )
 
 

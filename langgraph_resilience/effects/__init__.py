@@ -1,7 +1,8 @@
 """Side effects recorded once: `side_effect`, and `settle_effect` for the unknown.
 
 `_steps` decides what one call does (look up, claim, reconcile, call, settle),
-`_side_effect` drives it sync or async and does the I/O, `_settle` records by
+`_side_effect` drives it sync or async and does the I/O, `_outcome` is the
+outcome as stored and replayed, `_settle` records by
 hand what an effect of unknown outcome did, `_heartbeat` renews the claims of
 calls in flight.
 """

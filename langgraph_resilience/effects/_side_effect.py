@@ -25,11 +25,15 @@ outcome once it is recorded) instead of treating the intent as unknown in 3. An
 intent whose executor's process is gone (on this machine: known at once;
 elsewhere: once its lease ran out) is settled as in 3.
 
-The outcome is written behind: it rides along with the saver's next write (the
-next effect's intent, or the node's own writes as it ends), so a recorded effect
-costs one write, not two. A process killed after the call returned and before
-that write leaves the intent without an outcome, settled as in 3. An effect
-with ``on_unknown="raise"`` (no automatic settling) stores its outcome at once.
+The outcome is stored as the call returns, in its own write (one statement,
+one round trip, committed without waiting for the disk: a killed process keeps
+it), before control goes back to the node: a crash later in the node replays
+it. What is left unknown is the call itself: a process killed during the call
+(or in the microseconds between its return and that write) leaves the intent
+without an outcome, settled as in 3. ``defer_outcome=True`` saves that write:
+the outcome rides along with the saver's next write (the next effect's intent,
+or the node's own writes as it ends), so the unknown window is the rest of the
+node, which a crash there calls again.
 
 Under a `Worker` (the task carries its run's fence), the call is made only
 while the worker can prove it still holds the run's lease with a margin
@@ -65,11 +69,11 @@ from langgraph_resilience.checkpoint import (
     AsyncResilientSaver,
     EffectRecord,
     Fence,
-    OutcomeFields,
     ResilientSaver,
 )
 from langgraph_resilience.checkpoint._process import executing, executor_id
 from langgraph_resilience.effects._heartbeat import Beat, every
+from langgraph_resilience.effects._outcome import outcome_fields, raise_unstorable, replayed
 from langgraph_resilience.effects._steps import (
     EFFECT_LEASE,
     MAX_OUTCOME_BYTES,
@@ -204,62 +208,6 @@ def _lease_waits(spec: EffectSpec, key: str, fence: Fence | None) -> Iterator[fl
         yield found.seconds
 
 
-#: The outcome type of an effect that happened but whose value the serde cannot
-#: store: recorded as done (so it is never called again), its replay raises.
-UNSTORABLE = "lgr-unstorable"
-
-
-def _outcome_fields(
-    spec: EffectSpec, saver: ResilientSaver | AsyncResilientSaver, op: Settle
-) -> OutcomeFields:
-    if op.status == "done":
-        try:
-            type_, blob = saver.serde.dumps_typed(op.value)
-        except TypeError as exc:
-            return _unstorable(
-                spec,
-                f"returned a value the checkpointer cannot store "
-                f"({type(op.value).__name__}: {exc})",
-                "Return something storable from it (str, numbers, lists, dicts, pydantic "
-                "models, dataclasses).",
-            )
-        if len(blob) > spec.max_outcome_bytes:
-            return _unstorable(
-                spec,
-                f"returned {len(blob):,} bytes once serialized, more than its "
-                f"max_outcome_bytes ({spec.max_outcome_bytes:,})",
-                "Return a reference to a large result (an id, a URL) instead, or raise "
-                "max_outcome_bytes.",
-            )
-        return OutcomeFields(
-            status="done", at=time.time(), outcome_type=type_, outcome=blob, error=None
-        )
-    error = f"{type(op.error).__name__}: {op.error}"[:1000]
-    return OutcomeFields(
-        status="failed", at=time.time(), outcome_type=None, outcome=None, error=error
-    )
-
-
-def _unstorable(spec: EffectSpec, what: str, fix: str) -> OutcomeFields:
-    """An effect that happened, recorded as done without its value."""
-    error = (
-        f"side effect {spec.name!r} {what}. It ran once and is recorded as done without "
-        f"its value, so it is not called again. {fix}"
-    )
-    return OutcomeFields(
-        status="done", at=time.time(), outcome_type=UNSTORABLE, outcome=None, error=error[:1000]
-    )
-
-
-def _replayed(saver: ResilientSaver | AsyncResilientSaver, replay: Replay) -> Any:
-    record = replay.record
-    if record.outcome_type == UNSTORABLE:
-        raise TypeError(record.error)
-    if record.outcome_type is None:
-        return None
-    return saver.serde.loads_typed((record.outcome_type, record.outcome or b""))
-
-
 # -- the drivers -------------------------------------------------------------------------
 
 
@@ -319,12 +267,12 @@ def drive_sync(call: EffectCall, saver: ResilientSaver, invoke: Callable[[str], 
                         beat.stop()
                 else:
                     held = False
-                    fields = _outcome_fields(spec, saver, op)
-                    if spec.on_unknown == "raise":
-                        saver.effects.record(thread, key, fields, fence)
-                    else:
+                    fields = outcome_fields(spec, saver, op)
+                    if spec.defer_outcome:
                         saver.effects.defer(thread, key, fields)
-                    _raise_unstorable(fields)
+                    else:
+                        saver.effects.record(thread, key, fields, fence)
+                    raise_unstorable(fields)
         except BaseException:
             if held:
                 _release(saver, thread, intent)
@@ -373,12 +321,12 @@ async def drive_async(
                         beat.stop()
                 else:
                     held = False
-                    fields = _outcome_fields(spec, saver, op)
-                    if spec.on_unknown == "raise":
-                        await saver.effects.arecord(thread, key, fields, fence)
-                    else:
+                    fields = outcome_fields(spec, saver, op)
+                    if spec.defer_outcome:
                         saver.effects.defer(thread, key, fields)
-                    _raise_unstorable(fields)
+                    else:
+                        await saver.effects.arecord(thread, key, fields, fence)
+                    raise_unstorable(fields)
         except BaseException:
             if held:
                 with contextlib.suppress(Exception):  # if not, the lease runs out on its own
@@ -392,13 +340,7 @@ def _result(saver: ResilientSaver | AsyncResilientSaver, call: EffectCall, value
     if not isinstance(value, Replay):
         return value
     effect_event("effect_replayed", call.spec.name, call.key, call.thread, None)
-    return _replayed(saver, value)
-
-
-def _raise_unstorable(fields: OutcomeFields) -> None:
-    """An outcome recorded as done without its value: this try raises too."""
-    if fields.outcome_type == UNSTORABLE:
-        raise TypeError(fields.error)
+    return replayed(saver, value)
 
 
 def _side_effect_call(
@@ -449,6 +391,7 @@ def side_effect(
     on_unknown: OnUnknown = "reexecute",
     lease: float = EFFECT_LEASE,
     max_outcome_bytes: int = MAX_OUTCOME_BYTES,
+    defer_outcome: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -461,6 +404,7 @@ def side_effect(
     on_unknown: OnUnknown = "reexecute",
     lease: float = EFFECT_LEASE,
     max_outcome_bytes: int = MAX_OUTCOME_BYTES,
+    defer_outcome: bool = False,
 ) -> Any:
     """Record a non-idempotent call so that retries and resumes never repeat it.
 
@@ -486,6 +430,12 @@ def side_effect(
             is recorded as done without its value: the call is never made again,
             and this try and every replay raise a `TypeError` saying so. Return a
             reference (an id, a URL) to a large result instead.
+        defer_outcome: store the outcome with the saver's next write (the next
+            effect's intent, or the node's writes as it ends) instead of in a
+            write of its own as the call returns: one round trip less per call,
+            for cheap, frequent effects, but a crash anywhere in the rest of the
+            node leaves the outcome unknown, so it is settled as after a crash
+            during the call (``reconcile``, or called again with the same key).
 
     Example:
         >>> @side_effect(reconcile=mailer.lookup)  # doctest: +SKIP
@@ -508,6 +458,7 @@ def side_effect(
             passes_key=passes_key,
             lease=lease,
             max_outcome_bytes=max_outcome_bytes,
+            defer_outcome=defer_outcome,
         )
         if inspect.iscoroutinefunction(func):
 

@@ -56,6 +56,9 @@ class EffectSpec:
     passes_key: bool = False
     lease: float = EFFECT_LEASE
     max_outcome_bytes: int = MAX_OUTCOME_BYTES
+    #: Store the outcome with the saver's next write instead of in its own (see
+    #: `side_effect`): a crash in the rest of the node leaves it unknown.
+    defer_outcome: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "|" in self.name:
@@ -93,6 +96,17 @@ class EffectSpec:
         if self.on_unknown not in ("reexecute", "raise"):
             raise ConfigError(
                 f'side_effect on_unknown= must be "reexecute" or "raise", got {self.on_unknown!r}'
+            )
+        if not isinstance(self.defer_outcome, bool):
+            raise ConfigError(
+                f"side_effect defer_outcome= must be True or False, got {self.defer_outcome!r}"
+            )
+        if self.defer_outcome and self.on_unknown == "raise" and self.reconcile is None:
+            raise ConfigError(
+                f"side effect {self.name!r}: defer_outcome=True leaves the outcome unknown "
+                "after a crash anywhere in the rest of the node, and on_unknown='raise' would "
+                "stop the run for a person each time. Drop defer_outcome (the outcome is "
+                "then stored as the call returns), or give the effect a reconcile=."
             )
 
 

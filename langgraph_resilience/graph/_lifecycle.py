@@ -38,6 +38,7 @@ from langgraph_resilience._langgraph import ERROR_CHANNEL, ERROR_SOURCE_CHANNEL,
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.checkpoint._route_text import is_routed
 from langgraph_resilience.checkpoint._runs import FENCE_KEY
+from langgraph_resilience.errors import message_of
 from langgraph_resilience.graph._task import in_parent_task
 from langgraph_resilience.state import new_run_marker
 
@@ -137,7 +138,7 @@ def unrecovered_steps(checkpoints: Iterable[CheckpointTuple]) -> list[str]:
                     if handed
                     else (f"task {task_id!r} (")
                 )
-                failed.append(f"{name}: {str(errors[0])[:200]})")
+                failed.append(f"{name}: {message_of(errors[0])[:200]})")
     return failed
 
 

@@ -29,7 +29,7 @@ from langchain_core.runnables import Runnable
 from langgraph_resilience._engine import Action
 from langgraph_resilience.budget import Budget, add_usage
 from langgraph_resilience.classify import Classification, FailureKind
-from langgraph_resilience.errors import ValidationFailed
+from langgraph_resilience.errors import ValidationFailed, message_of
 from langgraph_resilience.graph._compress import compress_with_summary
 from langgraph_resilience.graph._routes import route_of, routing, suggestion
 from langgraph_resilience.graph._step_log import (
@@ -171,7 +171,7 @@ def _validation_error(validate: Callable[[Any], Any], output: Any) -> BaseExcept
     try:
         verdict = validate(output)
     except Exception as exc:  # a validator's own error counts as a rejection
-        return exc if isinstance(exc, ValidationFailed) else ValidationFailed(str(exc))
+        return exc if isinstance(exc, ValidationFailed) else ValidationFailed(message_of(exc))
     if verdict is False:
         return ValidationFailed("validate() returned False")
     return None

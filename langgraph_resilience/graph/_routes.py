@@ -42,7 +42,7 @@ from langgraph_resilience.checkpoint._route_text import (
     parse_route,
 )
 from langgraph_resilience.classify import Classification, FailureKind
-from langgraph_resilience.errors import EffectOutcomeUnknown, LeaseLost
+from langgraph_resilience.errors import EffectOutcomeUnknown, LeaseLost, describe, message_of
 from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.state import brief
 from langgraph_resilience.telemetry._emit import GRAPH_KEY, emit
@@ -137,7 +137,7 @@ def route_of(
         "kind": failure.kind.value,
         "reason": failure.reason,
         "error_type": type(exc).__name__,
-        "message": str(exc)[:500],
+        "message": message_of(exc)[:500],
         "attempts": attempts,
         "exhausted": decision.exhausted,
         "suggestion": suggestion(node, failure, exc, attempts, retry_after=decision.retry_after),
@@ -147,7 +147,7 @@ def route_of(
 
 def error_text(exc: BaseException) -> str:
     """An error as the run log and suggestions quote it."""
-    return f"{type(exc).__name__}: {exc}"[:500]
+    return describe(exc)[:500]
 
 
 def suggestion(

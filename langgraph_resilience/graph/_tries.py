@@ -38,7 +38,7 @@ from langgraph_resilience._langgraph import RESUMING_KEY
 from langgraph_resilience.budget import Budget, pause_value, topped_up, used
 from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.classify import Classification, Classifier, FailureKind, is_control_flow
-from langgraph_resilience.errors import ConfigError, LeaseLost
+from langgraph_resilience.errors import ConfigError, LeaseLost, message_of
 from langgraph_resilience.graph._routes import error_text
 from langgraph_resilience.graph._step_log import log_try
 from langgraph_resilience.graph._task import BUDGET_KEY, TaskContext
@@ -226,7 +226,7 @@ def try_record(
         node=name,
         kind=failure.kind.value,
         error_type=type(exc).__name__,
-        reason=str(exc)[:500],
+        reason=message_of(exc)[:500],
         finished_at=time.time(),
         status="waiting" if decision.action is Action.WAIT else "failed",
         wait=decision.wait,

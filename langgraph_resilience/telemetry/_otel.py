@@ -30,6 +30,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from langgraph_resilience.errors import describe
+
 try:  # the optional extra: nothing here may fail without it
     from opentelemetry import context as _context
     from opentelemetry import metrics as _metrics
@@ -169,7 +171,7 @@ def end_try(handle: Any, error: BaseException | None, attributes: Mapping[str, A
         span.set_attributes(_clean(attributes))
         if error is not None:
             span.record_exception(error)
-            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"[:200]))
+            span.set_status(Status(StatusCode.ERROR, describe(error)[:200]))
     finally:
         span.end()
         _context.detach(token)

@@ -67,6 +67,9 @@ class SuiteSpec:
     counters: Mapping[str, Callable[[], int]]
     compare: Callable[[Any], Any]
     max_cases: int
+    #: The side effects whose services deduplicate by idempotency key: a re-call
+    #: with the same key is not a duplicate (``recovery_suite(dedupe_effects=)``).
+    dedupe: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.max_cases < 0:
@@ -114,14 +117,25 @@ def suite_steps(spec: SuiteSpec) -> Generator[Run, RunResult, RecoverySuiteRepor
             f"the graph's clean run did not complete ({ref.error}); recovery_suite compares "
             "faulted runs with a clean one: make the graph run to the end on this input first"
         )
+    ref_effects = _delta(before, ref_tracker.read_counters())
     reference = _Reference(
         paths=[e.path for e in ref_tracker.executions],
-        effects=_delta(before, ref_tracker.read_counters()),
+        effects=ref_effects,
+        outside=_outside(ref_effects, ref_tracker),
         executions=list(ref_tracker.executions),
         effect_calls=dict(ref_tracker.effect_calls),
         puts=ref_tracker.puts.get(1, 0),
         state=spec.compare(ref.values),
+        dedupe=spec.dedupe,
     )
+    unknown = sorted(spec.dedupe - set(reference.effect_calls))
+    if unknown:
+        called = ", ".join(sorted(reference.effect_calls)) or "none"
+        raise ConfigError(
+            f"dedupe_effects names {', '.join(map(repr, unknown))}, which the clean run never "
+            f"called as a side_effect (its side effects: {called}); name side effects by "
+            "their side_effect name (side_effect(name=...), default the function's name)"
+        )
     planned, not_run = _cases(reference, spec.max_cases)
     results: list[CaseResult] = []
     for n, (family, name, plan) in enumerate(planned):
@@ -152,10 +166,17 @@ def suite_steps(spec: SuiteSpec) -> Generator[Run, RunResult, RecoverySuiteRepor
 class _Reference:
     paths: list[str]
     effects: dict[str, int]
+    outside: dict[str, int]  # counter moves outside any side effect's call
     executions: list[Execution]
     effect_calls: dict[str, int]
     puts: int
     state: Any
+    dedupe: frozenset[str] = frozenset()
+
+
+def _outside(effects: Mapping[str, int], tracker: Tracker) -> dict[str, int]:
+    """Per counter, its moves that no side effect's call made (no idempotency key)."""
+    return {k: max(0, v - tracker.in_ledger.get(k, 0)) for k, v in effects.items()}
 
 
 def _cases(ref: _Reference, limit: int) -> tuple[list[tuple[Family, str, FaultPlan]], list[str]]:
@@ -266,18 +287,18 @@ def judge(
             "(their work was not stored in time: is the graph run with durability='sync', "
             "the default of ResilientStateGraph?)"
         )
-    duplicated = {
-        k: v - ref.effects.get(k, 0) for k, v in effects.items() if v > ref.effects.get(k, 0)
-    }
+    repeats = _repeats(effects, tracker, ref)
+    duplicated = {k: rep.duplicated for k, rep in repeats.items() if rep.duplicated}
     missing = {
         k: ref.effects.get(k, 0) - v for k, v in effects.items() if v < ref.effects.get(k, 0)
     }
-    for k, extra in sorted(duplicated.items()):
+    for k, rep in sorted(repeats.items()):
         by = [f"{e.path} (run {e.run})" for e in tracker.executions if e.effects.get(k)]
         evidence.append(
             f"effect {k!r} called {effects[k]} times, {ref.effects.get(k, 0)} in the reference "
-            f"(+{extra}); called in: {', '.join(by) or 'unknown steps'}"
+            f"(+{rep.extra}); called in: {', '.join(by) or 'unknown steps'}"
         )
+        evidence += rep.said()
     for k, short in sorted(missing.items()):
         evidence.append(
             f"effect {k!r} called {effects[k]} times, {ref.effects[k]} in the "
@@ -299,10 +320,81 @@ def judge(
         steps_redone=redone,
         completed_redone=tuple(completed_redone),
         effects_duplicated=duplicated,
+        effects_same_key={k: n for k, r in repeats.items() if (n := r.unexcused_same_key)},
+        effects_unkeyed={k: r.unkeyed for k, r in repeats.items() if r.unkeyed},
+        effects_deduplicated={k: r.excused for k, r in repeats.items() if r.excused},
         effects_missing=missing,
         state_matches=state_matches,
         evidence=tuple(evidence),
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Repeats:
+    """One counter's calls beyond the reference, told apart: ``same_key`` (per
+    side effect) were re-calls with an idempotency key called before, which its
+    service may deduplicate; ``unkeyed`` were made outside the effect ledger."""
+
+    extra: int
+    same_key: Mapping[str, int]
+    unkeyed: int
+    dedupe: frozenset[str]
+
+    @property
+    def excused(self) -> int:
+        """Re-calls of side effects whose services deduplicate (``dedupe_effects``)."""
+        return min(self.extra, sum(n for e, n in self.same_key.items() if e in self.dedupe))
+
+    @property
+    def duplicated(self) -> int:
+        return self.extra - self.excused
+
+    @property
+    def unexcused_same_key(self) -> int:
+        return sum(n for e, n in self.same_key.items() if e not in self.dedupe)
+
+    def said(self) -> list[str]:
+        """What the evidence says about where the extra calls came from."""
+        lines = []
+        for effect, n in sorted(self.same_key.items()):
+            again = (
+                f"  +{n}: side effect {effect!r} was called again with the same idempotency "
+                "key (the crash left its outcome unknown)"
+            )
+            if effect in self.dedupe:
+                lines.append(
+                    f"{again}; its service deduplicates by that key (dedupe_effects), so "
+                    "this is not a duplicate"
+                )
+            else:
+                lines.append(
+                    f"{again}: safe only if its service deduplicates by that key (then "
+                    f"declare it: recovery_suite(..., dedupe_effects={{{effect!r}}})); "
+                    "side_effect(reconcile=...) closes this window"
+                )
+        if self.unkeyed:
+            lines.append(
+                f"  +{self.unkeyed}: called outside the effect ledger (not through a "
+                "side_effect, so without an idempotency key): the pipeline sends it twice; "
+                "wrap the call in @side_effect"
+            )
+        return lines
+
+
+def _repeats(effects: Mapping[str, int], tracker: Tracker, ref: _Reference) -> dict[str, _Repeats]:
+    """Per counter that moved more than in the reference, where the extra came from."""
+    outside = _outside(effects, tracker)
+    found = {}
+    for counter, count in effects.items():
+        extra = count - ref.effects.get(counter, 0)
+        if extra <= 0:
+            continue
+        same_key = {e: n for (c, e), n in tracker.resent.items() if c == counter and n}
+        unkeyed = min(extra, max(0, outside[counter] - ref.outside.get(counter, 0)))
+        found[counter] = _Repeats(
+            extra=extra, same_key=same_key, unkeyed=unkeyed, dedupe=ref.dedupe
+        )
+    return found
 
 
 def _went_back(runs: list[RunResult]) -> str | None:

@@ -97,8 +97,9 @@ class FaultPlan:
 
     def crash_after_effect(self, name: str, *, call: int = 1, kill: bool = False) -> FaultPlan:
         """Crash right after the ``call``-th call of the `side_effect` ``name`` in
-        the run returned, before its outcome is stored: the window where a
-        retried call would repeat it unless the ledger and ``reconcile`` stop it.
+        the run returned, before its outcome is stored (what a kill during the
+        call leaves too): the window where the resumed run calls it again with
+        the same idempotency key unless ``reconcile`` settles it.
 
         Example:
             >>> plan = FaultPlan().crash_after_effect("send_report")

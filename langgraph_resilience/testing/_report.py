@@ -36,7 +36,15 @@ class CaseResult:
         completed_redone: the redone steps that had completed before the failure
             (each is a recovery bug: work done twice).
         effects_duplicated / effects_missing: per effect, calls beyond / short of
-            the reference's.
+            the reference's (re-calls excused by ``dedupe_effects`` left out).
+        effects_same_key: per effect, the duplicated calls that re-called a
+            `side_effect` with the idempotency key of a call made before (its
+            outcome unknown after the crash): safe only if the service
+            deduplicates by that key; ``reconcile`` closes the window.
+        effects_unkeyed: per effect, the duplicated calls made outside the
+            effect ledger (not through a `side_effect`: no key, sent twice).
+        effects_deduplicated: per effect, same-key re-calls of side effects
+            declared deduplicating (``dedupe_effects``): not duplicates.
         state_matches: the final state equals the reference's (after ``compare``).
         evidence: what happened, line by line (runs, errors, differences).
     """
@@ -47,6 +55,9 @@ class CaseResult:
     steps_redone: tuple[str, ...] = ()
     completed_redone: tuple[str, ...] = ()
     effects_duplicated: Mapping[str, int] = field(default_factory=dict)
+    effects_same_key: Mapping[str, int] = field(default_factory=dict)
+    effects_unkeyed: Mapping[str, int] = field(default_factory=dict)
+    effects_deduplicated: Mapping[str, int] = field(default_factory=dict)
     effects_missing: Mapping[str, int] = field(default_factory=dict)
     state_matches: bool = True
     evidence: tuple[str, ...] = ()
@@ -60,6 +71,11 @@ class CaseResult:
         lines = [f"  [{mark}] {self.name}"]
         if self.steps_redone:
             lines.append(f"         steps redone: {', '.join(self.steps_redone)}")
+        if self.effects_deduplicated:
+            lines.append(
+                "         re-called with the same idempotency key, deduplicated by the "
+                f"service (dedupe_effects): {_counts(self.effects_deduplicated, ' +')}"
+            )
         if not self.passed:
             lines += [f"         {line}" for line in self.evidence]
         return "\n".join(lines)
@@ -153,6 +169,9 @@ class RecoverySuiteReport:
                     "steps_redone": list(c.steps_redone),
                     "completed_redone": list(c.completed_redone),
                     "effects_duplicated": dict(c.effects_duplicated),
+                    "effects_same_key": dict(c.effects_same_key),
+                    "effects_unkeyed": dict(c.effects_unkeyed),
+                    "effects_deduplicated": dict(c.effects_deduplicated),
                     "effects_missing": dict(c.effects_missing),
                     "state_matches": c.state_matches,
                     "evidence": list(c.evidence),
@@ -171,5 +190,5 @@ class RecoverySuiteReport:
             raise RecoveryFailed(str(self))
 
 
-def _counts(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "none"
+def _counts(counts: Mapping[str, int], sign: str = "=") -> str:
+    return ", ".join(f"{k}{sign}{v}" for k, v in sorted(counts.items())) or "none"

@@ -127,8 +127,9 @@ def _tapped_effects(effects: type[Any], s: Session) -> type[Any]:
     is gone, outcomes that may crash the run right after the call returned."""
 
     def claim(self: Any, thread_id: str, rec: Any, *args: Any, **kwargs: Any) -> Any:
-        s.tracker.effect_claimed(rec.idempotency_key, rec.name)
-        return effects.claim(self, thread_id, _as_mortal(rec), *args, **kwargs)
+        found = effects.claim(self, thread_id, _as_mortal(rec), *args, **kwargs)
+        _claimed(s, rec, found)
+        return found
 
     def record(self: Any, thread_id: str, key: str, fields: Any, *args: Any) -> Any:
         _effect_returned(s, key, fields)
@@ -153,8 +154,9 @@ def _tapped_effects(effects: type[Any], s: Session) -> type[Any]:
     if hasattr(effects, "aclaim"):  # an async saver's
 
         async def aclaim(self: Any, thread_id: str, rec: Any, *args: Any, **kwargs: Any) -> Any:
-            s.tracker.effect_claimed(rec.idempotency_key, rec.name)
-            return await effects.aclaim(self, thread_id, _as_mortal(rec), *args, **kwargs)
+            found = await effects.aclaim(self, thread_id, _as_mortal(rec), *args, **kwargs)
+            _claimed(s, rec, found)
+            return found
 
         async def arecord(self: Any, thread_id: str, key: str, fields: Any, *args: Any) -> Any:
             _effect_returned(s, key, fields)
@@ -165,6 +167,12 @@ def _tapped_effects(effects: type[Any], s: Session) -> type[Any]:
 
         methods.update(aclaim=aclaim, arecord=arecord, arenew=arenew)
     return type(f"Tapped{effects.__name__}", (effects,), methods)
+
+
+def _claimed(s: Session, rec: Any, found: Any) -> None:
+    """Note a claim; one that took over an earlier claim of the same key makes
+    the call that follows a re-call with that key."""
+    s.tracker.effect_claimed(rec.idempotency_key, rec.name, found.verdict == "took_over")
 
 
 def _mortal(owner: str) -> str:

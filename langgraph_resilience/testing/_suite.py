@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -24,7 +24,7 @@ from langgraph.types import Durability, StateSnapshot
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
 from langgraph_resilience.effects._settle import asettle_effect, settle_effect
-from langgraph_resilience.errors import ConfigError, SimulatedCrash
+from langgraph_resilience.errors import ConfigError, SimulatedCrash, describe
 from langgraph_resilience.graph._retry_failed import aretry_failed, retry_failed
 from langgraph_resilience.testing._cases import Run, RunResult, SuiteSpec, comparable, suite_steps
 from langgraph_resilience.testing._report import RecoverySuiteReport
@@ -54,11 +54,24 @@ def _counter(name: str, source: Any) -> Callable[[], int]:
     )
 
 
+def _dedupe(names: Collection[str] | None) -> frozenset[str]:
+    if names is None:
+        return frozenset()
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(
+            "dedupe_effects takes the names of the side effects whose services "
+            "deduplicate by idempotency key, as a set of str (e.g. "
+            f"dedupe_effects={{'send_email'}}), got {names!r}"
+        )
+    return frozenset(names)
+
+
 def _spec(
     input: Any,
     effects: Mapping[str, Any] | None,
     compare: Callable[[Any], Any] | None,
     max_cases: int | None,
+    dedupe_effects: Collection[str] | None = None,
 ) -> SuiteSpec:
     if max_cases is None:
         raw = os.environ.get(CASES_ENV, str(_DEFAULT_CASES))
@@ -70,7 +83,11 @@ def _spec(
         raise ConfigError("recovery_suite needs the graph's input (None means 'resume')")
     counters = {name: _counter(name, source) for name, source in (effects or {}).items()}
     return SuiteSpec(
-        input=input, counters=counters, compare=compare or comparable, max_cases=max_cases
+        input=input,
+        counters=counters,
+        compare=compare or comparable,
+        max_cases=max_cases,
+        dedupe=_dedupe(dedupe_effects),
     )
 
 
@@ -125,7 +142,7 @@ def _ended(
     if len(op.tracker.crashes) > crashes or isinstance(error, SimulatedCrash):
         return RunResult(outcome="crashed", values=values, resumed_from=resumed_from)
     if error is not None:
-        text = f"{type(error).__name__}: {error}"[:300]
+        text = describe(error)[:300]
         return RunResult(outcome="failed", error=text, values=values, resumed_from=resumed_from)
     return RunResult(outcome="completed", values=values, resumed_from=resumed_from)
 
@@ -180,6 +197,7 @@ def recovery_suite(
     config: RunnableConfig | None = None,
     max_cases: int | None = None,
     durability: Durability | None = None,
+    dedupe_effects: Collection[str] | None = None,
 ) -> RecoverySuiteReport:
     """Run the four recovery tests on your graph and report what each found.
 
@@ -195,7 +213,11 @@ def recovery_suite(
 
     A case passes when the final state equals the reference's, no step that had
     completed before a failure ran again, and every effect in ``effects`` was
-    called exactly as often as in the reference.
+    called exactly as often as in the reference. The report tells an extra call
+    that re-called a `side_effect` with the same idempotency key (its outcome
+    unknown after a crash: a duplicate unless the service deduplicates by key;
+    ``reconcile`` closes it) from one made outside the effect ledger (no key:
+    sent twice).
 
     Args:
         build_graph: ``build_graph(saver)`` returns your graph compiled with that
@@ -215,6 +237,10 @@ def recovery_suite(
         durability: run every invoke with this LangGraph durability (default: the
             graph's own; ``ResilientStateGraph`` compiles with ``"sync"``), to see
             what ``"async"`` or ``"exit"`` would cost.
+        dedupe_effects: names of side effects (their `side_effect` name) whose
+            services deduplicate by the idempotency key they are passed: a
+            re-call with the same key is then not a duplicate (the case passes
+            and says so). Calls outside the ledger are never excused.
 
     Raises:
         ConfigError: bad arguments, or the clean run does not complete.
@@ -223,7 +249,7 @@ def recovery_suite(
         >>> report = recovery_suite(build, {"q": "..."}, effects={"email": sent})  # doctest: +SKIP
         >>> report.assert_ok()  # doctest: +SKIP
     """
-    spec = _spec(input, effects, compare, max_cases)
+    spec = _spec(input, effects, compare, max_cases, dedupe_effects)
     runs = _Runs(build_graph=build_graph, config=config, durability=durability)
     with _default_store(checkpointer_factory, ResilientSqliteSaver) as factory:
 
@@ -266,6 +292,7 @@ async def arecovery_suite(
     config: RunnableConfig | None = None,
     max_cases: int | None = None,
     durability: Durability | None = None,
+    dedupe_effects: Collection[str] | None = None,
 ) -> RecoverySuiteReport:
     """`recovery_suite` for async graphs and savers (``ainvoke``); the default
     store is a temporary file under `AsyncResilientSqliteSaver`.
@@ -273,7 +300,7 @@ async def arecovery_suite(
     Example:
         >>> report = await arecovery_suite(build_graph, {"query": "q"})  # doctest: +SKIP
     """
-    spec = _spec(input, effects, compare, max_cases)
+    spec = _spec(input, effects, compare, max_cases, dedupe_effects)
     runs = _Runs(build_graph=build_graph, config=config, durability=durability)
     with _default_store(checkpointer_factory, AsyncResilientSqliteSaver) as factory:
 

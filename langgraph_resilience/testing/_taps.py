@@ -87,6 +87,14 @@ class Tracker:
         self._paths: dict[tuple[str, int, str], str] = {}
         self._seen: dict[str, int] = {}
         self._keys: dict[str, str] = {}  # idempotency key -> effect name
+        # idempotency key -> (the counters at its latest claim, whether an earlier
+        # try or run had claimed it: a call now is a re-call with the same key)
+        self._claims: dict[str, tuple[dict[str, int], bool]] = {}
+        #: Counter moves while a side effect's call ran, per counter.
+        self.in_ledger: dict[str, int] = {}
+        #: Counter moves while a side effect was called again with an idempotency
+        #: key called before, per (counter, effect name).
+        self.resent: dict[tuple[str, str], int] = {}
         self._by_task: dict[str, Execution] = {}
         #: The outcomes a crash right after an effect's call kept from the store
         #: (idempotency key -> OutcomeFields): what the outside system would show.
@@ -173,17 +181,31 @@ class Tracker:
             e = self._by_task.get(task_id)
         return e.path if e is not None else None
 
-    def effect_claimed(self, key: str, name: str) -> None:
+    def effect_claimed(self, key: str, name: str, again: bool) -> None:
+        """An effect's intent was claimed; ``again``: the claim took over one an
+        earlier try or run had left (its outcome unknown, or a failed call)."""
+        counters = self.read_counters()
         with self.lock:
             self._keys[key] = name
+            self._claims[key] = (counters, again)
 
     def effect_done(self, key: str) -> tuple[str, int] | None:
-        """The effect's name and its call number in the case, when its call returned."""
+        """The effect's name and its call number in the case, when its call
+        returned; the counters that moved since its claim are the call's."""
+        after = self.read_counters()
         with self.lock:
             name = self._keys.get(key)
             if name is None:
                 return None
             n = self.effect_calls[name] = self.effect_calls.get(name, 0) + 1
+            before, again = self._claims.pop(key, ({}, False))
+            for counter, value in after.items():
+                moved = value - before.get(counter, value)
+                if moved > 0:
+                    self.in_ledger[counter] = self.in_ledger.get(counter, 0) + moved
+                    if again:
+                        slot = (counter, name)
+                        self.resent[slot] = self.resent.get(slot, 0) + moved
         return name, n
 
 

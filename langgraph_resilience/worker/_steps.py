@@ -27,7 +27,7 @@ from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import Fence, RunRecord
 from langgraph_resilience.checkpoint._runs import FENCE_KEY, WORKER_KEY
-from langgraph_resilience.errors import CheckpointConflict, LeaseLost, StoreUnavailable
+from langgraph_resilience.errors import CheckpointConflict, LeaseLost, StoreUnavailable, describe
 from langgraph_resilience.graph._task import BUDGET_KEY
 from langgraph_resilience.graph._tries import DURABLE_WAIT
 from langgraph_resilience.telemetry._emit import takeover_event
@@ -288,11 +288,11 @@ def _stopped(held: Held, exc: BaseException) -> Generator[RunOp, Any, str | None
     if isinstance(exc, GraphDrained):  # this worker drains, or could not renew: release
         return (yield from _finish(held, "queued", {"released": exc.reason}))
     if store_unreachable(exc):
-        reason = f"the store was unreachable ({type(exc).__name__}: {exc})"
+        reason = f"the store was unreachable ({describe(exc)})"
         logger.warning("run %s: %s; released, to be run again", held.record.run_id, reason)
         return (yield from _finish(held, "queued", {"released": reason}))
     kind = "conflict" if isinstance(exc, CheckpointConflict) else "error"
-    return (yield from _finish(held, "error", {kind: f"{type(exc).__name__}: {exc}"}))
+    return (yield from _finish(held, "error", {kind: describe(exc)}))
 
 
 def _finish(
