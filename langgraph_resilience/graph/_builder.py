@@ -6,8 +6,12 @@ each node with a policy an error handler that follows its routing signal
 give up, and compiles with ``durability="sync"`` by default. `retry_failed`
 re-runs the step that ended a run with a partial result.
 
-Nodes added without a policy (and with no default) keep LangGraph's behaviour;
-their wrapper only records the step in the run log.
+A node added without ``policy=`` runs under the graph's default policy: the
+one ``set_node_defaults(policy=...)`` gave, else ``NodePolicy()`` (transient
+failures retried, a failure for good ending in a partial result), unless it
+carries LangGraph's own ``retry_policy`` or ``error_handler`` (its own or the
+graph's ``set_node_defaults``): then, as with ``policy=None``, it keeps
+LangGraph's behaviour, and its wrapper only records the step in the run log.
 """
 
 from __future__ import annotations
@@ -327,12 +331,21 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
             **kwargs,
         )
         self._policies: dict[str, NodePolicy | None] = {}
-        self._default_policy: NodePolicy | None = None
+        self._default_policy: NodePolicy | None = NodePolicy()
+        self._default_given = False  # set_node_defaults(policy=...) was called
+        self._defaulted: set[str] = set()  # nodes whose policy is the graph's default
+        self._langgraph_handles = False  # LangGraph's own retry_policy / error_handler default
         self._routes: dict[str, list[str]] = {}
         self._actions: dict[str, NodeAction] = {}  # as given (a subgraph stays one)
 
     def set_node_defaults(self, *, policy: NodePolicy | None = _UNSET, **kwargs: Any) -> Self:
-        """LangGraph's node defaults, plus a default `NodePolicy` for nodes added after.
+        """LangGraph's node defaults, plus the default `NodePolicy` of nodes added after.
+
+        Without it, a node added without ``policy=`` runs under ``NodePolicy()``;
+        ``policy=None`` makes such nodes keep LangGraph's behaviour. A node that
+        carries LangGraph's own ``retry_policy`` or ``error_handler`` (given to
+        `add_node` or here, graph-wide) never gets the default policy: it keeps
+        LangGraph's behaviour.
 
         Raises:
             ConfigError: ``policy`` is not a NodePolicy, or nodes were already added.
@@ -346,6 +359,9 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
                     f"added: {', '.join(sorted(self._policies))}"
                 )
             self._default_policy = policy
+            self._default_given = True
+        if kwargs.get("retry_policy") is not None or kwargs.get("error_handler") is not None:
+            self._langgraph_handles = True  # applied at compile: `_keep_langgraph_defaults`
         return super().set_node_defaults(**kwargs) if kwargs else self
 
     def add_node(
@@ -356,7 +372,9 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         policy: NodePolicy | None = _UNSET,
         **kwargs: Any,
     ) -> Self:
-        """LangGraph's `add_node`, plus ``policy=`` (default: the graph's default policy).
+        """LangGraph's `add_node`, plus ``policy=`` (default: the graph's default
+        policy, ``NodePolicy()`` unless `set_node_defaults` gave another; none for
+        a node given LangGraph's own ``retry_policy`` or ``error_handler``).
 
         Raises:
             ConfigError: ``policy`` is not a NodePolicy, ``timeout`` on a sync node,
@@ -371,7 +389,10 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
                 f"node {name!r} has nothing to run: add_node({name!r}, function_or_runnable)"
             )
         if policy is _UNSET:
-            policy = self._default_policy
+            own = any(kwargs.get(k) is not None for k in ("retry_policy", "error_handler"))
+            policy = None if own else self._default_policy  # LangGraph's own: kept
+            if policy is not None:
+                self._defaulted.add(name)
         elif policy is not None and not isinstance(policy, NodePolicy):
             raise ConfigError(f"policy for node {name!r} must be a NodePolicy, got {policy!r}")
         if policy is not None and kwargs.get("retry_policy") is not None:
@@ -405,20 +426,47 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         )
         return wrap(ctx, action)
 
+    def _keep_langgraph_defaults(self) -> None:
+        """Nodes under the graph's default policy keep LangGraph's behaviour
+        instead when `set_node_defaults` gave LangGraph's own ``retry_policy``
+        or ``error_handler`` (applied by LangGraph at compile, after add_node):
+        LangGraph's tries and the policy's would multiply, and its handler
+        would never run."""
+        if not self._langgraph_handles:
+            return
+        for name in sorted(self._defaulted):
+            spec = self.nodes[name]
+            handler = f"{ERROR_HANDLER_PREFIX}{name}"
+            if spec.error_handler_node == handler:
+                del self.nodes[handler]
+                spec.error_handler_node = None
+            self._rewrap(name, None)
+        self._defaulted.clear()
+
+    def _rewrap(self, name: str, policy: NodePolicy | None) -> None:
+        self._policies[name] = policy
+        self.nodes[name].runnable = coerce_to_runnable(
+            self._wrap(name, self._actions[name], policy), name=name, trace=False
+        )
+
     def _guard_fallbacks(self) -> None:
-        """A fallback node added without a policy gets a critical one: if the
+        """A fallback node without a policy of its own (``policy=None``, or the
+        implicit ``NodePolicy()``) gets a critical one of one try: if the
         fallback fails too, the run ends with a partial result instead of the
-        raw error escaping (one try, no retry: it runs because another failed)."""
+        raw error escaping (no retry: it runs because another failed)."""
         targets = {p.fallback for p in self._policies.values() if p is not None and p.fallback}
+        implicit = set() if self._default_given else self._defaulted
         for name in sorted(targets):
             spec = self.nodes.get(name)
-            if spec is None or self._policies.get(name) is not None or spec.error_handler_node:
+            if spec is None:
+                continue
+            if name in implicit:  # its handler already ends in a partial result
+                self._rewrap(name, NodePolicy(retry=None))
+                continue
+            if self._policies.get(name) is not None or spec.error_handler_node:
                 continue
             policy = NodePolicy(retry=None)
-            self._policies[name] = policy
-            spec.runnable = coerce_to_runnable(
-                self._wrap(name, self._actions[name], policy), name=name, trace=False
-            )
+            self._rewrap(name, policy)
             handler = f"{ERROR_HANDLER_PREFIX}{name}"
             self.nodes[handler] = StateNodeSpec(
                 coerce_to_runnable(
@@ -458,6 +506,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
             >>> graph = g.compile(checkpointer=saver, budget=Budget(max_cost=2.0))  # doctest: +SKIP
         """
         run_log.require_resilient_schema(self.state_schema)
+        self._keep_langgraph_defaults()
         self._guard_fallbacks()
         routes: dict[str, list[str]] = {}
         for name, policy in self._policies.items():
