@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, TypedDict, cast
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.graph import Graph
-from langgraph.cache.base import BaseCache, FullKey, Namespace
+from langgraph.cache.base import BaseCache
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
-from langgraph.types import All, CachePolicy, Checkpointer, StateSnapshot
+from langgraph.types import All, Checkpointer, StateSnapshot
 from langgraph.typing import ContextT, InputT, OutputT, StateT
 from typing_extensions import Self, Unpack
 
@@ -44,6 +43,7 @@ from langgraph_resilience._langgraph import (
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.graph._cache import RunLogFreeCache, keyed_without_run_log
 from langgraph_resilience.graph._drivers import is_async, wrap
 from langgraph_resilience.graph._node import NodeAction, NodeContext
 from langgraph_resilience.graph._retry_failed import aretry_failed, retry_failed
@@ -53,6 +53,7 @@ from langgraph_resilience.graph._routes import (
     give_up_of,
     partial_result,
 )
+from langgraph_resilience.graph._slots import take_over
 from langgraph_resilience.graph._task import BUDGET_KEY, current_attempt
 from langgraph_resilience.policy import NodePolicy
 from langgraph_resilience.telemetry._emit import GRAPH_KEY
@@ -89,10 +90,12 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         lifecycle.note_resume(self, input, config)  # a resume after a crash: a recovery
-        return super().stream(lifecycle.with_marker(input, config), config, **kwargs)
+        run_config = take_over(config, self.config, is_async=False)  # a finished task's
+        return super().stream(lifecycle.with_marker(input, config), run_config, **kwargs)
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        stream = super().astream(lifecycle.with_marker(input, config), config, **kwargs)
+        run_config = take_over(config, self.config, is_async=True)  # writes wait for none
+        stream = super().astream(lifecycle.with_marker(input, config), run_config, **kwargs)
         return lifecycle.anoted(self, input, config, stream)  # a resume after a crash
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -202,11 +205,8 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
             found = found._replace(durability="async")  # LangGraph's default
         if found.cache is not None:
             policies = frozenset(getattr(self.builder, "_policies", ()))
-            found = found._replace(cache=_RunLogFreeCache(found.cache, policies))
+            found = found._replace(cache=RunLogFreeCache(found.cache, policies))
         return found
-
-
-_RUN_LOG = "resilience"
 
 
 def _bypass(drawing: Graph, node: str) -> None:
@@ -224,82 +224,6 @@ def _bypass(drawing: Graph, node: str) -> None:
                 drawing.add_edge(
                     drawing.nodes[i.source], drawing.nodes[o.target], data, conditional
                 )
-
-
-def _keyed_without_run_log(policy: CachePolicy[Any]) -> CachePolicy[Any]:
-    """``policy``, its cache key taken on the node's input without the run log
-    (``resilience``: times and counts that differ in every run)."""
-    key: Callable[..., str | bytes] = policy.key_func
-    if getattr(key, "_lgr_without_run_log", False):
-        return policy
-
-    def key_func(*args: Any, **kwargs: Any) -> str | bytes:
-        if args and isinstance(args[0], Mapping) and _RUN_LOG in args[0]:
-            args = ({k: v for k, v in args[0].items() if k != _RUN_LOG}, *args[1:])
-        return key(*args, **kwargs)
-
-    key_func._lgr_without_run_log = True  # type: ignore[attr-defined]
-    return replace(policy, key_func=key_func)
-
-
-class _RunLogFreeCache(BaseCache[Any]):
-    """A run's node cache, holding no run log.
-
-    A node's writes carry its run-log update (``resilience``: its step record,
-    times, usage, budget). Cached with them, a hit would write another run's
-    log into this one; cached without, a hit writes the node's output only, as
-    on a plain `StateGraph` (and the run log does not record the hit). A
-    degraded step (a failure skipped) is not cached: the next run tries again.
-    """
-
-    def __init__(self, cache: BaseCache[Any], nodes: frozenset[str]) -> None:
-        super().__init__(serde=cache.serde)
-        self.cache = cache
-        self.nodes = nodes  # the wrapped nodes, whose writes carry a run log
-
-    def _ours(self, key: FullKey) -> bool:
-        ns = key[0]  # (the writes namespace, the node's identifier, its name)
-        return len(ns) == 3 and ns[2] in self.nodes
-
-    def _stored(
-        self, pairs: Mapping[FullKey, tuple[Any, int | None]]
-    ) -> dict[FullKey, tuple[Any, int | None]]:
-        kept: dict[FullKey, tuple[Any, int | None]] = {}
-        for key, (writes, ttl) in pairs.items():
-            if not self._ours(key):
-                kept[key] = (writes, ttl)
-            elif not any(
-                c == _RUN_LOG and isinstance(v, Mapping) and v.get("degraded_steps")
-                for c, v in writes
-            ):
-                kept[key] = ([(c, v) for c, v in writes if c != _RUN_LOG], ttl)
-        return kept
-
-    def _found(self, found: dict[FullKey, Any]) -> dict[FullKey, Any]:
-        return {
-            k: [(c, v) for c, v in w if c != _RUN_LOG] if self._ours(k) else w
-            for k, w in found.items()
-        }
-
-    def get(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
-        return self._found(self.cache.get(keys))
-
-    async def aget(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
-        return self._found(await self.cache.aget(keys))
-
-    def set(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
-        if kept := self._stored(pairs):
-            self.cache.set(kept)
-
-    async def aset(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
-        if kept := self._stored(pairs):
-            await self.cache.aset(kept)
-
-    def clear(self, namespaces: Sequence[Namespace] | None = None) -> None:
-        self.cache.clear(namespaces)
-
-    async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
-        await self.cache.aclear(namespaces)
 
 
 class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
@@ -413,7 +337,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
             give_up = give_up_of(policy.fallback, policy.critical)
             kwargs.setdefault("error_handler", error_handler(name, give_up))
         if kwargs.get("cache_policy") is not None:  # the run log differs in every run
-            kwargs["cache_policy"] = _keyed_without_run_log(kwargs["cache_policy"])
+            kwargs["cache_policy"] = keyed_without_run_log(kwargs["cache_policy"])
         return super().add_node(name, self._wrap(name, action, policy), **kwargs)
 
     def _wrap(self, name: str, action: NodeAction, policy: NodePolicy | None) -> NodeAction:
@@ -544,7 +468,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         if default_cache is not None:  # our nodes key it without the run log, as in add_node
             for name in self._policies:
                 if self.nodes[name].cache_policy is None:
-                    self.nodes[name].cache_policy = _keyed_without_run_log(default_cache)
+                    self.nodes[name].cache_policy = keyed_without_run_log(default_cache)
         compiled = super().compile(checkpointer, **kwargs)
         compiled.__class__ = ResilientCompiledStateGraph
         resilient = cast(ResilientCompiledStateGraph[StateT, ContextT, InputT, OutputT], compiled)
