@@ -370,7 +370,7 @@ def _effect_graph(saver: Any, calls: list[str], fail: list[bool], **options: Any
         return {"receipt": receipt}
 
     g = ResilientStateGraph(Order)
-    g.add_node("pay", pay)
+    g.add_node("pay", pay, policy=None)  # the failure stops the run, to be resumed
     g.add_edge(START, "pay")
     g.add_edge("pay", END)
     return g.compile(checkpointer=saver)

@@ -478,7 +478,7 @@ async def test_parallel_branches_cancelled_by_a_failing_sibling_do_not_repeat(
 
     g = ResilientStateGraph(State)
     g.add_node("branch", branch)
-    g.add_node("failing", failing)
+    g.add_node("failing", failing, policy=None)  # LangGraph's: the failure stops the run
     g.add_conditional_edges(
         START, lambda s: [Send("branch", {"item": i}) for i in (1, 2)] + ["failing"]
     )

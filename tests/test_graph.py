@@ -572,7 +572,7 @@ async def test_stream_yields_updates_of_retried_nodes(checkpointer: Any) -> None
     assert chunks[1]["b"]["resilience"]["step"]["attempts"] == 2
 
 
-async def test_nodes_without_a_policy_keep_langgraph_behaviour(checkpointer: Any) -> None:
+async def test_policy_none_and_a_retry_policy_keep_langgraph_behaviour(checkpointer: Any) -> None:
     script = Script()
     script.raises["plain"] = [ValueError("bad input")]
     script.raises["native"] = [ConnectionError("blip"), None]
@@ -582,7 +582,7 @@ async def test_nodes_without_a_policy_keep_langgraph_behaviour(checkpointer: Any
         node(checkpointer, script.body("native"), "native"),
         retry_policy=RetryPolicy(max_attempts=2, initial_interval=0.001, jitter=False),
     )
-    g.add_node("plain", node(checkpointer, script.body("plain"), "plain"))
+    g.add_node("plain", node(checkpointer, script.body("plain"), "plain"), policy=None)
     g.add_edge(START, "native")
     g.add_edge("native", "plain")
     g.add_edge("plain", END)
@@ -641,7 +641,7 @@ def test_failure_routes_are_drawn() -> None:
     g = ResilientStateGraph(State)
     g.add_node("search", lambda s: {}, policy=NodePolicy(fallback="cache"))
     g.add_node("cache", lambda s: {})
-    g.add_node("write", lambda s: {})
+    g.add_node("write", lambda s: {}, policy=None)
     g.add_edge(START, "search")
     g.add_edge("search", "write")
     g.add_edge("cache", "write")

@@ -6,23 +6,26 @@ each node with a policy an error handler that follows its routing signal
 give up, and compiles with ``durability="sync"`` by default. `retry_failed`
 re-runs the step that ended a run with a partial result.
 
-Nodes added without a policy (and with no default) keep LangGraph's behaviour;
-their wrapper only records the step in the run log.
+A node added without ``policy=`` runs under the graph's default policy: the
+one ``set_node_defaults(policy=...)`` gave, else ``NodePolicy()`` (transient
+failures retried, a failure for good ending in a partial result), unless it
+carries LangGraph's own ``retry_policy`` or ``error_handler`` (its own or the
+graph's ``set_node_defaults``): then, as with ``policy=None``, it keeps
+LangGraph's behaviour, and its wrapper only records the step in the run log.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, TypedDict, cast
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.graph import Graph
-from langgraph.cache.base import BaseCache, FullKey, Namespace
+from langgraph.cache.base import BaseCache
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
-from langgraph.types import All, CachePolicy, Checkpointer, StateSnapshot
+from langgraph.types import All, Checkpointer, StateSnapshot
 from langgraph.typing import ContextT, InputT, OutputT, StateT
 from typing_extensions import Self, Unpack
 
@@ -40,6 +43,7 @@ from langgraph_resilience._langgraph import (
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.graph._cache import RunLogFreeCache, keyed_without_run_log
 from langgraph_resilience.graph._drivers import is_async, wrap
 from langgraph_resilience.graph._node import NodeAction, NodeContext
 from langgraph_resilience.graph._retry_failed import aretry_failed, retry_failed
@@ -49,6 +53,7 @@ from langgraph_resilience.graph._routes import (
     give_up_of,
     partial_result,
 )
+from langgraph_resilience.graph._slots import take_over
 from langgraph_resilience.graph._task import BUDGET_KEY, current_attempt
 from langgraph_resilience.policy import NodePolicy
 from langgraph_resilience.telemetry._emit import GRAPH_KEY
@@ -85,10 +90,12 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         lifecycle.note_resume(self, input, config)  # a resume after a crash: a recovery
-        return super().stream(lifecycle.with_marker(input, config), config, **kwargs)
+        run_config = take_over(config, self.config, is_async=False)  # a finished task's
+        return super().stream(lifecycle.with_marker(input, config), run_config, **kwargs)
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        stream = super().astream(lifecycle.with_marker(input, config), config, **kwargs)
+        run_config = take_over(config, self.config, is_async=True)  # writes wait for none
+        stream = super().astream(lifecycle.with_marker(input, config), run_config, **kwargs)
         return lifecycle.anoted(self, input, config, stream)  # a resume after a crash
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -198,11 +205,8 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
             found = found._replace(durability="async")  # LangGraph's default
         if found.cache is not None:
             policies = frozenset(getattr(self.builder, "_policies", ()))
-            found = found._replace(cache=_RunLogFreeCache(found.cache, policies))
+            found = found._replace(cache=RunLogFreeCache(found.cache, policies))
         return found
-
-
-_RUN_LOG = "resilience"
 
 
 def _bypass(drawing: Graph, node: str) -> None:
@@ -220,82 +224,6 @@ def _bypass(drawing: Graph, node: str) -> None:
                 drawing.add_edge(
                     drawing.nodes[i.source], drawing.nodes[o.target], data, conditional
                 )
-
-
-def _keyed_without_run_log(policy: CachePolicy[Any]) -> CachePolicy[Any]:
-    """``policy``, its cache key taken on the node's input without the run log
-    (``resilience``: times and counts that differ in every run)."""
-    key: Callable[..., str | bytes] = policy.key_func
-    if getattr(key, "_lgr_without_run_log", False):
-        return policy
-
-    def key_func(*args: Any, **kwargs: Any) -> str | bytes:
-        if args and isinstance(args[0], Mapping) and _RUN_LOG in args[0]:
-            args = ({k: v for k, v in args[0].items() if k != _RUN_LOG}, *args[1:])
-        return key(*args, **kwargs)
-
-    key_func._lgr_without_run_log = True  # type: ignore[attr-defined]
-    return replace(policy, key_func=key_func)
-
-
-class _RunLogFreeCache(BaseCache[Any]):
-    """A run's node cache, holding no run log.
-
-    A node's writes carry its run-log update (``resilience``: its step record,
-    times, usage, budget). Cached with them, a hit would write another run's
-    log into this one; cached without, a hit writes the node's output only, as
-    on a plain `StateGraph` (and the run log does not record the hit). A
-    degraded step (a failure skipped) is not cached: the next run tries again.
-    """
-
-    def __init__(self, cache: BaseCache[Any], nodes: frozenset[str]) -> None:
-        super().__init__(serde=cache.serde)
-        self.cache = cache
-        self.nodes = nodes  # the wrapped nodes, whose writes carry a run log
-
-    def _ours(self, key: FullKey) -> bool:
-        ns = key[0]  # (the writes namespace, the node's identifier, its name)
-        return len(ns) == 3 and ns[2] in self.nodes
-
-    def _stored(
-        self, pairs: Mapping[FullKey, tuple[Any, int | None]]
-    ) -> dict[FullKey, tuple[Any, int | None]]:
-        kept: dict[FullKey, tuple[Any, int | None]] = {}
-        for key, (writes, ttl) in pairs.items():
-            if not self._ours(key):
-                kept[key] = (writes, ttl)
-            elif not any(
-                c == _RUN_LOG and isinstance(v, Mapping) and v.get("degraded_steps")
-                for c, v in writes
-            ):
-                kept[key] = ([(c, v) for c, v in writes if c != _RUN_LOG], ttl)
-        return kept
-
-    def _found(self, found: dict[FullKey, Any]) -> dict[FullKey, Any]:
-        return {
-            k: [(c, v) for c, v in w if c != _RUN_LOG] if self._ours(k) else w
-            for k, w in found.items()
-        }
-
-    def get(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
-        return self._found(self.cache.get(keys))
-
-    async def aget(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
-        return self._found(await self.cache.aget(keys))
-
-    def set(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
-        if kept := self._stored(pairs):
-            self.cache.set(kept)
-
-    async def aset(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
-        if kept := self._stored(pairs):
-            await self.cache.aset(kept)
-
-    def clear(self, namespaces: Sequence[Namespace] | None = None) -> None:
-        self.cache.clear(namespaces)
-
-    async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
-        await self.cache.aclear(namespaces)
 
 
 class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
@@ -327,12 +255,21 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
             **kwargs,
         )
         self._policies: dict[str, NodePolicy | None] = {}
-        self._default_policy: NodePolicy | None = None
+        self._default_policy: NodePolicy | None = NodePolicy()
+        self._default_given = False  # set_node_defaults(policy=...) was called
+        self._defaulted: set[str] = set()  # nodes whose policy is the graph's default
+        self._langgraph_handles = False  # LangGraph's own retry_policy / error_handler default
         self._routes: dict[str, list[str]] = {}
         self._actions: dict[str, NodeAction] = {}  # as given (a subgraph stays one)
 
     def set_node_defaults(self, *, policy: NodePolicy | None = _UNSET, **kwargs: Any) -> Self:
-        """LangGraph's node defaults, plus a default `NodePolicy` for nodes added after.
+        """LangGraph's node defaults, plus the default `NodePolicy` of nodes added after.
+
+        Without it, a node added without ``policy=`` runs under ``NodePolicy()``;
+        ``policy=None`` makes such nodes keep LangGraph's behaviour. A node that
+        carries LangGraph's own ``retry_policy`` or ``error_handler`` (given to
+        `add_node` or here, graph-wide) never gets the default policy: it keeps
+        LangGraph's behaviour.
 
         Raises:
             ConfigError: ``policy`` is not a NodePolicy, or nodes were already added.
@@ -346,6 +283,9 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
                     f"added: {', '.join(sorted(self._policies))}"
                 )
             self._default_policy = policy
+            self._default_given = True
+        if kwargs.get("retry_policy") is not None or kwargs.get("error_handler") is not None:
+            self._langgraph_handles = True  # applied at compile: `_keep_langgraph_defaults`
         return super().set_node_defaults(**kwargs) if kwargs else self
 
     def add_node(
@@ -356,7 +296,9 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         policy: NodePolicy | None = _UNSET,
         **kwargs: Any,
     ) -> Self:
-        """LangGraph's `add_node`, plus ``policy=`` (default: the graph's default policy).
+        """LangGraph's `add_node`, plus ``policy=`` (default: the graph's default
+        policy, ``NodePolicy()`` unless `set_node_defaults` gave another; none for
+        a node given LangGraph's own ``retry_policy`` or ``error_handler``).
 
         Raises:
             ConfigError: ``policy`` is not a NodePolicy, ``timeout`` on a sync node,
@@ -371,7 +313,10 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
                 f"node {name!r} has nothing to run: add_node({name!r}, function_or_runnable)"
             )
         if policy is _UNSET:
-            policy = self._default_policy
+            own = any(kwargs.get(k) is not None for k in ("retry_policy", "error_handler"))
+            policy = None if own else self._default_policy  # LangGraph's own: kept
+            if policy is not None:
+                self._defaulted.add(name)
         elif policy is not None and not isinstance(policy, NodePolicy):
             raise ConfigError(f"policy for node {name!r} must be a NodePolicy, got {policy!r}")
         if policy is not None and kwargs.get("retry_policy") is not None:
@@ -392,7 +337,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
             give_up = give_up_of(policy.fallback, policy.critical)
             kwargs.setdefault("error_handler", error_handler(name, give_up))
         if kwargs.get("cache_policy") is not None:  # the run log differs in every run
-            kwargs["cache_policy"] = _keyed_without_run_log(kwargs["cache_policy"])
+            kwargs["cache_policy"] = keyed_without_run_log(kwargs["cache_policy"])
         return super().add_node(name, self._wrap(name, action, policy), **kwargs)
 
     def _wrap(self, name: str, action: NodeAction, policy: NodePolicy | None) -> NodeAction:
@@ -405,20 +350,47 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         )
         return wrap(ctx, action)
 
+    def _keep_langgraph_defaults(self) -> None:
+        """Nodes under the graph's default policy keep LangGraph's behaviour
+        instead when `set_node_defaults` gave LangGraph's own ``retry_policy``
+        or ``error_handler`` (applied by LangGraph at compile, after add_node):
+        LangGraph's tries and the policy's would multiply, and its handler
+        would never run."""
+        if not self._langgraph_handles:
+            return
+        for name in sorted(self._defaulted):
+            spec = self.nodes[name]
+            handler = f"{ERROR_HANDLER_PREFIX}{name}"
+            if spec.error_handler_node == handler:
+                del self.nodes[handler]
+                spec.error_handler_node = None
+            self._rewrap(name, None)
+        self._defaulted.clear()
+
+    def _rewrap(self, name: str, policy: NodePolicy | None) -> None:
+        self._policies[name] = policy
+        self.nodes[name].runnable = coerce_to_runnable(
+            self._wrap(name, self._actions[name], policy), name=name, trace=False
+        )
+
     def _guard_fallbacks(self) -> None:
-        """A fallback node added without a policy gets a critical one: if the
+        """A fallback node without a policy of its own (``policy=None``, or the
+        implicit ``NodePolicy()``) gets a critical one of one try: if the
         fallback fails too, the run ends with a partial result instead of the
-        raw error escaping (one try, no retry: it runs because another failed)."""
+        raw error escaping (no retry: it runs because another failed)."""
         targets = {p.fallback for p in self._policies.values() if p is not None and p.fallback}
+        implicit = set() if self._default_given else self._defaulted
         for name in sorted(targets):
             spec = self.nodes.get(name)
-            if spec is None or self._policies.get(name) is not None or spec.error_handler_node:
+            if spec is None:
+                continue
+            if name in implicit:  # its handler already ends in a partial result
+                self._rewrap(name, NodePolicy(retry=None))
+                continue
+            if self._policies.get(name) is not None or spec.error_handler_node:
                 continue
             policy = NodePolicy(retry=None)
-            self._policies[name] = policy
-            spec.runnable = coerce_to_runnable(
-                self._wrap(name, self._actions[name], policy), name=name, trace=False
-            )
+            self._rewrap(name, policy)
             handler = f"{ERROR_HANDLER_PREFIX}{name}"
             self.nodes[handler] = StateNodeSpec(
                 coerce_to_runnable(
@@ -458,6 +430,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
             >>> graph = g.compile(checkpointer=saver, budget=Budget(max_cost=2.0))  # doctest: +SKIP
         """
         run_log.require_resilient_schema(self.state_schema)
+        self._keep_langgraph_defaults()
         self._guard_fallbacks()
         routes: dict[str, list[str]] = {}
         for name, policy in self._policies.items():
@@ -495,7 +468,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         if default_cache is not None:  # our nodes key it without the run log, as in add_node
             for name in self._policies:
                 if self.nodes[name].cache_policy is None:
-                    self.nodes[name].cache_policy = _keyed_without_run_log(default_cache)
+                    self.nodes[name].cache_policy = keyed_without_run_log(default_cache)
         compiled = super().compile(checkpointer, **kwargs)
         compiled.__class__ = ResilientCompiledStateGraph
         resilient = cast(ResilientCompiledStateGraph[StateT, ContextT, InputT, OutputT], compiled)

@@ -23,6 +23,7 @@ from langgraph.config import get_config
 
 from langgraph_resilience.budget import Meter
 from langgraph_resilience.graph._node import NodeAction, NodeContext
+from langgraph_resilience.graph._slots import anode_turn, node_turn, user_config
 from langgraph_resilience.graph._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.graph._tries import (
     Call,
@@ -211,31 +212,43 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
     if isinstance(action, Runnable):
 
         def sync_runnable(state: Any, config: RunnableConfig) -> Any:
-            call = lambda s: action.invoke(s, try_config(config))  # noqa: E731
-            return run_sync(ctx, state, state, call, TaskContext(config=config))
+            call = lambda s: action.invoke(s, user_config(try_config(config)))  # noqa: E731
+            with node_turn(config):
+                return run_sync(ctx, state, state, call, TaskContext(config=config))
 
         async def async_runnable(state: Any, config: RunnableConfig) -> Any:
-            call = lambda s: action.ainvoke(s, try_config(config))  # noqa: E731
-            return await run_async(ctx, state, state, call, TaskContext(config=config), timeout)
+            call = lambda s: action.ainvoke(s, user_config(try_config(config)))  # noqa: E731
+            async with anode_turn(config):
+                return await run_async(ctx, state, state, call, TaskContext(config=config), timeout)
 
         return RunnableLambda(sync_runnable, afunc=async_runnable, name=ctx.name)
     if is_async(action):
 
         @functools.wraps(action)
         async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
+            config, kwargs = get_config(), _users(kwargs)
             call = lambda s: action(s, *args, **kwargs)  # noqa: E731
-            return await run_async(
-                ctx, state, state, call, TaskContext(config=get_config()), timeout
-            )
+            async with anode_turn(config):
+                return await run_async(ctx, state, state, call, TaskContext(config=config), timeout)
 
         return async_node
 
     @functools.wraps(action)
     def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
+        config, kwargs = get_config(), _users(kwargs)
         call = lambda s: action(s, *args, **kwargs)  # noqa: E731
-        return run_sync(ctx, state, state, call, TaskContext(config=get_config()))
+        with node_turn(config):
+            return run_sync(ctx, state, state, call, TaskContext(config=config))
 
     return sync_node
+
+
+def _users(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A node function's keyword arguments, the config among them as its code is
+    to see it (`_slots.user_config`)."""
+    if isinstance(kwargs.get("config"), dict):
+        return {**kwargs, "config": user_config(kwargs["config"])}
+    return kwargs
 
 
 def is_async(action: NodeAction) -> bool:
