@@ -170,8 +170,10 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
     ``completed_steps``, the partial result's, replaces the window);
     ``context_summary`` appends (the latest `RECENT_SUMMARIES`);
     ``degraded_steps`` and ``failed_steps`` append new entries; ``failed_step``
-    keeps the run's first; ``usage`` adds up; ``counts`` merge; every other key
-    takes the newer value.
+    keeps the run's first; ``usage`` adds up; ``counts`` merge; a ``status`` of
+    ``partial_complete`` stays (against a step that ran beside the failed one)
+    until a new run starts or `retry_failed` clears the failed steps; every
+    other key takes the newer value.
     """
     merged: dict[str, Any] = dict(left or {})
     update: Mapping[str, Any] = right or {}
@@ -204,6 +206,8 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
         elif key == "failed_step":
             if value is None or not merged.get(key):
                 merged[key] = value
+        elif key == "status" and merged.get(key) == "partial_complete" and not (started or cleared):
+            continue  # a step that ran beside one that failed for good: the run stopped short
         else:
             merged[key] = value
     return merged  # type: ignore[return-value]

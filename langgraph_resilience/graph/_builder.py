@@ -36,11 +36,12 @@ from langgraph_resilience._langgraph import (
     StateNodeSpec,
     coerce_to_runnable,
     default_cache_policy,
+    hold_writes,
 )
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError
-from langgraph_resilience.graph._drivers import is_async, wrap
+from langgraph_resilience.graph._drivers import NOT_RUN, is_async, wrap
 from langgraph_resilience.graph._node import NodeAction, NodeContext
 from langgraph_resilience.graph._retry_failed import aretry_failed, retry_failed
 from langgraph_resilience.graph._routes import (
@@ -497,6 +498,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
                 if self.nodes[name].cache_policy is None:
                     self.nodes[name].cache_policy = _keyed_without_run_log(default_cache)
         compiled = super().compile(checkpointer, **kwargs)
+        hold_writes(compiled, list(self._policies), NOT_RUN)  # a step not run writes nothing
         compiled.__class__ = ResilientCompiledStateGraph
         resilient = cast(ResilientCompiledStateGraph[StateT, ContextT, InputT, OutputT], compiled)
         defaults: dict[str, Any] = {

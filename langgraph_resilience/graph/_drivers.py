@@ -23,6 +23,7 @@ from langgraph.config import get_config
 
 from langgraph_resilience.budget import Meter
 from langgraph_resilience.graph._node import NodeAction, NodeContext
+from langgraph_resilience.graph._step_log import not_run, stopped
 from langgraph_resilience.graph._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.graph._tries import (
     Call,
@@ -35,7 +36,7 @@ from langgraph_resilience.graph._tries import (
 from langgraph_resilience.policy import Attempt
 from langgraph_resilience.telemetry._emit import TryRun, begin_try, failed_try, try_config
 
-__all__ = ["is_async", "run_async", "run_sync", "wrap"]
+__all__ = ["NOT_RUN", "is_async", "run_async", "run_sync", "wrap"]
 
 
 # -- the drivers: the only sync/async difference ------------------------------------------
@@ -201,6 +202,26 @@ async def run_async(
 # -- the wrapper LangGraph calls ------------------------------------------------------------
 
 
+class _NotRun:
+    def __repr__(self) -> str:
+        return "<step not run: the run stopped short>"
+
+
+#: What the wrapper of a step returns in place of running it when the run has
+#: stopped short (`_step_log.stopped`): the compiled graph holds its writes and
+#: its edges (`_langgraph.hold_writes`), so nothing after a failed critical step
+#: fires, a fan-in included, and the step's trigger is spent as if it had run.
+NOT_RUN: Any = _NotRun()
+
+
+def _skipped(ctx: NodeContext, state: Any, config: RunnableConfig | None = None) -> bool:
+    """Whether the step is not run, the run having stopped short (its event said so)."""
+    if not stopped(state):
+        return False
+    not_run(ctx.name, TaskContext(config=config or get_config()), state)
+    return True
+
+
 def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
     """The node LangGraph runs in place of ``action``: ``action`` under ``ctx``'s policy.
 
@@ -211,10 +232,14 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
     if isinstance(action, Runnable):
 
         def sync_runnable(state: Any, config: RunnableConfig) -> Any:
+            if _skipped(ctx, state, config):
+                return NOT_RUN
             call = lambda s: action.invoke(s, try_config(config))  # noqa: E731
             return run_sync(ctx, state, state, call, TaskContext(config=config))
 
         async def async_runnable(state: Any, config: RunnableConfig) -> Any:
+            if _skipped(ctx, state, config):
+                return NOT_RUN
             call = lambda s: action.ainvoke(s, try_config(config))  # noqa: E731
             return await run_async(ctx, state, state, call, TaskContext(config=config), timeout)
 
@@ -223,6 +248,8 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
 
         @functools.wraps(action)
         async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
+            if _skipped(ctx, state):
+                return NOT_RUN
             call = lambda s: action(s, *args, **kwargs)  # noqa: E731
             return await run_async(
                 ctx, state, state, call, TaskContext(config=get_config()), timeout
@@ -232,6 +259,8 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
 
     @functools.wraps(action)
     def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
+        if _skipped(ctx, state):
+            return NOT_RUN
         call = lambda s: action(s, *args, **kwargs)  # noqa: E731
         return run_sync(ctx, state, state, call, TaskContext(config=get_config()))
 

@@ -280,6 +280,9 @@ def failure_log(route: Mapping[str, Any], state: Any) -> dict[str, Any]:
     log["failed_step"] = failed
     log["failed_steps"] = [failed]
     log["recovery_suggestions"] = [route["suggestion"]]
+    # The run stops short here: a step due next (a fan-in the failed step's
+    # siblings fed) sees it and does not run (`_step_log.stopped`).
+    log["status"] = "partial_complete"
     return log
 
 

@@ -30,7 +30,9 @@ __all__ = [
     "log_try",
     "log_update",
     "nested_log",
+    "not_run",
     "step_ids",
+    "stopped",
     "step_path",
     "with_log",
 ]
@@ -101,6 +103,29 @@ def log_update(
 
 
 _NO_USAGE: dict[str, float] = {}
+
+
+def stopped(state: Any) -> bool:
+    """Whether the run in ``state`` has stopped short: a critical step failed for
+    good (its error handler wrote ``partial_complete``), so no step after it runs."""
+    return log_of(state).get("status") == "partial_complete"
+
+
+def not_run(name: str, task: TaskContext, state: Any) -> None:
+    """The event of a step that was due and did not run, because the run had
+    stopped short (INFO: the partial result says why)."""
+    known = log_of(state)
+    failed = [str(f.get("path")) for f in known.get("failed_steps") or () if f.get("path")]
+    path = step_path(name, task, known)
+    emit(
+        "not_run",
+        logging.INFO,
+        "step %s not run: the run stopped short at %s",
+        path,
+        ", ".join(failed) or "a failed step",
+        **step_ids(name, task, known, path),
+        failed_paths=failed,
+    )
 
 
 class SubgraphStopped(Exception):
