@@ -127,6 +127,8 @@ class NodeContext(Tries):
             log["recovery_suggestions"] = [
                 suggestion(name, failure, exc, number, path, retry_after=decision.retry_after)
             ]
+            if task.send_index is not None:  # retry_failed(step=path) re-runs it with it
+                log["degraded_sends"] = [{"path": path, "send": state}]
             _add_spend(log, end.spent, end.topped)
             log_gave_up(name, task, state, path, failure.kind.value, number, None)
             return {"resilience": log}
