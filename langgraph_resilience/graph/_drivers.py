@@ -14,7 +14,7 @@ import asyncio
 import functools
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +23,7 @@ from langgraph.config import get_config
 
 from langgraph_resilience.budget import Meter
 from langgraph_resilience.graph._node import NodeAction, NodeContext
-from langgraph_resilience.graph._step_log import not_run, stopped
+from langgraph_resilience.graph._step_log import NESTED_STOPS, not_run, stopped
 from langgraph_resilience.graph._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.graph._tries import (
     Call,
@@ -63,6 +63,8 @@ def _call_sync(call: Callable[[Any], Any], arg: Any, attempt: Attempt, metered: 
     output: Any = None
     error: BaseException | None = None
     token = CURRENT_ATTEMPT.set(attempt)
+    stops: list[Mapping[str, Any]] = []
+    nested = NESTED_STOPS.set(stops)
     started = time.monotonic()
     with Meter() if metered else _UNMETERED as meter:
         try:
@@ -71,7 +73,9 @@ def _call_sync(call: Callable[[Any], Any], arg: Any, attempt: Attempt, metered: 
             error = exc
         finally:
             CURRENT_ATTEMPT.reset(token)
-    return CallResult(output, error, meter.usage(time.monotonic() - started))
+            NESTED_STOPS.reset(nested)
+    usage = meter.usage(time.monotonic() - started)
+    return CallResult(output, error, usage, stops[0] if stops else None)
 
 
 def run_sync(
@@ -135,6 +139,8 @@ async def _call_async(
     output: Any = None
     error: BaseException | None = None
     token = CURRENT_ATTEMPT.set(attempt)
+    stops: list[Mapping[str, Any]] = []
+    nested = NESTED_STOPS.set(stops)
     started = time.monotonic()
     with Meter() if metered else _UNMETERED as meter:
         try:
@@ -146,7 +152,9 @@ async def _call_async(
             error = exc
         finally:
             CURRENT_ATTEMPT.reset(token)
-    return CallResult(output, error, meter.usage(time.monotonic() - started))
+            NESTED_STOPS.reset(nested)
+    usage = meter.usage(time.monotonic() - started)
+    return CallResult(output, error, usage, stops[0] if stops else None)
 
 
 async def run_async(

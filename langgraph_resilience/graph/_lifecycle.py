@@ -6,7 +6,9 @@ that the run log's reducer turns into a fresh run (numbered, its outcome fields
 reset), so a second turn on a thread that ended ``partial_complete`` does not
 inherit the first turn's failure. ``None``, ``Command(resume=...)`` and
 `retry_failed` go on with the current run. A graph called as a subgraph is part
-of its parent's run and adds no marker.
+of its parent's run and adds no marker; when it ends short (``partial_complete``)
+the step that ran it fails (`ended`), whether it was added as a node or invoked
+inside a node's function.
 
 A run whose last node leaves through a conditional edge (a loop that stops when
 a counter is reached) has no node that knows it is the last. Such a run is
@@ -38,11 +40,13 @@ from langgraph_resilience._langgraph import ERROR_CHANNEL, ERROR_SOURCE_CHANNEL,
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.checkpoint._route_text import is_routed
 from langgraph_resilience.checkpoint._runs import FENCE_KEY
+from langgraph_resilience.graph._step_log import nested_stop
 from langgraph_resilience.graph._task import in_parent_task
 from langgraph_resilience.state import new_run_marker
 
 __all__ = [
     "anoted",
+    "ended",
     "nested",
     "note_resume",
     "settle_output",
@@ -86,6 +90,15 @@ def settled(snapshot: StateSnapshot) -> StateSnapshot:
     )
     values = _settled_values(snapshot.values, done)
     return snapshot if values is snapshot.values else snapshot._replace(values=values)
+
+
+def ended(out: Any, config: RunnableConfig | None) -> None:
+    """A run nested in another's step (a graph invoked inside a node function)
+    that ended short tells that step, which fails naming the inner step
+    (`_step_log.nested_stop`); a top-level run tells no one."""
+    log = out.get(_LOG) if isinstance(out, Mapping) else None
+    if isinstance(log, Mapping) and log.get("status") == "partial_complete" and nested(config):
+        nested_stop(out)
 
 
 def settle_output(out: Any, config: RunnableConfig | None, snapshot: Any) -> Any:

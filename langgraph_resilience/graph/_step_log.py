@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
 
@@ -24,12 +25,14 @@ from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.telemetry._emit import GRAPH_KEY, emit
 
 __all__ = [
+    "NESTED_STOPS",
     "SubgraphStopped",
     "log_gave_up",
     "log_of",
     "log_try",
     "log_update",
     "nested_log",
+    "nested_stop",
     "not_run",
     "step_ids",
     "stopped",
@@ -134,6 +137,25 @@ class SubgraphStopped(Exception):
     def __init__(self, failed: Mapping[str, Any]) -> None:
         super().__init__(failed.get("message") or "the subgraph stopped short")
         self.failed = dict(failed)
+
+
+#: The failed steps of the resilient graphs that a try invoked (inside the node
+#: function: the supervisor pattern) and that ended short, collected by the
+#: driver around each try: the try failed, as a subgraph node's does.
+NESTED_STOPS: ContextVar[list[Mapping[str, Any]] | None] = ContextVar(
+    "langgraph_resilience_nested_stops", default=None
+)
+
+
+def nested_stop(output: Any) -> None:
+    """Tell the try that invoked a resilient graph that it ended short (its
+    ``output`` reads ``partial_complete``): the try fails naming its step."""
+    stops = NESTED_STOPS.get()
+    log = output.get("resilience") if isinstance(output, Mapping) else None
+    if stops is None or not isinstance(log, Mapping) or log.get("status") != "partial_complete":
+        return
+    failed = log.get("failed_step")
+    stops.append(failed if isinstance(failed, Mapping) else {"message": "it stopped short"})
 
 
 def nested_log(output: Any, state: Any) -> tuple[dict[str, float], Mapping[str, Any] | None]:
