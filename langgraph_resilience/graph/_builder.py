@@ -95,12 +95,14 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         out = super().invoke(input, config, **kwargs)
         lifecycle.ended(out, config)  # nested in a step: a run that ended short fails it
+        lifecycle.settle_by_hand(self, input, config)  # a Worker's paused run, resumed by hand
         read = lambda: self.get_state(config or {}) if self.checkpointer else None  # noqa: E731
         return lifecycle.settle_output(out, config, read)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         out = await super().ainvoke(input, config, **kwargs)
         lifecycle.ended(out, config)  # nested in a step: a run that ended short fails it
+        await lifecycle.asettle_by_hand(self, input, config)  # a Worker's paused run, by hand
         found = None
         if self.checkpointer and lifecycle.settle_output(out, config, lambda: None) is not out:
             found = await self.aget_state(config or {})
