@@ -304,3 +304,35 @@ async def test_retry_of_a_degraded_send_branch_keeps_its_payload(checkpointer: A
     assert sorted(out["results"]) == [0, 10, 20]
     assert out["resilience"]["status"] == "success"
     assert not out["resilience"].get("degraded_steps")
+
+
+async def test_retry_failed_through_a_subgraph_is_counted_as_retry_failed(
+    checkpointer: Any,
+) -> None:
+    """Not as a crash resume that redid the step after the subgraph (which never
+    ran before): one retry_failed recovery, which redid the inner failed step."""
+    from langgraph_resilience import recovery_metrics, run_report
+
+    calls: Counter[str] = Counter()
+    broken = [True]
+    sub = inner_graph(checkpointer, broken, calls)
+    graph = outer_graph(checkpointer, sub, calls, ONCE)
+    config = cfg(checkpointer, "sub-retry")
+    out = await checkpointer.invoke(graph, {"done": []}, config)
+    assert out["resilience"]["failed_step"]["path"] == "supervisor/inner_step"
+    broken[0] = False
+    out = await retry(checkpointer, graph, config)
+    assert out["resilience"]["status"] == "success"
+    assert calls == Counter({"fetch": 1, "inner_step": 2, "after": 1})
+
+    thread = config["configurable"]["thread_id"]
+    if checkpointer.is_async:
+        report = await asyncio.to_thread(run_report, checkpointer.saver, thread)
+    else:
+        report = await asyncio.to_thread(run_report, checkpointer.saver, thread)
+    kinds = [(r["kind"], r["redone_paths"]) for r in report.recoveries]
+    assert kinds == [("retry_failed", ["supervisor/inner_step"])]
+    metrics = await asyncio.to_thread(recovery_metrics, checkpointer.saver)
+    by_kind = metrics.to_dict()["recoveries_by_kind"]
+    assert by_kind["crash"] == 0
+    assert by_kind["retry_failed"] >= 1

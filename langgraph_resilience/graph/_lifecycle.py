@@ -41,7 +41,7 @@ from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.checkpoint._route_text import is_routed
 from langgraph_resilience.checkpoint._runs import FENCE_KEY, RunRecord
 from langgraph_resilience.graph._step_log import nested_stop
-from langgraph_resilience.graph._task import in_parent_task
+from langgraph_resilience.graph._task import RETRY_FAILED_KEY, in_parent_task
 from langgraph_resilience.state import new_run_marker
 
 __all__ = [
@@ -169,6 +169,8 @@ def _may_be_crash_resume(input: Any, config: RunnableConfig | None) -> str | Non
     configurable = config.get("configurable") or {}
     if FENCE_KEY in configurable or configurable.get("thread_id") is None:
         return None  # a Worker's run: a takeover is stored by its claim
+    if configurable.get(RETRY_FAILED_KEY):
+        return None  # retry_failed going on after a subgraph: counted as retry_failed
     return str(configurable["thread_id"])
 
 

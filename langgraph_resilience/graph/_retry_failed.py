@@ -26,7 +26,7 @@ from langgraph.types import Command, Send, StateSnapshot
 from langgraph_resilience._langgraph import ERROR_HANDLER_PREFIX, SEND_PATH
 from langgraph_resilience.errors import ConfigError, RunStateError
 from langgraph_resilience.graph._routes import PARTIAL_RESULT
-from langgraph_resilience.graph._task import EFFECT_SCOPE_KEY, nested_task
+from langgraph_resilience.graph._task import EFFECT_SCOPE_KEY, RETRY_FAILED_KEY, nested_task
 from langgraph_resilience.telemetry._emit import recovery_event
 
 __all__ = ["aretry_failed", "innermost_node", "retry_failed"]
@@ -161,6 +161,16 @@ def _inner_done(out: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> dict[
     return {**{k: v for k, v in out.items() if k != "resilience"}, "resilience": reset}
 
 
+def _going_on(config: RunnableConfig) -> RunnableConfig:
+    """The parent's config to go on from its subgraph node once the subgraph's
+    failed step was re-run: part of this `retry_failed`, not a resume after a
+    crash (`_lifecycle.note_resume` counts none)."""
+    return {
+        **config,
+        "configurable": {**(config.get("configurable") or {}), RETRY_FAILED_KEY: True},
+    }
+
+
 def _require_compiled(graph: Any) -> None:
     if not isinstance(graph, CompiledStateGraph):
         raise ConfigError(
@@ -212,7 +222,7 @@ def retry_failed(
         if _stopped_again(out):
             return graph.get_state(config).values
         graph.update_state(config, _inner_done(out, steps), as_node=node)
-        return graph.invoke(None, config)
+        return graph.invoke(None, _going_on(config))
     before = graph.get_state(head.parent_config) if head.parent_config else None
     command = _retry_command(steps, update, not_run(graph, before, steps))
     return graph.invoke(command, _with_effect_scope(config, steps))
@@ -238,7 +248,7 @@ async def aretry_failed(
         if _stopped_again(out):
             return (await graph.aget_state(config)).values
         await graph.aupdate_state(config, _inner_done(out, steps), as_node=node)
-        return await graph.ainvoke(None, config)
+        return await graph.ainvoke(None, _going_on(config))
     before = await graph.aget_state(head.parent_config) if head.parent_config else None
     command = _retry_command(steps, update, not_run(graph, before, steps))
     return await graph.ainvoke(command, _with_effect_scope(config, steps))
