@@ -8,6 +8,12 @@ re-runs the step that ended a run with a partial result.
 
 Nodes added without a policy (and with no default) keep LangGraph's behaviour;
 their wrapper only records the step in the run log.
+
+A run that stopped short (a critical step failed for good) runs nothing more:
+a node due after it (a fan-in its siblings fed, a step beside the partial
+result) is not run; its wrapper returns `_drivers.NOT_RUN`, and the compiled
+graph holds that output's writes and edges (`_langgraph.hold_writes`), so the
+task ends done with nothing written and nothing after it fires.
 """
 
 from __future__ import annotations
@@ -250,7 +256,8 @@ class _RunLogFreeCache(BaseCache[Any]):
     times, usage, budget). Cached with them, a hit would write another run's
     log into this one; cached without, a hit writes the node's output only, as
     on a plain `StateGraph` (and the run log does not record the hit). A
-    degraded step (a failure skipped) is not cached: the next run tries again.
+    degraded step (a failure skipped) is not cached: the next run tries again;
+    nor is a step that was not run (`_drivers.NOT_RUN`: it wrote nothing).
     """
 
     def __init__(self, cache: BaseCache[Any], nodes: frozenset[str]) -> None:
@@ -269,6 +276,8 @@ class _RunLogFreeCache(BaseCache[Any]):
         for key, (writes, ttl) in pairs.items():
             if not self._ours(key):
                 kept[key] = (writes, ttl)
+            elif all(c.startswith("__") for c, _ in writes):
+                continue  # no write of its own: a step not run (the run had stopped short)
             elif not any(
                 c == _RUN_LOG and isinstance(v, Mapping) and v.get("degraded_steps")
                 for c, v in writes

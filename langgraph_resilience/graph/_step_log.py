@@ -1,5 +1,6 @@
 """The run-log entry of one step: its path, its record, what a nested run
-log (a subgraph's) brings, and the log line of a failed try.
+log (a subgraph's, or a graph invoked inside the node) brings, whether the
+run has stopped short, and the log line of a failed try.
 
 A step's record rides in the node's own run-log write (``{"resilience":
 {"step": ...}}``), which the reducer (`state.merge_run_log`) keeps in a bounded
