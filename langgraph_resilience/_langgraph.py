@@ -237,7 +237,18 @@ def hold_writes(
         node = graph.nodes.get(name)
         if node is None:
             continue
-        node.writers = [_held(w, held) for w in node.writers]
+        writers = list(node.writers)
+        # Merged as LangGraph's `flat_writers` merges them (consecutive writes at
+        # the end: the output's and the static edges'), so its merge, which makes
+        # a plain ChannelWrite, finds nothing left to merge.
+        while (
+            len(writers) > 1
+            and isinstance(writers[-1], lg_write.ChannelWrite)
+            and isinstance(writers[-2], lg_write.ChannelWrite)
+        ):
+            writers[-2] = lg_write.ChannelWrite(writes=writers[-2].writes + writers[-1].writes)
+            writers.pop()
+        node.writers = [_held(w, held) for w in writers]
         for cached in ("flat_writers", "node"):  # LangGraph's cached properties of them
             node.__dict__.pop(cached, None)
 

@@ -109,20 +109,26 @@ def test_a_held_node_writes_nothing_and_fires_no_edge() -> None:
     def a(state: _State) -> Any:
         return held if skip[0] else {"done": ["a"]}
 
-    g = StateGraph(_State)
-    g.add_node("a", a)
-    g.add_node("b", lambda s: {"done": ["b"]})
-    g.add_node("c", lambda s: {"done": ["c"]})
-    g.add_edge(START, "a")
-    g.add_edge("a", "b")
-    g.add_conditional_edges("a", lambda s: "c", ["c"])
-    graph = g.compile()
-    drawn = {(e.source, e.target) for e in graph.get_graph().edges}
-    door.hold_writes(graph, ["a"], held)
-    assert {(e.source, e.target) for e in graph.get_graph().edges} == drawn
-    assert graph.invoke({"done": []}) == {"done": []}
-    skip[0] = False
-    assert sorted(graph.invoke({"done": []})["done"]) == ["a", "b", "c"]
+    def chain(conditional: bool) -> Any:
+        g = StateGraph(_State)
+        g.add_node("a", a)
+        g.add_node("b", lambda s: {"done": ["b"]})
+        g.add_node("c", lambda s: {"done": ["c"]})
+        g.add_edge(START, "a")
+        g.add_edge("a", "b")  # the output's write and the edge's, merged by LangGraph
+        if conditional:
+            g.add_conditional_edges("a", lambda s: "c", ["c"])
+        return g.compile()
+
+    for conditional, after in ((False, ["a", "b"]), (True, ["a", "b", "c"])):
+        skip[0] = True
+        graph = chain(conditional)
+        drawn = {(e.source, e.target) for e in graph.get_graph().edges}
+        door.hold_writes(graph, ["a"], held)
+        assert {(e.source, e.target) for e in graph.get_graph().edges} == drawn
+        assert graph.invoke({"done": []}) == {"done": []}
+        skip[0] = False
+        assert sorted(graph.invoke({"done": []})["done"]) == after
     # The mark is the one LangGraph's register_writer sets on a conditional edge.
     assert any(hasattr(w, door.WRITER_MARK) for w in graph.nodes["a"].writers)
 

@@ -88,8 +88,10 @@ def fan_in(h: Any, bad: set[int], calls: Counter[str], *, policy: NodePolicy = O
     g.add_node("work", work, policy=policy)
     g.add_node("reduce", reduce)
     g.add_conditional_edges(START, lambda s: [Send("work", {"item": i}) for i in s["items"]])
+    g.add_node("publish", lambda s: {"done": ["published"]})
     g.add_edge("work", "reduce")
-    g.add_edge("reduce", END)
+    g.add_edge("reduce", "publish")
+    g.add_edge("publish", END)
     return g.compile(checkpointer=h.saver)
 
 
@@ -116,7 +118,7 @@ async def test_a_failed_branch_stops_the_fan_in(checkpointer: Any, failing: set[
     assert out["resilience"]["status"] == "success"
     assert out["total"] == 30  # every branch's result, each once
     assert sorted(out["results"]) == [0, 10, 20]
-    assert out["done"] == ["reduced 3"]
+    assert out["done"] == ["reduced 3", "published"]
     assert calls["reduce"] == 1  # the fan-in, once
     # each failed branch re-ran once more, with its own payload; the others never re-ran
     assert calls == Counter(
@@ -152,14 +154,15 @@ async def test_nothing_after_a_failed_step_runs_beside_the_partial_result(
 
     g = ResilientStateGraph(State)
     g.add_node("a", body("a"), policy=ONCE)
-    for name in ("b", "c", "d"):
+    for name in ("b", "c", "d", "e"):
         g.add_node(name, body(name))
     g.add_edge(START, "a")
     g.add_edge(START, "b")
     g.add_edge("a", "c")
-    g.add_edge("b", "d")  # d is terminal: it would write success
+    g.add_edge("b", "d")  # d is due beside the partial result; it leads on to e
     g.add_edge("c", END)
-    g.add_edge("d", END)
+    g.add_edge("d", "e")
+    g.add_edge("e", END)  # e is terminal: it would write success
     graph = g.compile(checkpointer=checkpointer.saver)
     config = cfg(checkpointer, "beside")
     out = await checkpointer.invoke(graph, {"done": []}, config)
@@ -169,8 +172,8 @@ async def test_nothing_after_a_failed_step_runs_beside_the_partial_result(
     broken[0] = False
     out = await retry(checkpointer, graph, config)
     assert out["resilience"]["status"] == "success"
-    assert sorted(out["done"]) == ["a", "b", "c", "d"]
-    assert calls == Counter({"a": 2, "b": 1, "c": 1, "d": 1})
+    assert sorted(out["done"]) == ["a", "b", "c", "d", "e"]
+    assert calls == Counter({"a": 2, "b": 1, "c": 1, "d": 1, "e": 1})
 
 
 def inner_graph(h: Any, broken: list[bool], calls: Counter[str]) -> Any:
