@@ -30,7 +30,9 @@ from langgraph_resilience import (
     ResilientState,
     ResilientStateGraph,
     aretry_failed,
+    recovery_metrics,
     retry_failed,
+    run_report,
 )
 
 ONCE = NodePolicy(retry=None)
@@ -46,6 +48,10 @@ class State(ResilientState, total=False):
 
 def cfg(h: Any, label: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": f"{label}-{h.id}-{uuid.uuid4().hex[:8]}"}}
+
+
+def config_thread(config: dict[str, Any]) -> str:
+    return str(config["configurable"]["thread_id"])
 
 
 async def retry(h: Any, graph: Any, config: Any, **kwargs: Any) -> Any:
@@ -112,6 +118,8 @@ async def test_a_failed_branch_stops_the_fan_in(checkpointer: Any, failing: set[
     assert (await stored(checkpointer, graph, config))["resilience"]["status"] == (
         "partial_complete"
     )
+    report = await asyncio.to_thread(run_report, checkpointer.saver, config_thread(config))
+    assert report.status == "partial_complete"  # the report and metrics read it too
 
     bad.clear()  # the cause is fixed
     out = await retry(checkpointer, graph, config)
@@ -269,6 +277,33 @@ async def test_a_graph_invoked_inside_a_node_that_ends_short_fails_the_step(
     assert calls["after"] == 1
 
 
+async def test_the_policy_of_the_step_that_ran_a_nested_graph_decides(
+    checkpointer: Any,
+) -> None:
+    """``critical=False``: the step is degraded, the run goes on and succeeds."""
+    calls: Counter[str] = Counter()
+    inner = inner_graph(checkpointer, [True], calls)
+
+    if checkpointer.is_async:
+
+        async def supervisor(state: dict[str, Any]) -> dict[str, Any]:
+            await inner.ainvoke({"done": []})
+            return {"done": ["supervisor"]}
+    else:
+
+        def supervisor(state: dict[str, Any]) -> dict[str, Any]:
+            inner.invoke({"done": []})
+            return {"done": ["supervisor"]}
+
+    policy = NodePolicy(retry=None, critical=False)
+    graph = outer_graph(checkpointer, supervisor, calls, policy)
+    out = await checkpointer.invoke(graph, {"done": []}, cfg(checkpointer, "degrade"))
+    assert out["resilience"]["status"] == "success"
+    assert out["resilience"]["degraded_steps"] == ["supervisor"]
+    assert out["done"] == ["after"]
+    assert calls["inner_step"] == 1  # a nested run that stopped short is not retried
+
+
 async def test_a_subgraph_node_without_a_policy_that_ends_short(checkpointer: Any) -> None:
     calls: Counter[str] = Counter()
     broken = [True]
@@ -314,8 +349,6 @@ async def test_retry_failed_through_a_subgraph_is_counted_as_retry_failed(
 ) -> None:
     """Not as a crash resume that redid the step after the subgraph (which never
     ran before): one retry_failed recovery, which redid the inner failed step."""
-    from langgraph_resilience import recovery_metrics, run_report
-
     calls: Counter[str] = Counter()
     broken = [True]
     sub = inner_graph(checkpointer, broken, calls)
@@ -328,11 +361,7 @@ async def test_retry_failed_through_a_subgraph_is_counted_as_retry_failed(
     assert out["resilience"]["status"] == "success"
     assert calls == Counter({"fetch": 1, "inner_step": 2, "after": 1})
 
-    thread = config["configurable"]["thread_id"]
-    if checkpointer.is_async:
-        report = await asyncio.to_thread(run_report, checkpointer.saver, thread)
-    else:
-        report = await asyncio.to_thread(run_report, checkpointer.saver, thread)
+    report = await asyncio.to_thread(run_report, checkpointer.saver, config_thread(config))
     kinds = [(r["kind"], r["redone_paths"]) for r in report.recoveries]
     assert kinds == [("retry_failed", ["supervisor/inner_step"])]
     metrics = await asyncio.to_thread(recovery_metrics, checkpointer.saver)
