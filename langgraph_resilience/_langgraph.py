@@ -34,6 +34,9 @@ What each is for:
   wraps a node, so a wrapped node behaves as LangGraph's own), `StateNodeSpec`
   (a node's entry in ``StateGraph.nodes``), and `DeltaSnapshot` (a channel
   value that `PostgresSaver.put` stores as a blob);
+- a compiled node's writers (the writes of its output and of the edges out of
+  it): `hold_writes` makes a node whose output is a given marker write nothing
+  and fire none of its edges (a step that did not run: `graph._drivers.NOT_RUN`);
 - private attributes and hooks of LangGraph's classes: `default_cache_policy`
   (a builder's ``set_node_defaults(cache_policy=...)``), `DefaultsHook` (a
   compiled graph that changes what a run starts with: ``Pregel._defaults``),
@@ -61,6 +64,7 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot as DeltaSnapshot
 from langgraph.graph import StateGraph
 from langgraph.graph._node import StateNodeSpec
 from langgraph.graph.state import _CHANNEL_BRANCH_TO, CompiledStateGraph
+from langgraph.pregel import _write as lg_write
 from langgraph.store.base import BaseStore
 from langgraph.types import CachePolicy, Durability
 from langgraph.typing import ContextT, InputT, OutputT, StateT
@@ -99,6 +103,7 @@ __all__ = [
     "default_cache_policy",
     "dump_pg_blobs",
     "dump_pg_writes",
+    "hold_writes",
     "route_cursor",
     "check_pg_rows",
 ]
@@ -177,6 +182,75 @@ class DefaultsHook(CompiledStateGraph[StateT, ContextT, InputT, OutputT]):
         *head, checkpointer, store, cache, durability = super()._defaults(config, **kwargs)
         found = RunDefaults(checkpointer, store, cache, durability)
         return (*head, *self._run_defaults(config, kwargs, found))
+
+
+class _HeldChannelWrite(lg_write.ChannelWrite):
+    """LangGraph's `ChannelWrite` (how a node's output and its edges are
+    written), writing nothing for an output that is ``held``."""
+
+    held: object = None
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return input if input is self.held else super().invoke(input, config, **kwargs)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if input is self.held:
+            return input
+        return await super().ainvoke(input, config, **kwargs)
+
+
+#: The attribute by which LangGraph marks a runnable as a writer (a conditional
+#: edge's), holding the writes it declares for drawings (`register_writer`).
+WRITER_MARK = "_is_channel_writer"
+
+
+def _held(writer: Any, held: object) -> Any:
+    if isinstance(writer, lg_write.ChannelWrite):
+        gated = _HeldChannelWrite(writer.writes, tags=writer.tags)
+        gated.held = held
+        return gated
+    static: Any = getattr(writer, WRITER_MARK, _NOT_A_WRITER)
+    if static is _NOT_A_WRITER:
+        return writer  # not one of LangGraph's writers: left as it is
+
+    def route(input: Any, config: RunnableConfig) -> Any:
+        return input if input is held else writer.invoke(input, config)
+
+    async def aroute(input: Any, config: RunnableConfig) -> Any:
+        return input if input is held else await writer.ainvoke(input, config)
+
+    gated_branch = RunnableCallable(route, aroute, name=None, trace=False)
+    return lg_write.ChannelWrite.register_writer(gated_branch, static)
+
+
+_NOT_A_WRITER = object()
+
+
+def hold_writes(
+    graph: CompiledStateGraph[Any, Any, Any, Any], nodes: Sequence[str], held: object
+) -> None:
+    """Each of ``nodes`` of the compiled ``graph``, when its output is ``held``,
+    writes nothing and fires none of its edges (static, joined or conditional):
+    the task ends as done with no writes, as a node that returned nothing and had
+    no edges. Any other output is written as LangGraph writes it."""
+    for name in nodes:
+        node = graph.nodes.get(name)
+        if node is None:
+            continue
+        writers = list(node.writers)
+        # Merged as LangGraph's `flat_writers` merges them (consecutive writes at
+        # the end: the output's and the static edges'), so its merge, which makes
+        # a plain ChannelWrite, finds nothing left to merge.
+        while (
+            len(writers) > 1
+            and isinstance(writers[-1], lg_write.ChannelWrite)
+            and isinstance(writers[-2], lg_write.ChannelWrite)
+        ):
+            writers[-2] = lg_write.ChannelWrite(writes=writers[-2].writes + writers[-1].writes)
+            writers.pop()
+        node.writers = [_held(w, held) for w in writers]
+        for cached in ("flat_writers", "node"):  # LangGraph's cached properties of them
+            node.__dict__.pop(cached, None)
 
 
 def route_cursor(cls: C) -> C:

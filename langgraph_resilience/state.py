@@ -98,6 +98,9 @@ class RunOutcome(TypedDict, total=False):
         failed_steps: every step that failed for good in the run (several
             `Send` branches may); `retry_failed` re-runs them all.
         degraded_steps: paths of steps that failed and were skipped or replaced.
+        degraded_sends: the degraded `Send` branches' paths and payloads
+            (``{"path", "send"}``), so ``retry_failed(step=path)`` re-runs one
+            with its own payload.
         partial_output: the state when the run stopped short.
         recovery_suggestions: what to do next, by failure kind.
         context_summary: what context compression kept, and when (the latest).
@@ -118,6 +121,7 @@ class RunOutcome(TypedDict, total=False):
     failed_step: FailedStep | None
     failed_steps: list[FailedStep]
     degraded_steps: list[str]
+    degraded_sends: list[dict[str, Any]]
     partial_output: dict[str, Any] | None
     recovery_suggestions: list[str]
     context_summary: list[dict[str, Any]]
@@ -136,6 +140,7 @@ _PER_RUN = (
     "completed_steps",
     "failed_steps",
     "degraded_steps",
+    "degraded_sends",
     "partial_output",
     "recovery_suggestions",
     "context_summary",
@@ -169,9 +174,11 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
     completed (the most recent `RECENT_STEPS`) and counts its path (a whole
     ``completed_steps``, the partial result's, replaces the window);
     ``context_summary`` appends (the latest `RECENT_SUMMARIES`);
-    ``degraded_steps`` and ``failed_steps`` append new entries; ``failed_step``
-    keeps the run's first; ``usage`` adds up; ``counts`` merge; every other key
-    takes the newer value.
+    ``degraded_steps``, ``degraded_sends`` and ``failed_steps`` append new entries; ``failed_step``
+    keeps the run's first; ``usage`` adds up; ``counts`` merge; a ``status`` of
+    ``partial_complete`` stays (against a step that ran beside the failed one)
+    until a new run starts or `retry_failed` clears the failed steps; every
+    other key takes the newer value.
     """
     merged: dict[str, Any] = dict(left or {})
     update: Mapping[str, Any] = right or {}
@@ -198,12 +205,14 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
             merged[key] = add_usage(merged.get(key), value)
         elif key == "counts":
             merged[key] = {**merged.get(key, {}), **value}
-        elif key in ("degraded_steps", "failed_steps"):
+        elif key in ("degraded_steps", "degraded_sends", "failed_steps"):
             known = list(merged.get(key, []))
             merged[key] = known + [v for v in value if v not in known]
         elif key == "failed_step":
             if value is None or not merged.get(key):
                 merged[key] = value
+        elif key == "status" and merged.get(key) == "partial_complete" and not (started or cleared):
+            continue  # a step that ran beside one that failed for good: the run stopped short
         else:
             merged[key] = value
     return merged  # type: ignore[return-value]
@@ -229,6 +238,7 @@ def _cleared(log: dict[str, Any], paths: set[str]) -> dict[str, Any]:
         "failed_steps": failed,
         "failed_step": None if first and first.get("path") in paths else first,
         "degraded_steps": [p for p in log.get("degraded_steps") or [] if p not in paths],
+        "degraded_sends": [d for d in log.get("degraded_sends") or [] if d["path"] not in paths],
     }
 
 

@@ -99,6 +99,40 @@ def test_an_error_handler_is_the_node_the_door_names() -> None:
     assert g.compile().invoke({}) == {"done": ["handled"]}
 
 
+def test_a_held_node_writes_nothing_and_fires_no_edge() -> None:
+    """`hold_writes`: a node whose output is the held marker writes nothing and
+    fires neither its static nor its conditional edges; any other output is
+    written as LangGraph writes it, and the drawing keeps every edge."""
+    held = object()
+    skip = [True]
+
+    def a(state: _State) -> Any:
+        return held if skip[0] else {"done": ["a"]}
+
+    def chain(conditional: bool) -> Any:
+        g = StateGraph(_State)
+        g.add_node("a", a)
+        g.add_node("b", lambda s: {"done": ["b"]})
+        g.add_node("c", lambda s: {"done": ["c"]})
+        g.add_edge(START, "a")
+        g.add_edge("a", "b")  # the output's write and the edge's, merged by LangGraph
+        if conditional:
+            g.add_conditional_edges("a", lambda s: "c", ["c"])
+        return g.compile()
+
+    for conditional, after in ((False, ["a", "b"]), (True, ["a", "b", "c"])):
+        skip[0] = True
+        graph = chain(conditional)
+        drawn = {(e.source, e.target) for e in graph.get_graph().edges}
+        door.hold_writes(graph, ["a"], held)
+        assert {(e.source, e.target) for e in graph.get_graph().edges} == drawn
+        assert graph.invoke({"done": []}) == {"done": []}
+        skip[0] = False
+        assert sorted(graph.invoke({"done": []})["done"]) == after
+    # The mark is the one LangGraph's register_writer sets on a conditional edge.
+    assert any(hasattr(w, door.WRITER_MARK) for w in graph.nodes["a"].writers)
+
+
 def test_a_builders_default_cache_policy_is_read_through_the_door() -> None:
     g = StateGraph(_State)
     assert door.default_cache_policy(g) is None

@@ -478,6 +478,31 @@ async def test_cancel_ends_a_queued_a_paused_and_a_running_run(h: Any) -> None:
     assert "c" not in ran  # nothing ran after the step in flight
 
 
+@pytest.mark.parametrize("ends", ["success", "partial_complete"])
+async def test_a_paused_run_resumed_by_hand_reads_how_it_ended_when_it_ends(
+    h: Any, ends: str
+) -> None:
+    """Its record reads the thread's end at once, not at the thread's next submit."""
+    from langgraph.types import Command, interrupt
+
+    def ask(name: str, state: Any) -> None:
+        if name == "b" and interrupt("approve?") == "no" and ends == "partial_complete":
+            raise ValueError("refused")
+
+    builder = pipeline(ask)
+    worker = Worker(builder, checkpointer=h.saver, lease_ttl=5)
+    thread = f"by-hand-now-{uuid.uuid4()}"
+    paused = await submit(h, worker, {"done": []}, thread_id=thread)
+    assert await run_worker(h, worker) == {paused: "paused"}
+    graph = builder.compile(checkpointer=h.saver)
+    config = {"configurable": {"thread_id": thread}}
+    out = await h.invoke(graph, Command(resume="no"), config)
+    assert out["resilience"]["status"] == ends
+    record = await h.call("read_run", paused)
+    assert record.status == ends
+    assert outcome(h, record)["resumed"] == "by hand"
+
+
 async def test_a_paused_run_resumed_by_hand_ends_right_and_the_thread_takes_a_new_submit(
     h: Any,
 ) -> None:

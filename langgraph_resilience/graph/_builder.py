@@ -12,6 +12,12 @@ failures retried, a failure for good ending in a partial result), unless it
 carries LangGraph's own ``retry_policy`` or ``error_handler`` (its own or the
 graph's ``set_node_defaults``): then, as with ``policy=None``, it keeps
 LangGraph's behaviour, and its wrapper only records the step in the run log.
+
+A run that stopped short (a critical step failed for good) runs nothing more:
+a node due after it (a fan-in its siblings fed, a step beside the partial
+result) is not run; its wrapper returns `_drivers.NOT_RUN`, and the compiled
+graph holds that output's writes and edges (`_langgraph.hold_writes`), so the
+task ends done with nothing written and nothing after it fires.
 """
 
 from __future__ import annotations
@@ -39,12 +45,13 @@ from langgraph_resilience._langgraph import (
     StateNodeSpec,
     coerce_to_runnable,
     default_cache_policy,
+    hold_writes,
 )
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.graph._cache import RunLogFreeCache, keyed_without_run_log
-from langgraph_resilience.graph._drivers import is_async, wrap
+from langgraph_resilience.graph._drivers import NOT_RUN, is_async, wrap
 from langgraph_resilience.graph._node import NodeAction, NodeContext
 from langgraph_resilience.graph._retry_failed import aretry_failed, retry_failed
 from langgraph_resilience.graph._routes import (
@@ -100,11 +107,15 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         out = super().invoke(input, config, **kwargs)
+        lifecycle.ended(out, config)  # nested in a step: a run that ended short fails it
+        lifecycle.settle_by_hand(self, input, config)  # a Worker's paused run, resumed by hand
         read = lambda: self.get_state(config or {}) if self.checkpointer else None  # noqa: E731
         return lifecycle.settle_output(out, config, read)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         out = await super().ainvoke(input, config, **kwargs)
+        lifecycle.ended(out, config)  # nested in a step: a run that ended short fails it
+        await lifecycle.asettle_by_hand(self, input, config)  # a Worker's paused run, by hand
         found = None
         if self.checkpointer and lifecycle.settle_output(out, config, lambda: None) is not out:
             found = await self.aget_state(config or {})
@@ -470,6 +481,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
                 if self.nodes[name].cache_policy is None:
                     self.nodes[name].cache_policy = keyed_without_run_log(default_cache)
         compiled = super().compile(checkpointer, **kwargs)
+        hold_writes(compiled, list(self._policies), NOT_RUN)  # a step not run writes nothing
         compiled.__class__ = ResilientCompiledStateGraph
         resilient = cast(ResilientCompiledStateGraph[StateT, ContextT, InputT, OutputT], compiled)
         defaults: dict[str, Any] = {

@@ -43,7 +43,8 @@ class RunLogFreeCache(BaseCache[Any]):
     times, usage, budget). Cached with them, a hit would write another run's
     log into this one; cached without, a hit writes the node's output only, as
     on a plain `StateGraph` (and the run log does not record the hit). A
-    degraded step (a failure skipped) is not cached: the next run tries again.
+    degraded step (a failure skipped) is not cached: the next run tries again;
+    nor is a step that was not run (`_drivers.NOT_RUN`: it wrote nothing).
     """
 
     def __init__(self, cache: BaseCache[Any], nodes: frozenset[str]) -> None:
@@ -62,6 +63,8 @@ class RunLogFreeCache(BaseCache[Any]):
         for key, (writes, ttl) in pairs.items():
             if not self._ours(key):
                 kept[key] = (writes, ttl)
+            elif all(c.startswith("__") for c, _ in writes):
+                continue  # no write of its own: a step not run (the run had stopped short)
             elif not any(
                 c == _RUN_LOG and isinstance(v, Mapping) and v.get("degraded_steps")
                 for c, v in writes

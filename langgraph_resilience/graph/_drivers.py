@@ -14,7 +14,7 @@ import asyncio
 import functools
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +24,7 @@ from langgraph.config import get_config
 from langgraph_resilience.budget import Meter
 from langgraph_resilience.graph._node import NodeAction, NodeContext
 from langgraph_resilience.graph._slots import anode_turn, node_turn, user_config
+from langgraph_resilience.graph._step_log import NESTED_STOPS, not_run, stopped
 from langgraph_resilience.graph._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.graph._tries import (
     Call,
@@ -36,7 +37,7 @@ from langgraph_resilience.graph._tries import (
 from langgraph_resilience.policy import Attempt
 from langgraph_resilience.telemetry._emit import TryRun, begin_try, failed_try, try_config
 
-__all__ = ["is_async", "run_async", "run_sync", "wrap"]
+__all__ = ["NOT_RUN", "is_async", "run_async", "run_sync", "wrap"]
 
 
 # -- the drivers: the only sync/async difference ------------------------------------------
@@ -63,6 +64,8 @@ def _call_sync(call: Callable[[Any], Any], arg: Any, attempt: Attempt, metered: 
     output: Any = None
     error: BaseException | None = None
     token = CURRENT_ATTEMPT.set(attempt)
+    stops: list[Mapping[str, Any]] = []
+    nested = NESTED_STOPS.set(stops)
     started = time.monotonic()
     with Meter() if metered else _UNMETERED as meter:
         try:
@@ -71,7 +74,9 @@ def _call_sync(call: Callable[[Any], Any], arg: Any, attempt: Attempt, metered: 
             error = exc
         finally:
             CURRENT_ATTEMPT.reset(token)
-    return CallResult(output, error, meter.usage(time.monotonic() - started))
+            NESTED_STOPS.reset(nested)
+    usage = meter.usage(time.monotonic() - started)
+    return CallResult(output, error, usage, stops[0] if stops else None)
 
 
 def run_sync(
@@ -135,6 +140,8 @@ async def _call_async(
     output: Any = None
     error: BaseException | None = None
     token = CURRENT_ATTEMPT.set(attempt)
+    stops: list[Mapping[str, Any]] = []
+    nested = NESTED_STOPS.set(stops)
     started = time.monotonic()
     with Meter() if metered else _UNMETERED as meter:
         try:
@@ -146,7 +153,9 @@ async def _call_async(
             error = exc
         finally:
             CURRENT_ATTEMPT.reset(token)
-    return CallResult(output, error, meter.usage(time.monotonic() - started))
+            NESTED_STOPS.reset(nested)
+    usage = meter.usage(time.monotonic() - started)
+    return CallResult(output, error, usage, stops[0] if stops else None)
 
 
 async def run_async(
@@ -202,6 +211,26 @@ async def run_async(
 # -- the wrapper LangGraph calls ------------------------------------------------------------
 
 
+class _NotRun:
+    def __repr__(self) -> str:
+        return "<step not run: the run stopped short>"
+
+
+#: What the wrapper of a step returns in place of running it when the run has
+#: stopped short (`_step_log.stopped`): the compiled graph holds its writes and
+#: its edges (`_langgraph.hold_writes`), so nothing after a failed critical step
+#: fires, a fan-in included, and the step's trigger is spent as if it had run.
+NOT_RUN: Any = _NotRun()
+
+
+def _skipped(ctx: NodeContext, state: Any, config: RunnableConfig | None = None) -> bool:
+    """Whether the step is not run, the run having stopped short (its event said so)."""
+    if not stopped(state):
+        return False
+    not_run(ctx.name, TaskContext(config=config or get_config()), state)
+    return True
+
+
 def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
     """The node LangGraph runs in place of ``action``: ``action`` under ``ctx``'s policy.
 
@@ -212,11 +241,15 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
     if isinstance(action, Runnable):
 
         def sync_runnable(state: Any, config: RunnableConfig) -> Any:
+            if _skipped(ctx, state, config):
+                return NOT_RUN
             call = lambda s: action.invoke(s, user_config(try_config(config)))  # noqa: E731
             with node_turn(config):
                 return run_sync(ctx, state, state, call, TaskContext(config=config))
 
         async def async_runnable(state: Any, config: RunnableConfig) -> Any:
+            if _skipped(ctx, state, config):
+                return NOT_RUN
             call = lambda s: action.ainvoke(s, user_config(try_config(config)))  # noqa: E731
             async with anode_turn(config):
                 return await run_async(ctx, state, state, call, TaskContext(config=config), timeout)
@@ -226,6 +259,8 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
 
         @functools.wraps(action)
         async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
+            if _skipped(ctx, state):
+                return NOT_RUN
             config, kwargs = get_config(), _users(kwargs)
             call = lambda s: action(s, *args, **kwargs)  # noqa: E731
             async with anode_turn(config):
@@ -235,6 +270,8 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
 
     @functools.wraps(action)
     def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
+        if _skipped(ctx, state):
+            return NOT_RUN
         config, kwargs = get_config(), _users(kwargs)
         call = lambda s: action(s, *args, **kwargs)  # noqa: E731
         with node_turn(config):

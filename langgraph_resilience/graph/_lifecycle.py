@@ -6,7 +6,9 @@ that the run log's reducer turns into a fresh run (numbered, its outcome fields
 reset), so a second turn on a thread that ended ``partial_complete`` does not
 inherit the first turn's failure. ``None``, ``Command(resume=...)`` and
 `retry_failed` go on with the current run. A graph called as a subgraph is part
-of its parent's run and adds no marker.
+of its parent's run and adds no marker; when it ends short (``partial_complete``)
+the step that ran it fails (`ended`), whether it was added as a node or invoked
+inside a node's function.
 
 A run whose last node leaves through a conditional edge (a loop that stops when
 a counter is reached) has no node that knows it is the last. Such a run is
@@ -32,22 +34,28 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config
 from langgraph.checkpoint.base import CheckpointTuple
-from langgraph.types import StateSnapshot
+from langgraph.types import Command, StateSnapshot
 
 from langgraph_resilience._langgraph import ERROR_CHANNEL, ERROR_SOURCE_CHANNEL, INTERRUPT_CHANNEL
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.checkpoint._route_text import is_routed
-from langgraph_resilience.checkpoint._runs import FENCE_KEY
+from langgraph_resilience.checkpoint._runs import FENCE_KEY, RunRecord
 from langgraph_resilience.errors import message_of
-from langgraph_resilience.graph._task import in_parent_task
+from langgraph_resilience.graph._step_log import nested_stop
+from langgraph_resilience.graph._task import RETRY_FAILED_KEY, in_parent_task
 from langgraph_resilience.state import new_run_marker
 
 __all__ = [
     "anoted",
+    "asettle_by_hand",
+    "ended",
+    "ended_status",
     "nested",
     "note_resume",
+    "settle_by_hand",
     "settle_output",
     "settled",
+    "settled_by_hand",
     "unrecovered_steps",
     "with_marker",
 ]
@@ -87,6 +95,15 @@ def settled(snapshot: StateSnapshot) -> StateSnapshot:
     )
     values = _settled_values(snapshot.values, done)
     return snapshot if values is snapshot.values else snapshot._replace(values=values)
+
+
+def ended(out: Any, config: RunnableConfig | None) -> None:
+    """A run nested in another's step (a graph invoked inside a node function)
+    that ended short tells that step, which fails naming the inner step
+    (`_step_log.nested_stop`); a top-level run tells no one."""
+    log = out.get(_LOG) if isinstance(out, Mapping) else None
+    if isinstance(log, Mapping) and log.get("status") == "partial_complete" and nested(config):
+        nested_stop(out)
 
 
 def settle_output(out: Any, config: RunnableConfig | None, snapshot: Any) -> Any:
@@ -153,6 +170,8 @@ def _may_be_crash_resume(input: Any, config: RunnableConfig | None) -> str | Non
     configurable = config.get("configurable") or {}
     if FENCE_KEY in configurable or configurable.get("thread_id") is None:
         return None  # a Worker's run: a takeover is stored by its claim
+    if configurable.get(RETRY_FAILED_KEY):
+        return None  # retry_failed going on after a subgraph: counted as retry_failed
     return str(configurable["thread_id"])
 
 
@@ -204,3 +223,88 @@ async def anoted(
         close = getattr(stream, "aclose", None)
         if close is not None:
             await close()
+
+
+# -- a Worker's paused run, resumed by hand ----------------------------------------------
+
+
+def ended_status(values: dict[str, Any], paused: bool) -> str:
+    """The status a run that ran to a stop is left in."""
+    if paused:
+        return "paused"
+    outcome = values.get("resilience") if isinstance(values, dict) else None
+    if isinstance(outcome, dict) and outcome.get("status") == "partial_complete":
+        return "partial_complete"
+    return "success"
+
+
+def settled_by_hand(snapshot: StateSnapshot) -> str | None:
+    """The status a paused run's thread reached after it was resumed outside the
+    worker (``graph.invoke(Command(resume=...))``), or None while it still waits
+    (interrupts pending, or steps left)."""
+    if not snapshot.created_at or snapshot.interrupts or snapshot.next or snapshot.tasks:
+        return None
+    return ended_status(dict(snapshot.values), paused=False)
+
+
+def _by_hand(input: Any, config: RunnableConfig | None) -> str | None:
+    """The thread of a top-level ``invoke(Command(resume=...))`` outside a
+    `Worker`, or None: nothing else is looked at."""
+    if not isinstance(input, Command) or input.resume is None or not config or nested(config):
+        return None
+    configurable = config.get("configurable") or {}
+    if FENCE_KEY in configurable or configurable.get("thread_id") is None:
+        return None  # a Worker's own resume: it ends the run's record itself
+    return str(configurable["thread_id"])
+
+
+def _settled(
+    thread: str, runs: Iterable[RunRecord], snapshot: StateSnapshot, saver: Any
+) -> tuple[list[str], str, tuple[str, bytes]] | None:
+    paused = [r.run_id for r in runs if r.thread_id == thread]
+    status = settled_by_hand(snapshot) if paused else None
+    if status is None:
+        return None
+    outcome = saver.serde.dumps_typed({"values": dict(snapshot.values), "resumed": "by hand"})
+    return paused, status, outcome
+
+
+def settle_by_hand(graph: Any, input: Any, config: RunnableConfig | None) -> None:
+    """A `Worker` run paused on the thread and resumed by hand
+    (``graph.invoke(Command(resume=...))``) that has now ended: its record reads
+    the status its thread ended with (``success``, ``partial_complete``), at
+    once, not at the thread's next submit. Never fails the run."""
+    thread = _by_hand(input, config)
+    saver = getattr(graph, "checkpointer", None)
+    if thread is None or not isinstance(saver, ResilientSaver):
+        return
+    try:
+        found = saver.list_runs(("paused",))
+        if not any(r.thread_id == thread for r in found):
+            return
+        settled = _settled(thread, found, graph.get_state(config), saver)
+        if settled is not None:
+            runs, status, outcome = settled
+            for run_id in runs:
+                saver.runs.settle(run_id, status, outcome)
+    except Exception as exc:
+        logger.debug("could not settle the paused runs of thread %s: %s", thread, exc)
+
+
+async def asettle_by_hand(graph: Any, input: Any, config: RunnableConfig | None) -> None:
+    """Async twin of `settle_by_hand`."""
+    thread = _by_hand(input, config)
+    saver = getattr(graph, "checkpointer", None)
+    if thread is None or not isinstance(saver, AsyncResilientSaver):
+        return
+    try:
+        found = await saver.alist_runs(("paused",))
+        if not any(r.thread_id == thread for r in found):
+            return
+        settled = _settled(thread, found, await graph.aget_state(config), saver)
+        if settled is not None:
+            runs, status, outcome = settled
+            for run_id in runs:
+                await saver.runs.asettle(run_id, status, outcome)
+    except Exception as exc:
+        logger.debug("could not settle the paused runs of thread %s: %s", thread, exc)

@@ -26,22 +26,30 @@ from typing import Any
 
 from langchain_core.runnables import Runnable
 
-from langgraph_resilience._engine import Action
+import langgraph_resilience.state as run_log
+from langgraph_resilience._engine import Action, Decision
 from langgraph_resilience.budget import Budget, add_usage
 from langgraph_resilience.classify import Classification, FailureKind
 from langgraph_resilience.errors import ValidationFailed, message_of
 from langgraph_resilience.graph._compress import compress_with_summary
-from langgraph_resilience.graph._routes import route_of, routing, suggestion
+from langgraph_resilience.graph._routes import (
+    failure_log,
+    partial_outcome,
+    route_of,
+    routing,
+    suggestion,
+)
 from langgraph_resilience.graph._step_log import (
     SubgraphStopped,
     log_gave_up,
     log_of,
+    log_try,
     log_update,
     nested_log,
     step_path,
     with_log,
 )
-from langgraph_resilience.graph._tries import CallResult, Ended, GaveUp, Tries
+from langgraph_resilience.graph._tries import CallResult, Ended, GaveUp, Tries, try_record
 
 __all__ = ["NodeAction", "NodeContext"]
 
@@ -72,6 +80,8 @@ class NodeContext(Tries):
             inner_usage, inner_failed = nested_log(result.output, state)
             if inner_usage:  # a subgraph's model calls (none for a plain node)
                 spent = add_usage(spent, inner_usage)
+            if inner_failed is None:  # a resilient graph the node function invoked
+                inner_failed = result.stopped
             if inner_failed is not None:
                 exc = SubgraphStopped(inner_failed)
         policy = self.policy
@@ -127,19 +137,58 @@ class NodeContext(Tries):
             log["recovery_suggestions"] = [
                 suggestion(name, failure, exc, number, path, retry_after=decision.retry_after)
             ]
+            if task.send_index is not None:  # retry_failed(step=path) re-runs it with it
+                log["degraded_sends"] = [{"path": path, "send": state}]
             _add_spend(log, end.spent, end.topped)
             log_gave_up(name, task, state, path, failure.kind.value, number, None)
             return {"resilience": log}
+        route = self._route(end, gave)
+        if decision.action is Action.FALLBACK:
+            log_gave_up(name, task, state, route["path"], route["kind"], number, route["target"])
+        # The node's own error, carrying its route: callbacks and tracers see the
+        # failure as it is, never a routing signal (`_routes.routing`).
+        raise routing(exc, route)
+
+    def unhandled(self, end: Ended, exc: BaseException) -> Any:
+        """A node without a policy whose nested graph ended short (a subgraph
+        node, or a graph its function invoked): the step failed and, with no
+        policy to decide otherwise, the run ends with a partial result naming
+        the inner step. The node's output is not written (it failed), and the
+        steps after it do not run (`_step_log.stopped`). Any other error is
+        raised, as LangGraph would."""
+        if not isinstance(exc, SubgraphStopped) or end.task is None:
+            raise exc
+        decision = Decision(action=Action.PARTIAL)
+        gave = GaveUp(failure=_stopped, error=exc, attempts=len(end.tries) + 1, decision=decision)
+        route = self._route(end, gave)
+        log_try(
+            self.name,
+            end.task,
+            end.state,
+            try_record(gave.attempts, self.name, _stopped, exc, decision),
+            decision,
+        )
+        failure: Any = failure_log(route, end.state)
+        known: Any = dict(log_of(end.state))
+        values = dict(end.state) if isinstance(end.state, Mapping) else {}
+        values["resilience"] = run_log.merge_run_log(known, failure)  # as the run ends
+        return {"resilience": {**failure, **partial_outcome(values, None, end.task)}}
+
+    def _route(self, end: Ended, gave: GaveUp) -> dict[str, Any]:
+        """The route of a step that gives up, naming the inner step when its
+        nested graph stopped short."""
+        state, task, exc = end.state, end.task, gave.error
+        assert task is not None
         route = route_of(
-            node=name,
-            fallback=self.policy.fallback,
-            decision=decision,
-            failure=failure,
+            node=self.name,
+            fallback=self.policy.fallback if self.policy is not None else None,
+            decision=gave.decision,
+            failure=gave.failure,
             exc=exc,
-            attempts=number,
+            attempts=gave.attempts,
             task=task.effect_scope,  # a re-run failed step keeps its first keys
         )
-        route["path"] = step_path(name, task, log_of(state))
+        route["path"] = step_path(self.name, task, log_of(state))
         route["send"] = task.send_index is not None
         route["run_id"] = task.fence.run_id if task.fence is not None else None
         if isinstance(exc, SubgraphStopped):  # name the inner step, as it failed
@@ -148,11 +197,7 @@ class NodeContext(Tries):
                 {k: inner[k] for k in ("kind", "reason", "error_type", "message") if k in inner}
             )
             route["path"] = str(inner.get("path") or route["path"])
-        if decision.action is Action.FALLBACK:
-            log_gave_up(name, task, state, route["path"], route["kind"], number, route["target"])
-        # The node's own error, carrying its route: callbacks and tracers see the
-        # failure as it is, never a routing signal (`_routes.routing`).
-        raise routing(exc, route)
+        return route
 
 
 def _add_spend(log: dict[str, Any], spent: dict[str, float], topped: Budget | None) -> None:

@@ -5,6 +5,13 @@ payload), or ``step=`` one failed or degraded step; a step that failed inside a
 subgraph node is re-run inside the subgraph, from its own checkpoint, and the
 parent goes on from that node. Completed steps are not run again: their results
 are in the state.
+
+The steps that were due when the run stopped short, and so did not run
+(`_drivers.NOT_RUN`), run once the failed steps are re-run: those an edge out of
+a re-run step leads to run after it, as they would have (a fan-in runs once, on
+every branch's result); the others (fed by a step that finished beside the
+failed one) are re-run with it. A step due through a conditional edge that
+declares no destinations may be either: it is left to the re-run step's edges.
 """
 
 from __future__ import annotations
@@ -14,10 +21,12 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command, Send
+from langgraph.types import Command, Send, StateSnapshot
 
+from langgraph_resilience._langgraph import ERROR_HANDLER_PREFIX, SEND_PATH
 from langgraph_resilience.errors import ConfigError, RunStateError
-from langgraph_resilience.graph._task import EFFECT_SCOPE_KEY, nested_task
+from langgraph_resilience.graph._routes import PARTIAL_RESULT
+from langgraph_resilience.graph._task import EFFECT_SCOPE_KEY, RETRY_FAILED_KEY, nested_task
 from langgraph_resilience.telemetry._emit import recovery_event
 
 __all__ = ["aretry_failed", "innermost_node", "retry_failed"]
@@ -34,7 +43,11 @@ def _to_retry(values: Mapping[str, Any], thread: str, step: str | None) -> list[
         if chosen:
             return chosen
         if step in (log.get("degraded_steps") or []):
-            return [{"path": step, "node": innermost_node(step)}]
+            degraded: dict[str, Any] = {"path": step, "node": innermost_node(step)}
+            for sent in log.get("degraded_sends") or ():
+                if sent.get("path") == step:  # a Send branch: its own payload
+                    degraded["send"] = sent.get("send")
+            return [degraded]
         known = [f.get("path") for f in failed] + list(log.get("degraded_steps") or [])
         raise RunStateError(
             f"thread {thread!r} has no failed or degraded step {step!r} in its current run; "
@@ -54,10 +67,42 @@ def innermost_node(path: str) -> str:
     return path.rsplit("/", 1)[-1].split("#", 1)[0].split("[", 1)[0]
 
 
+def not_run(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    before: StateSnapshot | None,
+    steps: list[Mapping[str, Any]],
+) -> list[str]:
+    """The nodes that were due when the run stopped short and did not run, and
+    that re-running ``steps`` does not lead to (``before``: the checkpoint the
+    run's last step started from; none unless the run had stopped there)."""
+    log = before.values.get("resilience") if before is not None else None
+    if before is None or not isinstance(log, Mapping) or log.get("status") != "partial_complete":
+        return []
+    again = {str(f.get("node")) for f in steps}
+    builder = graph.builder
+    led = {end for start, end in builder.edges if start in again}
+    led |= {end for starts, end in builder.waiting_edges if again & set(starts)}
+    for start in again:
+        for branch in builder.branches.get(start, {}).values():
+            if branch.ends is None:  # it may lead anywhere: leave it to the re-run
+                return []
+            led.update(branch.ends.values())
+    due = [
+        t.name
+        for t in before.tasks
+        if t.name in builder.nodes
+        and t.path[:1] != (SEND_PATH,)  # a Send's payload is not in the snapshot
+        and not t.name.startswith(ERROR_HANDLER_PREFIX)
+        and t.name not in (PARTIAL_RESULT, *led)
+    ]
+    return list(dict.fromkeys(due))
+
+
 def _retry_command(
-    steps: list[Mapping[str, Any]], update: Mapping[str, Any] | None
+    steps: list[Mapping[str, Any]], update: Mapping[str, Any] | None, due: list[str]
 ) -> Command[Any]:
     gotos: list[Any] = [Send(f["node"], f["send"]) if "send" in f else f["node"] for f in steps]
+    gotos += due
     reset: dict[str, Any] = {
         "status": "running",
         "partial_output": None,
@@ -116,6 +161,16 @@ def _inner_done(out: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> dict[
     return {**{k: v for k, v in out.items() if k != "resilience"}, "resilience": reset}
 
 
+def _going_on(config: RunnableConfig) -> RunnableConfig:
+    """The parent's config to go on from its subgraph node once the subgraph's
+    failed step was re-run: part of this `retry_failed`, not a resume after a
+    crash (`_lifecycle.note_resume` counts none)."""
+    return {
+        **config,
+        "configurable": {**(config.get("configurable") or {}), RETRY_FAILED_KEY: True},
+    }
+
+
 def _require_compiled(graph: Any) -> None:
     if not isinstance(graph, CompiledStateGraph):
         raise ConfigError(
@@ -157,7 +212,8 @@ def retry_failed(
     """
     _require_compiled(graph)
     thread = _thread_of(config)
-    steps = _to_retry(graph.get_state(config).values, thread, step)
+    head = graph.get_state(config)
+    steps = _to_retry(head.values, thread, step)
     recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)
     inner = _inner_retry(graph, config, steps)
     if inner is not None:  # re-enter the subgraph at its failed step
@@ -166,8 +222,10 @@ def retry_failed(
         if _stopped_again(out):
             return graph.get_state(config).values
         graph.update_state(config, _inner_done(out, steps), as_node=node)
-        return graph.invoke(None, config)
-    return graph.invoke(_retry_command(steps, update), _with_effect_scope(config, steps))
+        return graph.invoke(None, _going_on(config))
+    before = graph.get_state(head.parent_config) if head.parent_config else None
+    command = _retry_command(steps, update, not_run(graph, before, steps))
+    return graph.invoke(command, _with_effect_scope(config, steps))
 
 
 async def aretry_failed(
@@ -180,7 +238,8 @@ async def aretry_failed(
     """Async twin of `retry_failed`."""
     _require_compiled(graph)
     thread = _thread_of(config)
-    steps = _to_retry((await graph.aget_state(config)).values, thread, step)
+    head = await graph.aget_state(config)
+    steps = _to_retry(head.values, thread, step)
     recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)
     inner = _inner_retry(graph, config, steps)
     if inner is not None:  # re-enter the subgraph at its failed step
@@ -189,5 +248,7 @@ async def aretry_failed(
         if _stopped_again(out):
             return (await graph.aget_state(config)).values
         await graph.aupdate_state(config, _inner_done(out, steps), as_node=node)
-        return await graph.ainvoke(None, config)
-    return await graph.ainvoke(_retry_command(steps, update), _with_effect_scope(config, steps))
+        return await graph.ainvoke(None, _going_on(config))
+    before = await graph.aget_state(head.parent_config) if head.parent_config else None
+    command = _retry_command(steps, update, not_run(graph, before, steps))
+    return await graph.ainvoke(command, _with_effect_scope(config, steps))

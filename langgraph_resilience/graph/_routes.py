@@ -52,7 +52,9 @@ __all__ = [
     "ResilienceRoute",
     "error_handler",
     "error_text",
+    "failure_log",
     "give_up_of",
+    "partial_outcome",
     "partial_result",
     "read_route",
     "route_of",
@@ -280,13 +282,17 @@ def failure_log(route: Mapping[str, Any], state: Any) -> dict[str, Any]:
     log["failed_step"] = failed
     log["failed_steps"] = [failed]
     log["recovery_suggestions"] = [route["suggestion"]]
+    # The run stops short here: a step due next (a fan-in the failed step's
+    # siblings fed) sees it and does not run (`_step_log.stopped`).
+    log["status"] = "partial_complete"
     return log
 
 
-def _partial(
+def partial_outcome(
     state: Any, history: Sequence[Mapping[str, Any]] | None, task: TaskContext
 ) -> dict[str, Any]:
-    """The structured partial result; ``history``: the run's stored steps, if kept."""
+    """The structured partial result's run-log update (and its event);
+    ``history``: the run's stored steps, if kept."""
     log = (state.get("resilience") if isinstance(state, Mapping) else None) or {}
     outcome: dict[str, Any] = {
         "status": "partial_complete",
@@ -301,7 +307,7 @@ def _partial(
         window = [w for w in log.get("completed_steps") or [] if w.get("path") not in stored]
         outcome["completed_steps"] = done + window
     _announce(log, outcome, task)
-    return {"resilience": outcome}
+    return outcome
 
 
 def _announce(log: Mapping[str, Any], outcome: Mapping[str, Any], task: TaskContext) -> None:
@@ -335,14 +341,14 @@ def _partial_sync(state: Any, config: RunnableConfig) -> dict[str, Any]:
     task = TaskContext(config=config)
     saver, thread = task.saver, task.thread_id
     found = saver.step_history(thread, run=_run_of(state)) if saver and thread else None
-    return _partial(state, found, task)
+    return {"resilience": partial_outcome(state, found, task)}
 
 
 async def _partial_async(state: Any, config: RunnableConfig) -> dict[str, Any]:
     task = TaskContext(config=config)
     saver, thread = task.async_saver, task.thread_id
     found = await saver.astep_history(thread, run=_run_of(state)) if saver and thread else None
-    return _partial(state, found, task)
+    return {"resilience": partial_outcome(state, found, task)}
 
 
 #: The terminal node of a run that stopped short: the structured partial result,

@@ -1,5 +1,6 @@
 """The run-log entry of one step: its path, its record, what a nested run
-log (a subgraph's) brings, and the log line of a failed try.
+log (a subgraph's, or a graph invoked inside the node) brings, whether the
+run has stopped short, and the log line of a failed try.
 
 A step's record rides in the node's own run-log write (``{"resilience":
 {"step": ...}}``), which the reducer (`state.merge_run_log`) keeps in a bounded
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
 
@@ -24,13 +26,17 @@ from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.telemetry._emit import GRAPH_KEY, emit
 
 __all__ = [
+    "NESTED_STOPS",
     "SubgraphStopped",
     "log_gave_up",
     "log_of",
     "log_try",
     "log_update",
     "nested_log",
+    "nested_stop",
+    "not_run",
     "step_ids",
+    "stopped",
     "step_path",
     "with_log",
 ]
@@ -103,12 +109,54 @@ def log_update(
 _NO_USAGE: dict[str, float] = {}
 
 
+def stopped(state: Any) -> bool:
+    """Whether the run in ``state`` has stopped short: a critical step failed for
+    good (its error handler wrote ``partial_complete``), so no step after it runs."""
+    return log_of(state).get("status") == "partial_complete"
+
+
+def not_run(name: str, task: TaskContext, state: Any) -> None:
+    """The event of a step that was due and did not run, because the run had
+    stopped short (INFO: the partial result says why)."""
+    known = log_of(state)
+    failed = [str(f.get("path")) for f in known.get("failed_steps") or () if f.get("path")]
+    path = step_path(name, task, known)
+    emit(
+        "not_run",
+        logging.INFO,
+        "step %s not run: the run stopped short at %s",
+        path,
+        ", ".join(failed) or "a failed step",
+        **step_ids(name, task, known, path),
+        failed_paths=failed,
+    )
+
+
 class SubgraphStopped(Exception):
     """A subgraph node's graph ended with a partial result: the node failed."""
 
     def __init__(self, failed: Mapping[str, Any]) -> None:
         super().__init__(failed.get("message") or "the subgraph stopped short")
         self.failed = dict(failed)
+
+
+#: The failed steps of the resilient graphs that a try invoked (inside the node
+#: function: the supervisor pattern) and that ended short, collected by the
+#: driver around each try: the try failed, as a subgraph node's does.
+NESTED_STOPS: ContextVar[list[Mapping[str, Any]] | None] = ContextVar(
+    "langgraph_resilience_nested_stops", default=None
+)
+
+
+def nested_stop(output: Any) -> None:
+    """Tell the try that invoked a resilient graph that it ended short (its
+    ``output`` reads ``partial_complete``): the try fails naming its step."""
+    stops = NESTED_STOPS.get()
+    log = output.get("resilience") if isinstance(output, Mapping) else None
+    if stops is None or not isinstance(log, Mapping) or log.get("status") != "partial_complete":
+        return
+    failed = log.get("failed_step")
+    stops.append(failed if isinstance(failed, Mapping) else {"message": "it stopped short"})
 
 
 def nested_log(output: Any, state: Any) -> tuple[dict[str, float], Mapping[str, Any] | None]:

@@ -58,6 +58,7 @@ __all__ = [
     "BUDGET_KEY",
     "CURRENT_ATTEMPT",
     "EFFECT_SCOPE_KEY",
+    "RETRY_FAILED_KEY",
     "TaskContext",
     "current_attempt",
     "in_parent_task",
@@ -67,6 +68,7 @@ __all__ = [
 # Our own configurable keys.
 BUDGET_KEY = "budget"  # the run's Budget, or a dict of its fields
 EFFECT_SCOPE_KEY = "lgr_effect_scope"  # retry_failed's {"node", "task"} of the failed step
+RETRY_FAILED_KEY = "lgr_retry_failed"  # the parent goes on after a subgraph's retry_failed
 
 CURRENT_ATTEMPT: ContextVar[Attempt | None] = ContextVar(
     "langgraph_resilience_attempt", default=None

@@ -96,11 +96,14 @@ TryOp = Call | RecordAttempt | Sleep | LoadAttempts
 
 
 class CallResult(NamedTuple):
-    """What a try returned (``output``) or raised (``error``), and what it used."""
+    """What a try returned (``output``) or raised (``error``), and what it used;
+    ``stopped``: the failed step of a resilient graph the try invoked that
+    ended short (`_step_log.NESTED_STOPS`), if one did."""
 
     output: Any
     error: BaseException | None
     usage: dict[str, float]
+    stopped: Mapping[str, Any] | None = None
 
 
 # -- how tries end ------------------------------------------------------------------------
@@ -190,6 +193,11 @@ class Tries:
     def gave_up(self, end: Ended, gave: GaveUp) -> Any:
         """What the tries return, or raise, when they failed for good."""
         return Tried(gave, end)
+
+    def unhandled(self, end: Ended, exc: BaseException) -> Any:
+        """What a try that failed without a policy to decide returns (by
+        default nothing: it raises ``exc``, as the call would have)."""
+        raise exc
 
     def plain(self, state: Any, task: TaskContext | None) -> bool:
         """Whether the first try needs no preamble: not a resume (no tries
@@ -307,10 +315,14 @@ def try_loop(
         if exc is None:
             end = Ended(state, task, tries, started_at, spent, topped, summaries)
             return what.done(end, result.output)
-        if is_control_flow(exc) or isinstance(exc, (LeaseLost, ConfigError)) or policy is None:
+        if is_control_flow(exc) or isinstance(exc, (LeaseLost, ConfigError)):
             # A lost lease ends this worker's part; wrong wiring is the caller's to
             # fix: neither is a failure to retry or route.
             raise exc
+        if policy is None:
+            return what.unhandled(
+                Ended(state, task, tries, started_at, spent, topped, summaries), exc
+            )
         failure = what.classify(exc)
         decision = decide(
             policy,

@@ -12,7 +12,9 @@ in the writes of its top-level tasks, in checkpoint order:
 - a step that gave up stores its error with its route (and LangGraph an
   `ERROR_SOURCE_CHANNEL` marker beside it): its error handler goes on, so
   it is no error of the run;
-- `retry_failed` writes ``clear`` (the paths it re-runs) with its command;
+- `retry_failed` writes ``clear`` (the paths it re-runs) with its command (a
+  step that failed inside a subgraph: in the subgraph's namespace, where it
+  re-runs, and with the parent's update that goes on from the subgraph node);
 - a resume of an interrupted run writes to `RESUME_CHANNEL` beside the
   `INTERRUPT_CHANNEL` writes of the tasks that paused (a budget pause says
   ``reason: budget_exhausted``).
@@ -233,6 +235,7 @@ class _Scan:
         self.failed_tasks: dict[str, str] = {}  # path -> the failed task's "ns|id"
         self.task_runs: dict[str, int] = {}  # top-level task id -> its run
         self.marks: list[tuple[str, int]] = []  # (top-level checkpoint, the run then)
+        self.inside: set[str] = set()  # paths a retry_failed re-runs inside a subgraph
 
     def run(self, number: int) -> ThreadRun:
         found = self.runs.get(number)
@@ -264,8 +267,11 @@ class _Scan:
             run.ended_at = max(run.ended_at or 0.0, float(step["ended_at"]))
         if run.started_at is None and step.get("started_at") is not None:
             run.started_at = float(step["started_at"])
-        waiting = self.retries.pop(str(step.get("path")), None)
-        if waiting is not None and w.ns == "":
+        path = str(step.get("path"))
+        waiting = self.retries.get(path)
+        if waiting is not None and (w.ns == "" or path in self.inside):
+            del self.retries[path]
+            self.inside.discard(path)
             waiting.redone.append(step)
         return run
 
@@ -296,6 +302,27 @@ class _Scan:
             self.retries.update(dict.fromkeys(paths, rec))
         if isinstance(value.get("status"), str):
             run.status = value["status"]
+
+    def retried_inside(self, paths: tuple[str, ...]) -> None:
+        """A `retry_failed` that re-runs ``paths`` inside their subgraph (its
+        parent's update, which clears them too, is read first: the writes of
+        the top level come before a subgraph's): the re-run steps, in the
+        subgraph, are what that recovery redid."""
+        rec = next(
+            (
+                r
+                for run in sorted(self.runs.values(), key=lambda r: r.run)
+                for r in run.recoveries  # the oldest not yet matched: retries come in order
+                if r.kind == "retry_failed"
+                and set(paths) <= set(r.paths)
+                and not r.redone
+                and not set(paths) & self.inside
+            ),
+            None,
+        )
+        if rec is not None:
+            self.retries.update(dict.fromkeys(paths, rec))
+            self.inside.update(paths)
 
     def group(self, writes: Sequence[Write]) -> None:
         """The writes made on one top-level checkpoint."""
@@ -356,7 +383,11 @@ class _Scan:
                 self.own_story(found)
                 continue
             for w in found:
-                if isinstance(w.value, Mapping) and _is_step(w.value):
+                if not isinstance(w.value, Mapping):
+                    continue
+                if w.value.get("clear"):  # a retry_failed re-running steps inside it
+                    self.retried_inside(tuple(str(p) for p in w.value["clear"]))
+                if _is_step(w.value):
                     self.step(w, w.value, owner)
 
     def _run_at(self, checkpoint_id: str) -> int | None:

@@ -28,6 +28,7 @@ from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import Fence, RunRecord
 from langgraph_resilience.checkpoint._runs import FENCE_KEY, WORKER_KEY
 from langgraph_resilience.errors import CheckpointConflict, LeaseLost, StoreUnavailable, describe
+from langgraph_resilience.graph._lifecycle import ended_status, settled_by_hand
 from langgraph_resilience.graph._task import BUDGET_KEY
 from langgraph_resilience.graph._tries import DURABLE_WAIT
 from langgraph_resilience.telemetry._emit import takeover_event
@@ -314,25 +315,6 @@ def _finish(
         yield Pause(pause)
         pause = min(pause * 2, FINISH_MAX_WAIT)
     return None
-
-
-def ended_status(values: dict[str, Any], paused: bool) -> str:
-    """The status a run that ran to a stop is left in."""
-    if paused:
-        return "paused"
-    outcome = values.get("resilience") if isinstance(values, dict) else None
-    if isinstance(outcome, dict) and outcome.get("status") == "partial_complete":
-        return "partial_complete"
-    return "success"
-
-
-def settled_by_hand(snapshot: StateSnapshot) -> str | None:
-    """The status a paused run's thread reached after it was resumed outside the
-    worker (``graph.invoke(Command(resume=...))``), or None while it still waits
-    (interrupts pending, or steps left)."""
-    if not snapshot.created_at or snapshot.interrupts or snapshot.next or snapshot.tasks:
-        return None
-    return ended_status(dict(snapshot.values), paused=False)
 
 
 def where_of(snapshot: StateSnapshot, run_id: str, now: float | None = None) -> Where:
