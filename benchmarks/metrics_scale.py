@@ -286,7 +286,8 @@ def measure(dialect: str, n: int, repeats: int) -> dict[str, Any]:
         per_sample = sum(c * (2 if k == "turns" else 1) for k, c in MIX) + 1
         started = time.perf_counter()
         db = Sql(dialect, target)
-        clone(db, max(0, round((n - per_sample) / per_sample) - 1))
+        copies = max(0, round(n / per_sample) - 2)  # and the sample, and the last sample
+        clone(db, copies)
         if dialect == "postgres":
             db.run("VACUUM ANALYZE")
         db.conn.close()
@@ -294,7 +295,7 @@ def measure(dialect: str, n: int, repeats: int) -> dict[str, Any]:
         with SAVERS[dialect].from_conn_string(target) as saver:
             since = datetime.now()
             sample(build(saver), saver, "new")
-            thread = "fixed-s0~1" if n > per_sample else "fixed-s0"
+            thread = "fixed-s0~1" if copies else "fixed-s0"
             full, m = median_time(lambda: recovery_metrics(saver), repeats)
             recent, m_since = median_time(lambda: recovery_metrics(saver, since=since), repeats)
             report, r = median_time(lambda: run_report(saver, thread), repeats)

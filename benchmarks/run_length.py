@@ -296,6 +296,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--lengths", default="10,100,500")
+    parser.add_argument("--runs", type=int, default=0, help="runs per repeat (0: 200 // steps)")
     parser.add_argument("--dialects", default="sqlite,postgres")
     parser.add_argument("--loop", type=int, default=300, help="loop iterations (0: no loop)")
     parser.add_argument("--loop-runs", type=int, default=3)
@@ -312,7 +313,7 @@ def main() -> int:
     )
     for dialect, stores in dialects:
         for n in lengths:
-            m = measure(n, args.repeats, max(1, 200 // n), stores)
+            m = measure(n, args.repeats, args.runs or max(1, 200 // n), stores)
             stock = m.wall["stock"]
             print(
                 f"{dialect:9s} {n:5d} {stock * 1000:9.1f} {m.wall['ours'] * 1000:9.1f} "
