@@ -44,6 +44,7 @@ from langgraph_resilience.checkpoint import (
     _base,
     _counters,
     _ledger,
+    _run_log,
     _runs,
     _steps,
     _threads,
@@ -124,6 +125,25 @@ class Hooks(BaseCheckpointSaver[str]):
 
     def _put_statements(self, put: PutCheckpoint) -> Statements[None]:
         return _threads.put_checkpoint(self._dialect, put)
+
+    def _put_and_start(self, put: PutCheckpoint, start: tuple[Any, ...] | None) -> Statements[None]:
+        """A checkpoint, and the run its input starts (`_run_log.run_start`), if any."""
+        yield from self._put_statements(put)
+        yield from _run_log.start_run(self._dialect, start)
+
+    def _run_start(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> tuple[Any, ...] | None:
+        """The run row a checkpoint starts, its input serialized with the serde."""
+        return _run_log.run_start(config, checkpoint, metadata, self.serde.dumps_typed)
+
+    def _writes_and_steps(
+        self, sql: str, rows: list[tuple[Any, ...]], ledger: _run_log.WriteLedger | None
+    ) -> Statements[None]:
+        """A task's writes, and what they tell the run ledger (its step's row)."""
+        yield from _threads.put_writes(sql, rows)
+        if rows:
+            yield from _run_log.write_statements(self._dialect, ledger)
 
     def _write_rows(
         self,
@@ -241,8 +261,9 @@ class SyncResilience(Hooks, SyncArchival):
         """
         self._refuse_after_stop(config)
         put = self._put_of(config, checkpoint, metadata, new_versions)
+        start = self._run_start(config, checkpoint, metadata)
         self._write(
-            lambda: self._put_statements(put),
+            lambda: self._put_and_start(put, start),
             fence=_runs.fence_of(config),
             translate=put.fork_conflict,
             ok=_counters.CHECKPOINT_OK,
@@ -264,8 +285,9 @@ class SyncResilience(Hooks, SyncArchival):
         if self._lease_stop(config, writes):
             return
         sql, rows = self._rows_of(config, writes, task_id, task_path)
+        ledger = _run_log.ledger_of_writes(config, writes, task_id)
         self._write(
-            lambda: _threads.put_writes(sql, rows),
+            lambda: self._writes_and_steps(sql, rows, ledger),
             fence=_runs.fence_of(config),
             ok=_counters.WRITES_OK,
             failed=_counters.WRITES_FAILED,
@@ -362,8 +384,16 @@ class SyncResilience(Hooks, SyncArchival):
         return self._state.outcomes.overlay(str(thread_id), found)
 
     def step_history(self, thread_id: str, *, run: int | None = None) -> Sequence[dict[str, Any]]:
-        """Every step record of a thread, oldest first (one run's with ``run=``):
-        run, path, node, status, attempts, kinds, started_at, ended_at, summary."""
+        """Every step record of a thread, by run then start (one run's with ``run=``):
+        run, path, node, status, attempts, kinds, started_at, ended_at, summary,
+        run_id, worker, usage, and its task's checkpoint_ns, checkpoint_id, task_id.
+
+        Read from the run ledger's step rows; a run stored before the ledger
+        existed, from its steps' writes."""
+        d = self._dialect
+        found = self._query(lambda: _run_log.read_steps(d, str(thread_id), run))
+        if found is not None:
+            return found
         rows = self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
         if not rows and self._restored({"configurable": {"thread_id": thread_id}}):
             rows = self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))

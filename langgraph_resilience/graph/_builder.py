@@ -85,23 +85,31 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         lifecycle.note_resume(self, input, config)  # a resume after a crash: a recovery
-        return super().stream(lifecycle.with_marker(input, config), config, **kwargs)
+        stream = super().stream(lifecycle.with_marker(input, config), config, **kwargs)
+        return lifecycle.closing(self, config, stream)  # the run ledger: how it returned
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         stream = super().astream(lifecycle.with_marker(input, config), config, **kwargs)
+        stream = lifecycle.aclosing(self, config, stream)  # the run ledger: how it returned
         return lifecycle.anoted(self, input, config, stream)  # a resume after a crash
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        out = super().invoke(input, config, **kwargs)
+        with lifecycle.invoking(self, config):
+            out = super().invoke(input, config, **kwargs)
         read = lambda: self.get_state(config or {}) if self.checkpointer else None  # noqa: E731
-        return lifecycle.settle_output(out, config, read)
+        out = lifecycle.settle_output(out, config, read)
+        lifecycle.close_run(self, config, out)
+        return out
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        out = await super().ainvoke(input, config, **kwargs)
+        with lifecycle.invoking(self, config):
+            out = await super().ainvoke(input, config, **kwargs)
         found = None
         if self.checkpointer and lifecycle.settle_output(out, config, lambda: None) is not out:
             found = await self.aget_state(config or {})
-        return lifecycle.settle_output(out, config, lambda: found)
+        out = lifecycle.settle_output(out, config, lambda: found)
+        await lifecycle.aclose_run(self, config, out)
+        return out
 
     def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot:
         return lifecycle.settled(super().get_state(config, subgraphs=subgraphs))

@@ -1,0 +1,521 @@
+"""The run ledger: a row per run of a thread and a row per step that ran,
+written when it happens, in the transaction of what it belongs to (both dialects).
+
+What the rows are read from is what the saver is handed anyway, never
+LangGraph's private writes decoded back:
+
+- a run starts with its input checkpoint (``put``, metadata source ``input``,
+  the top-level namespace), when the input carries the new-run marker
+  (`state.new_run_marker`, added by the graph to a new input): the run's number
+  is the one after the checkpoint's run log's, its ``task_spec`` the input
+  without the marker, verbatim (the saver's serde), stored once, here;
+- a step is the record its node's own run-log write carries (``{"resilience":
+  {"step": ...}}``, `graph._step_log.log_update`), stored by ``put_writes`` in
+  the transaction of that write: never a step row without its writes, nor the
+  reverse (both keep the first, as LangGraph's regular writes do);
+- a write that ends the run (``status``: success, partial_complete), names its
+  failed step, goes on with it (``running``: `retry_failed`) or resumes it
+  (LangGraph's `RESUME_CHANNEL` write) updates the run's row in that same
+  transaction;
+- what no write says is told by the one that knows: the driver when
+  ``invoke`` / ``stream`` returns (a run with nothing left to do, a pause, the
+  run's usage: `close_run`), the `Worker` when it finishes, pauses or cancels a
+  run (`finish_worker_run`, `cancel_worker_run`, in its own transaction).
+
+A run nested in another (a resilient subgraph, a resilient graph invoked inside
+a node: a non-empty namespace) has no row of its own; its steps are rows of
+its namespace, numbered with the run of the thread latest started at or before
+their checkpoint (checkpoint ids are time-ordered). Threads written before the
+ledger existed have no rows: their readers decode their writes, as before
+(`has_rows`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
+from langgraph.graph import START
+
+from langgraph_resilience._langgraph import RESUME_CHANNEL
+from langgraph_resilience.checkpoint._runs import WORKER_KEY, Fence, fence_of
+from langgraph_resilience.checkpoint._schema import RUN_LOG, RUNS, STEPS
+from langgraph_resilience.checkpoint._store import (
+    Dialect,
+    Row,
+    Statements,
+    Stmt,
+    from_row,
+    select_list,
+)
+from langgraph_resilience.errors import ConfigError
+
+__all__ = [
+    "ENDED",
+    "RunLogRecord",
+    "WriteLedger",
+    "close_run",
+    "ledger_of_writes",
+    "list_run_rows",
+    "read_run_row",
+    "read_steps",
+    "run_start",
+    "start_run",
+]
+
+#: The run-log channel of a `ResilientState`.
+CHANNEL = "resilience"
+#: The statuses of a run that ended.
+ENDED = ("success", "partial_complete", "error", "cancelled")
+#: Every status a run row can be in.
+STATUSES = ("running", "paused", *ENDED)
+_ENDED_SQL = ", ".join(repr(s) for s in ENDED)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunLogRecord:
+    """One run of a thread, as the ledger stores it (``resilience_run_log``).
+
+    Attributes:
+        thread_id / run: the thread and the run's number on it (1, 2, ...).
+        status: running, paused, success, partial_complete, error or cancelled.
+        task_spec_type / task_spec: the run's input, serialized with the saver's
+            serde (`task_spec_of` reads it back).
+        checkpoint_id: the run's input checkpoint.
+        started_at / ended_at / updated_at: epoch seconds (ended_at None while open).
+        failed_step: the path of the step that ended it short (None if none).
+        usage: what it used (JSON text: tokens, cost, seconds, steps), set when
+            its driver or `Worker` saw it end or pause (`used`).
+        run_id / worker: the `Worker` run and worker that ran it (None for a
+            plain ``invoke``).
+    """
+
+    thread_id: str
+    run: int
+    status: str
+    task_spec_type: str | None
+    task_spec: bytes | None
+    checkpoint_id: str | None
+    started_at: float
+    ended_at: float | None
+    updated_at: float
+    failed_step: str | None
+    usage: str | None
+    run_id: str | None
+    worker: str | None
+
+    def used(self) -> dict[str, float]:
+        """``usage`` decoded (empty when not known)."""
+        return dict(json.loads(self.usage)) if self.usage else {}
+
+    def task_spec_of(self, loads: Callable[[tuple[str, bytes]], Any]) -> Any:
+        """The run's input, as it was given (``loads``: the saver's ``serde.loads_typed``)."""
+        if self.task_spec_type is None or self.task_spec is None:
+            return None
+        return loads((self.task_spec_type, bytes(self.task_spec)))
+
+
+_RUN_COLUMNS = select_list(RunLogRecord)
+assert tuple(_RUN_COLUMNS.split(", ")) == RUN_LOG.names  # one order: the table's
+
+# -- what a put or a write tells ------------------------------------------------------
+
+
+def run_start(
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    dumps: Callable[[Any], tuple[str, bytes]],
+) -> tuple[Any, ...] | None:
+    """The run row a checkpoint starts (None for any checkpoint but a new run's
+    input checkpoint in the top-level namespace): the input (the graph's input
+    channel, `START`) carries the new-run marker."""
+    if metadata.get("source") != "input":
+        return None
+    configurable = config.get("configurable") or {}
+    if configurable.get("checkpoint_ns"):
+        return None  # a nested run: part of its parent's
+    values = checkpoint.get("channel_values") or {}
+    given = values.get(START)
+    marker = given.get(CHANNEL) if isinstance(given, Mapping) else None
+    if not isinstance(marker, Mapping) or marker.get("new_run") is None:
+        return None
+    assert isinstance(given, Mapping)
+    known = values.get(CHANNEL)
+    previous = int(known.get("run") or 0) if isinstance(known, Mapping) else 0
+    spec_type, spec = dumps({k: v for k, v in given.items() if k != CHANNEL})
+    return _run_row(
+        config, previous + 1, float(marker["new_run"]), checkpoint["id"], spec_type, spec
+    )
+
+
+def _run_row(
+    config: RunnableConfig,
+    run: int,
+    started_at: float,
+    checkpoint_id: str | None,
+    spec_type: str | None = None,
+    spec: bytes | None = None,
+) -> tuple[Any, ...]:
+    configurable = config.get("configurable") or {}
+    fence = fence_of(config)
+    worker = configurable.get(WORKER_KEY)
+    return (
+        str(configurable["thread_id"]),
+        run,
+        "running",
+        spec_type,
+        spec,
+        checkpoint_id,
+        started_at,
+        None,
+        time.time(),
+        None,
+        None,
+        fence.run_id if fence is not None else None,
+        None if worker is None else str(worker),
+    )
+
+
+class WriteLedger(NamedTuple):
+    """What one task's writes tell the ledger (see `ledger_of_writes`)."""
+
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    step: tuple[Any, ...] | None = None  # the step row
+    run: int | None = None  # the run the write belongs to, when it says
+    status: str | None = None  # success, partial_complete or running
+    failed_step: str | None = None
+    cleared: bool = False  # retry_failed: its failed steps are re-run
+    resumed: bool = False
+    start: tuple[Any, ...] | None = None  # a run started by a node's marker
+
+
+def ledger_of_writes(
+    config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str
+) -> WriteLedger | None:
+    """What a task's writes tell the ledger, or None (most writes of a step: only
+    its own run-log write, read as given, and a resume's write count)."""
+    value: Any = None
+    resumed = False
+    for channel, v in writes:
+        if channel == CHANNEL:
+            value = v
+        elif channel == RESUME_CHANNEL:
+            resumed = True
+    if not isinstance(value, Mapping) and not resumed:
+        return None
+    configurable = config.get("configurable") or {}
+    thread_id = str(configurable["thread_id"])
+    ns = str(configurable.get("checkpoint_ns") or "")
+    checkpoint_id = str(configurable.get("checkpoint_id"))
+    if not isinstance(value, Mapping):
+        return WriteLedger(thread_id, ns, checkpoint_id, resumed=not ns)
+    step = value.get("step")
+    row = None
+    run = None
+    if isinstance(step, Mapping) and step.get("path"):
+        run = int(step.get("run") or 1)
+        usage = value.get("usage")
+        row = (
+            thread_id,
+            ns,
+            checkpoint_id,
+            task_id,
+            run,
+            str(step["path"]),
+            str(step.get("node") or ""),
+            str(step.get("status") or ""),
+            int(step.get("attempts") or 0),
+            json.dumps(list(step.get("kinds") or [])),
+            step.get("started_at"),
+            step.get("ended_at"),
+            step.get("summary"),
+            step.get("run_id"),
+            step.get("worker"),
+            json.dumps(dict(usage)) if isinstance(usage, Mapping) else None,
+        )
+    if ns:  # a nested run's: its steps only (its outcome is its parent's step's)
+        return None if row is None else WriteLedger(thread_id, ns, checkpoint_id, step=row)
+    status = value.get("status")
+    failed = value.get("failed_step")
+    start = None
+    if value.get("new_run") is not None and value.get("run") is not None:
+        # A marker that numbers its run (an agent's, written by a node).
+        run = int(value["run"])
+        start = _run_row(config, run, float(value["new_run"]), checkpoint_id)
+    return WriteLedger(
+        thread_id,
+        ns,
+        checkpoint_id,
+        step=row,
+        run=run,
+        status=status if status in ("success", "partial_complete", "running") else None,
+        failed_step=str(failed["path"])
+        if isinstance(failed, Mapping) and failed.get("path")
+        else None,
+        cleared=bool(value.get("clear")),
+        resumed=resumed,
+        start=start,
+    )
+
+
+# -- statements ------------------------------------------------------------------------
+
+_PLACES = ", ".join("?" for _ in RUN_LOG.names)
+_START_RUN = (
+    f"INSERT INTO {RUN_LOG.name} ({', '.join(RUN_LOG.names)}) VALUES ({_PLACES}) "
+    "ON CONFLICT (thread_id, run) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in RUN_LOG.names if c not in ("thread_id", "run"))
+)
+# The run of a thread latest started at or before a checkpoint (of any namespace:
+# checkpoint ids are time-ordered): the run a nested step, or a write that does
+# not say its run, belongs to.
+_RUN_AT = (
+    f"(SELECT r.run FROM {RUN_LOG.name} r WHERE r.thread_id = ? AND r.checkpoint_id <= ? "
+    "ORDER BY r.checkpoint_id DESC LIMIT 1)"
+)
+_STEP_NAMES = ", ".join(STEPS.names)
+_STEP = (
+    f"INSERT INTO {STEPS.name} ({_STEP_NAMES}) VALUES "
+    f"({', '.join('?' for _ in STEPS.names)}) ON CONFLICT DO NOTHING"
+)
+_NESTED_STEP = (
+    f"INSERT INTO {STEPS.name} ({_STEP_NAMES}) VALUES (?, ?, ?, ?, coalesce({_RUN_AT}, ?), "
+    f"{', '.join('?' for _ in STEPS.names[5:])}) ON CONFLICT DO NOTHING"
+)
+_UPDATE_RUN = (
+    f"UPDATE {RUN_LOG.name} SET status = coalesce(?, status), "
+    f"ended_at = CASE WHEN ? IN ({_ENDED_SQL}) THEN ? WHEN ? = 'running' THEN NULL "
+    "ELSE ended_at END, "
+    "failed_step = coalesce(CASE WHEN ? THEN NULL ELSE failed_step END, ?), updated_at = ? "
+    "WHERE thread_id = ? AND run = {run}"
+)
+_RESUMED = (
+    f"UPDATE {RUN_LOG.name} SET status = 'running', updated_at = ? "
+    f"WHERE thread_id = ? AND status = 'paused' AND run = {_RUN_AT}"
+)
+
+
+def start_run(d: Dialect, row: tuple[Any, ...] | None) -> Statements[None]:
+    """Store a run's row as it starts (one whose number a new run takes again, on
+    a branch of the thread's history, is replaced)."""
+    if row is not None:
+        yield Stmt(d.sql(_START_RUN), row)
+
+
+def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
+    """What a task's writes store in the ledger, in their transaction (nothing, or
+    one statement for a step; a run's start, end, failure or resume adds one)."""
+    if led is None:
+        return
+    if led.start is not None:
+        yield Stmt(d.sql(_START_RUN), led.start)
+    if led.step is not None:
+        if led.ns:
+            step = led.step
+            nested = (*step[:4], led.thread_id, led.checkpoint_id, step[4], *step[5:])
+            yield Stmt(d.sql(_NESTED_STEP), nested)
+        else:
+            yield Stmt(d.sql(_STEP), led.step)
+    if led.status is not None or led.failed_step is not None or led.cleared:
+        s, now = led.status, time.time()
+        params: tuple[Any, ...] = (s, s, now, s, led.cleared, led.failed_step, now, led.thread_id)
+        if led.run is not None:
+            yield Stmt(d.sql(_UPDATE_RUN.format(run="?")), (*params, led.run))
+        else:
+            where = (led.thread_id, led.checkpoint_id)
+            yield Stmt(d.sql(_UPDATE_RUN.format(run=_RUN_AT)), (*params, *where))
+    if led.resumed:
+        yield Stmt(d.sql(_RESUMED), (time.time(), led.thread_id, led.thread_id, led.checkpoint_id))
+
+
+def close_run(
+    d: Dialect, thread_id: str, run: int, status: str, usage: Mapping[str, float] | None
+) -> Statements[None]:
+    """What the driver saw when ``invoke`` / ``stream`` returned: the run ended
+    (``success``, ``partial_complete``), paused, or is still ``running``; its usage."""
+    if status not in STATUSES:
+        raise ConfigError(f"a run row's status is one of {', '.join(STATUSES)}, got {status!r}")
+    now = time.time()
+    yield Stmt(
+        d.sql(
+            f"UPDATE {RUN_LOG.name} SET status = ?, "
+            f"ended_at = CASE WHEN ? IN ({_ENDED_SQL}) THEN coalesce(ended_at, ?) ELSE NULL END, "
+            "usage = coalesce(?, usage), updated_at = ? WHERE thread_id = ? AND run = ?"
+        ),
+        (status, status, now, _json(usage), now, thread_id, int(run)),
+    )
+
+
+def finish_worker_run(d: Dialect, fence: Fence, status: str) -> Statements[None]:
+    """A `Worker` ends or pauses its run (in `_runs.finish_run`'s transaction,
+    before the run's own row): the ledger's row of that run says so, with the
+    worker that held it. A released run (queued again) goes on: nothing changes."""
+    if status not in STATUSES:
+        return
+    now = time.time()
+    yield Stmt(
+        d.sql(
+            f"UPDATE {RUN_LOG.name} SET status = ?, "
+            f"ended_at = CASE WHEN ? IN ({_ENDED_SQL}) THEN coalesce(ended_at, ?) ELSE NULL END, "
+            f"worker = coalesce(worker, (SELECT owner FROM {RUNS.name} WHERE run_id = ?)), "
+            f"updated_at = ? WHERE run_id = ? AND EXISTS (SELECT 1 FROM {RUNS.name} "
+            "WHERE run_id = ? AND fencing_token = ? AND status = 'running')"
+        ),
+        (status, status, now, fence.run_id, now, fence.run_id, fence.run_id, fence.token),
+    )
+
+
+def cancel_worker_run(d: Dialect, run_id: str) -> Statements[None]:
+    """A `Worker` run cancelled: its ledger row too, unless it had ended."""
+    now = time.time()
+    yield Stmt(
+        d.sql(
+            f"UPDATE {RUN_LOG.name} SET status = 'cancelled', ended_at = coalesce(ended_at, ?), "
+            f"updated_at = ? WHERE run_id = ? AND status NOT IN ({_ENDED_SQL})"
+        ),
+        (now, now, run_id),
+    )
+
+
+def _json(usage: Mapping[str, float] | None) -> str | None:
+    return json.dumps(dict(usage)) if usage else None
+
+
+# -- reads -----------------------------------------------------------------------------
+
+#: The fields of a step record (`saver.step_history`) besides its task's key.
+STEP_FIELDS = (
+    "run",
+    "path",
+    "node",
+    "status",
+    "attempts",
+    "kinds",
+    "started_at",
+    "ended_at",
+    "summary",
+    "run_id",
+    "worker",
+    "usage",
+)
+
+
+def step_order(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    """How step records are ordered: by run, then start (then path)."""
+    return (record.get("run") or 1, record.get("started_at") or 0.0, record.get("path") or "")
+
+
+def has_rows(d: Dialect, thread_id: str, run: int | None) -> Statements[bool]:
+    """Whether the ledger holds the run (default: the thread's first, so all of
+    its runs): a run started before the ledger existed has no row."""
+    rows = yield Stmt(
+        d.sql(f"SELECT count(*) FROM {RUN_LOG.name} WHERE thread_id = ? AND run = ?"),
+        (thread_id, 1 if run is None else int(run)),
+        fetch=True,
+    )
+    return bool(rows[0][0])
+
+
+def read_steps(
+    d: Dialect, thread_id: str, run: int | None
+) -> Statements[list[dict[str, Any]] | None]:
+    """A thread's step records from the ledger, by run then start (one run's if
+    ``run``); None when the ledger does not hold them (`has_rows`)."""
+    if not (yield from has_rows(d, thread_id, run)):
+        return None
+    where, params = (
+        ("AND run = ? ", (thread_id, int(run))) if run is not None else ("", (thread_id,))
+    )
+    rows = yield Stmt(
+        d.sql(
+            f"SELECT checkpoint_ns, checkpoint_id, task_id, {', '.join(STEP_FIELDS)} "
+            f"FROM {STEPS.name} WHERE thread_id = ? {where}"
+        ),
+        params,
+        fetch=True,
+    )
+    found = [step_record(r) for r in rows]
+    found.sort(key=step_order)
+    return found
+
+
+def step_record(row: Row) -> dict[str, Any]:
+    """A step record (as `saver.step_history` lists it) from a step row."""
+    ns, checkpoint_id, task_id, *values = row
+    record = dict(zip(STEP_FIELDS, values, strict=True))
+    record["kinds"] = json.loads(record["kinds"]) if record["kinds"] else []
+    record["usage"] = json.loads(record["usage"]) if record["usage"] else None
+    for key in ("started_at", "ended_at"):
+        if record[key] is not None:
+            record[key] = float(record[key])
+    record["attempts"] = int(record["attempts"])
+    record.update(checkpoint_ns=ns, checkpoint_id=checkpoint_id, task_id=task_id)
+    return record
+
+
+def read_run_row(d: Dialect, thread_id: str, run: int) -> Statements[RunLogRecord | None]:
+    rows = yield Stmt(
+        d.sql(f"SELECT {_RUN_COLUMNS} FROM {RUN_LOG.name} WHERE thread_id = ? AND run = ?"),
+        (thread_id, int(run)),
+        fetch=True,
+    )
+    return from_row(RunLogRecord, rows[0]) if rows else None
+
+
+#: A page's position: (started_at, thread_id, run) of the last row of the page before.
+Cursor = tuple[float, str, int]
+
+
+def list_run_rows(
+    d: Dialect,
+    *,
+    thread_id: str | None = None,
+    statuses: Sequence[str] = (),
+    limit: int = 100,
+    before: Cursor | None = None,
+) -> Statements[list[RunLogRecord]]:
+    """Run rows, newest first (by start), ``limit`` at a time: of one thread or
+    all, in ``statuses`` if given, after the page ending at ``before`` (the
+    `cursor_of` its last row)."""
+    if isinstance(statuses, str):
+        statuses = (statuses,)
+    unknown = sorted(set(statuses) - set(STATUSES))
+    if unknown:
+        raise ConfigError(f"unknown run status(es) {unknown}; one of {', '.join(STATUSES)}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigError(f"limit must be an int >= 1, got {limit!r}")
+    where: list[str] = []
+    params: list[Any] = []
+    if thread_id is not None:
+        where.append("thread_id = ?")
+        params.append(str(thread_id))
+    if statuses:
+        where.append("status IN_LIST(?)")
+        params.append(d.list_param(statuses))
+    if before is not None:
+        started, thread, run = before
+        where.append("(started_at, thread_id, run) < (?, ?, ?)")
+        params += [float(started), str(thread), int(run)]
+    clause = f"WHERE {' AND '.join(where)} " if where else ""
+    rows = yield Stmt(
+        d.sql(
+            f"SELECT {_RUN_COLUMNS} FROM {RUN_LOG.name} {clause}"
+            "ORDER BY started_at DESC, thread_id DESC, run DESC LIMIT ?"
+        ),
+        (*params, int(limit)),
+        fetch=True,
+    )
+    return [from_row(RunLogRecord, r) for r in rows]
+
+
+def cursor_of(record: RunLogRecord) -> Cursor:
+    """Where the page after ``record`` starts (``before=`` of `list_run_rows`)."""
+    return (record.started_at, record.thread_id, record.run)
