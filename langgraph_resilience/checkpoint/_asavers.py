@@ -106,9 +106,9 @@ class AsyncResilience(Hooks, AsyncArchival):
         """
         self._refuse_after_stop(config)
         put = self._put_of(config, checkpoint, metadata, new_versions)
-        start = self._run_start(config, checkpoint, metadata)
+        ledger = self._put_ledger(config, checkpoint, metadata, new_versions)
         await self._write(
-            lambda: self._put_and_start(put, start),
+            lambda: self._put_and_runs(put, ledger),
             fence=_runs.fence_of(config),
             translate=put.fork_conflict,
             ok=_counters.CHECKPOINT_OK,

@@ -479,7 +479,8 @@ class History(_Part):
     ) -> None:
         """What a run's driver saw when it returned (`_run_log.close_run`)."""
         d = self._saver._dialect
-        self._io._write(lambda: _run_log.close_run(d, thread_id, run, status, usage))
+        close = _run_log.close_run
+        self._io._write(lambda: close(d, thread_id, run, status, usage), pipeline=True)
 
 
 class AsyncHistory(History, _AsyncPart):
@@ -540,4 +541,5 @@ class AsyncHistory(History, _AsyncPart):
     ) -> None:
         """Async twin of `History.close_run`."""
         d = self._saver._dialect
-        await self._saver._write(lambda: _run_log.close_run(d, thread_id, run, status, usage))
+        close = _run_log.close_run
+        await self._saver._write(lambda: close(d, thread_id, run, status, usage), pipeline=True)

@@ -16,10 +16,10 @@ LangGraph's private writes decoded back:
 - a write that ends the run (``status``: success, partial_complete), names its
   failed step, goes on with it (``running``: `retry_failed`) or resumes it
   (LangGraph's `RESUME_CHANNEL` write) updates the run's row in that same
-  transaction;
+  transaction, and the checkpoint after it gives the row the run's usage;
 - what no write says is told by the one that knows: the driver when
-  ``invoke`` / ``stream`` returns (a run with nothing left to do, a pause, the
-  run's usage: `close_run`), the `Worker` when it finishes, pauses or cancels a
+  ``invoke`` / ``stream`` returns (a run with nothing left to do, a pause, and
+  their usage: `close_run`), the `Worker` when it finishes, pauses or cancels a
   run (`finish_worker_run`, `cancel_worker_run`, in its own transaction).
 
 A run nested in another (a resilient subgraph, a resilient graph invoked inside
@@ -64,8 +64,8 @@ __all__ = [
     "list_run_rows",
     "read_run_row",
     "read_steps",
-    "run_start",
-    "start_run",
+    "ledger_of_put",
+    "put_statements",
 ]
 
 #: The run-log channel of a `ResilientState`.
@@ -126,31 +126,54 @@ assert tuple(_RUN_COLUMNS.split(", ")) == RUN_LOG.names  # one order: the table'
 # -- what a put or a write tells ------------------------------------------------------
 
 
-def run_start(
+class PutLedger(NamedTuple):
+    """What a checkpoint tells the ledger: the run it starts (its row), or the
+    end of the run its run log says ended (thread, run, status, usage)."""
+
+    start: tuple[Any, ...] | None = None
+    end: tuple[str, int, str, str | None] | None = None
+
+
+def ledger_of_put(
     config: RunnableConfig,
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
+    new_versions: Mapping[str, Any],
     dumps: Callable[[Any], tuple[str, bytes]],
-) -> tuple[Any, ...] | None:
-    """The run row a checkpoint starts (None for any checkpoint but a new run's
-    input checkpoint in the top-level namespace): the input (the graph's input
-    channel, `START`) carries the new-run marker."""
-    if metadata.get("source") != "input":
-        return None
+) -> PutLedger | None:
+    """What a top-level checkpoint tells the ledger (None: most say nothing).
+
+    A new run's input checkpoint (its input, the graph's input channel `START`,
+    carries the new-run marker) starts the run's row. The checkpoint after the
+    step that ended a run (its run log changed, and says ``success`` or
+    ``partial_complete``) gives the row the run's usage: the run's driver then
+    has nothing left to tell it.
+    """
     configurable = config.get("configurable") or {}
     if configurable.get("checkpoint_ns"):
         return None  # a nested run: part of its parent's
     values = checkpoint.get("channel_values") or {}
+    known = values.get(CHANNEL)
+    if metadata.get("source") != "input":
+        if CHANNEL not in new_versions or not isinstance(known, Mapping):
+            return None
+        status = known.get("status")
+        if status not in ("success", "partial_complete"):
+            return None
+        thread = str(configurable["thread_id"])
+        return PutLedger(
+            end=(thread, int(known.get("run") or 1), status, _json(known.get("usage")))
+        )
     given = values.get(START)
     marker = given.get(CHANNEL) if isinstance(given, Mapping) else None
     if not isinstance(marker, Mapping) or marker.get("new_run") is None:
         return None
     assert isinstance(given, Mapping)
-    known = values.get(CHANNEL)
     previous = int(known.get("run") or 0) if isinstance(known, Mapping) else 0
     spec_type, spec = dumps({k: v for k, v in given.items() if k != CHANNEL})
-    return _run_row(
-        config, previous + 1, float(marker["new_run"]), checkpoint["id"], spec_type, spec
+    started = float(marker["new_run"])
+    return PutLedger(
+        start=_run_row(config, previous + 1, started, checkpoint["id"], spec_type, spec)
     )
 
 
@@ -303,11 +326,24 @@ _RESUMED = (
 )
 
 
-def start_run(d: Dialect, row: tuple[Any, ...] | None) -> Statements[None]:
-    """Store a run's row as it starts (one whose number a new run takes again, on
-    a branch of the thread's history, is replaced)."""
-    if row is not None:
-        yield Stmt(d.sql(_START_RUN), row)
+_ENDED_RUN = (
+    f"UPDATE {RUN_LOG.name} SET status = ?, ended_at = coalesce(ended_at, ?), "
+    "usage = coalesce(?, usage), updated_at = ? WHERE thread_id = ? AND run = ?"
+)
+
+
+def put_statements(d: Dialect, led: PutLedger | None) -> Statements[None]:
+    """What a checkpoint stores in the ledger, in its transaction: a run's row as
+    it starts (one whose number a new run takes again, on a branch of the
+    thread's history, is replaced), or its end."""
+    if led is None:
+        return
+    if led.start is not None:
+        yield Stmt(d.sql(_START_RUN), led.start)
+    if led.end is not None:
+        thread, run, status, usage = led.end
+        now = time.time()
+        yield Stmt(d.sql(_ENDED_RUN), (status, now, usage, now, thread, run))
 
 
 def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:

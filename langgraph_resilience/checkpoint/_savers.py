@@ -126,16 +126,23 @@ class Hooks(BaseCheckpointSaver[str]):
     def _put_statements(self, put: PutCheckpoint) -> Statements[None]:
         return _threads.put_checkpoint(self._dialect, put)
 
-    def _put_and_start(self, put: PutCheckpoint, start: tuple[Any, ...] | None) -> Statements[None]:
-        """A checkpoint, and the run its input starts (`_run_log.run_start`), if any."""
+    def _put_and_runs(
+        self, put: PutCheckpoint, ledger: _run_log.PutLedger | None
+    ) -> Statements[None]:
+        """A checkpoint, and the run it starts or ends (`_run_log.ledger_of_put`)."""
         yield from self._put_statements(put)
-        yield from _run_log.start_run(self._dialect, start)
+        yield from _run_log.put_statements(self._dialect, ledger)
 
-    def _run_start(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
-    ) -> tuple[Any, ...] | None:
-        """The run row a checkpoint starts, its input serialized with the serde."""
-        return _run_log.run_start(config, checkpoint, metadata, self.serde.dumps_typed)
+    def _put_ledger(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> _run_log.PutLedger | None:
+        """What a checkpoint tells the run ledger (a run's input: with the serde)."""
+        dumps = self.serde.dumps_typed
+        return _run_log.ledger_of_put(config, checkpoint, metadata, new_versions, dumps)
 
     def _writes_and_steps(
         self, sql: str, rows: list[tuple[Any, ...]], ledger: _run_log.WriteLedger | None
@@ -261,9 +268,9 @@ class SyncResilience(Hooks, SyncArchival):
         """
         self._refuse_after_stop(config)
         put = self._put_of(config, checkpoint, metadata, new_versions)
-        start = self._run_start(config, checkpoint, metadata)
+        ledger = self._put_ledger(config, checkpoint, metadata, new_versions)
         self._write(
-            lambda: self._put_and_start(put, start),
+            lambda: self._put_and_runs(put, ledger),
             fence=_runs.fence_of(config),
             translate=put.fork_conflict,
             ok=_counters.CHECKPOINT_OK,

@@ -95,20 +95,23 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         with lifecycle.invoking(self, config):
-            out = super().invoke(input, config, **kwargs)
+            stored = super().invoke(input, config, **kwargs)
         read = lambda: self.get_state(config or {}) if self.checkpointer else None  # noqa: E731
-        out = lifecycle.settle_output(out, config, read)
-        lifecycle.close_run(self, config, out)
+        out = lifecycle.settle_output(stored, config, read)
+        lifecycle.close_run(self, config, out, stored)
         return out
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         with lifecycle.invoking(self, config):
-            out = await super().ainvoke(input, config, **kwargs)
+            stored = await super().ainvoke(input, config, **kwargs)
         found = None
-        if self.checkpointer and lifecycle.settle_output(out, config, lambda: None) is not out:
+        if (
+            self.checkpointer
+            and lifecycle.settle_output(stored, config, lambda: None) is not stored
+        ):
             found = await self.aget_state(config or {})
-        out = lifecycle.settle_output(out, config, lambda: found)
-        await lifecycle.aclose_run(self, config, out)
+        out = lifecycle.settle_output(stored, config, lambda: found)
+        await lifecycle.aclose_run(self, config, out, stored)
         return out
 
     def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot:

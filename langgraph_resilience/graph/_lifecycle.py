@@ -250,31 +250,44 @@ def invoking(graph: Any, config: RunnableConfig | None) -> Iterator[None]:
         _INVOKING.reset(token)
 
 
+_ENDED = ("success", "partial_complete")
+
+
 def _closing_what(values: Any, interrupted: bool) -> tuple[int, str, Any] | None:
-    """(run, status, usage) the driver tells the run's row, from the run's values."""
+    """(run, status, usage) the driver tells the run's row, from the run's
+    settled values (None: they hold no run log)."""
     log = values.get(_LOG) if isinstance(values, Mapping) else None
     if not isinstance(log, Mapping) or log.get("run") is None:
         return None
     status = log.get("status")
     if interrupted:
         status = "paused"
-    elif status not in ("success", "partial_complete"):
+    elif status not in _ENDED:
         status = "running"
     return int(log["run"]), str(status), log.get("usage")
 
 
-def close_run(graph: Any, config: RunnableConfig | None, out: Any) -> None:
-    """Tell the run ledger how a top-level ``invoke`` returned (``out``: its
-    settled output; the stored state when the output has no run log). Never
+def _told(stored: Any) -> bool:
+    """Whether the row knows already: the output as stored (before settling)
+    ended the run, and the checkpoint after its last step told the row."""
+    log = stored.get(_LOG) if isinstance(stored, Mapping) else None
+    return (
+        isinstance(log, Mapping) and log.get("status") in _ENDED and INTERRUPT_CHANNEL not in stored
+    )
+
+
+def close_run(graph: Any, config: RunnableConfig | None, out: Any, stored: Any = None) -> None:
+    """Tell the run ledger how a top-level run returned: ``out``, ``invoke``'s
+    settled output (``stored``: as it came back, before settling; nothing to
+    tell if it ended the run), or None: the stored state (a ``stream``). Never
     fails the run: a store that cannot be reached now leaves the row as the
     writes left it."""
     driven = _driven(graph, config)
-    if driven is None or not isinstance(driven[1], ResilientSaver):
+    if driven is None or not isinstance(driven[1], ResilientSaver) or _told(stored):
         return
     thread, saver = driven
-    interrupted = isinstance(out, Mapping) and INTERRUPT_CHANNEL in out
-    what = _closing_what(out, interrupted)
     try:
+        what = _closing_what(out, isinstance(out, Mapping) and INTERRUPT_CHANNEL in out)
         if what is None:
             snapshot = graph.get_state(config)
             what = _closing_what(snapshot.values, bool(snapshot.interrupts))
@@ -284,15 +297,16 @@ def close_run(graph: Any, config: RunnableConfig | None, out: Any) -> None:
         logger.warning("could not store how run of thread %s returned: %s", thread, exc)
 
 
-async def aclose_run(graph: Any, config: RunnableConfig | None, out: Any) -> None:
+async def aclose_run(
+    graph: Any, config: RunnableConfig | None, out: Any, stored: Any = None
+) -> None:
     """Async twin of `close_run`."""
     driven = _driven(graph, config)
-    if driven is None or not isinstance(driven[1], AsyncResilientSaver):
+    if driven is None or not isinstance(driven[1], AsyncResilientSaver) or _told(stored):
         return
     thread, saver = driven
-    interrupted = isinstance(out, Mapping) and INTERRUPT_CHANNEL in out
-    what = _closing_what(out, interrupted)
     try:
+        what = _closing_what(out, isinstance(out, Mapping) and INTERRUPT_CHANNEL in out)
         if what is None:
             snapshot = await graph.aget_state(config)
             what = _closing_what(snapshot.values, bool(snapshot.interrupts))
