@@ -370,3 +370,57 @@ async def test_a_process_killed_in_a_steps_transaction_leaves_no_row_without_wri
         assert len(held) == 4 and steps_in_rows(backend, target, thread) == held
         row = await asyncio.to_thread(saver.history.run_row, thread, 1)
         assert row.status == "success"
+
+
+async def test_a_paused_worker_run_row_then_cancelled(checkpointer: Any) -> None:
+    h = checkpointer
+    if h.backend == "postgres":
+        sql(h.backend, h.target, "DELETE FROM resilience_runs")
+
+    def ask(state: Any) -> dict[str, Any]:
+        return {"topic": interrupt("which topic?")}
+
+    g = ResilientStateGraph(State)
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    worker = Worker(g.compile(checkpointer=h.saver), checkpointer=h.saver, worker_id="w-2")
+    if h.is_async:
+        run_id = await worker.asubmit({"done": []})
+        await worker.arun()
+    else:
+        run_id = await asyncio.to_thread(worker.submit, {"done": []})
+        await asyncio.to_thread(worker.run)
+    thread = (await h.call("read_run", run_id)).thread_id
+    row = await run_row(h, thread, 1)
+    assert (row.status, row.run_id, row.worker, row.ended_at) == ("paused", run_id, "w-2", None)
+    if h.is_async:
+        await worker.acancel(run_id, "no answer")
+    else:
+        await asyncio.to_thread(worker.cancel, run_id, "no answer")
+    row = await run_row(h, thread, 1)
+    assert row.status == "cancelled" and row.ended_at is not None
+
+
+async def test_a_store_set_up_before_the_ledger_upgrades_and_keeps_its_threads(
+    checkpointer: Any,
+) -> None:
+    h = checkpointer
+    graph = chain_graph(h, ["a", "b"])
+    config = cfg(h, "upgrade")
+    thread = thread_of(config)
+    await h.invoke(graph, {"done": []}, config)
+    await h.invoke(graph, {"done": []}, config)
+    before = await h.call("step_history", thread)
+    # The store as version 17 left it: no ledger tables, the thread's writes only.
+    for table in ("resilience_run_log", "resilience_steps"):
+        sql(h.backend, h.target, f"DROP TABLE {table}")
+    sql(h.backend, h.target, "DELETE FROM resilience_migrations WHERE v >= 18")
+    with h.sync_saver_class.from_conn_string(h.target) as other:
+        await asyncio.to_thread(other.setup)  # migrates to the ledger
+    assert await h.call("step_history", thread) == before  # decoded, as before
+    await h.invoke(graph, {"done": []}, config)  # run 3: the first the ledger sees
+    assert [(r[0], r[1]) for r in run_rows(h, thread)] == [(3, "success")]
+    assert [s["path"] for s in await h.call("step_history", thread, run=3)] == ["a", "b"]
+    whole = await h.call("step_history", thread)
+    assert whole[:4] == before and [s["run"] for s in whole] == [1, 1, 2, 2, 3, 3]

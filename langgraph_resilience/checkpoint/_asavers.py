@@ -27,6 +27,7 @@ from langgraph_resilience.checkpoint import (
     _counters,
     _ledger,
     _run_log,
+    _run_log_reads,
     _runs,
     _steps,
     _threads,
@@ -235,7 +236,7 @@ class AsyncResilience(Hooks, AsyncArchival):
     ) -> Sequence[dict[str, Any]]:
         """Async twin of `SyncResilience.step_history`."""
         d = self._dialect
-        found = await self._query(lambda: _run_log.read_steps(d, str(thread_id), run))
+        found = await self._query(lambda: _run_log_reads.read_steps(d, str(thread_id), run))
         if found is not None:
             return found
         rows = await self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))

@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 import langgraph_resilience.checkpoint._events as _events
 import langgraph_resilience.checkpoint._ledger as _ledger
 import langgraph_resilience.checkpoint._run_log as _run_log
+import langgraph_resilience.checkpoint._run_log_reads as _run_reads
 import langgraph_resilience.checkpoint._runs as _runs
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience.checkpoint._base import SaverState, check_thread_id
@@ -39,7 +40,7 @@ from langgraph_resilience.checkpoint._ledger import (
     IntentClaim,
     OutcomeFields,
 )
-from langgraph_resilience.checkpoint._run_log import Cursor, RunLogRecord
+from langgraph_resilience.checkpoint._run_log_reads import Cursor, RunLogRecord
 from langgraph_resilience.checkpoint._runs import Blob, Fence, RunRecord
 from langgraph_resilience.checkpoint._store import Dialect, Row, Statements
 
@@ -461,10 +462,10 @@ class History(_Part):
         before: Cursor | None = None,
     ) -> list[RunLogRecord]:
         """The run ledger's runs, newest first, a page of ``limit`` (of one thread,
-        in ``statuses``, after ``before``: `_run_log.cursor_of` the page's last)."""
+        in ``statuses``, after ``before``: `_run_log_reads.cursor_of` the page's last)."""
         d = self._saver._dialect
         return self._io._query(
-            lambda: _run_log.list_run_rows(
+            lambda: _run_reads.list_run_rows(
                 d, thread_id=thread_id, statuses=statuses, limit=limit, before=before
             )
         )
@@ -472,7 +473,7 @@ class History(_Part):
     def run_row(self, thread_id: str, run: int) -> RunLogRecord | None:
         """One run of a thread, as the run ledger holds it (None: no row)."""
         d = self._saver._dialect
-        return self._io._query(lambda: _run_log.read_run_row(d, thread_id, run))
+        return self._io._query(lambda: _run_reads.read_run_row(d, thread_id, run))
 
     def close_run(
         self, thread_id: str, run: int, status: str, usage: Mapping[str, float] | None = None
@@ -526,7 +527,7 @@ class AsyncHistory(History, _AsyncPart):
         """Async twin of `History.run_rows`."""
         d = self._saver._dialect
         return await self._saver._query(
-            lambda: _run_log.list_run_rows(
+            lambda: _run_reads.list_run_rows(
                 d, thread_id=thread_id, statuses=statuses, limit=limit, before=before
             )
         )
@@ -534,7 +535,7 @@ class AsyncHistory(History, _AsyncPart):
     async def arun_row(self, thread_id: str, run: int) -> RunLogRecord | None:
         """Async twin of `History.run_row`."""
         d = self._saver._dialect
-        return await self._saver._query(lambda: _run_log.read_run_row(d, thread_id, run))
+        return await self._saver._query(lambda: _run_reads.read_run_row(d, thread_id, run))
 
     async def aclose_run(
         self, thread_id: str, run: int, status: str, usage: Mapping[str, float] | None = None

@@ -45,6 +45,7 @@ from langgraph_resilience.checkpoint import (
     _counters,
     _ledger,
     _run_log,
+    _run_log_reads,
     _runs,
     _steps,
     _threads,
@@ -398,7 +399,7 @@ class SyncResilience(Hooks, SyncArchival):
         Read from the run ledger's step rows; a run stored before the ledger
         existed, from its steps' writes."""
         d = self._dialect
-        found = self._query(lambda: _run_log.read_steps(d, str(thread_id), run))
+        found = self._query(lambda: _run_log_reads.read_steps(d, str(thread_id), run))
         if found is not None:
             return found
         rows = self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
