@@ -367,7 +367,9 @@ async def test_a_process_killed_in_a_steps_transaction_leaves_no_row_without_wri
         out = await asyncio.to_thread(graph.invoke, None, config)
         assert out["done"] == ["a", "b", "c", "d"]
         held = await asyncio.to_thread(steps_in_writes, saver, thread)
-        assert len(held) == 4 and steps_in_rows(backend, target, thread) == held
+        # 4, or 3 when LangGraph had stored the checkpoint after c before c's
+        # writes (it does not wait for them): the resume then runs d only.
+        assert len(held) in (3, 4) and steps_in_rows(backend, target, thread) == held
         row = await asyncio.to_thread(saver.history.run_row, thread, 1)
         assert row.status == "success"
 
@@ -424,3 +426,16 @@ async def test_a_store_set_up_before_the_ledger_upgrades_and_keeps_its_threads(
     assert [s["path"] for s in await h.call("step_history", thread, run=3)] == ["a", "b"]
     whole = await h.call("step_history", thread)
     assert whole[:4] == before and [s["run"] for s in whole] == [1, 1, 2, 2, 3, 3]
+
+
+async def test_a_run_stored_only_at_its_exit_gets_its_row_when_it_ends(
+    checkpointer: Any,
+) -> None:
+    h = checkpointer
+    graph = chain_graph(h, ["a", "b"])
+    config = cfg(h, "exit")
+    out = await h.invoke(graph, {"done": []}, config, durability="exit")
+    assert out["resilience"]["status"] == "success"
+    row = await run_row(h, thread_of(config), 1)
+    assert (row.status, row.task_spec, row.used()["steps"]) == ("success", None, 2)
+    assert row.started_at <= row.ended_at

@@ -71,7 +71,7 @@ class PutLedger(NamedTuple):
     end of the run its run log says ended (thread, run, status, usage)."""
 
     start: tuple[Any, ...] | None = None
-    end: tuple[str, int, str, str | None] | None = None
+    end: tuple[Any, ...] | None = None  # the run's row, ended
 
 
 def ledger_of_put(
@@ -100,10 +100,20 @@ def ledger_of_put(
         status = known.get("status")
         if status not in ("success", "partial_complete"):
             return None
-        thread = str(configurable["thread_id"])
-        return PutLedger(
-            end=(thread, int(known.get("run") or 1), status, _json(known.get("usage")))
+        failed = known.get("failed_step")
+        end = _run_row(
+            config,
+            int(known.get("run") or 1),
+            float(known.get("started_at") or time.time()),
+            None,
+            status=str(status),
+            ended=True,
+            failed_step=str(failed["path"])
+            if isinstance(failed, Mapping) and "path" in failed
+            else None,
+            usage=_json(known.get("usage")),
         )
+        return PutLedger(end=end)
     given = values.get(START)
     marker = given.get(CHANNEL) if isinstance(given, Mapping) else None
     if not isinstance(marker, Mapping) or marker.get("new_run") is None:
@@ -124,22 +134,30 @@ def _run_row(
     checkpoint_id: str | None,
     spec_type: str | None = None,
     spec: bytes | None = None,
+    *,
+    status: str = "running",
+    ended: bool = False,
+    failed_step: str | None = None,
+    usage: str | None = None,
 ) -> tuple[Any, ...]:
+    """A run row, in the table's column order (its Worker run and worker from
+    the config a `Worker` gives the run)."""
     configurable = config.get("configurable") or {}
     fence = fence_of(config)
     worker = configurable.get(WORKER_KEY)
+    now = time.time()
     return (
         str(configurable["thread_id"]),
         run,
-        "running",
+        status,
         spec_type,
         spec,
         checkpoint_id,
         started_at,
-        None,
-        time.time(),
-        None,
-        None,
+        now if ended else None,
+        now,
+        failed_step,
+        usage,
         fence.run_id if fence is not None else None,
         None if worker is None else str(worker),
     )
@@ -266,9 +284,14 @@ _RESUMED = (
 )
 
 
+# Upserted: a run whose checkpoints were not stored as it went (durability
+# "exit") gets its row when it ends.
+_T = RUN_LOG.name
 _ENDED_RUN = (
-    f"UPDATE {RUN_LOG.name} SET status = ?, ended_at = coalesce(ended_at, ?), "
-    "usage = coalesce(?, usage), updated_at = ? WHERE thread_id = ? AND run = ?"
+    f"{_START_RUN.split(' ON CONFLICT')[0]} ON CONFLICT (thread_id, run) DO UPDATE SET "
+    f"status = excluded.status, ended_at = coalesce({_T}.ended_at, excluded.ended_at), "
+    f"usage = coalesce(excluded.usage, {_T}.usage), updated_at = excluded.updated_at, "
+    f"failed_step = coalesce({_T}.failed_step, excluded.failed_step)"
 )
 
 
@@ -281,9 +304,7 @@ def put_statements(d: Dialect, led: PutLedger | None) -> Statements[None]:
     if led.start is not None:
         yield Stmt(d.sql(_START_RUN), led.start)
     if led.end is not None:
-        thread, run, status, usage = led.end
-        now = time.time()
-        yield Stmt(d.sql(_ENDED_RUN), (status, now, usage, now, thread, run))
+        yield Stmt(d.sql(_ENDED_RUN), led.end)
 
 
 def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
