@@ -384,7 +384,9 @@ MIGRATIONS: tuple[Migration, ...] = (
         "ON resilience_run_log (thread_id, checkpoint_id)",
     ),
     # 19: the run ledger's steps, one row per task that ran (its key: the writes').
-    Migration.both(STEPS.create()),
+    # SQLite keeps them in their key's order (no second b-tree for the key: a
+    # step row costs about a quarter fewer bytes).
+    Migration(sqlite=(f"{STEPS.create()} WITHOUT ROWID",), postgres=(STEPS.create(),)),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 
