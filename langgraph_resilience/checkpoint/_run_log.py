@@ -67,8 +67,8 @@ _ENDED_SQL = ", ".join(repr(s) for s in ENDED)
 
 
 class PutLedger(NamedTuple):
-    """What a checkpoint tells the ledger: the run it starts (its row), or the
-    end of the run its run log says ended (thread, run, status, usage)."""
+    """What a checkpoint tells the ledger: the run it starts, or the end of the
+    run its run log says ended (each a run row, upserted)."""
 
     start: tuple[Any, ...] | None = None
     end: tuple[Any, ...] | None = None  # the run's row, ended
@@ -100,7 +100,6 @@ def ledger_of_put(
         status = known.get("status")
         if status not in ("success", "partial_complete"):
             return None
-        failed = known.get("failed_step")
         end = _run_row(
             config,
             int(known.get("run") or 1),
@@ -108,9 +107,7 @@ def ledger_of_put(
             None,
             status=str(status),
             ended=True,
-            failed_step=str(failed["path"])
-            if isinstance(failed, Mapping) and "path" in failed
-            else None,
+            failed_step=_path_of(known.get("failed_step")),
             usage=_json(known.get("usage")),
         )
         return PutLedger(end=end)
@@ -225,7 +222,6 @@ def ledger_of_writes(
     if ns:  # a nested run's: its steps only (its outcome is its parent's step's)
         return None if row is None else WriteLedger(thread_id, ns, checkpoint_id, step=row)
     status = value.get("status")
-    failed = value.get("failed_step")
     start = None
     if value.get("new_run") is not None and value.get("run") is not None:
         # A marker that numbers its run (an agent's, written by a node).
@@ -238,9 +234,7 @@ def ledger_of_writes(
         step=row,
         run=run,
         status=status if status in ("success", "partial_complete", "running") else None,
-        failed_step=str(failed["path"])
-        if isinstance(failed, Mapping) and failed.get("path")
-        else None,
+        failed_step=_path_of(value.get("failed_step")),
         cleared=bool(value.get("clear")),
         resumed=resumed,
         start=start,
@@ -333,6 +327,13 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         yield Stmt(d.sql(_RESUMED), (time.time(), led.thread_id, led.thread_id, led.checkpoint_id))
 
 
+# A status a run's driver or Worker saw (params: status, status, now): an ended
+# run keeps the time it ended first; an open one has none.
+_SET_STATUS = (
+    f"status = ?, ended_at = CASE WHEN ? IN ({_ENDED_SQL}) THEN coalesce(ended_at, ?) ELSE NULL END"
+)
+
+
 def close_run(
     d: Dialect, thread_id: str, run: int, status: str, usage: Mapping[str, float] | None
 ) -> Statements[None]:
@@ -343,8 +344,7 @@ def close_run(
     now = time.time()
     yield Stmt(
         d.sql(
-            f"UPDATE {RUN_LOG.name} SET status = ?, "
-            f"ended_at = CASE WHEN ? IN ({_ENDED_SQL}) THEN coalesce(ended_at, ?) ELSE NULL END, "
+            f"UPDATE {RUN_LOG.name} SET {_SET_STATUS}, "
             "usage = coalesce(?, usage), updated_at = ? WHERE thread_id = ? AND run = ?"
         ),
         (status, status, now, _json(usage), now, thread_id, int(run)),
@@ -360,8 +360,7 @@ def finish_worker_run(d: Dialect, fence: Fence, status: str) -> Statements[None]
     now = time.time()
     yield Stmt(
         d.sql(
-            f"UPDATE {RUN_LOG.name} SET status = ?, "
-            f"ended_at = CASE WHEN ? IN ({_ENDED_SQL}) THEN coalesce(ended_at, ?) ELSE NULL END, "
+            f"UPDATE {RUN_LOG.name} SET {_SET_STATUS}, "
             f"worker = coalesce(worker, (SELECT owner FROM {RUNS.name} WHERE run_id = ?)), "
             f"updated_at = ? WHERE run_id = ? AND EXISTS (SELECT 1 FROM {RUNS.name} "
             "WHERE run_id = ? AND fencing_token = ? AND status = 'running')"
@@ -380,6 +379,11 @@ def cancel_worker_run(d: Dialect, run_id: str) -> Statements[None]:
         ),
         (now, now, run_id),
     )
+
+
+def _path_of(failed: Any) -> str | None:
+    """The path of a run log's failed step (None if none)."""
+    return str(failed["path"]) if isinstance(failed, Mapping) and failed.get("path") else None
 
 
 def _json(usage: Mapping[str, float] | None) -> str | None:
