@@ -177,8 +177,8 @@ async def test_a_run_with_nothing_left_to_do_ends_success_invoked_or_streamed(
     assert paths == ["a", "a#2", "a#3"]
 
 
-async def test_an_interrupt_pauses_the_run_row_and_a_resume_ends_it(checkpointer: Any) -> None:
-    h = checkpointer
+def asking(h: Any) -> Any:
+    """One node that asks a human (an interrupt) for the topic."""
 
     def ask(state: Any) -> dict[str, Any]:
         return {"topic": interrupt("which topic?")}
@@ -187,7 +187,12 @@ async def test_an_interrupt_pauses_the_run_row_and_a_resume_ends_it(checkpointer
     g.add_node("ask", ask)
     g.add_edge(START, "ask")
     g.add_edge("ask", END)
-    graph = g.compile(checkpointer=h.saver)
+    return g.compile(checkpointer=h.saver)
+
+
+async def test_an_interrupt_pauses_the_run_row_and_a_resume_ends_it(checkpointer: Any) -> None:
+    h = checkpointer
+    graph = asking(h)
     config = cfg(h, "pause")
     await h.invoke(graph, {"done": []}, config)
     assert (await run_row(h, thread_of(config), 1)).status == "paused"
@@ -378,15 +383,7 @@ async def test_a_paused_worker_run_row_then_cancelled(checkpointer: Any) -> None
     h = checkpointer
     if h.backend == "postgres":
         sql(h.backend, h.target, "DELETE FROM resilience_runs")
-
-    def ask(state: Any) -> dict[str, Any]:
-        return {"topic": interrupt("which topic?")}
-
-    g = ResilientStateGraph(State)
-    g.add_node("ask", ask)
-    g.add_edge(START, "ask")
-    g.add_edge("ask", END)
-    worker = Worker(g.compile(checkpointer=h.saver), checkpointer=h.saver, worker_id="w-2")
+    worker = Worker(asking(h), checkpointer=h.saver, worker_id="w-2")
     if h.is_async:
         run_id = await worker.asubmit({"done": []})
         await worker.arun()
