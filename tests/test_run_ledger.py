@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import pytest
 from helpers import chain, sql
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START
 from langgraph.types import Command, interrupt
 from spawn import spawn
@@ -436,3 +437,22 @@ async def test_a_run_stored_only_at_its_exit_gets_its_row_when_it_ends(
     row = await run_row(h, thread_of(config), 1)
     assert (row.status, row.task_spec, row.used()["steps"]) == ("success", None, 2)
     assert row.started_at <= row.ended_at
+
+
+async def test_a_marker_written_by_a_node_that_numbers_its_run_starts_its_row(
+    checkpointer: Any,
+) -> None:
+    """What an agent's middleware writes when its run starts (no input checkpoint
+    of a `ResilientStateGraph` to start it): the row starts with that write."""
+    h = checkpointer
+    thread = f"marker-{h.id}-{uuid.uuid4().hex[:6]}"
+    base = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    stored = await h.call("put", base, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+    marker = {"resilience": {"new_run": 1234.5, "run": 4}}
+    await h.call("put_writes", stored, list(marker.items()), "task-1")
+    row = await run_row(h, thread, 4)
+    assert (row.status, row.started_at, row.checkpoint_id) == (
+        "running",
+        1234.5,
+        stored["configurable"]["checkpoint_id"],
+    )
