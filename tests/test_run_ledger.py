@@ -291,19 +291,27 @@ async def test_copy_delete_and_prune_keep_the_rows_with_their_thread(checkpointe
         {**s} for s in await h.call("step_history", thread)
     ]
     await h.call("prune", [copy])  # keep_latest: the steps of older checkpoints go
-    orphans = sql(
-        h.backend,
-        h.target,
-        "SELECT count(*) FROM resilience_steps s WHERE s.thread_id = ? AND NOT EXISTS ("
-        "SELECT 1 FROM checkpoints c WHERE c.thread_id = s.thread_id "
-        "AND c.checkpoint_ns = s.checkpoint_ns AND c.checkpoint_id = s.checkpoint_id)",
-        (copy,),
-    )[0][0]
-    assert orphans == 0 and len(step_rows(h, copy)) < 3
+    assert orphan_steps(h, copy) == 0 and len(step_rows(h, copy)) < 3
     assert len(run_rows(h, copy)) == 1  # the run itself happened
     await h.call("delete_thread", copy)
     assert run_rows(h, copy) == [] and step_rows(h, copy) == []
     assert len(step_rows(h, thread)) == 3
+    await h.call("prune_history", keep_last=1, thread_ids=[thread])  # retention too
+    assert orphan_steps(h, thread) == 0 and len(step_rows(h, thread)) < 3
+
+
+def orphan_steps(h: Any, thread: str) -> int:
+    """Step rows of a thread whose checkpoint is gone."""
+    return int(
+        sql(
+            h.backend,
+            h.target,
+            "SELECT count(*) FROM resilience_steps s WHERE s.thread_id = ? AND NOT EXISTS ("
+            "SELECT 1 FROM checkpoints c WHERE c.thread_id = s.thread_id "
+            "AND c.checkpoint_ns = s.checkpoint_ns AND c.checkpoint_id = s.checkpoint_id)",
+            (thread,),
+        )[0][0]
+    )
 
 
 async def test_a_thread_stored_before_the_ledger_reads_as_before(checkpointer: Any) -> None:

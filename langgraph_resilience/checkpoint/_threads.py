@@ -22,7 +22,7 @@ from langgraph_resilience.checkpoint._schema import (
     RUNS,
     THREAD_TABLES,
 )
-from langgraph_resilience.checkpoint._store import SQLITE, Dialect, Statements, Stmt
+from langgraph_resilience.checkpoint._store import SQLITE, Dialect, Statements, Stmt, Table
 from langgraph_resilience.checkpoint._sums import PG_PUT_UNLESS_NEWER, SUM
 from langgraph_resilience.errors import CheckpointConflict, ConfigError
 
@@ -227,12 +227,15 @@ def copied_columns(names: Sequence[str], summed: bool = False) -> list[str]:
     return [n for n in names if n != "thread_id"] + ([SUM] if summed else [])
 
 
-def delete_orphans(d: Dialect, thread_ids: Sequence[str]) -> Statements[None]:
-    """Resilience rows whose checkpoint no longer exists (after a prune or delete)."""
+def delete_orphans(
+    d: Dialect, thread_ids: Sequence[str], tables: Sequence[Table] = CHECKPOINT_TABLES
+) -> Statements[None]:
+    """Resilience rows (of ``tables``) whose checkpoint no longer exists (after a
+    prune or delete)."""
     if not thread_ids:
         return
     ids = d.list_param(thread_ids)
-    for table in CHECKPOINT_TABLES:
+    for table in tables:
         name = table.name
         yield Stmt(
             d.sql(
