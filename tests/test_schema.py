@@ -22,15 +22,17 @@ from langgraph_resilience.checkpoint._schema import (
     COUNTERS,
     EFFECTS,
     MIGRATIONS,
+    RUN_LOG,
     RUNS,
     SCHEMA_VERSION,
+    STEPS,
     Migration,
     migrations,
 )
 from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE, Column, Dialect, Table
 from langgraph_resilience.checkpoint._threads import copied_columns
 
-OURS = (RUNS, ATTEMPTS, EFFECTS, COUNTERS)
+OURS = (RUNS, ATTEMPTS, EFFECTS, COUNTERS, RUN_LOG, STEPS)
 
 
 def live_columns(backend: str, target: str, table: str) -> list[str]:

@@ -8,13 +8,16 @@
 They are imported from their own modules so that using one dialect never imports
 the other's driver. This package exports what they have in common: the
 `ResilientSaver` / `AsyncResilientSaver` protocols and the records they read
-back (`RunRecord`, `EffectRecord`, `AttemptRecord`) and take (`Fence`).
+back (`RunRecord`, `RunLogRecord`, `EffectRecord`, `AttemptRecord`) and take (`Fence`).
 
 The rooms inside, one concern each: ``_store`` (statements, dialects, the
 executor), ``_schema`` (tables and migrations), ``_counters`` (save counters),
 ``_threads`` (checkpoints, writes, forks, thread maintenance), ``_ledger``
-(node attempts, side-effect claims and outcomes), ``_steps`` (the step
-history, read from the steps' writes), ``_runs`` (runs, leases, fencing),
+(node attempts, side-effect claims and outcomes), ``_run_log`` (the run
+ledger's rows, a run's and its steps', written with what they belong to) and
+``_run_log_reads`` (their reads), ``_steps`` (the step history of threads
+stored before the ledger, read from the steps' writes), ``_runs`` (runs,
+leases, fencing),
 ``_store_retry`` (the retry loops of store operations), ``_base`` (state the
 copies of a saver share), ``_savers`` and ``_asavers`` (the methods both
 dialects share, sync and async), ``_interfaces`` (the ledgers reached from a
@@ -33,6 +36,7 @@ from langgraph_resilience.checkpoint._ledger import (
     OutcomeFields,
 )
 from langgraph_resilience.checkpoint._protocol import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint._run_log_reads import RunLogRecord
 from langgraph_resilience.checkpoint._runs import Fence, RunRecord
 
 __all__ = [
@@ -44,5 +48,6 @@ __all__ = [
     "IntentClaim",
     "OutcomeFields",
     "ResilientSaver",
+    "RunLogRecord",
     "RunRecord",
 ]

@@ -26,6 +26,8 @@ from langgraph_resilience.checkpoint import (
     _base,
     _counters,
     _ledger,
+    _run_log,
+    _run_log_reads,
     _runs,
     _steps,
     _threads,
@@ -105,8 +107,9 @@ class AsyncResilience(Hooks, AsyncArchival):
         """
         self._refuse_after_stop(config)
         put = self._put_of(config, checkpoint, metadata, new_versions)
+        ledger = self._put_ledger(config, checkpoint, metadata, new_versions)
         await self._write(
-            lambda: self._put_statements(put),
+            lambda: self._put_and_runs(put, ledger),
             fence=_runs.fence_of(config),
             translate=put.fork_conflict,
             ok=_counters.CHECKPOINT_OK,
@@ -128,8 +131,9 @@ class AsyncResilience(Hooks, AsyncArchival):
         if self._lease_stop(config, writes):
             return
         sql, rows = self._rows_of(config, writes, task_id, task_path)
+        ledger = _run_log.ledger_of_writes(config, writes, task_id)
         await self._write(
-            lambda: _threads.put_writes(sql, rows),
+            lambda: self._writes_and_steps(sql, rows, ledger),
             fence=_runs.fence_of(config),
             ok=_counters.WRITES_OK,
             failed=_counters.WRITES_FAILED,
@@ -230,8 +234,11 @@ class AsyncResilience(Hooks, AsyncArchival):
     async def astep_history(
         self, thread_id: str, *, run: int | None = None
     ) -> Sequence[dict[str, Any]]:
-        """Every step record of a thread, oldest first (one run's with ``run=``):
-        run, path, node, status, attempts, kinds, started_at, ended_at, summary."""
+        """Async twin of `SyncResilience.step_history`."""
+        d = self._dialect
+        found = await self._query(lambda: _run_log_reads.read_steps(d, str(thread_id), run))
+        if found is not None:
+            return found
         rows = await self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
         if not rows and await self._arestored({"configurable": {"thread_id": thread_id}}):
             rows = await self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))

@@ -22,11 +22,13 @@ other threads: the heartbeat that renews a claim, a sync node under
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import langgraph_resilience.checkpoint._events as _events
 import langgraph_resilience.checkpoint._ledger as _ledger
+import langgraph_resilience.checkpoint._run_log as _run_log
+import langgraph_resilience.checkpoint._run_log_reads as _run_reads
 import langgraph_resilience.checkpoint._runs as _runs
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience.checkpoint._base import SaverState, check_thread_id
@@ -38,6 +40,7 @@ from langgraph_resilience.checkpoint._ledger import (
     IntentClaim,
     OutcomeFields,
 )
+from langgraph_resilience.checkpoint._run_log_reads import Cursor, RunLogRecord
 from langgraph_resilience.checkpoint._runs import Blob, Fence, RunRecord
 from langgraph_resilience.checkpoint._store import Dialect, Row, Statements
 
@@ -327,7 +330,7 @@ class Runs(_Part):
         """End, pause or release a held run (``wait``: seconds before a released run
         may be claimed again); False if its lease was lost."""
         d = self._saver._dialect
-        return self._io._write(lambda: _runs.finish_run(d, fence, status, outcome, wait))
+        return self._io._write(lambda: _finish(d, fence, status, outcome, wait))
 
     def requeue(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
         """Queue a paused run again, with a new budget if given."""
@@ -342,7 +345,23 @@ class Runs(_Part):
     def cancel(self, run_id: str, outcome: Blob) -> str | None:
         """End an open run as cancelled (fenced); the status it had, or None."""
         d = self._saver._dialect
-        return self._io._write(lambda: _runs.cancel_run(d, run_id, outcome))
+        return self._io._write(lambda: _cancel(d, run_id, outcome))
+
+
+def _finish(
+    d: Dialect, fence: Fence, status: str, outcome: Blob | None, wait: float | None
+) -> Statements[bool]:
+    """`_runs.finish_run`, the run ledger's row of the run told first (same transaction)."""
+    yield from _run_log.finish_worker_run(d, fence, status)
+    return (yield from _runs.finish_run(d, fence, status, outcome, wait))
+
+
+def _cancel(d: Dialect, run_id: str, outcome: Blob) -> Statements[str | None]:
+    """`_runs.cancel_run`, and the run ledger's row of the run if it was open."""
+    was = yield from _runs.cancel_run(d, run_id, outcome)
+    if was is not None:
+        yield from _run_log.cancel_worker_run(d, run_id)
+    return was
 
 
 class AsyncRuns(Runs, _AsyncPart):
@@ -378,7 +397,7 @@ class AsyncRuns(Runs, _AsyncPart):
     ) -> bool:
         """Async twin of `Runs.finish`."""
         d = self._saver._dialect
-        return await self._saver._write(lambda: _runs.finish_run(d, fence, status, outcome, wait))
+        return await self._saver._write(lambda: _finish(d, fence, status, outcome, wait))
 
     async def arequeue(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
         """Async twin of `Runs.requeue`."""
@@ -393,7 +412,7 @@ class AsyncRuns(Runs, _AsyncPart):
     async def acancel(self, run_id: str, outcome: Blob) -> str | None:
         """Async twin of `Runs.cancel`."""
         d = self._saver._dialect
-        return await self._saver._write(lambda: _runs.cancel_run(d, run_id, outcome))
+        return await self._saver._write(lambda: _cancel(d, run_id, outcome))
 
 
 # -- history -------------------------------------------------------------------------------
@@ -402,7 +421,8 @@ class AsyncRuns(Runs, _AsyncPart):
 class History(_Part):
     """What `recovery_metrics` and `run_report` read, of one thread or of all
     (``thread_id=None``), and the recoveries that leave no write of their own
-    (see `_events`)."""
+    (see `_events`); the run ledger's runs (`_run_log`: ``run_rows``,
+    ``run_row``) and the driver's word on how a run returned (``close_run``)."""
 
     __slots__ = ()
 
@@ -430,6 +450,38 @@ class History(_Part):
         """Store one recovery of a thread that leaves no write of its own (once per key)."""
         d = self._saver._dialect
         self._io._write(lambda: _events.note_recovery(d, thread_id, key, kind, owner))
+
+    # -- the run ledger (`_run_log`) ---------------------------------------------------
+
+    def run_rows(
+        self,
+        thread_id: str | None = None,
+        *,
+        statuses: Sequence[str] = (),
+        limit: int = 100,
+        before: Cursor | None = None,
+    ) -> list[RunLogRecord]:
+        """The run ledger's runs, newest first, a page of ``limit`` (of one thread,
+        in ``statuses``, after ``before``: `_run_log_reads.cursor_of` the page's last)."""
+        d = self._saver._dialect
+        return self._io._query(
+            lambda: _run_reads.list_run_rows(
+                d, thread_id=thread_id, statuses=statuses, limit=limit, before=before
+            )
+        )
+
+    def run_row(self, thread_id: str, run: int) -> RunLogRecord | None:
+        """One run of a thread, as the run ledger holds it (None: no row)."""
+        d = self._saver._dialect
+        return self._io._query(lambda: _run_reads.read_run_row(d, thread_id, run))
+
+    def close_run(
+        self, thread_id: str, run: int, status: str, usage: Mapping[str, float] | None = None
+    ) -> None:
+        """What a run's driver saw when it returned (`_run_log.close_run`)."""
+        d = self._saver._dialect
+        close = _run_log.close_run
+        self._io._write(lambda: close(d, thread_id, run, status, usage), pipeline=True)
 
 
 class AsyncHistory(History, _AsyncPart):
@@ -463,3 +515,32 @@ class AsyncHistory(History, _AsyncPart):
         """Async twin of `History.note_recovery`."""
         d = self._saver._dialect
         await self._saver._write(lambda: _events.note_recovery(d, thread_id, key, kind, owner))
+
+    async def arun_rows(
+        self,
+        thread_id: str | None = None,
+        *,
+        statuses: Sequence[str] = (),
+        limit: int = 100,
+        before: Cursor | None = None,
+    ) -> list[RunLogRecord]:
+        """Async twin of `History.run_rows`."""
+        d = self._saver._dialect
+        return await self._saver._query(
+            lambda: _run_reads.list_run_rows(
+                d, thread_id=thread_id, statuses=statuses, limit=limit, before=before
+            )
+        )
+
+    async def arun_row(self, thread_id: str, run: int) -> RunLogRecord | None:
+        """Async twin of `History.run_row`."""
+        d = self._saver._dialect
+        return await self._saver._query(lambda: _run_reads.read_run_row(d, thread_id, run))
+
+    async def aclose_run(
+        self, thread_id: str, run: int, status: str, usage: Mapping[str, float] | None = None
+    ) -> None:
+        """Async twin of `History.close_run`."""
+        d = self._saver._dialect
+        close = _run_log.close_run
+        await self._saver._write(lambda: close(d, thread_id, run, status, usage), pipeline=True)

@@ -20,6 +20,7 @@ from langgraph.pregel import Pregel
 from langgraph_resilience.checkpoint._events import RecoveryRecord, StoredAttempt
 from langgraph_resilience.checkpoint._ledger import EffectRecord
 from langgraph_resilience.checkpoint._protocol import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint._run_log_reads import Cursor, RunLogRecord
 from langgraph_resilience.checkpoint._runs import RunRecord
 from langgraph_resilience.checkpoint._store import Row
 from langgraph_resilience.errors import ConfigError
@@ -36,6 +37,7 @@ __all__ = [
     "effects",
     "recoveries",
     "run_log",
+    "run_rows",
     "runs",
     "saver_of",
     "thread_attempts",
@@ -63,6 +65,22 @@ def run_log(thread_id: str | None) -> Read[list[Row]]:
     return Read(
         sync=lambda s: s.history.run_log(thread_id),
         async_=lambda s: s.history.arun_log(thread_id),
+    )
+
+
+def run_rows(
+    thread_id: str | None = None,
+    *,
+    statuses: Sequence[str] = (),
+    limit: int = 100,
+    before: Cursor | None = None,
+) -> Read[list[RunLogRecord]]:
+    """A page of the run ledger's runs, newest first (`History.run_rows`)."""
+    return Read(
+        sync=lambda s: s.history.run_rows(thread_id, statuses=statuses, limit=limit, before=before),
+        async_=lambda s: s.history.arun_rows(
+            thread_id, statuses=statuses, limit=limit, before=before
+        ),
     )
 
 

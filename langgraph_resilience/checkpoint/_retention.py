@@ -3,7 +3,7 @@ by count, in the hot tier.
 
 A namespace's latest checkpoint always stays (it is the thread's state); older
 ones go by age (``older_than``, read from their uuid6 ids) or beyond the newest
-``keep_last``, with their writes (and step records), node attempts and, on
+``keep_last``, with their writes, step rows, node attempts and, on
 Postgres, the blobs no kept checkpoint references. Side effects stay: the
 ledger is what keeps an effect from being called twice. A run's record goes
 only once it ended (never a queued, running or paused one).
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from langgraph_resilience.checkpoint import _threads
-from langgraph_resilience.checkpoint._schema import OPEN_STATUSES, RUNS
+from langgraph_resilience.checkpoint._schema import ATTEMPTS, OPEN_STATUSES, RUNS, STEPS
 from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
 from langgraph_resilience.errors import ConfigError
 
@@ -68,7 +68,8 @@ def prune_history(
             by_ns.setdefault((str(thread_id), str(ns)), []).append(str(checkpoint_id))
         for (thread_id, ns), ids in sorted(by_ns.items()):
             yield from _threads.delete_checkpoints(d, thread_id, ns, ids)
-        yield from _attempts_of_deleted(d, sorted({t for t, _ in by_ns}))
+        # Their node attempts and step rows go too; side effects stay (the ledger).
+        yield from _threads.delete_orphans(d, sorted({t for t, _ in by_ns}), (ATTEMPTS, STEPS))
         pruned = len(doomed)
     runs = 0
     if runs_idle is not None:
@@ -84,18 +85,3 @@ def prune_history(
         )
         runs = len(gone)
     return Pruned(checkpoints=pruned, runs=runs)
-
-
-def _attempts_of_deleted(d: Dialect, thread_ids: list[str]) -> Statements[None]:
-    """Node attempts whose checkpoint was pruned (effects stay: the ledger)."""
-    if not thread_ids:
-        return
-    yield Stmt(
-        d.sql(
-            "DELETE FROM resilience_node_attempts WHERE thread_id IN_LIST(?) AND NOT EXISTS ("
-            "SELECT 1 FROM checkpoints c WHERE c.thread_id = resilience_node_attempts.thread_id "
-            "AND c.checkpoint_ns = resilience_node_attempts.checkpoint_ns "
-            "AND c.checkpoint_id = resilience_node_attempts.checkpoint_id)"
-        ),
-        (d.list_param(thread_ids),),
-    )

@@ -44,6 +44,8 @@ from langgraph_resilience.checkpoint import (
     _base,
     _counters,
     _ledger,
+    _run_log,
+    _run_log_reads,
     _runs,
     _steps,
     _threads,
@@ -124,6 +126,32 @@ class Hooks(BaseCheckpointSaver[str]):
 
     def _put_statements(self, put: PutCheckpoint) -> Statements[None]:
         return _threads.put_checkpoint(self._dialect, put)
+
+    def _put_and_runs(
+        self, put: PutCheckpoint, ledger: _run_log.PutLedger | None
+    ) -> Statements[None]:
+        """A checkpoint, and the run it starts or ends (`_run_log.ledger_of_put`)."""
+        yield from self._put_statements(put)
+        yield from _run_log.put_statements(self._dialect, ledger)
+
+    def _put_ledger(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> _run_log.PutLedger | None:
+        """What a checkpoint tells the run ledger (a run's input: with the serde)."""
+        dumps = self.serde.dumps_typed
+        return _run_log.ledger_of_put(config, checkpoint, metadata, new_versions, dumps)
+
+    def _writes_and_steps(
+        self, sql: str, rows: list[tuple[Any, ...]], ledger: _run_log.WriteLedger | None
+    ) -> Statements[None]:
+        """A task's writes, and what they tell the run ledger (its step's row)."""
+        yield from _threads.put_writes(sql, rows)
+        if rows:
+            yield from _run_log.write_statements(self._dialect, ledger)
 
     def _write_rows(
         self,
@@ -241,8 +269,9 @@ class SyncResilience(Hooks, SyncArchival):
         """
         self._refuse_after_stop(config)
         put = self._put_of(config, checkpoint, metadata, new_versions)
+        ledger = self._put_ledger(config, checkpoint, metadata, new_versions)
         self._write(
-            lambda: self._put_statements(put),
+            lambda: self._put_and_runs(put, ledger),
             fence=_runs.fence_of(config),
             translate=put.fork_conflict,
             ok=_counters.CHECKPOINT_OK,
@@ -264,8 +293,9 @@ class SyncResilience(Hooks, SyncArchival):
         if self._lease_stop(config, writes):
             return
         sql, rows = self._rows_of(config, writes, task_id, task_path)
+        ledger = _run_log.ledger_of_writes(config, writes, task_id)
         self._write(
-            lambda: _threads.put_writes(sql, rows),
+            lambda: self._writes_and_steps(sql, rows, ledger),
             fence=_runs.fence_of(config),
             ok=_counters.WRITES_OK,
             failed=_counters.WRITES_FAILED,
@@ -362,8 +392,16 @@ class SyncResilience(Hooks, SyncArchival):
         return self._state.outcomes.overlay(str(thread_id), found)
 
     def step_history(self, thread_id: str, *, run: int | None = None) -> Sequence[dict[str, Any]]:
-        """Every step record of a thread, oldest first (one run's with ``run=``):
-        run, path, node, status, attempts, kinds, started_at, ended_at, summary."""
+        """Every step record of a thread, by run then start (one run's with ``run=``):
+        run, path, node, status, attempts, kinds, started_at, ended_at, summary,
+        run_id, worker, usage, and its task's checkpoint_ns, checkpoint_id, task_id.
+
+        Read from the run ledger's step rows; a run stored before the ledger
+        existed, from its steps' writes."""
+        d = self._dialect
+        found = self._query(lambda: _run_log_reads.read_steps(d, str(thread_id), run))
+        if found is not None:
+            return found
         rows = self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
         if not rows and self._restored({"configurable": {"thread_id": thread_id}}):
             rows = self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))

@@ -31,6 +31,8 @@ __all__ = [
     "MIGRATIONS",
     "RECOVERIES",
     "RUNS",
+    "RUN_LOG",
+    "STEPS",
     "SCHEMA_VERSION",
     "check_schema",
     "migrate",
@@ -159,10 +161,66 @@ ARCHIVE = Table(
     since=13,
 )
 
+# The run ledger (`_run_log`): one row per run of a thread, whatever ran it (a
+# plain invoke or stream, a Worker, the Agent Server), keyed by the run's number
+# on the thread (``state["resilience"]["run"]``). Started in the transaction of
+# the run's input checkpoint, ended in that of the write that ends it (or by the
+# driver, or the Worker). ``task_spec``: the run's input, verbatim (the saver's
+# serde); ``usage``, JSON text. A run nested in another (a resilient subgraph, a
+# graph invoked inside a node) has no row of its own: its steps are the run's.
+RUN_LOG = Table(
+    "resilience_run_log",
+    (
+        Column("thread_id", "TEXT NOT NULL"),
+        Column("run", "INTEGER NOT NULL"),
+        Column("status", "TEXT NOT NULL"),
+        Column("task_spec_type", "TEXT"),
+        Column("task_spec", "BLOB_T"),
+        Column("checkpoint_id", "TEXT"),
+        Column("started_at", "REAL_T NOT NULL"),
+        Column("ended_at", "REAL_T"),
+        Column("updated_at", "REAL_T NOT NULL"),
+        Column("failed_step", "TEXT"),
+        Column("usage", "TEXT"),
+        Column("run_id", "TEXT"),
+        Column("worker", "TEXT"),
+    ),
+    primary_key=("thread_id", "run"),
+    since=18,
+)
+# One row per step (task) that ran, from the record its own run-log write
+# carries, stored in the transaction of that write: never a step row without its
+# writes, nor the reverse. ``kinds`` and ``usage``: JSON text.
+STEPS = Table(
+    "resilience_steps",
+    (
+        Column("thread_id", "TEXT NOT NULL"),
+        Column("checkpoint_ns", "TEXT NOT NULL DEFAULT ''"),
+        Column("checkpoint_id", "TEXT NOT NULL"),
+        Column("task_id", "TEXT NOT NULL"),
+        Column("run", "INTEGER"),
+        Column("path", "TEXT NOT NULL"),
+        Column("node", "TEXT NOT NULL"),
+        Column("status", "TEXT NOT NULL"),
+        Column("attempts", "INTEGER NOT NULL DEFAULT 0"),
+        Column("kinds", "TEXT"),
+        Column("started_at", "REAL_T"),
+        Column("ended_at", "REAL_T"),
+        Column("summary", "TEXT"),
+        Column("run_id", "TEXT"),
+        Column("worker", "TEXT"),
+        Column("usage", "TEXT"),
+    ),
+    primary_key=("thread_id", "checkpoint_ns", "checkpoint_id", "task_id"),
+    since=19,
+)
+
 #: Tables keyed by a thread's checkpoints, copied and deleted with them.
-CHECKPOINT_TABLES = (ATTEMPTS, EFFECTS)
+CHECKPOINT_TABLES = (ATTEMPTS, EFFECTS, STEPS)
+#: Tables of a thread's history that `copy_thread` copies too (not keyed by checkpoint).
+COPIED_TABLES = (*CHECKPOINT_TABLES, RUN_LOG)
 #: Every resilience table with a thread_id (runs are deleted with their thread, not copied).
-THREAD_TABLES = (*CHECKPOINT_TABLES, RUNS, RECOVERIES, ARCHIVE)
+THREAD_TABLES = (*COPIED_TABLES, RUNS, RECOVERIES, ARCHIVE)
 
 #: The statuses of a run that holds its thread: a thread has at most one such run.
 OPEN_STATUSES = ("queued", "running", "paused")
@@ -311,6 +369,24 @@ MIGRATIONS: tuple[Migration, ...] = (
     # 17: a checksum on each effect outcome (`_sums.outcome_sum`); outcomes stored
     # before keep NULL: replayed as before, unverified.
     Migration.both(*EFFECTS.added(17)),
+    # 18: the run ledger's runs (threads written before have none: their history
+    # is read from their writes, as before). Indexed for the metrics' ``since=``
+    # (ended, started), the newest-first listing (by status too), a Worker run's
+    # row, and the run a nested step belongs to (latest started at a checkpoint).
+    Migration.both(
+        RUN_LOG.create(),
+        "CREATE INDEX IF NOT EXISTS resilience_run_log_ended ON resilience_run_log (ended_at)",
+        "CREATE INDEX IF NOT EXISTS resilience_run_log_started ON resilience_run_log (started_at)",
+        "CREATE INDEX IF NOT EXISTS resilience_run_log_status "
+        "ON resilience_run_log (status, started_at)",
+        "CREATE INDEX IF NOT EXISTS resilience_run_log_run_id ON resilience_run_log (run_id)",
+        "CREATE INDEX IF NOT EXISTS resilience_run_log_checkpoint "
+        "ON resilience_run_log (thread_id, checkpoint_id)",
+    ),
+    # 19: the run ledger's steps, one row per task that ran (its key: the writes').
+    # SQLite keeps them in their key's order (no second b-tree for the key: a
+    # step row costs about a quarter fewer bytes).
+    Migration(sqlite=(f"{STEPS.create()} WITHOUT ROWID",), postgres=(STEPS.create(),)),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 

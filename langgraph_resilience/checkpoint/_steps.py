@@ -1,4 +1,6 @@
-"""The step history: read from the steps' own writes.
+"""The step history of threads stored before the run ledger: read from the
+steps' own writes (a thread the ledger holds is read from its step rows,
+`_run_log.read_steps`, in the same form).
 
 A node's run-log update carries its step's record (``{"resilience": {"step":
 ...}}``). LangGraph stores that update with the task's other writes, in the
@@ -15,23 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from langgraph_resilience.checkpoint._run_log_reads import CHANNEL, STEP_FIELDS, step_order
 from langgraph_resilience.checkpoint._store import Dialect, Row, Statements, Stmt
 
 __all__ = ["decode_steps", "read_step_writes"]
 
-#: The run-log channel of a `ResilientState`.
-CHANNEL = "resilience"
-_FIELDS = (
-    "run",
-    "path",
-    "node",
-    "status",
-    "attempts",
-    "kinds",
-    "started_at",
-    "ended_at",
-    "summary",
-)
+_FIELDS = tuple(f for f in STEP_FIELDS if f != "usage")  # usage: the update's
 
 
 def read_step_writes(d: Dialect, thread_id: str) -> Statements[list[Row]]:
@@ -61,7 +52,11 @@ def decode_steps(
         if run is not None and int(step.get("run") or 1) != run:
             continue
         record: dict[str, Any] = {k: step.get(k) for k in _FIELDS}
+        record["run"] = int(step.get("run") or 1)
+        record["kinds"] = list(step.get("kinds") or [])
+        usage = update.get("usage")
+        record["usage"] = dict(usage) if isinstance(usage, Mapping) else None
         record.update(checkpoint_ns=ns, checkpoint_id=checkpoint_id, task_id=task_id)
         found.append(record)
-    found.sort(key=lambda r: (r["run"] or 1, r["ended_at"] or 0.0, r["path"]))
+    found.sort(key=step_order)
     return found

@@ -16,11 +16,13 @@ from langgraph_resilience.checkpoint._schema import (
     ARCHIVE,
     ARCHIVED_MARKER,
     CHECKPOINT_TABLES,
+    COPIED_TABLES,
     FORK_MARKER,
+    RUN_LOG,
     RUNS,
     THREAD_TABLES,
 )
-from langgraph_resilience.checkpoint._store import SQLITE, Dialect, Statements, Stmt
+from langgraph_resilience.checkpoint._store import SQLITE, Dialect, Statements, Stmt, Table
 from langgraph_resilience.checkpoint._sums import PG_PUT_UNLESS_NEWER, SUM
 from langgraph_resilience.errors import CheckpointConflict, ConfigError
 
@@ -193,7 +195,8 @@ def delete_threads(d: Dialect, thread_ids: Sequence[str]) -> Statements[None]:
 def copy_thread(d: Dialect, source: str, target: str) -> Statements[None]:
     """Copy a thread's checkpoints, writes (and blobs) and resilience rows.
 
-    Runs are not copied: a run is an execution, not state. A target that
+    `Worker` runs are not copied: a run is an execution, not state (the run
+    ledger's rows, the thread's history, are). A target that
     already has checkpoints is refused, since merging two histories would fork
     both.
     """
@@ -207,7 +210,7 @@ def copy_thread(d: Dialect, source: str, target: str) -> Statements[None]:
             f"copy_thread target {target!r} already has {rows[0][0]} checkpoint(s); "
             "copy into a new thread id, or delete_thread the target first"
         )
-    for table in (*d.thread_tables, *CHECKPOINT_TABLES):
+    for table in (*d.thread_tables, *COPIED_TABLES):
         # a sum covers no thread id: it is copied as it is
         cols = ", ".join(copied_columns(table.names, table in d.thread_tables))
         yield Stmt(
@@ -224,12 +227,15 @@ def copied_columns(names: Sequence[str], summed: bool = False) -> list[str]:
     return [n for n in names if n != "thread_id"] + ([SUM] if summed else [])
 
 
-def delete_orphans(d: Dialect, thread_ids: Sequence[str]) -> Statements[None]:
-    """Resilience rows whose checkpoint no longer exists (after a prune or delete)."""
+def delete_orphans(
+    d: Dialect, thread_ids: Sequence[str], tables: Sequence[Table] = CHECKPOINT_TABLES
+) -> Statements[None]:
+    """Resilience rows (of ``tables``) whose checkpoint no longer exists (after a
+    prune or delete)."""
     if not thread_ids:
         return
     ids = d.list_param(thread_ids)
-    for table in CHECKPOINT_TABLES:
+    for table in tables:
         name = table.name
         yield Stmt(
             d.sql(
@@ -269,7 +275,10 @@ def delete_for_runs(d: Dialect, run_ids: Sequence[str]) -> Statements[None]:
     for (thread_id, ns), ids in sorted(by_ns.items()):
         yield from delete_checkpoints(d, thread_id, ns, ids)
     yield from delete_orphans(d, sorted({t for t, _ in by_ns}))
-    yield Stmt(d.sql(f"DELETE FROM {RUNS.name} WHERE run_id IN_LIST(?)"), (d.list_param(run_ids),))
+    for table in (RUNS, RUN_LOG):
+        yield Stmt(
+            d.sql(f"DELETE FROM {table.name} WHERE run_id IN_LIST(?)"), (d.list_param(run_ids),)
+        )
 
 
 _PG_REFERENCED_VERSIONS = (

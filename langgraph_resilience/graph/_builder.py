@@ -98,28 +98,39 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         lifecycle.note_resume(self, input, config)  # a resume after a crash: a recovery
         run_config = take_over(config, self.config, is_async=False)  # a finished task's
-        return super().stream(lifecycle.with_marker(input, config), run_config, **kwargs)
+        stream = super().stream(lifecycle.with_marker(input, config), run_config, **kwargs)
+        return lifecycle.closing(self, config, stream)  # the run ledger: how it returned
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         run_config = take_over(config, self.config, is_async=True)  # writes wait for none
         stream = super().astream(lifecycle.with_marker(input, config), run_config, **kwargs)
+        stream = lifecycle.aclosing(self, config, stream)  # the run ledger: how it returned
         return lifecycle.anoted(self, input, config, stream)  # a resume after a crash
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        out = super().invoke(input, config, **kwargs)
-        lifecycle.ended(out, config)  # nested in a step: a run that ended short fails it
+        with lifecycle.invoking(self, config):
+            stored = super().invoke(input, config, **kwargs)
+        lifecycle.ended(stored, config)  # nested in a step: a run that ended short fails it
         lifecycle.settle_by_hand(self, input, config)  # a Worker's paused run, resumed by hand
         read = lambda: self.get_state(config or {}) if self.checkpointer else None  # noqa: E731
-        return lifecycle.settle_output(out, config, read)
+        out = lifecycle.settle_output(stored, config, read)
+        lifecycle.close_run(self, config, out, stored)
+        return out
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        out = await super().ainvoke(input, config, **kwargs)
-        lifecycle.ended(out, config)  # nested in a step: a run that ended short fails it
+        with lifecycle.invoking(self, config):
+            stored = await super().ainvoke(input, config, **kwargs)
+        lifecycle.ended(stored, config)  # nested in a step: a run that ended short fails it
         await lifecycle.asettle_by_hand(self, input, config)  # a Worker's paused run, by hand
         found = None
-        if self.checkpointer and lifecycle.settle_output(out, config, lambda: None) is not out:
+        if (
+            self.checkpointer
+            and lifecycle.settle_output(stored, config, lambda: None) is not stored
+        ):
             found = await self.aget_state(config or {})
-        return lifecycle.settle_output(out, config, lambda: found)
+        out = lifecycle.settle_output(stored, config, lambda: found)
+        await lifecycle.aclose_run(self, config, out, stored)
+        return out
 
     def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot:
         return lifecycle.settled(super().get_state(config, subgraphs=subgraphs))

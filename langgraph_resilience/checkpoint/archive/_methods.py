@@ -173,7 +173,7 @@ class SyncArchival:
     ) -> Pruned:
         """Retention: delete old checkpoints (by age, or beyond the newest
         ``keep_last`` of each namespace; the latest always stays) with their
-        writes and node attempts, and the records of runs that ended
+        writes, node attempts and step rows, and the records of runs that ended
         ``runs_older_than`` ago. Side effects stay (the exactly-once ledger).
 
         Example:
