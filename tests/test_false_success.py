@@ -26,7 +26,9 @@ The same holes, in one process on every backend (no fault needed): a step that
 raises `LeaseLost` is run again by the worker that takes the run over, whether
 the node's own handler or a user's handler (one that re-raises what it was
 handed) got it; and a Worker finds a step that failed unrecovered while its
-graph went on (the checkpoints 0b1050e stored) before it would store ``success``.
+graph went on (the checkpoints 0b1050e stored) before it would store ``success``, also when it
+takes over a run whose worker died right after such a step (b's own handler
+re-raised what it was handed, and LangGraph went on without b's writes).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.errors import NodeError
 from psycopg_pool import ConnectionPool
+from spawn import spawn
+from unrecovered_worker import failing_graph
 
 from langgraph_resilience import (
     LeaseLost,
@@ -67,6 +71,7 @@ from langgraph_resilience.checkpoint.postgres import (
     ResilientPostgresSaver,
 )
 from langgraph_resilience.checkpoint.postgres._network import CONNECT_KWARGS
+from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.graph._lifecycle import unrecovered_steps
 from langgraph_resilience.graph._routes import routing
 from langgraph_resilience.policy import Backoff
@@ -490,3 +495,34 @@ def test_a_step_that_failed_unrecovered_is_found_in_the_runs_checkpoints() -> No
     assert unrecovered_steps(fine) == []
     head_only = [stored("c1", None, "loop", [("tb", "__error__", "ValueError('x')")])]
     assert unrecovered_steps(head_only) == []  # the run did not go on from it: resumed there
+
+
+def test_a_run_taken_over_after_a_step_failed_unrecovered_is_stored_error(
+    store: tuple[str, str],
+) -> None:
+    """End to end, through Workers: b fails and its handler re-raises, so LangGraph
+    goes on to a checkpoint with nothing left to run; the worker is SIGKILLed
+    right then, before it stores the run's end. The peer that takes the run over
+    resumes it, finds nothing to run, and must store ``error`` naming b, never
+    ``success`` (c never ran). Without `unrecovered_steps` the run is stored
+    ``success`` with ``done == ["a"]``."""
+    backend, target = store
+    cls: Any = ResilientPostgresSaver if backend == "postgres" else ResilientSqliteSaver
+    with cls.from_conn_string(target) as saver:
+        saver.setup()
+        if backend == "postgres":
+            sql(backend, target, "DELETE FROM resilience_runs")
+        worker = Worker(failing_graph(), checkpointer=saver, lease_ttl=30, poll_interval=0.05)
+        run_id = worker.submit({"done": []})
+        dying = spawn("tests/unrecovered_worker.py", backend, target)
+        assert dying.wait(60) == -signal.SIGKILL, dying.communicate()
+        assert saver.read_run(run_id).status == "running"  # its end was never stored
+
+        started = time.monotonic()
+        assert worker.run() == {run_id: "error"}
+        assert time.monotonic() - started < 10  # its holder is known dead: no lease wait
+        record = saver.read_run(run_id)
+        outcome = saver.serde.loads_typed((record.outcome_type, record.outcome))
+        assert record.recoveries == 1, record
+        assert "'b' (its error handler failed: ValueError('b broke'))" in outcome["error"]
+        assert outcome["values"]["done"] == ["a"]
