@@ -64,6 +64,7 @@ __all__ = [
     "run_steps",
     "settled_by_hand",
     "store_unreachable",
+    "unrecovered_reason",
     "wait_left",
     "where_of",
     "worker_loop",
@@ -210,11 +211,7 @@ def run_steps(
         return None  # another worker holds the run now; nothing more to write
     values = result.values or {}
     if not result.paused and result.unrecovered:  # nothing left to do is not success
-        reason = (
-            f"run {record.run_id!r} stopped with nothing left to do, but its step(s) "
-            f"{', '.join(result.unrecovered)} failed without being recovered: its graph did "
-            "not end. Fix the cause, then submit the thread again."
-        )
+        reason = unrecovered_reason(record.run_id, result.unrecovered)
         return (yield from _finish(held, "error", {"error": reason, "values": values}))
     if not result.paused:
         return (yield from _finish(held, ended_status(values, False), {"values": values}))
@@ -326,12 +323,25 @@ def ended_status(values: dict[str, Any], paused: bool) -> str:
     return "success"
 
 
-def settled_by_hand(snapshot: StateSnapshot) -> str | None:
+def unrecovered_reason(run_id: str, steps: Sequence[str]) -> str:
+    """A run's error when it stopped with nothing left to do but ``steps`` failed
+    without being recovered (`unrecovered_steps`)."""
+    return (
+        f"run {run_id!r} stopped with nothing left to do, but its step(s) "
+        f"{', '.join(steps)} failed without being recovered: its graph did "
+        "not end. Fix the cause, then submit the thread again."
+    )
+
+
+def settled_by_hand(snapshot: StateSnapshot, unrecovered: Sequence[str] = ()) -> str | None:
     """The status a paused run's thread reached after it was resumed outside the
     worker (``graph.invoke(Command(resume=...))``), or None while it still waits
-    (interrupts pending, or steps left)."""
+    (interrupts pending, or steps left). ``unrecovered``: `unrecovered_steps` of
+    the run's checkpoints; any makes it ``error``, never ``success``."""
     if not snapshot.created_at or snapshot.interrupts or snapshot.next or snapshot.tasks:
         return None
+    if unrecovered:
+        return "error"
     return ended_status(dict(snapshot.values), paused=False)
 
 
