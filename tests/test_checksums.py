@@ -595,3 +595,21 @@ def test_bit_flip_trial_effect_outcomes(backend: str, tmp_path: Path, own_pg: st
     print(f"effect outcomes {backend}", counts)
     assert not outcomes["altered"] and not outcomes["other"], (counts, outcomes)
     assert counts["caught"] + counts["unchanged"] == FAULT_RUNS
+
+
+def test_the_sums_stay_those_already_stored() -> None:
+    """Each sum's value is fixed by the rows stored so far (a different value would
+    read them as corrupt): these were computed by the first, part-by-part sum."""
+    from langgraph_resilience.checkpoint._sums import (
+        blob_sum,
+        checkpoint_sum,
+        outcome_sum,
+        write_sum,
+    )
+
+    assert checkpoint_sum("1ef-id", "msgpack", b"\x81\xa1a\x01", b'{"step": 1}') == 135510182
+    error = memoryview(b"ValueError('x')")
+    assert write_sum("1ef-id", "task-1", "~path", -1, "__error__", None, error) == 4222657979
+    version = "00000000000000000000000000000002.0.5"
+    assert blob_sum("trail", version, "msgpack", bytearray(b"\x92\xa1a\xa1b")) == 1916958288
+    assert outcome_sum("k-1", "done", "msgpack", b"\xa7receipt", None) == 3407393678
