@@ -278,6 +278,43 @@ async def test_two_savers_racing_restore_it_once(store: tuple[str, str], tmp_pat
         assert [t.checkpoint["id"] for t in saver.list(config)] == history
 
 
+@pytest.mark.parametrize("late", ["keys", "read"])
+async def test_a_restore_that_lost_the_race_while_reading_says_so(
+    store: tuple[str, str], tmp_path: Path, late: str
+) -> None:
+    """The race the test above can lose under load, made certain: one reader has
+    found the thread archived and lists (``keys``) or reads its objects just after
+    another reader restored it and dropped them. It lost the race: False, not an
+    `ArchiveError` saying the archive holds nothing (before the fix)."""
+    from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+    from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+    backend, target = store
+    cls: Any = ResilientSqliteSaver if backend == "sqlite" else ResilientPostgresSaver
+    url = f"file://{tmp_path}/late"
+    thread_id = f"late-{uuid.uuid4().hex[:6]}"
+    config = {"configurable": {"thread_id": thread_id}}
+    with cls.from_conn_string(target, archive=Archive(url)) as one:
+        one.setup()
+        calls = Calls()
+        calls.fail_once = False
+        build(type("H", (), {"saver": one})(), calls).invoke({"done": []}, config)
+        history = [t.checkpoint["id"] for t in one.list(config)]
+        assert thread_id in one.archive_idle(0).archived
+    slow = Archive(url)
+    step = getattr(slow, late)
+
+    def after_the_other_restored(*args: Any) -> Any:
+        with cls.from_conn_string(target, archive=Archive(url)) as other:
+            assert other.restore_thread(thread_id)
+        return step(*args)
+
+    setattr(slow, late, after_the_other_restored)
+    with cls.from_conn_string(target, archive=slow) as saver:
+        assert saver.restore_thread(thread_id) is False
+        assert [t.checkpoint["id"] for t in saver.list(config)] == history
+
+
 async def test_worker_submit_on_an_archived_thread(h: Any) -> None:
     calls, graph, config, thread_id = await finished(h, "worker")
     await h.call("archive_idle", 0)

@@ -9,6 +9,12 @@ JSONB), or in the pending write; then the run resumes with the branch fixed. Eve
 case must end in `CheckpointCorrupt` naming the thread and the checkpoint, or (a
 flip in bytes nothing reads) in the state an untouched run ends in.
 
+The same trial for side-effect outcomes (`test_bit_flip_trial_effect_outcomes`):
+a charge recorded, the node failing after it, one bit flipped in the stored
+outcome (its bytes, its type or its status), the run resumed: each case must be
+caught as `CheckpointCorrupt` naming the thread and the effect's key, never
+replay a changed receipt nor call the charge again.
+
 ``LGR_FAULT_RUNS`` sets the cases per dialect (default 6, the issue's count: 30).
 """
 
@@ -506,3 +512,104 @@ def test_effect_outcomes_copied_or_written_before_read_as_they_were(
         fail[0] = False
         old = graph.invoke(None, {"configurable": {"thread_id": "old"}}, durability="sync")
         assert old["receipt"] == "receipt-0042-0001" and len(calls) == 2
+
+
+# -- the bit-flip trial for effect outcomes -------------------------------------------
+
+EFFECT_TARGETS = ("outcome", "outcome", "outcome_type", "status")
+
+
+def _flip_text(text: str, rng: random.Random) -> str:
+    """``text`` with one of the low five bits of one character flipped: still
+    printable ASCII for ASCII text (a Postgres text column takes it)."""
+    i = rng.randrange(len(text))
+    return text[:i] + chr(ord(text[i]) ^ (1 << rng.randrange(5))) + text[i + 1 :]
+
+
+def _flip_effect(backend: str, target: str, thread_id: str, column: str, rng: random.Random) -> str:
+    """Flip one random bit of the thread's stored effect outcome (its bytes, its
+    type or its status); what changed, as ``column: before -> after``."""
+    from helpers import sql
+
+    ((key, value),) = sql(
+        backend,
+        target,
+        f"SELECT idempotency_key, {column} FROM resilience_effects WHERE thread_id = ?",
+        (thread_id,),
+    )
+    flipped: Any = _flip(bytes(value), rng) if column == "outcome" else _flip_text(str(value), rng)
+    sql(
+        backend,
+        target,
+        f"UPDATE resilience_effects SET {column} = ? WHERE thread_id = ? AND idempotency_key = ?",
+        (flipped, thread_id, key),
+    )
+    return f"{column}: {value!r} -> {flipped!r}"
+
+
+def _effect_trial(backend: str, target: str, opener: Any) -> dict[str, list[str]]:
+    """`FAULT_RUNS` runs: charge once, fail after; one bit flipped in the stored
+    outcome; resume with the node fixed. Each case is caught (`CheckpointCorrupt`
+    naming the thread and the effect's key), or ends with the receipt the call
+    returned, the effect called once; never a changed receipt nor a second call."""
+    outcomes: dict[str, list[str]] = {"caught": [], "unchanged": [], "altered": [], "other": []}
+    with opener() as saver:
+        saver.setup()
+        for i in range(FAULT_RUNS):
+            rng = random.Random(f"effect-{backend}-{i}")
+            thread_id = f"flip-effect-{backend}-{i}-{random.randrange(10**9)}"
+            config = {"configurable": {"thread_id": thread_id}}
+            calls: list[str] = []
+            fail = [True]
+            graph = _effect_graph(saver, calls, fail)
+            with pytest.raises(ValueError, match="after the charge"):
+                graph.invoke({}, config, durability="sync")
+            receipt = f"receipt-0042-{len(calls):04d}"
+            what = _flip_effect(
+                backend, target, thread_id, EFFECT_TARGETS[i % len(EFFECT_TARGETS)], rng
+            )
+            fail[0] = False
+            try:
+                out = graph.invoke(None, config, durability="sync")
+            except CheckpointCorrupt as exc:
+                named = thread_id in str(exc) and exc.idempotency_key == calls[0]
+                outcomes["caught" if named else "other"].append(f"#{i} {what}: {exc}")
+                continue
+            except Exception as exc:
+                outcomes["other"].append(f"#{i} {what}: {type(exc).__name__}: {exc}")
+                continue
+            same = out.get("receipt") == receipt and len(calls) == 1
+            outcomes["unchanged" if same else "altered"].append(f"#{i} {what}: {out} {calls}")
+    return outcomes
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_bit_flip_trial_effect_outcomes(backend: str, tmp_path: Path, own_pg: str) -> None:
+    """The issue's trial for ledger outcomes: 0 runs replay a changed outcome or
+    call the effect again (``LGR_FAULT_RUNS`` cases per dialect)."""
+    target = str(tmp_path / "effect-flips.db") if backend == "sqlite" else own_pg
+    cls: Any = ResilientSqliteSaver if backend == "sqlite" else ResilientPostgresSaver
+    outcomes = _effect_trial(backend, target, lambda: cls.from_conn_string(target))
+    counts = {k: len(v) for k, v in outcomes.items()}
+    print(f"effect outcomes {backend}", counts)
+    assert not outcomes["altered"] and not outcomes["other"], (counts, outcomes)
+    assert counts["caught"] + counts["unchanged"] == FAULT_RUNS
+
+
+def test_the_sums_stay_those_already_stored() -> None:
+    """Each sum's value is fixed by the rows stored so far (a different value would
+    read them as corrupt): these were computed by the first, part-by-part sum."""
+    from langgraph_resilience.checkpoint._sums import (
+        blob_sum,
+        checkpoint_sum,
+        outcome_sum,
+        write_sum,
+    )
+
+    assert checkpoint_sum("1ef-id", "msgpack", b"\x81\xa1a\x01", b'{"step": 1}') == 135510182
+    error = memoryview(b"ValueError('x')")
+    assert write_sum("1ef-id", "task-1", "~path", -1, "__error__", None, error) == 4222657979
+    version = "00000000000000000000000000000002.0.5"
+    assert blob_sum("trail", version, "msgpack", bytearray(b"\x92\xa1a\xa1b")) == 1916958288
+    assert outcome_sum("k-1", "done", "msgpack", b"\xa7receipt", None) == 3407393678

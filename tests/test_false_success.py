@@ -26,7 +26,9 @@ The same holes, in one process on every backend (no fault needed): a step that
 raises `LeaseLost` is run again by the worker that takes the run over, whether
 the node's own handler or a user's handler (one that re-raises what it was
 handed) got it; and a Worker finds a step that failed unrecovered while its
-graph went on (the checkpoints 0b1050e stored) before it would store ``success``.
+graph went on (the checkpoints 0b1050e stored) before it would store ``success``, also when it
+takes over a run whose worker died right after such a step (b's own handler
+re-raised what it was handed, and LangGraph went on without b's writes).
 """
 
 from __future__ import annotations
@@ -49,7 +51,11 @@ from helpers import append, chain, in_thread, private_db, read_ledger, sql, wait
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.errors import NodeError
+from langgraph.graph import END, START
+from langgraph.types import Command, interrupt
 from psycopg_pool import ConnectionPool
+from spawn import spawn
+from unrecovered_worker import failing_graph
 
 from langgraph_resilience import (
     LeaseLost,
@@ -67,6 +73,7 @@ from langgraph_resilience.checkpoint.postgres import (
     ResilientPostgresSaver,
 )
 from langgraph_resilience.checkpoint.postgres._network import CONNECT_KWARGS
+from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.graph._lifecycle import unrecovered_steps
 from langgraph_resilience.graph._routes import routing
 from langgraph_resilience.policy import Backoff
@@ -490,3 +497,119 @@ def test_a_step_that_failed_unrecovered_is_found_in_the_runs_checkpoints() -> No
     assert unrecovered_steps(fine) == []
     head_only = [stored("c1", None, "loop", [("tb", "__error__", "ValueError('x')")])]
     assert unrecovered_steps(head_only) == []  # the run did not go on from it: resumed there
+
+
+def test_a_run_taken_over_after_a_step_failed_unrecovered_is_stored_error(
+    store: tuple[str, str],
+) -> None:
+    """End to end, through Workers: b fails and its handler re-raises, so LangGraph
+    goes on to a checkpoint with nothing left to run; the worker is SIGKILLed
+    right then, before it stores the run's end. The peer that takes the run over
+    resumes it, finds nothing to run, and must store ``error`` naming b, never
+    ``success`` (c never ran). Without `unrecovered_steps` the run is stored
+    ``success`` with ``done == ["a"]``."""
+    backend, target = store
+    cls: Any = ResilientPostgresSaver if backend == "postgres" else ResilientSqliteSaver
+    with cls.from_conn_string(target) as saver:
+        saver.setup()
+        if backend == "postgres":
+            sql(backend, target, "DELETE FROM resilience_runs")
+        worker = Worker(failing_graph(), checkpointer=saver, lease_ttl=30, poll_interval=0.05)
+        run_id = worker.submit({"done": []})
+        dying = spawn("tests/unrecovered_worker.py", backend, target)
+        assert dying.wait(60) == -signal.SIGKILL, dying.communicate()
+        assert saver.read_run(run_id).status == "running"  # its end was never stored
+
+        started = time.monotonic()
+        assert worker.run() == {run_id: "error"}
+        assert time.monotonic() - started < 10  # its holder is known dead: no lease wait
+        record = saver.read_run(run_id)
+        outcome = saver.serde.loads_typed((record.outcome_type, record.outcome))
+        assert record.recoveries == 1, record
+        assert "'b' (its error handler failed: ValueError('b broke'))" in outcome["error"]
+        assert outcome["values"]["done"] == ["a"]
+
+
+async def test_a_run_whose_step_failed_unrecovered_never_reads_success(checkpointer: Any) -> None:
+    """Without a Worker: b's handler re-raises, LangGraph stores a checkpoint with
+    nothing left and ``invoke`` raises. The thread must not read ``success``
+    afterwards, from ``get_state`` nor from a resume's output (before: both read
+    ``success`` with ``done == ["a"]``). A run that ended reads it as before."""
+    h = checkpointer
+    graph = failing_graph().compile(checkpointer=h.saver)
+    config = {"configurable": {"thread_id": f"unrec-{uuid.uuid4().hex[:8]}"}}
+
+    async def state() -> Any:
+        if h.is_async:
+            return (await graph.aget_state(config)).values
+        return await asyncio.to_thread(lambda: graph.get_state(config).values)
+
+    with pytest.raises(ValueError, match="b broke"):
+        await h.invoke(graph, {"done": []}, config)
+    assert ((await state())["done"], (await state())["resilience"]["status"]) == (["a"], "running")
+    out = await h.invoke(graph, None, config)
+    assert out["resilience"]["status"] == "running"
+
+    loop = ResilientStateGraph(State)  # a graph that ends by a conditional edge
+    loop.add_node("n", lambda s: {"done": ["n"]})
+    loop.add_edge(START, "n")
+    loop.add_conditional_edges("n", lambda s: END if len(s["done"]) >= 2 else "n")
+    config = {"configurable": {"thread_id": f"loop-{uuid.uuid4().hex[:8]}"}}
+    graph = loop.compile(checkpointer=h.saver)
+    assert (await h.invoke(graph, {"done": []}, config))["resilience"]["status"] == "success"
+    assert (await state())["resilience"]["status"] == "success"
+
+
+def asking_graph() -> Any:
+    """ask (an interrupt) -> b -> c; b raises and its handler re-raises."""
+
+    def ask(state: State) -> dict[str, Any]:
+        return {"done": [f"ask:{interrupt('go on?')}"]}
+
+    def make(step: str) -> Any:
+        def node(state: State) -> dict[str, Any]:
+            if step == "b":
+                raise ValueError("b broke")
+            return {"done": [step]}
+
+        return node
+
+    g = ResilientStateGraph(State)
+    g.add_node("ask", ask)
+    g.add_node("b", make("b"), policy=None, error_handler=reraise)
+    g.add_node("c", make("c"))
+    g.add_edge(START, "ask")
+    g.add_edge("ask", "b")
+    g.add_edge("b", "c")
+    g.add_edge("c", END)
+    return g
+
+
+async def test_a_paused_run_resumed_by_hand_whose_step_failed_unrecovered_is_error(
+    checkpointer: Any,
+) -> None:
+    """A Worker's run pauses at an interrupt and is resumed by hand; b then fails
+    unrecovered (its handler re-raises) and nothing is left to run. When the
+    thread is submitted again, the paused run is settled ``error`` naming b, not
+    ``success`` (before: ``success``), and the new run is taken."""
+    h = checkpointer
+    if h.backend == "postgres":
+        sql(h.backend, h.target, "DELETE FROM resilience_runs")
+    worker = Worker(asking_graph(), checkpointer=h.saver, lease_ttl=5, poll_interval=0.05)
+    thread = f"by-hand-{uuid.uuid4().hex[:8]}"
+    if h.is_async:
+        run_id = await worker.asubmit({"done": []}, thread_id=thread)
+    else:
+        run_id = await asyncio.to_thread(worker.submit, {"done": []}, thread_id=thread)
+    assert (await run_worker(h, worker)) == {run_id: "paused"}
+    with pytest.raises(ValueError, match="b broke"):
+        await h.invoke(worker.graph, Command(resume="yes"), {"configurable": {"thread_id": thread}})
+    if h.is_async:
+        again = await worker.asubmit({"done": []}, thread_id=thread)
+    else:
+        again = await asyncio.to_thread(worker.submit, {"done": []}, thread_id=thread)
+    record = await h.call("read_run", run_id)
+    outcome = h.saver.serde.loads_typed((record.outcome_type, record.outcome))
+    assert record.status == "error", (record, outcome)
+    assert "'b' (its error handler failed" in outcome["error"] and outcome["resumed"] == "by hand"
+    assert (await h.call("read_run", again)).status == "queued"

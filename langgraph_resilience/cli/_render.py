@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from rich.console import Console
@@ -128,8 +128,3 @@ def with_progress(
             done.append(act(item))
             progress.advance(task)
     return done
-
-
-def mapping_rows(records: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> list[list[Any]]:
-    """Rows of ``columns`` from records (a missing key shows as -)."""
-    return [[record.get(c) for c in columns] for record in records]

@@ -29,6 +29,7 @@ from typing import Any, TypedDict, cast
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.graph import Graph
 from langgraph.cache.base import BaseCache
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import All, Checkpointer, StateSnapshot
@@ -133,10 +134,20 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
         return out
 
     def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot:
-        return lifecycle.settled(super().get_state(config, subgraphs=subgraphs))
+        snapshot = super().get_state(config, subgraphs=subgraphs)
+        listing, saver = lifecycle.may_settle(snapshot), self.checkpointer
+        if listing is None or not isinstance(saver, BaseCheckpointSaver):
+            return lifecycle.settled(snapshot)  # nothing to look up
+        where, before = listing
+        return lifecycle.settled(snapshot, lifecycle.run_part(saver.list(where, before=before)))
 
     async def aget_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot:
-        return lifecycle.settled(await super().aget_state(config, subgraphs=subgraphs))
+        snapshot = await super().aget_state(config, subgraphs=subgraphs)
+        listing, saver = lifecycle.may_settle(snapshot), self.checkpointer
+        if listing is None or not isinstance(saver, BaseCheckpointSaver):
+            return lifecycle.settled(snapshot)
+        earlier = await lifecycle.arun_part(saver.alist(listing[0], before=listing[1]))
+        return lifecycle.settled(snapshot, earlier)
 
     def get_graph(self, config: RunnableConfig | None = None, *, xray: int | bool = False) -> Graph:
         return self._with_routes(super().get_graph(config, xray=xray))

@@ -27,6 +27,9 @@ Nothing left to do is not enough for a `Worker` to store ``success``: no step of
 the run may have failed without being recovered either (`unrecovered_steps`:
 a task whose error was stored, not routed, and whose checkpoint the run went on
 from without its writes). Such a run is given up as ``error`` naming the step.
+Nor does ``get_state`` (or ``invoke``'s output) read ``success`` for it: it
+lists the run's checkpoints (`run_part`) before it settles a run that reads
+``running`` with nothing left, and leaves it ``running``.
 """
 
 from __future__ import annotations
@@ -35,10 +38,10 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config
@@ -67,6 +70,10 @@ __all__ = [
     "nested",
     "note_resume",
     "settle_by_hand",
+    "arun_part",
+    "may_settle",
+    "run_begins",
+    "run_part",
     "settle_output",
     "settled",
     "settled_by_hand",
@@ -97,16 +104,77 @@ def _settled_values(values: Any, done: bool) -> Any:
     return values
 
 
-def settled(snapshot: StateSnapshot) -> StateSnapshot:
-    """A snapshot of a run with nothing left to do reads ``success``."""
+def _nothing_left(snapshot: StateSnapshot) -> bool:
     # No task left: none to run, and none whose writes wait to be applied (a
     # process that stopped after a step's writes and before the next checkpoint).
-    done = (
+    return (
         not snapshot.next
         and not snapshot.tasks
         and not snapshot.interrupts
         and bool(snapshot.created_at)
     )
+
+
+def may_settle(snapshot: StateSnapshot) -> tuple[RunnableConfig, RunnableConfig] | None:
+    """How to list the checkpoints before a snapshot that `settled` would turn
+    ``success`` (its run reads ``running`` with nothing left to do): ``(config,
+    before)`` for a saver's ``list``; None for any other snapshot."""
+    log = snapshot.values.get(_LOG) if isinstance(snapshot.values, Mapping) else None
+    running = isinstance(log, Mapping) and log.get("status") == "running"
+    if not (running and _nothing_left(snapshot)) or snapshot.parent_config is None:
+        return None
+    configurable = snapshot.config["configurable"]
+    ns = configurable.get("checkpoint_ns", "")
+    where: RunnableConfig = {
+        "configurable": {"thread_id": configurable["thread_id"], "checkpoint_ns": ns}
+    }
+    return where, snapshot.config
+
+
+def run_begins(stored: CheckpointTuple) -> bool:
+    """Whether a checkpoint is the first of its run (its input started the run)."""
+    return (stored.metadata or {}).get("source") == "input"
+
+
+def run_part(listed: Iterable[CheckpointTuple]) -> Iterator[CheckpointTuple]:
+    """Of a thread's checkpoints, newest first (as a saver lists them), those of
+    its latest run: back to the one its input started it with. A saver's listing
+    is closed once read that far (it may hold the saver's connection)."""
+    try:
+        for stored in listed:
+            yield stored
+            if run_begins(stored):
+                return
+    finally:
+        close = getattr(listed, "close", None)
+        if close is not None:
+            close()
+
+
+async def arun_part(listed: AsyncIterator[CheckpointTuple]) -> list[CheckpointTuple]:
+    """Async twin of `run_part` (reads no further than the run's first checkpoint)."""
+    found = []
+    try:
+        async for stored in listed:
+            found.append(stored)
+            if run_begins(stored):
+                break
+    finally:
+        close = getattr(listed, "aclose", None)
+        if close is not None:
+            await close()
+    return found
+
+
+def settled(snapshot: StateSnapshot, earlier: Iterable[CheckpointTuple] = ()) -> StateSnapshot:
+    """A snapshot of a run with nothing left to do reads ``success``, unless a step
+    of the run failed unrecovered (``earlier``: the run's checkpoints before this
+    one, `run_part` of those listed from `may_settle`'s config)."""
+    done = _nothing_left(snapshot)
+    if done and snapshot.parent_config is not None:
+        meta = cast(Any, snapshot.metadata or {})
+        head = CheckpointTuple(snapshot.config, cast(Any, {}), meta, snapshot.parent_config)
+        done = not unrecovered_steps([head, *earlier])
     values = _settled_values(snapshot.values, done)
     return snapshot if values is snapshot.values else snapshot._replace(values=values)
 
@@ -252,12 +320,15 @@ def ended_status(values: dict[str, Any], paused: bool) -> str:
     return "success"
 
 
-def settled_by_hand(snapshot: StateSnapshot) -> str | None:
+def settled_by_hand(snapshot: StateSnapshot, unrecovered: Sequence[str] = ()) -> str | None:
     """The status a paused run's thread reached after it was resumed outside the
     worker (``graph.invoke(Command(resume=...))``), or None while it still waits
-    (interrupts pending, or steps left)."""
+    (interrupts pending, or steps left). ``unrecovered``: `unrecovered_steps` of
+    the run's checkpoints; any makes it ``error``, never ``success``."""
     if not snapshot.created_at or snapshot.interrupts or snapshot.next or snapshot.tasks:
         return None
+    if unrecovered:
+        return "error"
     return ended_status(dict(snapshot.values), paused=False)
 
 

@@ -6,17 +6,26 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import StateSnapshot
 
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.errors import ConfigError, RunStateError
+from langgraph_resilience.graph._lifecycle import arun_part, run_part, unrecovered_steps
 from langgraph_resilience.worker._setup import not_open, not_paused
-from langgraph_resilience.worker._steps import settled_by_hand
+from langgraph_resilience.worker._steps import settled_by_hand, unrecovered_reason
 
 __all__ = ["RunControls"]
+
+
+def _top(thread: str) -> RunnableConfig:
+    """How to list a thread's top-level checkpoints."""
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
 
 
 class RunControls:
@@ -55,11 +64,18 @@ class RunControls:
         if not paused:
             return False
         snapshot = self.graph.get_state({"configurable": {"thread_id": thread}})
-        status = settled_by_hand(snapshot)
-        if status is None:
+        if settled_by_hand(snapshot) is None:
             return False
-        blob = self._outcome_blob({"values": dict(snapshot.values), "resumed": "by hand"})
-        return any([self.saver.runs.settle(r.run_id, status, blob) for r in paused])
+        failed = unrecovered_steps(
+            run_part(cast(BaseCheckpointSaver[Any], self.saver).list(_top(thread)))
+        )
+        status = str(settled_by_hand(snapshot, failed))
+        return any(
+            [
+                self.saver.runs.settle(r.run_id, status, self._by_hand(r.run_id, snapshot, failed))
+                for r in paused
+            ]
+        )
 
     async def asubmit(
         self,
@@ -87,11 +103,28 @@ class RunControls:
         if not paused:
             return False
         snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread}})
-        status = settled_by_hand(snapshot)
-        if status is None:
+        if settled_by_hand(snapshot) is None:
             return False
-        blob = self._outcome_blob({"values": dict(snapshot.values), "resumed": "by hand"})
-        return any([await saver.runs.asettle(r.run_id, status, blob) for r in paused])
+        listed = cast(BaseCheckpointSaver[Any], saver).alist(_top(thread))
+        failed = unrecovered_steps(await arun_part(listed))
+        status = str(settled_by_hand(snapshot, failed))
+        return any(
+            [
+                await saver.runs.asettle(
+                    r.run_id, status, self._by_hand(r.run_id, snapshot, failed)
+                )
+                for r in paused
+            ]
+        )
+
+    def _by_hand(
+        self, run_id: str, snapshot: StateSnapshot, failed: list[str]
+    ) -> tuple[str, bytes]:
+        """The outcome of a paused run that was resumed by hand and has ended."""
+        outcome: dict[str, Any] = {"values": dict(snapshot.values), "resumed": "by hand"}
+        if failed:
+            outcome["error"] = unrecovered_reason(run_id, failed)
+        return self._outcome_blob(outcome)
 
     def _new_run(
         self, input: Any, thread_id: str | None, budget: Budget | Mapping[str, Any] | None

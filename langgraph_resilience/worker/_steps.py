@@ -65,6 +65,7 @@ __all__ = [
     "run_steps",
     "settled_by_hand",
     "store_unreachable",
+    "unrecovered_reason",
     "wait_left",
     "where_of",
     "worker_loop",
@@ -211,11 +212,7 @@ def run_steps(
         return None  # another worker holds the run now; nothing more to write
     values = result.values or {}
     if not result.paused and result.unrecovered:  # nothing left to do is not success
-        reason = (
-            f"run {record.run_id!r} stopped with nothing left to do, but its step(s) "
-            f"{', '.join(result.unrecovered)} failed without being recovered: its graph did "
-            "not end. Fix the cause, then submit the thread again."
-        )
+        reason = unrecovered_reason(record.run_id, result.unrecovered)
         return (yield from _finish(held, "error", {"error": reason, "values": values}))
     if not result.paused:
         return (yield from _finish(held, ended_status(values, False), {"values": values}))
@@ -315,6 +312,16 @@ def _finish(
         yield Pause(pause)
         pause = min(pause * 2, FINISH_MAX_WAIT)
     return None
+
+
+def unrecovered_reason(run_id: str, steps: Sequence[str]) -> str:
+    """A run's error when it stopped with nothing left to do but ``steps`` failed
+    without being recovered (`unrecovered_steps`)."""
+    return (
+        f"run {run_id!r} stopped with nothing left to do, but its step(s) "
+        f"{', '.join(steps)} failed without being recovered: its graph did "
+        "not end. Fix the cause, then submit the thread again."
+    )
 
 
 def where_of(snapshot: StateSnapshot, run_id: str, now: float | None = None) -> Where:

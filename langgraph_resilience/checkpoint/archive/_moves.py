@@ -216,6 +216,13 @@ def archive_thread(
 # -- restore ----------------------------------------------------------------------------------
 
 
+def _restored_meanwhile(d: Dialect, thread_id: str) -> Generator[Any, Any, bool]:
+    """Whether another reader restored the thread since this one found it archived
+    (and dropped the objects this one was about to read)."""
+    status = yield Sql(lambda: _archival.archive_status(d, thread_id))
+    return bool(status != "archived")
+
+
 def restore(
     d: Dialect,
     thread_id: str,
@@ -246,6 +253,8 @@ def restore(
             f"thread {thread_id!r} is archived, but this saver has no archive: open it "
             "with archive= (the Archive URL the thread was archived to) to restore it"
         ) from exc
+    if not keys and (yield from _restored_meanwhile(d, thread_id)):
+        return "lost"
     if not keys:
         raise ArchiveError(
             f"cannot restore thread {thread_id!r}: the archive holds no object under "
@@ -257,7 +266,11 @@ def restore(
     for key in keys:
         try:
             items.append(_codec.decode((yield Fetch(key))))
-        except (ArchiveError, ValueError) as exc:
+        except Exception as exc:
+            if (yield from _restored_meanwhile(d, thread_id)):
+                return "lost"  # its objects were dropped by the reader that restored it
+            if not isinstance(exc, (ArchiveError, ValueError)):
+                raise
             raise ArchiveError(
                 f"cannot restore thread {thread_id!r}: object {where(key)} is unreadable "
                 f"({exc}); the thread stays archived",
