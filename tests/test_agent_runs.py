@@ -148,7 +148,8 @@ async def test_each_turn_on_a_supervisor_thread_is_one_run_with_its_agent_steps(
     assert (m.runs, m.runs_succeeded) == (2, 2)
     if shape == "node":  # it shares the run log: its step records name the parent's run
         steps = await checkpointer.call("step_history", thread, run=2)
-        assert [s["path"] for s in steps] == [f"{name}/model", name]
+        # oldest first by start: the parent's step began before the agent's model call
+        assert [s["path"] for s in steps] == [name, f"{name}/model"]
 
 
 async def test_the_cli_lists_one_run_and_shows_it(checkpointer: Harness, tmp_path: Path) -> None:
