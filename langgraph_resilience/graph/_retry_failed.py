@@ -10,7 +10,7 @@ are in the state.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
@@ -20,7 +20,7 @@ from langgraph_resilience.errors import ConfigError, RunStateError
 from langgraph_resilience.graph._task import EFFECT_SCOPE_KEY, nested_task
 from langgraph_resilience.telemetry._emit import recovery_event
 
-__all__ = ["aretry_failed", "innermost_node", "retry_failed"]
+__all__ = ["RetryPlan", "aretry_failed", "innermost_node", "retry_failed", "retry_plan"]
 
 
 def _to_retry(values: Mapping[str, Any], thread: str, step: str | None) -> list[Mapping[str, Any]]:
@@ -114,6 +114,43 @@ def _inner_done(out: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> dict[
         "clear": [f["path"] for f in steps if f.get("path")],
     }
     return {**{k: v for k, v in out.items() if k != "resilience"}, "resilience": reset}
+
+
+class RetryPlan(NamedTuple):
+    """What `retry_failed` would run, for a caller that runs it elsewhere (the
+    Agent Server's run API): the steps, the `Command`, and the keys to add to
+    the run's ``configurable`` (the failed step's effects keep their keys)."""
+
+    steps: list[Mapping[str, Any]]
+    command: Command[Any]
+    configurable: dict[str, Any]
+
+
+def retry_plan(
+    values: Mapping[str, Any],
+    thread_id: str,
+    *,
+    update: Mapping[str, Any] | None = None,
+    step: str | None = None,
+) -> RetryPlan:
+    """`retry_failed`'s run, from the thread's state ``values``, without running it.
+
+    A step that failed inside a subgraph node is not planned here: it re-runs
+    in the subgraph's own namespace, which only `retry_failed` reaches.
+
+    Raises:
+        RunStateError: nothing to retry, or the step failed inside a subgraph.
+    """
+    steps = _to_retry(values, thread_id, step)
+    nested = [str(f.get("path")) for f in steps if "/" in str(f.get("path") or "")]
+    if nested:
+        raise RunStateError(
+            f"thread {thread_id!r}: step {nested[0]!r} failed inside a subgraph; re-run it "
+            "with retry_failed(graph, config) on the compiled graph, which re-enters "
+            "the subgraph at its own checkpoint"
+        )
+    scoped = _with_effect_scope({}, steps).get("configurable") or {}
+    return RetryPlan(steps=steps, command=_retry_command(steps, update), configurable=scoped)
 
 
 def _require_compiled(graph: Any) -> None:
