@@ -34,7 +34,12 @@ from langchain_core.runnables.config import ensure_config
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.types import Command, StateSnapshot
 
-from langgraph_resilience._langgraph import ERROR_CHANNEL, ERROR_SOURCE_CHANNEL, INTERRUPT_CHANNEL
+from langgraph_resilience._langgraph import (
+    ERROR_CHANNEL,
+    ERROR_SOURCE_CHANNEL,
+    INTERRUPT_CHANNEL,
+    langgraph_config,
+)
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.checkpoint._route_text import is_routed
 from langgraph_resilience.checkpoint._runs import FENCE_KEY
@@ -160,9 +165,9 @@ def _may_be_crash_resume(input: Any, config: RunnableConfig | None) -> str | Non
 
 
 def _reentry_run(config: RunnableConfig | None) -> str | None:
-    """The run id LangGraph matches against the latest checkpoint's (``run_id`` of
-    the config's metadata, or of its configurable, as `ensure_config` copies it)."""
-    found = (ensure_config(config).get("metadata") or {}).get("run_id")
+    """The run id LangGraph matches against the latest checkpoint's: ``run_id`` of
+    the config's metadata, or of its configurable (LangGraph's config copies it)."""
+    found = (langgraph_config(config).get("metadata") or {}).get("run_id")
     return str(found) if found else None
 
 
