@@ -2,10 +2,11 @@
 
 research (flaky: its first try fails with a TransientError and is retried) ->
 draft (a LangChain fake chat model writes it) -> notify (emails it through a
-`side_effect`: sent once, whatever re-runs the step) -> polish (works on for
-``POLISH_SECONDS``, to leave time to kill the server) -> publish (a critical
-step: an unknown ``channel`` is a PermanentError, and the run ends with a
-partial result that ``POST /resilience/threads/{id}/retry`` can finish).
+`side_effect`: sent once, whatever re-runs the step) -> polish (works on while
+the file ``POLISH_HOLD`` names exists, to leave time to kill the server) ->
+publish (a critical step: an unknown ``channel`` is a PermanentError, and
+the run ends with a partial result that ``POST /resilience/threads/{id}/retry``
+can finish).
 
 The graph is compiled without a checkpointer: the server gives it ours
 (``langgraph.json``: ``langgraph_resilience.server.checkpointer`` on ``LGR_DB``).
@@ -84,7 +85,9 @@ async def notify(state: State) -> dict[str, Any]:
 
 
 async def polish(state: State) -> dict[str, Any]:
-    await asyncio.sleep(float(os.environ.get("POLISH_SECONDS", "0")))
+    hold = os.environ.get("POLISH_HOLD")
+    while hold and os.path.exists(hold):  # a long step, for the crash demo
+        await asyncio.sleep(0.2)
     return {"polished": True}
 
 
