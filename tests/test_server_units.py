@@ -14,8 +14,9 @@ from langgraph.graph import END, START
 
 from langgraph_resilience import ResilientState, ResilientStateGraph, arun_report, server
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
-from langgraph_resilience.errors import ConfigError, RunStateError
+from langgraph_resilience.errors import ConfigError, RunStateError, StoreUnavailable
 from langgraph_resilience.graph._retry_failed import retry_plan
+from langgraph_resilience.server import _checkpointer as factory
 from langgraph_resilience.server._app import command_json
 from tests.conftest import require_postgres
 
@@ -121,3 +122,12 @@ def test_retry_plan_is_retry_faileds_command() -> None:
     nested = {"resilience": {**values["resilience"], "failed_step": {"path": "r/fetch"}}}
     with pytest.raises(RunStateError, match="inside a subgraph"):
         retry_plan(nested, "t")
+
+
+async def test_an_unreachable_postgres_names_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(factory, "_CONNECT_WAIT", 1.0)
+    monkeypatch.setenv("LGR_DB", "postgresql://app:secret@127.0.0.1:1/runs?connect_timeout=1")
+    with pytest.raises(StoreUnavailable, match="cannot connect to Postgres") as caught:
+        async with server.checkpointer():
+            pass
+    assert "secret" not in str(caught.value)

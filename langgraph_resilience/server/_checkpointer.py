@@ -23,12 +23,14 @@ from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
 from langgraph_resilience.errors import ConfigError
 
 try:
-    from psycopg_pool import AsyncConnectionPool
+    from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
     from langgraph_resilience.checkpoint.postgres._network import (
         CONNECT_KWARGS,
         AsyncBoundedConnection,
         PgTimeouts,
+        target_of,
+        unavailable,
     )
     from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
 
@@ -42,6 +44,7 @@ DB_ENV = "LGR_DB"
 ARCHIVE_ENV = "LGR_ARCHIVE"
 POOL_ENV = "LGR_POOL_SIZE"
 _POOL_SIZE = 10
+_CONNECT_WAIT = 30.0  # seconds for the pool's first connection at start-up
 
 
 def _db() -> str:
@@ -85,7 +88,11 @@ async def _postgres(dsn: str, options: dict[str, Any]) -> AsyncIterator[AsyncRes
         kwargs=CONNECT_KWARGS,
         open=False,
     )
-    await pool.open(wait=True)
+    try:
+        await pool.open(wait=True, timeout=_CONNECT_WAIT)
+    except PoolTimeout as exc:
+        await pool.close()
+        raise unavailable(target_of(dsn), exc, 1, _CONNECT_WAIT, connecting=True) from exc
     try:
         saver = AsyncResilientPostgresSaver(pool, timeouts=timeouts, **options)
         await saver.setup()
