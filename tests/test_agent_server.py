@@ -29,9 +29,8 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import IN_CI, require_postgres
 from langgraph_sdk import get_client
-
-from tests.conftest import IN_CI, require_postgres
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "agent_server"
 LANGGRAPH = Path(sys.executable).parent / "langgraph"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import require_postgres
 from langgraph.graph import END, START
 
 from langgraph_resilience import ResilientState, ResilientStateGraph, arun_report, server
@@ -18,7 +19,6 @@ from langgraph_resilience.errors import ConfigError, RunStateError, StoreUnavail
 from langgraph_resilience.graph._retry_failed import retry_plan
 from langgraph_resilience.server import _checkpointer as factory
 from langgraph_resilience.server._app import command_json
-from tests.conftest import require_postgres
 
 
 class State(ResilientState, total=False):
