@@ -180,6 +180,8 @@ async def _story(server: Server) -> None:
     assert len({m["key"] for m in server.sent("a@example.com")}) == 2
     state = await client.threads.get_state(a)  # the server's own view of our run log
     assert state["values"]["resilience"]["status"] == "success"
+    (latest,) = await client.threads.get_history(a, limit=1)
+    assert latest["values"]["resilience"]["status"] == "success"
 
     # A partial result, finished through the retry route (a run of the server's queue).
     b = (await client.threads.create())["thread_id"]
