@@ -32,8 +32,10 @@ What each is for:
   `ERROR_HANDLER_PREFIX` and the node's name;
 - private callables: `coerce_to_runnable` and `RunnableCallable` (how LangGraph
   wraps a node, so a wrapped node behaves as LangGraph's own), `StateNodeSpec`
-  (a node's entry in ``StateGraph.nodes``), and `DeltaSnapshot` (a channel
-  value that `PostgresSaver.put` stores as a blob);
+  (a node's entry in ``StateGraph.nodes``), `DeltaSnapshot` (a channel
+  value that `PostgresSaver.put` stores as a blob), and `langgraph_config`
+  (LangGraph's ``ensure_config``: the config a run sees, with the configurable's
+  ``run_id`` copied into its metadata, which LangGraph's re-entry rule reads);
 - a compiled node's writers (the writes of its output and of the edges out of
   it): `hold_writes` makes a node whose output is a given marker write nothing
   and fire none of its edges (a step that did not run: `graph._drivers.NOT_RUN`);
@@ -57,6 +59,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph._internal import _constants
+from langgraph._internal._config import ensure_config as langgraph_config
 from langgraph._internal._runnable import RunnableCallable, coerce_to_runnable
 from langgraph.cache.base import BaseCache
 from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions
@@ -101,6 +104,7 @@ __all__ = [
     "TASK_ID_KEY",
     "coerce_to_runnable",
     "default_cache_policy",
+    "langgraph_config",
     "dump_pg_blobs",
     "dump_pg_writes",
     "hold_writes",

@@ -31,6 +31,7 @@ PAGES = {
     "langgraph_resilience.history": "history",
     "langgraph_resilience.checkpoint.archive": "archive",
     "langgraph_resilience.cli": "cli",
+    "langgraph_resilience.server": "server",
 }
 
 

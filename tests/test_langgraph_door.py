@@ -24,8 +24,8 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.runnables import RunnableConfig
+from langgraph._internal import _config, _runnable
 from langgraph._internal import _constants as lg
-from langgraph._internal import _runnable
 from langgraph.cache.memory import InMemoryCache
 from langgraph.checkpoint.base import EXCLUDED_METADATA_KEYS
 from langgraph.checkpoint.memory import InMemorySaver
@@ -80,6 +80,9 @@ def test_the_private_callables_are_langgraphs() -> None:
     assert door.RunnableCallable is _runnable.RunnableCallable
     assert isinstance(door.coerce_to_runnable(len, name="len", trace=False), door.RunnableCallable)
     assert door.DeltaSnapshot is serde_types._DeltaSnapshot
+    assert door.langgraph_config is _config.ensure_config
+    seen = door.langgraph_config({"configurable": {"run_id": "r-1"}})
+    assert seen["metadata"]["run_id"] == "r-1"  # what LangGraph's re-entry rule compares
     graph = StateGraph(_State)
     graph.add_node("a", lambda s: {})
     assert isinstance(graph.nodes["a"], door.StateNodeSpec)

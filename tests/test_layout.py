@@ -88,7 +88,7 @@ LAYERS = [
     {"graph"},
     {"worker"},
     {"effects", "history"},
-    {"agents", "testing"},
+    {"agents", "testing", "server"},
     {"cli"},
 ]
 MAX_ROOT_MODULES = 12

@@ -30,6 +30,7 @@ import langgraph_resilience.checkpoint._ledger as _ledger
 import langgraph_resilience.checkpoint._run_log as _run_log
 import langgraph_resilience.checkpoint._run_log_reads as _run_reads
 import langgraph_resilience.checkpoint._runs as _runs
+import langgraph_resilience.checkpoint._storage as _storage
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience.checkpoint._base import SaverState, check_thread_id
 from langgraph_resilience.checkpoint._events import RecoveryRecord, StoredAttempt
@@ -42,6 +43,7 @@ from langgraph_resilience.checkpoint._ledger import (
 )
 from langgraph_resilience.checkpoint._run_log_reads import Cursor, RunLogRecord
 from langgraph_resilience.checkpoint._runs import Blob, Fence, RunRecord
+from langgraph_resilience.checkpoint._storage import ThreadStorage
 from langgraph_resilience.checkpoint._store import Dialect, Row, Statements
 
 __all__ = [
@@ -69,6 +71,9 @@ class Store(Protocol):
 
     @property
     def _state(self) -> SaverState: ...
+
+    @property
+    def serde(self) -> Any: ...
 
 
 class SyncIO(Protocol):
@@ -446,6 +451,13 @@ class History(_Part):
         d = self._saver._dialect
         return self._io._query(lambda: _events.read_thread_attempts(d, thread_id))
 
+    def storage(self, thread_id: str) -> ThreadStorage:
+        """What one thread takes up: bytes per channel, checkpoints, writes, ledger rows."""
+        d, serde = self._saver._dialect, self._saver.serde
+        return self._io._query(
+            lambda: _storage.read_storage(d, thread_id, serde.loads_typed, serde.dumps_typed)
+        )
+
     def note_recovery(self, thread_id: str, key: str, kind: str, owner: str | None = None) -> None:
         """Store one recovery of a thread that leaves no write of its own (once per key)."""
         d = self._saver._dialect
@@ -508,6 +520,13 @@ class AsyncHistory(History, _AsyncPart):
         """Async twin of `History.attempts`."""
         d = self._saver._dialect
         return await self._saver._query(lambda: _events.read_thread_attempts(d, thread_id))
+
+    async def astorage(self, thread_id: str) -> ThreadStorage:
+        """Async twin of `History.storage`."""
+        d, serde = self._saver._dialect, self._saver.serde
+        return await self._saver._query(
+            lambda: _storage.read_storage(d, thread_id, serde.loads_typed, serde.dumps_typed)
+        )
 
     async def anote_recovery(
         self, thread_id: str, key: str, kind: str, owner: str | None = None

@@ -129,6 +129,14 @@ def _this_process(pid: int) -> str:  # keyed by pid: a forked child is another p
     return f"{_machine()}|{pid}|{_start(pid) or ''}"
 
 
+# Read at import, outside any event loop: an async side effect asks for them in
+# one, where the first read of /proc (``os.readlink``) would block it (LangGraph
+# Agent Server's ``langgraph dev`` fails such a call with a BlockingError).
+_machine()
+clock_id()
+_this_process(os.getpid())
+
+
 @contextmanager
 def executing(owner: str) -> Iterator[None]:
     """While the call of ``owner`` (an `executor_id` of this process) runs."""

@@ -32,6 +32,7 @@ __all__ = [
     "aexecute",
     "execute",
     "from_row",
+    "is_postgres",
     "select_list",
 ]
 
@@ -242,6 +243,13 @@ POSTGRES = Dialect(
     migration_lock="SELECT pg_advisory_xact_lock(hashtext('resilience_migrations'))",
     relax_commit="set_config('synchronous_commit', 'off', true) IS NOT NULL",
 )
+
+_PG_PREFIXES = ("postgres://", "postgresql://")
+
+
+def is_postgres(db: str) -> bool:
+    """A Postgres DSN (URL or ``key=value`` form) rather than a SQLite path."""
+    return db.startswith(_PG_PREFIXES) or ("=" in db and ("host=" in db or "dbname=" in db))
 
 
 # -- records from rows, by column name -------------------------------------------------

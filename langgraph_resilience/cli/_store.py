@@ -25,7 +25,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from langgraph_resilience.checkpoint import ResilientSaver
 from langgraph_resilience.checkpoint._schema import SCHEMA_VERSION, schema_version
-from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE, execute
+from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE, execute, is_postgres
 from langgraph_resilience.checkpoint._sums import StoreCheck, check_store
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.errors import ArchiveError, ConfigError, StoreUnavailable
@@ -58,7 +58,6 @@ __all__ = [
 DB_ENV = "LGR_DB"
 #: Names the store's cold tier (an `Archive` URL) for every subcommand.
 ARCHIVE_ENV = "LGR_ARCHIVE"
-_PG_PREFIXES = ("postgres://", "postgresql://")
 
 
 class CliError(Exception):
@@ -68,11 +67,6 @@ class CliError(Exception):
 def one_line(exc: BaseException | str) -> str:
     """An error's message on one line (psycopg and others span several)."""
     return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def is_postgres(db: str) -> bool:
-    """A Postgres DSN (URL or ``key=value`` form) rather than a SQLite path."""
-    return db.startswith(_PG_PREFIXES) or ("=" in db and ("host=" in db or "dbname=" in db))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -48,7 +48,12 @@ from langchain_core.runnables.config import ensure_config
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.types import Command, StateSnapshot
 
-from langgraph_resilience._langgraph import ERROR_CHANNEL, ERROR_SOURCE_CHANNEL, INTERRUPT_CHANNEL
+from langgraph_resilience._langgraph import (
+    ERROR_CHANNEL,
+    ERROR_SOURCE_CHANNEL,
+    INTERRUPT_CHANNEL,
+    langgraph_config,
+)
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.checkpoint._route_text import is_routed
 from langgraph_resilience.checkpoint._runs import FENCE_KEY, RunRecord
@@ -245,9 +250,13 @@ def unrecovered_steps(checkpoints: Iterable[CheckpointTuple]) -> list[str]:
 
 
 def _may_be_crash_resume(input: Any, config: RunnableConfig | None) -> str | None:
-    """The thread of a top-level resume without a `Worker` (``invoke(None)``), or
-    None. Nothing else is looked at: a new input or a Command costs nothing."""
-    if input is not None or not config or nested(config):
+    """The thread of a top-level resume without a `Worker`, or None: ``invoke(None)``,
+    or a re-entry into a run (its input again, under the run id the thread's latest
+    checkpoint carries: LangGraph resumes it, as the Agent Server's re-run of a run
+    whose worker died does). Nothing else is looked at: a Command costs nothing."""
+    if isinstance(input, Command) or not config or nested(config):
+        return None
+    if input is not None and _reentry_run(config) is None:
         return None
     configurable = config.get("configurable") or {}
     if FENCE_KEY in configurable or configurable.get("thread_id") is None:
@@ -257,10 +266,19 @@ def _may_be_crash_resume(input: Any, config: RunnableConfig | None) -> str | Non
     return str(configurable["thread_id"])
 
 
-def _crash_key(snapshot: StateSnapshot) -> str | None:
+def _reentry_run(config: RunnableConfig | None) -> str | None:
+    """The run id LangGraph matches against the latest checkpoint's: ``run_id`` of
+    the config's metadata, or of its configurable (LangGraph's config copies it)."""
+    found = (langgraph_config(config).get("metadata") or {}).get("run_id")
+    return str(found) if found else None
+
+
+def _crash_key(snapshot: StateSnapshot, input: Any, config: RunnableConfig | None) -> str | None:
     """A resume of a run left with steps to do and no interrupt: after a crash."""
     if not snapshot.next or snapshot.interrupts:
         return None
+    if input is not None and (snapshot.metadata or {}).get("run_id") != _reentry_run(config):
+        return None  # a new input: a new run, not a re-entry
     checkpoint = (snapshot.config.get("configurable") or {}).get("checkpoint_id")
     # os.urandom, not uuid4: a program seeding uuid4 must not see its ids shift.
     return f"crash:{checkpoint}:{os.urandom(6).hex()}"
@@ -278,7 +296,7 @@ def note_resume(graph: Any, input: Any, config: RunnableConfig | None) -> None:
     if thread is None or not isinstance(saver, ResilientSaver):
         return
     try:
-        key = _crash_key(graph.get_state(config))
+        key = _crash_key(graph.get_state(config), input, config)
         if key is not None:
             saver.history.note_recovery(thread, key, "crash", _host_pid())
     except Exception as exc:
@@ -293,7 +311,7 @@ async def anoted(
     saver = getattr(graph, "checkpointer", None)
     if thread is not None and isinstance(saver, AsyncResilientSaver):
         try:
-            key = _crash_key(await graph.aget_state(config))
+            key = _crash_key(await graph.aget_state(config), input, config)
             if key is not None:
                 await saver.history.anote_recovery(thread, key, "crash", _host_pid())
         except Exception as exc:

@@ -16,8 +16,8 @@ declares no destinations may be either: it is left to the re-run step's edges.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
@@ -29,7 +29,7 @@ from langgraph_resilience.graph._routes import PARTIAL_RESULT
 from langgraph_resilience.graph._task import EFFECT_SCOPE_KEY, RETRY_FAILED_KEY, nested_task
 from langgraph_resilience.telemetry._emit import recovery_event
 
-__all__ = ["aretry_failed", "innermost_node", "retry_failed"]
+__all__ = ["RetryPlan", "aretry_failed", "innermost_node", "retry_failed", "retry_plan"]
 
 
 def _to_retry(values: Mapping[str, Any], thread: str, step: str | None) -> list[Mapping[str, Any]]:
@@ -169,6 +169,50 @@ def _going_on(config: RunnableConfig) -> RunnableConfig:
         **config,
         "configurable": {**(config.get("configurable") or {}), RETRY_FAILED_KEY: True},
     }
+
+
+class RetryPlan(NamedTuple):
+    """What `retry_failed` would run, for a caller that runs it elsewhere (the
+    Agent Server's run API): the steps, the `Command`, and the keys to add to
+    the run's ``configurable`` (the failed step's effects keep their keys)."""
+
+    steps: list[Mapping[str, Any]]
+    command: Command[Any]
+    configurable: dict[str, Any]
+
+
+def retry_plan(
+    values: Mapping[str, Any],
+    thread_id: str,
+    *,
+    update: Mapping[str, Any] | None = None,
+    step: str | None = None,
+    due: Sequence[str] = (),
+) -> RetryPlan:
+    """`retry_failed`'s run, from the thread's state ``values``, without running it.
+
+    A step that failed inside a subgraph node is not planned here: it re-runs
+    in the subgraph's own namespace, which only `retry_failed` reaches.
+    ``due``: nodes that were due beside the failed step when the run stopped
+    short and that the re-run steps do not lead to (`not_run`, which needs the
+    compiled graph); without them only the failed steps and what their edges
+    lead to run.
+
+    Raises:
+        RunStateError: nothing to retry, or the step failed inside a subgraph.
+    """
+    steps = _to_retry(values, thread_id, step)
+    nested = [str(f.get("path")) for f in steps if "/" in str(f.get("path") or "")]
+    if nested:
+        raise RunStateError(
+            f"thread {thread_id!r}: step {nested[0]!r} failed inside a subgraph; re-run it "
+            "with retry_failed(graph, config) on the compiled graph, which re-enters "
+            "the subgraph at its own checkpoint"
+        )
+    scoped = _with_effect_scope({}, steps).get("configurable") or {}
+    return RetryPlan(
+        steps=steps, command=_retry_command(steps, update, list(due)), configurable=scoped
+    )
 
 
 def _require_compiled(graph: Any) -> None:

@@ -1,0 +1,214 @@
+"""`app`: the resilience views as LangGraph Agent Server custom routes.
+
+``langgraph.json``'s ``"http": {"app": "langgraph_resilience.server:app"}`` mounts
+these beside the server's own API (``"enable_custom_route_auth": true`` puts them
+behind the server's auth):
+
+- ``GET /resilience/runs`` (``?status=partial_complete&limit=50``): `alist_runs`;
+- ``GET /resilience/threads/{thread_id}/report`` (``?run=2``): `arun_report`;
+- ``GET /resilience/metrics`` (``?since=3600``, seconds back): `arecovery_metrics`;
+- ``GET /resilience/threads/{thread_id}/storage``: bytes per channel,
+  checkpoints, writes and ledger rows (the server's own ``/threads/{id}/storage``
+  answers 501 for a custom checkpointer);
+- ``POST /resilience/threads/{thread_id}/retry`` (JSON ``{"update": {...},
+  "step": "...", "assistant_id": "..."}``, all optional): `retry_failed`'s
+  command, sent as a new run through the server's own run API (the same app,
+  with the caller's headers), so it is queued, streamed and joined like any run;
+  answers 202 with the run.
+
+The app reads its own saver (`checkpointer`, ``LGR_DB``), opened by its lifespan
+on the server's event loop; every read is async. Errors are JSON
+``{"error": ..., "detail": ...}``: 404 for an unknown thread, 409 for a thread with
+nothing to retry, 400 for bad parameters.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import httpx
+from langgraph.types import Command, Send
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from langgraph_resilience.checkpoint import AsyncResilientSaver
+from langgraph_resilience.errors import ConfigError, RunStateError, UnknownThread
+from langgraph_resilience.graph._retry_failed import retry_plan
+from langgraph_resilience.history import alist_runs, arecovery_metrics, arun_report
+from langgraph_resilience.server._checkpointer import checkpointer
+from langgraph_resilience.telemetry._emit import recovery_event
+
+__all__ = ["app", "command_json"]
+
+Handler = Callable[[Request], Awaitable[JSONResponse]]
+# The caller's headers the retry's run request carries (the server's auth reads them).
+_FORWARDED = ("authorization", "x-api-key", "cookie")
+
+
+def _error(status: int, error: str, detail: str) -> JSONResponse:
+    return JSONResponse({"error": error, "detail": detail}, status_code=status)
+
+
+def _saver(request: Request) -> Any:
+    """The app's saver (an `AsyncResilientSaver`, opened by the lifespan)."""
+    saver: AsyncResilientSaver = request.app.state.resilience_saver
+    return saver
+
+
+def _guarded(handler: Handler) -> Handler:
+    """``handler``, with the library's errors as JSON answers."""
+
+    async def guarded(request: Request) -> JSONResponse:
+        try:
+            return await handler(request)
+        except UnknownThread as exc:
+            return _error(404, "unknown_thread", str(exc))
+        except RunStateError as exc:
+            return _error(409, "nothing_to_retry", str(exc))
+        except ConfigError as exc:
+            return _error(400, "bad_request", str(exc))
+
+    guarded.__name__ = handler.__name__
+    return guarded
+
+
+def _int(request: Request, name: str, default: int | None) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"?{name}= must be a whole number, got {raw!r}") from None
+
+
+async def runs(request: Request) -> JSONResponse:
+    statuses = request.query_params.getlist("status") or None
+    limit = _int(request, "limit", 100) or 100
+    found = await alist_runs(_saver(request), status=statuses, limit=limit)
+    return JSONResponse([r.to_dict() for r in found])
+
+
+async def report(request: Request) -> JSONResponse:
+    thread = request.path_params["thread_id"]
+    raw = request.query_params.get("run")
+    run: int | str | None = int(raw) if raw and raw.isdigit() else raw or None
+    found = await arun_report(_saver(request), thread, run=run)
+    return JSONResponse(found.to_dict())
+
+
+async def metrics(request: Request) -> JSONResponse:
+    since = _int(request, "since", None)
+    found = await arecovery_metrics(_saver(request), since=since)
+    return JSONResponse(found.to_dict())
+
+
+async def storage(request: Request) -> JSONResponse:
+    thread = request.path_params["thread_id"]
+    saver = _saver(request)
+    await saver.aget_tuple({"configurable": {"thread_id": thread}})  # restores an archived one
+    found = await saver.history.astorage(thread)
+    if found.empty:
+        raise UnknownThread(f"the store has no thread {thread!r}: no checkpoint, write or run")
+    return JSONResponse(found.to_dict())
+
+
+def command_json(command: Command[Any]) -> dict[str, Any]:
+    """A `Command` as the server's run API takes it (``command`` of a run request)."""
+    gotos = command.goto if isinstance(command.goto, (list, tuple)) else [command.goto]
+    goto = [{"node": g.node, "input": g.arg} if isinstance(g, Send) else g for g in gotos if g]
+    return {"goto": goto, "update": command.update}
+
+
+def _api(request: Request) -> httpx.AsyncClient:
+    """A client of the server's own API, in process, with the caller's headers."""
+    headers = {k: v for k, v in request.headers.items() if k.lower() in _FORWARDED}
+    transport = httpx.ASGITransport(app=request.app)
+    return httpx.AsyncClient(transport=transport, base_url="http://api", headers=headers)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise ConfigError(f"the retry body must be JSON, got {raw[:80]!r}: {exc}") from None
+    if not isinstance(body, dict) or set(body) - {"update", "step", "assistant_id"}:
+        raise ConfigError(
+            'the retry body takes {"update": {...}, "step": "path", "assistant_id": "..."}, '
+            f"all optional; got {str(body)[:120]}"
+        )
+    if body.get("update") is not None and not isinstance(body["update"], Mapping):
+        raise ConfigError(f"update must be an object of state keys, got {body['update']!r}")
+    return body
+
+
+async def _answer(api: httpx.AsyncClient, method: str, path: str, **kw: Any) -> Any:
+    reply = await api.request(method, path, **kw)
+    if reply.status_code == 404:
+        raise UnknownThread(f"the server has no thread at {path}: {reply.text[:200]}")
+    reply.raise_for_status()
+    return reply.json()
+
+
+async def retry(request: Request) -> JSONResponse:
+    thread = request.path_params["thread_id"]
+    body = await _body(request)
+    async with _api(request) as api:
+        try:
+            state = await _answer(api, "GET", f"/threads/{thread}/state")
+            plan = retry_plan(
+                state.get("values") or {}, thread, update=body.get("update"), step=body.get("step")
+            )
+            assistant = body.get("assistant_id") or await _assistant_of(api, thread)
+            recovery_event("retry_failed", thread, [str(f.get("path")) for f in plan.steps], None)
+            payload = {
+                "assistant_id": assistant,
+                "command": command_json(plan.command),
+                "config": {"configurable": plan.configurable},
+            }
+            reply = await api.post(f"/threads/{thread}/runs", json=payload)
+        except httpx.HTTPStatusError as exc:
+            return _error(exc.response.status_code, "server_refused", exc.response.text[:500])
+    if reply.status_code >= 400:
+        return _error(reply.status_code, "server_refused", reply.text[:500])
+    return JSONResponse(reply.json(), status_code=202)
+
+
+async def _assistant_of(api: httpx.AsyncClient, thread: str) -> str:
+    """The assistant (or graph) the thread last ran."""
+    found = await _answer(api, "GET", f"/threads/{thread}")
+    metadata = found.get("metadata") or {}
+    assistant = metadata.get("assistant_id") or metadata.get("graph_id")
+    if not assistant:
+        raise ConfigError(
+            f"thread {thread!r} names no assistant it ran: pass "
+            '{"assistant_id": "..."} in the retry body'
+        )
+    return str(assistant)
+
+
+@asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    async with AsyncExitStack() as stack:
+        app.state.resilience_saver = await stack.enter_async_context(checkpointer())
+        yield
+
+
+app = Starlette(
+    routes=[
+        Route("/resilience/runs", _guarded(runs), methods=["GET"]),
+        Route("/resilience/metrics", _guarded(metrics), methods=["GET"]),
+        Route("/resilience/threads/{thread_id}/report", _guarded(report), methods=["GET"]),
+        Route("/resilience/threads/{thread_id}/storage", _guarded(storage), methods=["GET"]),
+        Route("/resilience/threads/{thread_id}/retry", _guarded(retry), methods=["POST"]),
+    ],
+    lifespan=_lifespan,
+)
