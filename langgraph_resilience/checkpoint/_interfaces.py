@@ -22,8 +22,8 @@ other threads: the heartbeat that renews a claim, a sync node under
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 import langgraph_resilience.checkpoint._events as _events
 import langgraph_resilience.checkpoint._ledger as _ledger
@@ -32,7 +32,7 @@ import langgraph_resilience.checkpoint._run_log_reads as _run_reads
 import langgraph_resilience.checkpoint._runs as _runs
 import langgraph_resilience.checkpoint._storage as _storage
 from langgraph_resilience._store_errors import is_store_error
-from langgraph_resilience.checkpoint._base import SaverState, check_thread_id
+from langgraph_resilience.checkpoint._base import check_thread_id
 from langgraph_resilience.checkpoint._events import RecoveryRecord, StoredAttempt
 from langgraph_resilience.checkpoint._ledger import (
     AttemptKey,
@@ -41,6 +41,9 @@ from langgraph_resilience.checkpoint._ledger import (
     IntentClaim,
     OutcomeFields,
 )
+from langgraph_resilience.checkpoint._parts import AsyncPart as _AsyncPart
+from langgraph_resilience.checkpoint._parts import AsyncStore, SyncStore
+from langgraph_resilience.checkpoint._parts import Part as _Part
 from langgraph_resilience.checkpoint._run_log_reads import Cursor, RunLogRecord
 from langgraph_resilience.checkpoint._runs import Blob, Fence, RunRecord
 from langgraph_resilience.checkpoint._storage import ThreadStorage
@@ -60,73 +63,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Make = Callable[[], Statements[T]]
-
-
-class Store(Protocol):
-    """What an interface reads of its saver."""
-
-    @property
-    def _dialect(self) -> Dialect: ...
-
-    @property
-    def _state(self) -> SaverState: ...
-
-    @property
-    def serde(self) -> Any: ...
-
-
-class SyncIO(Protocol):
-    def _write(self, statements: Make[T], **options: Any) -> T: ...
-
-    def _query(self, statements: Make[T]) -> T: ...
-
-
-class SyncStore(Store, SyncIO, Protocol):
-    """A sync saver, as its interfaces use it."""
-
-
-class AsyncStore(Store, Protocol):
-    """An async saver, as its interfaces use it."""
-
-    async def _write(self, statements: Make[T], **options: Any) -> T: ...
-
-    async def _query(self, statements: Make[T]) -> T: ...
-
-    def _bridge(self, coro: Coroutine[Any, Any, T]) -> T: ...
-
-
-class Bridge:
-    """The sync I/O of an async saver: a statement runs on the saver's event loop,
-    called from another thread."""
-
-    __slots__ = ("_saver",)
-
-    def __init__(self, saver: AsyncStore) -> None:
-        self._saver = saver
-
-    def _write(self, statements: Make[T], **options: Any) -> T:
-        return self._saver._bridge(self._saver._write(statements, **options))
-
-    def _query(self, statements: Make[T]) -> T:
-        return self._saver._bridge(self._saver._query(statements))
-
-
-class _Part:
-    __slots__ = ("_io", "_saver")
-
-    def __init__(self, saver: SyncStore) -> None:
-        self._saver: Store = saver
-        self._io: SyncIO = saver
-
-
-class _AsyncPart(_Part):
-    __slots__ = ()
-    _saver: AsyncStore
-
-    def __init__(self, saver: AsyncStore) -> None:
-        self._saver = saver
-        self._io = Bridge(saver)
 
 
 # -- side effects --------------------------------------------------------------------------
