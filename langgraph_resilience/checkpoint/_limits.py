@@ -27,6 +27,7 @@ from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
 
 __all__ = [
     "Admission",
+    "window",
     "AsyncLimits",
     "LimitAsk",
     "LimitRow",
@@ -36,6 +37,14 @@ __all__ = [
     "release",
     "renew",
 ]
+
+
+def window(per: float) -> float:
+    """How long a start counts against a rate of ``per`` seconds: ``per`` and a
+    guard (2.5%, at most 25 ms) for the moment between a try's admission and
+    its start, so the starts the tries see keep to the rate too (the Postgres
+    function computes the same)."""
+    return per + min(0.025, per * 0.025)
 
 
 class LimitAsk(NamedTuple):
@@ -188,7 +197,7 @@ def _sqlite_acquire(
         if ask.rate:
             yield Stmt(
                 d.sql(f"DELETE FROM {LIMIT_STARTS.name} WHERE name = ? AND at <= ?"),
-                (ask.name, now - ask.per),
+                (ask.name, now - window(ask.per)),
             )
             count, oldest = (
                 yield Stmt(
@@ -198,7 +207,7 @@ def _sqlite_acquire(
                 )
             )[0]
             if int(count) >= ask.rate:
-                return Admission("rate", float(oldest) + ask.per - now, ask.name, stored)
+                return Admission("rate", float(oldest) + window(ask.per) - now, ask.name, stored)
     for ask in asks:
         if ask.rate:
             yield Stmt(

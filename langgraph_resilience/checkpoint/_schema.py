@@ -277,6 +277,9 @@ END $$"""
 # live holds (dropping those of ``p_dead`` holders and run-out leases) or a
 # full rate window (dropping starts older than the window); admitted by all,
 # store a start and a hold for each. 0 stands for "no bound" in the arrays.
+# A rate's window is kept a guard longer than ``per`` (2.5%, at most 25 ms;
+# `_limits.window`), so that the starts the tries see, each a moment after its
+# admission, also keep to the rate.
 _PG_LIMIT_ACQUIRE = """
 CREATE OR REPLACE FUNCTION resilience_limit_acquire(
     p_names TEXT[], p_concurrency INTEGER[], p_rate INTEGER[], p_per DOUBLE PRECISION[],
@@ -331,12 +334,12 @@ BEGIN
         END IF;
         IF l_rate IS NOT NULL THEN
             DELETE FROM resilience_limit_starts s WHERE s.name = p_names[i]
-                AND s.at <= now_ - l_per;
+                AND s.at <= now_ - l_per - least(0.025, l_per * 0.025);
             SELECT count(*), min(s.at) INTO n, oldest
                 FROM resilience_limit_starts s WHERE s.name = p_names[i];
             IF n >= l_rate THEN
-                RETURN QUERY SELECT oldest + l_per - now_, 'rate'::text, p_names[i],
-                    l_conc, l_rate, l_per, NULL::text[];
+                RETURN QUERY SELECT oldest + l_per + least(0.025, l_per * 0.025) - now_,
+                    'rate'::text, p_names[i], l_conc, l_rate, l_per, NULL::text[];
                 RETURN;
             END IF;
         END IF;
