@@ -272,14 +272,14 @@ BEGIN
     END IF;
 END $$"""
 
-# Postgres acquires limits in one round trip: for each (sorted) name, create
-# the limit or lock its row, refuse on other numbers, a pause, a full set of
-# live holds (dropping those of ``p_dead`` holders and run-out leases) or a
-# full rate window (dropping starts older than the window); admitted by all,
-# store a start and a hold for each. 0 stands for "no bound" in the arrays.
-# A rate's window is kept a guard longer than ``per`` (2.5%, at most 25 ms;
-# `_limits.window`), so that the starts the tries see, each a moment after its
-# admission, also keep to the rate.
+# Postgres acquires limits in one round trip: for each (sorted) name, take the
+# limit's lock (advisory, per transaction), create or read the limit, refuse on
+# other numbers, a pause, a full set of live holds (dropping those of ``p_dead``
+# holders and run-out leases) or a full rate window (dropping starts older than
+# the window); admitted by all, store a start and a hold for each. 0 stands for
+# "no bound" in the arrays. A rate's window is kept a guard longer than ``per``
+# (2.5%, at most 25 ms; `_limits.window`), so that the starts the tries see,
+# each a moment after its admission, also keep to the rate.
 _PG_LIMIT_ACQUIRE = """
 CREATE OR REPLACE FUNCTION resilience_limit_acquire(
     p_names TEXT[], p_concurrency INTEGER[], p_rate INTEGER[], p_per DOUBLE PRECISION[],
@@ -300,15 +300,23 @@ DECLARE
     oldest DOUBLE PRECISION;
     hs TEXT[];
 BEGIN
+    -- A hold or start lost with the server's last moments is a try's slot for one
+    -- crash: not worth a WAL flush per try (releases are relaxed the same way).
+    PERFORM set_config('synchronous_commit', 'off', true);
     IF p_waited > 0 THEN
         UPDATE resilience_limits l SET waited = l.waited + p_waited WHERE l.name = p_blamed;
     END IF;
     FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
-        INSERT INTO resilience_limits (name, concurrency, rate, per, waited, created_at)
-        VALUES (p_names[i], nullif(p_concurrency[i], 0), nullif(p_rate[i], 0), p_per[i], 0, now_)
-        ON CONFLICT DO NOTHING;
+        -- One acquirer of a limit at a time (a lock, not a row write).
+        PERFORM pg_advisory_xact_lock(hashtext('resilience_limit'), hashtext(p_names[i]));
         SELECT l.concurrency, l.rate, l.per, l.paused_until INTO l_conc, l_rate, l_per, l_paused
-            FROM resilience_limits l WHERE l.name = p_names[i] FOR UPDATE;
+            FROM resilience_limits l WHERE l.name = p_names[i];
+        IF NOT FOUND THEN
+            INSERT INTO resilience_limits (name, concurrency, rate, per, waited, created_at)
+            VALUES (p_names[i], nullif(p_concurrency[i], 0), nullif(p_rate[i], 0), p_per[i], 0,
+                now_)
+            RETURNING concurrency, rate, per, paused_until INTO l_conc, l_rate, l_per, l_paused;
+        END IF;
         IF l_conc IS DISTINCT FROM nullif(p_concurrency[i], 0)
             OR l_rate IS DISTINCT FROM nullif(p_rate[i], 0)
             OR (l_rate IS NOT NULL AND l_per IS DISTINCT FROM p_per[i]) THEN

@@ -51,7 +51,6 @@ class Held:
     pausing: tuple[str, ...]
     waited: float = 0.0
     io: Any = None  # the saver's limits interface, for the release
-    beat: Any = None  # the lease renewal while the try runs
     done: bool = field(default=False)
 
 

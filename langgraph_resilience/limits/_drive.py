@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,6 +24,8 @@ from langgraph_resilience.checkpoint._process import process_id
 from langgraph_resilience.errors import ConfigError, LimitBusy
 from langgraph_resilience.limits._admit import Admit, Held, Nap, Release, admission, asks_of
 from langgraph_resilience.telemetry._emit import emit
+
+logger = logging.getLogger("langgraph_resilience")
 
 __all__ = ["LEASE", "admit_async", "admit_sync", "limits_io", "release_async", "release_sync"]
 
@@ -52,10 +55,40 @@ def _held(op: Admit, io: Limits, hold: str) -> Held:
     )
 
 
+#: The holds of this process whose tries run, renewed together every third of
+#: `LEASE` by one heartbeat (a try adds and removes itself: no thread woken).
+_live: dict[str, Limits] = {}
+_live_lock = threading.Lock()
+_beat: list[Any] = []
+
+
+def _after_fork() -> None:  # a child holds none of its parent's slots
+    global _live_lock
+    _live_lock = threading.Lock()
+    _live.clear()
+    _beat.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def _renew_live() -> bool:
+    with _live_lock:
+        live = list(_live.items())
+    for hold, io in live:
+        try:
+            io.renew(hold, LEASE)
+        except Exception as exc:  # the next beat tries again; the lease has time left
+            logger.warning("could not renew a shared limit's hold: %s", exc)
+    return True
+
+
 def _renewing(held: Held) -> None:
     if held.holding:
-        io, hold = held.io, held.hold
-        held.beat = every(LEASE / 3, lambda: bool(io.renew(hold, LEASE)))
+        with _live_lock:
+            _live[held.hold] = held.io
+            if not _beat or _beat[0] != os.getpid():
+                _beat[:] = [os.getpid(), every(LEASE / 3, _renew_live)]
 
 
 def _told(name: str, op: Admit, held: Held | LimitBusy, waited: float) -> None:
@@ -158,8 +191,9 @@ def _letting_go(op: Release) -> tuple[tuple[str, ...], float | None] | None:
     if held.done:
         return None
     held.done = True
-    if held.beat is not None:
-        held.beat.stop()
+    if held.holding:
+        with _live_lock:
+            _live.pop(held.hold, None)
     pause = op.pause if op.pause and op.pause > 0 and held.pausing else None
     if pause is not None:
         emit(
