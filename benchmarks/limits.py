@@ -8,11 +8,11 @@ What it measures, per store (SQLite file, Postgres database):
   the starts after the first window, divided by the time from the first start
   to the last, against ``RATE`` is the share of the limit the fleet got
   (target >= 0.9);
-- cost per try: a one-node graph invoked over and over with the node under an
-  uncontended ``Limit`` (a rate-only one: one acquire; a concurrency one: an
-  acquire and a release) and with no limit, interleaved in one process,
-  medians over repeats; the difference per try is in units of one store round
-  trip on the same saver (Postgres: one pipelined statement, as the acquire is;
+- cost per try: what an uncontended ``Limit`` adds to a try, its admission and
+  release as the try loop's driver runs them (a rate-only limit: one acquire; a
+  concurrency one: an acquire and a release), interleaved in one process with
+  the units, medians over repeats; in units of one store round trip on the
+  same saver (Postgres: one pipelined statement, as the acquire is;
   SQLite: one transaction), beside a committed one-row write (its disk flush
   included; the limit's acquire and release commit without waiting for it).
 
@@ -38,19 +38,17 @@ from typing import Any
 
 from _pg import postgres_db, server_dsn
 
-from langgraph_resilience import Limit, NodePolicy, ResilientState, ResilientStateGraph
+from langgraph_resilience import Limit
 from langgraph_resilience.checkpoint._store import Stmt
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.limits._admit import Admit, Held, Release
+from langgraph_resilience.limits._drive import admit_sync, release_sync
 
 ROOT = Path(__file__).parent.parent
 WORKER = ROOT / "tests" / "limit_worker.py"
 RATE = 20
 INVOKES = 100
-
-
-class State(ResilientState, total=False):
-    n: int
 
 
 def throughput(backend: str, target: str, tries: int) -> dict[str, float]:
@@ -75,14 +73,6 @@ def throughput(backend: str, target: str, tries: int) -> dict[str, float]:
     span = starts[-1] - starts[0]
     got = (len(starts) - RATE) / span
     return {"tries": len(starts), "seconds": span, "per_second": got, "of_limit": got / RATE}
-
-
-def graph_of(saver: Any, policy: NodePolicy) -> Any:
-    g = ResilientStateGraph(State)
-    g.add_node("work", lambda state: {"n": 1}, policy=policy)
-    g.set_entry_point("work")
-    g.set_finish_point("work")
-    return g.compile(checkpointer=saver)
 
 
 def timed(fn: Callable[[], Any], n: int) -> float:
@@ -112,42 +102,45 @@ def round_trip(saver: Any, sql: str = "SELECT 1") -> None:
 
 
 def cost(saver: Any, repeats: int) -> dict[str, float]:
-    """Seconds per try an uncontended limit adds, and one store round trip."""
+    """Seconds an uncontended limit costs a try (its admission and release, as the
+    try loop's driver runs them), beside one store round trip and a committed write."""
     tag = uuid.uuid4().hex[:8]
 
     def scratch() -> Any:
         yield Stmt(_SCRATCH)
 
     saver._write(scratch)
-    graphs = {
-        "none": graph_of(saver, NodePolicy()),
+    limits = {
         # Uncontended: never refused; its window holds the last 0.1 s of starts.
-        "rate": graph_of(saver, NodePolicy(limits=[Limit(f"r-{tag}", rate=10**6, per=0.1)])),
-        "concurrency": graph_of(saver, NodePolicy(limits=[Limit(f"c-{tag}", concurrency=10**6)])),
+        "rate": Limit(f"r-{tag}", rate=10**6, per=0.1),
+        "concurrency": Limit(f"c-{tag}", concurrency=10**6),
     }
-    runs: dict[str, list[float]] = {k: [] for k in [*graphs, "round_trip", "write"]}
-    for r in range(repeats + 1):
-        for kind, graph in graphs.items():
-            threads = iter(f"{kind}-{r}-{n}" for n in range(INVOKES))
-            spent = timed(
-                lambda graph=graph, threads=threads: graph.invoke(
-                    {"n": 0}, {"configurable": {"thread_id": next(threads)}}
-                ),
-                INVOKES,
-            )
-            runs[kind].append(spent)
-        runs["round_trip"].append(timed(lambda: round_trip(saver), INVOKES))
-        runs["write"].append(timed(lambda: round_trip(saver, _BUMP), INVOKES))
+
+    def one_try(limit: Limit) -> None:
+        held = admit_sync(saver, "bench", Admit([limit], 60.0))
+        assert isinstance(held, Held)
+        release_sync(Release(held))
+
+    ops: dict[str, Callable[[], Any]] = {
+        **{kind: (lambda limit=limit: one_try(limit)) for kind, limit in limits.items()},
+        "round_trip": lambda: round_trip(saver),
+        "write": lambda: round_trip(saver, _BUMP),
+    }
+    runs: dict[str, list[float]] = {k: [] for k in ops}
+    for _ in range(repeats + 1):
+        for kind, op in ops.items():
+            runs[kind].append(timed(op, INVOKES))
     med = {k: statistics.median(v[1:]) for k, v in runs.items()}  # the first run warms up
     unit = med["round_trip"]
     return {
         "round_trip_ms": unit * 1e3,
         "committed_write_ms": med["write"] * 1e3,
-        "try_ms_no_limit": med["none"] * 1e3,
-        "rate_limit_added_ms": (med["rate"] - med["none"]) * 1e3,
-        "rate_limit_in_round_trips": (med["rate"] - med["none"]) / unit,
-        "concurrency_limit_added_ms": (med["concurrency"] - med["none"]) * 1e3,
-        "concurrency_limit_in_round_trips": (med["concurrency"] - med["none"]) / unit,
+        "rate_limit_ms": med["rate"] * 1e3,
+        "rate_limit_in_round_trips": med["rate"] / unit,
+        "rate_limit_in_writes": med["rate"] / med["write"],
+        "concurrency_limit_ms": med["concurrency"] * 1e3,
+        "concurrency_limit_in_round_trips": med["concurrency"] / unit,
+        "concurrency_limit_in_writes": med["concurrency"] / med["write"],
     }
 
 
@@ -185,12 +178,13 @@ def main() -> None:
             f"{t['per_second']:.1f}/s of {RATE}/s = {t['of_limit']:.2f} of the limit"
         )
         print(
-            f"{'':8}  per try: no limit {c['try_ms_no_limit']:.2f} ms; rate limit "
-            f"+{c['rate_limit_added_ms']:.2f} ms = {c['rate_limit_in_round_trips']:.2f} round "
-            f"trips; concurrency limit +{c['concurrency_limit_added_ms']:.2f} ms = "
-            f"{c['concurrency_limit_in_round_trips']:.2f} round trips "
-            f"(one round trip {c['round_trip_ms']:.2f} ms; a committed one-row write "
-            f"{c['committed_write_ms']:.2f} ms)"
+            f"{'':8}  per try: rate limit {c['rate_limit_ms']:.3f} ms = "
+            f"{c['rate_limit_in_round_trips']:.2f} round trips = "
+            f"{c['rate_limit_in_writes']:.2f} committed writes; concurrency limit "
+            f"{c['concurrency_limit_ms']:.3f} ms = {c['concurrency_limit_in_round_trips']:.2f} "
+            f"round trips = {c['concurrency_limit_in_writes']:.2f} committed writes (one round "
+            f"trip {c['round_trip_ms']:.3f} ms, a committed one-row write "
+            f"{c['committed_write_ms']:.3f} ms)"
         )
 
 
