@@ -287,3 +287,35 @@ def test_the_tables_match_their_definitions(store: tuple[str, str]) -> None:
         saver_of(backend, target, stack)
     for table in (LIMITS, LIMIT_HOLDS, LIMIT_STARTS):
         assert live_columns(backend, target, table.name) == list(table.names)
+
+
+async def test_an_agents_model_call_under_a_limit_pauses_it_on_a_429(
+    checkpointer: Any, tmp_path: Path
+) -> None:
+    pytest.importorskip("langchain.agents")
+    import asyncio
+
+    from agent_worker import PLAN, ScriptedModel, research_agent
+    from test_agents import QUESTION, RateLimited, cfg
+
+    from langgraph_resilience.limits import alimit_states
+
+    limit = Limit(name(), concurrency=1)
+    model = ScriptedModel(plan=PLAN, errors=[RateLimited("0.3")], calls=[])
+    agent = research_agent(
+        checkpointer.saver,
+        tmp_path,
+        chat_model=model,
+        sleep=time.sleep,
+        asleep=asyncio.sleep,
+        model=CallPolicy(retry=Backoff(max_attempts=3, initial_interval=0.01), limits=[limit]),
+    )
+    out = await checkpointer.invoke(agent, QUESTION, cfg())
+    assert out["messages"][-1].content == "Report sent."
+    if checkpointer.is_async:
+        found = await alimit_states(checkpointer.saver)
+    else:
+        found = await asyncio.to_thread(limit_states, checkpointer.saver)
+    (state,) = [s for s in found if s.name == limit.name]
+    assert state.pause_reason is not None and "429" in state.pause_reason
+    assert state.holders == ()  # every call let go of its slot
