@@ -319,3 +319,25 @@ async def test_an_agents_model_call_under_a_limit_pauses_it_on_a_429(
     (state,) = [s for s in found if s.name == limit.name]
     assert state.pause_reason is not None and "429" in state.pause_reason
     assert state.holders == ()  # every call let go of its slot
+
+
+def test_the_command_shows_each_limits_holders_rate_and_pause(
+    store: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from langgraph_resilience.cli import main
+
+    backend, target = store
+    limit = Limit(name(), concurrency=2, rate=10, per=60)
+    with ExitStack() as stack:
+        saver = saver_of(backend, target, stack)
+        held = admit_sync(saver, "a", Admit([limit], 1.0))
+        pause(saver, Limit(limit.name, concurrency=2, rate=10, per=60), 120)
+        capsys.readouterr()
+        assert main(["limits", "--db", target, "--json"]) == 0
+        (shown,) = [s for s in json.loads(capsys.readouterr().out) if s["name"] == limit.name]
+        assert main(["limits", "--db", target]) == 0
+        table = capsys.readouterr().out
+        assert isinstance(held, Held)
+        release_sync(Release(held))
+    assert len(shown["holders"]) == 1 and shown["starts"] == 2 and shown["paused_for"] > 100
+    assert limit.name in table and "1/2" in table and "2/10 per 60 s" in table
