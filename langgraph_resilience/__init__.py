@@ -42,7 +42,7 @@ from langgraph_resilience.history._metrics import (
     recovery_metrics,
 )
 from langgraph_resilience.history._report import RunReport, arun_report, run_report
-from langgraph_resilience.policy import Attempt, Backoff, NodePolicy
+from langgraph_resilience.policy import Attempt, Backoff, Limit, NodePolicy
 from langgraph_resilience.state import ResilientState, RunOutcome
 from langgraph_resilience.worker._worker import Worker
 
@@ -63,6 +63,7 @@ __all__ = [
     "EffectOutcomeUnknown",
     "FailureKind",
     "LeaseLost",
+    "Limit",
     "NodePolicy",
     "PermanentError",
     "RecoveryMetrics",

@@ -20,9 +20,11 @@ catching LangGraph's or the database driver's::
     │   └── UnknownThread      a report or a run list names a thread or run the
     │                          store does not have (also a LookupError)
     ├── EffectOutcomeUnknown   a side effect's intent has no recorded outcome
-    └── EffectInFlight         another executor holds a live claim on a side effect
-                               (also a TransientError: the node retries, and
-                               replays the outcome once it is recorded)
+    ├── EffectInFlight         another executor holds a live claim on a side effect
+    │                          (also a TransientError: the node retries, and
+    │                          replays the outcome once it is recorded)
+    └── LimitBusy              a shared `Limit` did not admit a try within its
+                               ``Backoff.max_wait`` (also a TransientError)
 
 Node code raises these to state how its failure should be handled (see
 `langgraph_resilience.classify`); they are not the library's own errors::
@@ -78,6 +80,7 @@ __all__ = [
     "EffectInFlight",
     "EffectOutcomeUnknown",
     "LeaseLost",
+    "LimitBusy",
     "NodeFailure",
     "PermanentError",
     "RecoveryFailed",
@@ -322,6 +325,22 @@ class EffectInFlight(ResilienceError, TransientError):
         super().__init__(message, retry_after=wait)
         self.idempotency_key = idempotency_key
         self.owner = owner
+
+
+class LimitBusy(ResilienceError, TransientError):
+    """A shared `Limit` did not admit a try within its policy's ``Backoff.max_wait``:
+    the try failed without running.
+
+    A `TransientError`: retried with backoff; when the limit says how long it
+    would take (paused after a ``Retry-After``, or its rate), that wait is the
+    ``retry_after``, so under a `Worker` a longer one releases the run until then.
+    Attributes: ``limit`` (its name), ``why`` (``paused``, ``full`` or ``rate``).
+    """
+
+    def __init__(self, message: str, *, limit: str, why: str, wait: float | None) -> None:
+        super().__init__(message, retry_after=wait)
+        self.limit = limit
+        self.why = why
 
 
 class RecoveryFailed(AssertionError):

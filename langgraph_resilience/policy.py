@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
@@ -11,7 +11,7 @@ from typing import Any, Literal
 from langgraph_resilience.classify import Classifier, FailureKind
 from langgraph_resilience.errors import ConfigError
 
-__all__ = ["Attempt", "Backoff", "NodePolicy", "Seconds"]
+__all__ = ["Attempt", "Backoff", "Limit", "NodePolicy", "Seconds", "limits_of"]
 
 Seconds = float | timedelta
 Jitter = Literal["full", "none"]
@@ -108,6 +108,100 @@ class Backoff:
         return cap * rand if self.jitter == "full" else cap
 
 
+_LIMIT_NAME_MAX = 200
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A limit kept in the store, shared by every process on it (`langgraph_resilience.limits`).
+
+    ``NodePolicy(limits=[...])`` holds it around each try of a node,
+    ``CallPolicy(limits=[...])`` around each model or tool call of an agent.
+    A try waits for it at most its policy's ``Backoff.max_wait``.
+
+    Args:
+        name: the limit's name in the store; every process that names it shares it.
+        concurrency: at most this many tries hold the limit at once, across all
+            processes (None: no such bound). A crashed holder's slot is free at
+            once for processes on its machine, elsewhere when its lease runs out.
+        rate: at most this many tries start in any window of ``per`` seconds,
+            across all processes (None: no such bound).
+        per: the rate's window, seconds or timedelta (> 0).
+        pause_on_retry_after: a try that fails with a ``Retry-After`` (or
+            ``retry_after=``) while holding the limit pauses the limit for every
+            process until then.
+
+    Example:
+        >>> Limit("search-api", concurrency=8, rate=500, per=60)
+        Limit(name='search-api', concurrency=8, rate=500, per=60.0, pause_on_retry_after=True)
+    """
+
+    name: str
+    concurrency: int | None = field(default=None, kw_only=True)
+    rate: int | None = field(default=None, kw_only=True)
+    per: Seconds = field(default=1.0, kw_only=True)
+    pause_on_retry_after: bool = field(default=True, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip() or "\x00" in self.name:
+            raise ConfigError(f"a Limit's name must be a non-empty str, got {self.name!r}")
+        if len(self.name) > _LIMIT_NAME_MAX:
+            raise ConfigError(f"a Limit's name is at most {_LIMIT_NAME_MAX} characters long")
+        for what in ("concurrency", "rate"):
+            value = getattr(self, what)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ConfigError(
+                    f"Limit {self.name!r}: {what} must be an int >= 1 or None (no bound), got "
+                    f"{value!r}" + (" (0 would admit nothing: leave it None)" if value == 0 else "")
+                )
+        if self.concurrency is None and self.rate is None:
+            raise ConfigError(
+                f"Limit {self.name!r} bounds nothing: give concurrency= (tries at once) "
+                "and/or rate= with per= (tries started per window of seconds)"
+            )
+        if self.per is None:
+            raise ConfigError(
+                f"Limit {self.name!r}: per must be the rate's window in seconds (e.g. "
+                "rate=500, per=60 for 500 a minute), got None"
+            )
+        per = _seconds("per", self.per)
+        if per <= 0:
+            raise ConfigError(f"Limit {self.name!r}: per must be seconds > 0, got {self.per!r}")
+        object.__setattr__(self, "per", per)
+        if not isinstance(self.pause_on_retry_after, bool):
+            raise ConfigError(
+                f"Limit {self.name!r}: pause_on_retry_after must be True or False, "
+                f"got {self.pause_on_retry_after!r}"
+            )
+
+    @property
+    def numbers(self) -> tuple[int | None, int | None, float | None]:
+        """What two processes naming the limit must agree on (``per`` only with a rate)."""
+        return (self.concurrency, self.rate, float(self.per) if self.rate else None)  # type: ignore[arg-type]
+
+
+def limits_of(where: str, limits: object) -> tuple[Limit, ...]:
+    """A policy's ``limits=``, checked: `Limit` objects, each name once."""
+    if limits is None:
+        return ()
+    if isinstance(limits, (str, Limit)) or not isinstance(limits, (list, tuple)):
+        raise ConfigError(
+            f"{where} limits must be a list of langgraph_resilience.Limit, e.g. "
+            f'limits=[Limit("search-api", concurrency=8)]; got {limits!r}'
+        )
+    found = tuple(limits)
+    wrong = [x for x in found if not isinstance(x, Limit)]
+    if wrong:
+        raise ConfigError(f"{where} limits must hold Limit objects only, got {wrong[0]!r}")
+    names = [x.name for x in found]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"{where} limits name {twice[0]!r} twice; give each limit once")
+    return found
+
+
 @dataclass(frozen=True, kw_only=True)
 class Attempt:
     """What a node sees of its own retries, through `current_attempt()`.
@@ -161,6 +255,8 @@ class NodePolicy:
         timeout: seconds (or timedelta) one try of an async node may take; a try
             that takes longer fails as TRANSIENT.
         classifier: rules of this node in front of the default ones.
+        limits: shared `Limit` objects held around each try (waiting for them is
+            bounded by ``retry``'s ``max_wait``).
 
     Example:
         >>> from langgraph_resilience import Backoff, NodePolicy
@@ -177,8 +273,10 @@ class NodePolicy:
     compress: Callable[[Any], Mapping[str, Any]] | None = None
     timeout: Seconds | None = None
     classifier: Classifier | None = None
+    limits: Sequence[Limit] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "limits", limits_of("NodePolicy", self.limits))
         if self.retry is not None and not isinstance(self.retry, Backoff):
             raise ConfigError(f"retry must be a Backoff or None, got {self.retry!r}")
         if self.fallback is not None and (not isinstance(self.fallback, str) or not self.fallback):

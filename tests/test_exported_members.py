@@ -32,6 +32,7 @@ MODULES = [
     "langgraph_resilience.checkpoint.postgres.aio",
     "langgraph_resilience.checkpoint.archive",
     "langgraph_resilience.history",
+    "langgraph_resilience.limits",
     "langgraph_resilience.testing",
 ]
 
@@ -44,6 +45,7 @@ TOP_LEVEL = {
     "Classification",
     "Classifier",
     "FailureKind",
+    "Limit",
     "NodePolicy",
     "RecoveryMetrics",
     "ResilientState",

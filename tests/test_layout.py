@@ -85,6 +85,7 @@ CORE = {
 LAYERS = [
     {"telemetry"},
     {"checkpoint"},
+    {"limits"},
     {"graph"},
     {"worker"},
     {"effects", "history"},

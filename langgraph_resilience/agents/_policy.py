@@ -9,14 +9,14 @@ as a graph node's are.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.effects._steps import EFFECT_LEASE, EffectSpec, OnUnknown
 from langgraph_resilience.errors import ConfigError
-from langgraph_resilience.policy import Backoff, NodePolicy
+from langgraph_resilience.policy import Backoff, Limit, NodePolicy, limits_of
 
 __all__ = ["CallPolicy", "OnFailure", "ToolEffect", "effect_spec", "node_policy"]
 
@@ -45,6 +45,9 @@ class CallPolicy:
         max_validation_attempts: tries in all that may fail validation
             (pydantic ``ValidationError``, ``OutputParserException``).
         classifier: rules in front of the middleware's own classifier.
+        limits: shared `Limit` objects held around each call (a provider's
+            concurrency or rate, shared by every process on the store; a
+            ``Retry-After`` met while holding one pauses it for all).
 
     Example:
         >>> policy = CallPolicy(retry=Backoff(max_attempts=5), on_failure="end")
@@ -54,8 +57,10 @@ class CallPolicy:
     on_failure: OnFailure | None = None
     max_validation_attempts: int = 2
     classifier: Classifier | None = None
+    limits: Sequence[Limit] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "limits", limits_of("CallPolicy", self.limits))
         if self.retry is not None and not isinstance(self.retry, Backoff):
             raise ConfigError(
                 "CallPolicy retry must be a langgraph_resilience.Backoff (e.g. "
@@ -128,4 +133,5 @@ def node_policy(policy: CallPolicy) -> NodePolicy:
         retry=policy.retry,
         critical=policy.on_failure == "end",
         max_validation_attempts=policy.max_validation_attempts,
+        limits=policy.limits,
     )

@@ -28,6 +28,9 @@ __all__ = [
     "ATTEMPTS",
     "COUNTERS",
     "EFFECTS",
+    "LIMITS",
+    "LIMIT_HOLDS",
+    "LIMIT_STARTS",
     "MIGRATIONS",
     "RECOVERIES",
     "RUNS",
@@ -214,6 +217,48 @@ STEPS = Table(
     primary_key=("thread_id", "checkpoint_ns", "checkpoint_id", "task_id"),
     since=19,
 )
+# Shared limits (`langgraph_resilience.limits`): one row per named limit, its
+# numbers, its pause (a Retry-After met while holding it) and the seconds tries
+# waited for it; a hold per try holding a concurrency slot (``holder``: its
+# process, judged alive or gone as effect claims judge theirs; ``lease_until``
+# for holders on other machines); a start per try admitted under a rate, kept
+# for one window (``per`` seconds).
+LIMITS = Table(
+    "resilience_limits",
+    (
+        Column("name", "TEXT PRIMARY KEY"),
+        Column("concurrency", "INTEGER"),
+        Column("rate", "INTEGER"),
+        Column("per", "REAL_T"),
+        Column("paused_until", "REAL_T"),
+        Column("pause_reason", "TEXT"),
+        Column("waited", "REAL_T NOT NULL DEFAULT 0"),
+        Column("created_at", "REAL_T NOT NULL"),
+    ),
+    since=24,
+)
+LIMIT_HOLDS = Table(
+    "resilience_limit_holds",
+    (
+        Column("name", "TEXT NOT NULL"),
+        Column("hold", "TEXT NOT NULL"),
+        Column("holder", "TEXT NOT NULL"),
+        Column("since", "REAL_T NOT NULL"),
+        Column("lease_until", "REAL_T NOT NULL"),
+    ),
+    primary_key=("name", "hold"),
+    since=24,
+)
+LIMIT_STARTS = Table(
+    "resilience_limit_starts",
+    (
+        Column("name", "TEXT NOT NULL"),
+        Column("hold", "TEXT NOT NULL"),
+        Column("at", "REAL_T NOT NULL"),
+    ),
+    primary_key=("name", "hold"),
+    since=24,
+)
 
 #: Tables keyed by a thread's checkpoints, copied and deleted with them.
 CHECKPOINT_TABLES = (ATTEMPTS, EFFECTS, STEPS)
@@ -282,6 +327,99 @@ BEGIN
     IF current IS DISTINCT FROM p_token THEN
         RAISE EXCEPTION '{LEASE_MARKER}' USING DETAIL = coalesce(current::text, 'none');
     END IF;
+END $$"""
+
+# Postgres acquires limits in one round trip: for each (sorted) name, take the
+# limit's lock (advisory, per transaction), create or read the limit, refuse on
+# other numbers, a pause, a full set of live holds (dropping those of ``p_dead``
+# holders and run-out leases) or a full rate window (dropping starts older than
+# the window); admitted by all, store a start and a hold for each. 0 stands for
+# "no bound" in the arrays. A rate's window is kept a guard longer than ``per``
+# (2.5%, at most 25 ms; `_limits.window`), so that the starts the tries see,
+# each a moment after its admission, also keep to the rate.
+_PG_LIMIT_ACQUIRE = """
+CREATE OR REPLACE FUNCTION resilience_limit_acquire(
+    p_names TEXT[], p_concurrency INTEGER[], p_rate INTEGER[], p_per DOUBLE PRECISION[],
+    p_hold TEXT, p_holder TEXT, p_lease DOUBLE PRECISION, p_dead TEXT[],
+    p_blamed TEXT, p_waited DOUBLE PRECISION
+) RETURNS TABLE (
+    o_wait DOUBLE PRECISION, o_why TEXT, o_name TEXT, o_concurrency INTEGER,
+    o_rate INTEGER, o_per DOUBLE PRECISION, o_holders TEXT[]
+) LANGUAGE plpgsql AS $$
+DECLARE
+    now_ DOUBLE PRECISION := extract(epoch from clock_timestamp());
+    i INTEGER;
+    l_conc INTEGER;
+    l_rate INTEGER;
+    l_per DOUBLE PRECISION;
+    l_paused DOUBLE PRECISION;
+    n INTEGER;
+    oldest DOUBLE PRECISION;
+    hs TEXT[];
+BEGIN
+    -- A hold or start lost with the server's last moments is a try's slot for one
+    -- crash: not worth a WAL flush per try (releases are relaxed the same way).
+    PERFORM set_config('synchronous_commit', 'off', true);
+    IF p_waited > 0 THEN
+        UPDATE resilience_limits l SET waited = l.waited + p_waited WHERE l.name = p_blamed;
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
+        -- One acquirer of a limit at a time (a lock, not a row write).
+        PERFORM pg_advisory_xact_lock(hashtext('resilience_limit'), hashtext(p_names[i]));
+        SELECT l.concurrency, l.rate, l.per, l.paused_until INTO l_conc, l_rate, l_per, l_paused
+            FROM resilience_limits l WHERE l.name = p_names[i];
+        IF NOT FOUND THEN
+            INSERT INTO resilience_limits (name, concurrency, rate, per, waited, created_at)
+            VALUES (p_names[i], nullif(p_concurrency[i], 0), nullif(p_rate[i], 0), p_per[i], 0,
+                now_)
+            RETURNING concurrency, rate, per, paused_until INTO l_conc, l_rate, l_per, l_paused;
+        END IF;
+        IF l_conc IS DISTINCT FROM nullif(p_concurrency[i], 0)
+            OR l_rate IS DISTINCT FROM nullif(p_rate[i], 0)
+            OR (l_rate IS NOT NULL AND l_per IS DISTINCT FROM p_per[i]) THEN
+            RETURN QUERY SELECT NULL::float8, 'mismatch'::text, p_names[i], l_conc,
+                l_rate, l_per, NULL::text[];
+            RETURN;
+        END IF;
+        IF l_paused > now_ THEN
+            RETURN QUERY SELECT l_paused - now_, 'paused'::text, p_names[i],
+                l_conc, l_rate, l_per, NULL::text[];
+            RETURN;
+        END IF;
+        IF l_conc IS NOT NULL THEN
+            DELETE FROM resilience_limit_holds h WHERE h.name = p_names[i]
+                AND (h.lease_until < now_ OR h.holder = ANY(p_dead));
+            SELECT count(*), array_agg(DISTINCT h.holder) INTO n, hs
+                FROM resilience_limit_holds h WHERE h.name = p_names[i];
+            IF n >= l_conc THEN
+                RETURN QUERY SELECT NULL::float8, 'full'::text, p_names[i], l_conc,
+                    l_rate, l_per, hs;
+                RETURN;
+            END IF;
+        END IF;
+        IF l_rate IS NOT NULL THEN
+            DELETE FROM resilience_limit_starts s WHERE s.name = p_names[i]
+                AND s.at <= now_ - l_per - least(0.025, l_per * 0.025);
+            SELECT count(*), min(s.at) INTO n, oldest
+                FROM resilience_limit_starts s WHERE s.name = p_names[i];
+            IF n >= l_rate THEN
+                RETURN QUERY SELECT oldest + l_per + least(0.025, l_per * 0.025) - now_,
+                    'rate'::text, p_names[i], l_conc, l_rate, l_per, NULL::text[];
+                RETURN;
+            END IF;
+        END IF;
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
+        IF p_rate[i] > 0 THEN
+            INSERT INTO resilience_limit_starts (name, hold, at) VALUES (p_names[i], p_hold, now_);
+        END IF;
+        IF p_concurrency[i] > 0 THEN
+            INSERT INTO resilience_limit_holds (name, hold, holder, since, lease_until)
+            VALUES (p_names[i], p_hold, p_holder, now_, now_ + p_lease);
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT 0::float8, ''::text, NULL::text, NULL::integer, NULL::integer,
+        NULL::float8, NULL::text[];
 END $$"""
 
 _CREATE_MIGRATIONS = "CREATE TABLE IF NOT EXISTS resilience_migrations (v INTEGER PRIMARY KEY)"
@@ -387,6 +525,22 @@ MIGRATIONS: tuple[Migration, ...] = (
     # SQLite keeps them in their key's order (no second b-tree for the key: a
     # step row costs about a quarter fewer bytes).
     Migration(sqlite=(f"{STEPS.create()} WITHOUT ROWID",), postgres=(STEPS.create(),)),
+    # 20-23: unused (versions set aside for work that needed none).
+    Migration.both(),
+    Migration.both(),
+    Migration.both(),
+    Migration.both(),
+    # 24: shared limits, their holds and their starts (`limits`).
+    Migration.both(
+        LIMITS.create(),
+        LIMIT_HOLDS.create(),
+        LIMIT_STARTS.create(),
+        "CREATE INDEX IF NOT EXISTS resilience_limit_starts_at "
+        "ON resilience_limit_starts (name, at)",
+    ),
+    # 25: a limit acquired in one round trip (SQLite runs the same steps in Python,
+    # in an immediate transaction: `_limits.acquire`).
+    Migration.postgres_only(_PG_LIMIT_ACQUIRE),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 

@@ -20,6 +20,8 @@ Subcommands (``--db``: a SQLite file path or a Postgres DSN, or env ``LGR_DB``):
 - ``archive --archive URL [--older-than 24h]``: move idle threads to the cold
   tier (``LGR_ARCHIVE`` names it for every subcommand: archived threads are
   restored when read);
+- ``limits``: each shared `Limit` in the store: holders, starts in the current
+  window, pause, seconds waited for it;
 - ``prune [--older-than D] [--keep-last N] [--runs-older-than D]``: retention;
 - ``demo``: the whole story on a throwaway SQLite file (shipped in the package).
 
@@ -50,6 +52,7 @@ from langgraph_resilience.cli._actions import (
     resume_thread,
     retry_thread,
 )
+from langgraph_resilience.cli._limits import limits
 from langgraph_resilience.cli._render import (
     err_console,
     print_acted,
@@ -481,6 +484,9 @@ def _log_to_stderr(level: str) -> None:
 def demo(workdir: str | None) -> int:
     """A research pipeline that fails every way and recovers (SQLite, under a minute)."""
     return run_demo(workdir)
+
+
+cli.add_command(limits)
 
 
 # -- entry point -------------------------------------------------------------------------

@@ -71,8 +71,8 @@ from langgraph_resilience.checkpoint import (
     Fence,
     ResilientSaver,
 )
+from langgraph_resilience.checkpoint._heartbeat import Beat, every
 from langgraph_resilience.checkpoint._process import executing, executor_id
-from langgraph_resilience.effects._heartbeat import Beat, every
 from langgraph_resilience.effects._outcome import outcome_fields, raise_unstorable, replayed
 from langgraph_resilience.effects._steps import (
     EFFECT_LEASE,

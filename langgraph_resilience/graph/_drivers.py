@@ -11,6 +11,7 @@ what a try is).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import time
@@ -34,6 +35,8 @@ from langgraph_resilience.graph._tries import (
     Tries,
     try_loop,
 )
+from langgraph_resilience.limits._admit import Admit, Held, Release
+from langgraph_resilience.limits._drive import admit_async, admit_sync, release_async, release_sync
 from langgraph_resilience.policy import Attempt
 from langgraph_resilience.telemetry._emit import TryRun, begin_try, failed_try, try_config
 
@@ -91,6 +94,7 @@ def run_sync(
     loop = try_loop(what, state, arg, task)
     watched = task if what.watched else None  # the task whose tries are runs of their own
     tr: TryRun | None = None  # the try in progress, when someone watches it
+    held: Any = None  # what the try holds of its shared limits
     reply: Any = None
     while True:
         try:
@@ -108,7 +112,20 @@ def run_sync(
                 tr = begin_try(what.name, op.attempt.number, watched.config)
                 if tr is not None:
                     tr.start_sync(op.arg)
-            reply = _call_sync(call, op.arg, op.attempt, what.metered)
+            try:
+                reply = _call_sync(call, op.arg, op.attempt, what.metered)
+            except BaseException:
+                if isinstance(held, Held):  # interrupted: free its slots
+                    with contextlib.suppress(Exception):
+                        release_sync(Release(held))
+                raise
+        elif isinstance(op, Admit):
+            reply = held = admit_sync(
+                task.saver if task is not None else None, what.name, op, sleep
+            )
+        elif isinstance(op, Release):
+            release_sync(op)
+            held = None
         elif isinstance(op, LoadAttempts):
             saver = task.saver if task is not None else None
             key = task.attempt_key if task is not None else None
@@ -171,6 +188,7 @@ async def run_async(
     loop = try_loop(what, state, arg, task)
     watched = task if what.watched else None  # the task whose tries are runs of their own
     tr: TryRun | None = None  # the try in progress, when someone watches it
+    held: Any = None  # what the try holds of its shared limits
     reply: Any = None
     while True:
         try:
@@ -188,7 +206,21 @@ async def run_async(
                 tr = begin_try(what.name, op.attempt.number, watched.config)
                 if tr is not None:
                     await tr.start_async(op.arg)
-            reply = await _call_async(what.name, call, op.arg, op.attempt, timeout, what.metered)
+            try:
+                reply = await _call_async(
+                    what.name, call, op.arg, op.attempt, timeout, what.metered
+                )
+            except BaseException:
+                if isinstance(held, Held):  # cancelled, interrupted: free its slots
+                    with contextlib.suppress(Exception):
+                        await release_async(Release(held))
+                raise
+        elif isinstance(op, Admit):
+            saver = task.async_saver or task.saver if task is not None else None
+            reply = held = await admit_async(saver, what.name, op, sleep)
+        elif isinstance(op, Release):
+            await release_async(op)
+            held = None
         elif isinstance(op, LoadAttempts):
             saver = task.async_saver if task is not None else None
             key = task.attempt_key if task is not None else None

@@ -42,7 +42,8 @@ from langgraph_resilience.errors import ConfigError, LeaseLost, message_of
 from langgraph_resilience.graph._routes import error_text
 from langgraph_resilience.graph._step_log import log_try
 from langgraph_resilience.graph._task import BUDGET_KEY, TaskContext
-from langgraph_resilience.policy import Attempt, NodePolicy
+from langgraph_resilience.limits._admit import Admit, Held, Release
+from langgraph_resilience.policy import Attempt, Backoff, NodePolicy
 
 __all__ = [
     "DURABLE_WAIT",
@@ -92,7 +93,7 @@ class LoadAttempts(NamedTuple):
     """Read the task's stored failed tries (replies a list of `AttemptRecord`)."""
 
 
-TryOp = Call | RecordAttempt | Sleep | LoadAttempts
+TryOp = Call | RecordAttempt | Sleep | LoadAttempts | Admit | Release
 
 
 class CallResult(NamedTuple):
@@ -310,7 +311,10 @@ def try_loop(
                 validation_failures=sum(r.kind == FailureKind.VALIDATION.value for r in tries),
             )
         )
-        result = yield Call(arg, attempt)
+        if policy is not None and policy.limits:
+            result = yield from _limited(what, policy, arg, attempt)
+        else:
+            result = yield Call(arg, attempt)
         exc, spent = what.judge(state, result, spent)
         if exc is None:
             end = Ended(state, task, tries, started_at, spent, topped, summaries)
@@ -360,6 +364,30 @@ def try_loop(
         if decision.delay > 0:
             yield Sleep(decision.delay)
         started = time.time()
+
+
+_MAX_WAIT = float(Backoff().max_wait)  # type: ignore[arg-type]
+
+
+def _limited(
+    what: Tries, policy: NodePolicy, arg: Any, attempt: Attempt
+) -> Generator[TryOp, Any, CallResult]:
+    """A try under the policy's shared limits: admitted (waiting at most
+    ``max_wait``), made, and let go of; one not admitted fails with `LimitBusy`
+    without running. A failure that asks to wait (``Retry-After``) pauses the
+    limits for every process."""
+    max_wait = float(policy.retry.max_wait) if policy.retry is not None else _MAX_WAIT  # type: ignore[arg-type]
+    held = yield Admit(policy.limits, max_wait)
+    if not isinstance(held, Held):
+        return CallResult(None, held, {})
+    result: CallResult = yield Call(arg, attempt)
+    error, pause = result.error, None
+    if error is not None and held.pausing and not is_control_flow(error):
+        pause = what.classify(error).retry_after
+    yield Release(
+        held, pause, f"{type(error).__name__}: {message_of(error)[:200]}" if pause else ""
+    )
+    return result
 
 
 def _preamble(

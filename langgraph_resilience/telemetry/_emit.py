@@ -109,6 +109,13 @@ def _count(event: str, fields: Mapping[str, Any]) -> None:
             otel.add("retries", attributes)
             otel.record("retry_wait", float(fields.get("wait") or 0.0), attributes)
         return
+    if event in ("limit_wait", "limit_busy"):
+        attributes["limit"] = fields.get("limit", "")
+        if event == "limit_busy":
+            otel.add("limit_busy", attributes)
+        else:
+            otel.record("limit_wait", float(fields.get("waited") or 0.0), attributes)
+        return
     if event == "recovery":
         otel.add("recoveries", {**attributes, "kind": fields.get("recovery", "")})
         if fields.get("steps_redone"):

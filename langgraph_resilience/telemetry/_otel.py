@@ -20,8 +20,11 @@ where they apply):
 - ``langgraph_resilience.recoveries`` (``kind``: takeover | retry_failed),
   ``.takeovers``, ``.steps_redone``;
 - ``langgraph_resilience.effects_replayed``, ``.effects_reconciled``;
-- histograms ``langgraph_resilience.try_duration`` and
-  ``langgraph_resilience.retry_wait`` (seconds).
+- ``langgraph_resilience.limit_busy`` (``limit``): tries a shared limit did
+  not admit within their ``max_wait``;
+- histograms ``langgraph_resilience.try_duration``,
+  ``langgraph_resilience.retry_wait`` and ``langgraph_resilience.limit_wait``
+  (seconds a try waited for its shared limits; ``limit``).
 """
 
 from __future__ import annotations
@@ -72,8 +75,9 @@ COUNTERS = (
     "steps_redone",
     "effects_replayed",
     "effects_reconciled",
+    "limit_busy",
 )
-HISTOGRAMS = ("try_duration", "retry_wait")
+HISTOGRAMS = ("try_duration", "retry_wait", "limit_wait")
 
 _instruments: dict[str, Any] = {}
 _instruments_of: list[Any] = [None]  # the meter provider the instruments belong to

@@ -1,0 +1,232 @@
+"""The I/O of shared limits, sync and async: `admission`'s operations run on the
+graph's resilient saver, the hold's lease renewed while its try runs, the wait
+logged and counted (`telemetry`).
+
+The try loop's drivers (`graph._drivers`) call `admit_sync` / `admit_async` for
+an `Admit` and `release_sync` / `release_async` for a `Release` (and, when a try
+ends by a `BaseException` such as a cancellation, for what it held).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langgraph_resilience.checkpoint._heartbeat import every
+from langgraph_resilience.checkpoint._limits import AsyncLimits, Limits
+from langgraph_resilience.checkpoint._process import process_id
+from langgraph_resilience.errors import ConfigError, LimitBusy
+from langgraph_resilience.limits._admit import Admit, Held, Nap, Release, admission, asks_of
+from langgraph_resilience.telemetry._emit import emit
+
+logger = logging.getLogger("langgraph_resilience")
+
+__all__ = ["LEASE", "admit_async", "admit_sync", "limits_io", "release_async", "release_sync"]
+
+#: Seconds a hold lasts without renewal (renewed every third of it while its try
+#: runs): what a holder on another machine that died keeps its slot for.
+LEASE = 30.0
+
+
+def limits_io(saver: Any, where: str) -> Limits:
+    """The limits interface of the graph's resilient saver (its async one on an
+    async saver, whose sync methods run on the saver's loop)."""
+    if saver is None:
+        raise ConfigError(
+            f"{where} has limits=, which are kept in the store: compile the graph (or "
+            "agent) with a resilient saver (ResilientSqliteSaver, ResilientPostgresSaver "
+            "or their async twins), shared by every process that shares the limits"
+        )
+    return AsyncLimits(saver) if hasattr(saver, "_bridge") else Limits(saver)
+
+
+def _held(op: Admit, io: Limits, hold: str) -> Held:
+    return Held(
+        hold=hold,
+        holding=tuple(x.name for x in op.limits if x.concurrency),
+        pausing=tuple(x.name for x in op.limits if x.pause_on_retry_after),
+        io=io,
+    )
+
+
+#: The holds of this process whose tries run, renewed together every third of
+#: `LEASE` by one heartbeat (a try adds and removes itself: no thread woken).
+_live: dict[str, Limits] = {}
+_live_lock = threading.Lock()
+_beat: list[Any] = []
+
+
+def _after_fork() -> None:  # a child holds none of its parent's slots
+    global _live_lock
+    _live_lock = threading.Lock()
+    _live.clear()
+    _beat.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def _renew_live() -> bool:
+    with _live_lock:
+        live = list(_live.items())
+    for hold, io in live:
+        try:
+            io.renew(hold, LEASE)
+        except Exception as exc:  # the next beat tries again; the lease has time left
+            logger.warning("could not renew a shared limit's hold: %s", exc)
+    return True
+
+
+def _renewing(held: Held) -> None:
+    if held.holding:
+        with _live_lock:
+            _live[held.hold] = held.io
+            if not _beat or _beat[0] != os.getpid():
+                _beat[:] = [os.getpid(), every(LEASE / 3, _renew_live)]
+
+
+def _told(name: str, op: Admit, held: Held | LimitBusy, waited: float) -> None:
+    """Log and count a wait for limits (nothing when the try waited for none)."""
+    limits = ",".join(x.name for x in op.limits)
+    if isinstance(held, LimitBusy):
+        emit(
+            "limit_busy",
+            logging.WARNING,
+            "%s: %s",
+            name,
+            held,
+            node=name,
+            limit=held.limit,
+            why=held.why,
+            waited=round(waited, 4),
+            wait=held.retry_after,
+        )
+    if waited > 0:
+        emit(
+            "limit_wait",
+            logging.INFO,
+            "%s waited %.3f s for limit %s",
+            name,
+            waited,
+            limits,
+            node=name,
+            limit=limits,
+            waited=round(waited, 4),
+        )
+
+
+def admit_sync(
+    saver: Any, name: str, op: Admit, sleep: Callable[[float], None] = time.sleep
+) -> Held | LimitBusy:
+    """Wait for ``op``'s limits (blocking): the `Held` of an admitted try, or the
+    `LimitBusy` it fails with."""
+    io = limits_io(saver, f"the policy of {name!r}")
+    asks, hold, holder = asks_of(op.limits), os.urandom(8).hex(), process_id()
+    steps = admission(op.limits, op.max_wait, random.random)
+    reply: Any = None
+    waited = 0.0
+    try:
+        while True:
+            step = steps.send(reply)
+            if isinstance(step, Nap):
+                sleep(step.seconds)
+                waited += step.seconds
+                reply = None
+            else:
+                reply = io.acquire(asks, hold, holder, LEASE, step.dead, step.blamed, step.waited)
+    except StopIteration as stop:
+        busy: LimitBusy | None = stop.value
+    found: Held | LimitBusy = busy if busy is not None else _held(op, io, hold)
+    if isinstance(found, Held):
+        found.waited = waited
+        _renewing(found)
+    _told(name, op, found, waited)
+    return found
+
+
+async def admit_async(
+    saver: Any,
+    name: str,
+    op: Admit,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> Held | LimitBusy:
+    """Async twin of `admit_sync`."""
+    io = limits_io(saver, f"the policy of {name!r}")
+    if not isinstance(io, AsyncLimits):  # a sync saver under ainvoke: its I/O in a thread
+        return await asyncio.to_thread(admit_sync, saver, name, op)
+    asks, hold, holder = asks_of(op.limits), os.urandom(8).hex(), process_id()
+    steps = admission(op.limits, op.max_wait, random.random)
+    reply: Any = None
+    waited = 0.0
+    try:
+        while True:
+            step = steps.send(reply)
+            if isinstance(step, Nap):
+                await sleep(step.seconds)
+                waited += step.seconds
+                reply = None
+            else:
+                reply = await io.aacquire(
+                    asks, hold, holder, LEASE, step.dead, step.blamed, step.waited
+                )
+    except StopIteration as stop:
+        busy: LimitBusy | None = stop.value
+    found: Held | LimitBusy = busy if busy is not None else _held(op, io, hold)
+    if isinstance(found, Held):
+        found.waited = waited
+        _renewing(found)
+    _told(name, op, found, waited)
+    return found
+
+
+def _letting_go(op: Release) -> tuple[tuple[str, ...], float | None] | None:
+    """What a release stores: the limits to pause and for how long (None: nothing)."""
+    held = op.held
+    if held.done:
+        return None
+    held.done = True
+    if held.holding:
+        with _live_lock:
+            _live.pop(held.hold, None)
+    pause = op.pause if op.pause and op.pause > 0 and held.pausing else None
+    if pause is not None:
+        emit(
+            "limit_paused",
+            logging.WARNING,
+            "limit %s paused for %.2f s for every process: %s",
+            ",".join(held.pausing),
+            pause,
+            op.reason,
+            limit=",".join(held.pausing),
+            wait=pause,
+        )
+    if not held.holding and pause is None:
+        return None  # a rate-only limit: its start is spent, nothing to free
+    return (held.pausing if pause else ()), pause
+
+
+def release_sync(op: Release) -> None:
+    """Free what ``op.held`` holds; pause its limits after a ``Retry-After``."""
+    todo = _letting_go(op)
+    if todo is not None:
+        paused, pause = todo
+        op.held.io.release(op.held.holding, op.held.hold, paused, pause, op.reason)
+
+
+async def release_async(op: Release) -> None:
+    """Async twin of `release_sync`."""
+    todo = _letting_go(op)
+    if todo is None:
+        return
+    paused, pause = todo
+    io = op.held.io
+    if isinstance(io, AsyncLimits):
+        await io.arelease(op.held.holding, op.held.hold, paused, pause, op.reason)
+    else:
+        await asyncio.to_thread(io.release, op.held.holding, op.held.hold, paused, pause, op.reason)

@@ -1,0 +1,343 @@
+"""Shared limits: concurrency, rate and a 429 that pauses every process.
+
+The cross-process claims run real processes on one store (SQLite file and
+Postgres), each fanning out to tries of one node under a `Limit`; what the
+tries logged of their own start and end times is the evidence. A holder is
+SIGKILLed while it holds a slot, and its slot must be free within a second.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import read_ledger, sql, wait_until
+from spawn import Process, spawn
+
+from langgraph_resilience import (
+    Backoff,
+    ConfigError,
+    Limit,
+    NodePolicy,
+    ResilientState,
+    ResilientStateGraph,
+    Worker,
+)
+from langgraph_resilience.agents import CallPolicy
+from langgraph_resilience.checkpoint._schema import LIMIT_HOLDS, LIMIT_STARTS, LIMITS
+from langgraph_resilience.errors import LimitBusy
+from langgraph_resilience.limits import limit_states
+from langgraph_resilience.limits._admit import Admit, Held, Release
+from langgraph_resilience.limits._drive import admit_sync, release_sync
+
+SCRIPT = str(Path(__file__).parent / "limit_worker.py")
+
+
+def saver_of(backend: str, target: str, stack: ExitStack) -> Any:
+    if backend == "sqlite":
+        from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+        saver = stack.enter_context(ResilientSqliteSaver.from_conn_string(target))
+    else:
+        from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+
+        saver = stack.enter_context(ResilientPostgresSaver.from_conn_string(target))
+    saver.setup()
+    return saver
+
+
+def run_procs(store: tuple[str, str], ledger: Path, *options: str, procs: int = 3) -> None:
+    """``procs`` limit_worker processes on one store; each must end in success."""
+    backend, target = store
+    with ExitStack() as stack:
+        saver_of(backend, target, stack)  # set up once, before three processes race to
+    # The second process runs the async saver and ainvoke: the twins share one limit.
+    children = [
+        spawn(SCRIPT, backend, target, str(n), str(ledger), *options, *(["--async"] * (n == 1)))
+        for n in range(procs)
+    ]
+    for child in children:
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+        assert json.loads(out.splitlines()[-1])["status"] == "success", out
+
+
+def times(ledger: Path, what: str) -> list[tuple[str, float]]:
+    return [(f"{p}/{i}", float(t)) for w, p, i, t in read_ledger(ledger) if w == what]
+
+
+def name() -> str:
+    return f"api-{uuid.uuid4().hex[:8]}"
+
+
+# -- across processes ----------------------------------------------------------------------
+
+
+def test_concurrency_is_shared_by_every_process(store: tuple[str, str], tmp_path: Path) -> None:
+    ledger = tmp_path / "tries.log"
+    run_procs(store, ledger, "--limit", name(), "--concurrency", "2", "--hold", "0.08")
+    starts, ends = dict(times(ledger, "start")), dict(times(ledger, "end"))
+    assert len(starts) == len(ends) == 18
+    # The most tries at once, from their own start and end times.
+    events = sorted([(t, 1) for t in starts.values()] + [(t, -1) for t in ends.values()])
+    running = most = 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    assert most == 2
+
+
+def test_rate_is_shared_by_every_process(store: tuple[str, str], tmp_path: Path) -> None:
+    ledger = tmp_path / "tries.log"
+    options = ("--limit", name(), "--rate", "4", "--per", "1.0", "--tries", "4")
+    run_procs(store, ledger, *options)
+    starts = sorted(t for _, t in times(ledger, "start"))
+    ends = [t for _, t in times(ledger, "end")]
+    assert len(starts) == 12
+    for t in starts:  # any second: four starts, one more for the processes' clocks
+        assert len([s for s in starts if t <= s < t + 1.0]) <= 5
+    assert max(ends) - starts[0] >= 2.0
+
+
+def test_a_429_pauses_the_limit_for_every_process(store: tuple[str, str], tmp_path: Path) -> None:
+    ledger = tmp_path / "tries.log"
+    options = ("--limit", name(), "--concurrency", "3", "--tries", "4", "--hold", "0.1")
+    run_procs(store, ledger, *options, "--retry-after", "1.5")
+    (failed,) = [t for _, t in times(ledger, "fail")]
+    starts = [t for _, t in times(ledger, "start")]
+    # Tries admitted before the pause was stored may log their start a moment later.
+    during = [t - failed for t in starts if failed + 0.1 < t < failed + 1.5 - 0.02]
+    assert during == []
+    assert len([t for t in starts if t > failed]) > 1  # the others did wait, then ran
+
+
+def test_a_killed_holder_frees_its_slot_at_once(store: tuple[str, str], tmp_path: Path) -> None:
+    backend, target = store
+    ledger, limit = tmp_path / "tries.log", name()
+    with ExitStack() as stack:
+        saver = saver_of(backend, target, stack)
+        options = ("--limit", limit, "--concurrency", "1", "--tries", "1", "--hold", "60")
+        holder: Process = spawn(SCRIPT, backend, target, "0", str(ledger), *options)
+        try:
+            wait_until(lambda: times(ledger, "start"), 30, "the holder's try to start")
+            probe = Admit([Limit(limit, concurrency=1)], 0.2)
+            busy = admit_sync(saver, "probe", probe)
+            assert isinstance(busy, LimitBusy) and busy.why == "full"
+            holder.kill()
+            killed = time.monotonic()
+            held = admit_sync(saver, "probe", Admit(probe.limits, 5.0))
+            assert isinstance(held, Held)
+            assert time.monotonic() - killed < 1.0
+            release_sync(Release(held))
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+            holder.wait(10)
+        assert holder.returncode == -signal.SIGKILL
+
+
+# -- in one process --------------------------------------------------------------------------
+
+
+class State(ResilientState, total=False):
+    n: int
+
+
+def one_node_graph(policy: NodePolicy, calls: list[float]) -> Any:
+    g = ResilientStateGraph(State)
+
+    def work(state: State) -> State:
+        calls.append(time.time())
+        return {"n": 1}
+
+    g.add_node("work", work, policy=policy)
+    g.set_entry_point("work")
+    g.set_finish_point("work")
+    return g
+
+
+def pause(saver: Any, limit: Limit, seconds: float) -> None:
+    """Pause ``limit`` in the store, as a try holding it that met a 429 would."""
+    held = admit_sync(saver, "setup", Admit([limit], 1.0))
+    assert isinstance(held, Held)
+    release_sync(Release(held, seconds, "RateLimited: 429"))
+
+
+def test_a_pause_longer_than_max_wait_fails_the_try_clearly_without_a_worker(
+    store: tuple[str, str],
+) -> None:
+    limit, calls = Limit(name(), concurrency=1), []
+    policy = NodePolicy(retry=Backoff(max_attempts=3, max_wait=0.5), limits=[limit])
+    with ExitStack() as stack:
+        saver = saver_of(*store, stack)
+        pause(saver, limit, 30)
+        graph = one_node_graph(policy, calls).compile(checkpointer=saver)
+        began = time.monotonic()
+        out = graph.invoke({"n": 0}, {"configurable": {"thread_id": name()}})
+        assert time.monotonic() - began < 5
+        (state,) = [s for s in limit_states(saver) if s.name == limit.name]
+    assert calls == []
+    failed = out["resilience"]["failed_step"]
+    assert out["resilience"]["status"] == "partial_complete"
+    assert failed["error_type"] == "LimitBusy" and "is paused for" in failed["message"]
+    assert state.paused_for > 25 and state.pause_reason == "RateLimited: 429"
+
+
+def test_under_a_worker_a_long_pause_releases_the_run_until_it_ends(
+    store: tuple[str, str],
+) -> None:
+    backend, target = store
+    limit, calls = Limit(name(), rate=5, per=1.0), []
+    policy = NodePolicy(retry=Backoff(max_attempts=3, max_wait=0.5), limits=[limit])
+    with ExitStack() as stack:
+        saver = saver_of(backend, target, stack)
+        pause(saver, limit, 3600)
+        worker = Worker(one_node_graph(policy, calls), checkpointer=saver, poll_interval=0.05)
+        run_id = worker.submit({"n": 0})
+        assert worker.run(until_idle=True) == {run_id: "queued"}
+        record = saver.read_run(run_id)
+        assert record.not_before is not None and record.not_before > time.time() + 3500
+        assert calls == []
+        # The pause over (in the store's clock), the run is taken again and runs.
+        sql(backend, target, f"UPDATE {LIMITS.name} SET paused_until = NULL")
+        sql(
+            backend,
+            target,
+            "UPDATE resilience_runs SET not_before = NULL WHERE run_id = ?",
+            (run_id,),
+        )
+        assert worker.run(until_idle=True) == {run_id: "success"}
+    assert len(calls) == 1
+
+
+def test_waits_are_counted_per_limit(store: tuple[str, str]) -> None:
+    limit = Limit(name(), rate=1, per=0.3)
+    with ExitStack() as stack:
+        saver = saver_of(*store, stack)
+        first = admit_sync(saver, "a", Admit([limit], 1.0))
+        second = admit_sync(saver, "b", Admit([limit], 1.0))  # waits ~0.3 s for the window
+        third = admit_sync(saver, "c", Admit([limit], 1.0))  # reports the wait in its ask
+        assert all(isinstance(h, Held) for h in (first, second, third))
+        assert isinstance(second, Held) and 0.2 < second.waited < 0.6
+        (state,) = [s for s in limit_states(saver) if s.name == limit.name]
+    assert state.waited >= 0.2 and state.rate == 1 and state.holders == ()
+
+
+def test_a_name_reused_with_other_numbers_is_refused(store: tuple[str, str]) -> None:
+    shared = name()
+    with ExitStack() as stack:
+        saver = saver_of(*store, stack)
+        held = admit_sync(saver, "a", Admit([Limit(shared, concurrency=2)], 1.0))
+        assert isinstance(held, Held)
+        release_sync(Release(held))
+        with pytest.raises(ConfigError, match="same numbers") as raised:
+            admit_sync(saver, "b", Admit([Limit(shared, concurrency=3)], 1.0))
+    assert "concurrency=2" in str(raised.value) and "concurrency=3" in str(raised.value)
+
+
+def test_an_agents_call_policy_holds_its_limits_as_a_node_does() -> None:
+    from langgraph_resilience.agents._policy import node_policy
+
+    limit = Limit(name(), rate=10, per=60)
+    assert node_policy(CallPolicy(limits=[limit])).limits == (limit,)
+
+
+def test_limits_need_a_resilient_saver() -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    policy = NodePolicy(limits=[Limit(name(), concurrency=1)])
+    graph = one_node_graph(policy, []).compile(checkpointer=InMemorySaver())
+    with pytest.raises(ConfigError, match="resilient saver"):
+        graph.invoke({"n": 0}, {"configurable": {"thread_id": "t"}})
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda: Limit("x", concurrency=0), "0 would admit nothing"),
+        (lambda: Limit("x", rate=0), "rate must be an int >= 1"),
+        (lambda: Limit("x"), "bounds nothing"),
+        (lambda: Limit("x", rate=5, per=None), "per must be the rate's window"),  # type: ignore[arg-type]
+        (lambda: Limit("x", rate=5, per=0), "per must be seconds > 0"),
+        (lambda: Limit("", concurrency=1), "non-empty str"),
+        (lambda: NodePolicy(limits=Limit("x", concurrency=1)), "a list of"),  # type: ignore[arg-type]
+        (lambda: NodePolicy(limits=["x"]), "Limit objects only"),  # type: ignore[list-item]
+        (
+            lambda: CallPolicy(limits=[Limit("x", concurrency=1), Limit("x", rate=2)]),
+            "'x' twice",
+        ),
+    ],
+)
+def test_bad_values_are_refused_with_what_would_be_right(make: Any, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        make()
+
+
+def test_the_tables_match_their_definitions(store: tuple[str, str]) -> None:
+    from test_schema import live_columns
+
+    backend, target = store
+    with ExitStack() as stack:
+        saver_of(backend, target, stack)
+    for table in (LIMITS, LIMIT_HOLDS, LIMIT_STARTS):
+        assert live_columns(backend, target, table.name) == list(table.names)
+
+
+async def test_an_agents_model_call_under_a_limit_pauses_it_on_a_429(
+    checkpointer: Any, tmp_path: Path
+) -> None:
+    pytest.importorskip("langchain.agents")
+    import asyncio
+
+    from agent_worker import PLAN, ScriptedModel, research_agent
+    from test_agents import QUESTION, RateLimited, cfg
+
+    from langgraph_resilience.limits import alimit_states
+
+    limit = Limit(name(), concurrency=1)
+    model = ScriptedModel(plan=PLAN, errors=[RateLimited("0.3")], calls=[])
+    agent = research_agent(
+        checkpointer.saver,
+        tmp_path,
+        chat_model=model,
+        sleep=time.sleep,
+        asleep=asyncio.sleep,
+        model=CallPolicy(retry=Backoff(max_attempts=3, initial_interval=0.01), limits=[limit]),
+    )
+    out = await checkpointer.invoke(agent, QUESTION, cfg())
+    assert out["messages"][-1].content == "Report sent."
+    if checkpointer.is_async:
+        found = await alimit_states(checkpointer.saver)
+    else:
+        found = await asyncio.to_thread(limit_states, checkpointer.saver)
+    (state,) = [s for s in found if s.name == limit.name]
+    assert state.pause_reason is not None and "429" in state.pause_reason
+    assert state.holders == ()  # every call let go of its slot
+
+
+def test_the_command_shows_each_limits_holders_rate_and_pause(
+    store: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from langgraph_resilience.cli import main
+
+    backend, target = store
+    limit = Limit(name(), concurrency=2, rate=10, per=60)
+    with ExitStack() as stack:
+        saver = saver_of(backend, target, stack)
+        held = admit_sync(saver, "a", Admit([limit], 1.0))
+        pause(saver, Limit(limit.name, concurrency=2, rate=10, per=60), 120)
+        capsys.readouterr()
+        assert main(["limits", "--db", target, "--json"]) == 0
+        (shown,) = [s for s in json.loads(capsys.readouterr().out) if s["name"] == limit.name]
+        assert main(["limits", "--db", target]) == 0
+        table = capsys.readouterr().out
+        assert isinstance(held, Held)
+        release_sync(Release(held))
+    assert len(shown["holders"]) == 1 and shown["starts"] == 2 and shown["paused_for"] > 100
+    assert limit.name in table and "1/2" in table and "2/10 per 60 s" in table
