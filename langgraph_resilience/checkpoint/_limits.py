@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from langgraph_resilience.checkpoint._interfaces import _AsyncPart, _Part
+from langgraph_resilience.checkpoint._parts import AsyncPart as _AsyncPart
+from langgraph_resilience.checkpoint._parts import Part as _Part
 from langgraph_resilience.checkpoint._schema import LIMIT_HOLDS, LIMIT_STARTS, LIMITS
 from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
 
