@@ -192,13 +192,9 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
         if key in _MARKERS:
             continue
         if key == "step":
+            # The record itself goes to the store (a step row), not the state.
             if value.get("status") in _RAN:  # a failed step re-run keeps its path
                 merged["counts"] = _count(merged.get("counts"), value)
-            if value.get("status") == "completed":
-                merged["completed_steps"] = [
-                    *merged.get("completed_steps", []),
-                    brief(value),
-                ][-RECENT_STEPS:]
         elif key == "context_summary":
             merged[key] = [*merged.get(key, []), *value][-RECENT_SUMMARIES:]
         elif key == "usage":
