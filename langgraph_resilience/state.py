@@ -26,9 +26,9 @@ __all__ = [
 ]
 
 
-#: How many recent completed steps ``state["resilience"]`` keeps; the full
-#: history is in the store (`saver.step_history`), so a checkpoint's size does
-#: not grow with the number of steps taken.
+#: Kept for code that imported it: ``state["resilience"]`` keeps no window of
+#: recent steps any more (each step's record is its step row in the store,
+#: `saver.step_history`); only a partial result lists the run's completed steps.
 RECENT_STEPS = 3
 #: How many step paths the loop-iteration count remembers (the most recently run).
 COUNTED_PATHS = 32
@@ -91,9 +91,9 @@ class RunOutcome(TypedDict, total=False):
         status: ``"running"``, then ``"success"`` or ``"partial_complete"``.
         run: the run's number on the thread (1, 2, ...).
         started_at: when the run's input arrived (epoch seconds).
-        completed_steps: the most recent completed steps (`StepRecord`, at most
-            `RECENT_STEPS`; the partial result lists them all when the saver
-            keeps the history).
+        completed_steps: in a partial result only: the run's completed steps
+            (`StepRecord` in brief, read from the store; a run that goes on or
+            succeeds keeps none here: `saver.step_history` lists them).
         failed_step: the step that ended the run (None on success).
         failed_steps: every step that failed for good in the run (several
             `Send` branches may); `retry_failed` re-runs them all.
@@ -170,9 +170,9 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
     """Merge a run-log update into the log.
 
     ``new_run`` (an input's marker) resets what describes one run and numbers
-    the next; ``step`` (one step's record) joins ``completed_steps`` if it
-    completed (the most recent `RECENT_STEPS`) and counts its path (a whole
-    ``completed_steps``, the partial result's, replaces the window);
+    the next; ``step`` (one step's record, stored as its step row) counts its
+    path and is not kept (a whole ``completed_steps``, the partial result's,
+    is kept as given);
     ``context_summary`` appends (the latest `RECENT_SUMMARIES`);
     ``degraded_steps``, ``degraded_sends`` and ``failed_steps`` append new entries; ``failed_step``
     keeps the run's first; ``usage`` adds up; ``counts`` merge; a ``status`` of
@@ -192,13 +192,9 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
         if key in _MARKERS:
             continue
         if key == "step":
+            # The record itself goes to the store (a step row), not the state.
             if value.get("status") in _RAN:  # a failed step re-run keeps its path
                 merged["counts"] = _count(merged.get("counts"), value)
-            if value.get("status") == "completed":
-                merged["completed_steps"] = [
-                    *merged.get("completed_steps", []),
-                    brief(value),
-                ][-RECENT_STEPS:]
         elif key == "context_summary":
             merged[key] = [*merged.get(key, []), *value][-RECENT_SUMMARIES:]
         elif key == "usage":

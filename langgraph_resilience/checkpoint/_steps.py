@@ -6,7 +6,7 @@ A node's run-log update carries its step's record (``{"resilience": {"step":
 ...}}``). LangGraph stores that update with the task's other writes, in the
 transaction that marks the task done, so the record is never stored without the
 step's results, nor the reverse, and it costs no write of its own. The state
-keeps only a bounded window (`state.RECENT_STEPS`); the whole history is read
+keeps none of it; the whole history is read
 back from the writes with ``saver.step_history(thread_id, run=...)``, oldest
 first. (Pruning a thread's old checkpoints removes their writes, and so their
 steps, with them.)
