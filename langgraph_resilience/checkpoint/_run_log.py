@@ -41,10 +41,16 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.graph import START
 
-from langgraph_resilience._langgraph import RESUME_CHANNEL
+from langgraph_resilience._langgraph import INTERRUPT_CHANNEL, RESUME_CHANNEL
 from langgraph_resilience.checkpoint._run_log_reads import CHANNEL, ENDED, STATUSES
 from langgraph_resilience.checkpoint._runs import WORKER_KEY, Fence, fence_of
-from langgraph_resilience.checkpoint._schema import RUN_LOG, RUNS, STEPS
+from langgraph_resilience.checkpoint._schema import (
+    RECOVERIES,
+    RECOVERY_PATHS,
+    RUN_LOG,
+    RUNS,
+    STEPS,
+)
 from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
 from langgraph_resilience.errors import ConfigError
 
@@ -157,6 +163,7 @@ def _run_row(
         usage,
         fence.run_id if fence is not None else None,
         None if worker is None else str(worker),
+        None,  # paused_for
     )
 
 
@@ -172,6 +179,9 @@ class WriteLedger(NamedTuple):
     failed_step: str | None = None
     cleared: bool = False  # retry_failed: its failed steps are re-run
     resumed: bool = False
+    task_id: str = ""
+    clear: tuple[str, ...] = ()  # the paths retry_failed re-runs
+    paused_for: str | None = None  # an interrupt: budget or human
     start: tuple[Any, ...] | None = None  # a run started by a node's marker
 
 
@@ -182,19 +192,26 @@ def ledger_of_writes(
     its own run-log write, read as given, and a resume's write count)."""
     value: Any = None
     resumed = False
+    paused: str | None = None
     for channel, v in writes:
         if channel == CHANNEL:
             value = v
         elif channel == RESUME_CHANNEL:
             resumed = True
-    if not isinstance(value, Mapping) and not resumed:
+        elif channel == INTERRUPT_CHANNEL:
+            paused = "budget" if paused == "budget" or _for_budget(v) else "human"
+    if not isinstance(value, Mapping) and not resumed and paused is None:
         return None
     configurable = config.get("configurable") or {}
     thread_id = str(configurable["thread_id"])
     ns = str(configurable.get("checkpoint_ns") or "")
     checkpoint_id = str(configurable.get("checkpoint_id"))
     if not isinstance(value, Mapping):
-        return WriteLedger(thread_id, ns, checkpoint_id, resumed=not ns)
+        if ns:
+            return None  # a nested pause: its parent's task writes it too
+        return WriteLedger(
+            thread_id, ns, checkpoint_id, resumed=resumed, task_id=task_id, paused_for=paused
+        )
     step = value.get("step")
     row = None
     run = None
@@ -238,7 +255,19 @@ def ledger_of_writes(
         cleared=bool(value.get("clear")),
         resumed=resumed,
         start=start,
+        task_id=task_id,
+        clear=tuple(str(p) for p in value.get("clear") or ()),
+        paused_for=paused,
     )
+
+
+def _for_budget(value: Any) -> bool:
+    """Whether an interrupt write is a budget's pause (`budget.pause_value`)."""
+    for item in value if isinstance(value, (list, tuple)) else [value]:
+        said = getattr(item, "value", item)
+        if isinstance(said, Mapping) and said.get("reason") == "budget_exhausted":
+            return True
+    return False
 
 
 # -- statements ------------------------------------------------------------------------
@@ -277,6 +306,24 @@ _RESUMED = (
     f"WHERE thread_id = ? AND status = 'paused' AND run = {_RUN_AT}"
 )
 
+# Recoveries made by a write (`RECOVERIES`), in its transaction, of the run the
+# write belongs to (none for a thread without run rows: `history._backfill`
+# reads those): a resume of a paused run (budget or human, as it paused), a
+# retry_failed (with the paths it re-runs). Params: key, checkpoint, at, then
+# the run's thread, and `_RUN_AT`'s thread and checkpoint.
+_RECOVERY = (
+    f"INSERT INTO {RECOVERIES.name} (thread_id, key, kind, run_id, owner, checkpoint_id, at, run) "
+    "SELECT r.thread_id, ?, {kind}, r.run_id, NULL, ?, ?, r.run "
+    f"FROM {RUN_LOG.name} r WHERE r.thread_id = ? AND r.run = {_RUN_AT} "
+    "ON CONFLICT (thread_id, key) DO NOTHING"
+)
+_RESUME_RECOVERY = _RECOVERY.format(kind="coalesce(r.paused_for, 'human')")
+_RETRY_RECOVERY = _RECOVERY.format(kind="'retry_failed'")
+_RETRY_PATHS = (
+    f"INSERT INTO {RECOVERY_PATHS.name} (thread_id, key, path) VALUES (?, ?, ?) "
+    "ON CONFLICT DO NOTHING"
+)
+_PAUSED_FOR = f"UPDATE {RUN_LOG.name} SET paused_for = ? WHERE thread_id = ? AND run = {_RUN_AT}"
 
 # Upserted: a run whose checkpoints were not stored as it went (durability
 # "exit") gets its row when it ends.
@@ -323,8 +370,19 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         else:
             where = (led.thread_id, led.checkpoint_id)
             yield Stmt(d.sql(_UPDATE_RUN.format(run=_RUN_AT)), (*params, *where))
+    where = (led.thread_id, led.thread_id, led.checkpoint_id)
+    if led.paused_for is not None:
+        yield Stmt(d.sql(_PAUSED_FOR), (led.paused_for, *where))
     if led.resumed:
-        yield Stmt(d.sql(_RESUMED), (time.time(), led.thread_id, led.thread_id, led.checkpoint_id))
+        now = time.time()
+        key = f"resume:{led.checkpoint_id}"
+        yield Stmt(d.sql(_RESUME_RECOVERY), (key, led.checkpoint_id, now, *where))
+        yield Stmt(d.sql(_RESUMED), (now, *where))
+    if led.clear:
+        key = f"retry_failed:{led.checkpoint_id}:{led.task_id}"
+        yield Stmt(d.sql(_RETRY_RECOVERY), (key, led.checkpoint_id, time.time(), *where))
+        paths = [(led.thread_id, key, p) for p in dict.fromkeys(led.clear)]
+        yield Stmt(d.sql(_RETRY_PATHS), paths, many=True)
 
 
 # A status a run's driver or Worker saw (params: status, status, now): an ended

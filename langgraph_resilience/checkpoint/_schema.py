@@ -30,6 +30,7 @@ __all__ = [
     "EFFECTS",
     "MIGRATIONS",
     "RECOVERIES",
+    "RECOVERY_PATHS",
     "RUNS",
     "RUN_LOG",
     "STEPS",
@@ -123,11 +124,13 @@ COUNTERS = Table(
     primary_key=("scope", "name"),
     since=4,
 )
-# One row per recovery of a thread that nothing else stores: a Worker's takeover of
-# a run whose lease expired, a resume after a crash (the other kinds are read from
-# the writes a resume leaves). ``owner``: the worker (or process) that went on;
-# ``checkpoint_id``: the thread's latest checkpoint then (the one resumed), so
-# the steps it redid can be told from the rest.
+# One row per recovery of a thread, of every kind, stored when it happens: a
+# Worker's takeover of a run whose lease expired (in the claim's transaction), a
+# resume after a crash, and (since 26) a `retry_failed`, a budget or a human
+# resume (in the transaction of the write that makes it: `_run_log`). ``owner``:
+# the worker (or process) that went on; ``checkpoint_id``: the checkpoint it
+# resumed, so the steps it redid can be told from the rest; ``run``: the run of
+# the thread it resumed (since 26).
 RECOVERIES = Table(
     "resilience_recoveries",
     (
@@ -138,9 +141,21 @@ RECOVERIES = Table(
         Column("owner", "TEXT"),
         Column("checkpoint_id", "TEXT"),
         Column("at", "REAL_T NOT NULL"),
+        Column("run", "INTEGER", since=26),
     ),
     primary_key=("thread_id", "key"),
     since=12,
+)
+# The paths a `retry_failed` recovery re-runs (its steps redone), one row each.
+RECOVERY_PATHS = Table(
+    "resilience_recovery_paths",
+    (
+        Column("thread_id", "TEXT NOT NULL"),
+        Column("key", "TEXT NOT NULL"),
+        Column("path", "TEXT NOT NULL"),
+    ),
+    primary_key=("thread_id", "key", "path"),
+    since=26,
 )
 
 # One row per thread that was ever archived: ``archived`` (its checkpoints are in
@@ -184,6 +199,7 @@ RUN_LOG = Table(
         Column("usage", "TEXT"),
         Column("run_id", "TEXT"),
         Column("worker", "TEXT"),
+        Column("paused_for", "TEXT", since=26),
     ),
     primary_key=("thread_id", "run"),
     since=18,
@@ -220,7 +236,7 @@ CHECKPOINT_TABLES = (ATTEMPTS, EFFECTS, STEPS)
 #: Tables of a thread's history that `copy_thread` copies too (not keyed by checkpoint).
 COPIED_TABLES = (*CHECKPOINT_TABLES, RUN_LOG)
 #: Every resilience table with a thread_id (runs are deleted with their thread, not copied).
-THREAD_TABLES = (*COPIED_TABLES, RUNS, RECOVERIES, ARCHIVE)
+THREAD_TABLES = (*COPIED_TABLES, RUNS, RECOVERIES, RECOVERY_PATHS, ARCHIVE)
 
 #: The statuses of a run that holds its thread: a thread has at most one such run.
 OPEN_STATUSES = ("queued", "running", "paused")
@@ -387,6 +403,23 @@ MIGRATIONS: tuple[Migration, ...] = (
     # SQLite keeps them in their key's order (no second b-tree for the key: a
     # step row costs about a quarter fewer bytes).
     Migration(sqlite=(f"{STEPS.create()} WITHOUT ROWID",), postgres=(STEPS.create(),)),
+    # 20-25: taken by other branches of this release (placeholders here; the
+    # merge replaces them with theirs).
+    *(Migration.both() for _ in range(20, 26)),
+    # 26: every recovery a row when it happens: its run; the paths a retry_failed
+    # re-runs; why a run paused (budget or human: the kind its resume is). The
+    # metrics' ``since=`` reads runs by when they were last updated. Recoveries
+    # stored before get their run from the runs' rows (the latest started then).
+    Migration.both(
+        *RECOVERIES.added(26),
+        *RUN_LOG.added(26),
+        RECOVERY_PATHS.create(),
+        "CREATE INDEX IF NOT EXISTS resilience_run_log_updated ON resilience_run_log (updated_at)",
+        f"UPDATE {RECOVERIES.name} SET run = coalesce("
+        f"(SELECT max(r.run) FROM {RUN_LOG.name} r WHERE r.run_id = {RECOVERIES.name}.run_id), "
+        f"(SELECT max(r.run) FROM {RUN_LOG.name} r WHERE r.thread_id = {RECOVERIES.name}.thread_id "
+        f"AND r.started_at <= {RECOVERIES.name}.at)) WHERE run IS NULL",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 
