@@ -370,17 +370,17 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         else:
             where = (led.thread_id, led.checkpoint_id)
             yield Stmt(d.sql(_UPDATE_RUN.format(run=_RUN_AT)), (*params, *where))
-    where = (led.thread_id, led.thread_id, led.checkpoint_id)
+    at = (led.thread_id, led.thread_id, led.checkpoint_id)
     if led.paused_for is not None:
-        yield Stmt(d.sql(_PAUSED_FOR), (led.paused_for, *where))
+        yield Stmt(d.sql(_PAUSED_FOR), (led.paused_for, *at))
     if led.resumed:
         now = time.time()
         key = f"resume:{led.checkpoint_id}"
-        yield Stmt(d.sql(_RESUME_RECOVERY), (key, led.checkpoint_id, now, *where))
-        yield Stmt(d.sql(_RESUMED), (now, *where))
+        yield Stmt(d.sql(_RESUME_RECOVERY), (key, led.checkpoint_id, now, *at))
+        yield Stmt(d.sql(_RESUMED), (now, *at))
     if led.clear:
         key = f"retry_failed:{led.checkpoint_id}:{led.task_id}"
-        yield Stmt(d.sql(_RETRY_RECOVERY), (key, led.checkpoint_id, time.time(), *where))
+        yield Stmt(d.sql(_RETRY_RECOVERY), (key, led.checkpoint_id, time.time(), *at))
         paths = [(led.thread_id, key, p) for p in dict.fromkeys(led.clear)]
         yield Stmt(d.sql(_RETRY_PATHS), paths, many=True)
 
