@@ -21,6 +21,7 @@ from langgraph_resilience.checkpoint._events import RecoveryRecord, StoredAttemp
 from langgraph_resilience.checkpoint._ledger import EffectRecord
 from langgraph_resilience.checkpoint._protocol import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.checkpoint._run_log_reads import Cursor, RunLogRecord
+from langgraph_resilience.checkpoint._run_metrics import RunCounts
 from langgraph_resilience.checkpoint._runs import RunRecord
 from langgraph_resilience.checkpoint._store import Row
 from langgraph_resilience.errors import ConfigError
@@ -35,6 +36,7 @@ __all__ = [
     "counters",
     "drive",
     "effects",
+    "metrics",
     "recoveries",
     "run_log",
     "run_rows",
@@ -81,6 +83,14 @@ def run_rows(
         async_=lambda s: s.history.arun_rows(
             thread_id, statuses=statuses, limit=limit, before=before
         ),
+    )
+
+
+def metrics(since: float | None, nodes: Sequence[str] | None) -> Read[RunCounts]:
+    """The run ledger's aggregates for `recovery_metrics` (`_run_metrics`)."""
+    return Read(
+        sync=lambda s: s.history.metrics(since, nodes),
+        async_=lambda s: s.history.ametrics(since, nodes),
     )
 
 
