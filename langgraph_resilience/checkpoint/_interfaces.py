@@ -29,7 +29,6 @@ import langgraph_resilience.checkpoint._events as _events
 import langgraph_resilience.checkpoint._ledger as _ledger
 import langgraph_resilience.checkpoint._run_log as _run_log
 import langgraph_resilience.checkpoint._run_log_reads as _run_reads
-import langgraph_resilience.checkpoint._run_metrics as _run_metrics
 import langgraph_resilience.checkpoint._runs as _runs
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience.checkpoint._base import SaverState, check_thread_id
@@ -42,7 +41,7 @@ from langgraph_resilience.checkpoint._ledger import (
     OutcomeFields,
 )
 from langgraph_resilience.checkpoint._run_log_reads import Cursor, RunLogRecord
-from langgraph_resilience.checkpoint._run_metrics import RunCounts
+from langgraph_resilience.checkpoint._run_metrics import RunCounts, read_metrics
 from langgraph_resilience.checkpoint._runs import Blob, Fence, RunRecord
 from langgraph_resilience.checkpoint._store import Dialect, Row, Statements
 
@@ -474,8 +473,7 @@ class History(_Part):
 
     def metrics(self, since: float | None, nodes: Sequence[str] | None) -> RunCounts:
         """The run ledger's aggregates for `recovery_metrics` (`_run_metrics`)."""
-        d = self._saver._dialect
-        return self._io._query(lambda: _run_metrics.read_metrics(d, since, nodes))
+        return self._io._query(lambda: read_metrics(self._saver._dialect, since, nodes))
 
     def run_row(self, thread_id: str, run: int) -> RunLogRecord | None:
         """One run of a thread, as the run ledger holds it (None: no row)."""
@@ -540,9 +538,7 @@ class AsyncHistory(History, _AsyncPart):
         )
 
     async def ametrics(self, since: float | None, nodes: Sequence[str] | None) -> RunCounts:
-        """Async twin of `History.metrics`."""
-        d = self._saver._dialect
-        return await self._saver._query(lambda: _run_metrics.read_metrics(d, since, nodes))
+        return await self._saver._query(lambda: read_metrics(self._saver._dialect, since, nodes))
 
     async def arun_row(self, thread_id: str, run: int) -> RunLogRecord | None:
         """Async twin of `History.run_row`."""

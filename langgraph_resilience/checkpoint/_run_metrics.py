@@ -12,10 +12,9 @@ over step rows of the run it resumed (``run``):
 - ``crash`` / ``takeover``: the top-level steps of the checkpoint it resumed
   that ended after it (the step in flight; a step of that checkpoint that had
   not started counts too: the rows cannot tell them apart);
-- ``budget`` / ``human``: the same: the top-level steps of the checkpoint it
-  resumed that ended after it, the paused steps, run again from their start
-  (the steps of that checkpoint that had finished keep their writes and do not
-  run; a step row keeps its first try's start, so its end is what tells);
+- ``budget`` / ``human``: the paused steps, run again from their start: the
+  top-level step rows of the checkpoint it resumed whose task wrote an
+  interrupt there (the keys of LangGraph's interrupt writes, never their values);
 - ``retry_failed``: for each path it re-runs (``resilience_recovery_paths``),
   the first step of that path (any namespace) that ended after it.
 
@@ -32,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
 from langgraph_resilience.checkpoint._schema import (
     ATTEMPTS,
     EFFECTS,
@@ -140,7 +140,10 @@ def read_metrics(
     redone = (
         f"SELECT rec.kind, rec.at AS rec_at, {cols} FROM rec JOIN {_S} s ON {same} "
         "AND s.checkpoint_ns = '' AND s.checkpoint_id = rec.checkpoint_id "
-        "WHERE rec.kind <> 'retry_failed' AND s.ended_at >= rec.at "
+        "WHERE (rec.kind IN ('crash', 'takeover') AND s.ended_at >= rec.at) "
+        "OR (rec.kind IN ('budget', 'human') AND s.task_id IN (SELECT w.task_id "
+        f"FROM {d.writes.name} w WHERE w.thread_id = rec.thread_id AND w.checkpoint_ns = '' "
+        f"AND w.checkpoint_id = rec.checkpoint_id AND w.channel = '{INTERRUPT_CHANNEL}')) "
         f"UNION ALL SELECT rec.kind, rec.at AS rec_at, {cols} FROM rec "
         f"JOIN {RECOVERY_PATHS.name} p ON p.thread_id = rec.thread_id AND p.key = rec.key "
         f"JOIN {_S} s ON {same} AND s.path = p.path AND s.ended_at >= rec.at "

@@ -450,9 +450,7 @@ def _stored(scan: _Scan, events: Sequence[RecoveryRecord]) -> None:
     """Takeovers and crash resumes: each redid the steps of the checkpoint it
     resumed that ended after it."""
     ordered = sorted(scan.runs.values(), key=lambda r: r.run)
-    for ev in events:
-        if ev.kind not in ("crash", "takeover"):
-            continue  # a kind the scan reads from the writes (rows since version 26)
+    for ev in (e for e in events if e.kind in ("crash", "takeover")):  # others: writes
         run = next((r for r in ordered if ev.run_id and r.run_id == ev.run_id), None)
         if run is None:
             started = [r for r in ordered if (r.started_at or 0.0) <= ev.at]
