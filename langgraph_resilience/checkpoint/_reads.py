@@ -28,6 +28,7 @@ from langgraph_resilience.errors import ConfigError
 
 __all__ = [
     "Read",
+    "backfill",
     "Reads",
     "SaverOrGraph",
     "adrive",
@@ -37,6 +38,7 @@ __all__ = [
     "drive",
     "effects",
     "metrics",
+    "pending_backfill",
     "recoveries",
     "run_log",
     "run_rows",
@@ -91,6 +93,22 @@ def metrics(since: float | None, nodes: Sequence[str] | None) -> Read[RunCounts]
     return Read(
         sync=lambda s: s.history.metrics(since, nodes),
         async_=lambda s: s.history.ametrics(since, nodes),
+    )
+
+
+def pending_backfill() -> Read[list[str]]:
+    """Threads written before the run ledger, not yet read into its rows."""
+    return Read(
+        sync=lambda s: s.history.pending_backfill(),
+        async_=lambda s: s.history.apending_backfill(),
+    )
+
+
+def backfill(thread_id: str, rows: tuple[Sequence[tuple[Any, ...]], ...]) -> Read[None]:
+    """Store one thread's ledger rows: runs, steps, recoveries, paths (`_run_backfill`)."""
+    return Read(
+        sync=lambda s: s.history.backfill(thread_id, *rows),
+        async_=lambda s: s.history.abackfill(thread_id, *rows),
     )
 
 

@@ -379,7 +379,7 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         yield Stmt(d.sql(_RESUME_RECOVERY), (key, led.checkpoint_id, now, *at))
         yield Stmt(d.sql(_RESUMED), (now, *at))
     if led.clear:
-        key = f"retry_failed:{led.checkpoint_id}:{led.task_id}"
+        key = f"retry_failed:{led.checkpoint_id}"  # one a checkpoint (as `_backfill`'s)
         yield Stmt(d.sql(_RETRY_RECOVERY), (key, led.checkpoint_id, time.time(), *at))
         paths = [(led.thread_id, key, p) for p in dict.fromkeys(led.clear)]
         yield Stmt(d.sql(_RETRY_PATHS), paths, many=True)

@@ -26,6 +26,7 @@ from langgraph_resilience.errors import ConfigError
 __all__ = [
     "ARCHIVE",
     "ATTEMPTS",
+    "BACKFILL",
     "COUNTERS",
     "EFFECTS",
     "MIGRATIONS",
@@ -158,6 +159,15 @@ RECOVERY_PATHS = Table(
     since=26,
 )
 
+# Threads whose runs began before the run ledger (checkpoints older than their
+# first run row, or none): `history._backfill` reads each once from its writes,
+# stores its rows, and deletes its row here (since 27).
+BACKFILL = Table(
+    "resilience_backfill",
+    (Column("thread_id", "TEXT PRIMARY KEY"),),
+    since=27,
+)
+
 # One row per thread that was ever archived: ``archived`` (its checkpoints are in
 # the cold tier only), ``archiving`` (an archiver holds ``claim`` until
 # ``claimed_until``; the hot rows are still there) or ``hot`` (restored at
@@ -236,7 +246,7 @@ CHECKPOINT_TABLES = (ATTEMPTS, EFFECTS, STEPS)
 #: Tables of a thread's history that `copy_thread` copies too (not keyed by checkpoint).
 COPIED_TABLES = (*CHECKPOINT_TABLES, RUN_LOG)
 #: Every resilience table with a thread_id (runs are deleted with their thread, not copied).
-THREAD_TABLES = (*COPIED_TABLES, RUNS, RECOVERIES, RECOVERY_PATHS, ARCHIVE)
+THREAD_TABLES = (*COPIED_TABLES, RUNS, RECOVERIES, RECOVERY_PATHS, BACKFILL, ARCHIVE)
 
 #: The statuses of a run that holds its thread: a thread has at most one such run.
 OPEN_STATUSES = ("queued", "running", "paused")
@@ -419,6 +429,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         f"(SELECT max(r.run) FROM {RUN_LOG.name} r WHERE r.run_id = {RECOVERIES.name}.run_id), "
         f"(SELECT max(r.run) FROM {RUN_LOG.name} r WHERE r.thread_id = {RECOVERIES.name}.thread_id "
         f"AND r.started_at <= {RECOVERIES.name}.at)) WHERE run IS NULL",
+    ),
+    # 27: the threads written before the ledger, to be read once into its rows.
+    Migration.both(
+        BACKFILL.create(),
+        f"INSERT INTO {BACKFILL.name} (thread_id) SELECT DISTINCT c.thread_id FROM checkpoints c "
+        f"WHERE c.checkpoint_ns = '' AND NOT EXISTS (SELECT 1 FROM {RUN_LOG.name} r "
+        "WHERE r.thread_id = c.thread_id AND r.checkpoint_id <= c.checkpoint_id) "
+        "ON CONFLICT DO NOTHING",
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1

@@ -25,15 +25,10 @@ from langgraph_resilience.checkpoint._counters import (
 from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
 from langgraph_resilience.checkpoint._run_metrics import Redone, RunCounts
 from langgraph_resilience.errors import ConfigError
-from langgraph_resilience.history._scan import (
-    ENDED,
-    RECOVERY_KINDS,
-    ThreadRun,
-    decode_writes,
-    scan_thread,
-)
+from langgraph_resilience.history._backfill import backfilled
+from langgraph_resilience.history._scan import ENDED, RECOVERY_KINDS
 
-__all__ = ["RecoveryMetrics", "arecovery_metrics", "recovery_metrics", "scan_store"]
+__all__ = ["RecoveryMetrics", "arecovery_metrics", "recovery_metrics"]
 
 Since = datetime | timedelta | float | int | None
 
@@ -182,40 +177,10 @@ def nodes_of(graph: Any) -> frozenset[str] | None:
     )
 
 
-def scan_store(
-    loads: Callable[[tuple[str, bytes]], Any], thread_id: str | None = None
-) -> Reads[list[ThreadRun]]:
-    """Every run of the store (or of one thread), with recoveries and the
-    effects their redone steps replayed."""
-    writes = decode_writes((yield reads.run_log(thread_id)), loads)
-    events = list((yield reads.recoveries(thread_id)))
-    records = list((yield reads.runs(thread_id)))
-    threads = sorted({w.thread_id for w in writes} | {r.thread_id for r in records})
-    by_thread: dict[str, list[Any]] = {t: [] for t in threads}
-    for w in writes:
-        by_thread[w.thread_id].append(w)
-    runs: list[ThreadRun] = []
-    for thread in threads:
-        found = scan_thread(
-            thread,
-            by_thread[thread],
-            [e for e in events if e.thread_id == thread],
-            [r for r in records if r.thread_id == thread],
-        )
-        if any(rec.redone for run in found for rec in run.recoveries):
-            effects = list((yield reads.effects(thread)))
-            found = scan_thread(
-                thread,
-                by_thread[thread],
-                [e for e in events if e.thread_id == thread],
-                [r for r in records if r.thread_id == thread],
-                effects,
-            )
-        runs.extend(found)
-    return runs
-
-
-def _metrics(since: float | None, nodes: frozenset[str] | None) -> Reads[RecoveryMetrics]:
+def _metrics(
+    loads: Callable[[tuple[str, bytes]], Any], since: float | None, nodes: frozenset[str] | None
+) -> Reads[RecoveryMetrics]:
+    yield from backfilled(loads)
     counters: dict[str, int] = yield reads.counters(since)
     found: RunCounts = yield reads.metrics(since, sorted(nodes) if nodes is not None else None)
     status = found.by_status
@@ -279,7 +244,7 @@ def recovery_metrics(
         0.3
     """
     saver = reads.saver_of(checkpointer, "recovery_metrics")
-    return reads.drive(saver, _metrics(since_of(since), nodes_of(graph)))
+    return reads.drive(saver, _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph)))
 
 
 async def arecovery_metrics(
@@ -287,5 +252,5 @@ async def arecovery_metrics(
 ) -> RecoveryMetrics:
     """Async twin of `recovery_metrics` (on an async resilient saver)."""
     saver = reads.async_saver_of(checkpointer, "arecovery_metrics")
-    steps = _metrics(since_of(since), nodes_of(graph))
+    steps = _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph))
     return await reads.adrive(saver, steps)

@@ -20,6 +20,7 @@ from langgraph_resilience.checkpoint import _reads as reads
 from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
 from langgraph_resilience.errors import ConfigError, UnknownThread
 from langgraph_resilience.graph._routes import PARTIAL_RESULT
+from langgraph_resilience.history._backfill import scan_store
 from langgraph_resilience.history._entries import (
     EffectEntry,
     StepEntry,
@@ -29,7 +30,6 @@ from langgraph_resilience.history._entries import (
     suggestions_for,
     timeline_of,
 )
-from langgraph_resilience.history._metrics import scan_store
 from langgraph_resilience.history._runs import (
     RunSummary,
     alist_runs,

@@ -10,7 +10,7 @@ from typing import Any
 from langgraph_resilience.checkpoint import _reads as reads
 from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
 from langgraph_resilience.errors import ConfigError
-from langgraph_resilience.history._metrics import scan_store
+from langgraph_resilience.history._backfill import scan_store
 from langgraph_resilience.history._scan import ThreadRun
 
 __all__ = ["RunSummary", "alist_runs", "list_runs"]

@@ -34,8 +34,7 @@ resumed: the steps it redid are those of that checkpoint that ended after it.
 from __future__ import annotations
 
 import bisect
-import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,15 +52,13 @@ from langgraph_resilience._langgraph import (
 from langgraph_resilience.checkpoint import EffectRecord, RunRecord
 from langgraph_resilience.checkpoint._events import RecoveryRecord
 from langgraph_resilience.checkpoint._route_text import is_routed
+from langgraph_resilience.history._writes import Write, checkpoint_time
 
 __all__ = [
     "ENDED",
     "RECOVERY_KINDS",
     "Recovery",
     "ThreadRun",
-    "Write",
-    "checkpoint_time",
-    "decode_writes",
     "scan_thread",
 ]
 
@@ -69,57 +66,6 @@ __all__ = [
 RECOVERY_KINDS = ("crash", "takeover", "retry_failed", "budget", "human")
 #: The statuses of a run that ended.
 ENDED = ("success", "partial_complete", "error", "cancelled")
-_UUID_EPOCH = 0x01B21DD213814000  # 1582-10-15 in 100 ns ticks before 1970-01-01
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Write:
-    """One stored write of a task (its value decoded, or None)."""
-
-    thread_id: str
-    ns: str
-    checkpoint_id: str
-    task_id: str
-    idx: int
-    channel: str
-    value: Any
-
-
-def decode_writes(
-    rows: Iterable[Sequence[Any]], loads: Callable[[tuple[str, bytes]], Any]
-) -> list[Write]:
-    """Writes from `_events.read_run_log` rows, in checkpoint order."""
-    found = []
-    for thread, ns, checkpoint_id, task_id, idx, channel, type_, value in rows:
-        decoded = None
-        if value is not None and type_:
-            try:
-                decoded = loads((str(type_), bytes(value)))
-            except Exception:  # a value this process cannot decode tells nothing here
-                decoded = None
-        found.append(
-            Write(
-                thread_id=str(thread),
-                ns=str(ns or ""),
-                checkpoint_id=str(checkpoint_id),
-                task_id=str(task_id),
-                idx=int(idx),
-                channel=str(channel),
-                value=decoded,
-            )
-        )
-    found.sort(key=lambda w: (w.thread_id, w.ns, w.checkpoint_id, w.task_id, w.idx))
-    return found
-
-
-def checkpoint_time(checkpoint_id: str | None) -> float | None:
-    """When a checkpoint was made (epoch seconds), from its uuid6 id."""
-    try:
-        n = uuid.UUID(str(checkpoint_id)).int
-    except ValueError:
-        return None
-    ticks = ((n >> 80) << 12) | ((n >> 64) & 0x0FFF)
-    return (ticks - _UUID_EPOCH) / 1e7
 
 
 @dataclass(kw_only=True)
@@ -193,6 +139,7 @@ class ThreadRun:
     status: str = "running"
     started_at: float | None = None
     ended_at: float | None = None
+    checkpoint_id: str | None = None  # its input checkpoint (its marker's)
     steps: list[dict[str, Any]] = field(default_factory=list)
     recoveries: list[Recovery] = field(default_factory=list)
     run_id: str | None = None
@@ -245,9 +192,9 @@ class _Scan:
             self.current = found
         return found
 
-    def new_run(self, started_at: float) -> None:
-        number = max(self.runs, default=0) + 1
-        self.run(number).started_at = started_at
+    def new_run(self, started_at: float, checkpoint_id: str) -> None:
+        run = self.run(max(self.runs, default=0) + 1)
+        run.started_at, run.checkpoint_id = started_at, checkpoint_id
 
     def step(self, w: Write, value: Mapping[str, Any], number: int | None = None) -> ThreadRun:
         """A step record joins its run: ``number``, else the run it names."""
@@ -278,7 +225,7 @@ class _Scan:
     def run_log(self, w: Write, value: Mapping[str, Any]) -> None:
         """A top-level run-log write."""
         if "new_run" in value:
-            self.new_run(float(value["new_run"]))
+            self.new_run(float(value["new_run"]), w.checkpoint_id)
         if _is_step(value):
             self.step(w, value)
         for failed in [value.get("failed_step"), *(value.get("failed_steps") or [])]:
@@ -405,7 +352,7 @@ class _Scan:
             if not isinstance(value, Mapping):
                 continue
             if "new_run" in value:
-                self.new_run(float(value["new_run"]))
+                self.new_run(float(value["new_run"]), w.checkpoint_id)
                 run = self.current
             if _is_step(value):
                 joined = self.step(w, value, run.run if run is not None else None)
