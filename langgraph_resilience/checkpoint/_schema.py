@@ -425,6 +425,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         *RUN_LOG.added(26),
         RECOVERY_PATHS.create(),
         "CREATE INDEX IF NOT EXISTS resilience_run_log_updated ON resilience_run_log (updated_at)",
+        "CREATE INDEX IF NOT EXISTS resilience_runs_updated ON resilience_runs (updated_at)",
         f"UPDATE {RECOVERIES.name} SET run = coalesce("
         f"(SELECT max(r.run) FROM {RUN_LOG.name} r WHERE r.run_id = {RECOVERIES.name}.run_id), "
         f"(SELECT max(r.run) FROM {RUN_LOG.name} r WHERE r.thread_id = {RECOVERIES.name}.thread_id "
