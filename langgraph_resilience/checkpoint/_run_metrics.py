@@ -67,6 +67,9 @@ class RunCounts:
 
 
 _R, _S, _C = RUN_LOG.name, STEPS.name, RECOVERIES.name
+# Grouped by an expression, not the column: SQLite would otherwise scan the
+# whole status index to group, not the ``updated_at`` range of ``since``.
+_BY_STATUS = "r.status || ''"
 
 
 def _runs_in(
@@ -102,7 +105,7 @@ def read_metrics(
     runs_sql, runs_params = _runs_in(since, nodes, d)
     by_status: dict[str, int] = {}
     rows = yield Stmt(
-        d.sql(f"SELECT r.status, count(*) FROM {_R} r WHERE {runs_sql} GROUP BY r.status"),
+        d.sql(f"SELECT {_BY_STATUS}, count(*) FROM {_R} r WHERE {runs_sql} GROUP BY {_BY_STATUS}"),
         tuple(runs_params),
         fetch=True,
     )
@@ -111,8 +114,9 @@ def read_metrics(
         window = "AND w.updated_at >= ? " if since is not None else ""
         rows = yield Stmt(
             d.sql(
-                f"SELECT w.status, count(*) FROM {RUNS.name} w WHERE NOT EXISTS "
-                f"(SELECT 1 FROM {_R} r WHERE r.run_id = w.run_id) {window}GROUP BY w.status"
+                f"SELECT w.status || '', count(*) FROM {RUNS.name} w WHERE NOT EXISTS "
+                f"(SELECT 1 FROM {_R} r WHERE r.run_id = w.run_id) {window}"
+                f"GROUP BY {_BY_STATUS.replace('r.', 'w.')}"
             ),
             (since,) if since is not None else (),
             fetch=True,
@@ -122,9 +126,9 @@ def read_metrics(
     rec_at, rec_params = ("c.at >= ?", [since]) if since is not None else ("1 = 1", list[float]())
     rows = yield Stmt(
         d.sql(
-            f"SELECT r.status, count(*) FROM {_R} r WHERE {runs_sql} AND EXISTS (SELECT 1 "
+            f"SELECT {_BY_STATUS}, count(*) FROM {_R} r WHERE {runs_sql} AND EXISTS (SELECT 1 "
             f"FROM {_C} c WHERE c.thread_id = r.thread_id AND c.run = r.run AND {rec_at}) "
-            "GROUP BY r.status"
+            f"GROUP BY {_BY_STATUS}"
         ),
         (*runs_params, *rec_params),
         fetch=True,
