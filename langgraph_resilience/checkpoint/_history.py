@@ -17,6 +17,7 @@ from langgraph_resilience.checkpoint._events import RecoveryRecord, StoredAttemp
 from langgraph_resilience.checkpoint._interfaces import _AsyncPart, _Part
 from langgraph_resilience.checkpoint._run_log_reads import Cursor, RunLogRecord
 from langgraph_resilience.checkpoint._run_metrics import RunCounts, read_metrics
+from langgraph_resilience.checkpoint._run_summaries import list_summaries
 from langgraph_resilience.checkpoint._runs import RunRecord
 from langgraph_resilience.checkpoint._store import Row
 
@@ -80,6 +81,10 @@ class History(_Part):
     def metrics(self, since: float | None, nodes: Sequence[str] | None) -> RunCounts:
         """The run ledger's aggregates for `recovery_metrics` (`_run_metrics`)."""
         return self._io._query(lambda: read_metrics(self._saver._dialect, since, nodes))
+
+    def summaries(self, statuses: Sequence[str] | None, limit: int) -> list[tuple[Any, ...]]:
+        """A page of runs for `list_runs`, newest first (`_run_summaries`)."""
+        return self._io._query(lambda: list_summaries(self._saver._dialect, statuses, limit))
 
     def pending_backfill(self) -> list[str]:
         """Threads written before the ledger, still to be read into its rows."""
@@ -157,6 +162,10 @@ class AsyncHistory(History, _AsyncPart):
 
     async def ametrics(self, since: float | None, nodes: Sequence[str] | None) -> RunCounts:
         return await self._saver._query(lambda: read_metrics(self._saver._dialect, since, nodes))
+
+    async def asummaries(self, statuses: Sequence[str] | None, limit: int) -> list[tuple[Any, ...]]:
+        d = self._saver._dialect
+        return await self._saver._query(lambda: list_summaries(d, statuses, limit))
 
     async def apending_backfill(self) -> list[str]:
         return await self._saver._query(lambda: _backfill.pending_threads(self._saver._dialect))

@@ -44,6 +44,7 @@ __all__ = [
     "run_rows",
     "runs",
     "saver_of",
+    "summaries",
     "thread_attempts",
 ]
 
@@ -93,6 +94,14 @@ def metrics(since: float | None, nodes: Sequence[str] | None) -> Read[RunCounts]
     return Read(
         sync=lambda s: s.history.metrics(since, nodes),
         async_=lambda s: s.history.ametrics(since, nodes),
+    )
+
+
+def summaries(statuses: Sequence[str] | None, limit: int) -> Read[list[tuple[Any, ...]]]:
+    """A page of runs for `list_runs`, newest first (`_run_summaries`)."""
+    return Read(
+        sync=lambda s: s.history.summaries(statuses, limit),
+        async_=lambda s: s.history.asummaries(statuses, limit),
     )
 
 
