@@ -63,6 +63,7 @@ __all__ = [
     "ledger_of_put",
     "ledger_of_writes",
     "put_statements",
+    "tried_task",
     "write_statements",
 ]
 
@@ -235,6 +236,7 @@ def ledger_of_writes(
             step.get("run_id"),
             step.get("worker"),
             json.dumps(dict(usage)) if isinstance(usage, Mapping) else None,
+            tried_task(value, str(step["path"])),
         )
     if ns:  # a nested run's: its steps only (its outcome is its parent's step's)
         return None if row is None else WriteLedger(thread_id, ns, checkpoint_id, step=row)
@@ -259,6 +261,15 @@ def ledger_of_writes(
         clear=tuple(str(p) for p in value.get("clear") or ()),
         paused_for=paused,
     )
+
+
+def tried_task(value: Mapping[str, Any], path: str) -> str | None:
+    """The task whose tries a failed step's record stands for (``ns|id``), as its
+    run-log write names it (the failed step, or one of the failed branches)."""
+    for failed in [value.get("failed_step"), *(value.get("failed_steps") or [])]:
+        if isinstance(failed, Mapping) and failed.get("path") == path and failed.get("task"):
+            return str(failed["task"])
+    return None
 
 
 def _for_budget(value: Any) -> bool:

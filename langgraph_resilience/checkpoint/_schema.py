@@ -216,7 +216,9 @@ RUN_LOG = Table(
 )
 # One row per step (task) that ran, from the record its own run-log write
 # carries, stored in the transaction of that write: never a step row without its
-# writes, nor the reverse. ``kinds`` and ``usage``: JSON text.
+# writes, nor the reverse. ``kinds`` and ``usage``: JSON text. ``tried`` (since
+# 26): the task whose tries these were (``namespace|task id``, the key of its
+# attempts and effects) when another task stored the row (a failed step's).
 STEPS = Table(
     "resilience_steps",
     (
@@ -236,6 +238,7 @@ STEPS = Table(
         Column("run_id", "TEXT"),
         Column("worker", "TEXT"),
         Column("usage", "TEXT"),
+        Column("tried", "TEXT", since=26),
     ),
     primary_key=("thread_id", "checkpoint_ns", "checkpoint_id", "task_id"),
     since=19,
@@ -423,6 +426,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration.both(
         *RECOVERIES.added(26),
         *RUN_LOG.added(26),
+        *STEPS.added(26),
         RECOVERY_PATHS.create(),
         "CREATE INDEX IF NOT EXISTS resilience_run_log_updated ON resilience_run_log (updated_at)",
         "CREATE INDEX IF NOT EXISTS resilience_runs_updated ON resilience_runs (updated_at)",

@@ -119,6 +119,7 @@ def ledger_rows(runs: Iterable[ThreadRun]) -> tuple[list[tuple[Any, ...]], ...]:
                     s.get("run_id"),
                     s.get("worker"),
                     json.dumps(dict(s["usage"])) if s.get("usage") else None,
+                    s.get("tried"),
                 )
             )
         for rec in run.recoveries:

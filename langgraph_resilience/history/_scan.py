@@ -52,6 +52,7 @@ from langgraph_resilience._langgraph import (
 from langgraph_resilience.checkpoint import EffectRecord, RunRecord
 from langgraph_resilience.checkpoint._events import RecoveryRecord
 from langgraph_resilience.checkpoint._route_text import is_routed
+from langgraph_resilience.checkpoint._run_log import tried_task
 from langgraph_resilience.history._writes import Write, checkpoint_time
 
 __all__ = [
@@ -207,6 +208,7 @@ class _Scan:
             checkpoint_ns=w.ns,
             checkpoint_id=w.checkpoint_id,
             task_id=w.task_id,
+            tried=tried_task(value, str(step.get("path"))),
         )
         run = self.run(number)
         run.steps.append(step)
