@@ -17,7 +17,11 @@ from langgraph_resilience.checkpoint._events import RecoveryRecord, StoredAttemp
 from langgraph_resilience.checkpoint._interfaces import _AsyncPart, _Part
 from langgraph_resilience.checkpoint._run_log_reads import Cursor, RunLogRecord
 from langgraph_resilience.checkpoint._run_metrics import RunCounts, read_metrics
-from langgraph_resilience.checkpoint._run_summaries import list_summaries
+from langgraph_resilience.checkpoint._run_summaries import (
+    ThreadLedger,
+    list_summaries,
+    read_thread_ledger,
+)
 from langgraph_resilience.checkpoint._runs import RunRecord
 from langgraph_resilience.checkpoint._store import Row
 
@@ -85,6 +89,10 @@ class History(_Part):
     def summaries(self, statuses: Sequence[str] | None, limit: int) -> list[tuple[Any, ...]]:
         """A page of runs for `list_runs`, newest first (`_run_summaries`)."""
         return self._io._query(lambda: list_summaries(self._saver._dialect, statuses, limit))
+
+    def thread_ledger(self, thread_id: str) -> ThreadLedger:
+        """One thread's ledger rows, for `run_report` (`_run_summaries`)."""
+        return self._io._query(lambda: read_thread_ledger(self._saver._dialect, thread_id))
 
     def pending_backfill(self) -> list[str]:
         """Threads written before the ledger, still to be read into its rows."""
@@ -166,6 +174,10 @@ class AsyncHistory(History, _AsyncPart):
     async def asummaries(self, statuses: Sequence[str] | None, limit: int) -> list[tuple[Any, ...]]:
         d = self._saver._dialect
         return await self._saver._query(lambda: list_summaries(d, statuses, limit))
+
+    async def athread_ledger(self, thread_id: str) -> ThreadLedger:
+        d = self._saver._dialect
+        return await self._saver._query(lambda: read_thread_ledger(d, thread_id))
 
     async def apending_backfill(self) -> list[str]:
         return await self._saver._query(lambda: _backfill.pending_threads(self._saver._dialect))

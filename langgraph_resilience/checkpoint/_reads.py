@@ -22,6 +22,7 @@ from langgraph_resilience.checkpoint._ledger import EffectRecord
 from langgraph_resilience.checkpoint._protocol import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.checkpoint._run_log_reads import Cursor, RunLogRecord
 from langgraph_resilience.checkpoint._run_metrics import RunCounts
+from langgraph_resilience.checkpoint._run_summaries import ThreadLedger
 from langgraph_resilience.checkpoint._runs import RunRecord
 from langgraph_resilience.checkpoint._store import Row
 from langgraph_resilience.errors import ConfigError
@@ -45,6 +46,7 @@ __all__ = [
     "runs",
     "saver_of",
     "summaries",
+    "thread_ledger",
     "thread_attempts",
 ]
 
@@ -102,6 +104,14 @@ def summaries(statuses: Sequence[str] | None, limit: int) -> Read[list[tuple[Any
     return Read(
         sync=lambda s: s.history.summaries(statuses, limit),
         async_=lambda s: s.history.asummaries(statuses, limit),
+    )
+
+
+def thread_ledger(thread_id: str) -> Read[ThreadLedger]:
+    """One thread's ledger rows, for `run_report` (`_run_summaries`)."""
+    return Read(
+        sync=lambda s: s.history.thread_ledger(thread_id),
+        async_=lambda s: s.history.athread_ledger(thread_id),
     )
 
 

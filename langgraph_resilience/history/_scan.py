@@ -141,6 +141,7 @@ class ThreadRun:
     started_at: float | None = None
     ended_at: float | None = None
     checkpoint_id: str | None = None  # its input checkpoint (its marker's)
+    next_checkpoint: str | None = None  # the next run's (its own end: `_ledger_runs`)
     steps: list[dict[str, Any]] = field(default_factory=list)
     recoveries: list[Recovery] = field(default_factory=list)
     run_id: str | None = None
