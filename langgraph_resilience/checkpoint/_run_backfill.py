@@ -40,6 +40,19 @@ def _insert(table: str, names: Sequence[str]) -> str:
     return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({places}) ON CONFLICT DO NOTHING"
 
 
+# A run row the ledger holds is kept, unless no top-level checkpoint started it:
+# a nested run log's own story (under a parent that keeps none), which only the
+# scan tells, read again each time the thread is listed.
+_T = RUN_LOG.name
+_RUNS = (
+    f"{_insert(_T, RUN_LOG.names).removesuffix(' ON CONFLICT DO NOTHING')} "
+    "ON CONFLICT (thread_id, run) DO UPDATE SET status = excluded.status, "
+    "ended_at = excluded.ended_at, updated_at = excluded.updated_at, "
+    "failed_step = excluded.failed_step, usage = coalesce(excluded.usage, "
+    f"{_T}.usage) WHERE NOT EXISTS (SELECT 1 FROM checkpoints c "
+    f"WHERE c.thread_id = {_T}.thread_id AND c.checkpoint_ns = '' "
+    f"AND c.checkpoint_id = {_T}.checkpoint_id)"
+)
 _RECOVERY_NAMES = ("thread_id", "key", "kind", "run_id", "owner", "checkpoint_id", "at", "run")
 
 
@@ -54,8 +67,9 @@ def store_backfill(
     """One thread's rows (each in its table's column order; recoveries as
     `_RECOVERY_NAMES`), the crash and takeover rows stored before their run had
     a row given it, and the thread taken off the pending list."""
+    if runs:
+        yield Stmt(d.sql(_RUNS), list(runs), many=True)
     for table, names, rows in (
-        (RUN_LOG.name, RUN_LOG.names, runs),
         (STEPS.name, STEPS.names, steps),
         (RECOVERIES.name, _RECOVERY_NAMES, recoveries),
         (RECOVERY_PATHS.name, RECOVERY_PATHS.names, paths),

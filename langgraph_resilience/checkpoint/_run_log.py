@@ -45,6 +45,7 @@ from langgraph_resilience._langgraph import INTERRUPT_CHANNEL, RESUME_CHANNEL
 from langgraph_resilience.checkpoint._run_log_reads import CHANNEL, ENDED, STATUSES
 from langgraph_resilience.checkpoint._runs import WORKER_KEY, Fence, fence_of
 from langgraph_resilience.checkpoint._schema import (
+    BACKFILL,
     RECOVERIES,
     RECOVERY_PATHS,
     RUN_LOG,
@@ -183,6 +184,7 @@ class WriteLedger(NamedTuple):
     task_id: str = ""
     clear: tuple[str, ...] = ()  # the paths retry_failed re-runs
     paused_for: str | None = None  # an interrupt: budget or human
+    own_story: bool = False  # a nested run's start or end (see `_OWN_STORY`)
     start: tuple[Any, ...] | None = None  # a run started by a node's marker
 
 
@@ -239,7 +241,13 @@ def ledger_of_writes(
             tried_task(value, str(step["path"])),
         )
     if ns:  # a nested run's: its steps only (its outcome is its parent's step's)
-        return None if row is None else WriteLedger(thread_id, ns, checkpoint_id, step=row)
+        # Its start or end under a parent that keeps no run log (a plain
+        # StateGraph): the thread's runs are the nested run log's own story,
+        # read into rows by `history._backfill` (`_OWN_STORY`).
+        told = value.get("new_run") is not None or value.get("status") in ENDED
+        if row is None and not told:
+            return None
+        return WriteLedger(thread_id, ns, checkpoint_id, step=row, own_story=told)
     status = value.get("status")
     start = None
     if value.get("new_run") is not None and value.get("run") is not None:
@@ -334,6 +342,15 @@ _RETRY_PATHS = (
     f"INSERT INTO {RECOVERY_PATHS.name} (thread_id, key, path) VALUES (?, ?, ?) "
     "ON CONFLICT DO NOTHING"
 )
+# A nested run's start or end on a thread with no run of its own top level (no
+# run row started by a top-level checkpoint: its parent keeps no run log) lists
+# the thread for `history._backfill`, which reads the nested run log's story.
+_OWN_STORY = (
+    f"INSERT INTO {BACKFILL.name} (thread_id) SELECT ? WHERE NOT EXISTS (SELECT 1 "
+    f"FROM {RUN_LOG.name} r JOIN checkpoints c ON c.thread_id = r.thread_id "
+    "AND c.checkpoint_ns = '' AND c.checkpoint_id = r.checkpoint_id WHERE r.thread_id = ?) "
+    "ON CONFLICT DO NOTHING"
+)
 _PAUSED_FOR = f"UPDATE {RUN_LOG.name} SET paused_for = ? WHERE thread_id = ? AND run = {_RUN_AT}"
 
 # Upserted: a run whose checkpoints were not stored as it went (durability
@@ -381,6 +398,8 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         else:
             where = (led.thread_id, led.checkpoint_id)
             yield Stmt(d.sql(_UPDATE_RUN.format(run=_RUN_AT)), (*params, *where))
+    if led.own_story:
+        yield Stmt(d.sql(_OWN_STORY), (led.thread_id, led.thread_id))
     at = (led.thread_id, led.thread_id, led.checkpoint_id)
     if led.paused_for is not None:
         yield Stmt(d.sql(_PAUSED_FOR), (led.paused_for, *at))

@@ -72,20 +72,34 @@ _R, _S, _C = RUN_LOG.name, STEPS.name, RECOVERIES.name
 _BY_STATUS = "r.status || ''"
 
 
+def _top_node(d: Dialect, path: str) -> str:
+    """The top-level node of a step's path (``research/fetch``, ``work[2]`` and
+    ``review#3`` are of ``research``, ``work``, ``review``), in SQL."""
+    pos = "instr" if d.name == "sqlite" else "strpos"
+    a, b, c = (f"{pos}({path}, '{ch}')" for ch in "/[#")
+    return (
+        f"substr({path}, 1, CASE WHEN {a} > 0 AND ({b} = 0 OR {a} < {b}) "
+        f"AND ({c} = 0 OR {a} < {c}) THEN {a} - 1 "
+        f"WHEN {b} > 0 AND ({c} = 0 OR {b} < {c}) THEN {b} - 1 "
+        f"WHEN {c} > 0 THEN {c} - 1 ELSE length({path}) END)"
+    )
+
+
 def _runs_in(
     since: float | None, nodes: Sequence[str] | None, d: Dialect
 ) -> tuple[str, list[object]]:
     """The condition on run rows ``r`` for the window and the graph filter (a
-    run of the graph: it has top-level steps, all of its nodes)."""
+    run of the graph: it has steps, and each ran under a node of it)."""
     sql, params = "1 = 1", list[object]()
     if since is not None:
         sql += " AND r.updated_at >= ?"
         params.append(since)
     if nodes is not None:
-        mine = "s.thread_id = r.thread_id AND s.checkpoint_ns = '' AND s.run = r.run"
+        mine = "s.thread_id = r.thread_id AND s.run = r.run"
         sql += (
             f" AND EXISTS (SELECT 1 FROM {_S} s WHERE {mine})"
-            f" AND NOT EXISTS (SELECT 1 FROM {_S} s WHERE {mine} AND NOT (s.node IN_LIST(?)))"
+            f" AND NOT EXISTS (SELECT 1 FROM {_S} s WHERE {mine} "
+            f"AND NOT ({_top_node(d, 's.path')} IN_LIST(?)))"
         )
         params.append(d.list_param(nodes))
     return sql, params
