@@ -16,7 +16,9 @@ over step rows of the run it resumed (``run``):
   top-level step rows of the checkpoint it resumed whose task wrote an
   interrupt there (the keys of LangGraph's interrupt writes, never their values);
 - ``retry_failed``: for each path it re-runs (``resilience_recovery_paths``),
-  the first step of that path (any namespace) that ended after it.
+  the first step of that path (any namespace) that ended after the path's last
+  failure before it (a step inside a subgraph re-runs before the parent's write
+  that stores the recovery).
 
 A redone step's seconds are its row's ``ended_at - started_at``, its tokens
 its row's ``usage``; the effects it replayed are those recorded ``done`` for
@@ -162,12 +164,21 @@ def read_metrics(
         "OR (rec.kind IN ('budget', 'human') AND s.task_id IN (SELECT w.task_id "
         f"FROM {d.writes.name} w WHERE w.thread_id = rec.thread_id AND w.checkpoint_ns = '' "
         f"AND w.checkpoint_id = rec.checkpoint_id AND w.channel = '{INTERRUPT_CHANNEL}')) "
-        f"UNION ALL SELECT rec.kind, rec.at AS rec_at, {cols} FROM rec "
-        f"JOIN {RECOVERY_PATHS.name} p ON p.thread_id = rec.thread_id AND p.key = rec.key "
-        f"JOIN {_S} s ON {same} AND s.path = p.path AND s.ended_at >= rec.at "
-        f"WHERE rec.kind = 'retry_failed' AND NOT EXISTS (SELECT 1 FROM {_S} s2 "
+        f"UNION ALL SELECT rec.kind, rec.at AS rec_at, {cols} FROM retried rec "
+        f"JOIN {_S} s ON {same} AND s.path = rec.path AND s.ended_at > rec.bound "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {_S} s2 "
         "WHERE s2.thread_id = s.thread_id AND s2.run = s.run AND s2.path = s.path "
-        "AND s2.ended_at >= rec.at AND s2.ended_at < s.ended_at)"
+        "AND s2.ended_at > rec.bound AND s2.ended_at < s.ended_at)"
+    )
+    # Each path a retry_failed re-runs, and the end of its last failure before
+    # it (a step inside a subgraph re-runs before its parent's write says so).
+    retried = (
+        "SELECT rec.thread_id, rec.key, rec.kind, rec.run, rec.at, p.path, coalesce("
+        f"(SELECT max(f.ended_at) FROM {_S} f WHERE f.thread_id = rec.thread_id "
+        "AND f.run = rec.run AND f.path = p.path AND f.status = 'failed' "
+        "AND f.ended_at < rec.at), rec.at) AS bound FROM rec "
+        f"JOIN {RECOVERY_PATHS.name} p ON p.thread_id = rec.thread_id AND p.key = rec.key "
+        "WHERE rec.kind = 'retry_failed'"
     )
     # A failed step's row is stored by another task than the try that failed
     # (its effects and attempts are keyed by that try's task): a retry_failed's
@@ -186,7 +197,7 @@ def read_metrics(
     seconds = "CASE WHEN x.ended_at > x.started_at THEN x.ended_at - x.started_at ELSE 0 END"
     rows = yield Stmt(
         d.sql(
-            f"WITH rec AS ({recs}), redone AS ({redone}) "
+            f"WITH rec AS ({recs}), retried AS ({retried}), redone AS ({redone}) "
             "SELECT y.kind, count(*) AS n, sum(y.seconds) AS seconds, sum(y.tokens) AS tokens, "
             "sum(y.effects) AS effects FROM ("
             f"SELECT x.kind, {seconds} AS seconds, {_tokens(d, 'x.usage')} AS tokens, "

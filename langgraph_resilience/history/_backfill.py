@@ -34,7 +34,7 @@ def scan_store(
     loads: Callable[[tuple[str, bytes]], Any], thread_id: str | None = None
 ) -> Reads[list[ThreadRun]]:
     """Every run of the store (or of one thread) read back from its writes, with
-    recoveries and the effects their redone steps replayed."""
+    its recoveries."""
     writes = decode_writes((yield reads.run_log(thread_id)), loads)
     events = list((yield reads.recoveries(thread_id)))
     records = list((yield reads.runs(thread_id)))
@@ -46,11 +46,7 @@ def scan_store(
     for thread in threads:
         mine = [e for e in events if e.thread_id == thread]
         submitted = [r for r in records if r.thread_id == thread]
-        found = scan_thread(thread, by_thread[thread], mine, submitted)
-        if any(rec.redone for run in found for rec in run.recoveries):
-            effects = list((yield reads.effects(thread)))
-            found = scan_thread(thread, by_thread[thread], mine, submitted, effects)
-        runs.extend(found)
+        runs.extend(scan_thread(thread, by_thread[thread], mine, submitted))
     return runs
 
 

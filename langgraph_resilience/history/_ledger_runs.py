@@ -5,7 +5,8 @@ What a recovery redid is defined as `checkpoint._run_metrics` counts it (the
 same rows, one thread): a crash or takeover, the top-level steps of the
 checkpoint it resumed that ended after it; a budget or human resume, the steps
 of that checkpoint whose task had paused there; a ``retry_failed``, the first
-step of each path it re-runs that ended after it. A redone step replayed the
+step of each path it re-runs that ended after the path's last failure before
+it. A redone step replayed the
 effects recorded ``done`` for its task (for a ``retry_failed``, also for the
 task whose tries its path's failed row stands for: ``tried``) before it ended.
 """
@@ -53,9 +54,14 @@ def _redone(rec: Recovery, run: ThreadRun, led: ThreadLedger) -> list[dict[str, 
         ]
     redone = []
     for path in rec.paths:
-        after = [
-            s for s in run.steps if s["path"] == path and float(s.get("ended_at") or 0.0) >= at
+        failed = [
+            float(s.get("ended_at") or 0.0)
+            for s in run.steps
+            if s["path"] == path and s["status"] == "failed" and float(s.get("ended_at") or 0) < at
         ]
+        bound = max(failed) if failed else at
+        mine = [s for s in run.steps if s["path"] == path]
+        after = [s for s in mine if float(s.get("ended_at") or 0.0) > bound]
         if after:
             redone.append(min(after, key=lambda s: float(s["ended_at"])))
     return redone
