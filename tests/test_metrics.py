@@ -60,6 +60,9 @@ _TABLES = (
     "resilience_effects",
     "resilience_counters",
     "resilience_recoveries",
+    "resilience_recovery_paths",
+    "resilience_run_log",
+    "resilience_steps",
 )
 
 

@@ -47,7 +47,8 @@ def fresh(store: tuple[str, str]) -> tuple[str, str]:
     if backend == "postgres":
         with ResilientPostgresSaver.from_conn_string(target) as saver:
             saver.setup()
-        for table in ("checkpoints", "checkpoint_writes", "resilience_runs"):
+        ledger = ("resilience_run_log", "resilience_steps", "resilience_recoveries")
+        for table in ("checkpoints", "checkpoint_writes", "resilience_runs", *ledger):
             sql(backend, target, f"DELETE FROM {table}")
     return store
 

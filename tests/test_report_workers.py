@@ -31,6 +31,10 @@ def _step(path: str, ended: float, run_id: str | None) -> dict[str, Any]:
         "attempts": 1,
         "started_at": ended - 0.5,
         "ended_at": ended,
+        # The key of its task, which its tries share (each step its own task here).
+        "checkpoint_ns": "",
+        "checkpoint_id": "c",
+        "task_id": path,
     }
     if run_id is not None:
         step["run_id"] = run_id

@@ -421,8 +421,9 @@ async def test_a_store_set_up_before_the_ledger_upgrades_and_keeps_its_threads(
     await h.invoke(graph, {"done": []}, config)
     before = await h.call("step_history", thread)
     # The store as version 17 left it: no ledger tables, the thread's writes only.
-    for table in ("resilience_run_log", "resilience_steps"):
+    for table in ("resilience_run_log", "resilience_steps", "resilience_recovery_paths"):
         sql(h.backend, h.target, f"DROP TABLE {table}")
+    sql(h.backend, h.target, "ALTER TABLE resilience_recoveries DROP COLUMN run")
     sql(h.backend, h.target, "DELETE FROM resilience_migrations WHERE v >= 18")
     with h.sync_saver_class.from_conn_string(h.target) as other:
         await asyncio.to_thread(other.setup)  # migrates to the ledger

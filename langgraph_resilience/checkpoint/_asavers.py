@@ -32,12 +32,8 @@ from langgraph_resilience.checkpoint import (
     _steps,
     _threads,
 )
-from langgraph_resilience.checkpoint._interfaces import (
-    AsyncAttempts,
-    AsyncEffects,
-    AsyncHistory,
-    AsyncRuns,
-)
+from langgraph_resilience.checkpoint._history import AsyncHistory
+from langgraph_resilience.checkpoint._interfaces import AsyncAttempts, AsyncEffects, AsyncRuns
 from langgraph_resilience.checkpoint._ledger import EffectRecord
 from langgraph_resilience.checkpoint._runs import Fence, RunRecord
 from langgraph_resilience.checkpoint._savers import Hooks, next_config

@@ -27,7 +27,7 @@ from langgraph_resilience._langgraph import (
 )
 from langgraph_resilience.checkpoint._lease_judge import Claimant, dead_holders, taken_over
 from langgraph_resilience.checkpoint._runs import RunRecord, claim_runs
-from langgraph_resilience.checkpoint._schema import ATTEMPTS, RECOVERIES, RUNS
+from langgraph_resilience.checkpoint._schema import ATTEMPTS, RECOVERIES, RUN_LOG, RUNS
 from langgraph_resilience.checkpoint._store import (
     Dialect,
     Row,
@@ -70,11 +70,14 @@ class RecoveryRecord:
     Attributes:
         thread_id: the thread recovered.
         key: unique per thread (``takeover:<run id>:<n>`` for a run's n-th takeover).
-        kind: ``takeover`` or ``crash``.
+        kind: one of ``crash``, ``takeover``, ``retry_failed``, ``budget``, ``human``.
         run_id: the `Worker` run taken over (None for a crash resume).
         owner: the worker that took it over (host/pid of a crash resume).
         checkpoint_id: the thread's latest checkpoint then: the one resumed.
-        at: when (epoch seconds, the database's clock).
+        at: when (epoch seconds: the database's clock for a crash or a takeover,
+            the writer's for the kinds a write makes).
+        run: the run of the thread it resumed (None: stored before version 26
+            on a thread without run rows).
     """
 
     thread_id: str
@@ -84,6 +87,7 @@ class RecoveryRecord:
     owner: str | None
     checkpoint_id: str | None
     at: float
+    run: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -103,10 +107,13 @@ class StoredAttempt:
     wait: float | None
 
 
+# The run it resumed: the Worker run's row, else the thread's latest run.
 _NOTE = (
-    f"INSERT INTO {RECOVERIES.name} (thread_id, key, kind, run_id, owner, checkpoint_id, at) "
+    f"INSERT INTO {RECOVERIES.name} (thread_id, key, kind, run_id, owner, checkpoint_id, at, run) "
     "SELECT ?, ?, ?, ?, ?, (SELECT max(checkpoint_id) FROM checkpoints "
-    "WHERE thread_id = ? AND checkpoint_ns = ''), NOW() WHERE 1 = 1 "
+    "WHERE thread_id = ? AND checkpoint_ns = ''), NOW(), coalesce("
+    f"(SELECT max(run) FROM {RUN_LOG.name} WHERE run_id = ?), "
+    f"(SELECT max(run) FROM {RUN_LOG.name} WHERE thread_id = ?)) WHERE 1 = 1 "
     "ON CONFLICT (thread_id, key) DO NOTHING"
 )
 
@@ -138,6 +145,8 @@ def claim_noting(
             r.run_id,
             owner,
             r.thread_id,
+            r.run_id,
+            r.thread_id,
         )
         for r in claimed
         if r.run_id in gone
@@ -151,7 +160,7 @@ def note_recovery(
     d: Dialect, thread_id: str, key: str, kind: str, owner: str | None = None
 ) -> Statements[None]:
     """Store one recovery of a thread (once per ``key``) that ``owner`` made."""
-    yield Stmt(d.sql(_NOTE), (thread_id, key, kind, None, owner, thread_id))
+    yield Stmt(d.sql(_NOTE), (thread_id, key, kind, None, owner, thread_id, None, thread_id))
 
 
 def read_recoveries(d: Dialect, thread_id: str | None = None) -> Statements[list[RecoveryRecord]]:

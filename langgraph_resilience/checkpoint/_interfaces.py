@@ -22,18 +22,15 @@ other threads: the heartbeat that renews a claim, a sync node under
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TypeVar
 
 import langgraph_resilience.checkpoint._events as _events
 import langgraph_resilience.checkpoint._ledger as _ledger
 import langgraph_resilience.checkpoint._run_log as _run_log
-import langgraph_resilience.checkpoint._run_log_reads as _run_reads
 import langgraph_resilience.checkpoint._runs as _runs
-import langgraph_resilience.checkpoint._storage as _storage
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience.checkpoint._base import check_thread_id
-from langgraph_resilience.checkpoint._events import RecoveryRecord, StoredAttempt
 from langgraph_resilience.checkpoint._ledger import (
     AttemptKey,
     AttemptRecord,
@@ -44,20 +41,16 @@ from langgraph_resilience.checkpoint._ledger import (
 from langgraph_resilience.checkpoint._parts import AsyncPart as _AsyncPart
 from langgraph_resilience.checkpoint._parts import AsyncStore, SyncStore
 from langgraph_resilience.checkpoint._parts import Part as _Part
-from langgraph_resilience.checkpoint._run_log_reads import Cursor, RunLogRecord
 from langgraph_resilience.checkpoint._runs import Blob, Fence, RunRecord
-from langgraph_resilience.checkpoint._storage import ThreadStorage
-from langgraph_resilience.checkpoint._store import Dialect, Row, Statements
+from langgraph_resilience.checkpoint._store import Dialect, Statements
 
 __all__ = [
     "AsyncAttempts",
     "AsyncEffects",
-    "AsyncHistory",
     "AsyncRuns",
     "AsyncStore",
     "Attempts",
     "Effects",
-    "History",
     "Runs",
     "SyncStore",
 ]
@@ -354,148 +347,3 @@ class AsyncRuns(Runs, _AsyncPart):
         """Async twin of `Runs.cancel`."""
         d = self._saver._dialect
         return await self._saver._write(lambda: _cancel(d, run_id, outcome))
-
-
-# -- history -------------------------------------------------------------------------------
-
-
-class History(_Part):
-    """What `recovery_metrics` and `run_report` read, of one thread or of all
-    (``thread_id=None``), and the recoveries that leave no write of their own
-    (see `_events`); the run ledger's runs (`_run_log`: ``run_rows``,
-    ``run_row``) and the driver's word on how a run returned (``close_run``)."""
-
-    __slots__ = ()
-
-    def run_log(self, thread_id: str | None = None) -> list[Row]:
-        """The writes that tell runs' stories (`_events.read_run_log`)."""
-        d = self._saver._dialect
-        return self._io._query(lambda: _events.read_run_log(d, thread_id))
-
-    def recoveries(self, thread_id: str | None = None) -> list[RecoveryRecord]:
-        """The takeovers and crash resumes stored, oldest first."""
-        d = self._saver._dialect
-        return self._io._query(lambda: _events.read_recoveries(d, thread_id))
-
-    def runs(self, thread_id: str | None = None) -> list[RunRecord]:
-        """`Worker` runs, oldest first."""
-        d = self._saver._dialect
-        return self._io._query(lambda: _events.read_thread_runs(d, thread_id))
-
-    def attempts(self, thread_id: str) -> list[StoredAttempt]:
-        """A thread's failed tries, oldest first."""
-        d = self._saver._dialect
-        return self._io._query(lambda: _events.read_thread_attempts(d, thread_id))
-
-    def storage(self, thread_id: str) -> ThreadStorage:
-        """What one thread takes up: bytes per channel, checkpoints, writes, ledger rows."""
-        d, serde = self._saver._dialect, self._saver.serde
-        return self._io._query(
-            lambda: _storage.read_storage(d, thread_id, serde.loads_typed, serde.dumps_typed)
-        )
-
-    def note_recovery(self, thread_id: str, key: str, kind: str, owner: str | None = None) -> None:
-        """Store one recovery of a thread that leaves no write of its own (once per key)."""
-        d = self._saver._dialect
-        self._io._write(lambda: _events.note_recovery(d, thread_id, key, kind, owner))
-
-    # -- the run ledger (`_run_log`) ---------------------------------------------------
-
-    def run_rows(
-        self,
-        thread_id: str | None = None,
-        *,
-        statuses: Sequence[str] = (),
-        limit: int = 100,
-        before: Cursor | None = None,
-    ) -> list[RunLogRecord]:
-        """The run ledger's runs, newest first, a page of ``limit`` (of one thread,
-        in ``statuses``, after ``before``: `_run_log_reads.cursor_of` the page's last)."""
-        d = self._saver._dialect
-        return self._io._query(
-            lambda: _run_reads.list_run_rows(
-                d, thread_id=thread_id, statuses=statuses, limit=limit, before=before
-            )
-        )
-
-    def run_row(self, thread_id: str, run: int) -> RunLogRecord | None:
-        """One run of a thread, as the run ledger holds it (None: no row)."""
-        d = self._saver._dialect
-        return self._io._query(lambda: _run_reads.read_run_row(d, thread_id, run))
-
-    def close_run(
-        self, thread_id: str, run: int, status: str, usage: Mapping[str, float] | None = None
-    ) -> None:
-        """What a run's driver saw when it returned (`_run_log.close_run`)."""
-        d = self._saver._dialect
-        close = _run_log.close_run
-        self._io._write(lambda: close(d, thread_id, run, status, usage), pipeline=True)
-
-
-class AsyncHistory(History, _AsyncPart):
-    """`History` with the a-prefixed methods of an async saver."""
-
-    __slots__ = ()
-
-    async def arun_log(self, thread_id: str | None = None) -> list[Row]:
-        """Async twin of `History.run_log`."""
-        d = self._saver._dialect
-        return await self._saver._query(lambda: _events.read_run_log(d, thread_id))
-
-    async def arecoveries(self, thread_id: str | None = None) -> list[RecoveryRecord]:
-        """Async twin of `History.recoveries`."""
-        d = self._saver._dialect
-        return await self._saver._query(lambda: _events.read_recoveries(d, thread_id))
-
-    async def aruns(self, thread_id: str | None = None) -> list[RunRecord]:
-        """Async twin of `History.runs`."""
-        d = self._saver._dialect
-        return await self._saver._query(lambda: _events.read_thread_runs(d, thread_id))
-
-    async def aattempts(self, thread_id: str) -> list[StoredAttempt]:
-        """Async twin of `History.attempts`."""
-        d = self._saver._dialect
-        return await self._saver._query(lambda: _events.read_thread_attempts(d, thread_id))
-
-    async def astorage(self, thread_id: str) -> ThreadStorage:
-        """Async twin of `History.storage`."""
-        d, serde = self._saver._dialect, self._saver.serde
-        return await self._saver._query(
-            lambda: _storage.read_storage(d, thread_id, serde.loads_typed, serde.dumps_typed)
-        )
-
-    async def anote_recovery(
-        self, thread_id: str, key: str, kind: str, owner: str | None = None
-    ) -> None:
-        """Async twin of `History.note_recovery`."""
-        d = self._saver._dialect
-        await self._saver._write(lambda: _events.note_recovery(d, thread_id, key, kind, owner))
-
-    async def arun_rows(
-        self,
-        thread_id: str | None = None,
-        *,
-        statuses: Sequence[str] = (),
-        limit: int = 100,
-        before: Cursor | None = None,
-    ) -> list[RunLogRecord]:
-        """Async twin of `History.run_rows`."""
-        d = self._saver._dialect
-        return await self._saver._query(
-            lambda: _run_reads.list_run_rows(
-                d, thread_id=thread_id, statuses=statuses, limit=limit, before=before
-            )
-        )
-
-    async def arun_row(self, thread_id: str, run: int) -> RunLogRecord | None:
-        """Async twin of `History.run_row`."""
-        d = self._saver._dialect
-        return await self._saver._query(lambda: _run_reads.read_run_row(d, thread_id, run))
-
-    async def aclose_run(
-        self, thread_id: str, run: int, status: str, usage: Mapping[str, float] | None = None
-    ) -> None:
-        """Async twin of `History.close_run`."""
-        d = self._saver._dialect
-        close = _run_log.close_run
-        await self._saver._write(lambda: close(d, thread_id, run, status, usage), pipeline=True)

@@ -20,14 +20,13 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from langgraph_resilience.checkpoint._history import AsyncHistory, History
 from langgraph_resilience.checkpoint._interfaces import (
     AsyncAttempts,
     AsyncEffects,
-    AsyncHistory,
     AsyncRuns,
     Attempts,
     Effects,
-    History,
     Runs,
 )
 from langgraph_resilience.checkpoint._ledger import EffectRecord

@@ -21,12 +21,15 @@ from langgraph_resilience.checkpoint._events import RecoveryRecord, StoredAttemp
 from langgraph_resilience.checkpoint._ledger import EffectRecord
 from langgraph_resilience.checkpoint._protocol import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.checkpoint._run_log_reads import Cursor, RunLogRecord
+from langgraph_resilience.checkpoint._run_metrics import RunCounts
+from langgraph_resilience.checkpoint._run_summaries import ThreadLedger
 from langgraph_resilience.checkpoint._runs import RunRecord
 from langgraph_resilience.checkpoint._store import Row
 from langgraph_resilience.errors import ConfigError
 
 __all__ = [
     "Read",
+    "backfill",
     "Reads",
     "SaverOrGraph",
     "adrive",
@@ -35,11 +38,15 @@ __all__ = [
     "counters",
     "drive",
     "effects",
+    "metrics",
+    "pending_backfill",
     "recoveries",
     "run_log",
     "run_rows",
     "runs",
     "saver_of",
+    "summaries",
+    "thread_ledger",
     "thread_attempts",
 ]
 
@@ -81,6 +88,46 @@ def run_rows(
         async_=lambda s: s.history.arun_rows(
             thread_id, statuses=statuses, limit=limit, before=before
         ),
+    )
+
+
+def metrics(since: float | None, nodes: Sequence[str] | None) -> Read[RunCounts]:
+    """The run ledger's aggregates for `recovery_metrics` (`_run_metrics`)."""
+    return Read(
+        sync=lambda s: s.history.metrics(since, nodes),
+        async_=lambda s: s.history.ametrics(since, nodes),
+    )
+
+
+def summaries(statuses: Sequence[str] | None, limit: int) -> Read[list[tuple[Any, ...]]]:
+    """A page of runs for `list_runs`, newest first (`_run_summaries`)."""
+    return Read(
+        sync=lambda s: s.history.summaries(statuses, limit),
+        async_=lambda s: s.history.asummaries(statuses, limit),
+    )
+
+
+def thread_ledger(thread_id: str) -> Read[ThreadLedger]:
+    """One thread's ledger rows, for `run_report` (`_run_summaries`)."""
+    return Read(
+        sync=lambda s: s.history.thread_ledger(thread_id),
+        async_=lambda s: s.history.athread_ledger(thread_id),
+    )
+
+
+def pending_backfill() -> Read[list[str]]:
+    """Threads written before the run ledger, not yet read into its rows."""
+    return Read(
+        sync=lambda s: s.history.pending_backfill(),
+        async_=lambda s: s.history.apending_backfill(),
+    )
+
+
+def backfill(thread_id: str, rows: tuple[Sequence[tuple[Any, ...]], ...]) -> Read[None]:
+    """Store one thread's ledger rows: runs, steps, recoveries, paths (`_run_backfill`)."""
+    return Read(
+        sync=lambda s: s.history.backfill(thread_id, *rows),
+        async_=lambda s: s.history.abackfill(thread_id, *rows),
     )
 
 

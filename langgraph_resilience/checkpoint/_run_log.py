@@ -41,10 +41,17 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.graph import START
 
-from langgraph_resilience._langgraph import RESUME_CHANNEL
+from langgraph_resilience._langgraph import INTERRUPT_CHANNEL, RESUME_CHANNEL
 from langgraph_resilience.checkpoint._run_log_reads import CHANNEL, ENDED, STATUSES
 from langgraph_resilience.checkpoint._runs import WORKER_KEY, Fence, fence_of
-from langgraph_resilience.checkpoint._schema import RUN_LOG, RUNS, STEPS
+from langgraph_resilience.checkpoint._schema import (
+    BACKFILL,
+    RECOVERIES,
+    RECOVERY_PATHS,
+    RUN_LOG,
+    RUNS,
+    STEPS,
+)
 from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
 from langgraph_resilience.errors import ConfigError
 
@@ -57,6 +64,7 @@ __all__ = [
     "ledger_of_put",
     "ledger_of_writes",
     "put_statements",
+    "tried_task",
     "write_statements",
 ]
 
@@ -157,6 +165,7 @@ def _run_row(
         usage,
         fence.run_id if fence is not None else None,
         None if worker is None else str(worker),
+        None,  # paused_for
     )
 
 
@@ -172,6 +181,10 @@ class WriteLedger(NamedTuple):
     failed_step: str | None = None
     cleared: bool = False  # retry_failed: its failed steps are re-run
     resumed: bool = False
+    task_id: str = ""
+    clear: tuple[str, ...] = ()  # the paths retry_failed re-runs
+    paused_for: str | None = None  # an interrupt: budget or human
+    own_story: bool = False  # a nested run's start or end (see `_OWN_STORY`)
     start: tuple[Any, ...] | None = None  # a run started by a node's marker
 
 
@@ -182,19 +195,26 @@ def ledger_of_writes(
     its own run-log write, read as given, and a resume's write count)."""
     value: Any = None
     resumed = False
+    paused: str | None = None
     for channel, v in writes:
         if channel == CHANNEL:
             value = v
         elif channel == RESUME_CHANNEL:
             resumed = True
-    if not isinstance(value, Mapping) and not resumed:
+        elif channel == INTERRUPT_CHANNEL:
+            paused = "budget" if paused == "budget" or _for_budget(v) else "human"
+    if not isinstance(value, Mapping) and not resumed and paused is None:
         return None
     configurable = config.get("configurable") or {}
     thread_id = str(configurable["thread_id"])
     ns = str(configurable.get("checkpoint_ns") or "")
     checkpoint_id = str(configurable.get("checkpoint_id"))
     if not isinstance(value, Mapping):
-        return WriteLedger(thread_id, ns, checkpoint_id, resumed=not ns)
+        if ns:
+            return None  # a nested pause: its parent's task writes it too
+        return WriteLedger(
+            thread_id, ns, checkpoint_id, resumed=resumed, task_id=task_id, paused_for=paused
+        )
     step = value.get("step")
     row = None
     run = None
@@ -218,9 +238,16 @@ def ledger_of_writes(
             step.get("run_id"),
             step.get("worker"),
             json.dumps(dict(usage)) if isinstance(usage, Mapping) else None,
+            tried_task(value, str(step["path"])),
         )
     if ns:  # a nested run's: its steps only (its outcome is its parent's step's)
-        return None if row is None else WriteLedger(thread_id, ns, checkpoint_id, step=row)
+        # Its start or end under a parent that keeps no run log (a plain
+        # StateGraph): the thread's runs are the nested run log's own story,
+        # read into rows by `history._backfill` (`_OWN_STORY`).
+        told = value.get("new_run") is not None or value.get("status") in ENDED
+        if row is None and not told:
+            return None
+        return WriteLedger(thread_id, ns, checkpoint_id, step=row, own_story=told)
     status = value.get("status")
     start = None
     if value.get("new_run") is not None and value.get("run") is not None:
@@ -238,7 +265,28 @@ def ledger_of_writes(
         cleared=bool(value.get("clear")),
         resumed=resumed,
         start=start,
+        task_id=task_id,
+        clear=tuple(str(p) for p in value.get("clear") or ()),
+        paused_for=paused,
     )
+
+
+def tried_task(value: Mapping[str, Any], path: str) -> str | None:
+    """The task whose tries a failed step's record stands for (``ns|id``), as its
+    run-log write names it (the failed step, or one of the failed branches)."""
+    for failed in [value.get("failed_step"), *(value.get("failed_steps") or [])]:
+        if isinstance(failed, Mapping) and failed.get("path") == path and failed.get("task"):
+            return str(failed["task"])
+    return None
+
+
+def _for_budget(value: Any) -> bool:
+    """Whether an interrupt write is a budget's pause (`budget.pause_value`)."""
+    for item in value if isinstance(value, (list, tuple)) else [value]:
+        said = getattr(item, "value", item)
+        if isinstance(said, Mapping) and said.get("reason") == "budget_exhausted":
+            return True
+    return False
 
 
 # -- statements ------------------------------------------------------------------------
@@ -277,6 +325,33 @@ _RESUMED = (
     f"WHERE thread_id = ? AND status = 'paused' AND run = {_RUN_AT}"
 )
 
+# Recoveries made by a write (`RECOVERIES`), in its transaction, of the run the
+# write belongs to (none for a thread without run rows: `history._backfill`
+# reads those): a resume of a paused run (budget or human, as it paused), a
+# retry_failed (with the paths it re-runs). Params: key, checkpoint, at, then
+# the run's thread, and `_RUN_AT`'s thread and checkpoint.
+_RECOVERY = (
+    f"INSERT INTO {RECOVERIES.name} (thread_id, key, kind, run_id, owner, checkpoint_id, at, run) "
+    "SELECT r.thread_id, ?, {kind}, r.run_id, NULL, ?, ?, r.run "
+    f"FROM {RUN_LOG.name} r WHERE r.thread_id = ? AND r.run = {_RUN_AT} "
+    "ON CONFLICT (thread_id, key) DO NOTHING"
+)
+_RESUME_RECOVERY = _RECOVERY.format(kind="coalesce(r.paused_for, 'human')")
+_RETRY_RECOVERY = _RECOVERY.format(kind="'retry_failed'")
+_RETRY_PATHS = (
+    f"INSERT INTO {RECOVERY_PATHS.name} (thread_id, key, path) VALUES (?, ?, ?) "
+    "ON CONFLICT DO NOTHING"
+)
+# A nested run's start or end on a thread with no run of its own top level (no
+# run row started by a top-level checkpoint: its parent keeps no run log) lists
+# the thread for `history._backfill`, which reads the nested run log's story.
+_OWN_STORY = (
+    f"INSERT INTO {BACKFILL.name} (thread_id) SELECT ? WHERE NOT EXISTS (SELECT 1 "
+    f"FROM {RUN_LOG.name} r JOIN checkpoints c ON c.thread_id = r.thread_id "
+    "AND c.checkpoint_ns = '' AND c.checkpoint_id = r.checkpoint_id WHERE r.thread_id = ?) "
+    "ON CONFLICT DO NOTHING"
+)
+_PAUSED_FOR = f"UPDATE {RUN_LOG.name} SET paused_for = ? WHERE thread_id = ? AND run = {_RUN_AT}"
 
 # Upserted: a run whose checkpoints were not stored as it went (durability
 # "exit") gets its row when it ends.
@@ -323,8 +398,21 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         else:
             where = (led.thread_id, led.checkpoint_id)
             yield Stmt(d.sql(_UPDATE_RUN.format(run=_RUN_AT)), (*params, *where))
+    if led.own_story:
+        yield Stmt(d.sql(_OWN_STORY), (led.thread_id, led.thread_id))
+    at = (led.thread_id, led.thread_id, led.checkpoint_id)
+    if led.paused_for is not None:
+        yield Stmt(d.sql(_PAUSED_FOR), (led.paused_for, *at))
     if led.resumed:
-        yield Stmt(d.sql(_RESUMED), (time.time(), led.thread_id, led.thread_id, led.checkpoint_id))
+        now = time.time()
+        key = f"resume:{led.checkpoint_id}"
+        yield Stmt(d.sql(_RESUME_RECOVERY), (key, led.checkpoint_id, now, *at))
+        yield Stmt(d.sql(_RESUMED), (now, *at))
+    if led.clear:
+        key = f"retry_failed:{led.checkpoint_id}"  # one a checkpoint (as `_backfill`'s)
+        yield Stmt(d.sql(_RETRY_RECOVERY), (key, led.checkpoint_id, time.time(), *at))
+        paths = [(led.thread_id, key, p) for p in dict.fromkeys(led.clear)]
+        yield Stmt(d.sql(_RETRY_PATHS), paths, many=True)
 
 
 # A status a run's driver or Worker saw (params: status, status, now): an ended

@@ -60,6 +60,8 @@ class RunLogRecord:
             its driver or `Worker` saw it end or pause (`used`).
         run_id / worker: the `Worker` run and worker that ran it (None for a
             plain ``invoke``).
+        paused_for: why it last paused: ``budget`` (its `Budget` ran out) or
+            ``human`` (an ``interrupt()``); None if it never paused.
     """
 
     thread_id: str
@@ -75,6 +77,7 @@ class RunLogRecord:
     usage: str | None
     run_id: str | None
     worker: str | None
+    paused_for: str | None = None
 
     def used(self) -> dict[str, float]:
         """``usage`` decoded (empty when not known)."""

@@ -50,7 +50,8 @@ from langgraph_resilience.checkpoint import (
     _steps,
     _threads,
 )
-from langgraph_resilience.checkpoint._interfaces import Attempts, Effects, History, Runs
+from langgraph_resilience.checkpoint._history import History
+from langgraph_resilience.checkpoint._interfaces import Attempts, Effects, Runs
 from langgraph_resilience.checkpoint._ledger import EffectRecord
 from langgraph_resilience.checkpoint._route_text import stored_error
 from langgraph_resilience.checkpoint._runs import Fence, RunRecord

@@ -35,6 +35,7 @@ from langgraph_resilience.errors import ConfigError
 __all__ = [
     "ARCHIVE",
     "ATTEMPTS",
+    "BACKFILL",
     "COUNTERS",
     "EFFECTS",
     "LIMITS",
@@ -42,6 +43,7 @@ __all__ = [
     "LIMIT_STARTS",
     "MIGRATIONS",
     "RECOVERIES",
+    "RECOVERY_PATHS",
     "RUNS",
     "RUN_LOG",
     "STEPS",
@@ -135,11 +137,13 @@ COUNTERS = Table(
     primary_key=("scope", "name"),
     since=4,
 )
-# One row per recovery of a thread that nothing else stores: a Worker's takeover of
-# a run whose lease expired, a resume after a crash (the other kinds are read from
-# the writes a resume leaves). ``owner``: the worker (or process) that went on;
-# ``checkpoint_id``: the thread's latest checkpoint then (the one resumed), so
-# the steps it redid can be told from the rest.
+# One row per recovery of a thread, of every kind, stored when it happens: a
+# Worker's takeover of a run whose lease expired (in the claim's transaction), a
+# resume after a crash, and (since 26) a `retry_failed`, a budget or a human
+# resume (in the transaction of the write that makes it: `_run_log`). ``owner``:
+# the worker (or process) that went on; ``checkpoint_id``: the checkpoint it
+# resumed, so the steps it redid can be told from the rest; ``run``: the run of
+# the thread it resumed (since 26).
 RECOVERIES = Table(
     "resilience_recoveries",
     (
@@ -150,9 +154,30 @@ RECOVERIES = Table(
         Column("owner", "TEXT"),
         Column("checkpoint_id", "TEXT"),
         Column("at", "REAL_T NOT NULL"),
+        Column("run", "INTEGER", since=26),
     ),
     primary_key=("thread_id", "key"),
     since=12,
+)
+# The paths a `retry_failed` recovery re-runs (its steps redone), one row each.
+RECOVERY_PATHS = Table(
+    "resilience_recovery_paths",
+    (
+        Column("thread_id", "TEXT NOT NULL"),
+        Column("key", "TEXT NOT NULL"),
+        Column("path", "TEXT NOT NULL"),
+    ),
+    primary_key=("thread_id", "key", "path"),
+    since=26,
+)
+
+# Threads whose runs began before the run ledger (checkpoints older than their
+# first run row, or none): `history._backfill` reads each once from its writes,
+# stores its rows, and deletes its row here (since 27).
+BACKFILL = Table(
+    "resilience_backfill",
+    (Column("thread_id", "TEXT PRIMARY KEY"),),
+    since=27,
 )
 
 # One row per thread that was ever archived: ``archived`` (its checkpoints are in
@@ -196,13 +221,16 @@ RUN_LOG = Table(
         Column("usage", "TEXT"),
         Column("run_id", "TEXT"),
         Column("worker", "TEXT"),
+        Column("paused_for", "TEXT", since=26),
     ),
     primary_key=("thread_id", "run"),
     since=18,
 )
 # One row per step (task) that ran, from the record its own run-log write
 # carries, stored in the transaction of that write: never a step row without its
-# writes, nor the reverse. ``kinds`` and ``usage``: JSON text.
+# writes, nor the reverse. ``kinds`` and ``usage``: JSON text. ``tried`` (since
+# 26): the task whose tries these were (``namespace|task id``, the key of its
+# attempts and effects) when another task stored the row (a failed step's).
 STEPS = Table(
     "resilience_steps",
     (
@@ -222,6 +250,7 @@ STEPS = Table(
         Column("run_id", "TEXT"),
         Column("worker", "TEXT"),
         Column("usage", "TEXT"),
+        Column("tried", "TEXT", since=26),
     ),
     primary_key=("thread_id", "checkpoint_ns", "checkpoint_id", "task_id"),
     since=19,
@@ -274,7 +303,7 @@ CHECKPOINT_TABLES = (ATTEMPTS, EFFECTS, STEPS)
 #: Tables of a thread's history that `copy_thread` copies too (not keyed by checkpoint).
 COPIED_TABLES = (*CHECKPOINT_TABLES, RUN_LOG)
 #: Every resilience table with a thread_id (runs are deleted with their thread, not copied).
-THREAD_TABLES = (*COPIED_TABLES, RUNS, RECOVERIES, ARCHIVE)
+THREAD_TABLES = (*COPIED_TABLES, RUNS, RECOVERIES, RECOVERY_PATHS, BACKFILL, ARCHIVE)
 
 #: The statuses of a run that holds its thread: a thread has at most one such run.
 OPEN_STATUSES = ("queued", "running", "paused")
@@ -398,6 +427,30 @@ MIGRATIONS: tuple[Migration, ...] = (
     # 25: a limit acquired in one round trip (SQLite runs the same steps in Python,
     # in an immediate transaction: `_limits.acquire`).
     Migration.postgres_only(_PG_LIMIT_ACQUIRE),
+    # 26: every recovery a row when it happens: its run; the paths a retry_failed
+    # re-runs; why a run paused (budget or human: the kind its resume is). The
+    # metrics' ``since=`` reads runs by when they were last updated. Recoveries
+    # stored before get their run from the runs' rows (the latest started then).
+    Migration.both(
+        *RECOVERIES.added(26),
+        *RUN_LOG.added(26),
+        *STEPS.added(26),
+        RECOVERY_PATHS.create(),
+        "CREATE INDEX IF NOT EXISTS resilience_run_log_updated ON resilience_run_log (updated_at)",
+        "CREATE INDEX IF NOT EXISTS resilience_runs_updated ON resilience_runs (updated_at)",
+        f"UPDATE {RECOVERIES.name} SET run = coalesce("
+        f"(SELECT max(r.run) FROM {RUN_LOG.name} r WHERE r.run_id = {RECOVERIES.name}.run_id), "
+        f"(SELECT max(r.run) FROM {RUN_LOG.name} r WHERE r.thread_id = {RECOVERIES.name}.thread_id "
+        f"AND r.started_at <= {RECOVERIES.name}.at)) WHERE run IS NULL",
+    ),
+    # 27: the threads written before the ledger, to be read once into its rows.
+    Migration.both(
+        BACKFILL.create(),
+        f"INSERT INTO {BACKFILL.name} (thread_id) SELECT DISTINCT c.thread_id FROM checkpoints c "
+        f"WHERE c.checkpoint_ns = '' AND NOT EXISTS (SELECT 1 FROM {RUN_LOG.name} r "
+        "WHERE r.thread_id = c.thread_id AND r.checkpoint_id <= c.checkpoint_id) "
+        "ON CONFLICT DO NOTHING",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from langgraph_resilience.checkpoint import EffectRecord
 from langgraph_resilience.checkpoint._events import StoredAttempt
+from langgraph_resilience.history._ledger_runs import step_tasks
 from langgraph_resilience.history._scan import Recovery, ThreadRun
 
 __all__ = [
@@ -174,28 +175,32 @@ def _first_worker(run: ThreadRun) -> str | None:
 
 
 def _step_of(run: ThreadRun, a: StoredAttempt) -> Mapping[str, Any] | None:
-    """The step record a failed try belongs to (its node's, around its time)."""
+    """The step record a failed try belongs to: the step row of its task (or the
+    row that stands for its task's tries: ``tried``), at its checkpoint."""
     for step in run.steps:
-        if step.get("node") != a.node:
-            continue
-        start, end = step.get("started_at"), step.get("ended_at")
-        if start is not None and end is not None and start - 0.5 <= a.started_at <= end + 0.5:
+        if step.get("checkpoint_id") == a.checkpoint_id and a.task_id in step_tasks(step):
             return step
     return None
 
 
+def _in_run(run: ThreadRun, checkpoint_id: str) -> bool:
+    """Whether a checkpoint is one of the run's: from its input checkpoint to the
+    next run's (a run with no input checkpoint known: any)."""
+    if run.checkpoint_id is not None and checkpoint_id < run.checkpoint_id:
+        return False
+    return run.next_checkpoint is None or checkpoint_id < run.next_checkpoint
+
+
 def timeline_of(run: ThreadRun, attempts: Sequence[StoredAttempt]) -> tuple[TryEntry, ...]:
     """Failed tries (the attempts ledger), step ends and recoveries, in time order."""
-    begin = run.started_at or 0.0
-    until = run.last_seen() if run.ended else None
     # Before any takeover, the run's steps ran under its first worker (when known).
     owner = _first_worker(run)
     entries = []
     for a in attempts:
-        if a.started_at < begin - 1.0 or (until is not None and a.started_at > until + 1.0):
-            continue
-        at = a.finished_at or a.started_at
         step = _step_of(run, a)
+        if step is None and not _in_run(run, a.checkpoint_id):
+            continue  # another run's try
+        at = a.finished_at or a.started_at
         entries.append(
             TryEntry(
                 at=at,
@@ -237,29 +242,33 @@ def timeline_of(run: ThreadRun, attempts: Sequence[StoredAttempt]) -> tuple[TryE
     return tuple(entries)
 
 
-def _tasks(step: dict[str, Any], rec: Recovery) -> set[str]:
+def _tasks(step: dict[str, Any], rec: Recovery, run: ThreadRun) -> set[str]:
     """The tasks whose effects a redone step meets: its own (task ids are unique),
-    and the failed task whose effect keys a `retry_failed` keeps."""
-    return {str(step.get("task_id")), *(t.rpartition("|")[2] for t in rec.failed_tasks)}
+    and for a `retry_failed` the failed task whose effect keys it keeps (the
+    task the path's failed row stands for)."""
+    tasks = {str(step.get("task_id"))}
+    if rec.kind == "retry_failed":
+        for f in run.steps:
+            if f.get("path") == step.get("path") and f.get("status") == "failed":
+                tasks |= step_tasks(f)
+    return tasks
 
 
 def effect_entries(run: ThreadRun, effects: Sequence[EffectRecord]) -> tuple[EffectEntry, ...]:
     """The run's effects (made while it ran), each marked replayed or reconciled."""
-    paths = {str(s.get("task_id")): str(s.get("path")) for s in run.steps}
-    begin = (run.started_at or 0.0) - 1.0
-    until = run.last_seen() if run.ended else None
+    paths = {t: str(s.get("path")) for s in run.steps for t in step_tasks(s)}
     entries = []
     for e in effects:
-        if e.intent_at < begin or (until is not None and e.intent_at > until + 1.0):
-            continue
+        if e.task_id not in paths and not _in_run(run, e.checkpoint_id):
+            continue  # another run's effect
         task = e.task_id
         replayed = reconciled = False
         for rec in run.recoveries:
             for step in rec.redone:
-                if task not in _tasks(step, rec):
+                if task not in _tasks(step, rec, run):
                     continue
-                start = float(step.get("started_at") or 0.0)
-                if e.status == "done" and e.outcome_at is not None and e.outcome_at < start:
+                end = float(step.get("ended_at") or 0.0)
+                if e.status == "done" and e.outcome_at is not None and e.outcome_at < end:
                     replayed = True
                 elif rec.at is not None and e.intent_at < rec.at and (e.outcome_at or 0) >= rec.at:
                     reconciled = True

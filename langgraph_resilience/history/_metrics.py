@@ -1,8 +1,9 @@
 """`recovery_metrics`: the four recovery metrics and the waste, from the store.
 
-Everything is computed from what the store already keeps (see `_metrics_scan`),
-so the figures add up across workers, processes and restarts, and nothing is
-recorded on a step's happy path for them.
+Every figure is an SQL aggregate over the run ledger's rows (runs, steps,
+recoveries: `checkpoint._run_metrics`, which documents what a redone step is)
+and the effects ledger, plus the save counters, so the figures add up across
+workers, processes and restarts and cost what the runs inside ``since`` cost.
 """
 
 from __future__ import annotations
@@ -22,15 +23,12 @@ from langgraph_resilience.checkpoint._counters import (
     WRITES_OK,
 )
 from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
+from langgraph_resilience.checkpoint._run_metrics import Redone, RunCounts
 from langgraph_resilience.errors import ConfigError
-from langgraph_resilience.history._scan import (
-    RECOVERY_KINDS,
-    ThreadRun,
-    decode_writes,
-    scan_thread,
-)
+from langgraph_resilience.history._backfill import backfilled
+from langgraph_resilience.history._scan import ENDED, RECOVERY_KINDS
 
-__all__ = ["RecoveryMetrics", "arecovery_metrics", "recovery_metrics", "scan_store"]
+__all__ = ["RecoveryMetrics", "arecovery_metrics", "recovery_metrics"]
 
 Since = datetime | timedelta | float | int | None
 
@@ -179,87 +177,46 @@ def nodes_of(graph: Any) -> frozenset[str] | None:
     )
 
 
-def scan_store(
-    loads: Callable[[tuple[str, bytes]], Any], thread_id: str | None = None
-) -> Reads[list[ThreadRun]]:
-    """Every run of the store (or of one thread), with recoveries and the
-    effects their redone steps replayed."""
-    writes = decode_writes((yield reads.run_log(thread_id)), loads)
-    events = list((yield reads.recoveries(thread_id)))
-    records = list((yield reads.runs(thread_id)))
-    threads = sorted({w.thread_id for w in writes} | {r.thread_id for r in records})
-    by_thread: dict[str, list[Any]] = {t: [] for t in threads}
-    for w in writes:
-        by_thread[w.thread_id].append(w)
-    runs: list[ThreadRun] = []
-    for thread in threads:
-        found = scan_thread(
-            thread,
-            by_thread[thread],
-            [e for e in events if e.thread_id == thread],
-            [r for r in records if r.thread_id == thread],
-        )
-        if any(rec.redone for run in found for rec in run.recoveries):
-            effects = list((yield reads.effects(thread)))
-            found = scan_thread(
-                thread,
-                by_thread[thread],
-                [e for e in events if e.thread_id == thread],
-                [r for r in records if r.thread_id == thread],
-                effects,
-            )
-        runs.extend(found)
-    return runs
-
-
-def _in_graph(run: ThreadRun, nodes: frozenset[str] | None) -> bool:
-    return nodes is None or (bool(run.steps) and run.nodes <= nodes)
-
-
 def _metrics(
     loads: Callable[[tuple[str, bytes]], Any], since: float | None, nodes: frozenset[str] | None
 ) -> Reads[RecoveryMetrics]:
+    yield from backfilled(loads)
     counters: dict[str, int] = yield reads.counters(since)
-    runs = [r for r in (yield from scan_store(loads)) if _in_graph(r, nodes)]
-    if since is not None:
-        runs = [r for r in runs if (r.last_seen() or 0.0) >= since]
-    ended = [r for r in runs if r.ended]
-    by_kind = dict.fromkeys(RECOVERY_KINDS, 0)
-    redone_by_kind = dict.fromkeys(RECOVERY_KINDS, 0)
-    recs = [rec for r in runs for rec in r.recoveries if since is None or (rec.at or 0) >= since]
-    for rec in recs:
-        by_kind[rec.kind] += 1
-        redone_by_kind[rec.kind] += rec.steps_redone
-    resumed = [r for r in runs if any(rec in recs for rec in r.recoveries)]
-    resumed_ended = [r for r in resumed if r.ended]
-    resumed_ok = [r for r in resumed_ended if r.status == "success"]
+    found: RunCounts = yield reads.metrics(since, sorted(nodes) if nodes is not None else None)
+    status = found.by_status
+    ended = sum(n for s, n in status.items() if s in ENDED)
+    partial = status.get("partial_complete", 0)
+    resumed = found.resumed_by_status
+    resumed_ended = sum(n for s, n in resumed.items() if s in ENDED)
+    resumed_ok = resumed.get("success", 0)
+    kinds = {k: found.by_kind.get(k, Redone()) for k in RECOVERY_KINDS}
+    recoveries = sum(k.recoveries for k in kinds.values())
+    steps_redone = sum(k.steps for k in kinds.values())
     ok = counters.get(CHECKPOINT_OK, 0) + counters.get(WRITES_OK, 0)
     failed = counters.get(CHECKPOINT_FAILED, 0) + counters.get(WRITES_FAILED, 0)
-    steps_redone = sum(redone_by_kind.values())
-    partial = sum(r.status == "partial_complete" for r in ended)
     return RecoveryMetrics(
-        partial_completion_rate=_rate(partial, len(ended)),
+        partial_completion_rate=_rate(partial, ended),
         checkpoint_save_success_rate=_rate(ok, ok + failed),
-        recovery_success_rate=_rate(len(resumed_ok), len(resumed_ended)),
-        steps_redone_per_recovery=_rate(steps_redone, len(recs)),
-        runs=len(runs),
-        runs_ended=len(ended),
-        runs_succeeded=sum(r.status == "success" for r in ended),
+        recovery_success_rate=_rate(resumed_ok, resumed_ended),
+        steps_redone_per_recovery=_rate(steps_redone, recoveries),
+        runs=sum(status.values()),
+        runs_ended=ended,
+        runs_succeeded=status.get("success", 0),
         runs_partial=partial,
-        runs_failed=sum(r.status in ("error", "cancelled") for r in ended),
+        runs_failed=status.get("error", 0) + status.get("cancelled", 0),
         checkpoint_writes_tried=ok + failed,
         checkpoint_writes_succeeded=ok,
         checkpoint_writes_failed=failed,
-        runs_resumed=len(resumed),
-        runs_resumed_ended=len(resumed_ended),
-        runs_resumed_succeeded=len(resumed_ok),
-        recoveries=len(recs),
-        recoveries_by_kind=by_kind,
+        runs_resumed=sum(resumed.values()),
+        runs_resumed_ended=resumed_ended,
+        runs_resumed_succeeded=resumed_ok,
+        recoveries=recoveries,
+        recoveries_by_kind={k: v.recoveries for k, v in kinds.items()},
         steps_redone=steps_redone,
-        steps_redone_by_kind=redone_by_kind,
-        seconds_redone=round(sum(rec.seconds_redone for rec in recs), 6),
-        tokens_redone=sum(rec.tokens_redone for rec in recs),
-        effects_replayed=sum(rec.effects_replayed for rec in recs),
+        steps_redone_by_kind={k: v.steps for k, v in kinds.items()},
+        seconds_redone=round(sum(k.seconds for k in kinds.values()), 6),
+        tokens_redone=sum(k.tokens for k in kinds.values()),
+        effects_replayed=sum(k.effects for k in kinds.values()),
         since=since,
         graph=sorted(nodes) if nodes is not None else None,
     )

@@ -20,6 +20,7 @@ from langgraph_resilience.checkpoint import _reads as reads
 from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
 from langgraph_resilience.errors import ConfigError, UnknownThread
 from langgraph_resilience.graph._routes import PARTIAL_RESULT
+from langgraph_resilience.history._backfill import backfilled
 from langgraph_resilience.history._entries import (
     EffectEntry,
     StepEntry,
@@ -29,7 +30,7 @@ from langgraph_resilience.history._entries import (
     suggestions_for,
     timeline_of,
 )
-from langgraph_resilience.history._metrics import scan_store
+from langgraph_resilience.history._ledger_runs import ledger_runs
 from langgraph_resilience.history._runs import (
     RunSummary,
     alist_runs,
@@ -199,7 +200,8 @@ def _chosen(runs: Sequence[ThreadRun], run: int | str | None, thread: str) -> Th
 def _report(
     loads: Callable[[tuple[str, bytes]], Any], thread: str, run: int | str | None
 ) -> Reads[RunReport]:
-    runs = yield from scan_store(loads, thread)
+    yield from backfilled(loads)
+    runs = yield from ledger_runs(thread)
     tuple_ = yield reads.checkpoint({"configurable": {"thread_id": thread}})
     if not runs and tuple_ is None:
         raise UnknownThread(

@@ -1,5 +1,5 @@
-"""`list_runs`: every run of the store, newest first, for the ``runs`` command;
-and the error for a thread the store does not have."""
+"""`list_runs`: the runs of the store, newest first, for the ``runs`` command:
+a page of the run ledger's rows (`checkpoint._run_summaries`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from typing import Any
 from langgraph_resilience.checkpoint import _reads as reads
 from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
 from langgraph_resilience.errors import ConfigError
-from langgraph_resilience.history._metrics import scan_store
-from langgraph_resilience.history._scan import ThreadRun
+from langgraph_resilience.history._backfill import backfilled
 
 __all__ = ["RunSummary", "alist_runs", "list_runs"]
 
@@ -52,16 +51,17 @@ class RunSummary:
         return asdict(self)
 
 
-def _summary(r: ThreadRun) -> RunSummary:
+def _summary(row: tuple[Any, ...]) -> RunSummary:
+    thread, run, run_id, status, claims, recoveries, owner, updated = row
     return RunSummary(
-        thread_id=r.thread_id,
-        run=r.run,
-        run_id=r.run_id,
-        status=r.status,
-        attempts=r.claims or 1 + len(r.recoveries),
-        recoveries=len(r.recoveries),
-        owner=r.owner,
-        updated=r.last_seen(),
+        thread_id=str(thread),
+        run=int(run),
+        run_id=None if run_id is None else str(run_id),
+        status=str(status),
+        attempts=int(claims or 0) or 1 + int(recoveries),
+        recoveries=int(recoveries),
+        owner=None if owner is None else str(owner),
+        updated=None if updated is None else float(updated),
     )
 
 
@@ -80,10 +80,9 @@ def _statuses(status: str | Sequence[str] | None) -> frozenset[str] | None:
 def _listed(
     loads: Callable[[tuple[str, bytes]], Any], wanted: frozenset[str] | None, limit: int
 ) -> Reads[list[RunSummary]]:
-    runs = [_summary(r) for r in (yield from scan_store(loads))]
-    runs = [r for r in runs if wanted is None or r.status in wanted]
-    runs.sort(key=lambda r: (r.updated or 0.0, r.thread_id, r.run), reverse=True)
-    return runs[:limit]
+    yield from backfilled(loads)
+    rows = yield reads.summaries(sorted(wanted) if wanted is not None else None, limit)
+    return [_summary(r) for r in rows]
 
 
 def _limit(limit: int) -> int:

@@ -49,19 +49,17 @@ from langgraph_resilience._langgraph import (
     RESUME_CHANNEL,
     TASKS_CHANNEL,
 )
-from langgraph_resilience.checkpoint import EffectRecord, RunRecord
+from langgraph_resilience.checkpoint import RunRecord
 from langgraph_resilience.checkpoint._events import RecoveryRecord
 from langgraph_resilience.checkpoint._route_text import is_routed
-from langgraph_resilience.history._writes import Write, checkpoint_time, decode_writes
+from langgraph_resilience.checkpoint._run_log import tried_task
+from langgraph_resilience.history._writes import Write, checkpoint_time
 
 __all__ = [
     "ENDED",
     "RECOVERY_KINDS",
     "Recovery",
     "ThreadRun",
-    "Write",
-    "checkpoint_time",
-    "decode_writes",
     "scan_thread",
 ]
 
@@ -96,7 +94,6 @@ class Recovery:
     effects_replayed: int = 0
     paths: tuple[str, ...] = ()  # retry_failed: the paths it re-runs
     tasks: tuple[str, ...] = ()  # a resume: the tasks that had paused
-    failed_tasks: tuple[str, ...] = ()  # retry_failed: the failed tasks' "ns|id"
 
     @property
     def steps_redone(self) -> int:
@@ -142,6 +139,8 @@ class ThreadRun:
     status: str = "running"
     started_at: float | None = None
     ended_at: float | None = None
+    checkpoint_id: str | None = None  # its input checkpoint (its marker's)
+    next_checkpoint: str | None = None  # the next run's (its own end: `_ledger_runs`)
     steps: list[dict[str, Any]] = field(default_factory=list)
     recoveries: list[Recovery] = field(default_factory=list)
     run_id: str | None = None
@@ -181,7 +180,6 @@ class _Scan:
         self.runs: dict[int, ThreadRun] = {}
         self.current: ThreadRun | None = None
         self.retries: dict[str, Recovery] = {}  # path -> the retry_failed re-running it
-        self.failed_tasks: dict[str, str] = {}  # path -> the failed task's "ns|id"
         self.task_runs: dict[str, int] = {}  # top-level task id -> its run
         self.marks: list[tuple[str, int]] = []  # (top-level checkpoint, the run then)
         self.inside: set[str] = set()  # paths a retry_failed re-runs inside a subgraph
@@ -194,9 +192,9 @@ class _Scan:
             self.current = found
         return found
 
-    def new_run(self, started_at: float) -> None:
-        number = max(self.runs, default=0) + 1
-        self.run(number).started_at = started_at
+    def new_run(self, started_at: float, checkpoint_id: str) -> None:
+        run = self.run(max(self.runs, default=0) + 1)
+        run.started_at, run.checkpoint_id = started_at, checkpoint_id
 
     def step(self, w: Write, value: Mapping[str, Any], number: int | None = None) -> ThreadRun:
         """A step record joins its run: ``number``, else the run it names."""
@@ -209,6 +207,7 @@ class _Scan:
             checkpoint_ns=w.ns,
             checkpoint_id=w.checkpoint_id,
             task_id=w.task_id,
+            tried=tried_task(value, str(step.get("path"))),
         )
         run = self.run(number)
         run.steps.append(step)
@@ -227,12 +226,9 @@ class _Scan:
     def run_log(self, w: Write, value: Mapping[str, Any]) -> None:
         """A top-level run-log write."""
         if "new_run" in value:
-            self.new_run(float(value["new_run"]))
+            self.new_run(float(value["new_run"]), w.checkpoint_id)
         if _is_step(value):
             self.step(w, value)
-        for failed in [value.get("failed_step"), *(value.get("failed_steps") or [])]:
-            if isinstance(failed, Mapping) and failed.get("path") and failed.get("task"):
-                self.failed_tasks[str(failed["path"])] = str(failed["task"])
         run = self.current
         if run is None:
             return
@@ -245,7 +241,6 @@ class _Scan:
                 run=run.run,
                 checkpoint_id=w.checkpoint_id,
                 paths=paths,
-                failed_tasks=tuple(self.failed_tasks[p] for p in paths if p in self.failed_tasks),
             )
             run.recoveries.append(rec)
             self.retries.update(dict.fromkeys(paths, rec))
@@ -354,7 +349,7 @@ class _Scan:
             if not isinstance(value, Mapping):
                 continue
             if "new_run" in value:
-                self.new_run(float(value["new_run"]))
+                self.new_run(float(value["new_run"]), w.checkpoint_id)
                 run = self.current
             if _is_step(value):
                 joined = self.step(w, value, run.run if run is not None else None)
@@ -399,7 +394,7 @@ def _stored(scan: _Scan, events: Sequence[RecoveryRecord]) -> None:
     """Takeovers and crash resumes: each redid the steps of the checkpoint it
     resumed that ended after it."""
     ordered = sorted(scan.runs.values(), key=lambda r: r.run)
-    for ev in events:
+    for ev in (e for e in events if e.kind in ("crash", "takeover")):  # others: writes
         run = next((r for r in ordered if ev.run_id and r.run_id == ev.run_id), None)
         if run is None:
             started = [r for r in ordered if (r.started_at or 0.0) <= ev.at]
@@ -452,35 +447,17 @@ def _link_worker_runs(scan: _Scan, records: Sequence[RunRecord]) -> None:
             run.status = record.status
 
 
-def _replays(run: ThreadRun, effects: Sequence[EffectRecord]) -> None:
-    """Effects a redone step replayed from the ledger: recorded as done, for the
-    redone task (or the failed task a `retry_failed` re-runs), before it started."""
-    for rec in run.recoveries:
-        for step in rec.redone:
-            tasks = {str(step.get("task_id")), *(t.rpartition("|")[2] for t in rec.failed_tasks)}
-            start = float(step.get("started_at") or 0.0)
-            rec.effects_replayed += sum(
-                1
-                for e in effects
-                if e.status == "done"
-                and e.task_id in tasks
-                and e.outcome_at is not None
-                and e.outcome_at < start
-            )
-
-
 def scan_thread(
     thread_id: str,
     writes: Sequence[Write],
     events: Sequence[RecoveryRecord] = (),
     records: Sequence[RunRecord] = (),
-    effects: Sequence[EffectRecord] | None = None,
 ) -> list[ThreadRun]:
     """The runs of one thread, oldest first, with their recoveries.
 
     ``writes``: the thread's (`decode_writes`); ``events``: its stored
-    recoveries; ``records``: its `Worker` runs; ``effects``: its ledger (None:
-    effects replayed are not counted).
+    recoveries; ``records``: its `Worker` runs (the effects a redone step
+    replayed are counted from the rows: `_ledger_runs`).
     """
     scan = _Scan(thread_id)
     group: list[Write] = []
@@ -504,6 +481,4 @@ def scan_thread(
             if rec.kind in ("retry_failed", "budget", "human") and rec.redone:
                 rec.at = min(float(s.get("started_at") or rec.at or 0.0) for s in rec.redone)
         run.recoveries.sort(key=lambda r: r.at or 0.0)
-        if effects is not None:
-            _replays(run, effects)
     return runs

@@ -1,4 +1,5 @@
-"""A thread's stored writes, decoded, and a checkpoint's time from its id (pure)."""
+"""The stored writes a thread's runs were read back from before the run ledger
+(`_scan`, run once per thread by `_backfill`): decoded, in checkpoint order."""
 
 from __future__ import annotations
 

@@ -1,0 +1,164 @@
+"""A thread's runs folded from the run ledger's rows (`run_report`): runs,
+their steps, recoveries and what each redid, keyed by run and task.
+
+What a recovery redid is defined as `checkpoint._run_metrics` counts it (the
+same rows, one thread): a crash or takeover, the top-level steps of the
+checkpoint it resumed that ended after it; a budget or human resume, the steps
+of that checkpoint whose task had paused there; a ``retry_failed``, the first
+step of each path it re-runs that ended after the path's last failure before
+it. A redone step replayed the
+effects recorded ``done`` for its task (for a ``retry_failed``, also for the
+task whose tries its path's failed row stands for: ``tried``) before it ended.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from langgraph_resilience.checkpoint import EffectRecord, RunRecord
+from langgraph_resilience.checkpoint import _reads as reads
+from langgraph_resilience.checkpoint._reads import Reads
+from langgraph_resilience.checkpoint._run_summaries import ThreadLedger
+from langgraph_resilience.history._scan import ENDED, Recovery, ThreadRun
+
+__all__ = ["ledger_runs", "step_tasks"]
+
+
+def step_tasks(step: dict[str, Any]) -> set[str]:
+    """The tasks a step row stands for: its own, and the one whose tries it
+    records (``tried``, ``namespace|task id``)."""
+    tried = step.get("tried")
+    return {str(step.get("task_id")), *([str(tried).rpartition("|")[2]] if tried else [])}
+
+
+def _redone(rec: Recovery, run: ThreadRun, led: ThreadLedger) -> list[dict[str, Any]]:
+    at = rec.at or 0.0
+    if rec.kind in ("crash", "takeover"):
+        return [
+            s
+            for s in run.steps
+            if not s["checkpoint_ns"]
+            and s["checkpoint_id"] == rec.checkpoint_id
+            and float(s.get("ended_at") or 0.0) >= at
+        ]
+    if rec.kind in ("budget", "human"):
+        paused = led.interrupted.get(str(rec.checkpoint_id), set())
+        return [
+            s
+            for s in run.steps
+            if not s["checkpoint_ns"]
+            and s["checkpoint_id"] == rec.checkpoint_id
+            and s["task_id"] in paused
+        ]
+    redone = []
+    for path in rec.paths:
+        failed = [
+            float(s.get("ended_at") or 0.0)
+            for s in run.steps
+            if s["path"] == path and s["status"] == "failed" and float(s.get("ended_at") or 0) < at
+        ]
+        bound = max(failed) if failed else at
+        mine = [s for s in run.steps if s["path"] == path]
+        after = [s for s in mine if float(s.get("ended_at") or 0.0) > bound]
+        if after:
+            redone.append(min(after, key=lambda s: float(s["ended_at"])))
+    return redone
+
+
+def _replayed(rec: Recovery, run: ThreadRun, effects: Sequence[EffectRecord]) -> int:
+    count = 0
+    for step in rec.redone:
+        tasks = {str(step["task_id"])}
+        if rec.kind == "retry_failed":
+            for f in run.steps:
+                if f["path"] == step["path"] and float(f.get("ended_at") or 0.0) < (rec.at or 0):
+                    tasks |= step_tasks(f)
+        end = float(step.get("ended_at") or 0.0)
+        count += sum(
+            1
+            for e in effects
+            if e.status == "done"
+            and e.task_id in tasks
+            and e.outcome_at is not None
+            and e.outcome_at < end
+        )
+    return count
+
+
+def _run_of(record: Any, worker: RunRecord | None) -> ThreadRun:
+    run = ThreadRun(
+        thread_id=record.thread_id,
+        run=record.run,
+        status=record.status,
+        started_at=record.started_at,
+        ended_at=record.ended_at,
+        checkpoint_id=record.checkpoint_id,
+        run_id=record.run_id,
+        updated_at=record.updated_at,
+    )
+    if worker is not None:
+        run.owner, run.claims = worker.owner, worker.attempts
+        run.updated_at = max(record.updated_at, worker.updated_at)
+        if worker.budget_type is not None:
+            run.budget = (worker.budget_type, bytes(worker.budget or b""))
+        if worker.status in ("error", "cancelled") or record.status not in ENDED:
+            run.status = worker.status
+    return run
+
+
+def ledger_runs(thread_id: str) -> Reads[list[ThreadRun]]:
+    """The runs of one thread, oldest first (a `Worker` run that never started:
+    run 0, last), with their steps and recoveries."""
+    led: ThreadLedger = yield reads.thread_ledger(thread_id)
+    workers: list[RunRecord] = yield reads.runs(thread_id)
+    by_id = {w.run_id: w for w in workers}
+    runs = [_run_of(r, by_id.get(r.run_id) if r.run_id else None) for r in led.runs]
+    by_number = {r.run: r for r in runs}
+    for this, after in itertools.pairwise(runs):
+        this.next_checkpoint = after.checkpoint_id
+    for step in led.steps:
+        run = by_number.get(int(step["run"] or 1))
+        if run is not None:
+            run.steps.append(step)
+    for row in led.recoveries:
+        run = by_number.get(row.run) if row.run is not None else None
+        if run is None:
+            continue
+        run.recoveries.append(
+            Recovery(
+                kind=row.kind,
+                thread_id=row.thread_id,
+                at=row.at,
+                run=run.run,
+                run_id=row.run_id,
+                owner=row.owner,
+                checkpoint_id=row.checkpoint_id,
+                paths=tuple(led.paths.get(row.key, ())),
+            )
+        )
+    effects: Sequence[EffectRecord] = ()
+    if any(run.recoveries for run in runs):
+        effects = yield reads.effects(thread_id)
+    for run in runs:
+        run.steps.sort(key=lambda s: (float(s.get("ended_at") or 0.0), s["path"]))
+        run.recoveries.sort(key=lambda r: r.at or 0.0)
+        for rec in run.recoveries:
+            rec.redone = _redone(rec, run, led)
+            rec.effects_replayed = _replayed(rec, run, effects)
+    known = {r.run_id for r in runs if r.run_id}
+    for w in workers:
+        if w.run_id not in known:
+            runs.append(
+                ThreadRun(
+                    thread_id=w.thread_id,
+                    run=0,
+                    status=w.status,
+                    run_id=w.run_id,
+                    owner=w.owner,
+                    claims=w.attempts,
+                    updated_at=w.updated_at,
+                )
+            )
+    return runs
