@@ -1,0 +1,151 @@
+"""The web console (`langgraph-resilience ui`) in a real browser: Playwright driving
+Debian's chromium (/usr/bin/chromium, never a downloaded one), against the
+command started as a user would, on a free loopback port, on SQLite."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import cli_graph
+import httpx
+import pytest
+
+from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+playwright = pytest.importorskip("playwright.sync_api")
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+TESTS = Path(__file__).parent
+DOCS = TESTS.parent / "docs" / "img"
+EVIL = "<script>alert(1)</script>"
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(CHROMIUM) and os.environ.get("CI") != "true",
+    reason="no chromium (apt-get install chromium)",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def console(db: str, *flags: str) -> Iterator[str]:
+    port = _free_port()
+    cli = [sys.executable, "-m", "langgraph_resilience.cli", "ui", "--db", db, "--port", str(port)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
+    proc = subprocess.Popen([*cli, *flags], cwd=TESTS, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                httpx.get(f"{url}/runs", timeout=1)
+                break
+            except httpx.HTTPError:
+                assert proc.poll() is None, "the console exited"
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    db = str(tmp_path / "console.db")
+    with ResilientSqliteSaver.from_conn_string(db) as saver:
+        saver.setup()
+        graph = cli_graph.builder.compile(checkpointer=saver)
+        graph.invoke({"done": []}, {"configurable": {"thread_id": EVIL}})
+        graph.invoke({"done": [], "fix": "ok"}, {"configurable": {"thread_id": "fine"}})
+    return db
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    with playwright.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+def _shot(page: Any, tmp_path: Path, name: str) -> None:
+    shots = tmp_path / "screenshots"
+    shots.mkdir(exist_ok=True)
+    page.screenshot(path=str(shots / f"console-{name}.png"), full_page=True)
+    if DOCS.is_dir():
+        shutil.copy(shots / f"console-{name}.png", DOCS / f"console-{name}.png")
+
+
+def test_console_shows_and_retries(store: str, browser: Any, tmp_path: Path) -> None:
+    with console(store, "--allow-actions", "--graph", "cli_graph:builder") as url:
+        page = browser.new_page()
+        page.on("dialog", lambda d: d.accept())  # the confirmation
+        page.goto(f"{url}/runs")
+        # the partial run is listed in its colour; the thread id shows as text
+        row = page.locator('tr.run[data-status="partial_complete"]')
+        assert row.count() == 1
+        badge = row.locator(".status")
+        assert badge.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(255, 229, 208)"
+        assert row.locator("a").inner_text() == EVIL
+        assert page.locator("script", has_text="alert(1)").count() == 0
+        _shot(page, tmp_path, "runs")
+
+        row.locator("a").click()
+        failed = page.locator('#graph g.node[data-node="b"]')
+        assert failed.get_attribute("data-status") == "failed"
+        assert (
+            failed.locator("rect").evaluate("e => getComputedStyle(e).fill") == "rgb(248, 215, 218)"
+        )
+        assert page.locator("#thread").inner_text() == EVIL
+        assert "partial complete" in page.locator("#run-status").inner_text()
+        _shot(page, tmp_path, "run")
+
+        page.fill("#update", '{"fix": "ok"}')
+        page.click("#retry")
+        page.wait_for_selector("#flash")
+        assert "now success" in page.locator("#flash").inner_text()
+        assert "success" in page.locator("#run-status").inner_text()
+        # the retry re-ran b: its node and step are marked redone; no retry button now
+        assert "redone" in (
+            page.locator('#graph g.node[data-node="b"]').get_attribute("class") or ""
+        )
+        assert page.locator("#steps .badge-redone").count() == 1
+        assert page.locator("#retry").count() == 0
+        page.screenshot(path=str(tmp_path / "screenshots" / "console-run-retried.png"))
+
+        page.goto(f"{url}/metrics")
+        assert page.locator("#plot-partial_completion_rate rect").count() == 24
+        _shot(page, tmp_path, "metrics")
+
+
+def test_read_only_has_no_buttons_and_refuses_posts(store: str, browser: Any) -> None:
+    with console(store) as url:
+        page = browser.new_page()
+        page.goto(f"{url}/run?" + httpx.QueryParams({"thread": EVIL}).__str__())
+        assert page.locator('#graph g.node[data-node="b"]').get_attribute("data-status") == "failed"
+        assert (
+            page.locator("#retry").count() == 0 and page.locator("form[method=post]").count() == 0
+        )
+        forged = httpx.post(f"{url}/actions/retry", data={"thread": EVIL, "csrf": "x"})
+        assert forged.status_code == 403
+    with ResilientSqliteSaver.from_conn_string(store) as saver:
+        [row] = saver.history.run_rows(EVIL)
+        assert row.status == "partial_complete"  # nothing was done
+
+
+def test_actions_need_the_session_token(store: str) -> None:
+    flags = ("--allow-actions", "--graph", "cli_graph:builder")
+    with console(store, *flags) as url, httpx.Client(base_url=url) as client:
+        client.get("/runs")  # a session cookie, but no token from a page
+        forged = client.post("/actions/retry", data={"thread": EVIL, "run": "1", "csrf": "x"})
+        assert forged.status_code == 403
