@@ -18,8 +18,10 @@ from typing import Any
 import cli_graph
 import httpx
 import pytest
+from starlette.testclient import TestClient
 
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.server import app
 
 playwright = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -149,3 +151,17 @@ def test_actions_need_the_session_token(store: str) -> None:
         client.get("/runs")  # a session cookie, but no token from a page
         forged = client.post("/actions/retry", data={"thread": EVIL, "run": "1", "csrf": "x"})
         assert forged.status_code == 403
+
+
+def test_the_agent_server_app_mounts_the_console(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+
+    monkeypatch.setenv("LGR_DB", store)
+    with TestClient(app) as client:
+        runs = client.get("/resilience/console/runs")
+        assert runs.status_code == 200
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in runs.text and EVIL not in runs.text
+        assert 'href="/resilience/console/static/console.css"' in runs.text
+        assert client.get("/resilience/console/static/console.js").status_code == 200
+        assert client.post("/resilience/console/actions/retry", data={}).status_code == 403

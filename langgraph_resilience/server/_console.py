@@ -33,7 +33,15 @@ from langgraph_resilience.checkpoint._run_log_reads import cursor_of
 from langgraph_resilience.effects import settle_effect
 from langgraph_resilience.errors import ConfigError, UnknownThread
 from langgraph_resilience.history import RecoveryMetrics, recovery_metrics, run_report
-from langgraph_resilience.server import _pages as pages
+from langgraph_resilience.server._pages import (
+    FOUR,
+    esc,
+    flash_of,
+    metrics_page,
+    page,
+    run_page,
+    runs_page,
+)
 
 __all__ = ["ConsoleActions", "console_app"]
 
@@ -90,7 +98,7 @@ def bucketed(saver: Any, per: str, now: float | None = None) -> list[tuple[str, 
         counts = {n: getattr(older, n) - getattr(newer, n) for n in names}
         rates = {
             field: (counts[num] / counts[den] if counts[den] else None)
-            for field, _, num, den in pages.FOUR
+            for field, _, num, den in FOUR
         }
         label = time.strftime(
             "%m-%d %H:00" if per == "hour" else "%Y-%m-%d",
@@ -104,9 +112,11 @@ def bucketed(saver: Any, per: str, now: float | None = None) -> list[tuple[str, 
 def console_app(
     saver: Any, *, actions: ConsoleActions | None = None, graph: Any = None, base: str = ""
 ) -> Starlette:
-    """The console over ``saver`` (a sync resilient saver); ``actions`` allows the
-    buttons; ``graph`` (compiled) draws every node; ``base`` is where it is mounted."""
+    """The console over ``saver`` (a sync resilient saver, or a function of no
+    arguments returning it when asked); ``actions`` allows the buttons; ``graph``
+    (compiled) draws every node; ``base`` is the path it is mounted at."""
     secret = secrets.token_bytes(32)
+    store: Callable[[], Any] = (lambda: saver) if hasattr(saver, "history") else saver
 
     def session_of(request: Request) -> str:
         """The session's id: its cookie, or a new one `html` sets."""
@@ -117,7 +127,7 @@ def console_app(
     def html(
         request: Request, title: str, body: str, tab: str, flash: str = "", code: int = 200
     ) -> Response:
-        text = pages.page(title, body, base=base, tab=tab, actions=actions is not None, flash=flash)
+        text = page(title, body, base=base, tab=tab, actions=actions is not None, flash=flash)
         reply = HTMLResponse(text, status_code=code, headers={"Content-Security-Policy": _CSP})
         session = session_of(request)
         if request.cookies.get(_COOKIE) != session:
@@ -128,11 +138,11 @@ def console_app(
         q = request.query_params
         statuses = [s for s in q.getlist("status") if s]
         thread = q.get("thread") or ""
-        rows = saver.history.run_rows(
+        rows = store().history.run_rows(
             thread or None, statuses=statuses, limit=_PAGE + 1, before=_before(q.get("before"))
         )
         more = json.dumps(list(cursor_of(rows[_PAGE - 1]))) if len(rows) > _PAGE else None
-        body = pages.runs_page(
+        body = runs_page(
             rows[:_PAGE],
             base=base,
             statuses=statuses,
@@ -148,17 +158,17 @@ def console_app(
         raw = q.get("run") or ""
         number: int | str | None = int(raw) if raw.isdigit() else raw or None
         try:
-            report = run_report(saver, thread, run=number)
+            report = run_report(store(), thread, run=number)
         except UnknownThread as exc:
-            return html(request, "No such run", f"<p>{pages.esc(exc)}</p>", "Runs", code=404)
+            return html(request, "No such run", f"<p>{esc(exc)}</p>", "Runs", code=404)
         token = _token(secret, session_of(request)) if actions is not None else None
-        flash = pages.flash_of(q.get("said"), q.get("ok") == "1")
-        body = pages.run_page(report, base=base, graph=graph, token=token, parent=None)
+        flash = flash_of(q.get("said"), q.get("ok") == "1")
+        body = run_page(report, base=base, graph=graph, token=token, parent=None)
         return html(request, f"Run {report.run} of {report.thread_id}", body, "Runs", flash)
 
     def metrics(request: Request) -> Response:
         per = request.query_params.get("per") or "hour"
-        body = pages.metrics_page(bucketed(saver, per), base=base, per=per)
+        body = metrics_page(bucketed(store(), per), base=base, per=per)
         return html(request, "Recovery metrics", body, "Metrics")
 
     async def act(request: Request) -> Response:
@@ -195,7 +205,7 @@ def console_app(
             ended, detail = actions.cancel(str(form.get("run_id") or ""))
         elif which == "settle":
             happened = form.get("happened") == "1"
-            record = settle_effect(saver, thread, str(form.get("key") or ""), happened=happened)
+            record = settle_effect(store(), thread, str(form.get("key") or ""), happened=happened)
             return True, f"effect {record.idempotency_key} settled: {record.status}"
         else:
             raise ConfigError(f"no action {which!r}: retry, resume, cancel or settle")
