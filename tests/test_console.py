@@ -1,6 +1,6 @@
 """The web console (`langgraph-resilience ui`) in a real browser: Playwright driving
 Debian's chromium (/usr/bin/chromium, never a downloaded one), against the
-command started as a user would, on a free loopback port, on SQLite."""
+command started as a user would, on a free loopback port, on SQLite and Postgres."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,9 +18,13 @@ from typing import Any
 
 import cli_graph
 import httpx
+import psycopg
 import pytest
+from conftest import PG_URL, _with_db, require_postgres
 from starlette.testclient import TestClient
 
+from langgraph_resilience import cli
+from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.server import app
 
@@ -61,15 +66,32 @@ def console(db: str, *flags: str) -> Iterator[str]:
         proc.wait(10)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> str:
-    db = str(tmp_path / "console.db")
-    with ResilientSqliteSaver.from_conn_string(db) as saver:
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store (a fresh one per test) holding a partial run on a thread whose id
+    is HTML, and a run that succeeded."""
+    if request.param == "sqlite":
+        db = str(tmp_path / "console.db")
+        saver_cls: Any = ResilientSqliteSaver
+        dropped = None
+    else:
+        require_postgres()
+        dropped = f"lgr_console_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{dropped}"')
+        db = _with_db(PG_URL, dropped)
+        saver_cls = ResilientPostgresSaver
+    with saver_cls.from_conn_string(db) as saver:
         saver.setup()
         graph = cli_graph.builder.compile(checkpointer=saver)
         graph.invoke({"done": []}, {"configurable": {"thread_id": EVIL}})
         graph.invoke({"done": [], "fix": "ok"}, {"configurable": {"thread_id": "fine"}})
-    return db
+    try:
+        yield db
+    finally:
+        if dropped:
+            with psycopg.connect(PG_URL, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{dropped}" WITH (FORCE)')
 
 
 @pytest.fixture
@@ -84,7 +106,7 @@ def _shot(page: Any, tmp_path: Path, name: str) -> None:
     shots = tmp_path / "screenshots"
     shots.mkdir(exist_ok=True)
     page.screenshot(path=str(shots / f"console-{name}.png"), full_page=True)
-    if DOCS.is_dir():
+    if DOCS.is_dir() and "sqlite" in str(tmp_path):
         shutil.copy(shots / f"console-{name}.png", DOCS / f"console-{name}.png")
 
 
@@ -140,7 +162,8 @@ def test_read_only_has_no_buttons_and_refuses_posts(store: str, browser: Any) ->
         )
         forged = httpx.post(f"{url}/actions/retry", data={"thread": EVIL, "csrf": "x"})
         assert forged.status_code == 403
-    with ResilientSqliteSaver.from_conn_string(store) as saver:
+    saver_cls: Any = ResilientSqliteSaver if store.endswith(".db") else ResilientPostgresSaver
+    with saver_cls.from_conn_string(store) as saver:
         [row] = saver.history.run_rows(EVIL)
         assert row.status == "partial_complete"  # nothing was done
 
@@ -165,3 +188,8 @@ def test_the_agent_server_app_mounts_the_console(
         assert 'href="/resilience/console/static/console.css"' in runs.text
         assert client.get("/resilience/console/static/console.js").status_code == 200
         assert client.post("/resilience/console/actions/retry", data={}).status_code == 403
+
+
+def test_actions_need_a_graph(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["ui", "--db", store, "--allow-actions"]) == 2
+    assert "--allow-actions needs --graph" in capsys.readouterr().err
