@@ -26,7 +26,9 @@ from starlette.testclient import TestClient
 from langgraph_resilience import cli
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.history import RunReport, StepEntry
 from langgraph_resilience.server import app
+from langgraph_resilience.server._pages import run_page
 
 playwright = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -193,3 +195,19 @@ def test_the_agent_server_app_mounts_the_console(
 def test_actions_need_a_graph(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["ui", "--db", store, "--allow-actions"]) == 2
     assert "--allow-actions needs --graph" in capsys.readouterr().err
+
+
+def test_a_nested_step_links_to_its_parent_step() -> None:
+    steps = tuple(
+        StepEntry(path=p, node=p.rpartition("/")[2], status="completed", attempts=1)
+        for p in ("agent", "agent/model", "agent/tools")
+    )
+    text = run_page(
+        RunReport(thread_id="t", run=1, status="success", steps=steps),
+        base="",
+        graph=None,
+        token=None,
+    )
+    assert '<a class="parent" href="#step-agent">↑ in agent</a>' in text
+    assert '<a class="nested" href="#step-agent-model">↓ agent/model</a>' in text
+    assert '<a id="step-agent-tools"></a>' in text

@@ -163,7 +163,7 @@ def console_app(
             return html(request, "No such run", f"<p>{esc(exc)}</p>", "Runs", code=404)
         token = _token(secret, session_of(request)) if actions is not None else None
         flash = flash_of(q.get("said"), q.get("ok") == "1")
-        body = run_page(report, base=base, graph=graph, token=token, parent=None)
+        body = run_page(report, base=base, graph=graph, token=token)
         return html(request, f"Run {report.run} of {report.thread_id}", body, "Runs", flash)
 
     def metrics(request: Request) -> Response:

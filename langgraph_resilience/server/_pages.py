@@ -190,9 +190,23 @@ def _button(
     )
 
 
-def run_page(
-    report: RunReport, *, base: str, graph: Any, token: str | None, parent: str | None
-) -> str:
+def _anchor(path: str) -> str:
+    return "step-" + "".join(c if c.isalnum() else "-" for c in path)
+
+
+def _nesting(path: str, paths: Sequence[str]) -> str:
+    """Links from a nested step (``agent/model``) to its parent step, and from a
+    parent to the steps run inside it."""
+    links = []
+    parent = path.rpartition("/")[0]
+    if parent and parent in paths:
+        links.append(f'<a class="parent" href="#{_anchor(parent)}">↑ in {esc(parent)}</a>')
+    inner = [p for p in paths if p.rpartition("/")[0] == path]
+    links += [f'<a class="nested" href="#{_anchor(p)}">↓ {esc(p)}</a>' for p in inner]
+    return f'<a id="{_anchor(path)}"></a>' + (" " + " ".join(links) if links else "")
+
+
+def run_page(report: RunReport, *, base: str, graph: Any, token: str | None) -> str:
     """One run: graph, steps, timeline, effects, usage and budget, outcome, actions."""
     steps = [asdict(s) for s in report.steps]
     statuses = node_statuses(steps)
@@ -203,16 +217,16 @@ def run_page(
         f'{report.runs_on_thread} · <span id="run-status">{status(report.status)}</span>'
         f" · started {esc(clock(report.started_at))} · ended {esc(clock(report.ended_at))}</p>"
     )
-    if parent:
-        head += f'<p>nested in <a id="parent" href="{esc(parent)}">its parent step</a></p>'
     if report.runs_on_thread > 1:
         head += " ".join(
             f'<a href="{esc(_link(base, "run", thread=report.thread_id, run=n))}">run {n}</a>'
             for n in range(1, report.runs_on_thread + 1)
         )
+    paths = [s.path for s in report.steps]
     step_rows = [
         [
-            f'<span class="{"redone" if s.redone else ""}">{esc(s.path)}</span>',
+            f'<span class="{"redone" if s.redone else ""}">{esc(s.path)}</span>'
+            + _nesting(s.path, paths),
             status(s.status)
             + (' <span class="status badge-redone">redone</span>' if s.redone else ""),
             str(s.attempts),
