@@ -85,7 +85,7 @@ def runs_page(
     lines = []
     for r in rows:
         href = _link(base, "run", thread=r.thread_id, run=r.run)
-        used = ", ".join(f"{k} {v:g}" for k, v in r.used().items())
+        used = ", ".join(f"{k} {v:.4g}" for k, v in r.used().items())
         lines.append(
             f'<tr class="run" data-status="{esc(r.status)}"><td><a href="{esc(href)}">'
             f"{esc(r.thread_id)}</a></td><td>{r.run}</td><td>{status(r.status)}</td>"
