@@ -118,7 +118,8 @@ def _shot(page: Any, tmp_path: Path, name: str, store: str) -> None:
 def test_console_shows_and_retries(store: str, browser: Any, tmp_path: Path) -> None:
     with console(store, "--allow-actions", "--graph", "cli_graph:builder") as url:
         page = browser.new_page()
-        page.on("dialog", lambda d: d.accept())  # the confirmation
+        answer = {"ok": False}
+        page.on("dialog", lambda d: d.accept() if answer["ok"] else d.dismiss())  # confirm()
         page.goto(f"{url}/runs")
         # the partial run is listed in its colour; the thread id shows as text
         row = page.locator('tr.run[data-status="partial_complete"]')
@@ -140,6 +141,11 @@ def test_console_shows_and_retries(store: str, browser: Any, tmp_path: Path) -> 
         _shot(page, tmp_path, "run", store)
 
         page.fill("#update", '{"fix": "ok"}')
+        page.click("#retry")  # answered "cancel": nothing is sent
+        page.wait_for_timeout(200)
+        assert page.locator("#flash").count() == 0
+        assert "partial complete" in page.locator("#run-status").inner_text()
+        answer["ok"] = True
         page.click("#retry")
         page.wait_for_selector("#flash")
         assert "now success" in page.locator("#flash").inner_text()
