@@ -68,7 +68,11 @@ def measure(dialect: str, n: int, repeats: int) -> dict[str, float]:
             out["rows"] = float(html.count('<tr class="run"'))
         finally:
             proc.terminate()
-            proc.wait(10)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     return out
 
 

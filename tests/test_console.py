@@ -5,6 +5,7 @@ command started as a user would, on a free loopback port, on SQLite and Postgres
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -22,13 +23,16 @@ import psycopg
 import pytest
 from conftest import PG_URL, _with_db, require_postgres
 from starlette.testclient import TestClient
+from test_settle import payment_graph
 
 from langgraph_resilience import cli
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
-from langgraph_resilience.history import RunReport, StepEntry
-from langgraph_resilience.server import app
+from langgraph_resilience.history import RunReport, StepEntry, recovery_metrics
+from langgraph_resilience.server import ConsoleActions, app, console_app
+from langgraph_resilience.server._console import bucketed
 from langgraph_resilience.server._pages import run_page
+from langgraph_resilience.testing import FaultPlan, SimulatedCrash
 
 playwright = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -220,3 +224,57 @@ def test_a_nested_step_links_to_its_parent_step() -> None:
     assert '<a class="parent" href="#step-agent">↑ in agent</a>' in text
     assert '<a class="nested" href="#step-agent-model">↓ agent/model</a>' in text
     assert '<a id="step-agent-tools"></a>' in text
+
+
+def test_an_unknown_effect_is_settled_from_its_run_page(tmp_path: Path) -> None:
+    bank: list[str] = []
+    config: Any = {"configurable": {"thread_id": "pay"}}
+    with ResilientSqliteSaver.from_conn_string(str(tmp_path / "s.db")) as saver:
+        saver.setup()
+        graph = payment_graph(type("H", (), {"saver": saver})(), bank)
+        with pytest.raises(SimulatedCrash):
+            FaultPlan().crash_after_effect("pay").apply(graph).invoke({}, config)
+        FaultPlan().apply(graph).invoke(None, config)  # stops: the outcome is unknown
+        refuse = ConsoleActions(
+            retry=lambda t, u: ("skipped", ""),
+            resume=lambda t: ("skipped", ""),
+            cancel=lambda r: ("skipped", ""),
+        )
+        with TestClient(console_app(saver, actions=refuse)) as client:
+            page = client.get("/run", params={"thread": "pay"}).text
+            token = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+            assert token and "it happened" in page
+            done = client.post(
+                "/actions/settle",
+                data={
+                    "csrf": token[1],
+                    "thread": "pay",
+                    "run": "1",
+                    "key": bank[0],
+                    "happened": "1",
+                },
+            )
+            assert done.status_code == 200 and "settled: done" in done.text
+            assert saver.effects.read("pay", bank[0]).status == "done"
+            again = client.post(
+                "/actions/settle",
+                data={
+                    "csrf": token[1],
+                    "thread": "pay",
+                    "run": "1",
+                    "key": bank[0],
+                    "happened": "1",
+                },
+            )
+            assert "already has its outcome" in again.text  # refused, said on the page
+
+
+def test_the_metrics_buckets_add_up_to_the_metrics(store: str) -> None:
+    saver_cls: Any = ResilientSqliteSaver if store.endswith(".db") else ResilientPostgresSaver
+    with saver_cls.from_conn_string(store) as saver:
+        whole = recovery_metrics(saver)
+        for per, count in (("hour", 24), ("day", 14)):
+            found = bucketed(saver, per)
+            assert len(found) == count
+            assert sum(m.runs for _, m in found) == whole.runs == 2
+            assert found[-1][1].runs_partial == 1 and found[-1][1].partial_completion_rate == 0.5

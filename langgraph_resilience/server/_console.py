@@ -31,7 +31,7 @@ from starlette.staticfiles import StaticFiles
 
 from langgraph_resilience.checkpoint._run_log_reads import cursor_of
 from langgraph_resilience.effects import settle_effect
-from langgraph_resilience.errors import ConfigError, UnknownThread
+from langgraph_resilience.errors import ConfigError, RunStateError, UnknownThread
 from langgraph_resilience.history import RecoveryMetrics, recovery_metrics, run_report
 from langgraph_resilience.server._pages import (
     FOUR,
@@ -81,21 +81,51 @@ def _before(raw: str | None) -> tuple[float, str, int] | None:
         ) from None
 
 
+def _count(found: RecoveryMetrics | None, name: str) -> int:
+    return 0 if found is None else int(getattr(found, name))
+
+
+def _active(saver: Any, first: float, width: int, page: int = 10_000) -> set[int]:
+    """The buckets (from ``first``, ``width`` seconds each) in which a run row
+    started or was updated: the run rows newest first, until one started before."""
+    active: set[int] = set()
+    before = None
+    while True:
+        rows = saver.history.run_rows(limit=page, before=before)
+        for r in rows:
+            for at in (r.started_at, r.updated_at):
+                if at >= first:
+                    active.add(int((at - first) // width))
+        if len(rows) < page or rows[-1].started_at < first:
+            return active
+        before = cursor_of(rows[-1])
+
+
 def bucketed(saver: Any, per: str, now: float | None = None) -> list[tuple[str, RecoveryMetrics]]:
     """The four metrics per hour (last 24) or day (last 14), oldest first: the
-    counts of `recovery_metrics` since each bucket's start, less the next's."""
+    counts of `recovery_metrics` since each bucket's start, less the next's.
+
+    `recovery_metrics` is asked once per bucket with activity (a run row started
+    or updated in it, read from the run rows): since the start of a quiet
+    bucket the figures are those since the next active one's."""
     if per not in _WIDTH:
         raise ConfigError(f"?per= takes hour or day, got {per!r}")
     width, count = _WIDTH[per]
     now = time.time() if now is None else now
     start = now - now % width + width  # the end of the current bucket
-    backs = [max(0.0, now - (start - i * width)) for i in range(count, -1, -1)]
-    since = [recovery_metrics(saver, since=back) for back in backs]
+    first = start - count * width
+    active = _active(saver, first, width)
+    since: list[RecoveryMetrics | None] = [None] * (count + 1)
+    for i in range(count - 1, -1, -1):  # newest first: a quiet bucket takes the next's
+        if i in active:
+            since[i] = recovery_metrics(saver, since=max(0.0, now - (first + i * width)))
+        else:
+            since[i] = since[i + 1]
     names = [f.name for f in fields(RecoveryMetrics) if f.type in ("int", int)]
     out = []
     for i in range(count):
         older, newer = since[i], since[i + 1]
-        counts = {n: getattr(older, n) - getattr(newer, n) for n in names}
+        counts = {n: _count(older, n) - _count(newer, n) for n in names}
         rates = {
             field: (counts[num] / counts[den] if counts[den] else None)
             for field, _, num, den in FOUR
@@ -184,7 +214,7 @@ def console_app(
         which = request.path_params["action"]
         try:
             ok, said = await run_in_threadpool(_do, which, thread, form)
-        except (ConfigError, LookupError, ValueError) as exc:
+        except (ConfigError, RunStateError, LookupError, ValueError) as exc:
             ok, said = False, f"{which} refused: {exc}"
         back = f"{base}/run?" + urlencode(
             {"thread": thread, "run": run_no, "said": said, "ok": "1" if ok else "0"}
