@@ -26,6 +26,7 @@ nothing to retry, 400 for bad parameters.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -207,7 +208,10 @@ def _console_saver() -> Any:
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
     async with AsyncExitStack() as stack:
         app.state.resilience_saver = await stack.enter_async_context(checkpointer())
-        app.state.console_saver = stack.enter_context(sync_saver())
+        # the console's sync saver, opened and closed off the event loop (it blocks)
+        console = sync_saver()
+        app.state.console_saver = await asyncio.to_thread(console.__enter__)
+        stack.push_async_callback(asyncio.to_thread, console.__exit__, None, None, None)
         yield
 
 
