@@ -276,22 +276,28 @@ def median_time(call: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     return statistics.median(times), result
 
 
+def fill(dialect: str, target: str, n: int, folder: str) -> tuple[int, float]:
+    """Fill the empty store ``target`` up to about ``n`` runs: a sample of real
+    runs, a takeover, then clones; returns (copies made, seconds the cloning took)."""
+    healed.clear()
+    with SAVERS[dialect].from_conn_string(target) as saver:
+        saver.setup()
+        sample(build(saver), saver, "s")
+    takeover(dialect, target, folder)
+    per_sample = sum(c * (2 if k == "turns" else 1) for k, c in MIX) + 1
+    started = time.perf_counter()
+    db = Sql(dialect, target)
+    copies = max(0, round(n / per_sample) - 2)  # and the sample, and the last sample
+    clone(db, copies)
+    if dialect == "postgres":
+        db.run("VACUUM ANALYZE")
+    db.conn.close()
+    return copies, time.perf_counter() - started
+
+
 def measure(dialect: str, n: int, repeats: int) -> dict[str, Any]:
     with store(dialect) as target, tempfile.TemporaryDirectory() as folder:
-        healed.clear()
-        with SAVERS[dialect].from_conn_string(target) as saver:
-            saver.setup()
-            sample(build(saver), saver, "s")
-        takeover(dialect, target, folder)
-        per_sample = sum(c * (2 if k == "turns" else 1) for k, c in MIX) + 1
-        started = time.perf_counter()
-        db = Sql(dialect, target)
-        copies = max(0, round(n / per_sample) - 2)  # and the sample, and the last sample
-        clone(db, copies)
-        if dialect == "postgres":
-            db.run("VACUUM ANALYZE")
-        db.conn.close()
-        built = time.perf_counter() - started
+        copies, built = fill(dialect, target, n, folder)
         with SAVERS[dialect].from_conn_string(target) as saver:
             since = datetime.now()
             sample(build(saver), saver, "new")

@@ -215,6 +215,11 @@ async def _story(server: Server) -> None:
     assert storage["checkpoints"] > 0 and storage["writes"] > 0
     assert storage["channels"]["resilience"]["checkpoint_bytes"] > 0
     assert storage["ledger"]["resilience_effects"] == 2
+    # the web console's pages, read-only, beside the routes
+    console = server.get("/resilience/console/runs")
+    assert console.status_code == 200 and f">{a}</a>" in console.text
+    assert server.get("/resilience/console/run", thread=b).status_code == 200
+    assert server.post("/resilience/console/actions/retry", {}).status_code == 403
 
 
 async def _start_crash_run(server: Server) -> tuple[str, str]:

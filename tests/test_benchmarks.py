@@ -1,4 +1,4 @@
-"""The issue-25 benchmarks run, at their smallest settings, on both dialects
+"""The issue-25 (and 29: console_scale) benchmarks run, at their smallest settings, on both dialects
 (their figures are read by hand; here only that each script still works)."""
 
 from __future__ import annotations
@@ -15,6 +15,15 @@ ROOT = Path(__file__).parent.parent
 
 SMALLEST = {
     "metrics_scale.py": ["--runs", "50", "--repeats", "1"],
+    "console_scale.py": [
+        "--runs",
+        "50",
+        "--repeats",
+        "1",
+        "--dialects",
+        "sqlite,postgres",
+        "--metrics",
+    ],
     "run_length.py": ["--repeats", "1", "--lengths", "3", "--runs", "2", "--loop", "5"],
     "run_length_floor.py": ["--repeats", "1", "--lengths", "3", "--runs", "2", "--loop", "5"],
     "pg_round_trips.py": ["--steps", "2", "--warmup", "1", "--runs", "1"],

@@ -78,6 +78,7 @@ from langgraph_resilience.cli._store import (
     store_check,
     thread_exists,
 )
+from langgraph_resilience.cli._ui import serve_console
 from langgraph_resilience.cli.demo import run_demo
 from langgraph_resilience.errors import ResilienceError
 from langgraph_resilience.worker._worker import Worker
@@ -228,6 +229,19 @@ def metrics(since: str | None, graph_spec: str | None, db: str | None, as_json: 
         graph = load_graph(graph_spec, store.saver) if graph_spec else None
         print_metrics(store, since, graph, as_json=as_json)
     return 0
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Bind here (loopback).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option("--allow-actions", is_flag=True, help="Show retry/resume/cancel/settle buttons.")
+@click.option("--graph", "graph_spec", metavar="MODULE:ATTR", help="Draw and act with this graph.")
+@db_option
+def ui(db: str | None, host: str, port: int, allow_actions: bool, graph_spec: str | None) -> int:
+    """A web console of the store's runs, reports and metrics (docs/console.md)."""
+    return serve_console(
+        db, host=host, port=port, allow_actions=allow_actions, graph_spec=graph_spec
+    )
 
 
 # -- acting on threads ---------------------------------------------------------------

@@ -11,12 +11,14 @@
 
 `checkpointer` builds a new async resilient saver on ``LGR_DB`` each time the
 server enters it; `app` serves ``/resilience/...`` (see `_app`). The guide is
-docs/agent-server.md.
+docs/agent-server.md. `console_app` is the web console's pages (docs/console.md),
+mounted by `app` at ``/resilience/console/`` and served by ``langgraph-resilience ui``.
 """
 
 from __future__ import annotations
 
 from langgraph_resilience.server._app import app
 from langgraph_resilience.server._checkpointer import DB_ENV, checkpointer
+from langgraph_resilience.server._console import ConsoleActions, console_app
 
-__all__ = ["DB_ENV", "app", "checkpointer"]
+__all__ = ["DB_ENV", "ConsoleActions", "app", "checkpointer", "console_app"]

@@ -10,6 +10,8 @@ behind the server's auth):
 - ``GET /resilience/threads/{thread_id}/storage``: bytes per channel,
   checkpoints, writes and ledger rows (the server's own ``/threads/{id}/storage``
   answers 501 for a custom checkpointer);
+- ``/resilience/console/``: the web console's pages (`console_app`, read-only:
+  retry through the route below);
 - ``POST /resilience/threads/{thread_id}/retry`` (JSON ``{"update": {...},
   "step": "...", "assistant_id": "..."}``, all optional): `retry_failed`'s
   command, sent as a new run through the server's own run API (the same app,
@@ -24,6 +26,7 @@ nothing to retry, 400 for bad parameters.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -34,18 +37,20 @@ from langgraph.types import Command, Send
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from langgraph_resilience.checkpoint import AsyncResilientSaver
 from langgraph_resilience.errors import ConfigError, RunStateError, UnknownThread
 from langgraph_resilience.graph._retry_failed import retry_plan
 from langgraph_resilience.history import alist_runs, arecovery_metrics, arun_report
-from langgraph_resilience.server._checkpointer import checkpointer
+from langgraph_resilience.server._checkpointer import checkpointer, sync_saver
+from langgraph_resilience.server._console import console_app
 from langgraph_resilience.telemetry._emit import recovery_event
 
 __all__ = ["app", "command_json"]
 
 Handler = Callable[[Request], Awaitable[JSONResponse]]
+CONSOLE = "/resilience/console"
 # The caller's headers the retry's run request carries (the server's auth reads them).
 _FORWARDED = ("authorization", "x-api-key", "cookie")
 
@@ -195,10 +200,18 @@ async def _assistant_of(api: httpx.AsyncClient, thread: str) -> str:
     return str(assistant)
 
 
+def _console_saver() -> Any:
+    return app.state.console_saver
+
+
 @asynccontextmanager
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
     async with AsyncExitStack() as stack:
         app.state.resilience_saver = await stack.enter_async_context(checkpointer())
+        # the console's sync saver, opened and closed off the event loop (it blocks)
+        console = sync_saver()
+        app.state.console_saver = await asyncio.to_thread(console.__enter__)
+        stack.push_async_callback(asyncio.to_thread, console.__exit__, None, None, None)
         yield
 
 
@@ -209,6 +222,7 @@ app = Starlette(
         Route("/resilience/threads/{thread_id}/report", _guarded(report), methods=["GET"]),
         Route("/resilience/threads/{thread_id}/storage", _guarded(storage), methods=["GET"]),
         Route("/resilience/threads/{thread_id}/retry", _guarded(retry), methods=["POST"]),
+        Mount(CONSOLE, console_app(_console_saver, base=CONSOLE)),
     ],
     lifespan=_lifespan,
 )

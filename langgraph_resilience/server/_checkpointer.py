@@ -13,18 +13,20 @@ timeouts `PgTimeouts` adds). ``LGR_ARCHIVE`` names the cold tier, if any.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from langgraph_resilience.checkpoint import AsyncResilientSaver, _base
 from langgraph_resilience.checkpoint._store import is_postgres
+from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
 from langgraph_resilience.errors import ConfigError
 
 try:
     from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+    from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
     from langgraph_resilience.checkpoint.postgres._network import (
         CONNECT_KWARGS,
         AsyncBoundedConnection,
@@ -38,7 +40,7 @@ try:
 except ImportError as missing:  # the base install, without the `postgres` extra
     _POSTGRES_MISSING = str(missing)
 
-__all__ = ["ARCHIVE_ENV", "DB_ENV", "POOL_ENV", "checkpointer"]
+__all__ = ["ARCHIVE_ENV", "DB_ENV", "POOL_ENV", "checkpointer", "sync_saver"]
 
 DB_ENV = "LGR_DB"
 ARCHIVE_ENV = "LGR_ARCHIVE"
@@ -128,4 +130,20 @@ async def checkpointer() -> AsyncIterator[AsyncResilientSaver]:
         return
     async with AsyncResilientSqliteSaver.from_conn_string(db, **options) as lite:
         await lite.setup()
+        yield lite
+
+
+@contextmanager
+def sync_saver() -> Iterator[Any]:
+    """A sync resilient saver on ``LGR_DB``, for the console's pages (`console_app`),
+    which read in the server's thread pool; the store is set up by `checkpointer`."""
+    db, options = _db(), _options()
+    if is_postgres(db):
+        if _POSTGRES_MISSING is not None:
+            raise ConfigError(f"{DB_ENV} names a Postgres DSN: {_POSTGRES_MISSING}")
+        with ResilientPostgresSaver.from_conn_string(db, **options) as pg:
+            yield pg
+        return
+    with ResilientSqliteSaver.from_conn_string(db, **options) as lite:
+        lite.setup()
         yield lite

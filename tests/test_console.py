@@ -1,0 +1,280 @@
+"""The web console (`langgraph-resilience ui`) in a real browser: Playwright driving
+Debian's chromium (/usr/bin/chromium, never a downloaded one), against the
+command started as a user would, on a free loopback port, on SQLite and Postgres."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import cli_graph
+import httpx
+import psycopg
+import pytest
+from conftest import PG_URL, _with_db, require_postgres
+from starlette.testclient import TestClient
+from test_settle import payment_graph
+
+from langgraph_resilience import cli
+from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.history import RunReport, StepEntry, recovery_metrics
+from langgraph_resilience.server import ConsoleActions, app, console_app
+from langgraph_resilience.server._console import bucketed
+from langgraph_resilience.server._pages import run_page
+from langgraph_resilience.testing import FaultPlan, SimulatedCrash
+
+playwright = pytest.importorskip("playwright.sync_api")
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+TESTS = Path(__file__).parent
+DOCS = TESTS.parent / "docs" / "img"
+EVIL = "<script>alert(1)</script>"
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(CHROMIUM) and os.environ.get("CI") != "true",
+    reason="no chromium (apt-get install chromium)",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def console(db: str, *flags: str) -> Iterator[str]:
+    port = _free_port()
+    cli = [sys.executable, "-m", "langgraph_resilience.cli", "ui", "--db", db, "--port", str(port)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
+    proc = subprocess.Popen([*cli, *flags], cwd=TESTS, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                httpx.get(f"{url}/runs", timeout=1)
+                break
+            except httpx.HTTPError:
+                assert proc.poll() is None, "the console exited"
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store (a fresh one per test) holding a partial run on a thread whose id
+    is HTML, and a run that succeeded."""
+    if request.param == "sqlite":
+        db = str(tmp_path / "console.db")
+        saver_cls: Any = ResilientSqliteSaver
+        dropped = None
+    else:
+        require_postgres()
+        dropped = f"lgr_console_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{dropped}"')
+        db = _with_db(PG_URL, dropped)
+        saver_cls = ResilientPostgresSaver
+    with saver_cls.from_conn_string(db) as saver:
+        saver.setup()
+        graph = cli_graph.builder.compile(checkpointer=saver)
+        graph.invoke({"done": []}, {"configurable": {"thread_id": EVIL}})
+        graph.invoke({"done": [], "fix": "ok"}, {"configurable": {"thread_id": "fine"}})
+    try:
+        yield db
+    finally:
+        if dropped:
+            with psycopg.connect(PG_URL, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{dropped}" WITH (FORCE)')
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    with playwright.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+def _shot(page: Any, tmp_path: Path, name: str, store: str) -> None:
+    shots = tmp_path / "screenshots"
+    shots.mkdir(exist_ok=True)
+    page.screenshot(path=str(shots / f"console-{name}.png"), full_page=True)
+    # one of each, from the SQLite run, into docs/img/ for the README: when missing, or
+    # asked for (LGR_DOCS_SCREENSHOTS=1), so that a test run leaves the tree clean
+    doc = DOCS / f"console-{name}.png"
+    if store.endswith(".db") and (not doc.exists() or os.environ.get("LGR_DOCS_SCREENSHOTS")):
+        shutil.copy(shots / f"console-{name}.png", doc)
+
+
+def test_console_shows_and_retries(store: str, browser: Any, tmp_path: Path) -> None:
+    with console(store, "--allow-actions", "--graph", "cli_graph:builder") as url:
+        page = browser.new_page()
+        answer = {"ok": False}
+        page.on("dialog", lambda d: d.accept() if answer["ok"] else d.dismiss())  # confirm()
+        page.goto(f"{url}/runs")
+        # the partial run is listed in its colour; the thread id shows as text
+        row = page.locator('tr.run[data-status="partial_complete"]')
+        assert row.count() == 1
+        badge = row.locator(".status")
+        assert badge.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(255, 229, 208)"
+        assert row.locator("a").inner_text() == EVIL
+        assert page.locator("script", has_text="alert(1)").count() == 0
+        _shot(page, tmp_path, "runs", store)
+
+        row.locator("a").click()
+        failed = page.locator('#graph g.node[data-node="b"]')
+        assert failed.get_attribute("data-status") == "failed"
+        assert (
+            failed.locator("rect").evaluate("e => getComputedStyle(e).fill") == "rgb(248, 215, 218)"
+        )
+        assert page.locator("#thread").inner_text() == EVIL
+        assert "partial complete" in page.locator("#run-status").inner_text()
+        _shot(page, tmp_path, "run", store)
+
+        page.fill("#update", '{"fix": "ok"}')
+        page.click("#retry")  # answered "cancel": nothing is sent
+        page.wait_for_timeout(200)
+        assert page.locator("#flash").count() == 0
+        assert "partial complete" in page.locator("#run-status").inner_text()
+        answer["ok"] = True
+        page.click("#retry")
+        page.wait_for_selector("#flash")
+        assert "now success" in page.locator("#flash").inner_text()
+        assert "success" in page.locator("#run-status").inner_text()
+        # the retry re-ran b: its node and step are marked redone; no retry button now
+        assert "redone" in (
+            page.locator('#graph g.node[data-node="b"]').get_attribute("class") or ""
+        )
+        assert page.locator("#steps .badge-redone").count() == 1
+        assert page.locator("#retry").count() == 0
+        page.screenshot(path=str(tmp_path / "screenshots" / "console-run-retried.png"))
+
+        page.goto(f"{url}/metrics")
+        assert page.locator("#plot-partial_completion_rate rect").count() == 24
+        _shot(page, tmp_path, "metrics", store)
+
+
+def test_read_only_has_no_buttons_and_refuses_posts(store: str, browser: Any) -> None:
+    with console(store) as url:
+        page = browser.new_page()
+        page.goto(f"{url}/run?" + httpx.QueryParams({"thread": EVIL}).__str__())
+        assert page.locator('#graph g.node[data-node="b"]').get_attribute("data-status") == "failed"
+        assert (
+            page.locator("#retry").count() == 0 and page.locator("form[method=post]").count() == 0
+        )
+        forged = httpx.post(f"{url}/actions/retry", data={"thread": EVIL, "csrf": "x"})
+        assert forged.status_code == 403
+    saver_cls: Any = ResilientSqliteSaver if store.endswith(".db") else ResilientPostgresSaver
+    with saver_cls.from_conn_string(store) as saver:
+        [row] = saver.history.run_rows(EVIL)
+        assert row.status == "partial_complete"  # nothing was done
+
+
+def test_actions_need_the_session_token(store: str) -> None:
+    flags = ("--allow-actions", "--graph", "cli_graph:builder")
+    with console(store, *flags) as url, httpx.Client(base_url=url) as client:
+        client.get("/runs")  # a session cookie, but no token from a page
+        forged = client.post("/actions/retry", data={"thread": EVIL, "run": "1", "csrf": "x"})
+        assert forged.status_code == 403
+
+
+def test_the_agent_server_app_mounts_the_console(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+
+    monkeypatch.setenv("LGR_DB", store)
+    with TestClient(app) as client:
+        runs = client.get("/resilience/console/runs")
+        assert runs.status_code == 200
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in runs.text and EVIL not in runs.text
+        assert 'href="/resilience/console/static/console.css"' in runs.text
+        assert client.get("/resilience/console/static/console.js").status_code == 200
+        assert client.post("/resilience/console/actions/retry", data={}).status_code == 403
+
+
+def test_actions_need_a_graph(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["ui", "--db", store, "--allow-actions"]) == 2
+    assert "--allow-actions needs --graph" in capsys.readouterr().err
+
+
+def test_a_nested_step_links_to_its_parent_step() -> None:
+    steps = tuple(
+        StepEntry(path=p, node=p.rpartition("/")[2], status="completed", attempts=1)
+        for p in ("agent", "agent/model", "agent/tools")
+    )
+    text = run_page(
+        RunReport(thread_id="t", run=1, status="success", steps=steps),
+        base="",
+        graph=None,
+        token=None,
+    )
+    assert '<a class="parent" href="#step-agent">↑ in agent</a>' in text
+    assert '<a class="nested" href="#step-agent-model">↓ agent/model</a>' in text
+    assert '<a id="step-agent-tools"></a>' in text
+
+
+def test_an_unknown_effect_is_settled_from_its_run_page(tmp_path: Path) -> None:
+    bank: list[str] = []
+    config: Any = {"configurable": {"thread_id": "pay"}}
+    with ResilientSqliteSaver.from_conn_string(str(tmp_path / "s.db")) as saver:
+        saver.setup()
+        graph = payment_graph(type("H", (), {"saver": saver})(), bank)
+        with pytest.raises(SimulatedCrash):
+            FaultPlan().crash_after_effect("pay").apply(graph).invoke({}, config)
+        FaultPlan().apply(graph).invoke(None, config)  # stops: the outcome is unknown
+        refuse = ConsoleActions(
+            retry=lambda t, u: ("skipped", ""),
+            resume=lambda t: ("skipped", ""),
+            cancel=lambda r: ("skipped", ""),
+        )
+        with TestClient(console_app(saver, actions=refuse)) as client:
+            page = client.get("/run", params={"thread": "pay"}).text
+            token = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+            assert token and "it happened" in page
+            done = client.post(
+                "/actions/settle",
+                data={
+                    "csrf": token[1],
+                    "thread": "pay",
+                    "run": "1",
+                    "key": bank[0],
+                    "happened": "1",
+                },
+            )
+            assert done.status_code == 200 and "settled: done" in done.text
+            assert saver.effects.read("pay", bank[0]).status == "done"
+            again = client.post(
+                "/actions/settle",
+                data={
+                    "csrf": token[1],
+                    "thread": "pay",
+                    "run": "1",
+                    "key": bank[0],
+                    "happened": "1",
+                },
+            )
+            assert "already has its outcome" in again.text  # refused, said on the page
+
+
+def test_the_metrics_buckets_add_up_to_the_metrics(store: str) -> None:
+    saver_cls: Any = ResilientSqliteSaver if store.endswith(".db") else ResilientPostgresSaver
+    with saver_cls.from_conn_string(store) as saver:
+        whole = recovery_metrics(saver)
+        for per, count in (("hour", 24), ("day", 14)):
+            found = bucketed(saver, per)
+            assert len(found) == count
+            assert sum(m.runs for _, m in found) == whole.runs == 2
+            assert found[-1][1].runs_partial == 1 and found[-1][1].partial_completion_rate == 0.5
