@@ -13,7 +13,12 @@ from typing import Any
 
 from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
 from langgraph_resilience.checkpoint._events import RecoveryRecord, read_recoveries
-from langgraph_resilience.checkpoint._run_log_reads import ENDED, RunLogRecord, list_run_rows
+from langgraph_resilience.checkpoint._run_log_reads import (
+    ENDED,
+    STEP_FIELDS,
+    RunLogRecord,
+    list_run_rows,
+)
 from langgraph_resilience.checkpoint._schema import RECOVERIES, RECOVERY_PATHS, RUN_LOG, RUNS, STEPS
 from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
 
@@ -58,24 +63,7 @@ def list_summaries(
     return found[:limit]
 
 
-_STEP_COLUMNS = (
-    "checkpoint_ns",
-    "checkpoint_id",
-    "task_id",
-    "run",
-    "path",
-    "node",
-    "status",
-    "attempts",
-    "kinds",
-    "started_at",
-    "ended_at",
-    "summary",
-    "run_id",
-    "worker",
-    "usage",
-    "tried",
-)
+_STEP_COLUMNS = ("checkpoint_ns", "checkpoint_id", "task_id", *STEP_FIELDS, "tried")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
