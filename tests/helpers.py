@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, TypeVar
 
@@ -225,3 +225,14 @@ def in_thread(fn: Callable[..., Any], *args: Any) -> tuple[threading.Thread, dic
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     return thread, out
+
+
+def rest_of(gen: Generator[Any, Any, Any], value: Any) -> Generator[Any, Any, Any]:
+    """The rest of a store `Statements` generator whose last statement a tap
+    answered with ``value`` (``return (yield from rest_of(gen, value))``)."""
+    while True:
+        try:
+            stmt = gen.send(value)
+        except StopIteration as stop:
+            return stop.value
+        value = yield stmt

@@ -47,7 +47,7 @@ from typing import Annotated, Any
 
 import pytest
 from faults import PgServer, TcpProxy
-from helpers import append, chain, in_thread, private_db, read_ledger, sql, wait_until
+from helpers import append, chain, in_thread, private_db, read_ledger, rest_of, sql, wait_until
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.errors import NodeError
@@ -360,12 +360,7 @@ def test_partition_right_after_an_intent_never_a_false_success(
             armed.clear()
             proxy_box["proxy"].drop()  # the intent is stored; no reply comes back
             cut.set()
-        while True:
-            try:
-                stmt = gen.send(value)
-            except StopIteration as stop:
-                return stop.value
-            value = yield stmt
+        return (yield from rest_of(gen, value))
 
     monkeypatch.setattr(_ledger, "claim_intent", claim_then_cut)
 

@@ -34,7 +34,16 @@ from typing import Any
 
 import pytest
 from faults import PgServer, TcpProxy
-from helpers import append, assert_no_fork, in_thread, private_db, read_ledger, sql, wait_until
+from helpers import (
+    append,
+    assert_no_fork,
+    in_thread,
+    private_db,
+    read_ledger,
+    rest_of,
+    sql,
+    wait_until,
+)
 from partition_worker import STEPS, call_bound, partition_bounds, partition_graph
 from spawn import spawn
 
@@ -97,12 +106,7 @@ def cut_after_first_statement(gen: Any, cut: Any) -> Any:
     statement has been answered, before the next one (or the COMMIT) is sent."""
     value = yield next(gen)
     cut()
-    while True:
-        try:
-            stmt = gen.send(value)
-        except StopIteration as stop:
-            return stop.value
-        value = yield stmt
+    return (yield from rest_of(gen, value))
 
 
 # -- 1. a partition between a renewal's UPDATE and its COMMIT ------------------------------
@@ -247,12 +251,7 @@ def test_partition_right_after_an_intent_the_effect_is_performed_once(
         state["cut_at"] = time.monotonic()
         cut.set()
         value = yield stmt
-        while True:
-            try:
-                stmt = gen.send(value)
-            except StopIteration as stop:
-                return stop.value
-            value = yield stmt
+        return (yield from rest_of(gen, value))
 
     monkeypatch.setattr(_ledger, "claim_intent", claim_then_cut)
     duplicated: dict[int, dict[str, int]] = {}

@@ -29,7 +29,16 @@ from typing import Any
 
 import pytest
 from faults import PgServer, TcpProxy
-from helpers import append, assert_no_fork, in_thread, private_db, read_ledger, sql, wait_until
+from helpers import (
+    append,
+    assert_no_fork,
+    in_thread,
+    private_db,
+    read_ledger,
+    rest_of,
+    sql,
+    wait_until,
+)
 from partition_worker import STEPS, partition_bounds, partition_graph
 
 from langgraph_resilience import LeaseLost, Worker, side_effect
@@ -93,12 +102,7 @@ def test_a_stalled_intent_insert_of_a_live_worker_does_not_block_the_takeover(
         box["proxy"].blackhole()
         box["cut_at"] = time.monotonic()
         cut.set()
-        while True:
-            try:
-                stmt = gen.send(value)
-            except StopIteration as stop:
-                return stop.value
-            value = yield stmt
+        return (yield from rest_of(gen, value))
 
     monkeypatch.setattr(_ledger, "claim_intent", claim_then_stall)
     for trial in range(TRIALS):
