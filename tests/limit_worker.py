@@ -6,7 +6,10 @@
 Each try appends ``start PROC I <time>`` to LEDGER before its work (``--hold``
 seconds of sleep) and ``end PROC I <time>`` after it (fsynced). With
 ``--retry-after S``, process 0's try 0 fails once with a 429 asking for S
-seconds, after appending ``fail 0 0 <time>``.
+seconds, after appending ``fail 0 0 <time>``; the other processes then start
+their run only once that line is in LEDGER (and the pause stored: 0.2 s later),
+so that whatever the machine's load did to the processes' start-up, they have
+tries to run while the limit is paused.
 
 --limit NAME --concurrency N --rate N --per S   the limit (shared by name)
 --async    the async saver and ainvoke
@@ -88,6 +91,16 @@ def build(args: argparse.Namespace) -> StateGraph:
     return g
 
 
+async def after_the_429(ledger: Path) -> None:
+    """Wait until process 0's try logged its 429, then for its pause to be stored."""
+    deadline = time.monotonic() + 60
+    while not (ledger.exists() and "fail " in ledger.read_text()):
+        if time.monotonic() > deadline:
+            raise SystemExit("process 0 never logged its 429")
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)
+
+
 async def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("backend")
@@ -105,6 +118,8 @@ async def main() -> None:
     args = p.parse_args()
     async with AsyncExitStack() as stack:
         saver = await open_saver(args.backend, args.is_async, args.target, stack)
+        if args.retry_after and args.proc != 0:
+            await after_the_429(Path(args.ledger))
         graph = build(args).compile(checkpointer=saver)
         config = {"configurable": {"thread_id": f"limits-{args.proc}-{time.time()}"}}
         if args.is_async:

@@ -388,6 +388,56 @@ def test_partition_right_after_an_intent_never_a_false_success(
     check("partition after an intent", found)
 
 
+@pytest.mark.faults
+@pytest.mark.timeout(300)
+def test_an_outcome_a_killed_server_lost_is_stored_again(
+    pg_server: PgServer, db: str, tmp_path: Path
+) -> None:
+    """An effect's outcome is committed without waiting for the disk; the server
+    SIGKILLed right after (its WAL writer slowed to 10 s, so the commit is still in
+    its memory) loses it while the node runs on. CI saw it: 1 of 16 runs stored
+    ``success`` with the outcome of a step's effect missing, the intent left open.
+    The node's own writes, stored once the server is back, store it again."""
+    calls = tmp_path / "calls.log"
+
+    @side_effect(name="deliver")
+    def deliver(thread: str, *, idempotency_key: str) -> str:
+        append(calls, f"{thread} notify {idempotency_key}")
+        return "receipt"
+
+    def notify(state: State, config: RunnableConfig) -> dict[str, Any]:
+        deliver(str(config["configurable"]["thread_id"]))
+        kill_server(pg_server)  # the outcome's commit is acknowledged, not on disk
+        pg_server.start()
+        return {"done": ["notify"]}
+
+    def slow_wal_writer(delay: str) -> None:
+        sql("postgres", pg_server.dsn(), f"ALTER SYSTEM SET wal_writer_delay = '{delay}'")
+        sql("postgres", pg_server.dsn(), "SELECT pg_reload_conf()")
+
+    builder = ResilientStateGraph(State)
+    builder.add_node("notify", notify, policy=NodePolicy(retry=None, critical=True))
+    builder.add_edge(START, "notify")
+    builder.add_edge("notify", END)
+    slow_wal_writer("10s")
+    try:
+        with ExitStack() as stack:
+            graph = builder.compile(checkpointer=pooled_saver(stack, db))
+            config: RunnableConfig = {"configurable": {"thread_id": "lost-outcome"}}
+            out = graph.invoke({"done": []}, config)
+    finally:
+        slow_wal_writer("200ms")
+    assert out["resilience"]["status"] == "success"
+    assert [step for _, step, _ in read_ledger(calls)] == ["notify"]
+    rows = sql(
+        "postgres",
+        db,
+        "SELECT status, outcome IS NOT NULL FROM resilience_effects WHERE thread_id = ?",
+        ("lost-outcome",),
+    )
+    assert [tuple(r) for r in rows] == [("done", True)]
+
+
 # -- the same holes in one process, on every backend --------------------------------------
 
 

@@ -14,7 +14,12 @@ from langchain_core.runnables import RunnableConfig
 
 from langgraph_resilience._store_errors import is_missing_table, is_store_error
 from langgraph_resilience.checkpoint._counters import Counters, bump
-from langgraph_resilience.checkpoint._ledger import OutcomeFields, PendingOutcomes, store_outcomes
+from langgraph_resilience.checkpoint._ledger import (
+    OutcomeFields,
+    PendingOutcomes,
+    store_outcomes,
+    store_outcomes_again,
+)
 from langgraph_resilience.checkpoint._store import Dialect, Statements
 from langgraph_resilience.checkpoint._store_retry import DEFAULT_STORE_RETRY
 from langgraph_resilience.checkpoint.archive._objects import Archive, archive_of
@@ -155,20 +160,31 @@ class Riders:
     ``with Riders(state, ok) as riders:`` takes them; they go back if the try
     fails, and the try itself is counted once it succeeded (here) or failed
     (`count_failure`). A class, not a generator: it runs on every write.
-    ``ride=False`` (a read) takes nothing.
+    ``ride=False`` (a read) takes nothing. A durable write (not ``relaxed``)
+    also stores again the outcomes earlier writes committed without waiting for
+    the disk (`PendingOutcomes.relaxed`); a ``relaxed`` one leaves them, and
+    adds the outcomes that rode along with it.
     """
 
-    __slots__ = ("_flush", "_ok", "_ride", "_state", "counts", "outcomes")
+    __slots__ = ("_flush", "_ok", "_relaxed", "_ride", "_state", "again", "counts", "outcomes")
 
     def __init__(
-        self, state: SaverState, ok: str | None, *, flush: bool = False, ride: bool = True
+        self,
+        state: SaverState,
+        ok: str | None,
+        *,
+        flush: bool = False,
+        ride: bool = True,
+        relaxed: bool = False,
     ) -> None:
         self._state = state
         self._ok = ok
         self._flush = flush
         self._ride = ride
+        self._relaxed = relaxed
         self.counts: dict[str, int] = _NOTHING  # replaced, never changed in place
         self.outcomes: dict[tuple[str, str], OutcomeFields] = _NOTHING
+        self.again: dict[tuple[str, str], OutcomeFields] = _NOTHING
 
     def __enter__(self) -> Riders:
         if not self._ride:
@@ -178,24 +194,33 @@ class Riders:
             self.counts = counters.take_all()
         elif self._ok is not None and counters.due(now := time.monotonic()):
             self.counts = counters.take_due(now)
-        if self._state.outcomes.waiting:  # an unlocked peek: mostly nothing waits
-            self.outcomes = self._state.outcomes.take_all()
+        outcomes = self._state.outcomes
+        if outcomes.waiting:  # an unlocked peek: mostly nothing waits
+            self.outcomes = outcomes.take_all()
+        if not self._relaxed and outcomes.relaxed:
+            self.again = outcomes.take_relaxed()
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        outcomes = self._state.outcomes
         if exc_type is not None:
             self._state.counters.give_back(self.counts)
             if self.outcomes:
-                self._state.outcomes.give_back(self.outcomes)
-        elif self._ok is not None:
+                outcomes.give_back(self.outcomes)
+            outcomes.committed_relaxed(self.again)  # still to be stored durably
+            return
+        if self._relaxed:
+            outcomes.committed_relaxed(self.outcomes)
+        if self._ok is not None:
             self._state.counters.add(self._ok)
 
     def __bool__(self) -> bool:
-        return bool(self.counts or self.outcomes)
+        return bool(self.counts or self.outcomes or self.again)
 
     def statements(self, d: Dialect) -> Statements[None]:
-        """Waiting side-effect outcomes, then the counts."""
+        """Waiting side-effect outcomes, relaxed ones again, then the counts."""
         yield from store_outcomes(d, self.outcomes)
+        yield from store_outcomes_again(d, self.again)
         if self.counts:
             yield from bump(d, self._state.counters.scope, self.counts)
 

@@ -115,6 +115,7 @@ class Effects(_Part):
         except Exception as exc:
             self._held_back(thread_id, key, fields, exc)
             raise
+        self._saver._state.outcomes.committed_relaxed({(thread_id, key): fields})
 
     def defer(self, thread_id: str, key: str, fields: OutcomeFields) -> None:
         """Store an effect's outcome with the saver's next write (no I/O now).
@@ -181,6 +182,7 @@ class AsyncEffects(Effects, _AsyncPart):
         except Exception as exc:
             self._held_back(thread_id, key, fields, exc)
             raise
+        self._saver._state.outcomes.committed_relaxed({(thread_id, key): fields})
 
 
 # -- node attempts -------------------------------------------------------------------------

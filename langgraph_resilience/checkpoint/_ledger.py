@@ -356,9 +356,13 @@ def record_outcome(d: Dialect, thread_id: str, key: str, fields: OutcomeFields) 
     Every effect's, except those with ``defer_outcome=True``, which write it
     behind (`PendingOutcomes`). It is committed without waiting for the disk (Postgres
     ``synchronous_commit`` off for this transaction; SQLite's driver lowers
-    ``synchronous`` around it): a process crash keeps it, and if a server or
-    power failure loses it, the intent stays without outcome, which
-    ``reconcile`` (or a call with the same idempotency key) settles.
+    ``synchronous`` around it): a process crash keeps it. A server crash can
+    lose it while the node runs on, so the saver keeps it
+    (`PendingOutcomes.relaxed`) until its next durable write, which stores it
+    again where the intent is still open (`store_outcomes_again`); a durable
+    commit also makes every earlier one durable. Lost with this process too (the
+    server and the client gone before that write), the intent stays without
+    outcome, which ``reconcile`` (or a call with the same idempotency key) settles.
     """
     relax = "" if d.relax_commit is None else f" AND {d.relax_commit}"  # in the one statement
     yield Stmt(d.sql(_OUTCOME + relax), _outcome_params(thread_id, key, fields))
@@ -369,6 +373,17 @@ def store_outcomes(d: Dialect, outcomes: dict[tuple[str, str], OutcomeFields]) -
     if outcomes:
         rows = [_outcome_params(thread, key, f) for (thread, key), f in sorted(outcomes.items())]
         yield Stmt(d.sql(_OUTCOME), rows, many=True)
+
+
+def store_outcomes_again(
+    d: Dialect, outcomes: dict[tuple[str, str], OutcomeFields]
+) -> Statements[None]:
+    """Outcomes committed without waiting for the disk, stored again by a durable
+    write where the intent is still without one (a server crash lost them); where
+    the outcome is there, the statement changes nothing."""
+    if outcomes:
+        rows = [_outcome_params(thread, key, f) for (thread, key), f in sorted(outcomes.items())]
+        yield Stmt(d.sql(_OUTCOME + " AND status = 'intent'"), rows, many=True)
 
 
 @dataclass
@@ -386,6 +401,12 @@ class PendingOutcomes:
 
     waiting: dict[tuple[str, str], OutcomeFields] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Outcomes committed without waiting for the disk (`record_outcome`, or riders
+    # of such a write). A server crash before its next durable commit loses them
+    # (the intent is back without outcome, though the node ran on), so the saver's
+    # next durable write stores them again where the intent is still open (a no-op
+    # otherwise: `store_outcomes_again`) and forgets them once it committed.
+    relaxed: dict[tuple[str, str], OutcomeFields] = field(default_factory=dict)
 
     def add(self, thread_id: str, key: str, fields: OutcomeFields) -> None:
         with self.lock:
@@ -402,6 +423,20 @@ class PendingOutcomes:
         """Undo a take after the transaction failed after all (newer ones win)."""
         with self.lock:
             self.waiting = {**taken, **self.waiting}
+
+    def committed_relaxed(self, outcomes: dict[tuple[str, str], OutcomeFields]) -> None:
+        """Outcomes a write committed without waiting for the disk: kept until a
+        durable write stores them again."""
+        if outcomes:
+            with self.lock:
+                self.relaxed = {**self.relaxed, **outcomes}
+
+    def take_relaxed(self) -> dict[tuple[str, str], OutcomeFields]:
+        if not self.relaxed:  # unlocked peek
+            return {}
+        with self.lock:
+            taken, self.relaxed = self.relaxed, {}
+        return taken
 
     def overlay(self, thread_id: str, records: list[EffectRecord]) -> list[EffectRecord]:
         """Stored records as they are once their waiting outcomes are stored."""

@@ -413,7 +413,7 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
             # so only statement lists that fetch nothing use it.
             checked = self._state.schema_checked or not check
             with (
-                _base.Riders(self._state, ok, flush=flush, ride=ride) as riders,
+                _base.Riders(self._state, ok, flush=flush, ride=ride, relaxed=relaxed) as riders,
                 self._transaction(pipeline and checked) as cur,
             ):
                 if not checked:

@@ -285,7 +285,7 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
             # can hand a fetch the rows of an earlier statement (after a NOTICE),
             # so only statement lists that fetch nothing use it.
             checked = self._state.schema_checked or not check
-            with _base.Riders(self._state, ok, flush=flush, ride=ride) as riders:
+            with _base.Riders(self._state, ok, flush=flush, ride=ride, relaxed=relaxed) as riders:
                 async with self._transaction(pipeline and checked) as cur:
                     if not checked:
                         await aexecute(cur, _schema.check_schema(POSTGRES))

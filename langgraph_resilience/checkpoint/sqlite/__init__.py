@@ -342,7 +342,7 @@ class ResilientSqliteSaver(SyncResilience, VerifiedSqliteReads):
             with self.lock:
                 if not self.is_setup:
                     self.setup()
-                with _base.Riders(self._state, ok, flush=flush) as riders:
+                with _base.Riders(self._state, ok, flush=flush, relaxed=relaxed) as riders:
                     return self._in_transaction(
                         statements, riders, immediate=not pipeline, relaxed=relaxed
                     )

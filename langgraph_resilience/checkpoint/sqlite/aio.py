@@ -195,7 +195,7 @@ class AsyncResilientSqliteSaver(AsyncResilience, VerifiedAsyncSqliteReads):
         async def attempt() -> T:
             await self.setup()
             async with self.lock:
-                with _base.Riders(self._state, ok, flush=flush) as riders:
+                with _base.Riders(self._state, ok, flush=flush, relaxed=relaxed) as riders:
                     return await self._in_transaction(
                         statements, riders, immediate=not pipeline, relaxed=relaxed
                     )
