@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from langgraph.types import Command, interrupt
 
 from langgraph_resilience import (
+    Budget,
     NodePolicy,
     PermanentError,
     ResilientState,
@@ -93,6 +94,9 @@ def main(backend: str, target: str) -> None:
             plain.invoke({"done": []}, cfg("crash"))
         now["die"] = False
         plain.invoke(None, cfg("crash"))
+        # Paused by its budget before c, and left so (the backfill keeps why).
+        spent = {"configurable": {"thread_id": "spent", "budget": Budget(max_steps=2)}}
+        graph.invoke({"done": []}, spent)
         m = recovery_metrics(saver).to_dict()
         report = run_report(saver, "fixed").to_dict()
     print(json.dumps({"metrics": m, "report": report}, default=str))

@@ -128,10 +128,14 @@ async def test_a_store_written_before_the_ledger_reads_as_before_once_backfilled
             ("human", 1, "success"),
             ("ok", 1, "success"),
             ("partial", 1, "partial_complete"),
+            ("spent", 1, "paused"),
             ("turns", 1, "success"),
             ("turns", 2, "success"),
         ]
     )
+    # A run paused by its budget keeps why: resumed now, the recovery is a budget one.
+    why = "SELECT paused_for FROM resilience_run_log WHERE thread_id = 'spent'"
+    assert sql(backend, target, why) == [("budget",)]
     # A second read (another process, say) finds nothing to do and the same figures.
     with_rows = sql(backend, target, "SELECT count(*) FROM resilience_steps")
     async with AsyncExitStack() as stack:

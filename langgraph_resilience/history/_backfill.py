@@ -93,7 +93,7 @@ def ledger_rows(runs: Iterable[ThreadRun]) -> tuple[list[tuple[Any, ...]], ...]:
                 json.dumps(usage) if usage else None,
                 run.run_id,
                 run.owner,
-                None,  # paused_for: a later resume reads as human
+                run.paused_for,  # a later resume's recovery kind
             )
         )
         for s in steps:

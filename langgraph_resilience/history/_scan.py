@@ -148,6 +148,7 @@ class ThreadRun:
     claims: int = 0
     updated_at: float | None = None
     budget: tuple[str, bytes] | None = None  # a Worker run's, as stored
+    paused_for: str | None = None  # why it last paused: budget or human
     # What its last step group left: routes onward, interrupts, errors.
     last_flags: tuple[bool, bool, bool] = (True, False, False)
 
@@ -286,6 +287,8 @@ class _Scan:
                     tasks=tuple(sorted(interrupted)),
                 )
                 self.current.recoveries.append(resume)
+        if interrupted and self.current is not None:
+            self.current.paused_for = "budget" if _paused_for_budget(writes) else "human"
         if resume is not None and self.current is not None:
             resume.redone = [
                 s
