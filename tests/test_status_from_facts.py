@@ -235,10 +235,21 @@ def outer_graph(h: Any, supervisor: Any, calls: Counter[str], policy: Any) -> An
     return g.compile(checkpointer=h.saver)
 
 
+def last_status(chunks: list[Any]) -> str:
+    """The nested run's status, as the chunks it streamed tell it."""
+    for chunk in reversed(chunks):
+        for part in (chunk, *chunk.values()):
+            if isinstance(part, dict) and isinstance(part.get("resilience"), dict):
+                return str(part["resilience"]["status"])
+    raise AssertionError(f"no run log in {chunks}")
+
+
+@pytest.mark.parametrize("how", ["invoke", "values", "updates"])
 @pytest.mark.parametrize("policy", [ONCE, None], ids=["policy", "no-policy"])
 async def test_a_graph_invoked_inside_a_node_that_ends_short_fails_the_step(
-    checkpointer: Any, policy: NodePolicy | None
+    checkpointer: Any, policy: NodePolicy | None, how: str
 ) -> None:
+    """Invoked, or streamed (a supervisor forwarding its worker graph's chunks)."""
     calls: Counter[str] = Counter()
     broken = [True]
     inner = inner_graph(checkpointer, broken, calls)
@@ -247,14 +258,21 @@ async def test_a_graph_invoked_inside_a_node_that_ends_short_fails_the_step(
     if checkpointer.is_async:
 
         async def supervisor(state: dict[str, Any]) -> dict[str, Any]:
-            out = await inner.ainvoke({"done": []})
-            seen.append(out["resilience"]["status"])
+            if how == "invoke":
+                out = await inner.ainvoke({"done": []})
+                seen.append(out["resilience"]["status"])
+            else:
+                chunks = [c async for c in inner.astream({"done": []}, stream_mode=how)]
+                seen.append(last_status(chunks))
             return {"done": ["supervisor"]}
     else:
 
         def supervisor(state: dict[str, Any]) -> dict[str, Any]:
-            out = inner.invoke({"done": []})
-            seen.append(out["resilience"]["status"])
+            if how == "invoke":
+                out = inner.invoke({"done": []})
+                seen.append(out["resilience"]["status"])
+            else:
+                seen.append(last_status(list(inner.stream({"done": []}, stream_mode=how))))
             return {"done": ["supervisor"]}
 
     graph = outer_graph(checkpointer, supervisor, calls, policy)

@@ -53,6 +53,7 @@ from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.graph._cache import RunLogFreeCache, keyed_without_run_log
 from langgraph_resilience.graph._drivers import NOT_RUN, is_async, wrap
+from langgraph_resilience.graph._nested_stream import awatched, watched
 from langgraph_resilience.graph._node import NodeAction, NodeContext
 from langgraph_resilience.graph._retry_failed import aretry_failed, retry_failed
 from langgraph_resilience.graph._routes import (
@@ -100,13 +101,15 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
         lifecycle.note_resume(self, input, config)  # a resume after a crash: a recovery
         run_config = take_over(config, self.config, is_async=False)  # a finished task's
         stream = super().stream(lifecycle.with_marker(input, config), run_config, **kwargs)
-        return lifecycle.closing(self, config, stream)  # the run ledger: how it returned
+        stream = lifecycle.closing(self, config, stream)  # the run ledger: how it returned
+        return watched(stream)  # inside a step: a run that ended short fails it
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         run_config = take_over(config, self.config, is_async=True)  # writes wait for none
         stream = super().astream(lifecycle.with_marker(input, config), run_config, **kwargs)
         stream = lifecycle.aclosing(self, config, stream)  # the run ledger: how it returned
-        return lifecycle.anoted(self, input, config, stream)  # a resume after a crash
+        stream = lifecycle.anoted(self, input, config, stream)  # a resume after a crash
+        return awatched(stream)  # inside a step: a run that ended short fails it
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         with lifecycle.invoking(self, config):
