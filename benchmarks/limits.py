@@ -8,13 +8,13 @@ What it measures, per store (SQLite file, Postgres database):
   the starts after the first window, divided by the time from the first start
   to the last, against ``RATE`` is the share of the limit the fleet got
   (target >= 0.9);
-- cost per try: what an uncontended ``Limit`` adds to a try, its admission and
-  release as the try loop's driver runs them (a rate-only limit: one acquire; a
-  concurrency one: an acquire and a release), interleaved in one process with
-  the units, medians over repeats; in units of one store round trip on the
-  same saver (Postgres: one pipelined statement, as the acquire is;
-  SQLite: one transaction), beside a committed one-row write (its disk flush
-  included; the limit's acquire and release commit without waiting for it);
+- an acquire: what an uncontended ``Limit``'s admission costs a try (the
+  store's answer included; its release is stored between acquires, off the
+  clock), interleaved in one process with the units, medians over repeats; in
+  units of one bare store round trip on the same saver (Postgres: one
+  statement on its autocommit connection; SQLite: one transaction), beside a
+  committed one-row write (its disk flush included; the acquire commits without
+  waiting for it);
 - in a graph: a chain of ``STEPS`` nodes (``durability="sync"``), each under an
   uncontended ``Limit`` (rate-only, concurrency-only) or none, run interleaved:
   the store round trips per try counted, not timed (Postgres: through the
@@ -102,8 +102,11 @@ _BUMP = (
 
 def round_trip(saver: Any, sql: str = "SELECT 1") -> None:
     """One store round trip on the saver: by default a bare one (Postgres: one
-    pipelined statement; SQLite: one transaction); with ``_BUMP`` a committed
-    one-row write (the disk flush included)."""
+    statement on its autocommit connection; SQLite: one transaction); with
+    ``_BUMP`` a committed one-row write (the disk flush included)."""
+    if saver._dialect.procedures and sql == "SELECT 1":
+        saver.conn.execute(sql).fetchall()
+        return
 
     def one() -> Any:
         rows = yield Stmt(sql, fetch=True)
@@ -113,8 +116,10 @@ def round_trip(saver: Any, sql: str = "SELECT 1") -> None:
 
 
 def cost(saver: Any, repeats: int) -> dict[str, float]:
-    """Seconds an uncontended limit costs a try (its admission and release, as the
-    try loop's driver runs them), beside one store round trip and a committed write."""
+    """Seconds an uncontended limit's acquire costs a try (the store's answer
+    included), beside one bare round trip and a committed write. Each try's
+    release is stored between acquires, outside the clock: in a node it rides
+    the try's own writes (the chains below count that)."""
     tag = uuid.uuid4().hex[:8]
 
     def scratch() -> Any:
@@ -127,31 +132,37 @@ def cost(saver: Any, repeats: int) -> dict[str, float]:
         "concurrency": Limit(f"c-{tag}", concurrency=10**6),
     }
 
-    def one_try(limit: Limit) -> None:
-        held = admit_sync(saver, "bench", Admit([limit], 60.0))
-        assert isinstance(held, Held)
-        release_sync(Release(held))
+    def acquires(limit: Limit) -> float:
+        spent = 0.0
+        for _ in range(INVOKES):
+            began = time.perf_counter()
+            held = admit_sync(saver, "bench", Admit([limit], 60.0))
+            spent += time.perf_counter() - began
+            assert isinstance(held, Held)
+            release_sync(Release(held))
+            flush = getattr(held.io, "flush", None)  # a release waiting for a write
+            if flush is not None:
+                flush()
+        return spent / INVOKES
 
-    ops: dict[str, Callable[[], Any]] = {
-        **{kind: (lambda limit=limit: one_try(limit)) for kind, limit in limits.items()},
-        "round_trip": lambda: round_trip(saver),
-        "write": lambda: round_trip(saver, _BUMP),
+    ops: dict[str, Callable[[], float]] = {
+        **{kind: (lambda limit=limit: acquires(limit)) for kind, limit in limits.items()},
+        "round_trip": lambda: timed(lambda: round_trip(saver), INVOKES),
+        "write": lambda: timed(lambda: round_trip(saver, _BUMP), INVOKES),
     }
     runs: dict[str, list[float]] = {k: [] for k in ops}
     for _ in range(repeats + 1):
         for kind, op in ops.items():
-            runs[kind].append(timed(op, INVOKES))
+            runs[kind].append(op())
     med = {k: statistics.median(v[1:]) for k, v in runs.items()}  # the first run warms up
     unit = med["round_trip"]
     return {
         "round_trip_ms": unit * 1e3,
         "committed_write_ms": med["write"] * 1e3,
-        "rate_limit_ms": med["rate"] * 1e3,
-        "rate_limit_in_round_trips": med["rate"] / unit,
-        "rate_limit_in_writes": med["rate"] / med["write"],
-        "concurrency_limit_ms": med["concurrency"] * 1e3,
-        "concurrency_limit_in_round_trips": med["concurrency"] / unit,
-        "concurrency_limit_in_writes": med["concurrency"] / med["write"],
+        "rate_acquire_ms": med["rate"] * 1e3,
+        "rate_acquire_in_round_trips": med["rate"] / unit,
+        "concurrency_acquire_ms": med["concurrency"] * 1e3,
+        "concurrency_acquire_in_round_trips": med["concurrency"] / unit,
     }
 
 
@@ -287,12 +298,11 @@ def main() -> None:
             f"{t['per_second']:.1f}/s of {RATE}/s = {t['of_limit']:.2f} of the limit"
         )
         print(
-            f"{'':8}  per try: rate limit {c['rate_limit_ms']:.3f} ms = "
-            f"{c['rate_limit_in_round_trips']:.2f} round trips = "
-            f"{c['rate_limit_in_writes']:.2f} committed writes; concurrency limit "
-            f"{c['concurrency_limit_ms']:.3f} ms = {c['concurrency_limit_in_round_trips']:.2f} "
-            f"round trips = {c['concurrency_limit_in_writes']:.2f} committed writes (one round "
-            f"trip {c['round_trip_ms']:.3f} ms, a committed one-row write "
+            f"{'':8}  an acquire: rate limit {c['rate_acquire_ms']:.3f} ms = "
+            f"{c['rate_acquire_in_round_trips']:.2f} bare round trips; concurrency limit "
+            f"{c['concurrency_acquire_ms']:.3f} ms = "
+            f"{c['concurrency_acquire_in_round_trips']:.2f} (one bare round trip "
+            f"{c['round_trip_ms']:.3f} ms, a committed one-row write "
             f"{c['committed_write_ms']:.3f} ms)"
         )
         g, n = found["graph_ms"], found["graph_trips"]
