@@ -35,9 +35,9 @@ from langgraph_resilience.checkpoint import _releases
 from langgraph_resilience.checkpoint._schema import LIMIT_HOLDS, LIMIT_STARTS, LIMITS
 from langgraph_resilience.checkpoint._store import Stmt
 from langgraph_resilience.errors import LimitBusy
-from langgraph_resilience.limits import limit_states
+from langgraph_resilience.limits import alimit_states, limit_states
 from langgraph_resilience.limits._admit import Admit, Held, Release
-from langgraph_resilience.limits._drive import admit_sync, release_sync
+from langgraph_resilience.limits._drive import admit_async, admit_sync, release_async, release_sync
 
 SCRIPT = str(Path(__file__).parent / "limit_worker.py")
 
@@ -412,27 +412,43 @@ async def test_a_tries_release_rides_its_writes(
     assert during == [0, 1, 0, 1]  # held while its try ran
 
 
-def test_a_release_no_write_carries_is_stored_within_the_bound(store: tuple[str, str]) -> None:
+async def test_a_release_no_write_carries_is_stored_within_the_bound(checkpointer: Any) -> None:
     """A try's slot with no write after it (or whose next write fails) is freed
     on its own within `_releases.BOUND`."""
-    backend, target = store
+    import asyncio
+
+    backend, target, saver = checkpointer.backend, checkpointer.target, checkpointer.saver
     limit = Limit(name(), concurrency=1)
-    with ExitStack() as stack:
-        saver = saver_of(backend, target, stack)
-        for next_write_fails in (False, True):
-            held = admit_sync(saver, "a", Admit([limit], 1.0))
-            assert isinstance(held, Held)
-            writes = count_writes(saver)
+
+    def broken() -> Any:
+        yield Stmt("SELECT * FROM no_such_table", fetch=True)
+
+    for next_write_fails in (False, True):
+        if checkpointer.is_async:
+            held = await admit_async(saver, "a", Admit([limit], 1.0))
+        else:
+            held = await asyncio.to_thread(admit_sync, saver, "a", Admit([limit], 1.0))
+        assert isinstance(held, Held)
+        writes = count_writes(saver)
+        if checkpointer.is_async:
+            await release_async(Release(held))
+        else:
             release_sync(Release(held))
-            ended = time.monotonic()
-            assert writes[0] == 0  # the release itself writes nothing
-            if next_write_fails:
-
-                def broken() -> Any:
-                    yield Stmt("SELECT * FROM no_such_table", fetch=True)
-
-                with pytest.raises(Exception, match="no_such_table"):
-                    saver._write(broken)
-            released = wait_until(lambda: not holds_of(backend, target, limit), 5, "the release")
-            assert released - ended < 1.0
-            del saver._transact
+        ended = time.monotonic()
+        assert writes[0] == 0  # the release itself writes nothing
+        if checkpointer.is_async:
+            (state,) = [x for x in await alimit_states(saver) if x.name == limit.name]
+        else:
+            (state,) = [x for x in limit_states(saver) if x.name == limit.name]
+        assert state.holders == ()  # this saver's reads see it freed already
+        if next_write_fails:
+            with pytest.raises(Exception, match="no_such_table"):
+                if checkpointer.is_async:
+                    await saver._write(broken)
+                else:
+                    await asyncio.to_thread(saver._write, broken)
+        while holds_of(backend, target, limit):
+            assert time.monotonic() - ended < 5, "the slot was never freed"
+            await asyncio.sleep(0.01)
+        assert time.monotonic() - ended < 1.0
+        del saver._transact

@@ -23,20 +23,17 @@ elsewhere a hold ends when its lease runs out (renewed while the try runs).
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from langgraph_resilience.checkpoint._parts import AsyncPart as _AsyncPart
 from langgraph_resilience.checkpoint._parts import Part as _Part
-from langgraph_resilience.checkpoint._releases import Waiting
+from langgraph_resilience.checkpoint._releases import PendingReleases, Waiting, log_failure
 from langgraph_resilience.checkpoint._schema import LIMIT_HOLDS, LIMIT_STARTS, LIMITS
 from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
-
-logger = logging.getLogger("langgraph_resilience")
 
 __all__ = [
     "Admission",
@@ -305,8 +302,9 @@ class LimitRow:
     waited: float
 
 
-def read_limits(d: Dialect) -> Statements[list[LimitRow]]:
-    """Every limit in the store, by name, with its live holds and starts."""
+def read_limits(d: Dialect, ended: Collection[str] = ()) -> Statements[list[LimitRow]]:
+    """Every limit in the store, by name, with its live holds and starts;
+    ``ended``: holds whose tries ended, still to be freed (left out)."""
     now = float((yield Stmt(d.sql("SELECT NOW()"), fetch=True))[0][0])
     limits = yield Stmt(
         f"SELECT name, concurrency, rate, per, paused_until, pause_reason, waited "
@@ -314,10 +312,14 @@ def read_limits(d: Dialect) -> Statements[list[LimitRow]]:
         fetch=True,
     )
     holds = yield Stmt(
-        d.sql(f"SELECT name, holder FROM {LIMIT_HOLDS.name} WHERE lease_until >= ? ORDER BY since"),
+        d.sql(
+            f"SELECT name, holder, hold FROM {LIMIT_HOLDS.name} WHERE lease_until >= ? "
+            "ORDER BY since"
+        ),
         (now,),
         fetch=True,
     )
+    holds = [(n, h) for n, h, hold in holds if hold not in ended]
     starts = yield Stmt(
         d.sql(
             f"SELECT s.name, count(*) FROM {LIMIT_STARTS.name} s JOIN {LIMITS.name} l "
@@ -397,14 +399,18 @@ class Limits(_Part):
         return self._io._write(lambda: renew(d, hold, lease))
 
     def read(self) -> list[LimitRow]:
-        """Every limit in the store (`read_limits`)."""
-        d = self._saver._dialect
-        return self._io._query(lambda: read_limits(d))
+        """Every limit in the store (`read_limits`), as it is once this saver's
+        releases waiting for a write are stored."""
+        d, ended = self._saver._dialect, self._saver._state.releases.waiting
+        return self._io._query(lambda: read_limits(d, ended))
 
 
-def _logged(done: Future[None]) -> None:
-    if not done.cancelled() and (exc := done.exception()) is not None:
-        logger.warning("could not free a shared limit's slot (tried again later): %s", exc)
+def _logged(pending: PendingReleases) -> Callable[[Future[None]], None]:
+    def logged(done: Future[None]) -> None:
+        if not done.cancelled() and (exc := done.exception()) is not None:
+            log_failure(pending, exc)
+
+    return logged
 
 
 class AsyncLimits(Limits, _AsyncPart):
@@ -444,9 +450,9 @@ class AsyncLimits(Limits, _AsyncPart):
         d = self._saver._dialect
         write = self._saver._write(nothing, pipeline=d.procedures, relaxed=True)
         done = asyncio.run_coroutine_threadsafe(write, self._saver.loop)  # type: ignore[attr-defined]
-        done.add_done_callback(_logged)
+        done.add_done_callback(_logged(self._saver._state.releases))
 
     async def aread(self) -> list[LimitRow]:
         """Async twin of `Limits.read`."""
-        d = self._saver._dialect
-        return await self._saver._query(lambda: read_limits(d))
+        d, ended = self._saver._dialect, self._saver._state.releases.waiting
+        return await self._saver._query(lambda: read_limits(d, ended))

@@ -7,7 +7,8 @@ that write is the try's own (``put_writes`` as the node ends, or a failed try's
 attempt record), which costs it no round trip of its own. A write that fails
 gives its releases back. Whatever is still waiting ``BOUND`` seconds after it
 was handed here (a node without writes, ``durability="exit"``, a write that
-failed) is stored on its own, by one thread (`flush` of the saver).
+failed) is stored on its own, by one thread (`flush` of the saver); after a
+failed write, the wait doubles each time in a row.
 
 A release is forgotten once its hold's lease has run out (the store has let
 the hold go by then). A process that dies with releases waiting leaves its
@@ -29,7 +30,7 @@ from typing import NamedTuple
 from langgraph_resilience.checkpoint._schema import LIMIT_HOLDS
 from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
 
-__all__ = ["BOUND", "PendingReleases", "Waiting", "free_holds"]
+__all__ = ["BOUND", "PendingReleases", "Waiting", "free_holds", "log_failure"]
 
 logger = logging.getLogger("langgraph_resilience")
 
@@ -56,7 +57,7 @@ def free_holds(d: Dialect, holds: Mapping[str, Waiting]) -> Statements[None]:
 class PendingReleases:
     """The holds of a saver whose tries ended, waiting for its next write."""
 
-    __slots__ = ("flush", "lock", "scheduled", "since", "waiting")
+    __slots__ = ("failures", "flush", "lock", "scheduled", "since", "waiting")
 
     def __init__(self) -> None:
         self.waiting: dict[str, Waiting] = {}  # replaced under the lock, never changed in place
@@ -64,6 +65,8 @@ class PendingReleases:
         self.scheduled = False  # the thread will look at them
         #: Stores them on their own (a write of the saver with nothing but riders).
         self.flush: Callable[[], object] | None = None
+        #: Writes that carried them and failed, in a row (each doubles the wait).
+        self.failures = 0
         self.lock = threading.Lock()
 
     def add(self, hold: str, w: Waiting, flush: Callable[[], object]) -> None:
@@ -86,15 +89,20 @@ class PendingReleases:
         kept = {h: w for h, w in taken.items() if w.forget_at > now}
         if kept:
             with self.lock:
+                self.failures += 1
                 self.waiting = {**kept, **self.waiting}
                 self._due_locked()
+
+    def _bound(self) -> float:
+        """`BOUND`, doubled for each failed write in a row (at most 64 times)."""
+        return float(BOUND * 2 ** min(self.failures, 6))
 
     def _due_locked(self) -> None:
         if self.since is None:
             self.since = time.monotonic()
         if not self.scheduled:
             self.scheduled = True
-            _schedule(self.since + BOUND, self)
+            _schedule(self.since + self._bound(), self)
 
     def _rearm(self, now: float) -> None:
         """After the thread's own write: what is still waiting (it failed, or has
@@ -105,20 +113,28 @@ class PendingReleases:
             if not self.waiting:
                 self.since = None
             elif not self.scheduled:
+                self.failures += 1
                 self.scheduled = True
                 self.since = now
-                _schedule(now + BOUND, self)
+                _schedule(now + self._bound(), self)
 
     def _look(self, now: float) -> float | None:
         """The thread's look: when to look again (None: do not), or 0.0: store them now."""
         with self.lock:
             if self.since is None:  # a write took them
                 self.scheduled = False
+                self.failures = 0
                 return None
-            if self.since + BOUND > now:
-                return self.since + BOUND
+            if self.since + self._bound() > now:
+                return self.since + self._bound()
             self.scheduled = False
             return 0.0
+
+
+def log_failure(pending: PendingReleases, exc: BaseException) -> None:
+    """A write of releases on their own failed: a warning the first time in a row."""
+    log = logger.warning if pending.failures <= 1 else logger.debug
+    log("could not free a shared limit's slot (tried again later): %s", exc)
 
 
 # -- the thread that stores what no write carried -----------------------------------------
@@ -157,7 +173,7 @@ def _run() -> None:
             if flush is not None:
                 flush()
         except Exception as exc:
-            logger.warning("could not free a shared limit's slot (tried again later): %s", exc)
+            log_failure(pending, exc)
         pending._rearm(time.monotonic())
 
 
