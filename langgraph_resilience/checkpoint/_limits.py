@@ -449,7 +449,11 @@ class AsyncLimits(Limits, _AsyncPart):
         the releases' thread, which serves every saver of the process)."""
         d = self._saver._dialect
         write = self._saver._write(nothing, pipeline=d.procedures, relaxed=True)
-        done = asyncio.run_coroutine_threadsafe(write, self._saver.loop)  # type: ignore[attr-defined]
+        try:
+            done = asyncio.run_coroutine_threadsafe(write, self._saver.loop)  # type: ignore[attr-defined]
+        except BaseException:  # the loop is closed: the saver is gone with it
+            write.close()
+            raise
         done.add_done_callback(_logged(self._saver._state.releases))
 
     async def aread(self) -> list[LimitRow]:
