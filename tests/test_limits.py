@@ -8,6 +8,7 @@ SIGKILLed while it holds a slot, and its slot must be free within a second.
 
 from __future__ import annotations
 
+import inspect
 import json
 import signal
 import time
@@ -30,11 +31,13 @@ from langgraph_resilience import (
     Worker,
 )
 from langgraph_resilience.agents import CallPolicy
+from langgraph_resilience.checkpoint import _releases
 from langgraph_resilience.checkpoint._schema import LIMIT_HOLDS, LIMIT_STARTS, LIMITS
+from langgraph_resilience.checkpoint._store import Stmt
 from langgraph_resilience.errors import LimitBusy
-from langgraph_resilience.limits import limit_states
+from langgraph_resilience.limits import alimit_states, limit_states
 from langgraph_resilience.limits._admit import Admit, Held, Release
-from langgraph_resilience.limits._drive import admit_sync, release_sync
+from langgraph_resilience.limits._drive import admit_async, admit_sync, release_async, release_sync
 
 SCRIPT = str(Path(__file__).parent / "limit_worker.py")
 
@@ -342,3 +345,110 @@ def test_the_command_shows_each_limits_holders_rate_and_pause(
         release_sync(Release(held))
     assert len(shown["holders"]) == 1 and shown["starts"] == 2 and shown["paused_for"] > 100
     assert limit.name in table and "1/2" in table and "2/10 per 60 s" in table
+
+
+# -- what a release costs --------------------------------------------------------------------
+
+
+def count_writes(saver: Any) -> list[int]:
+    """Count the saver's write transactions (each try of each write) from now on."""
+    seen = [0]
+    transact = saver._transact
+    if inspect.iscoroutinefunction(transact):
+
+        async def acounted(*args: Any, **kwargs: Any) -> Any:
+            seen[0] += 1
+            return await transact(*args, **kwargs)
+
+        saver._transact = acounted
+    else:
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            seen[0] += 1
+            return transact(*args, **kwargs)
+
+        saver._transact = counted
+    return seen
+
+
+def holds_of(backend: str, target: str, limit: Limit) -> list[tuple[Any, ...]]:
+    return sql(
+        backend, target, f"SELECT hold FROM {LIMIT_HOLDS.name} WHERE name = ?", (limit.name,)
+    )
+
+
+async def test_a_tries_release_rides_its_writes(
+    checkpointer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a concurrency limit a try costs one write more than without: its
+    acquire. Its slot is freed in the transaction of the node's own writes, after
+    the try ended (no release waits for the bound here: it is a minute)."""
+    monkeypatch.setattr(_releases, "BOUND", 60.0)
+    backend, target, saver = checkpointer.backend, checkpointer.target, checkpointer.saver
+    limit, during = Limit(name(), concurrency=1), []
+
+    def work(state: State) -> State:
+        during.append(len(holds_of(backend, target, limit)))
+        return {"n": 1}
+
+    def graph(limits: list[Limit]) -> Any:
+        g = ResilientStateGraph(State)
+        g.add_node("work", work, policy=NodePolicy(limits=limits))
+        g.set_entry_point("work")
+        g.set_finish_point("work")
+        return g.compile(checkpointer=saver)
+
+    plain, limited = graph([]), graph([limit])
+    await checkpointer.invoke(plain, {"n": 0}, {"configurable": {"thread_id": name()}})
+    await checkpointer.invoke(limited, {"n": 0}, {"configurable": {"thread_id": name()}})
+    writes = count_writes(saver)
+    costs = []
+    for g in (plain, limited):
+        writes[0] = 0
+        await checkpointer.invoke(g, {"n": 0}, {"configurable": {"thread_id": name()}})
+        costs.append(writes[0])
+        assert holds_of(backend, target, limit) == []  # freed as the run ended
+    assert costs[1] - costs[0] == 1
+    assert during == [0, 1, 0, 1]  # held while its try ran
+
+
+async def test_a_release_no_write_carries_is_stored_within_the_bound(checkpointer: Any) -> None:
+    """A try's slot with no write after it (or whose next write fails) is freed
+    on its own within `_releases.BOUND`."""
+    import asyncio
+
+    backend, target, saver = checkpointer.backend, checkpointer.target, checkpointer.saver
+    limit = Limit(name(), concurrency=1)
+
+    def broken() -> Any:
+        yield Stmt("SELECT * FROM no_such_table", fetch=True)
+
+    for next_write_fails in (False, True):
+        if checkpointer.is_async:
+            held = await admit_async(saver, "a", Admit([limit], 1.0))
+        else:
+            held = await asyncio.to_thread(admit_sync, saver, "a", Admit([limit], 1.0))
+        assert isinstance(held, Held)
+        writes = count_writes(saver)
+        if checkpointer.is_async:
+            await release_async(Release(held))
+        else:
+            release_sync(Release(held))
+        ended = time.monotonic()
+        assert writes[0] == 0  # the release itself writes nothing
+        if checkpointer.is_async:
+            (state,) = [x for x in await alimit_states(saver) if x.name == limit.name]
+        else:
+            (state,) = [x for x in limit_states(saver) if x.name == limit.name]
+        assert state.holders == ()  # this saver's reads see it freed already
+        if next_write_fails:
+            with pytest.raises(Exception, match="no_such_table"):
+                if checkpointer.is_async:
+                    await saver._write(broken)
+                else:
+                    await asyncio.to_thread(saver._write, broken)
+        while holds_of(backend, target, limit):
+            assert time.monotonic() - ended < 5, "the slot was never freed"
+            await asyncio.sleep(0.01)
+        assert time.monotonic() - ended < 1.0
+        del saver._transact

@@ -20,6 +20,7 @@ from langgraph_resilience.checkpoint._ledger import (
     store_outcomes,
     store_outcomes_again,
 )
+from langgraph_resilience.checkpoint._releases import PendingReleases, Waiting, free_holds
 from langgraph_resilience.checkpoint._store import Dialect, Statements
 from langgraph_resilience.checkpoint._store_retry import DEFAULT_STORE_RETRY
 from langgraph_resilience.checkpoint.archive._objects import Archive, archive_of
@@ -39,6 +40,7 @@ class SaverState:
         backoff: how store operations are retried.
         counters: save counters waiting to be stored.
         outcomes: side-effect outcomes waiting to be stored.
+        releases: shared limits' slots whose tries ended, waiting to be freed.
         conn: the live connection (Postgres savers replace a broken one).
         conninfo: how to open a fresh Postgres connection, password included;
             for SQLite, the file path (named in errors).
@@ -52,6 +54,7 @@ class SaverState:
     backoff: Backoff = DEFAULT_STORE_RETRY
     counters: Counters = field(default_factory=Counters)
     outcomes: PendingOutcomes = field(default_factory=PendingOutcomes)
+    releases: PendingReleases = field(default_factory=PendingReleases)
     conn: Any = None
     conninfo: str | None = None
     schema_checked: bool = False
@@ -155,7 +158,8 @@ _NOTHING: dict[Any, Any] = {}
 
 class Riders:
     """What one try of a write stores in its own transaction besides its statements:
-    waiting side-effect outcomes and the counts that are due (maybe nothing).
+    waiting side-effect outcomes, the slots of shared limits whose tries ended
+    (`_releases`) and the counts that are due (maybe nothing).
 
     ``with Riders(state, ok) as riders:`` takes them; they go back if the try
     fails, and the try itself is counted once it succeeded (here) or failed
@@ -166,7 +170,17 @@ class Riders:
     adds the outcomes that rode along with it.
     """
 
-    __slots__ = ("_flush", "_ok", "_relaxed", "_ride", "_state", "again", "counts", "outcomes")
+    __slots__ = (
+        "_flush",
+        "_ok",
+        "_relaxed",
+        "_ride",
+        "_state",
+        "again",
+        "counts",
+        "outcomes",
+        "releases",
+    )
 
     def __init__(
         self,
@@ -185,6 +199,7 @@ class Riders:
         self.counts: dict[str, int] = _NOTHING  # replaced, never changed in place
         self.outcomes: dict[tuple[str, str], OutcomeFields] = _NOTHING
         self.again: dict[tuple[str, str], OutcomeFields] = _NOTHING
+        self.releases: dict[str, Waiting] = _NOTHING
 
     def __enter__(self) -> Riders:
         if not self._ride:
@@ -199,6 +214,7 @@ class Riders:
             self.outcomes = outcomes.take_all()
         if not self._relaxed and outcomes.relaxed:
             self.again = outcomes.take_relaxed()
+        self.releases = self._state.releases.take_all()
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -208,6 +224,8 @@ class Riders:
             if self.outcomes:
                 outcomes.give_back(self.outcomes)
             outcomes.committed_relaxed(self.again)  # still to be stored durably
+            if self.releases:
+                self._state.releases.give_back(self.releases)
             return
         if self._relaxed:
             outcomes.committed_relaxed(self.outcomes)
@@ -215,10 +233,12 @@ class Riders:
             self._state.counters.add(self._ok)
 
     def __bool__(self) -> bool:
-        return bool(self.counts or self.outcomes or self.again)
+        return bool(self.counts or self.outcomes or self.again or self.releases)
 
     def statements(self, d: Dialect) -> Statements[None]:
-        """Waiting side-effect outcomes, relaxed ones again, then the counts."""
+        """Slots to free, waiting side-effect outcomes, relaxed ones again, then
+        the counts."""
+        yield from free_holds(d, self.releases)
         yield from store_outcomes(d, self.outcomes)
         yield from store_outcomes_again(d, self.again)
         if self.counts:
@@ -228,7 +248,7 @@ class Riders:
 def flush_quietly(state: SaverState, flush: Callable[[], object]) -> None:
     """Store waiting counts and outcomes when a saver closes; a store that is down
     loses them (an outcome lost so is settled like one lost to a crash)."""
-    if not (state.counters.snapshot() or state.outcomes.waiting):
+    if not (state.counters.snapshot() or state.outcomes.waiting or state.releases.waiting):
         return
     try:
         flush()
@@ -238,7 +258,7 @@ def flush_quietly(state: SaverState, flush: Callable[[], object]) -> None:
 
 async def aflush_quietly(state: SaverState, flush: Callable[[], Awaitable[object]]) -> None:
     """Async twin of `flush_quietly`."""
-    if not (state.counters.snapshot() or state.outcomes.waiting):
+    if not (state.counters.snapshot() or state.outcomes.waiting or state.releases.waiting):
         return
     try:
         await flush()

@@ -1,13 +1,18 @@
 """The store side of shared limits (`langgraph_resilience.limits`): acquire,
-release, renew and read, both dialects, and the saver interfaces that run them.
+pause, renew and read, both dialects, and the saver interfaces that run them.
 
 An acquire asks for every limit of a try at once and takes all or none: for
 each limit (sorted by name, so two acquirers lock in one order) it creates the
 limit's row or checks its numbers, then refuses on a pause, a full set of live
 holds or a full rate window; admitted by all, it stores a start (rate) and a
 hold (concurrency) for each. Postgres runs those steps in one stored function,
-one round trip (`_schema._PG_LIMIT_ACQUIRE`); SQLite runs the same steps here,
-in one immediate transaction. Times are the store's clock (`Dialect.now`).
+one round trip (`_pg_functions._PG_LIMIT_ACQUIRE_29`); SQLite runs the same
+steps here, in one immediate transaction. Times are the store's clock
+(`Dialect.now`).
+
+A try's release costs no round trip of its own: its holds ride the saver's
+next write (`_releases`), which in a node is the try's own; a ``Retry-After``
+pauses its limits at once (`pause_limits`).
 
 A hold names its process (`_process.process_id`): an acquirer on the same
 machine, boot and PID namespace that finds that process gone (SIGKILLed) drops
@@ -17,12 +22,16 @@ elsewhere a hold ends when its lease runs out (renewed while the try runs).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import time
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from langgraph_resilience.checkpoint._parts import AsyncPart as _AsyncPart
 from langgraph_resilience.checkpoint._parts import Part as _Part
+from langgraph_resilience.checkpoint._releases import PendingReleases, Waiting, log_failure
 from langgraph_resilience.checkpoint._schema import LIMIT_HOLDS, LIMIT_STARTS, LIMITS
 from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
 
@@ -34,8 +43,9 @@ __all__ = [
     "LimitRow",
     "Limits",
     "acquire",
+    "nothing",
+    "pause_limits",
     "read_limits",
-    "release",
     "renew",
 ]
 
@@ -180,30 +190,35 @@ def _sqlite_acquire(
         if row[3] is not None and float(row[3]) > now:
             return Admission("paused", float(row[3]) - now, ask.name, stored)
         if ask.concurrency:
-            yield Stmt(
-                d.sql(
-                    f"DELETE FROM {LIMIT_HOLDS.name} WHERE name = ? "
-                    "AND (lease_until < ? OR holder IN_LIST(?))"
-                ),
-                (ask.name, now, d.list_param(dead)),
-            )
             held = yield Stmt(
-                d.sql(f"SELECT holder FROM {LIMIT_HOLDS.name} WHERE name = ?"),
+                d.sql(f"SELECT holder, lease_until FROM {LIMIT_HOLDS.name} WHERE name = ?"),
                 (ask.name,),
                 fetch=True,
             )
-            if len(held) >= ask.concurrency:
-                holders = tuple(sorted({str(h) for (h,) in held}))
-                return Admission("full", None, ask.name, stored, holders)
+            live = [str(h) for h, until in held if float(until) >= now and h not in dead]
+            if len(live) < len(held):
+                yield Stmt(
+                    d.sql(
+                        f"DELETE FROM {LIMIT_HOLDS.name} WHERE name = ? "
+                        "AND (lease_until < ? OR holder IN_LIST(?))"
+                    ),
+                    (ask.name, now, d.list_param(dead)),
+                )
+            if len(live) >= ask.concurrency:
+                return Admission("full", None, ask.name, stored, tuple(sorted(set(live))))
         if ask.rate:
+            since = now - window(ask.per)
             yield Stmt(
                 d.sql(f"DELETE FROM {LIMIT_STARTS.name} WHERE name = ? AND at <= ?"),
-                (ask.name, now - window(ask.per)),
+                (ask.name, since),
             )
             count, oldest = (
                 yield Stmt(
-                    d.sql(f"SELECT count(*), min(at) FROM {LIMIT_STARTS.name} WHERE name = ?"),
-                    (ask.name,),
+                    d.sql(
+                        f"SELECT count(*), min(at) FROM {LIMIT_STARTS.name} "
+                        "WHERE name = ? AND at > ?"
+                    ),
+                    (ask.name, since),
                     fetch=True,
                 )
             )[0]
@@ -226,37 +241,33 @@ def _sqlite_acquire(
     return Admission()
 
 
-def release(
-    d: Dialect,
-    names: Sequence[str],
-    hold: str,
-    paused: Sequence[str] = (),
-    pause: float | None = None,
-    reason: str = "",
+def pause_limits(
+    d: Dialect, paused: Sequence[str], pause: float, reason: str = ""
 ) -> Statements[None]:
-    """Free the hold ``hold`` on ``names``; pause ``paused`` for ``pause`` seconds
-    from now (a longer pause already set stays). Nothing is fetched: on
-    Postgres it is one round trip.
+    """Pause ``paused`` for ``pause`` seconds from now (a longer pause already set
+    stays). Nothing is fetched: on Postgres it is one round trip, with the
+    slots waiting to be freed (`_releases`) riding along.
 
-    Acquires and releases commit without waiting for the disk (``relaxed``): a
-    crash of the machine (SQLite) or of the server (Postgres) may lose the last
-    of them, which costs a slot until its holder is judged gone or its lease
-    runs out, or lets one more try start; an fsync per try would cost more."""
+    Acquires, pauses and the releases that ride them commit without waiting for
+    the disk (``relaxed``): a crash of the machine (SQLite) or of the server
+    (Postgres) may lose the last of them, which costs a slot until its holder
+    is judged gone or its lease runs out, or lets one more try start; an fsync
+    per try would cost more. A release that rides a durable write (a node's
+    writes) is as durable as it."""
     relax = "" if d.relax_commit is None else f" AND {d.relax_commit}"  # no WAL flush
-    if names:
-        yield Stmt(
-            d.sql(f"DELETE FROM {LIMIT_HOLDS.name} WHERE hold = ? AND name IN_LIST(?){relax}"),
-            (hold, d.list_param(names)),
-        )
-    if paused and pause:
-        yield Stmt(
-            d.sql(
-                f"UPDATE {LIMITS.name} SET paused_until = NOW() + ?, pause_reason = ? "
-                "WHERE name IN_LIST(?) AND (paused_until IS NULL OR paused_until < NOW() + ?)"
-                + relax
-            ),
-            (pause, reason[:500], d.list_param(paused), pause),
-        )
+    yield Stmt(
+        d.sql(
+            f"UPDATE {LIMITS.name} SET paused_until = NOW() + ?, pause_reason = ? "
+            "WHERE name IN_LIST(?) AND (paused_until IS NULL OR paused_until < NOW() + ?)" + relax
+        ),
+        (pause, reason[:500], d.list_param(paused), pause),
+    )
+
+
+def nothing() -> Statements[None]:
+    """A write of nothing but what rides it (`Limits.flush`)."""
+    return
+    yield
 
 
 def renew(d: Dialect, hold: str, lease: float) -> Statements[bool]:
@@ -291,8 +302,9 @@ class LimitRow:
     waited: float
 
 
-def read_limits(d: Dialect) -> Statements[list[LimitRow]]:
-    """Every limit in the store, by name, with its live holds and starts."""
+def read_limits(d: Dialect, ended: Collection[str] = ()) -> Statements[list[LimitRow]]:
+    """Every limit in the store, by name, with its live holds and starts;
+    ``ended``: holds whose tries ended, still to be freed (left out)."""
     now = float((yield Stmt(d.sql("SELECT NOW()"), fetch=True))[0][0])
     limits = yield Stmt(
         f"SELECT name, concurrency, rate, per, paused_until, pause_reason, waited "
@@ -300,10 +312,14 @@ def read_limits(d: Dialect) -> Statements[list[LimitRow]]:
         fetch=True,
     )
     holds = yield Stmt(
-        d.sql(f"SELECT name, holder FROM {LIMIT_HOLDS.name} WHERE lease_until >= ? ORDER BY since"),
+        d.sql(
+            f"SELECT name, holder, hold FROM {LIMIT_HOLDS.name} WHERE lease_until >= ? "
+            "ORDER BY since"
+        ),
         (now,),
         fetch=True,
     )
+    holds = [(n, h) for n, h, hold in holds if hold not in ended]
     starts = yield Stmt(
         d.sql(
             f"SELECT s.name, count(*) FROM {LIMIT_STARTS.name} s JOIN {LIMITS.name} l "
@@ -355,24 +371,27 @@ class Limits(_Part):
         return self._io._write(
             lambda: acquire(d, asks, hold, holder, lease, dead, blamed, waited),
             pipeline=d.procedures,  # Postgres: one round trip; SQLite: immediate
+            alone=d.procedures,
             relaxed=True,
         )
 
-    def release(
-        self,
-        names: Sequence[str],
-        hold: str,
-        paused: Sequence[str] = (),
-        pause: float | None = None,
-        reason: str = "",
-    ) -> None:
-        """Free a hold, and pause limits after a ``Retry-After`` (`release`)."""
+    def defer(self, hold: str, names: tuple[str, ...], lease: float) -> None:
+        """Free the hold ``hold`` on ``names`` (its try ended) with the saver's next
+        write, or on its own within `_releases.BOUND` (`flush`)."""
+        forget_at = time.monotonic() + lease
+        self._saver._state.releases.add(hold, Waiting(names, forget_at), self.flush)
+
+    def pause(self, paused: Sequence[str], pause: float, reason: str = "") -> None:
+        """Pause limits after a ``Retry-After`` (`pause_limits`), at once."""
         d = self._saver._dialect
         self._io._write(
-            lambda: release(d, names, hold, paused, pause, reason),
-            pipeline=d.procedures,
-            relaxed=True,
+            lambda: pause_limits(d, paused, pause, reason), pipeline=d.procedures, relaxed=True
         )
+
+    def flush(self) -> None:
+        """Free the slots waiting for a write (`_releases`) in a write of their own."""
+        d = self._saver._dialect
+        self._io._write(nothing, pipeline=d.procedures, relaxed=True)
 
     def renew(self, hold: str, lease: float) -> bool:
         """Extend a hold's lease (`renew`)."""
@@ -380,9 +399,18 @@ class Limits(_Part):
         return self._io._write(lambda: renew(d, hold, lease))
 
     def read(self) -> list[LimitRow]:
-        """Every limit in the store (`read_limits`)."""
-        d = self._saver._dialect
-        return self._io._query(lambda: read_limits(d))
+        """Every limit in the store (`read_limits`), as it is once this saver's
+        releases waiting for a write are stored."""
+        d, ended = self._saver._dialect, self._saver._state.releases.waiting
+        return self._io._query(lambda: read_limits(d, ended))
+
+
+def _logged(pending: PendingReleases) -> Callable[[Future[None]], None]:
+    def logged(done: Future[None]) -> None:
+        if not done.cancelled() and (exc := done.exception()) is not None:
+            log_failure(pending, exc)
+
+    return logged
 
 
 class AsyncLimits(Limits, _AsyncPart):
@@ -405,26 +433,30 @@ class AsyncLimits(Limits, _AsyncPart):
         return await self._saver._write(
             lambda: acquire(d, asks, hold, holder, lease, dead, blamed, waited),
             pipeline=d.procedures,  # Postgres: one round trip; SQLite: immediate
+            alone=d.procedures,
             relaxed=True,
         )
 
-    async def arelease(
-        self,
-        names: Sequence[str],
-        hold: str,
-        paused: Sequence[str] = (),
-        pause: float | None = None,
-        reason: str = "",
-    ) -> None:
-        """Async twin of `Limits.release`."""
+    async def apause(self, paused: Sequence[str], pause: float, reason: str = "") -> None:
+        """Async twin of `Limits.pause`."""
         d = self._saver._dialect
         await self._saver._write(
-            lambda: release(d, names, hold, paused, pause, reason),
-            pipeline=d.procedures,
-            relaxed=True,
+            lambda: pause_limits(d, paused, pause, reason), pipeline=d.procedures, relaxed=True
         )
+
+    def flush(self) -> None:
+        """`Limits.flush` on the saver's event loop, not waited for (called from
+        the releases' thread, which serves every saver of the process)."""
+        d = self._saver._dialect
+        write = self._saver._write(nothing, pipeline=d.procedures, relaxed=True)
+        try:
+            done = asyncio.run_coroutine_threadsafe(write, self._saver.loop)  # type: ignore[attr-defined]
+        except BaseException:  # the loop is closed: the saver is gone with it
+            write.close()
+            raise
+        done.add_done_callback(_logged(self._saver._state.releases))
 
     async def aread(self) -> list[LimitRow]:
         """Async twin of `Limits.read`."""
-        d = self._saver._dialect
-        return await self._saver._query(lambda: read_limits(d))
+        d, ended = self._saver._dialect, self._saver._state.releases.waiting
+        return await self._saver._query(lambda: read_limits(d, ended))

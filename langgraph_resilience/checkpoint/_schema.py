@@ -17,6 +17,7 @@ from typing import NamedTuple
 from langgraph_resilience.checkpoint._pg_functions import (
     _PG_CHECK_FENCE,
     _PG_LIMIT_ACQUIRE,
+    _PG_LIMIT_ACQUIRE_29,
     _PG_REFUSE_FORK,
     _PG_REFUSE_FORK_OR_ARCHIVED,
 )
@@ -451,6 +452,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "WHERE r.thread_id = c.thread_id AND r.checkpoint_id <= c.checkpoint_id) "
         "ON CONFLICT DO NOTHING",
     ),
+    # 28: set aside for another branch of this release (nothing here).
+    Migration.both(),
+    # 29: the acquire of version 25 with less server time: the same steps and
+    # answers, fewer index walks (`_pg_functions._PG_LIMIT_ACQUIRE_29`).
+    Migration.postgres_only(_PG_LIMIT_ACQUIRE_29),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 

@@ -4,7 +4,9 @@ logged and counted (`telemetry`).
 
 The try loop's drivers (`graph._drivers`) call `admit_sync` / `admit_async` for
 an `Admit` and `release_sync` / `release_async` for a `Release` (and, when a try
-ends by a `BaseException` such as a cancellation, for what it held).
+ends by a `BaseException` such as a cancellation, for what it held). A release
+costs no round trip of its own: the slots ride the saver's next write, which in
+a node is the try's own (`checkpoint._releases`); a pause is stored at once.
 """
 
 from __future__ import annotations
@@ -185,8 +187,9 @@ async def admit_async(
     return found
 
 
-def _letting_go(op: Release) -> tuple[tuple[str, ...], float | None] | None:
-    """What a release stores: the limits to pause and for how long (None: nothing)."""
+def _letting_go(op: Release) -> float | None:
+    """Hand ``op``'s slots to the saver's next write (they ride it: `_releases`);
+    the seconds to pause its limits for, if it pauses them (else None)."""
     held = op.held
     if held.done:
         return None
@@ -194,6 +197,7 @@ def _letting_go(op: Release) -> tuple[tuple[str, ...], float | None] | None:
     if held.holding:
         with _live_lock:
             _live.pop(held.hold, None)
+        held.io.defer(held.hold, held.holding, LEASE)
     pause = op.pause if op.pause and op.pause > 0 and held.pausing else None
     if pause is not None:
         emit(
@@ -206,27 +210,24 @@ def _letting_go(op: Release) -> tuple[tuple[str, ...], float | None] | None:
             limit=",".join(held.pausing),
             wait=pause,
         )
-    if not held.holding and pause is None:
-        return None  # a rate-only limit: its start is spent, nothing to free
-    return (held.pausing if pause else ()), pause
+    return pause
 
 
 def release_sync(op: Release) -> None:
-    """Free what ``op.held`` holds; pause its limits after a ``Retry-After``."""
-    todo = _letting_go(op)
-    if todo is not None:
-        paused, pause = todo
-        op.held.io.release(op.held.holding, op.held.hold, paused, pause, op.reason)
+    """Free what ``op.held`` holds (with the saver's next write, which is, in a
+    node, the try's own); pause its limits after a ``Retry-After`` at once."""
+    pause = _letting_go(op)
+    if pause is not None:
+        op.held.io.pause(op.held.pausing, pause, op.reason)
 
 
 async def release_async(op: Release) -> None:
     """Async twin of `release_sync`."""
-    todo = _letting_go(op)
-    if todo is None:
+    pause = _letting_go(op)
+    if pause is None:
         return
-    paused, pause = todo
     io = op.held.io
     if isinstance(io, AsyncLimits):
-        await io.arelease(op.held.holding, op.held.hold, paused, pause, op.reason)
+        await io.apause(op.held.pausing, pause, op.reason)
     else:
-        await asyncio.to_thread(io.release, op.held.holding, op.held.hold, paused, pause, op.reason)
+        await asyncio.to_thread(io.pause, op.held.pausing, pause, op.reason)

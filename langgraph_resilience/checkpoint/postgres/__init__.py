@@ -381,9 +381,14 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
     # -- the transaction driver ----------------------------------------------
 
     @contextmanager
-    def _transaction(self, pipeline: bool) -> Iterator[Cursor[DictRow]]:
+    def _transaction(self, pipeline: bool, alone: bool = False) -> Iterator[Cursor[DictRow]]:
         with self._connection() as conn:
-            if pipeline and self.pipe is None and self.supports_pipeline and conn.autocommit:
+            if alone and self.pipe is None and conn.autocommit:
+                # One statement, its own implicit transaction: one round trip even
+                # when it fetches (a pipeline's fetch waits once more, for its Sync).
+                with conn.cursor(binary=True) as cur:
+                    yield cur
+            elif pipeline and self.pipe is None and self.supports_pipeline and conn.autocommit:
                 # One round trip: an autocommit pipeline runs everything up
                 # to its Sync as one implicit transaction, all or nothing.
                 with conn.pipeline(), conn.cursor(binary=True) as cur:
@@ -406,6 +411,7 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         pipeline: bool = False,
         relaxed: bool = False,  # Postgres relaxes in SQL: see _ledger.record_outcome
         ride: bool = True,  # False for a read: nothing rides along
+        alone: bool = False,  # one statement: without riders it runs by itself
     ) -> T:
         def attempt() -> T:
             # Pipeline mode sends the whole transaction in one round trip, but it
@@ -414,7 +420,7 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
             checked = self._state.schema_checked or not check
             with (
                 _base.Riders(self._state, ok, flush=flush, ride=ride, relaxed=relaxed) as riders,
-                self._transaction(pipeline and checked) as cur,
+                self._transaction(pipeline and checked, alone and checked and not riders) as cur,
             ):
                 if not checked:
                     execute(cur, _schema.check_schema(POSTGRES))

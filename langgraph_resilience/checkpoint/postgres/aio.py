@@ -254,9 +254,16 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
     # -- the transaction driver ----------------------------------------------
 
     @asynccontextmanager
-    async def _transaction(self, pipeline: bool) -> AsyncIterator[AsyncCursor[DictRow]]:
+    async def _transaction(
+        self, pipeline: bool, alone: bool = False
+    ) -> AsyncIterator[AsyncCursor[DictRow]]:
         async with self._connection() as conn:
-            if pipeline and self.pipe is None and self.supports_pipeline and conn.autocommit:
+            if alone and self.pipe is None and conn.autocommit:
+                # One statement, its own implicit transaction: one round trip even
+                # when it fetches (a pipeline's fetch waits once more, for its Sync).
+                async with conn.cursor(binary=True) as cur:
+                    yield cur
+            elif pipeline and self.pipe is None and self.supports_pipeline and conn.autocommit:
                 # One round trip: an autocommit pipeline runs everything up
                 # to its Sync as one implicit transaction, all or nothing.
                 async with conn.pipeline(), conn.cursor(binary=True) as cur:
@@ -279,6 +286,7 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         pipeline: bool = False,
         relaxed: bool = False,  # Postgres relaxes in SQL: see _ledger.record_outcome
         ride: bool = True,  # False for a read: nothing rides along
+        alone: bool = False,  # one statement: without riders it runs by itself
     ) -> T:
         async def attempt() -> T:
             # Pipeline mode sends the whole transaction in one round trip, but it
@@ -286,7 +294,9 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
             # so only statement lists that fetch nothing use it.
             checked = self._state.schema_checked or not check
             with _base.Riders(self._state, ok, flush=flush, ride=ride, relaxed=relaxed) as riders:
-                async with self._transaction(pipeline and checked) as cur:
+                async with self._transaction(
+                    pipeline and checked, alone and checked and not riders
+                ) as cur:
                     if not checked:
                         await aexecute(cur, _schema.check_schema(POSTGRES))
                     if riders:

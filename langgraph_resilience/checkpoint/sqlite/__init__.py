@@ -337,6 +337,7 @@ class ResilientSqliteSaver(SyncResilience, VerifiedSqliteReads):
         pipeline: bool = False,
         flush: bool = False,
         relaxed: bool = False,
+        alone: bool = False,  # Postgres only: every SQLite transaction is local
     ) -> T:
         def attempt() -> T:
             with self.lock:

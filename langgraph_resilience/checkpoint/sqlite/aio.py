@@ -191,6 +191,7 @@ class AsyncResilientSqliteSaver(AsyncResilience, VerifiedAsyncSqliteReads):
         pipeline: bool = False,
         flush: bool = False,
         relaxed: bool = False,
+        alone: bool = False,  # Postgres only: every SQLite transaction is local
     ) -> T:
         async def attempt() -> T:
             await self.setup()
