@@ -245,10 +245,17 @@ class Riders:
             yield from bump(d, self._state.counters.scope, self.counts)
 
 
+def _waiting(state: SaverState) -> bool:
+    """Whether a closing saver has something to store: counts, outcomes written
+    behind or not yet durable, slots to free."""
+    o = state.outcomes
+    return bool(state.counters.snapshot() or o.waiting or o.relaxed or state.releases.waiting)
+
+
 def flush_quietly(state: SaverState, flush: Callable[[], object]) -> None:
     """Store waiting counts and outcomes when a saver closes; a store that is down
     loses them (an outcome lost so is settled like one lost to a crash)."""
-    if not (state.counters.snapshot() or state.outcomes.waiting or state.releases.waiting):
+    if not _waiting(state):
         return
     try:
         flush()
@@ -258,7 +265,7 @@ def flush_quietly(state: SaverState, flush: Callable[[], object]) -> None:
 
 async def aflush_quietly(state: SaverState, flush: Callable[[], Awaitable[object]]) -> None:
     """Async twin of `flush_quietly`."""
-    if not (state.counters.snapshot() or state.outcomes.waiting or state.releases.waiting):
+    if not _waiting(state):
         return
     try:
         await flush()
