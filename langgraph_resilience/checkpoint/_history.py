@@ -129,6 +129,12 @@ class History(_Part):
         close = _run_log.close_run
         self._io._write(lambda: close(d, thread_id, run, status, usage), pipeline=True)
 
+    def fail_run(self, thread_id: str, since: float, continued: bool) -> None:
+        """A run's driver raised (`_run_log.fail_run`)."""
+        d = self._saver._dialect
+        fail = _run_log.fail_run
+        self._io._write(lambda: fail(d, thread_id, since, continued), pipeline=True)
+
 
 class AsyncHistory(History, _AsyncPart):
     """`History` with the a-prefixed methods of an async saver."""
@@ -218,3 +224,9 @@ class AsyncHistory(History, _AsyncPart):
         d = self._saver._dialect
         close = _run_log.close_run
         await self._saver._write(lambda: close(d, thread_id, run, status, usage), pipeline=True)
+
+    async def afail_run(self, thread_id: str, since: float, continued: bool) -> None:
+        """Async twin of `History.fail_run`."""
+        d = self._saver._dialect
+        fail = _run_log.fail_run
+        await self._saver._write(lambda: fail(d, thread_id, since, continued), pipeline=True)

@@ -439,6 +439,26 @@ def close_run(
     )
 
 
+_FAILED = (
+    f"UPDATE {RUN_LOG.name} SET status = 'error', ended_at = ?, updated_at = ? "
+    f"WHERE thread_id = ? AND run = (SELECT max(run) FROM {RUN_LOG.name} WHERE thread_id = ?) "
+    "AND ((status = 'running' AND (started_at >= ? OR ?)) "
+    "OR (status = 'success' AND ended_at >= ?))"
+)
+
+
+def fail_run(d: Dialect, thread_id: str, since: float, continued: bool) -> Statements[None]:
+    """A top-level ``invoke`` / ``stream`` called at ``since`` raised (not under a
+    `Worker`, which stores its runs' ends): the thread's latest run ends ``error``
+    if it is the call's: one it started, one it went on with (``continued``: a
+    resume, a retry) still ``running``, or one a step wrote ``success`` for
+    during the call (a fan-out whose other branch failed unrecovered: LangGraph
+    ran on to the end, then raised). A run that ended before the call, or an
+    earlier run when the call failed before its input was stored, stays as it is."""
+    now = time.time()
+    yield Stmt(d.sql(_FAILED), (now, now, thread_id, thread_id, since, continued, since))
+
+
 def finish_worker_run(d: Dialect, fence: Fence, status: str) -> Statements[None]:
     """A `Worker` ends or pauses its run (in `_runs.finish_run`'s transaction,
     before the run's own row): the ledger's row of that run says so, with the

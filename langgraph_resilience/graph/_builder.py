@@ -23,6 +23,7 @@ task ends done with nothing written and nothing after it fires.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict, cast
 
@@ -36,6 +37,7 @@ from langgraph.types import All, Checkpointer, StateSnapshot
 from langgraph.typing import ContextT, InputT, OutputT, StateT
 from typing_extensions import Self, Unpack
 
+import langgraph_resilience.graph._failed_runs as failed_runs
 import langgraph_resilience.graph._lifecycle as lifecycle
 import langgraph_resilience.state as run_log
 from langgraph_resilience._langgraph import (
@@ -98,22 +100,31 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
     ``success`` (`_lifecycle`)."""
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        since = time.time()
         lifecycle.note_resume(self, input, config)  # a resume after a crash: a recovery
         run_config = take_over(config, self.config, is_async=False)  # a finished task's
         stream = super().stream(lifecycle.with_marker(input, config), run_config, **kwargs)
         stream = lifecycle.closing(self, config, stream)  # the run ledger: how it returned
+        stream = failed_runs.streamed(self, input, config, since, stream)  # or that it raised
         return watched(stream)  # inside a step: a run that ended short fails it
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        since = time.time()
         run_config = take_over(config, self.config, is_async=True)  # writes wait for none
         stream = super().astream(lifecycle.with_marker(input, config), run_config, **kwargs)
         stream = lifecycle.aclosing(self, config, stream)  # the run ledger: how it returned
+        stream = failed_runs.astreamed(self, input, config, since, stream)  # or that it raised
         stream = lifecycle.anoted(self, input, config, stream)  # a resume after a crash
         return awatched(stream)  # inside a step: a run that ended short fails it
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        since = time.time()
         with lifecycle.invoking(self, config):
-            stored = super().invoke(input, config, **kwargs)
+            try:
+                stored = super().invoke(input, config, **kwargs)
+            except Exception as exc:
+                failed_runs.failed(self, input, config, since, exc)  # the run ledger: it raised
+                raise
         lifecycle.ended(stored, config)  # nested in a step: a run that ended short fails it
         lifecycle.settle_by_hand(self, input, config)  # a Worker's paused run, resumed by hand
         read = lambda: self.get_state(config or {}) if self.checkpointer else None  # noqa: E731
@@ -122,8 +133,13 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
         return out
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        since = time.time()
         with lifecycle.invoking(self, config):
-            stored = await super().ainvoke(input, config, **kwargs)
+            try:
+                stored = await super().ainvoke(input, config, **kwargs)
+            except Exception as exc:
+                await failed_runs.afailed(self, input, config, since, exc)  # the ledger: it raised
+                raise
         lifecycle.ended(stored, config)  # nested in a step: a run that ended short fails it
         await lifecycle.asettle_by_hand(self, input, config)  # a Worker's paused run, by hand
         found = None
