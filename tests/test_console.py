@@ -25,7 +25,7 @@ from conftest import PG_URL, _with_db, require_postgres
 from starlette.testclient import TestClient
 from test_settle import payment_graph
 
-from langgraph_resilience import cli
+from langgraph_resilience import Worker, cli
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.history import RunReport, StepEntry, recovery_metrics
@@ -165,6 +165,42 @@ def test_console_shows_and_retries(store: str, browser: Any, tmp_path: Path) -> 
         page.goto(f"{url}/metrics")
         assert page.locator("#plot-partial_completion_rate rect").count() == 24
         _shot(page, tmp_path, "metrics", store)
+
+
+def test_console_resumes_a_crashed_run_and_cancels_a_paused_one(store: str, browser: Any) -> None:
+    """A run whose process died in ``a`` reads ``running``: Resume finishes it. A
+    `Worker` run paused at ``c``'s question: Cancel ends it ``cancelled``."""
+    saver_cls: Any = ResilientSqliteSaver if store.endswith(".db") else ResilientPostgresSaver
+    with saver_cls.from_conn_string(store) as saver:
+        graph = cli_graph.builder.compile(checkpointer=saver)
+        crashed = {"configurable": {"thread_id": "crashed"}}
+        with pytest.raises(SimulatedCrash):
+            FaultPlan().crash("a").apply(graph).invoke({"done": [], "fix": "ok"}, crashed)
+    with saver_cls.from_conn_string(store) as saver:  # a process of its own: the other died
+        graph = cli_graph.builder.compile(checkpointer=saver)
+        worker = Worker(graph, checkpointer=saver, poll_interval=0.05)
+        run_id = worker.submit({"done": [], "fix": "ok", "ask": True}, thread_id="asking")
+        assert worker.run() == {run_id: "paused"}
+    with console(store, "--allow-actions", "--graph", "cli_graph:builder") as url:
+        page = browser.new_page()
+        page.on("dialog", lambda d: d.accept())  # confirm()
+        page.goto(f"{url}/run?thread=crashed")
+        assert "running" in page.locator("#run-status").inner_text()
+        assert page.locator("#cancel").count() == 0  # not a Worker's run: nothing to cancel
+        page.click("#resume")
+        page.wait_for_selector("#flash")
+        assert "success" in page.locator("#run-status").inner_text()
+        assert page.locator("#resume").count() == 0
+
+        page.goto(f"{url}/run?thread=asking")
+        assert "paused" in page.locator("#run-status").inner_text()
+        page.click("#cancel")
+        page.wait_for_selector("#flash")
+        assert "cancelled" in page.locator("#flash").inner_text()
+    with saver_cls.from_conn_string(store) as saver:
+        assert saver.read_run(run_id).status == "cancelled"
+        done = cli_graph.builder.compile(checkpointer=saver).get_state(crashed).values["done"]
+        assert done == ["a", "b", "c"]
 
 
 def test_read_only_has_no_buttons_and_refuses_posts(store: str, browser: Any) -> None:
