@@ -169,7 +169,8 @@ def test_console_shows_and_retries(store: str, browser: Any, tmp_path: Path) -> 
 
 def test_console_resumes_a_crashed_run_and_cancels_a_paused_one(store: str, browser: Any) -> None:
     """A run whose process died in ``a`` reads ``running``: Resume finishes it. A
-    `Worker` run paused at ``c``'s question: Cancel ends it ``cancelled``."""
+    run paused at ``c``'s question: Resume with an answer finishes it. A `Worker`
+    run paused there: Cancel ends it ``cancelled``."""
     saver_cls: Any = ResilientSqliteSaver if store.endswith(".db") else ResilientPostgresSaver
     with saver_cls.from_conn_string(store) as saver:
         graph = cli_graph.builder.compile(checkpointer=saver)
@@ -178,6 +179,8 @@ def test_console_resumes_a_crashed_run_and_cancels_a_paused_one(store: str, brow
             FaultPlan().crash("a").apply(graph).invoke({"done": [], "fix": "ok"}, crashed)
     with saver_cls.from_conn_string(store) as saver:  # a process of its own: the other died
         graph = cli_graph.builder.compile(checkpointer=saver)
+        asked = {"configurable": {"thread_id": "asked"}}
+        graph.invoke({"done": [], "fix": "ok", "ask": True}, asked)
         worker = Worker(graph, checkpointer=saver, poll_interval=0.05)
         run_id = worker.submit({"done": [], "fix": "ok", "ask": True}, thread_id="asking")
         assert worker.run() == {run_id: "paused"}
@@ -192,6 +195,13 @@ def test_console_resumes_a_crashed_run_and_cancels_a_paused_one(store: str, brow
         assert "success" in page.locator("#run-status").inner_text()
         assert page.locator("#resume").count() == 0
 
+        page.goto(f"{url}/run?thread=asked")
+        assert "paused" in page.locator("#run-status").inner_text()
+        page.fill("#answer", '"yes"')
+        page.click("#resume")
+        page.wait_for_selector("#flash")
+        assert "success" in page.locator("#run-status").inner_text()
+
         page.goto(f"{url}/run?thread=asking")
         assert "paused" in page.locator("#run-status").inner_text()
         page.click("#cancel")
@@ -199,8 +209,9 @@ def test_console_resumes_a_crashed_run_and_cancels_a_paused_one(store: str, brow
         assert "cancelled" in page.locator("#flash").inner_text()
     with saver_cls.from_conn_string(store) as saver:
         assert saver.read_run(run_id).status == "cancelled"
-        done = cli_graph.builder.compile(checkpointer=saver).get_state(crashed).values["done"]
-        assert done == ["a", "b", "c"]
+        graph = cli_graph.builder.compile(checkpointer=saver)
+        assert graph.get_state(crashed).values["done"] == ["a", "b", "c"]
+        assert graph.get_state(asked).values["done"] == ["a", "b", "c:yes"]
 
 
 def test_read_only_has_no_buttons_and_refuses_posts(store: str, browser: Any) -> None:

@@ -38,9 +38,9 @@ def _actions(saver: Any, graph: Any) -> Any:
         acted = retry_thread(graph, saver, thread, update=update)
         return acted.status, acted.detail
 
-    def resume(thread: str) -> tuple[str, str]:
+    def resume(thread: str, answer: Any = None) -> tuple[str, str]:
         known(thread)
-        acted = resume_thread(graph, saver, thread)
+        acted = resume_thread(graph, saver, thread, value=answer)
         return acted.status, acted.detail
 
     def cancel(run_id: str) -> tuple[str, str]:

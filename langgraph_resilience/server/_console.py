@@ -56,12 +56,14 @@ _WIDTH = {"hour": (3600, 24), "day": (86400, 14)}
 class ConsoleActions:
     """What the console's buttons do; each returns (ended status, detail).
 
-    ``retry(thread, update)``, ``resume(thread)``, ``cancel(run_id)``; settling an
-    effect is `settle_effect` on the console's saver.
+    ``retry(thread, update)``, ``resume(thread)`` (``resume(thread, answer)``
+    when the page answers a paused run's question: the value its interrupt
+    returns), ``cancel(run_id)``; settling an effect is `settle_effect` on the
+    console's saver.
     """
 
     retry: Callable[[str, Mapping[str, Any] | None], tuple[str, str]]
-    resume: Callable[[str], tuple[str, str]]
+    resume: Callable[..., tuple[str, str]]
     cancel: Callable[[str], tuple[str, str]]
 
 
@@ -230,7 +232,11 @@ def console_app(
                 raise ConfigError(f"update must be a JSON object of state keys, got {raw[:80]}")
             ended, detail = actions.retry(thread, update)
         elif which == "resume":
-            ended, detail = actions.resume(thread)
+            raw = str(form.get("answer") or "").strip()
+            if raw:
+                ended, detail = actions.resume(thread, json.loads(raw))
+            else:
+                ended, detail = actions.resume(thread)
         elif which == "cancel":
             ended, detail = actions.cancel(str(form.get("run_id") or ""))
         elif which == "settle":

@@ -307,7 +307,13 @@ def run_page(report: RunReport, *, base: str, graph: Any, token: str | None) -> 
                 extra,
             )
         if report.status in ("running", "paused"):
-            buttons += _button(base, "resume", "Resume", who, token, "Resume this thread?")
+            answer = (
+                '<label> answer (JSON: what its question returns) <input name="answer" '
+                'id="answer" size="20"></label> '
+                if report.status == "paused"
+                else ""
+            )
+            buttons += _button(base, "resume", "Resume", who, token, "Resume this thread?", answer)
         if report.run_id and report.status in ("running", "paused", "queued"):
             buttons += _button(
                 base,
