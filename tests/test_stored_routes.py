@@ -17,8 +17,10 @@ from langgraph_resilience.history._report import alist_runs, arun_report, list_r
 FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.01)
 
 
-class Killed(RuntimeError):
-    """The process died: nothing more reaches the store."""
+class Killed(BaseException):
+    """The process died: nothing more reaches the store, and no code of it runs
+    after (a BaseException, as `SimulatedCrash`: no handler of an ``Exception``,
+    the driver's telling the ledger that the run raised included, sees it)."""
 
 
 def crash_after_error_write(saver: Any) -> None:
