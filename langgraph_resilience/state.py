@@ -192,9 +192,14 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
         if key in _MARKERS:
             continue
         if key == "step":
-            # The record itself goes to the store (a step row), not the state.
-            if value.get("status") in _RAN:  # a failed step re-run keeps its path
-                merged["counts"] = _count(merged.get("counts"), value)
+            # The record itself goes to the store (a step row), not the state;
+            # a tallied one is counted in its invoke's tally (`graph._tally`).
+            if value.get("status") in _RAN and not update.get("tallied"):
+                merged["counts"] = _count(
+                    merged.get("counts"), value
+                )  # a re-run failed step keeps its path
+        elif key == "run_usage":  # the run's usage as it ends (its tally's)
+            merged["usage"] = dict(value)
         elif key == "context_summary":
             merged[key] = [*merged.get(key, []), *value][-RECENT_SUMMARIES:]
         elif key == "usage":
@@ -216,7 +221,7 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
 
 _RAN = ("completed", "degraded")
 #: Keys of an update that mark it (read above), never kept in the log.
-_MARKERS = frozenset(("new_run", "clear"))
+_MARKERS = frozenset(("new_run", "clear", "tallied"))
 #: What the state's window keeps of a step (the store keeps all of it).
 _BRIEF = ("path", "attempts", "kinds", "ended_at", "summary")
 
@@ -229,8 +234,9 @@ def brief(step: Mapping[str, Any]) -> dict[str, Any]:
 def _cleared(log: dict[str, Any], paths: set[str]) -> dict[str, Any]:
     failed = [f for f in log.get("failed_steps") or [] if f.get("path") not in paths]
     first = log.get("failed_step")
+    # The run goes on: its usage is its tally's again (`graph._tally`), until it ends.
     return {
-        **log,
+        **{k: v for k, v in log.items() if k != "usage"},
         "failed_steps": failed,
         "failed_step": None if first and first.get("path") in paths else first,
         "degraded_steps": [p for p in log.get("degraded_steps") or [] if p not in paths],

@@ -20,7 +20,7 @@ from typing import Any
 from langgraph_resilience.checkpoint._run_log_reads import CHANNEL, STEP_FIELDS, step_order
 from langgraph_resilience.checkpoint._store import Dialect, Row, Statements, Stmt
 
-__all__ = ["decode_steps", "read_step_writes"]
+__all__ = ["decode_steps", "read_step_writes", "with_rows"]
 
 _FIELDS = tuple(f for f in STEP_FIELDS if f != "usage")  # usage: the update's
 
@@ -60,3 +60,21 @@ def decode_steps(
         found.append(record)
     found.sort(key=step_order)
     return found
+
+
+def with_rows(
+    decoded: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """A thread's steps decoded from its writes, with those only its step rows
+    hold (stored since the ledger, by a step that handed its record to the saver
+    in place of a run-log write): one record per task, the row's where both are."""
+    if not rows:
+        return list(decoded)
+    held = {_task_key(r) for r in rows}
+    found = [r for r in decoded if _task_key(r) not in held] + list(rows)
+    found.sort(key=step_order)
+    return found
+
+
+def _task_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (record["checkpoint_ns"], record["checkpoint_id"], record["task_id"])

@@ -36,7 +36,9 @@ from langgraph.types import All, Checkpointer, StateSnapshot
 from langgraph.typing import ContextT, InputT, OutputT, StateT
 from typing_extensions import Self, Unpack
 
+import langgraph_resilience.graph._closing as closing
 import langgraph_resilience.graph._lifecycle as lifecycle
+import langgraph_resilience.graph._tally as tally
 import langgraph_resilience.state as run_log
 from langgraph_resilience._langgraph import (
     DURABILITY_KEY,
@@ -98,29 +100,33 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         lifecycle.note_resume(self, input, config)  # a resume after a crash: a recovery
-        run_config = take_over(config, self.config, is_async=False)  # a finished task's
+        given, scope = tally.scoped(config, input)  # the run's tally, its steps' records
+        run_config = take_over(given, self.config, is_async=False)  # a finished task's
         stream = super().stream(lifecycle.with_marker(input, config), run_config, **kwargs)
-        return lifecycle.closing(self, config, stream)  # the run ledger: how it returned
+        return closing.closing(self, config, stream, scope)  # the run ledger: how it returned
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        run_config = take_over(config, self.config, is_async=True)  # writes wait for none
+        given, scope = tally.scoped(config, input)  # the run's tally, its steps' records
+        run_config = take_over(given, self.config, is_async=True)  # writes wait for none
         stream = super().astream(lifecycle.with_marker(input, config), run_config, **kwargs)
-        stream = lifecycle.aclosing(self, config, stream)  # the run ledger: how it returned
+        stream = closing.aclosing(self, config, stream, scope)  # the ledger: how it returned
         return lifecycle.anoted(self, input, config, stream)  # a resume after a crash
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        with lifecycle.invoking(self, config):
-            stored = super().invoke(input, config, **kwargs)
+        given, scope = tally.scoped(config, input)  # shared with the stream it reads
+        with closing.invoking(self, config):
+            stored = tally.with_usage(super().invoke(input, given, **kwargs), scope)
         lifecycle.ended(stored, config)  # nested in a step: a run that ended short fails it
         lifecycle.settle_by_hand(self, input, config)  # a Worker's paused run, resumed by hand
         read = lambda: self.get_state(config or {}) if self.checkpointer else None  # noqa: E731
         out = lifecycle.settle_output(stored, config, read)
-        lifecycle.close_run(self, config, out, stored)
+        closing.close_run(self, config, out, stored)
         return out
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        with lifecycle.invoking(self, config):
-            stored = await super().ainvoke(input, config, **kwargs)
+        given, scope = tally.scoped(config, input)  # shared with the stream it reads
+        with closing.invoking(self, config):
+            stored = tally.with_usage(await super().ainvoke(input, given, **kwargs), scope)
         lifecycle.ended(stored, config)  # nested in a step: a run that ended short fails it
         await lifecycle.asettle_by_hand(self, input, config)  # a Worker's paused run, by hand
         found = None
@@ -130,7 +136,7 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
         ):
             found = await self.aget_state(config or {})
         out = lifecycle.settle_output(stored, config, lambda: found)
-        await lifecycle.aclose_run(self, config, out, stored)
+        await closing.aclose_run(self, config, out, stored)
         return out
 
     def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot:

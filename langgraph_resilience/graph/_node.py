@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import Runnable
+from langgraph.types import Command
 
 import langgraph_resilience.state as run_log
 from langgraph_resilience._engine import Action, Decision
 from langgraph_resilience.budget import Budget, add_usage
+from langgraph_resilience.checkpoint._scope import scope_of
 from langgraph_resilience.classify import Classification, FailureKind
 from langgraph_resilience.errors import ValidationFailed, message_of
 from langgraph_resilience.graph._compress import compress_with_summary
@@ -49,6 +51,7 @@ from langgraph_resilience.graph._step_log import (
     step_path,
     with_log,
 )
+from langgraph_resilience.graph._tally import tally_of
 from langgraph_resilience.graph._tries import CallResult, Ended, GaveUp, Tries, try_record
 
 __all__ = ["NodeAction", "NodeContext"]
@@ -109,7 +112,9 @@ class NodeContext(Tries):
         return new_state, summary
 
     def done(self, end: Ended, output: Any) -> Any:
-        """The node's output with its run-log update: the step completed."""
+        """The node's output with its run-log update: the step completed. A
+        step that changes nothing in the run log hands its record to the saver
+        instead (`_hand`)."""
         state, task = end.state, end.task
         assert task is not None  # a node always runs in a task
         terminal = self.is_terminal(self.name)
@@ -118,8 +123,8 @@ class NodeContext(Tries):
         )
         if end.summaries:
             log["context_summary"] = end.summaries
-        _add_spend(log, end.spent, end.topped)
-        return with_log(output, log)
+        _add_spend(log, end.spent, end.topped, task, state)
+        return output if _hand(log, output, task) else with_log(output, log)
 
     def gave_up(self, end: Ended, gave: GaveUp) -> Any:
         """The degraded step's run-log update; or raises the node's error with its
@@ -139,7 +144,7 @@ class NodeContext(Tries):
             ]
             if task.send_index is not None:  # retry_failed(step=path) re-runs it with it
                 log["degraded_sends"] = [{"path": path, "send": state}]
-            _add_spend(log, end.spent, end.topped)
+            _add_spend(log, end.spent, end.topped, task, state)
             log_gave_up(name, task, state, path, failure.kind.value, number, None)
             return {"resilience": log}
         route = self._route(end, gave)
@@ -200,11 +205,55 @@ class NodeContext(Tries):
         return route
 
 
-def _add_spend(log: dict[str, Any], spent: dict[str, float], topped: Budget | None) -> None:
-    """What the node used (added up by the run log), and a top-up given to it."""
-    log["usage"] = spent
+def _add_spend(
+    log: dict[str, Any], spent: dict[str, float], topped: Budget | None, task: Any, state: Any
+) -> None:
+    """What the node used, and a top-up given to it. A tallied step (`log_update`)
+    adds it to its run's tally and keeps it in its record (its step row), and
+    the run's end carries the run's usage (``run_usage``); any other step's is
+    added up by the run log."""
+    if log.get("tallied"):
+        lean = tally_of(task, log_of(state))
+        assert lean is not None  # it was tallied
+        total = lean[0].spend(lean[1], spent)
+        log["step"]["usage"] = spent
+        if log.get("status") == "success":
+            log["run_usage"] = total
+    else:
+        log["usage"] = spent
     if topped is not None:
         log["budget"] = topped.to_dict()
+
+
+#: What a tallied step's update may hold and still change nothing in the run log.
+_PLAIN = frozenset(("step", "tallied"))
+
+
+def _hand(log: dict[str, Any], output: Any, task: Any) -> bool:
+    """Hand a tallied completed step's record to the saver (`RunScope.hand`) in
+    place of a run-log write, when the update changes nothing in the run log and
+    the output makes LangGraph store a write of the task (its ``put_writes``
+    takes the record and stores it as the step's row, in the transaction of
+    those writes). A saver that keeps no ledger has no use for it: the record
+    goes nowhere, as the run log drops it."""
+    if not _PLAIN.issuperset(log) or not _writes_something(output):
+        return False
+    scope = scope_of(task.config)
+    if scope is None:
+        return False
+    if task.saver is not None or task.async_saver is not None:
+        scope.hand(task.task_id, log)
+    return True
+
+
+def _writes_something(output: Any) -> bool:
+    """Whether LangGraph stores a write of a node that returned ``output``."""
+    if type(output) is dict:
+        return any(k != "resilience" for k in output)
+    if isinstance(output, Command) and output.graph is None:
+        update = output.update
+        return isinstance(update, dict) and any(k != "resilience" for k in update)
+    return False
 
 
 #: A subgraph that stopped short: no retry (its completed steps would run again);

@@ -263,6 +263,12 @@ class TaskContext:
         return "".join(f"{p}/" for p in parts[:-1])
 
     @property
+    def top_level(self) -> bool:
+        """Whether the task runs at the top of its run (not in a subgraph, nor in a
+        graph invoked inside a node)."""
+        return NS_SEP not in (self._configurable.get("checkpoint_ns") or "")
+
+    @property
     def task_scope(self) -> str:
         """This task's part of side-effect keys: its namespace and task id."""
         return f"{self.checkpoint_ns}|{self.task_id}"
