@@ -136,3 +136,34 @@ def _resume(value: Any) -> Any:
     from langgraph.types import Command
 
     return Command(resume=value)
+
+
+async def test_a_run_gone_on_from_an_earlier_checkpoint_numbers_past_all_its_iterations(
+    checkpointer: Any,
+) -> None:
+    """Time travel: the run's tally is its stored rows, the left branch's among
+    them, so the branch's iterations take paths of their own (no two steps of a
+    run share one) and its usage counts what the left branch spent."""
+    h = checkpointer
+
+    def review(state: dict[str, Any]) -> dict[str, Any]:
+        return {"n": state["n"] + 1}
+
+    g = ResilientStateGraph(State)
+    g.add_node("review", as_node(h, review))
+    g.add_edge(START, "review")
+    g.add_conditional_edges("review", lambda s: END if s["n"] >= 4 else "review", ["review", END])
+    graph = g.compile(checkpointer=h.saver)
+    config = cfg(h, "fork")
+    thread = config["configurable"]["thread_id"]
+    await h.invoke(graph, {"n": 0}, config)
+    if h.is_async:
+        states = [s async for s in graph.aget_state_history(config)]
+    else:
+        states = list(graph.get_state_history(config))
+    (fork,) = [s for s in states if s.values.get("n") == 2 and s.next == ("review",)]
+    out = await h.invoke(graph, None, fork.config)
+    assert out["n"] == 4
+    assert out["resilience"]["usage"]["steps"] == 6  # four on the left branch, two on this
+    paths = [s["path"] for s in await h.call("step_history", thread)]
+    assert paths == ["review", "review#2", "review#3", "review#4", "review#5", "review#6"]
