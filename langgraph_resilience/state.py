@@ -104,14 +104,21 @@ class RunOutcome(TypedDict, total=False):
         partial_output: the state when the run stopped short.
         recovery_suggestions: what to do next, by failure kind.
         context_summary: what context compression kept, and when (the latest).
-        usage: what the run used so far: ``tokens``, ``cost``, ``seconds`` (of
-            steps), ``steps`` (see `Budget`).
+        usage: what the run used: ``tokens``, ``cost``, ``seconds`` (of
+            steps), ``steps`` (see `Budget`). A `ResilientStateGraph` run's is
+            set when the run ends (``run_usage``: success, a partial result);
+            while it goes on, its invoke's tally holds it (`graph._tally`) and
+            ``invoke``'s output carries it. A nested graph's steps and an
+            agent's add theirs up here as they go.
         budget: a budget given on resume (``Command(resume=Budget(...))``),
             in force from then on.
-        counts: executions per step path in this run (loop iterations).
+        counts: executions per step path in this run (loop iterations) of a
+            nested graph's steps or an agent's; a top-level step of a
+            `ResilientStateGraph` counts in its invoke's tally instead.
         step: one step's record, on its way to the store (not kept in the state).
-        new_run / clear: markers of an update (a new run starts; these step
-            paths are re-run), not kept in the state.
+        new_run / clear / tallied / run_usage: markers of an update (a new run
+            starts; these step paths are re-run; the step was counted in its
+            invoke's tally; the run's usage as it ends), not kept as such.
     """
 
     status: str
@@ -171,8 +178,11 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
 
     ``new_run`` (an input's marker) resets what describes one run and numbers
     the next; ``step`` (one step's record, stored as its step row) counts its
-    path and is not kept (a whole ``completed_steps``, the partial result's,
-    is kept as given);
+    path, unless the update is ``tallied`` (counted in its invoke's tally), and
+    is not kept (a whole ``completed_steps``, the partial result's, is kept as
+    given); ``run_usage`` (the run's usage as it ends) replaces ``usage``;
+    ``clear`` (`retry_failed`) drops ``usage`` too (the run goes on: its tally
+    holds it again);
     ``context_summary`` appends (the latest `RECENT_SUMMARIES`);
     ``degraded_steps``, ``degraded_sends`` and ``failed_steps`` append new entries; ``failed_step``
     keeps the run's first; ``usage`` adds up; ``counts`` merge; a ``status`` of

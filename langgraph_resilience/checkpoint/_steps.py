@@ -2,8 +2,10 @@
 steps' own writes (a thread the ledger holds is read from its step rows,
 `_run_log.read_steps`, in the same form).
 
-A node's run-log update carries its step's record (``{"resilience": {"step":
-...}}``). LangGraph stores that update with the task's other writes, in the
+A node's run-log update carried its step's record (``{"resilience": {"step":
+...}}``; since the invoke's run scope, most steps hand it to the saver instead,
+and it is only a row: `with_rows` adds those to a thread begun before the
+ledger). LangGraph stores that update with the task's other writes, in the
 transaction that marks the task done, so the record is never stored without the
 step's results, nor the reverse, and it costs no write of its own. The state
 keeps none of it; the whole history is read

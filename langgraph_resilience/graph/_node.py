@@ -8,9 +8,10 @@ this module says what is particular to a node:
   ``validate`` may reject an output, a nested run log's usage counts;
 - compressing the state after a context overflow (the policy's ``compress``,
   else a summary of the trimmed messages);
-- the end: the output with its step's run-log update (completed), or the
-  give-up: degraded (the node's normal edges fire), or the routing signal to
-  the fallback or the partial result (`_routes`).
+- the end: the output with its step's run-log update (completed; or the
+  output alone, its record handed to the saver, `_hand`), or the give-up:
+  degraded (the node's normal edges fire), or the routing signal to the
+  fallback or the partial result (`_routes`).
 
 A node without a policy keeps LangGraph's behaviour; its wrapper only records
 the step in the run log.

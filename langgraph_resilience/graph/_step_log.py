@@ -2,9 +2,12 @@
 log (a subgraph's, or a graph invoked inside the node) brings, whether the
 run has stopped short, and the log line of a failed try.
 
-A step's record rides in the node's own run-log write (``{"resilience":
-{"step": ...}}``), which the reducer (`state.merge_run_log`) keeps in a bounded
-window and the saver stores with the step's other writes.
+A completed step's record that changes nothing else in the run log is handed
+to the saver by the node's wrapper (`_node`, the invoke's `RunScope`); any
+other rides in the node's own run-log write (``{"resilience": {"step": ...}}``).
+Either way the saver stores it as the step's row with the task's writes, and
+the state keeps none of it. A top-level step's path counts its loop iteration
+in the invoke's tally (`_tally`); a nested step's, in its graph's run log.
 """
 
 from __future__ import annotations
