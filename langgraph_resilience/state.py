@@ -180,7 +180,8 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
     the next; ``step`` (one step's record, stored as its step row) counts its
     path, unless the update is ``tallied`` (counted in its invoke's tally), and
     is not kept (a whole ``completed_steps``, the partial result's, is kept as
-    given); ``run_usage`` (the run's usage as it ends) replaces ``usage``;
+    given); ``run_usage`` (the run's usage as it ends) is ``usage`` (the
+    greater of two totals, key by key);
     ``clear`` (`retry_failed`) drops ``usage`` too (the run goes on: its tally
     holds it again);
     ``context_summary`` appends (the latest `RECENT_SUMMARIES`);
@@ -209,7 +210,10 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
                     merged.get("counts"), value
                 )  # a re-run failed step keeps its path
         elif key == "run_usage":  # the run's usage as it ends (its tally's)
-            merged["usage"] = dict(value)
+            # Totals only grow: of two steps that end the run side by side, the
+            # later total holds the other's usage too.
+            known = merged.get("usage") or {}
+            merged["usage"] = {**known, **{k: max(v, known.get(k, v)) for k, v in value.items()}}
         elif key == "context_summary":
             merged[key] = [*merged.get(key, []), *value][-RECENT_SUMMARIES:]
         elif key == "usage":

@@ -8,7 +8,10 @@ run, read back from the run's step rows.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import operator
+import time
 import uuid
 from typing import Annotated, Any
 
@@ -167,3 +170,43 @@ async def test_a_run_gone_on_from_an_earlier_checkpoint_numbers_past_all_its_ite
     assert out["resilience"]["usage"]["steps"] == 6  # four on the left branch, two on this
     paths = [s["path"] for s in await h.call("step_history", thread)]
     assert paths == ["review", "review#2", "review#3", "review#4", "review#5", "review#6"]
+
+
+async def test_two_steps_that_end_a_run_side_by_side_leave_its_whole_usage(
+    checkpointer: Any,
+) -> None:
+    from langgraph_resilience import report_usage
+
+    h = checkpointer
+
+    def spend(name: str) -> Any:
+        # c ends first, so its total is the smallest, and its update is applied
+        # last (LangGraph applies a step's writes in the order of the task paths).
+        wait = 0.0 if name == "c" else 0.1
+
+        def run(state: dict[str, Any]) -> dict[str, Any]:
+            time.sleep(wait)
+            report_usage(tokens=10)
+            return {"done": [name]}
+
+        async def arun(state: dict[str, Any]) -> dict[str, Any]:
+            await asyncio.sleep(wait)
+            report_usage(tokens=10)
+            return {"done": [name]}
+
+        return arun if h.is_async else run
+
+    g = ResilientStateGraph(State)
+    for name in ("a", "b", "c"):  # a, b and c all end the run, in one step
+        g.add_node(name, spend(name))
+        g.add_edge(START, name)
+        g.add_edge(name, END)
+    graph = g.compile(checkpointer=h.saver)
+    config = cfg(h, "ends")
+    out = await h.invoke(graph, {"done": []}, config)
+    assert sorted(out["done"]) == ["a", "b", "c"]
+    state = await graph.aget_state(config) if h.is_async else graph.get_state(config)
+    for usage in (out["resilience"]["usage"], state.values["resilience"]["usage"]):
+        assert (usage["tokens"], usage["steps"]) == (30, 3)
+    row = await h.call("history.run_row", config["configurable"]["thread_id"], 1)
+    assert row.status == "success" and json.loads(row.usage)["tokens"] == 30
