@@ -245,14 +245,14 @@ def ledger_of_writes(
             str(step.get("node") or ""),
             str(step.get("status") or ""),
             int(step.get("attempts") or 0),
-            json.dumps(list(step.get("kinds") or [])),
+            json.dumps(list(kinds)) if (kinds := step.get("kinds")) else "[]",
             step.get("started_at"),
             step.get("ended_at"),
             step.get("summary"),
             step.get("run_id"),
             step.get("worker"),
             json.dumps(dict(usage)) if isinstance(usage, Mapping) else None,
-            tried_task(value, str(step["path"])),
+            tried_task(value, str(step["path"])) if _FAILED_KEYS & value.keys() else None,
         )
     if ns:  # a nested run's: its steps only (its outcome is its parent's step's)
         # Its start or end under a parent that keeps no run log (a plain
@@ -283,6 +283,9 @@ def ledger_of_writes(
         clear=tuple(str(p) for p in value.get("clear") or ()),
         paused_for=paused,
     )
+
+
+_FAILED_KEYS = frozenset(("failed_step", "failed_steps"))
 
 
 def tried_task(value: Mapping[str, Any], path: str) -> str | None:

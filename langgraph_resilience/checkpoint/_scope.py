@@ -50,10 +50,12 @@ class RunScope:
     marker), so the first run it tallies has no rows to load.
     """
 
-    __slots__ = ("_handed", "_lock", "_tallies", "fresh")
+    __slots__ = ("_handed", "_lock", "_tallies", "fresh", "keeps_rows")
 
     def __init__(self, *, fresh: bool) -> None:
         self.fresh = fresh
+        #: Whether the invoke's saver stores step rows (None: not asked yet).
+        self.keeps_rows: bool | None = None
         self._lock = threading.Lock()
         self._tallies: dict[int, Tally] = {}
         self._handed: dict[str, dict[str, Any]] = {}
@@ -108,13 +110,17 @@ class RunScope:
         with self._lock:
             tally.counts[base] = tally.counts.get(base, 0) + 1
 
-    def spend(self, tally: Tally, usage: Mapping[str, float]) -> dict[str, float]:
-        """Add a step's usage to its run's; the run's usage so far."""
+    def spend(self, tally: Tally, usage: Mapping[str, float]) -> None:
+        """Add a step's usage to its run's."""
         with self._lock:
             total = tally.usage
             for key, value in usage.items():
                 total[key] = total.get(key, 0) + value
-            return dict(total)
+
+    def used(self, tally: Tally) -> dict[str, float]:
+        """The run's usage so far (a copy: other steps may be adding to it)."""
+        with self._lock:
+            return dict(tally.usage)
 
 
 def scope_of(config: Mapping[str, Any] | None) -> RunScope | None:

@@ -276,8 +276,7 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
     if isinstance(action, Runnable):
 
         def sync_runnable(state: Any, config: RunnableConfig) -> Any:
-            task = TaskContext(config=config)
-            ensure(task, state)
+            task = ensure(TaskContext(config=config), state)
             if _skipped(ctx, state, task):
                 return NOT_RUN
             call = lambda s: action.invoke(s, user_config(try_config(config)))  # noqa: E731
@@ -285,8 +284,7 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
                 return run_sync(ctx, state, state, call, task)
 
         async def async_runnable(state: Any, config: RunnableConfig) -> Any:
-            task = TaskContext(config=config)
-            await aensure(task, state)
+            task = await aensure(TaskContext(config=config), state)
             if _skipped(ctx, state, task):
                 return NOT_RUN
             call = lambda s: action.ainvoke(s, user_config(try_config(config)))  # noqa: E731
@@ -299,8 +297,7 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
         @functools.wraps(action)
         async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
             config, kwargs = get_config(), _users(kwargs)
-            task = TaskContext(config=config)
-            await aensure(task, state)
+            task = await aensure(TaskContext(config=config), state)
             if _skipped(ctx, state, task):
                 return NOT_RUN
             call = lambda s: action(s, *args, **kwargs)  # noqa: E731
@@ -312,8 +309,7 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
     @functools.wraps(action)
     def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
         config, kwargs = get_config(), _users(kwargs)
-        task = TaskContext(config=config)
-        ensure(task, state)
+        task = ensure(TaskContext(config=config), state)
         if _skipped(ctx, state, task):
             return NOT_RUN
         call = lambda s: action(s, *args, **kwargs)  # noqa: E731

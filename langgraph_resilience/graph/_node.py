@@ -31,7 +31,7 @@ from langgraph.types import Command
 import langgraph_resilience.state as run_log
 from langgraph_resilience._engine import Action, Decision
 from langgraph_resilience.budget import Budget, add_usage
-from langgraph_resilience.checkpoint._scope import scope_of
+from langgraph_resilience.checkpoint._scope import RunScope, Tally
 from langgraph_resilience.classify import Classification, FailureKind
 from langgraph_resilience.errors import ValidationFailed, message_of
 from langgraph_resilience.graph._compress import compress_with_summary
@@ -124,8 +124,11 @@ class NodeContext(Tries):
         )
         if end.summaries:
             log["context_summary"] = end.summaries
-        _add_spend(log, end.spent, end.topped, task, state)
-        return output if _hand(log, output, task) else with_log(output, log)
+        lean = tally_of(task, log_of(state)) if log.get("tallied") else None
+        _add_spend(log, end.spent, end.topped, lean)
+        if lean is not None and _hand(log, output, task, lean[0]):
+            return output
+        return with_log(output, log)
 
     def gave_up(self, end: Ended, gave: GaveUp) -> Any:
         """The degraded step's run-log update; or raises the node's error with its
@@ -145,7 +148,8 @@ class NodeContext(Tries):
             ]
             if task.send_index is not None:  # retry_failed(step=path) re-runs it with it
                 log["degraded_sends"] = [{"path": path, "send": state}]
-            _add_spend(log, end.spent, end.topped, task, state)
+            lean = tally_of(task, log_of(state)) if log.get("tallied") else None
+            _add_spend(log, end.spent, end.topped, lean)
             log_gave_up(name, task, state, path, failure.kind.value, number, None)
             return {"resilience": log}
         route = self._route(end, gave)
@@ -207,19 +211,21 @@ class NodeContext(Tries):
 
 
 def _add_spend(
-    log: dict[str, Any], spent: dict[str, float], topped: Budget | None, task: Any, state: Any
+    log: dict[str, Any],
+    spent: dict[str, float],
+    topped: Budget | None,
+    lean: tuple[RunScope, Tally] | None,
 ) -> None:
-    """What the node used, and a top-up given to it. A tallied step (`log_update`)
-    adds it to its run's tally and keeps it in its record (its step row), and
-    the run's end carries the run's usage (``run_usage``); any other step's is
-    added up by the run log."""
-    if log.get("tallied"):
-        lean = tally_of(task, log_of(state))
-        assert lean is not None  # it was tallied
-        total = lean[0].spend(lean[1], spent)
+    """What the node used, and a top-up given to it. A tallied step (`log_update`,
+    ``lean``: its invoke's scope and run tally) adds it to the tally and keeps
+    it in its record (its step row), and the run's end carries the run's usage
+    (``run_usage``); any other step's is added up by the run log."""
+    if lean is not None:
+        scope, tally = lean
+        scope.spend(tally, spent)
         log["step"]["usage"] = spent
         if log.get("status") == "success":
-            log["run_usage"] = total
+            log["run_usage"] = scope.used(tally)
     else:
         log["usage"] = spent
     if topped is not None:
@@ -230,7 +236,7 @@ def _add_spend(
 _PLAIN = frozenset(("step", "tallied"))
 
 
-def _hand(log: dict[str, Any], output: Any, task: Any) -> bool:
+def _hand(log: dict[str, Any], output: Any, task: Any, scope: RunScope) -> bool:
     """Hand a tallied completed step's record to the saver (`RunScope.hand`) in
     place of a run-log write, when the update changes nothing in the run log and
     the output makes LangGraph store a write of the task (its ``put_writes``
@@ -239,10 +245,9 @@ def _hand(log: dict[str, Any], output: Any, task: Any) -> bool:
     goes nowhere, as the run log drops it."""
     if not _PLAIN.issuperset(log) or not _writes_something(output):
         return False
-    scope = scope_of(task.config)
-    if scope is None:
-        return False
-    if task.saver is not None or task.async_saver is not None:
+    if scope.keeps_rows is None:  # the invoke's saver: the same for all its steps
+        scope.keeps_rows = task.saver is not None or task.async_saver is not None
+    if scope.keeps_rows:
         scope.hand(task.task_id, log)
     return True
 

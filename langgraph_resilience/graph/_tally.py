@@ -28,13 +28,16 @@ _EMPTY: Mapping[str, Any] = {}
 
 
 def _run(state: Any) -> int:
-    log = state.get("resilience") if isinstance(state, Mapping) else None
+    log = state.get("resilience") if type(state) is dict or isinstance(state, Mapping) else None
     return int((log if isinstance(log, Mapping) else _EMPTY).get("run") or 1)
 
 
 def tally_of(task: TaskContext, log: Mapping[str, Any]) -> tuple[RunScope, Tally] | None:
     """The scope and tally a top-level step counts in (``log``: the run log of
-    its state; None: a nested step, or no invoke's scope: the run log counts)."""
+    its state; None: a nested step, or no invoke's scope: the run log counts).
+    A node's turn found them already (`ensure`: ``task.lean``)."""
+    if task.lean is not None:
+        return task.lean
     scope = scope_of(task.config)
     if scope is None or not task.top_level:
         return None
@@ -42,40 +45,44 @@ def tally_of(task: TaskContext, log: Mapping[str, Any]) -> tuple[RunScope, Tally
     return None if tally is None else (scope, tally)
 
 
-def _due(task: TaskContext, state: Any) -> tuple[RunScope, int] | None:
-    """The scope and run whose tally is to be loaded before the step (None: none)."""
+def _due(task: TaskContext, state: Any) -> tuple[RunScope, int, Tally | None] | None:
+    """The scope and run of a top-level step, and the run's tally if the invoke
+    has one (None: a nested step, or no scope)."""
     scope = scope_of(task.config)
     if scope is None or not task.top_level:
         return None
     run = _run(state)
-    if scope.tally(run) is not None or scope.start(run) is not None:
-        return None
-    return scope, run
+    return scope, run, scope.tally(run) or scope.start(run)
 
 
-def ensure(task: TaskContext, state: Any) -> None:
-    """Load the run's tally from its step rows if the invoke has none yet."""
+def ensure(task: TaskContext, state: Any) -> TaskContext:
+    """The task, knowing its run's tally (`TaskContext.lean`), loaded from the
+    run's step rows if the invoke has none yet (the task as it is: a nested step)."""
     due = _due(task, state)
     if due is None:
-        return
-    scope, run = due
-    saver, thread = task.saver, task.thread_id
-    counts, usage = saver.history.tally(thread, run) if saver and thread else ({}, {})
-    scope.load(run, counts, usage)
+        return task
+    scope, run, tally = due
+    if tally is None:
+        saver, thread = task.saver, task.thread_id
+        counts, usage = saver.history.tally(thread, run) if saver and thread else ({}, {})
+        tally = scope.load(run, counts, usage)
+    return TaskContext(config=task.config, lean=(scope, tally))
 
 
-async def aensure(task: TaskContext, state: Any) -> None:
+async def aensure(task: TaskContext, state: Any) -> TaskContext:
     """Async twin of `ensure`."""
     due = _due(task, state)
     if due is None:
-        return
-    scope, run = due
-    saver, thread = task.async_saver, task.thread_id
-    if saver is not None and thread:
-        counts, usage = await saver.history.atally(thread, run)
-    else:
-        counts, usage = {}, {}
-    scope.load(run, counts, usage)
+        return task
+    scope, run, tally = due
+    if tally is None:
+        saver, thread = task.async_saver, task.thread_id
+        if saver is not None and thread:
+            counts, usage = await saver.history.atally(thread, run)
+        else:
+            counts, usage = {}, {}
+        tally = scope.load(run, counts, usage)
+    return TaskContext(config=task.config, lean=(scope, tally))
 
 
 def run_used(state: Any, task: TaskContext | None) -> dict[str, float]:

@@ -51,6 +51,7 @@ from langgraph_resilience.checkpoint import (
     ResilientSaver,
 )
 from langgraph_resilience.checkpoint._runs import WORKER_KEY, fence_of
+from langgraph_resilience.checkpoint._scope import RunScope, Tally
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.policy import Attempt
 
@@ -140,6 +141,8 @@ class TaskContext:
     """
 
     config: RunnableConfig
+    #: A top-level step's invoke scope and run tally (`_tally.ensure`), once found.
+    lean: tuple[RunScope, Tally] | None = None
 
     @classmethod
     def current(cls) -> TaskContext | None:
