@@ -3,9 +3,12 @@
 A run's budget comes from ``config["configurable"]["budget"]`` (a `Budget`, or a
 dict of its fields), by default from ``compile(budget=...)``; a top-up given on
 resume (``Command(resume=Budget(...))``) replaces it from then on and is kept in
-the run log. What a run used is kept in the run log too
-(``state["resilience"]["usage"]``), added up by each node as it completes, so it
-survives crashes and is shared by every worker that runs the thread:
+the run log. What a run used is kept with each step's record (its step row),
+added up by each node as it completes in its invoke's tally (`graph._tally`,
+read back from the rows when an invoke goes on with the run), so it survives
+crashes and is shared by every worker that runs the thread; the run's total is
+``state["resilience"]["usage"]`` once it ends (an agent's, and a nested graph's
+own steps, add theirs up in their run log as they go):
 
 - ``tokens``: counted from LangChain chat models' ``usage_metadata`` inside the
   node (automatically, through a callback hook), plus `report_usage(tokens=...)`;

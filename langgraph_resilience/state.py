@@ -104,14 +104,21 @@ class RunOutcome(TypedDict, total=False):
         partial_output: the state when the run stopped short.
         recovery_suggestions: what to do next, by failure kind.
         context_summary: what context compression kept, and when (the latest).
-        usage: what the run used so far: ``tokens``, ``cost``, ``seconds`` (of
-            steps), ``steps`` (see `Budget`).
+        usage: what the run used: ``tokens``, ``cost``, ``seconds`` (of
+            steps), ``steps`` (see `Budget`). A `ResilientStateGraph` run's is
+            set when the run ends (``run_usage``: success, a partial result);
+            while it goes on, its invoke's tally holds it (`graph._tally`) and
+            ``invoke``'s output carries it. A nested graph's steps and an
+            agent's add theirs up here as they go.
         budget: a budget given on resume (``Command(resume=Budget(...))``),
             in force from then on.
-        counts: executions per step path in this run (loop iterations).
+        counts: executions per step path in this run (loop iterations) of a
+            nested graph's steps or an agent's; a top-level step of a
+            `ResilientStateGraph` counts in its invoke's tally instead.
         step: one step's record, on its way to the store (not kept in the state).
-        new_run / clear: markers of an update (a new run starts; these step
-            paths are re-run), not kept in the state.
+        new_run / clear / tallied / run_usage: markers of an update (a new run
+            starts; these step paths are re-run; the step was counted in its
+            invoke's tally; the run's usage as it ends), not kept as such.
     """
 
     status: str
@@ -171,8 +178,12 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
 
     ``new_run`` (an input's marker) resets what describes one run and numbers
     the next; ``step`` (one step's record, stored as its step row) counts its
-    path and is not kept (a whole ``completed_steps``, the partial result's,
-    is kept as given);
+    path, unless the update is ``tallied`` (counted in its invoke's tally), and
+    is not kept (a whole ``completed_steps``, the partial result's, is kept as
+    given); ``run_usage`` (the run's usage as it ends) is ``usage`` (the
+    greater of two totals, key by key);
+    ``clear`` (`retry_failed`) drops ``usage`` too (the run goes on: its tally
+    holds it again);
     ``context_summary`` appends (the latest `RECENT_SUMMARIES`);
     ``degraded_steps``, ``degraded_sends`` and ``failed_steps`` append new entries; ``failed_step``
     keeps the run's first; ``usage`` adds up; ``counts`` merge; a ``status`` of
@@ -192,9 +203,17 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
         if key in _MARKERS:
             continue
         if key == "step":
-            # The record itself goes to the store (a step row), not the state.
-            if value.get("status") in _RAN:  # a failed step re-run keeps its path
-                merged["counts"] = _count(merged.get("counts"), value)
+            # The record itself goes to the store (a step row), not the state;
+            # a tallied one is counted in its invoke's tally (`graph._tally`).
+            if value.get("status") in _RAN and not update.get("tallied"):
+                merged["counts"] = _count(
+                    merged.get("counts"), value
+                )  # a re-run failed step keeps its path
+        elif key == "run_usage":  # the run's usage as it ends (its tally's)
+            # Totals only grow: of two steps that end the run side by side, the
+            # later total holds the other's usage too.
+            known = merged.get("usage") or {}
+            merged["usage"] = {**known, **{k: max(v, known.get(k, v)) for k, v in value.items()}}
         elif key == "context_summary":
             merged[key] = [*merged.get(key, []), *value][-RECENT_SUMMARIES:]
         elif key == "usage":
@@ -216,7 +235,7 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
 
 _RAN = ("completed", "degraded")
 #: Keys of an update that mark it (read above), never kept in the log.
-_MARKERS = frozenset(("new_run", "clear"))
+_MARKERS = frozenset(("new_run", "clear", "tallied"))
 #: What the state's window keeps of a step (the store keeps all of it).
 _BRIEF = ("path", "attempts", "kinds", "ended_at", "summary")
 
@@ -229,8 +248,9 @@ def brief(step: Mapping[str, Any]) -> dict[str, Any]:
 def _cleared(log: dict[str, Any], paths: set[str]) -> dict[str, Any]:
     failed = [f for f in log.get("failed_steps") or [] if f.get("path") not in paths]
     first = log.get("failed_step")
+    # The run goes on: its usage is its tally's again (`graph._tally`), until it ends.
     return {
-        **log,
+        **{k: v for k, v in log.items() if k != "usage"},
         "failed_steps": failed,
         "failed_step": None if first and first.get("path") in paths else first,
         "degraded_steps": [p for p in log.get("degraded_steps") or [] if p not in paths],

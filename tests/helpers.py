@@ -12,6 +12,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, TypeVar
 
@@ -236,3 +237,33 @@ def rest_of(gen: Generator[Any, Any, Any], value: Any) -> Generator[Any, Any, An
         except StopIteration as stop:
             return stop.value
         value = yield stmt
+
+
+@contextmanager
+def as_before_the_tally() -> Iterator[None]:
+    """Invokes store what versions before the invoke's run scope stored: every
+    step's record in its run-log write (``{"resilience": {"step": ...}}``), its
+    loop counts and usage in the state (`_tally.scoped` gives no scope).
+    The threads of a store written then are read from those writes."""
+    import langgraph_resilience.graph._tally as tally
+
+    scoped = tally.scoped
+    tally.scoped = lambda config, input: (config, None)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        tally.scoped = scoped  # type: ignore[assignment]
+
+
+def tasks_written(backend: str, target: str, thread: str, channel: str) -> set[tuple[str, ...]]:
+    """(namespace, checkpoint, task) of the node tasks of a thread whose writes
+    to ``channel`` are stored (not the input's: LangGraph's ``__start__`` task)."""
+    table = "writes" if backend == "sqlite" else "checkpoint_writes"
+    rows = sql(
+        backend,
+        target,
+        f"SELECT DISTINCT checkpoint_ns, checkpoint_id, task_id FROM {table} "
+        "WHERE thread_id = ? AND channel = ? AND task_path NOT LIKE ?",
+        (thread, channel, "%__start__%"),
+    )
+    return {tuple(r) for r in rows}

@@ -25,7 +25,6 @@ SMALLEST = {
         "--metrics",
     ],
     "run_length.py": ["--repeats", "1", "--lengths", "3", "--runs", "2", "--loop", "5"],
-    "run_length_floor.py": ["--repeats", "1", "--lengths", "3", "--runs", "2", "--loop", "5"],
     "pg_round_trips.py": ["--steps", "2", "--warmup", "1", "--runs", "1"],
 }
 

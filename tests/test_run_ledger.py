@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from helpers import chain, sql
+from helpers import as_before_the_tally, chain, sql, tasks_written
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START
 from langgraph.types import Command, interrupt
@@ -29,7 +29,6 @@ from langgraph_resilience import (
     ResilientStateGraph,
     Worker,
 )
-from langgraph_resilience.checkpoint import _steps
 
 
 class State(ResilientState, total=False):
@@ -319,8 +318,9 @@ async def test_a_thread_stored_before_the_ledger_reads_as_before(checkpointer: A
     graph = chain_graph(h, ["a", "b", "c"], failing="c")
     config = cfg(h, "old")
     thread = thread_of(config)
-    await h.invoke(graph, {"done": []}, config)
-    await h.invoke(graph, {"done": []}, config)
+    with as_before_the_tally():  # each step's record in its run-log write, as then
+        await h.invoke(graph, {"done": []}, config)
+        await h.invoke(graph, {"done": []}, config)
     from_rows = await h.call("step_history", thread)
     # What a store written before migration 18 holds: the writes, no ledger rows.
     for table in ("resilience_run_log", "resilience_steps"):
@@ -336,12 +336,9 @@ async def test_a_thread_stored_before_the_ledger_reads_as_before(checkpointer: A
 LEDGER_WORKER = str(Path(__file__).parent / "ledger_worker.py")
 
 
-def steps_in_writes(saver: Any, thread: str) -> set[tuple[str, str, str]]:
-    """The steps the thread's writes hold (decoded, as before the ledger)."""
-    d = saver._dialect
-    rows = saver._query(lambda: _steps.read_step_writes(d, thread))
-    found = _steps.decode_steps(rows, saver.serde.loads_typed, None)
-    return {(s["checkpoint_ns"], s["checkpoint_id"], s["task_id"]) for s in found}
+def steps_in_writes(backend: str, target: str, thread: str) -> set[tuple[str, ...]]:
+    """The steps whose writes are stored (each step of `chain_graph` writes ``done``)."""
+    return tasks_written(backend, target, thread, "done")
 
 
 def steps_in_rows(backend: str, target: str, thread: str) -> set[tuple[str, str, str]]:
@@ -367,7 +364,7 @@ async def test_a_process_killed_in_a_steps_transaction_leaves_no_row_without_wri
         proc = spawn(LEDGER_WORKER, backend, target, thread, "3", where)
         proc.communicate(timeout=60)
         assert proc.returncode == -signal.SIGKILL
-        held = await asyncio.to_thread(steps_in_writes, saver, thread)
+        held = await asyncio.to_thread(steps_in_writes, backend, target, thread)
         assert len(held) == 2  # steps a and b; c's writes and row died together
         assert steps_in_rows(backend, target, thread) == held
 
@@ -380,7 +377,7 @@ async def test_a_process_killed_in_a_steps_transaction_leaves_no_row_without_wri
         config = {"configurable": {"thread_id": thread}}
         out = await asyncio.to_thread(graph.invoke, None, config)
         assert out["done"] == ["a", "b", "c", "d"]
-        held = await asyncio.to_thread(steps_in_writes, saver, thread)
+        held = await asyncio.to_thread(steps_in_writes, backend, target, thread)
         # 4, or 3 when LangGraph had stored the checkpoint after c before c's
         # writes (it does not wait for them): the resume then runs d only.
         assert len(held) in (3, 4) and steps_in_rows(backend, target, thread) == held
@@ -417,8 +414,9 @@ async def test_a_store_set_up_before_the_ledger_upgrades_and_keeps_its_threads(
     graph = chain_graph(h, ["a", "b"])
     config = cfg(h, "upgrade")
     thread = thread_of(config)
-    await h.invoke(graph, {"done": []}, config)
-    await h.invoke(graph, {"done": []}, config)
+    with as_before_the_tally():  # each step's record in its run-log write, as then
+        await h.invoke(graph, {"done": []}, config)
+        await h.invoke(graph, {"done": []}, config)
     before = await h.call("step_history", thread)
     # The store as version 17 left it: no ledger tables, the thread's writes only.
     for table in ("resilience_run_log", "resilience_steps", "resilience_recovery_paths"):

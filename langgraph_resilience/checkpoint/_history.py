@@ -121,6 +121,11 @@ class History(_Part):
         d = self._saver._dialect
         return self._io._query(lambda: _run_reads.read_run_row(d, thread_id, run))
 
+    def tally(self, thread_id: str, run: int) -> tuple[dict[str, int], dict[str, float]]:
+        """A run's loop counts and usage, from its step rows (`_run_log_reads.read_tally`)."""
+        d = self._saver._dialect
+        return self._io._query(lambda: _run_reads.read_tally(d, thread_id, run))
+
     def close_run(
         self, thread_id: str, run: int, status: str, usage: Mapping[str, float] | None = None
     ) -> None:
@@ -216,6 +221,11 @@ class AsyncHistory(History, _AsyncPart):
         """Async twin of `History.run_row`."""
         d = self._saver._dialect
         return await self._saver._query(lambda: _run_reads.read_run_row(d, thread_id, run))
+
+    async def atally(self, thread_id: str, run: int) -> tuple[dict[str, int], dict[str, float]]:
+        """Async twin of `History.tally`."""
+        d = self._saver._dialect
+        return await self._saver._query(lambda: _run_reads.read_tally(d, thread_id, run))
 
     async def aclose_run(
         self, thread_id: str, run: int, status: str, usage: Mapping[str, float] | None = None

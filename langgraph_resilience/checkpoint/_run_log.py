@@ -10,9 +10,11 @@ LangGraph's private writes decoded back:
   is the one after the checkpoint's run log's, its ``task_spec`` the input
   without the marker, verbatim (the saver's serde), stored once, here;
 - a step is the record its node's own run-log write carries (``{"resilience":
-  {"step": ...}}``, `graph._step_log.log_update`), stored by ``put_writes`` in
-  the transaction of that write: never a step row without its writes, nor the
-  reverse (both keep the first, as LangGraph's regular writes do);
+  {"step": ...}}``, `graph._step_log.log_update`), or that its node handed to
+  the invoke's `_scope.RunScope` in place of that write (a step that changes
+  nothing in the run log: most), stored by ``put_writes`` of its task in the
+  transaction of the task's writes: never a step row without its writes, nor
+  the reverse (both keep the first, as LangGraph's regular writes do);
 - a write that ends the run (``status``: success, partial_complete), names its
   failed step, goes on with it (``running``: `retry_failed`) or resumes it
   (LangGraph's `RESUME_CHANNEL` write) updates the run's row in that same
@@ -41,7 +43,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.graph import START
 
-from langgraph_resilience._langgraph import INTERRUPT_CHANNEL, RESUME_CHANNEL
+from langgraph_resilience._langgraph import ERROR_CHANNEL, INTERRUPT_CHANNEL, RESUME_CHANNEL
 from langgraph_resilience.checkpoint._run_log_reads import CHANNEL, ENDED, STATUSES
 from langgraph_resilience.checkpoint._runs import WORKER_KEY, Fence, fence_of
 from langgraph_resilience.checkpoint._schema import (
@@ -189,13 +191,21 @@ class WriteLedger(NamedTuple):
 
 
 def ledger_of_writes(
-    config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str
+    config: RunnableConfig,
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    handed: Mapping[str, Any] | None = None,
 ) -> WriteLedger | None:
     """What a task's writes tell the ledger, or None (most writes of a step: only
-    its own run-log write, read as given, and a resume's write count)."""
+    its own run-log write, read as given, and a resume's write count).
+
+    ``handed``: the run-log entry the task's node handed over in place of a
+    write (`_scope.RunScope.take`), read as its write would be; writes that
+    are the task's error drop it (the step did not end with them)."""
     value: Any = None
     resumed = False
     paused: str | None = None
+    failed = False
     for channel, v in writes:
         if channel == CHANNEL:
             value = v
@@ -203,6 +213,10 @@ def ledger_of_writes(
             resumed = True
         elif channel == INTERRUPT_CHANNEL:
             paused = "budget" if paused == "budget" or _for_budget(v) else "human"
+        elif channel == ERROR_CHANNEL:
+            failed = True
+    if handed is not None and value is None and not failed:
+        value = handed
     if not isinstance(value, Mapping) and not resumed and paused is None:
         return None
     configurable = config.get("configurable") or {}
@@ -220,7 +234,7 @@ def ledger_of_writes(
     run = None
     if isinstance(step, Mapping) and step.get("path"):
         run = int(step.get("run") or 1)
-        usage = value.get("usage")
+        usage = step.get("usage") or value.get("usage")  # a tallied step's, or the log's
         row = (
             thread_id,
             ns,
@@ -231,14 +245,14 @@ def ledger_of_writes(
             str(step.get("node") or ""),
             str(step.get("status") or ""),
             int(step.get("attempts") or 0),
-            json.dumps(list(step.get("kinds") or [])),
+            json.dumps(list(kinds)) if (kinds := step.get("kinds")) else "[]",
             step.get("started_at"),
             step.get("ended_at"),
             step.get("summary"),
             step.get("run_id"),
             step.get("worker"),
             json.dumps(dict(usage)) if isinstance(usage, Mapping) else None,
-            tried_task(value, str(step["path"])),
+            tried_task(value, str(step["path"])) if _FAILED_KEYS & value.keys() else None,
         )
     if ns:  # a nested run's: its steps only (its outcome is its parent's step's)
         # Its start or end under a parent that keeps no run log (a plain
@@ -269,6 +283,9 @@ def ledger_of_writes(
         clear=tuple(str(p) for p in value.get("clear") or ()),
         paused_for=paused,
     )
+
+
+_FAILED_KEYS = frozenset(("failed_step", "failed_steps"))
 
 
 def tried_task(value: Mapping[str, Any], path: str) -> str | None:

@@ -33,6 +33,7 @@ __all__ = [
     "list_run_rows",
     "read_run_row",
     "read_steps",
+    "read_tally",
     "step_order",
 ]
 
@@ -115,24 +116,28 @@ def step_order(record: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def read_steps(
-    d: Dialect, thread_id: str, run: int | None
+    d: Dialect, thread_id: str, run: int | None, *, whole: bool = False
 ) -> Statements[list[dict[str, Any]] | None]:
     """A thread's step records from the ledger, by run then start (one run's if
     ``run``), in one statement; None when the ledger holds none of them.
 
     The ledger holds a run when it has the run's row (the whole thread: its
     first run's, so that a thread whose first runs were stored before the
-    ledger existed is read from its writes, all of it); a run it holds with no
+    ledger existed is read from its writes, with the rows stored since:
+    ``whole`` reads those, whatever runs have rows); a run it holds with no
     step yet reads None too (its writes hold none either)."""
     where, params = ("AND s.run = ? ", (int(run),)) if run is not None else ("", ())
+    held = f"AND EXISTS (SELECT 1 FROM {RUN_LOG.name} r WHERE r.thread_id = ? AND r.run = ?)"
+    held_params: tuple[Any, ...] = (thread_id, 1 if run is None else int(run))
+    if whole:
+        held, held_params = "", ()
     rows = yield Stmt(
         d.sql(
             "SELECT s.checkpoint_ns, s.checkpoint_id, s.task_id, "
             f"{', '.join('s.' + f for f in STEP_FIELDS)} FROM {STEPS.name} s "
-            f"WHERE s.thread_id = ? {where}AND EXISTS (SELECT 1 FROM {RUN_LOG.name} r "
-            "WHERE r.thread_id = ? AND r.run = ?)"
+            f"WHERE s.thread_id = ? {where}{held}"
         ),
-        (thread_id, *params, thread_id, 1 if run is None else int(run)),
+        (thread_id, *params, *held_params),
         fetch=True,
     )
     if not rows:
@@ -163,6 +168,31 @@ def read_run_row(d: Dialect, thread_id: str, run: int) -> Statements[RunLogRecor
         fetch=True,
     )
     return from_row(RunLogRecord, rows[0]) if rows else None
+
+
+def read_tally(
+    d: Dialect, thread_id: str, run: int
+) -> Statements[tuple[dict[str, int], dict[str, float]]]:
+    """A run's loop counts and usage, from its top-level step rows (`_scope.Tally`):
+    executions per path without its iteration (``review#3`` counts as
+    ``review``) of the steps that ran (completed or degraded), usage summed."""
+    rows = yield Stmt(
+        d.sql(
+            f"SELECT path, status, usage FROM {STEPS.name} "
+            "WHERE thread_id = ? AND checkpoint_ns = '' AND run = ?"
+        ),
+        (thread_id, int(run)),
+        fetch=True,
+    )
+    counts: dict[str, int] = {}
+    usage: dict[str, float] = {}
+    for path, status, used in rows:
+        if status in ("completed", "degraded"):
+            base = str(path).partition("#")[0]
+            counts[base] = counts.get(base, 0) + 1
+        for key, value in (json.loads(used) if used else {}).items():
+            usage[key] = usage.get(key, 0) + value
+    return counts, usage
 
 
 #: A page's position: (started_at, thread_id, run) of the last row of the page before.

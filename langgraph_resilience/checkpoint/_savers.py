@@ -47,6 +47,7 @@ from langgraph_resilience.checkpoint import (
     _run_log,
     _run_log_reads,
     _runs,
+    _scope,
     _steps,
     _threads,
 )
@@ -291,10 +292,11 @@ class SyncResilience(Hooks, SyncArchival):
     ) -> None:
         """Store a task's writes, retrying transient store errors (none of a step
         stopped by a lost lease: `stops_on_lost_lease`)."""
+        handed = _scope.take(config, task_id)  # a step's record its node handed over
         if self._lease_stop(config, writes):
             return
         sql, rows = self._rows_of(config, writes, task_id, task_path)
-        ledger = _run_log.ledger_of_writes(config, writes, task_id)
+        ledger = _run_log.ledger_of_writes(config, writes, task_id, handed)
         self._write(
             lambda: self._writes_and_steps(sql, rows, ledger),
             fence=_runs.fence_of(config),
@@ -406,7 +408,9 @@ class SyncResilience(Hooks, SyncArchival):
         rows = self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
         if not rows and self._restored({"configurable": {"thread_id": thread_id}}):
             rows = self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
-        return _steps.decode_steps(rows, self.serde.loads_typed, run)
+        decoded = _steps.decode_steps(rows, self.serde.loads_typed, run)
+        held = self._query(lambda: _run_log_reads.read_steps(d, str(thread_id), run, whole=True))
+        return _steps.with_rows(decoded, held)
 
     def read_run(self, run_id: str) -> RunRecord | None:
         """A run: status, claims, owner, lease expiry, fencing token, outcome."""

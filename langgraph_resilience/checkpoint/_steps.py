@@ -2,8 +2,10 @@
 steps' own writes (a thread the ledger holds is read from its step rows,
 `_run_log.read_steps`, in the same form).
 
-A node's run-log update carries its step's record (``{"resilience": {"step":
-...}}``). LangGraph stores that update with the task's other writes, in the
+A node's run-log update carried its step's record (``{"resilience": {"step":
+...}}``; since the invoke's run scope, most steps hand it to the saver instead,
+and it is only a row: `with_rows` adds those to a thread begun before the
+ledger). LangGraph stores that update with the task's other writes, in the
 transaction that marks the task done, so the record is never stored without the
 step's results, nor the reverse, and it costs no write of its own. The state
 keeps none of it; the whole history is read
@@ -20,7 +22,7 @@ from typing import Any
 from langgraph_resilience.checkpoint._run_log_reads import CHANNEL, STEP_FIELDS, step_order
 from langgraph_resilience.checkpoint._store import Dialect, Row, Statements, Stmt
 
-__all__ = ["decode_steps", "read_step_writes"]
+__all__ = ["decode_steps", "read_step_writes", "with_rows"]
 
 _FIELDS = tuple(f for f in STEP_FIELDS if f != "usage")  # usage: the update's
 
@@ -60,3 +62,21 @@ def decode_steps(
         found.append(record)
     found.sort(key=step_order)
     return found
+
+
+def with_rows(
+    decoded: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """A thread's steps decoded from its writes, with those only its step rows
+    hold (stored since the ledger, by a step that handed its record to the saver
+    in place of a run-log write): one record per task, the row's where both are."""
+    if not rows:
+        return list(decoded)
+    held = {_task_key(r) for r in rows}
+    found = [r for r in decoded if _task_key(r) not in held] + list(rows)
+    found.sort(key=step_order)
+    return found
+
+
+def _task_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (record["checkpoint_ns"], record["checkpoint_id"], record["task_id"])

@@ -37,8 +37,10 @@ from langgraph.types import All, Checkpointer, StateSnapshot
 from langgraph.typing import ContextT, InputT, OutputT, StateT
 from typing_extensions import Self, Unpack
 
+import langgraph_resilience.graph._closing as closing
 import langgraph_resilience.graph._failed_runs as failed_runs
 import langgraph_resilience.graph._lifecycle as lifecycle
+import langgraph_resilience.graph._tally as tally
 import langgraph_resilience.state as run_log
 from langgraph_resilience._langgraph import (
     DURABILITY_KEY,
@@ -102,26 +104,29 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         since = time.time()
         lifecycle.note_resume(self, input, config)  # a resume after a crash: a recovery
-        run_config = take_over(config, self.config, is_async=False)  # a finished task's
+        given, scope = tally.scoped(config, input)  # the run's tally, its steps' records
+        run_config = take_over(given, self.config, is_async=False)  # a finished task's
         stream = super().stream(lifecycle.with_marker(input, config), run_config, **kwargs)
-        stream = lifecycle.closing(self, config, stream)  # the run ledger: how it returned
+        stream = closing.closing(self, config, stream, scope)  # the run ledger: how it returned
         stream = failed_runs.streamed(self, input, config, since, stream)  # or that it raised
         return watched(stream)  # inside a step: a run that ended short fails it
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         since = time.time()
-        run_config = take_over(config, self.config, is_async=True)  # writes wait for none
+        given, scope = tally.scoped(config, input)  # the run's tally, its steps' records
+        run_config = take_over(given, self.config, is_async=True)  # writes wait for none
         stream = super().astream(lifecycle.with_marker(input, config), run_config, **kwargs)
-        stream = lifecycle.aclosing(self, config, stream)  # the run ledger: how it returned
+        stream = closing.aclosing(self, config, stream, scope)  # the ledger: how it returned
         stream = failed_runs.astreamed(self, input, config, since, stream)  # or that it raised
         stream = lifecycle.anoted(self, input, config, stream)  # a resume after a crash
         return awatched(stream)  # inside a step: a run that ended short fails it
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         since = time.time()
-        with lifecycle.invoking(self, config):
+        given, scope = tally.scoped(config, input)  # shared with the stream it reads
+        with closing.invoking(self, config):
             try:
-                stored = super().invoke(input, config, **kwargs)
+                stored = tally.with_usage(super().invoke(input, given, **kwargs), scope)
             except Exception as exc:
                 failed_runs.failed(self, input, config, since, exc)  # the run ledger: it raised
                 raise
@@ -129,14 +134,15 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
         lifecycle.settle_by_hand(self, input, config)  # a Worker's paused run, resumed by hand
         read = lambda: self.get_state(config or {}) if self.checkpointer else None  # noqa: E731
         out = lifecycle.settle_output(stored, config, read)
-        lifecycle.close_run(self, config, out, stored)
+        closing.close_run(self, config, out, stored)
         return out
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         since = time.time()
-        with lifecycle.invoking(self, config):
+        given, scope = tally.scoped(config, input)  # shared with the stream it reads
+        with closing.invoking(self, config):
             try:
-                stored = await super().ainvoke(input, config, **kwargs)
+                stored = tally.with_usage(await super().ainvoke(input, given, **kwargs), scope)
             except Exception as exc:
                 await failed_runs.afailed(self, input, config, since, exc)  # the ledger: it raised
                 raise
@@ -149,7 +155,7 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
         ):
             found = await self.aget_state(config or {})
         out = lifecycle.settle_output(stored, config, lambda: found)
-        await lifecycle.aclose_run(self, config, out, stored)
+        await closing.aclose_run(self, config, out, stored)
         return out
 
     def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot:

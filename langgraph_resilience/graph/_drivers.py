@@ -26,6 +26,7 @@ from langgraph_resilience.budget import Meter
 from langgraph_resilience.graph._node import NodeAction, NodeContext
 from langgraph_resilience.graph._slots import anode_turn, node_turn, user_config
 from langgraph_resilience.graph._step_log import NESTED_STOPS, not_run, stopped
+from langgraph_resilience.graph._tally import aensure, ensure
 from langgraph_resilience.graph._task import CURRENT_ATTEMPT, TaskContext
 from langgraph_resilience.graph._tries import (
     Call,
@@ -255,11 +256,11 @@ class _NotRun:
 NOT_RUN: Any = _NotRun()
 
 
-def _skipped(ctx: NodeContext, state: Any, config: RunnableConfig | None = None) -> bool:
+def _skipped(ctx: NodeContext, state: Any, task: TaskContext) -> bool:
     """Whether the step is not run, the run having stopped short (its event said so)."""
     if not stopped(state):
         return False
-    not_run(ctx.name, TaskContext(config=config or get_config()), state)
+    not_run(ctx.name, task, state)
     return True
 
 
@@ -268,46 +269,52 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
 
     A runnable stays a runnable (sync and async); a function keeps its name,
     signature and sync-or-async kind, so LangGraph passes it what it asks for.
+    Before the step, its run's tally is loaded if the invoke has none yet
+    (`_tally.ensure`: the one read of a step row it may make).
     """
     timeout = _seconds(ctx.policy.timeout) if ctx.policy is not None else None
     if isinstance(action, Runnable):
 
         def sync_runnable(state: Any, config: RunnableConfig) -> Any:
-            if _skipped(ctx, state, config):
+            task = ensure(TaskContext(config=config), state)
+            if _skipped(ctx, state, task):
                 return NOT_RUN
             call = lambda s: action.invoke(s, user_config(try_config(config)))  # noqa: E731
             with node_turn(config):
-                return run_sync(ctx, state, state, call, TaskContext(config=config))
+                return run_sync(ctx, state, state, call, task)
 
         async def async_runnable(state: Any, config: RunnableConfig) -> Any:
-            if _skipped(ctx, state, config):
+            task = await aensure(TaskContext(config=config), state)
+            if _skipped(ctx, state, task):
                 return NOT_RUN
             call = lambda s: action.ainvoke(s, user_config(try_config(config)))  # noqa: E731
             async with anode_turn(config):
-                return await run_async(ctx, state, state, call, TaskContext(config=config), timeout)
+                return await run_async(ctx, state, state, call, task, timeout)
 
         return RunnableLambda(sync_runnable, afunc=async_runnable, name=ctx.name)
     if is_async(action):
 
         @functools.wraps(action)
         async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
-            if _skipped(ctx, state):
-                return NOT_RUN
             config, kwargs = get_config(), _users(kwargs)
+            task = await aensure(TaskContext(config=config), state)
+            if _skipped(ctx, state, task):
+                return NOT_RUN
             call = lambda s: action(s, *args, **kwargs)  # noqa: E731
             async with anode_turn(config):
-                return await run_async(ctx, state, state, call, TaskContext(config=config), timeout)
+                return await run_async(ctx, state, state, call, task, timeout)
 
         return async_node
 
     @functools.wraps(action)
     def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
-        if _skipped(ctx, state):
-            return NOT_RUN
         config, kwargs = get_config(), _users(kwargs)
+        task = ensure(TaskContext(config=config), state)
+        if _skipped(ctx, state, task):
+            return NOT_RUN
         call = lambda s: action(s, *args, **kwargs)  # noqa: E731
         with node_turn(config):
-            return run_sync(ctx, state, state, call, TaskContext(config=config))
+            return run_sync(ctx, state, state, call, task)
 
     return sync_node
 

@@ -24,6 +24,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
 
+import langgraph_resilience.graph._closing as closing
 import langgraph_resilience.graph._lifecycle as lifecycle
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.checkpoint._runs import fence_of
@@ -42,7 +43,7 @@ def _told(graph: Any, config: RunnableConfig | None, exc: BaseException) -> tupl
         return None
     if fence_of(config) is not None:
         return None
-    return lifecycle._driven(graph, config)
+    return closing._driven(graph, config)
 
 
 def _continued(input: Any) -> bool:
@@ -84,7 +85,7 @@ def streamed(
 ) -> Iterator[Any]:
     """``stream`` (called at ``since``, before its input was marked); one that
     raises tells the ledger (one ``invoke`` reads is left to ``invoke``)."""
-    if not lifecycle._left_to_stream(graph, config):
+    if not closing._left_to_stream(graph, config):
         return stream
 
     def watching() -> Iterator[Any]:
@@ -101,7 +102,7 @@ def astreamed(
     graph: Any, input: Any, config: RunnableConfig | None, since: float, stream: AsyncIterator[Any]
 ) -> AsyncIterator[Any]:
     """Async twin of `streamed`."""
-    if not lifecycle._left_to_stream(graph, config):
+    if not closing._left_to_stream(graph, config):
         return stream
 
     async def watching() -> AsyncIterator[Any]:

@@ -8,9 +8,10 @@ this module says what is particular to a node:
   ``validate`` may reject an output, a nested run log's usage counts;
 - compressing the state after a context overflow (the policy's ``compress``,
   else a summary of the trimmed messages);
-- the end: the output with its step's run-log update (completed), or the
-  give-up: degraded (the node's normal edges fire), or the routing signal to
-  the fallback or the partial result (`_routes`).
+- the end: the output with its step's run-log update (completed; or the
+  output alone, its record handed to the saver, `_hand`), or the give-up:
+  degraded (the node's normal edges fire), or the routing signal to the
+  fallback or the partial result (`_routes`).
 
 A node without a policy keeps LangGraph's behaviour; its wrapper only records
 the step in the run log.
@@ -25,10 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import Runnable
+from langgraph.types import Command
 
 import langgraph_resilience.state as run_log
 from langgraph_resilience._engine import Action, Decision
 from langgraph_resilience.budget import Budget, add_usage
+from langgraph_resilience.checkpoint._scope import RunScope, Tally
 from langgraph_resilience.classify import Classification, FailureKind
 from langgraph_resilience.errors import ValidationFailed, message_of
 from langgraph_resilience.graph._compress import compress_with_summary
@@ -49,6 +52,7 @@ from langgraph_resilience.graph._step_log import (
     step_path,
     with_log,
 )
+from langgraph_resilience.graph._tally import tally_of
 from langgraph_resilience.graph._tries import CallResult, Ended, GaveUp, Tries, try_record
 
 __all__ = ["NodeAction", "NodeContext"]
@@ -109,7 +113,9 @@ class NodeContext(Tries):
         return new_state, summary
 
     def done(self, end: Ended, output: Any) -> Any:
-        """The node's output with its run-log update: the step completed."""
+        """The node's output with its run-log update: the step completed. A
+        step that changes nothing in the run log hands its record to the saver
+        instead (`_hand`)."""
         state, task = end.state, end.task
         assert task is not None  # a node always runs in a task
         terminal = self.is_terminal(self.name)
@@ -118,7 +124,10 @@ class NodeContext(Tries):
         )
         if end.summaries:
             log["context_summary"] = end.summaries
-        _add_spend(log, end.spent, end.topped)
+        lean = tally_of(task, log_of(state)) if log.get("tallied") else None
+        _add_spend(log, end.spent, end.topped, lean)
+        if lean is not None and _hand(log, output, task, lean[0]):
+            return output
         return with_log(output, log)
 
     def gave_up(self, end: Ended, gave: GaveUp) -> Any:
@@ -139,7 +148,8 @@ class NodeContext(Tries):
             ]
             if task.send_index is not None:  # retry_failed(step=path) re-runs it with it
                 log["degraded_sends"] = [{"path": path, "send": state}]
-            _add_spend(log, end.spent, end.topped)
+            lean = tally_of(task, log_of(state)) if log.get("tallied") else None
+            _add_spend(log, end.spent, end.topped, lean)
             log_gave_up(name, task, state, path, failure.kind.value, number, None)
             return {"resilience": log}
         route = self._route(end, gave)
@@ -200,11 +210,56 @@ class NodeContext(Tries):
         return route
 
 
-def _add_spend(log: dict[str, Any], spent: dict[str, float], topped: Budget | None) -> None:
-    """What the node used (added up by the run log), and a top-up given to it."""
-    log["usage"] = spent
+def _add_spend(
+    log: dict[str, Any],
+    spent: dict[str, float],
+    topped: Budget | None,
+    lean: tuple[RunScope, Tally] | None,
+) -> None:
+    """What the node used, and a top-up given to it. A tallied step (`log_update`,
+    ``lean``: its invoke's scope and run tally) adds it to the tally and keeps
+    it in its record (its step row), and the run's end carries the run's usage
+    (``run_usage``); any other step's is added up by the run log."""
+    if lean is not None:
+        scope, tally = lean
+        scope.spend(tally, spent)
+        log["step"]["usage"] = spent
+        if log.get("status") == "success":
+            log["run_usage"] = scope.used(tally)
+    else:
+        log["usage"] = spent
     if topped is not None:
         log["budget"] = topped.to_dict()
+
+
+#: What a tallied step's update may hold and still change nothing in the run log.
+_PLAIN = frozenset(("step", "tallied"))
+
+
+def _hand(log: dict[str, Any], output: Any, task: Any, scope: RunScope) -> bool:
+    """Hand a tallied completed step's record to the saver (`RunScope.hand`) in
+    place of a run-log write, when the update changes nothing in the run log and
+    the output makes LangGraph store a write of the task (its ``put_writes``
+    takes the record and stores it as the step's row, in the transaction of
+    those writes). A saver that keeps no ledger has no use for it: the record
+    goes nowhere, as the run log drops it."""
+    if not _PLAIN.issuperset(log) or not _writes_something(output):
+        return False
+    if scope.keeps_rows is None:  # the invoke's saver: the same for all its steps
+        scope.keeps_rows = task.saver is not None or task.async_saver is not None
+    if scope.keeps_rows:
+        scope.hand(task.task_id, log)
+    return True
+
+
+def _writes_something(output: Any) -> bool:
+    """Whether LangGraph stores a write of a node that returned ``output``."""
+    if type(output) is dict:
+        return any(k != "resilience" for k in output)
+    if isinstance(output, Command) and output.graph is None:
+        update = output.update
+        return isinstance(update, dict) and any(k != "resilience" for k in update)
+    return False
 
 
 #: A subgraph that stopped short: no retry (its completed steps would run again);

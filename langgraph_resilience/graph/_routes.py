@@ -43,6 +43,7 @@ from langgraph_resilience.checkpoint._route_text import (
 )
 from langgraph_resilience.classify import Classification, FailureKind
 from langgraph_resilience.errors import EffectOutcomeUnknown, LeaseLost, describe, message_of
+from langgraph_resilience.graph._tally import aensure, ensure, tally_of
 from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.state import brief
 from langgraph_resilience.telemetry._emit import GRAPH_KEY, emit
@@ -306,6 +307,8 @@ def partial_outcome(
         stored = {d.get("path") for d in done}
         window = [w for w in log.get("completed_steps") or [] if w.get("path") not in stored]
         outcome["completed_steps"] = done + window
+    if (lean := tally_of(task, log)) is not None:  # the run's usage, at its end
+        outcome["run_usage"] = dict(lean[1].usage)
     _announce(log, outcome, task)
     return outcome
 
@@ -338,14 +341,14 @@ def _run_of(state: Any) -> int:
 
 
 def _partial_sync(state: Any, config: RunnableConfig) -> dict[str, Any]:
-    task = TaskContext(config=config)
+    task = ensure(TaskContext(config=config), state)
     saver, thread = task.saver, task.thread_id
     found = saver.step_history(thread, run=_run_of(state)) if saver and thread else None
     return {"resilience": partial_outcome(state, found, task)}
 
 
 async def _partial_async(state: Any, config: RunnableConfig) -> dict[str, Any]:
-    task = TaskContext(config=config)
+    task = await aensure(TaskContext(config=config), state)
     saver, thread = task.async_saver, task.thread_id
     found = await saver.astep_history(thread, run=_run_of(state)) if saver and thread else None
     return {"resilience": partial_outcome(state, found, task)}

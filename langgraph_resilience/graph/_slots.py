@@ -27,7 +27,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -81,11 +81,19 @@ class Slots:
             wake = self._waiters.popleft()
         wake()
 
-    @contextmanager
-    def held(self) -> Iterator[None]:
+    def acquire(self) -> None:
+        """Take a slot, waiting for one if none is free (first come first served)."""
+        with self._lock:  # the usual case, a slot free: no event to wait on
+            if self._free and not self._waiters:
+                self._free -= 1
+                return
         granted = threading.Event()
         if not self._take(granted.set):
             granted.wait()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        self.acquire()
         try:
             yield
         finally:
@@ -180,25 +188,51 @@ def _ambient(config: RunnableConfig) -> Iterator[None]:
     """The node's code runs with ``user_config`` as its ambient config (what
     ``get_config()`` and a nested invoke read)."""
     ambient = var_child_runnable_config.get()
-    if ambient is None or user_config(ambient) is ambient:
+    seen = user_config(ambient) if ambient is not None else None
+    if seen is None or seen is ambient:
         yield
         return
-    token = var_child_runnable_config.set(user_config(ambient))
+    token = var_child_runnable_config.set(seen)
     try:
         yield
     finally:
         var_child_runnable_config.reset(token)
 
 
-@contextmanager
-def node_turn(config: RunnableConfig) -> Iterator[None]:
-    """A sync node's turn: a slot of its run level held, the user's config ambient."""
+class _Turn:
+    """A sync node's turn (`node_turn`). A class, not a generator: every node of
+    a run takes one."""
+
+    __slots__ = ("_slots", "_token")
+
+    def __init__(self, slots: Slots) -> None:
+        self._slots = slots
+        self._token: Any = None
+
+    def __enter__(self) -> None:
+        self._slots.acquire()
+        ambient = var_child_runnable_config.get()
+        seen = user_config(ambient) if ambient is not None else None
+        if seen is not None and seen is not ambient:
+            self._token = var_child_runnable_config.set(seen)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            var_child_runnable_config.reset(self._token)
+            self._token = None
+        self._slots.release()
+
+
+_NO_TURN = nullcontext()
+
+
+def node_turn(config: RunnableConfig) -> AbstractContextManager[None]:
+    """A sync node's turn: a slot of its run level held, the user's config ambient
+    (`user_config`)."""
     level = _level(config)
     if level is None or level.slots is None:
-        yield
-        return
-    with level.slots.held(), _ambient(config):
-        yield
+        return _NO_TURN
+    return _Turn(level.slots)
 
 
 @asynccontextmanager

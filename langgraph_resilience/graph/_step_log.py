@@ -2,9 +2,12 @@
 log (a subgraph's, or a graph invoked inside the node) brings, whether the
 run has stopped short, and the log line of a failed try.
 
-A step's record rides in the node's own run-log write (``{"resilience":
-{"step": ...}}``), which the reducer (`state.merge_run_log`) keeps in a bounded
-window and the saver stores with the step's other writes.
+A completed step's record that changes nothing else in the run log is handed
+to the saver by the node's wrapper (`_node`, the invoke's `RunScope`); any
+other rides in the node's own run-log write (``{"resilience": {"step": ...}}``).
+Either way the saver stores it as the step's row with the task's writes, and
+the state keeps none of it. A top-level step's path counts its loop iteration
+in the invoke's tally (`_tally`); a nested step's, in its graph's run log.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import langgraph_resilience.state as run_log
 from langgraph_resilience._engine import Action, Decision
 from langgraph_resilience.budget import used
 from langgraph_resilience.checkpoint import AttemptRecord
+from langgraph_resilience.checkpoint._scope import RunScope, Tally
+from langgraph_resilience.graph._tally import tally_of
 from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.telemetry._emit import GRAPH_KEY, emit
 
@@ -42,17 +47,28 @@ __all__ = [
 ]
 
 
-def step_path(name: str, task: TaskContext, log: Mapping[str, Any]) -> str:
+def step_path(
+    name: str,
+    task: TaskContext,
+    log: Mapping[str, Any],
+    lean: tuple[RunScope, Tally] | None = None,
+) -> str:
     """The step's path in its run: subgraph path and node, the `Send` branch,
     and the loop iteration from the second on (``research/fetch``, ``work[2]``,
-    ``review#3``)."""
-    base = task.graph_path + name
-    index = task.send_index
-    if index is not None:
-        base += f"[{index}]"
-    counts = log.get("counts")
+    ``review#3``), counted in the invoke's tally at the top of a run
+    (`_tally.tally_of`, ``lean`` if known), else in the run log ``log``."""
+    base = _base(name, task)
+    if lean is None:
+        lean = tally_of(task, log)
+    counts = lean[1].counts if lean is not None else log.get("counts")
     seen = int(counts.get(base, 0)) if counts else 0
     return f"{base}#{seen + 1}" if seen else base
+
+
+def _base(name: str, task: TaskContext) -> str:
+    base = task.graph_path + name
+    index = task.send_index
+    return base if index is None else f"{base}[{index}]"
 
 
 def log_of(state: Any) -> Mapping[str, Any]:
@@ -78,9 +94,14 @@ def log_update(
     output: Any,
     started_at: float,
 ) -> dict[str, Any]:
-    """The run-log update of a step that ran: its record, and the run's status."""
+    """The run-log update of a step that ran: its record, and the run's status.
+
+    At the top of an invoke's run (`_tally.tally_of`) the step's execution is
+    counted in the run's tally, and the update is marked ``tallied``: the run
+    log keeps no count of it."""
     known = log_of(state)
-    path = step_path(name, task, known)
+    lean = tally_of(task, known)
+    path = step_path(name, task, known, lean)
     step: dict[str, Any] = {
         "run": int(known.get("run") or 1),
         "path": path,
@@ -97,6 +118,9 @@ def log_update(
         if (worker := task.worker) is not None:
             step["worker"] = worker
     update: dict[str, Any] = {"step": step}
+    if lean is not None:
+        lean[0].count(lean[1], path.partition("#")[0])
+        update["tallied"] = True
     if status != "completed":
         update["degraded_steps"] = [path]
     if terminal:

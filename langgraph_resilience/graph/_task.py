@@ -51,6 +51,7 @@ from langgraph_resilience.checkpoint import (
     ResilientSaver,
 )
 from langgraph_resilience.checkpoint._runs import WORKER_KEY, fence_of
+from langgraph_resilience.checkpoint._scope import RunScope, Tally
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.policy import Attempt
 
@@ -140,6 +141,8 @@ class TaskContext:
     """
 
     config: RunnableConfig
+    #: A top-level step's invoke scope and run tally (`_tally.ensure`), once found.
+    lean: tuple[RunScope, Tally] | None = None
 
     @classmethod
     def current(cls) -> TaskContext | None:
@@ -261,6 +264,12 @@ class TaskContext:
             return ""
         parts = [seg.split(NS_END, 1)[0] for seg in ns.split(NS_SEP) if seg]
         return "".join(f"{p}/" for p in parts[:-1])
+
+    @property
+    def top_level(self) -> bool:
+        """Whether the task runs at the top of its run (not in a subgraph, nor in a
+        graph invoked inside a node)."""
+        return NS_SEP not in (self._configurable.get("checkpoint_ns") or "")
 
     @property
     def task_scope(self) -> str:

@@ -35,12 +35,13 @@ from langgraph.types import interrupt
 
 from langgraph_resilience._engine import Action, Decision, decide
 from langgraph_resilience._langgraph import RESUMING_KEY
-from langgraph_resilience.budget import Budget, pause_value, topped_up, used
+from langgraph_resilience.budget import Budget, pause_value, topped_up
 from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.classify import Classification, Classifier, FailureKind, is_control_flow
 from langgraph_resilience.errors import ConfigError, LeaseLost, message_of
 from langgraph_resilience.graph._routes import error_text
 from langgraph_resilience.graph._step_log import log_try
+from langgraph_resilience.graph._tally import run_used
 from langgraph_resilience.graph._task import BUDGET_KEY, TaskContext
 from langgraph_resilience.limits._admit import Admit, Held, Release
 from langgraph_resilience.policy import Attempt, Backoff, NodePolicy
@@ -261,10 +262,12 @@ def durable_wait(name: str, record: AttemptRecord) -> dict[str, Any]:
     }
 
 
-def _raised_pause(name: str, budget: Budget | None, state: Any, record: AttemptRecord) -> Any:
+def _raised_pause(
+    name: str, budget: Budget | None, state: Any, task: TaskContext | None, record: AttemptRecord
+) -> Any:
     """The interrupt of a try that raised `BudgetExhausted` (resumed: the resume value)."""
     error = f"{record.error_type}: {record.reason}"
-    return interrupt(pause_value(name, budget, used(state), [], error=error))
+    return interrupt(pause_value(name, budget, run_used(state, task), [], error=error))
 
 
 def _top_up(resumed: Any, topped: Budget | None) -> Budget | None:
@@ -343,7 +346,7 @@ def try_loop(
             # Raises until the run is resumed (Command(resume=...)); the task
             # re-runs and, finding this try stored, takes the resume value in
             # the preamble, then tries again.
-            topped = _top_up(_raised_pause(what.name, budget, state, record), topped)
+            topped = _top_up(_raised_pause(what.name, budget, state, task, record), topped)
         if decision.action is Action.WAIT:
             # Raises: the worker releases the run until the wait is over, then
             # resumes it; the task re-runs, finds this try stored, and tries again.
@@ -404,8 +407,8 @@ def _preamble(
             budget = task.budget
         if budget is None:
             budget = what.budget
-        while budget is not None and (ran_out := budget.exhausted(used(state))):
-            resumed = interrupt(pause_value(what.name, budget, used(state), ran_out))
+        while budget is not None and (ran_out := budget.exhausted(spent := run_used(state, task))):
+            resumed = interrupt(pause_value(what.name, budget, spent, ran_out))
             if isinstance(resumed, (Budget, Mapping)):
                 budget = topped = Budget.coerce(resumed, where="the value resumed with")
     if task is not None and task.resuming and what.policy is not None:
@@ -413,7 +416,7 @@ def _preamble(
     if tries and tries[-1].kind == FailureKind.BUDGET_EXHAUSTED.value:
         # Resumed after a try raised BudgetExhausted: the same interrupt now
         # returns what the run was resumed with (a top-up, maybe).
-        topped = _top_up(_raised_pause(what.name, budget, state, tries[-1]), topped)
+        topped = _top_up(_raised_pause(what.name, budget, state, task, tries[-1]), topped)
         budget = topped or budget
     elif tries and tries[-1].status == "waiting":
         interrupt(durable_wait(what.name, tries[-1]))  # resumed once the wait is over

@@ -1,0 +1,136 @@
+"""One top-level run's scope in memory: the step records its nodes hand to the
+saver, and the run's loop counts and usage, which live here, not in the state.
+
+A `ResilientStateGraph` invoke (``invoke``, ``stream``, a `Worker`'s, a
+`retry_failed`'s) puts one `RunScope` in its config (`SCOPE_KEY`); LangGraph
+copies the key into every task's config and into the config of each
+``put_writes``, so the node wrapper and the saver meet in it:
+
+- a completed step whose record changes nothing in ``state["resilience"]``
+  hands it over (`hand`, keyed by LangGraph's task id) in place of a
+  ``resilience`` write; the saver's ``put_writes`` of that task takes it
+  (`take`) and stores it as the step's row in the transaction of the task's
+  writes. A task whose writes are an error drops it; a task whose writes are
+  never stored leaves it here until the invoke returns and the scope goes;
+- `Tally`: the executions per step path (loop iterations: ``review#3``) and
+  the usage of each run the invoke drives, counted as its steps complete. An
+  invoke that goes on with a run (a resume, `retry_failed`, a takeover) loads
+  them once from the run's step rows (`load`): the rows are the truth, a crash
+  loses nothing of them; a new run starts empty (``fresh``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["SCOPE_KEY", "RunScope", "Tally", "scope_of", "take"]
+
+#: The configurable key of an invoke's `RunScope`.
+SCOPE_KEY = "__lgr_run_scope"
+
+
+class Tally:
+    """One run's loop counts (executions per step path without its iteration)
+    and usage (`budget.add_usage` keys) so far."""
+
+    __slots__ = ("counts", "usage")
+
+    def __init__(self, counts: Mapping[str, int], usage: Mapping[str, float]) -> None:
+        self.counts = dict(counts)
+        self.usage = dict(usage)
+
+
+class RunScope:
+    """What one top-level invoke shares between its node wrappers and its saver
+    (thread-safe: a step's tasks run on threads, its writes are stored on others).
+
+    ``fresh``: the invoke starts a new run (its input carries the new-run
+    marker), so the first run it tallies has no rows to load.
+    """
+
+    __slots__ = ("_handed", "_lock", "_tallies", "fresh", "keeps_rows")
+
+    def __init__(self, *, fresh: bool) -> None:
+        self.fresh = fresh
+        #: Whether the invoke's saver stores step rows (None: not asked yet).
+        self.keeps_rows: bool | None = None
+        self._lock = threading.Lock()
+        self._tallies: dict[int, Tally] = {}
+        self._handed: dict[str, dict[str, Any]] = {}
+
+    # -- the step records handed to the saver -------------------------------------------
+
+    def hand(self, task_id: str, log: dict[str, Any]) -> None:
+        """A completed step's run-log entry, for its task's ``put_writes``
+        (a retry of the task hands its own in place of the last)."""
+        with self._lock:
+            self._handed[task_id] = log
+
+    def take(self, task_id: str) -> dict[str, Any] | None:
+        """The entry handed for a task, removed (None: none was)."""
+        if not self._handed:  # the usual write of a step without one
+            return None
+        with self._lock:
+            return self._handed.pop(task_id, None)
+
+    # -- the runs' tallies ---------------------------------------------------------------
+
+    def tally(self, run: int) -> Tally | None:
+        """The run's tally, once started or loaded (None: not yet)."""
+        return self._tallies.get(run)
+
+    def latest(self) -> Tally | None:
+        """The tally of the run started or loaded last (a nested step's budget
+        adds the top-level steps' usage of its run)."""
+        with self._lock:
+            return next(reversed(self._tallies.values()), None)
+
+    def start(self, run: int) -> Tally | None:
+        """A new run's empty tally, if this invoke started it and has none yet
+        (None: the run's rows are to be loaded, `load`)."""
+        with self._lock:
+            found = self._tallies.get(run)
+            if found is None and self.fresh:
+                self.fresh = False  # one new run per invoke: any other is loaded
+                found = self._tallies[run] = Tally({}, {})
+            return found
+
+    def load(self, run: int, counts: Mapping[str, int], usage: Mapping[str, float]) -> Tally:
+        """The run's tally from its stored rows (the first load wins)."""
+        with self._lock:
+            found = self._tallies.get(run)
+            if found is None:
+                found = self._tallies[run] = Tally(counts, usage)
+            return found
+
+    def count(self, tally: Tally, base: str) -> None:
+        """One more execution of a step path."""
+        with self._lock:
+            tally.counts[base] = tally.counts.get(base, 0) + 1
+
+    def spend(self, tally: Tally, usage: Mapping[str, float]) -> None:
+        """Add a step's usage to its run's."""
+        with self._lock:
+            total = tally.usage
+            for key, value in usage.items():
+                total[key] = total.get(key, 0) + value
+
+    def used(self, tally: Tally) -> dict[str, float]:
+        """The run's usage so far (a copy: other steps may be adding to it)."""
+        with self._lock:
+            return dict(tally.usage)
+
+
+def scope_of(config: Mapping[str, Any] | None) -> RunScope | None:
+    """The `RunScope` of the invoke a config belongs to (None: none)."""
+    found = ((config or {}).get("configurable") or {}).get(SCOPE_KEY)
+    return found if isinstance(found, RunScope) else None
+
+
+def take(config: Mapping[str, Any], task_id: str) -> dict[str, Any] | None:
+    """The run-log entry a task's node handed to its invoke's scope, removed
+    (None: no scope, or none handed)."""
+    scope = (config.get("configurable") or {}).get(SCOPE_KEY)
+    return scope.take(task_id) if isinstance(scope, RunScope) else None
