@@ -137,12 +137,32 @@ class Meter(BaseCallbackHandler):
 
     tokens: int = 0
     cost: float = 0.0
+    # What meters entered inside this one used (a resilient graph's nodes or an
+    # agent's calls, the graph or agent invoked inside this node's function):
+    # each adds its own and its inner spend here as it exits (`inner_usage`).
+    inner_tokens: int = 0
+    inner_cost: float = 0.0
     _tokens: tuple[Any, Any] | None = None
+    _outer: Meter | None = None
 
     def add(self, tokens: int = 0, cost: float = 0.0) -> None:
         with _ADDING:  # rare (a model call's end): one lock for every meter
             self.tokens += tokens
             self.cost += cost
+
+    def _add_inner(self, tokens: int, cost: float) -> None:
+        with _ADDING:
+            self.inner_tokens += tokens
+            self.inner_cost += cost
+
+    def inner_usage(self) -> dict[str, float]:
+        """What the meters entered inside this call used: tokens and cost."""
+        found: dict[str, float] = {}
+        if self.inner_tokens:
+            found["tokens"] = self.inner_tokens
+        if self.inner_cost:
+            found["cost"] = self.inner_cost
+        return found
 
     def usage(self, seconds: float) -> dict[str, float]:
         """This call's usage, with the time it took."""
@@ -154,6 +174,7 @@ class Meter(BaseCallbackHandler):
         return found
 
     def __enter__(self) -> Meter:
+        self._outer = _METER.get()
         self._tokens = (_METER.set(self), _COUNTER.set(self))
         return self
 
@@ -162,6 +183,9 @@ class Meter(BaseCallbackHandler):
             _COUNTER.reset(self._tokens[1])
             _METER.reset(self._tokens[0])
             self._tokens = None
+        outer, self._outer = self._outer, None
+        if outer is not None and (self.tokens or self.cost or self.inner_tokens or self.inner_cost):
+            outer._add_inner(self.tokens + self.inner_tokens, self.cost + self.inner_cost)
 
     def on_llm_end(
         self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any

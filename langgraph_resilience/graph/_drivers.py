@@ -59,6 +59,9 @@ class _Unmetered:
     def usage(self, seconds: float) -> dict[str, float]:
         return {}
 
+    def inner_usage(self) -> dict[str, float]:
+        return {}
+
 
 _UNMETERED = _Unmetered()
 
@@ -80,7 +83,7 @@ def _call_sync(call: Callable[[Any], Any], arg: Any, attempt: Attempt, metered: 
             CURRENT_ATTEMPT.reset(token)
             NESTED_STOPS.reset(nested)
     usage = meter.usage(time.monotonic() - started)
-    return CallResult(output, error, usage, stops[0] if stops else None)
+    return CallResult(output, error, usage, stops[0] if stops else None, meter.inner_usage())
 
 
 def run_sync(
@@ -173,7 +176,7 @@ async def _call_async(
             CURRENT_ATTEMPT.reset(token)
             NESTED_STOPS.reset(nested)
     usage = meter.usage(time.monotonic() - started)
-    return CallResult(output, error, usage, stops[0] if stops else None)
+    return CallResult(output, error, usage, stops[0] if stops else None, meter.inner_usage())
 
 
 async def run_async(

@@ -80,14 +80,19 @@ class NodeContext(Tries):
         short, its output was rejected), and the usage so far with the try's."""
         spent = add_usage(spent, result.usage)
         exc = result.error
+        inner_usage: Mapping[str, float] | None = None
         if exc is None:
             inner_usage, inner_failed = nested_log(result.output, state)
-            if inner_usage:  # a subgraph's model calls (none for a plain node)
-                spent = add_usage(spent, inner_usage)
             if inner_failed is None:  # a resilient graph the node function invoked
                 inner_failed = result.stopped
             if inner_failed is not None:
                 exc = SubgraphStopped(inner_failed)
+        # What ran inside the try: a subgraph's model calls, as its run log brings
+        # them back; else (a graph or an agent invoked in the node function, or a
+        # try that failed) what the meters inside it counted. Never both: the same spend.
+        inner = inner_usage or result.inner
+        if inner:
+            spent = add_usage(spent, inner)
         policy = self.policy
         if exc is None and policy is not None and policy.validate is not None:
             exc = _validation_error(policy.validate, result.output)

@@ -100,12 +100,15 @@ TryOp = Call | RecordAttempt | Sleep | LoadAttempts | Admit | Release
 class CallResult(NamedTuple):
     """What a try returned (``output``) or raised (``error``), and what it used;
     ``stopped``: the failed step of a resilient graph the try invoked that
-    ended short (`_step_log.NESTED_STOPS`), if one did."""
+    ended short (`_step_log.NESTED_STOPS`), if one did; ``inner``: what the
+    meters inside the try used (a graph's or an agent's, invoked in the node
+    function: `Meter.inner_usage`)."""
 
     output: Any
     error: BaseException | None
     usage: dict[str, float]
     stopped: Mapping[str, Any] | None = None
+    inner: Mapping[str, float] | None = None
 
 
 # -- how tries end ------------------------------------------------------------------------
