@@ -185,8 +185,11 @@ def test_a_zombie_worker_cannot_write_after_its_run_was_taken_over(
     for _, s, what, p, _ in steps(tmp_path):
         if what == "end":
             by_step.setdefault(s, []).append(p)
-    # s2 ended twice: once by the rescuer, once by the zombie whose writes were refused.
-    assert sorted(by_step["s2"]) == sorted([zombie.pid, rescuer.pid])
+    # s2 ended by the rescuer; the zombie, woken, finishes its own try of s2 (whose
+    # writes are refused) or, stopped inside its effect's call, stops there: the
+    # outcome's fenced write at the call's return is refused (LeaseLost). Never twice.
+    assert rescuer.pid in by_step["s2"] and by_step["s2"].count(zombie.pid) <= 1
+    assert set(by_step["s2"]) <= {zombie.pid, rescuer.pid}
     assert all(by_step[s] == [rescuer.pid] for s in STEPS[2:])
     record = sql(
         *fresh,
