@@ -1,5 +1,5 @@
 """A top-level run whose ``invoke`` / ``stream`` raised ends ``error`` in the run
-ledger (`graph._failed_runs`), on every backend: never ``running`` for ever,
+ledger (`graph._closing.failed`), on every backend: never ``running`` for ever,
 never ``success`` because another branch reached the end.
 
 Before: a node without a policy that raised left the run's row ``running``; a

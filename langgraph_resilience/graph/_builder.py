@@ -38,7 +38,6 @@ from langgraph.typing import ContextT, InputT, OutputT, StateT
 from typing_extensions import Self, Unpack
 
 import langgraph_resilience.graph._closing as closing
-import langgraph_resilience.graph._failed_runs as failed_runs
 import langgraph_resilience.graph._lifecycle as lifecycle
 import langgraph_resilience.graph._tally as tally
 import langgraph_resilience.state as run_log
@@ -107,8 +106,8 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
         given, scope = tally.scoped(config, input)  # the run's tally, its steps' records
         run_config = take_over(given, self.config, is_async=False)  # a finished task's
         stream = super().stream(lifecycle.with_marker(input, config), run_config, **kwargs)
-        stream = closing.closing(self, config, stream, scope)  # the run ledger: how it returned
-        stream = failed_runs.streamed(self, input, config, since, stream)  # or that it raised
+        # the run ledger: how it returned, or that it raised
+        stream = closing.closing(self, input, config, since, stream, scope)
         return watched(stream)  # inside a step: a run that ended short fails it
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -116,8 +115,8 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
         given, scope = tally.scoped(config, input)  # the run's tally, its steps' records
         run_config = take_over(given, self.config, is_async=True)  # writes wait for none
         stream = super().astream(lifecycle.with_marker(input, config), run_config, **kwargs)
-        stream = closing.aclosing(self, config, stream, scope)  # the ledger: how it returned
-        stream = failed_runs.astreamed(self, input, config, since, stream)  # or that it raised
+        # the run ledger: how it returned, or that it raised
+        stream = closing.aclosing(self, input, config, since, stream, scope)
         stream = lifecycle.anoted(self, input, config, stream)  # a resume after a crash
         return awatched(stream)  # inside a step: a run that ended short fails it
 
@@ -128,7 +127,7 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
             try:
                 stored = tally.with_usage(super().invoke(input, given, **kwargs), scope)
             except Exception as exc:
-                failed_runs.failed(self, input, config, since, exc)  # the run ledger: it raised
+                closing.failed(self, input, config, since, exc)  # the run ledger: it raised
                 raise
         lifecycle.ended(stored, config)  # nested in a step: a run that ended short fails it
         lifecycle.settle_by_hand(self, input, config)  # a Worker's paused run, resumed by hand
@@ -144,7 +143,7 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
             try:
                 stored = tally.with_usage(await super().ainvoke(input, given, **kwargs), scope)
             except Exception as exc:
-                await failed_runs.afailed(self, input, config, since, exc)  # the ledger: it raised
+                await closing.afailed(self, input, config, since, exc)  # the ledger: it raised
                 raise
         lifecycle.ended(stored, config)  # nested in a step: a run that ended short fails it
         await lifecycle.asettle_by_hand(self, input, config)  # a Worker's paused run, by hand

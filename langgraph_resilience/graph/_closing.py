@@ -6,6 +6,18 @@ ended by the write that ends it; what no write says, the driver tells it when
 ended ``success``, an interrupted one is ``paused``, and what the run used
 (its invoke's tally's, `_tally.with_usage`). ``invoke`` tells it from its
 output; a ``stream`` read to its end, from the stored state.
+
+A call that raised ends its run ``error`` (`failed`): without it the run's row
+stayed ``running`` for ever after an error LangGraph raised (a node without a
+policy, an error handler that re-raised), and a fan-out whose other branch
+reached the end wrote ``success`` before LangGraph raised the failed branch's
+error. The row is changed only if the run is the call's (`_run_log.fail_run`):
+a call that failed before its input was stored leaves the earlier run alone.
+Not told: a `Worker`'s run (the Worker stores its end: error, a takeover, a
+retry), a run another process moved on (`CheckpointConflict`), LangGraph's
+bubbling signals, and anything not an ``Exception`` (a cancellation, a
+KeyboardInterrupt: the run may go on). A store that cannot be reached leaves
+the row as it was (logged); the caller gets the run's own error either way.
 """
 
 from __future__ import annotations
@@ -17,14 +29,17 @@ from contextvars import ContextVar
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphBubbleUp
 
 from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint._runs import fence_of
 from langgraph_resilience.checkpoint._scope import RunScope
+from langgraph_resilience.errors import CheckpointConflict, LeaseLost
 from langgraph_resilience.graph._lifecycle import nested
 from langgraph_resilience.graph._tally import with_usage
 
-__all__ = ["aclose_run", "aclosing", "close_run", "closing", "invoking"]
+__all__ = ["aclose_run", "aclosing", "afailed", "close_run", "closing", "failed", "invoking"]
 
 _LOG = "resilience"
 logger = logging.getLogger("langgraph_resilience")
@@ -140,32 +155,101 @@ def _left_to_stream(graph: Any, config: RunnableConfig | None) -> bool:
 
 
 def closing(
-    graph: Any, config: RunnableConfig | None, stream: Iterator[Any], scope: RunScope | None
+    graph: Any,
+    input: Any,
+    config: RunnableConfig | None,
+    since: float,
+    stream: Iterator[Any],
+    scope: RunScope | None,
 ) -> Iterator[Any]:
-    """``stream``; read to its end, it tells the run ledger how the run returned
-    (from the stored state, and the usage of ``scope``'s tally). One that
+    """``stream`` (called at ``since``, before its input was marked); read to its
+    end, it tells the run ledger how the run returned (from the stored state, and
+    the usage of ``scope``'s tally), or that it raised (`failed`). One that
     ``invoke`` reads is left to ``invoke``."""
     if not _left_to_stream(graph, config):
         return stream
 
     def closed() -> Iterator[Any]:
-        yield from stream
+        try:
+            yield from stream
+        except Exception as exc:
+            failed(graph, input, config, since, exc)
+            raise
         close_run(graph, config, None, scope=scope)
 
     return closed()
 
 
 async def aclosing(
-    graph: Any, config: RunnableConfig | None, stream: AsyncIterator[Any], scope: RunScope | None
+    graph: Any,
+    input: Any,
+    config: RunnableConfig | None,
+    since: float,
+    stream: AsyncIterator[Any],
+    scope: RunScope | None,
 ) -> AsyncIterator[Any]:
     """Async twin of `closing`."""
     left = _left_to_stream(graph, config)
     try:
         async for item in stream:
             yield item
+    except Exception as exc:
+        if left:
+            await afailed(graph, input, config, since, exc)
+        raise
     finally:  # closed early (a consumer that stops): close LangGraph's stream too
         close = getattr(stream, "aclose", None)
         if close is not None:
             await close()
     if left:
         await aclose_run(graph, config, None, scope=scope)
+
+
+# -- a call that raised ------------------------------------------------------------------
+
+_NOT_TOLD = (GraphBubbleUp, CheckpointConflict, LeaseLost)
+
+
+def _to_tell(
+    graph: Any, config: RunnableConfig | None, exc: BaseException
+) -> tuple[str, Any] | None:
+    """(thread, saver) to tell that the call raised ``exc``, or None."""
+    if not isinstance(exc, Exception) or isinstance(exc, _NOT_TOLD):
+        return None
+    if fence_of(config) is not None:
+        return None
+    return _driven(graph, config)
+
+
+def _continued(input: Any) -> bool:
+    """Whether the call went on with the thread's run (no new input: a resume, a
+    ``Command``, ``retry_failed``), as `_lifecycle.with_marker` decides."""
+    return not (isinstance(input, Mapping) and _LOG not in input)
+
+
+def failed(
+    graph: Any, input: Any, config: RunnableConfig | None, since: float, exc: BaseException
+) -> None:
+    """Tell the run ledger the call that began at ``since`` raised ``exc``."""
+    driven = _to_tell(graph, config, exc)
+    if driven is None or not isinstance(driven[1], ResilientSaver):
+        return
+    thread, saver = driven
+    try:
+        saver.history.fail_run(thread, since, _continued(input))
+    except Exception as err:
+        logger.warning("could not store that run of thread %s raised: %s", thread, err)
+
+
+async def afailed(
+    graph: Any, input: Any, config: RunnableConfig | None, since: float, exc: BaseException
+) -> None:
+    """Async twin of `failed`."""
+    driven = _to_tell(graph, config, exc)
+    if driven is None or not isinstance(driven[1], AsyncResilientSaver):
+        return
+    thread, saver = driven
+    try:
+        await saver.history.afail_run(thread, since, _continued(input))
+    except Exception as err:
+        logger.warning("could not store that run of thread %s raised: %s", thread, err)
