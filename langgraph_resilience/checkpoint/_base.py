@@ -18,7 +18,6 @@ from langgraph_resilience.checkpoint._ledger import (
     OutcomeFields,
     PendingOutcomes,
     store_outcomes,
-    store_outcomes_again,
 )
 from langgraph_resilience.checkpoint._releases import PendingReleases, Waiting, free_holds
 from langgraph_resilience.checkpoint._store import Dialect, Statements
@@ -240,7 +239,7 @@ class Riders:
         the counts."""
         yield from free_holds(d, self.releases)
         yield from store_outcomes(d, self.outcomes)
-        yield from store_outcomes_again(d, self.again)
+        yield from store_outcomes(d, self.again, again=True)
         if self.counts:
             yield from bump(d, self._state.counters.scope, self.counts)
 

@@ -359,7 +359,7 @@ def record_outcome(d: Dialect, thread_id: str, key: str, fields: OutcomeFields) 
     ``synchronous`` around it): a process crash keeps it. A server crash can
     lose it while the node runs on, so the saver keeps it
     (`PendingOutcomes.relaxed`) until its next durable write, which stores it
-    again where the intent is still open (`store_outcomes_again`); a durable
+    again where the intent is still open (`store_outcomes` ``again``); a durable
     commit also makes every earlier one durable. Lost with this process too (the
     server and the client gone before that write), the intent stays without
     outcome, which ``reconcile`` (or a call with the same idempotency key) settles.
@@ -368,22 +368,17 @@ def record_outcome(d: Dialect, thread_id: str, key: str, fields: OutcomeFields) 
     yield Stmt(d.sql(_OUTCOME + relax), _outcome_params(thread_id, key, fields))
 
 
-def store_outcomes(d: Dialect, outcomes: dict[tuple[str, str], OutcomeFields]) -> Statements[None]:
-    """Outcomes written behind, stored with another write."""
-    if outcomes:
-        rows = [_outcome_params(thread, key, f) for (thread, key), f in sorted(outcomes.items())]
-        yield Stmt(d.sql(_OUTCOME), rows, many=True)
-
-
-def store_outcomes_again(
-    d: Dialect, outcomes: dict[tuple[str, str], OutcomeFields]
+def store_outcomes(
+    d: Dialect, outcomes: dict[tuple[str, str], OutcomeFields], *, again: bool = False
 ) -> Statements[None]:
-    """Outcomes committed without waiting for the disk, stored again by a durable
-    write where the intent is still without one (a server crash lost them); where
-    the outcome is there, the statement changes nothing."""
+    """Outcomes written behind, stored with another write. ``again``: outcomes
+    committed without waiting for the disk, stored again by a durable write where
+    the intent is still without one (a server crash lost them); where the outcome
+    is there, the statement changes nothing."""
     if outcomes:
         rows = [_outcome_params(thread, key, f) for (thread, key), f in sorted(outcomes.items())]
-        yield Stmt(d.sql(_OUTCOME + " AND status = 'intent'"), rows, many=True)
+        sql = _OUTCOME + " AND status = 'intent'" if again else _OUTCOME
+        yield Stmt(d.sql(sql), rows, many=True)
 
 
 @dataclass
@@ -405,7 +400,7 @@ class PendingOutcomes:
     # of such a write). A server crash before its next durable commit loses them
     # (the intent is back without outcome, though the node ran on), so the saver's
     # next durable write stores them again where the intent is still open (a no-op
-    # otherwise: `store_outcomes_again`) and forgets them once it committed.
+    # otherwise: `store_outcomes` ``again``) and forgets them once it committed.
     relaxed: dict[tuple[str, str], OutcomeFields] = field(default_factory=dict)
 
     def add(self, thread_id: str, key: str, fields: OutcomeFields) -> None:
