@@ -490,12 +490,12 @@ def test_a_takeover_is_logged_when_the_new_worker_resumes_the_run(
 def test_an_error_stored_before_a_crash_still_routes_by_the_policy() -> None:
     """The error a step gave up with is stored as its repr: after a crash between
     the failure and its handler, the handler routes it where the policy says."""
-    to_cache = error_handler("search", give_up_of("cache", True))
+    to_cache = error_handler({"search": give_up_of("cache", True)})
     command = to_cache({"trail": []}, NodeError(node="search", error="PermanentError('boom')"))
     assert command.goto == "cache"
     step = command.update["resilience"]["step"]
     assert (step["node"], step["status"]) == ("search", "fallback")
-    ends = error_handler("final", give_up_of(None, True))
+    ends = error_handler({"final": give_up_of(None, True)})
     failed = ends({"trail": []}, NodeError(node="final", error="KeyError('template')"))
     assert failed.goto == PARTIAL_RESULT
     assert failed.update["resilience"]["failed_step"]["error_type"] == "KeyError"

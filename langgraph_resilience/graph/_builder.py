@@ -41,6 +41,7 @@ import langgraph_resilience.graph._closing as closing
 import langgraph_resilience.graph._lifecycle as lifecycle
 import langgraph_resilience.graph._tally as tally
 import langgraph_resilience.state as run_log
+from langgraph_resilience._engine import Action
 from langgraph_resilience._langgraph import (
     DURABILITY_KEY,
     ERROR_HANDLER_PREFIX,
@@ -80,6 +81,9 @@ __all__ = [
 ]
 
 _UNSET: Any = object()
+#: The one error handler node of a graph's nodes with a policy: named as
+#: LangGraph names a node's handler, after the state key no node may be named.
+ROUTES_NODE = f"{ERROR_HANDLER_PREFIX}resilience"
 _DEFAULTS = Classifier()
 
 
@@ -317,6 +321,8 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         self._defaulted: set[str] = set()  # nodes whose policy is the graph's default
         self._langgraph_handles = False  # LangGraph's own retry_policy / error_handler default
         self._routes: dict[str, list[str]] = {}
+        #: The nodes `ROUTES_NODE` handles the errors of, and where each gives up to.
+        self._give_ups: dict[str, tuple[str, Action] | None] = {}
         self._actions: dict[str, NodeAction] = {}  # as given (a subgraph stays one)
 
     def set_node_defaults(self, *, policy: NodePolicy | None = _UNSET, **kwargs: Any) -> Self:
@@ -390,9 +396,8 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
             )
         self._policies[name] = policy
         self._actions[name] = action
-        if policy is not None:
-            give_up = give_up_of(policy.fallback, policy.critical)
-            kwargs.setdefault("error_handler", error_handler(name, give_up))
+        if policy is not None and "error_handler" not in kwargs:  # a handler of its own: kept
+            self._give_ups[name] = give_up_of(policy.fallback, policy.critical)
         if kwargs.get("cache_policy") is not None:  # the run log differs in every run
             kwargs["cache_policy"] = keyed_without_run_log(kwargs["cache_policy"])
         return super().add_node(name, self._wrap(name, action, policy), **kwargs)
@@ -416,11 +421,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         if not self._langgraph_handles:
             return
         for name in sorted(self._defaulted):
-            spec = self.nodes[name]
-            handler = f"{ERROR_HANDLER_PREFIX}{name}"
-            if spec.error_handler_node == handler:
-                del self.nodes[handler]
-                spec.error_handler_node = None
+            self._give_ups.pop(name, None)
             self._rewrap(name, None)
         self._defaulted.clear()
 
@@ -448,20 +449,27 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
                 continue
             policy = NodePolicy(retry=None)
             self._rewrap(name, policy)
-            handler = f"{ERROR_HANDLER_PREFIX}{name}"
-            self.nodes[handler] = StateNodeSpec(
-                coerce_to_runnable(
-                    error_handler(name, give_up_of(None, policy.critical)),
-                    name=handler,
-                    trace=False,
-                ),
-                metadata=None,
-                input_schema=spec.input_schema,
-                retry_policy=None,
-                cache_policy=None,
-                is_error_handler=True,
-            )
-            spec.error_handler_node = handler
+            self._give_ups[name] = give_up_of(None, policy.critical)
+
+    def _add_routes_node(self, routes: Mapping[str, list[str]]) -> None:
+        """The one error handler of every node with a policy (`error_handler`),
+        its ends every target the failures route to (for LangGraph's drawing and
+        `Command` checks). Compiling again replaces it."""
+        self.nodes.pop(ROUTES_NODE, None)
+        if not self._give_ups:
+            return
+        ends = list(dict.fromkeys(t for n in self._give_ups for t in routes.get(n, ())))
+        self.nodes[ROUTES_NODE] = StateNodeSpec(
+            coerce_to_runnable(error_handler(dict(self._give_ups)), name=ROUTES_NODE, trace=False),
+            metadata=None,
+            input_schema=self.state_schema,
+            retry_policy=None,
+            cache_policy=None,
+            is_error_handler=True,
+            ends=tuple(ends),
+        )
+        for name in self._give_ups:
+            self.nodes[name].error_handler_node = ROUTES_NODE
 
     @property
     def _terminal(self) -> frozenset[str]:
@@ -507,10 +515,11 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         if any(PARTIAL_RESULT in t for t in routes.values()) and PARTIAL_RESULT not in self.nodes:
             StateGraph.add_node(self, PARTIAL_RESULT, partial_result)
             StateGraph.add_edge(self, PARTIAL_RESULT, END)
-        for name, targets in routes.items():
+        for name, targets in routes.items():  # a handler of the node's own
             handler = self.nodes.get(f"{ERROR_HANDLER_PREFIX}{name}")
             if handler is not None:
                 handler.ends = tuple(targets)
+        self._add_routes_node(routes)
         self._routes = routes
         out_edges: dict[str, set[str]] = {}
         for source, target in self.edges:

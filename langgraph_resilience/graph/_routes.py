@@ -226,11 +226,16 @@ def give_up_of(fallback: str | None, critical: bool) -> tuple[str, Action] | Non
 
 
 def error_handler(
-    node: str, give_up: tuple[str, Action] | None = None
+    give_ups: Mapping[str, tuple[str, Action] | None],
 ) -> Callable[..., Command[Any]]:
-    """The error handler of a node with a policy: follows its routing signal.
+    """The error handler of the nodes with a policy: follows the routing signal
+    of the node that failed (LangGraph's ``NodeError.node``).
 
-    ``give_up``: where the node's policy sends it when it gives up (target,
+    One handler node serves every node of a graph (`_builder.ROUTES_NODE`): LangGraph
+    adds a channel per node and walks every channel at every step, so a handler
+    node per node made each step of a long graph cost more.
+
+    ``give_ups``: where each node's policy sends it when it gives up (target,
     action), for an error stored before a crash without its route. Any other
     error fails the run as LangGraph would.
     """
@@ -238,7 +243,9 @@ def error_handler(
     def handler(state: Any, error: NodeError) -> Command[Any]:
         if isinstance(error.error, LeaseLost):  # the step stopped: it did not fail
             raise LeaseLost(str(error.error)) from error.error
+        node = error.node
         route = read_route(error.error)
+        give_up = give_ups.get(node)
         if route is None and give_up is not None and isinstance(error.error, str):
             route = stored_route(node, give_up[0], give_up[1], error.error)
         if route is None:  # not a routing signal: fail as LangGraph would
@@ -247,7 +254,7 @@ def error_handler(
             raise RuntimeError(f"node {node!r} failed: {error.error}")
         return Command(goto=route["target"], update={"resilience": failure_log(route, state)})
 
-    handler.__name__ = f"route_{node}"
+    handler.__name__ = "route_failure"
     return handler
 
 
