@@ -54,6 +54,7 @@ from langgraph_resilience.checkpoint._schema import (
     RUNS,
     STEPS,
 )
+from langgraph_resilience.checkpoint._scope import scope_of
 from langgraph_resilience.checkpoint._step_rows import step_row
 from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
 from langgraph_resilience.errors import ConfigError
@@ -114,7 +115,7 @@ def ledger_of_put(
         end = _run_row(
             config,
             int(known.get("run") or 1),
-            float(known.get("started_at") or time.time()),
+            _began(config, known),
             None,
             status=str(status),
             ended=True,
@@ -133,6 +134,16 @@ def ledger_of_put(
     return PutLedger(
         start=_run_row(config, previous + 1, started, checkpoint["id"], spec_type, spec)
     )
+
+
+def _began(config: RunnableConfig, known: Mapping[str, Any]) -> float:
+    """When an ended run began, for its row if it has none yet (a run stored only
+    at its exit, ``durability="exit"``): its invoke's, if that started it (a
+    run log stored by an earlier release says it too)."""
+    if (said := known.get("started_at")) is not None:
+        return float(said)
+    scope = scope_of(config)
+    return scope.began if scope is not None and scope.began is not None else time.time()
 
 
 def _run_row(
