@@ -90,11 +90,14 @@ class RunOutcome(TypedDict, total=False):
     Keys:
         status: ``"running"``, then ``"success"`` or ``"partial_complete"``.
         run: the run's number on the thread (1, 2, ...).
-        started_at: when the run's input arrived (epoch seconds).
+        started_at: not kept (a log stored by an earlier release may hold it):
+            when the run's input arrived is its run row's (`run_report`,
+            ``saver.history``), so checkpoints do not carry it.
         completed_steps: in a partial result only: the run's completed steps
             (`StepRecord` in brief, read from the store; a run that goes on or
             succeeds keeps none here: `saver.step_history` lists them).
-        failed_step: the step that ended the run (None on success).
+        failed_step: the step that ended the run (None once it ended without
+            one; absent while it goes on: ``invoke``'s output has it, None).
         failed_steps: every step that failed for good in the run (several
             `Send` branches may); `retry_failed` re-runs them all.
         degraded_steps: paths of steps that failed and were skipped or replaced.
@@ -144,6 +147,8 @@ class RunOutcome(TypedDict, total=False):
 #: What describes one run: reset when the next starts (absent until set, so a
 #: checkpoint carries no empty fields).
 _PER_RUN = (
+    "started_at",  # a log stored by an earlier release kept it (the run's row does)
+    "failed_step",
     "completed_steps",
     "failed_steps",
     "degraded_steps",
@@ -157,14 +162,12 @@ _PER_RUN = (
 )
 
 
-def _fresh_run(previous: dict[str, Any], started_at: float) -> dict[str, Any]:
+def _fresh_run(previous: dict[str, Any]) -> dict[str, Any]:
     kept = {k: v for k, v in previous.items() if k not in _PER_RUN}
     return {
         **kept,
         "status": "running",
         "run": int(previous.get("run") or 0) + 1,
-        "started_at": started_at,
-        "failed_step": None,
     }
 
 
@@ -195,7 +198,7 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
     update: Mapping[str, Any] = right or {}
     started = update.get("new_run")
     if started is not None:
-        merged = _fresh_run(merged, float(started))
+        merged = _fresh_run(merged)
     cleared = update.get("clear")
     if cleared:  # steps being re-run (`retry_failed`) are no longer failed or degraded
         merged = _cleared(merged, set(cleared))
@@ -230,7 +233,12 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
             continue  # a step that ran beside one that failed for good: the run stopped short
         else:
             merged[key] = value
+    if "failed_step" not in merged and merged.get("status") in _ENDS:
+        merged["failed_step"] = None  # an ended run names its failed step, or none
     return merged  # type: ignore[return-value]
+
+
+_ENDS = ("success", "partial_complete")
 
 
 _RAN = ("completed", "degraded")

@@ -1,8 +1,9 @@
 """Writes a store with whatever langgraph_resilience is on PYTHONPATH (the
 backfill test runs it with a release from before the run ledger), then prints
-that release's metrics and report of the store as JSON.
+that release's metrics and report of the store as JSON (with ``--all``, also
+every thread's ``step_history`` and report).
 
-    python old_store_writer.py sqlite|postgres TARGET
+    python old_store_writer.py sqlite|postgres TARGET [--all]
 """
 
 from __future__ import annotations
@@ -64,7 +65,10 @@ def build(saver: Any, policy: NodePolicy | None) -> Any:
     return g.compile(checkpointer=saver)
 
 
-def main(backend: str, target: str) -> None:
+THREADS = ("ok", "turns", "partial", "fixed", "human", "crash", "spent")
+
+
+def main(backend: str, target: str, every: bool = False) -> None:
     if backend == "sqlite":
         from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver as Saver
     else:
@@ -99,8 +103,12 @@ def main(backend: str, target: str) -> None:
         graph.invoke({"done": []}, spent)
         m = recovery_metrics(saver).to_dict()
         report = run_report(saver, "fixed").to_dict()
-    print(json.dumps({"metrics": m, "report": report}, default=str))
+        out: dict[str, Any] = {"metrics": m, "report": report}
+        if every:
+            out["steps"] = {t: list(saver.step_history(t)) for t in THREADS}
+            out["reports"] = {t: run_report(saver, t).to_dict() for t in THREADS}
+    print(json.dumps(out, default=str))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], "--all" in sys.argv[3:])

@@ -29,6 +29,7 @@ from langgraph_resilience import (
     ResilientStateGraph,
     Worker,
 )
+from langgraph_resilience.checkpoint._step_rows import status_of
 
 
 class State(ResilientState, total=False):
@@ -82,13 +83,16 @@ def run_rows(h: Any, thread: str) -> list[tuple[Any, ...]]:
 
 
 def step_rows(h: Any, thread: str) -> list[tuple[Any, ...]]:
-    return sql(
+    """(namespace, run, path, status, attempts) of a thread's step rows (a
+    ``completed`` status is stored as '': `_step_rows.status_of` reads it)."""
+    rows = sql(
         h.backend,
         h.target,
         "SELECT checkpoint_ns, run, path, status, attempts FROM resilience_steps "
         "WHERE thread_id = ? ORDER BY started_at",
         (thread,),
     )
+    return [(ns, run, path, status_of(status), n) for ns, run, path, status, n in rows]
 
 
 async def run_row(h: Any, thread: str, run: int) -> Any:

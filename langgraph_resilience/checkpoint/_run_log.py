@@ -54,6 +54,8 @@ from langgraph_resilience.checkpoint._schema import (
     RUNS,
     STEPS,
 )
+from langgraph_resilience.checkpoint._scope import scope_of
+from langgraph_resilience.checkpoint._step_rows import step_row
 from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
 from langgraph_resilience.errors import ConfigError
 
@@ -113,7 +115,7 @@ def ledger_of_put(
         end = _run_row(
             config,
             int(known.get("run") or 1),
-            float(known.get("started_at") or time.time()),
+            _began(config, known),
             None,
             status=str(status),
             ended=True,
@@ -132,6 +134,16 @@ def ledger_of_put(
     return PutLedger(
         start=_run_row(config, previous + 1, started, checkpoint["id"], spec_type, spec)
     )
+
+
+def _began(config: RunnableConfig, known: Mapping[str, Any]) -> float:
+    """When an ended run began, for its row if it has none yet (a run stored only
+    at its exit, ``durability="exit"``): its invoke's, if that started it (a
+    run log stored by an earlier release says it too)."""
+    if (said := known.get("started_at")) is not None:
+        return float(said)
+    scope = scope_of(config)
+    return scope.began if scope is not None and scope.began is not None else time.time()
 
 
 def _run_row(
@@ -235,25 +247,10 @@ def ledger_of_writes(
     if isinstance(step, Mapping) and step.get("path"):
         run = int(step.get("run") or 1)
         usage = step.get("usage") or value.get("usage")  # a tallied step's, or the log's
-        row = (
-            thread_id,
-            ns,
-            checkpoint_id,
-            task_id,
-            run,
-            str(step["path"]),
-            str(step.get("node") or ""),
-            str(step.get("status") or ""),
-            int(step.get("attempts") or 0),
-            json.dumps(list(kinds)) if (kinds := step.get("kinds")) else "[]",
-            step.get("started_at"),
-            step.get("ended_at"),
-            step.get("summary"),
-            step.get("run_id"),
-            step.get("worker"),
-            json.dumps(dict(usage)) if isinstance(usage, Mapping) else None,
-            tried_task(value, str(step["path"])) if _FAILED_KEYS & value.keys() else None,
-        )
+        path = str(step["path"])
+        tried = tried_task(value, path) if _FAILED_KEYS & value.keys() else None
+        record = {**step, "usage": usage} if usage is not step.get("usage") else step
+        row = step_row(thread_id, ns, checkpoint_id, task_id, run, record, tried)
     if ns:  # a nested run's: its steps only (its outcome is its parent's step's)
         # Its start or end under a parent that keeps no run log (a plain
         # StateGraph): the thread's runs are the nested run log's own story,

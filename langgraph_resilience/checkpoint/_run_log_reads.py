@@ -12,6 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from langgraph_resilience.checkpoint._schema import RUN_LOG, STEPS
+from langgraph_resilience.checkpoint._step_rows import (
+    ROW_FIELDS,
+    record_fields,
+    status_of,
+    usage_of,
+)
 from langgraph_resilience.checkpoint._store import (
     Dialect,
     Row,
@@ -108,6 +114,7 @@ STEP_FIELDS = (
     "worker",
     "usage",
 )
+assert (*STEP_FIELDS, "seconds") == ROW_FIELDS  # a record's fields, then what it folds in
 
 
 def step_order(record: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -134,7 +141,7 @@ def read_steps(
     rows = yield Stmt(
         d.sql(
             "SELECT s.checkpoint_ns, s.checkpoint_id, s.task_id, "
-            f"{', '.join('s.' + f for f in STEP_FIELDS)} FROM {STEPS.name} s "
+            f"{', '.join('s.' + f for f in ROW_FIELDS)} FROM {STEPS.name} s "
             f"WHERE s.thread_id = ? {where}{held}"
         ),
         (thread_id, *params, *held_params),
@@ -150,13 +157,7 @@ def read_steps(
 def step_record(row: Row) -> dict[str, Any]:
     """A step record (as `saver.step_history` lists it) from a step row."""
     ns, checkpoint_id, task_id, *values = row
-    record = dict(zip(STEP_FIELDS, values, strict=True))
-    record["kinds"] = json.loads(record["kinds"]) if record["kinds"] else []
-    record["usage"] = json.loads(record["usage"]) if record["usage"] else None
-    for key in ("started_at", "ended_at"):
-        if record[key] is not None:
-            record[key] = float(record[key])
-    record["attempts"] = int(record["attempts"])
+    record = record_fields(dict(zip(ROW_FIELDS, values, strict=True)))
     record.update(checkpoint_ns=ns, checkpoint_id=checkpoint_id, task_id=task_id)
     return record
 
@@ -178,7 +179,7 @@ def read_tally(
     ``review``) of the steps that ran (completed or degraded), usage summed."""
     rows = yield Stmt(
         d.sql(
-            f"SELECT path, status, usage FROM {STEPS.name} "
+            f"SELECT path, status, usage, seconds FROM {STEPS.name} "
             "WHERE thread_id = ? AND checkpoint_ns = '' AND run = ?"
         ),
         (thread_id, int(run)),
@@ -186,11 +187,11 @@ def read_tally(
     )
     counts: dict[str, int] = {}
     usage: dict[str, float] = {}
-    for path, status, used in rows:
-        if status in ("completed", "degraded"):
+    for path, status, used, seconds in rows:
+        if status_of(status) in ("completed", "degraded"):
             base = str(path).partition("#")[0]
             counts[base] = counts.get(base, 0) + 1
-        for key, value in (json.loads(used) if used else {}).items():
+        for key, value in (usage_of(used, seconds) or {}).items():
             usage[key] = usage.get(key, 0) + value
     return counts, usage
 

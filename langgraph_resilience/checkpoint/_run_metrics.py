@@ -43,6 +43,7 @@ from langgraph_resilience.checkpoint._schema import (
     RUNS,
     STEPS,
 )
+from langgraph_resilience.checkpoint._step_rows import node_sql
 from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
 
 __all__ = ["Redone", "RunCounts", "read_metrics"]
@@ -190,7 +191,7 @@ def read_metrics(
         f"OR (x.kind = 'retry_failed' AND EXISTS (SELECT 1 FROM {_S} f "
         f"JOIN {ATTEMPTS.name} a ON a.thread_id = f.thread_id "
         "AND a.checkpoint_id = f.checkpoint_id "
-        "AND a.node = f.node WHERE f.thread_id = x.thread_id AND f.run = x.run "
+        f"AND a.node = {node_sql(d, 'f')} WHERE f.thread_id = x.thread_id AND f.run = x.run "
         "AND f.path = x.path AND f.ended_at < x.rec_at AND a.task_id = e.task_id "
         "AND a.checkpoint_id = e.checkpoint_id))))"
     )

@@ -6,7 +6,6 @@ the `Worker` runs that never started a run of their thread (read through the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,11 +14,11 @@ from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
 from langgraph_resilience.checkpoint._events import RecoveryRecord, read_recoveries
 from langgraph_resilience.checkpoint._run_log_reads import (
     ENDED,
-    STEP_FIELDS,
     RunLogRecord,
     list_run_rows,
 )
 from langgraph_resilience.checkpoint._schema import RECOVERIES, RECOVERY_PATHS, RUN_LOG, RUNS, STEPS
+from langgraph_resilience.checkpoint._step_rows import ROW_FIELDS, record_fields
 from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
 
 __all__ = ["ThreadLedger", "list_summaries", "read_thread_ledger"]
@@ -63,7 +62,7 @@ def list_summaries(
     return found[:limit]
 
 
-_STEP_COLUMNS = ("checkpoint_ns", "checkpoint_id", "task_id", *STEP_FIELDS, "tried")
+_STEP_COLUMNS = ("checkpoint_ns", "checkpoint_id", "task_id", *ROW_FIELDS, "tried")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -93,9 +92,8 @@ def read_thread_ledger(d: Dialect, thread_id: str) -> Statements[ThreadLedger]:
     )
     steps = []
     for row in rows:
-        step = dict(zip(_STEP_COLUMNS, row, strict=True))
-        step["kinds"] = json.loads(step["kinds"]) if step["kinds"] else []
-        step["usage"] = json.loads(step["usage"]) if step["usage"] else {}
+        step = record_fields(dict(zip(_STEP_COLUMNS, row, strict=True)))
+        step["usage"] = step["usage"] or {}
         steps.append(step)
     recoveries = yield from read_recoveries(d, thread_id)
     paths: dict[str, list[str]] = {}

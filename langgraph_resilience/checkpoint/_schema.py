@@ -232,6 +232,8 @@ RUN_LOG = Table(
 # writes, nor the reverse. ``kinds`` and ``usage``: JSON text. ``tried`` (since
 # 26): the task whose tries these were (``namespace|task id``, the key of its
 # attempts and effects) when another task stored the row (a failed step's).
+# Since 30 a row leaves out what its other columns say (``seconds``: one step's
+# usage; `_step_rows` writes and reads every row).
 STEPS = Table(
     "resilience_steps",
     (
@@ -252,6 +254,7 @@ STEPS = Table(
         Column("worker", "TEXT"),
         Column("usage", "TEXT"),
         Column("tried", "TEXT", since=26),
+        Column("seconds", "REAL_T", since=30),
     ),
     primary_key=("thread_id", "checkpoint_ns", "checkpoint_id", "task_id"),
     since=19,
@@ -457,6 +460,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     # 29: the acquire of version 25 with less server time: the same steps and
     # answers, fewer index walks (`_pg_functions._PG_LIMIT_ACQUIRE_29`).
     Migration.postgres_only(_PG_LIMIT_ACQUIRE_29),
+    # 30: leaner step rows: one step's usage as ``seconds`` (REAL), and ``usage``,
+    # ``kinds``, ``node``, ``status`` left out when the row says them already
+    # (`_step_rows`). Rows stored before are read as they are.
+    Migration.both(*STEPS.added(30)),
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 

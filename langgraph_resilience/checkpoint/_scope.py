@@ -22,6 +22,7 @@ copies the key into every task's config and into the config of each
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,13 +48,15 @@ class RunScope:
     (thread-safe: a step's tasks run on threads, its writes are stored on others).
 
     ``fresh``: the invoke starts a new run (its input carries the new-run
-    marker), so the first run it tallies has no rows to load.
+    marker), so the first run it tallies has no rows to load; ``began``: then,
+    when (the start a run stored only at its exit has: `_run_log.ledger_of_put`).
     """
 
-    __slots__ = ("_handed", "_lock", "_tallies", "fresh", "keeps_rows")
+    __slots__ = ("_handed", "_lock", "_tallies", "began", "fresh", "keeps_rows")
 
     def __init__(self, *, fresh: bool) -> None:
         self.fresh = fresh
+        self.began = time.time() if fresh else None
         #: Whether the invoke's saver stores step rows (None: not asked yet).
         self.keeps_rows: bool | None = None
         self._lock = threading.Lock()

@@ -119,11 +119,14 @@ def scoped(config: RunnableConfig | None, input: Any) -> tuple[Any, RunScope | N
 
 def with_usage(out: Any, scope: RunScope | None) -> Any:
     """A top-level run's output with the run's usage so far (its tally's: the
-    state carries it only once the run ended), if a step of it ran."""
+    state carries it only once the run ended), if a step of it ran, and its
+    ``failed_step`` (None while the run goes on: the state has none then)."""
     log = out.get("resilience") if isinstance(out, Mapping) else None
-    if scope is None or not isinstance(log, Mapping):
+    if not isinstance(log, Mapping):
         return out
-    tally = scope.tally(int(log.get("run") or 1))
-    if tally is None or not tally.usage:
+    tally = scope.tally(int(log.get("run") or 1)) if scope is not None else None
+    if tally is not None and tally.usage:
+        log = {**log, "usage": dict(tally.usage)}
+    elif "failed_step" in log:
         return out
-    return {**out, "resilience": {**log, "usage": dict(tally.usage)}}
+    return {**out, "resilience": {"failed_step": None, **log}}

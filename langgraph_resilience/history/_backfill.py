@@ -24,6 +24,7 @@ from typing import Any
 
 from langgraph_resilience.checkpoint import _reads as reads
 from langgraph_resilience.checkpoint._reads import Reads
+from langgraph_resilience.checkpoint._step_rows import step_row
 from langgraph_resilience.history._scan import ThreadRun, scan_thread
 from langgraph_resilience.history._writes import decode_writes
 
@@ -97,24 +98,16 @@ def ledger_rows(runs: Iterable[ThreadRun]) -> tuple[list[tuple[Any, ...]], ...]:
             )
         )
         for s in steps:
+            ns, checkpoint_id = str(s.get("checkpoint_ns") or ""), str(s.get("checkpoint_id"))
+            step = s if s.get("usage") else {**s, "usage": None}
             step_rows.append(
-                (
+                step_row(
                     run.thread_id,
-                    str(s.get("checkpoint_ns") or ""),
-                    str(s.get("checkpoint_id")),
+                    ns,
+                    checkpoint_id,
                     str(s.get("task_id")),
                     run.run,
-                    str(s.get("path")),
-                    str(s.get("node") or ""),
-                    str(s.get("status") or ""),
-                    int(s.get("attempts") or 0),
-                    json.dumps(list(s.get("kinds") or [])),
-                    s.get("started_at"),
-                    s.get("ended_at"),
-                    s.get("summary"),
-                    s.get("run_id"),
-                    s.get("worker"),
-                    json.dumps(dict(s["usage"])) if s.get("usage") else None,
+                    step,
                     s.get("tried"),
                 )
             )
