@@ -47,7 +47,6 @@ from langgraph_resilience._langgraph import (
     ERROR_HANDLER_PREFIX,
     DefaultsHook,
     RunDefaults,
-    StateNodeSpec,
     coerce_to_runnable,
     default_cache_policy,
     hold_writes,
@@ -62,9 +61,10 @@ from langgraph_resilience.graph._node import NodeAction, NodeContext
 from langgraph_resilience.graph._retry_failed import aretry_failed, retry_failed
 from langgraph_resilience.graph._routes import (
     PARTIAL_RESULT,
-    error_handler,
+    ROUTES_NODE,
     give_up_of,
     partial_result,
+    routes_node,
 )
 from langgraph_resilience.graph._slots import take_over
 from langgraph_resilience.graph._task import BUDGET_KEY, current_attempt
@@ -81,9 +81,6 @@ __all__ = [
 ]
 
 _UNSET: Any = object()
-#: The one error handler node of a graph's nodes with a policy: named as
-#: LangGraph names a node's handler, after the state key no node may be named.
-ROUTES_NODE = f"{ERROR_HANDLER_PREFIX}resilience"
 _DEFAULTS = Classifier()
 
 
@@ -458,16 +455,7 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         self.nodes.pop(ROUTES_NODE, None)
         if not self._give_ups:
             return
-        ends = list(dict.fromkeys(t for n in self._give_ups for t in routes.get(n, ())))
-        self.nodes[ROUTES_NODE] = StateNodeSpec(
-            coerce_to_runnable(error_handler(dict(self._give_ups)), name=ROUTES_NODE, trace=False),
-            metadata=None,
-            input_schema=self.state_schema,
-            retry_policy=None,
-            cache_policy=None,
-            is_error_handler=True,
-            ends=tuple(ends),
-        )
+        self.nodes[ROUTES_NODE] = routes_node(self._give_ups, routes, self.state_schema)
         for name in self._give_ups:
             self.nodes[name].error_handler_node = ROUTES_NODE
 

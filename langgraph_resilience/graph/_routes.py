@@ -35,6 +35,7 @@ from langgraph.errors import NodeError
 from langgraph.types import Command
 
 from langgraph_resilience._engine import Action, Decision
+from langgraph_resilience._langgraph import ERROR_HANDLER_PREFIX, StateNodeSpec, coerce_to_runnable
 from langgraph_resilience.checkpoint._route_text import (
     ROUTE_ATTR,
     ResilienceRoute,
@@ -50,6 +51,7 @@ from langgraph_resilience.telemetry._emit import GRAPH_KEY, emit
 
 __all__ = [
     "PARTIAL_RESULT",
+    "ROUTES_NODE",
     "ResilienceRoute",
     "error_handler",
     "error_text",
@@ -59,12 +61,16 @@ __all__ = [
     "partial_result",
     "read_route",
     "route_of",
+    "routes_node",
     "routing",
     "stored_route",
     "suggestion",
 ]
 
 PARTIAL_RESULT = "partial_result"
+#: The one error handler node of a graph's nodes with a policy: named as
+#: LangGraph names a node's handler, after the state key no node may be named.
+ROUTES_NODE = f"{ERROR_HANDLER_PREFIX}resilience"
 
 
 def routing(exc: BaseException, route: dict[str, Any]) -> BaseException:
@@ -231,7 +237,7 @@ def error_handler(
     """The error handler of the nodes with a policy: follows the routing signal
     of the node that failed (LangGraph's ``NodeError.node``).
 
-    One handler node serves every node of a graph (`_builder.ROUTES_NODE`): LangGraph
+    One handler node serves every node of a graph (`ROUTES_NODE`): LangGraph
     adds a channel per node and walks every channel at every step, so a handler
     node per node made each step of a long graph cost more.
 
@@ -256,6 +262,26 @@ def error_handler(
 
     handler.__name__ = "route_failure"
     return handler
+
+
+def routes_node(
+    give_ups: Mapping[str, tuple[str, Action] | None],
+    routes: Mapping[str, Sequence[str]],
+    state_schema: type[Any],
+) -> StateNodeSpec[Any, Any]:
+    """`ROUTES_NODE`'s entry in a builder's nodes: `error_handler` of the nodes
+    in ``give_ups``, its ends every target their failures route to (``routes``:
+    LangGraph draws them, and checks a `Command`'s ``goto`` against them)."""
+    ends = tuple(dict.fromkeys(t for n in give_ups for t in routes.get(n, ())))
+    return StateNodeSpec(
+        coerce_to_runnable(error_handler(dict(give_ups)), name=ROUTES_NODE, trace=False),
+        metadata=None,
+        input_schema=state_schema,
+        retry_policy=None,
+        cache_policy=None,
+        is_error_handler=True,
+        ends=ends,
+    )
 
 
 _FAILED_FIELDS = ("node", "kind", "reason", "error_type", "message", "attempts", "task")
