@@ -267,3 +267,46 @@ def tasks_written(backend: str, target: str, thread: str, channel: str) -> set[t
         (thread, channel, "%__start__%"),
     )
     return {tuple(r) for r in rows}
+
+
+# -- stores written by an earlier release ------------------------------------------------------
+
+
+def package_at(root: Path, revision: str, folder: Path) -> str:
+    """The package as it was at ``revision`` (``git archive``), unpacked in
+    ``folder``, for PYTHONPATH; skips the test where git cannot give it."""
+    import io
+    import subprocess
+    import tarfile
+
+    import pytest
+
+    found = subprocess.run(
+        ["git", "-C", str(root), "archive", revision, "langgraph_resilience"],
+        capture_output=True,
+        check=False,
+    )
+    if found.returncode != 0:
+        pytest.skip(f"git cannot give {revision} here: {found.stderr.decode()[:200]}")
+    with tarfile.open(fileobj=io.BytesIO(found.stdout)) as tar:
+        tar.extractall(folder, filter="data")
+    return str(folder)
+
+
+def empty_store(backend: str, tmp_path: Path, name: str) -> Iterator[tuple[str, str]]:
+    """An empty store for a fixture to yield from: a SQLite file, or a Postgres
+    database of its own (``name`` and a random suffix), dropped after."""
+    from conftest import PG_URL, _with_db, require_postgres
+
+    if backend == "sqlite":
+        yield "sqlite", str(tmp_path / f"{name}.db")
+        return
+    require_postgres()
+    db = f"lgr_{name}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{db}"')
+    try:
+        yield "postgres", _with_db(PG_URL, db)
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')

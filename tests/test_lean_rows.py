@@ -6,13 +6,11 @@ read the same; and the run log a checkpoint carries mid-run."""
 
 from __future__ import annotations
 
-import io
 import json
 import operator
 import os
 import subprocess
 import sys
-import tarfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,10 +18,9 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
-import psycopg
 import pytest
-from conftest import PG_URL, _with_db, open_saver, require_postgres
-from helpers import chain, sql
+from conftest import open_saver
+from helpers import chain, empty_store, package_at, sql
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START
 
@@ -161,34 +158,13 @@ def test_sql_reads_the_node_a_path_names_as_python_does(store: tuple[str, str]) 
 @pytest.fixture(scope="module")
 def before_package(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The package as it was at `BEFORE`, in a folder for PYTHONPATH."""
-    folder = tmp_path_factory.mktemp("before")
-    found = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", BEFORE, "langgraph_resilience"],
-        capture_output=True,
-        check=False,
-    )
-    if found.returncode != 0:
-        pytest.skip(f"git cannot give {BEFORE} here: {found.stderr.decode()[:200]}")
-    with tarfile.open(fileobj=io.BytesIO(found.stdout)) as tar:
-        tar.extractall(folder, filter="data")
-    return str(folder)
+    return package_at(ROOT, BEFORE, tmp_path_factory.mktemp("before"))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def fresh_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """An empty store: a SQLite file, or a Postgres database of its own."""
-    if request.param == "sqlite":
-        yield "sqlite", str(tmp_path / "before.db")
-        return
-    require_postgres()
-    name = f"lgr_lean_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield "postgres", _with_db(PG_URL, name)
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    yield from empty_store(request.param, tmp_path, "lean")
 
 
 def plain(value: Any) -> Any:

@@ -4,22 +4,18 @@ and its metrics and reports stay what that release read from the writes."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
 import sys
-import tarfile
-import uuid
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from conftest import PG_URL, _with_db, open_saver, require_postgres
-from helpers import sql
+from conftest import open_saver
+from helpers import empty_store, package_at, sql
 
 from langgraph_resilience import arecovery_metrics, recovery_metrics, run_report
 from langgraph_resilience.history._report import arun_report
@@ -47,33 +43,12 @@ FIGURES = (
 @pytest.fixture(scope="module")
 def old_package(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The package as it was at `OLD`, in a folder for PYTHONPATH."""
-    folder = tmp_path_factory.mktemp("old")
-    found = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", OLD, "langgraph_resilience"],
-        capture_output=True,
-        check=False,
-    )
-    if found.returncode != 0:
-        pytest.skip(f"git cannot give {OLD} here: {found.stderr.decode()[:200]}")
-    with tarfile.open(fileobj=io.BytesIO(found.stdout)) as tar:
-        tar.extractall(folder, filter="data")
-    return str(folder)
+    return package_at(ROOT, OLD, tmp_path_factory.mktemp("old"))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def old_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    if request.param == "sqlite":
-        yield "sqlite", str(tmp_path / "old.db")
-        return
-    require_postgres()
-    name = f"lgr_backfill_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield "postgres", _with_db(PG_URL, name)
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    yield from empty_store(request.param, tmp_path, "backfill")
 
 
 def write_old(old_package: str, backend: str, target: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 from langgraph_resilience.checkpoint._schema import RUN_LOG, STEPS
 from langgraph_resilience.checkpoint._step_rows import (
     ROW_FIELDS,
+    STEP_FIELDS,
     record_fields,
     status_of,
     usage_of,
@@ -99,22 +100,6 @@ class RunLogRecord:
 
 _RUN_COLUMNS = select_list(RunLogRecord)
 assert tuple(_RUN_COLUMNS.split(", ")) == RUN_LOG.names  # one order: the table's
-#: The fields of a step record (`saver.step_history`) besides its task's key.
-STEP_FIELDS = (
-    "run",
-    "path",
-    "node",
-    "status",
-    "attempts",
-    "kinds",
-    "started_at",
-    "ended_at",
-    "summary",
-    "run_id",
-    "worker",
-    "usage",
-)
-assert (*STEP_FIELDS, "seconds") == ROW_FIELDS  # a record's fields, then what it folds in
 
 
 def step_order(record: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -35,6 +35,7 @@ from langgraph_resilience.checkpoint._store import Dialect
 __all__ = [
     "COMPLETED",
     "ROW_FIELDS",
+    "STEP_FIELDS",
     "node_of_path",
     "node_sql",
     "record_fields",
@@ -47,9 +48,8 @@ __all__ = [
 COMPLETED = ""
 #: How a node its path names is stored.
 _NAMED = ""
-#: The step columns a record is read from besides its task's key (``seconds``: the
-#: lean usage's; `record_fields` folds it into ``usage``).
-ROW_FIELDS = (
+#: The fields of a step record (`saver.step_history`) besides its task's key.
+STEP_FIELDS = (
     "run",
     "path",
     "node",
@@ -62,8 +62,10 @@ ROW_FIELDS = (
     "run_id",
     "worker",
     "usage",
-    "seconds",
 )
+#: The step columns a record is read from besides its task's key: its fields, then
+#: ``seconds``, the lean usage's (`record_fields` folds it into ``usage``).
+ROW_FIELDS = (*STEP_FIELDS, "seconds")
 
 
 def node_of_path(path: str) -> str:
