@@ -29,6 +29,9 @@ SCRIPT = str(Path(__file__).parent / "lease_worker.py")
 ROOT = str(Path(__file__).parent.parent)
 TTL = 1.0
 POLL = 0.1
+# A drain does not wait on any lease: a long one keeps a stalled process (a loaded
+# machine: 0.7 s without a renewal was seen) from losing its run mid-step.
+STEADY_TTL = "5"
 
 
 @pytest.fixture
@@ -209,7 +212,7 @@ def test_sigterm_drains_the_worker_at_a_step_boundary(
     extra = ["--async"] if mode == "async" else []
     prefix = f"drain-{uuid.uuid4().hex[:8]}"
     [run_id] = submit(fresh, tmp_path, 1, prefix)
-    first = work(fresh, tmp_path, "--step-sleep", "0.4", *extra)
+    first = work(fresh, tmp_path, "--step-sleep", "0.4", "--lease-ttl", STEADY_TTL, *extra)
     wait_for(lambda: any(s == "s2" for _, s, *_ in steps(tmp_path)), what="s2 to start")
     os.kill(first.pid, signal.SIGTERM)
     assert result(first) == {run_id: "queued"}  # released, not abandoned
@@ -219,7 +222,7 @@ def test_sigterm_drains_the_worker_at_a_step_boundary(
         *fresh, "SELECT status, owner, recoveries FROM resilience_runs WHERE run_id = ?", (run_id,)
     )
     assert record == [("queued", None, 0)]
-    second = work(fresh, tmp_path, *extra)
+    second = work(fresh, tmp_path, "--lease-ttl", STEADY_TTL, *extra)
     assert result(second) == {run_id: "success"}
     started = [s for _, s, what, _, _ in steps(tmp_path) if what == "start"]
     assert started == list(STEPS)  # nothing ran twice
