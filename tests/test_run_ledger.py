@@ -10,6 +10,7 @@ import asyncio
 import json
 import operator
 import signal
+import time
 import uuid
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -30,6 +31,7 @@ from langgraph_resilience import (
     Worker,
 )
 from langgraph_resilience.checkpoint._step_rows import status_of
+from langgraph_resilience.history import alist_runs, list_runs
 
 
 class State(ResilientState, total=False):
@@ -448,6 +450,45 @@ async def test_a_run_stored_only_at_its_exit_gets_its_row_when_it_ends(
     row = await run_row(h, thread_of(config), 1)
     assert (row.status, row.task_spec, row.used()["steps"]) == ("success", None, 2)
     assert row.started_at <= row.ended_at
+
+
+async def test_a_run_stored_only_at_its_exit_that_a_conditional_edge_ends_gets_its_row(
+    checkpointer: Any,
+) -> None:
+    h = checkpointer
+    graph, config = looping(h), cfg(h, "exit-edge")
+    called = time.time()
+    out = await h.invoke(graph, {"n": 0}, config, durability="exit")
+    assert (out["n"], out["resilience"]["status"]) == (3, "success")
+    if h.is_async:  # run 2, streamed
+        [c async for c in graph.astream({"n": 0}, config, durability="exit")]
+    else:
+        await asyncio.to_thread(lambda: list(graph.stream({"n": 0}, config, durability="exit")))
+    for run in (1, 2):
+        row = await run_row(h, thread_of(config), run)
+        assert row is not None, f"run {run} has no row in the ledger"
+        assert (row.status, row.used()["steps"]) == ("success", 3)
+        assert called <= row.started_at <= row.ended_at <= time.time()
+    listed = await (alist_runs(h.saver) if h.is_async else asyncio.to_thread(list_runs, h.saver))
+    assert [(r.run, r.status) for r in listed if r.thread_id == thread_of(config)] == [
+        (2, "success"),
+        (1, "success"),
+    ]
+
+
+async def test_a_run_stored_only_at_its_exit_that_pauses_gets_its_row_and_its_resume_ends_it(
+    checkpointer: Any,
+) -> None:
+    h = checkpointer
+    graph = asking(h)
+    config = cfg(h, "exit-pause")
+    await h.invoke(graph, {"done": []}, config, durability="exit")
+    row = await run_row(h, thread_of(config), 1)
+    assert (row.status, row.ended_at) == ("paused", None)
+    out = await h.invoke(graph, Command(resume="tides"), config, durability="exit")
+    assert out["topic"] == "tides"
+    row = await run_row(h, thread_of(config), 1)
+    assert row.status == "success" and row.started_at <= row.ended_at
 
 
 async def test_a_marker_written_by_a_node_that_numbers_its_run_starts_its_row(

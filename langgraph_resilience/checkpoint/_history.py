@@ -127,12 +127,17 @@ class History(_Part):
         return self._io._query(lambda: _run_reads.read_tally(d, thread_id, run))
 
     def close_run(
-        self, thread_id: str, run: int, status: str, usage: Mapping[str, float] | None = None
+        self,
+        thread_id: str,
+        run: int,
+        status: str,
+        usage: Mapping[str, float] | None = None,
+        started_at: float | None = None,
     ) -> None:
         """What a run's driver saw when it returned (`_run_log.close_run`)."""
         d = self._saver._dialect
         close = _run_log.close_run
-        self._io._write(lambda: close(d, thread_id, run, status, usage), pipeline=True)
+        self._io._write(lambda: close(d, thread_id, run, status, usage, started_at), pipeline=True)
 
     def fail_run(self, thread_id: str, since: float, continued: bool) -> None:
         """A run's driver raised (`_run_log.fail_run`)."""
@@ -228,12 +233,18 @@ class AsyncHistory(History, _AsyncPart):
         return await self._saver._query(lambda: _run_reads.read_tally(d, thread_id, run))
 
     async def aclose_run(
-        self, thread_id: str, run: int, status: str, usage: Mapping[str, float] | None = None
+        self,
+        thread_id: str,
+        run: int,
+        status: str,
+        usage: Mapping[str, float] | None = None,
+        started_at: float | None = None,
     ) -> None:
         """Async twin of `History.close_run`."""
         d = self._saver._dialect
         close = _run_log.close_run
-        await self._saver._write(lambda: close(d, thread_id, run, status, usage), pipeline=True)
+        write = lambda: close(d, thread_id, run, status, usage, started_at)  # noqa: E731
+        await self._saver._write(write, pipeline=True)
 
     async def afail_run(self, thread_id: str, since: float, continued: bool) -> None:
         """Async twin of `History.fail_run`."""

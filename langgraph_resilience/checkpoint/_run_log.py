@@ -436,21 +436,35 @@ _SET_STATUS = (
 )
 
 
+# The driver's word: a run stored only at its exit (durability "exit") that did
+# not end in a step's write (through a conditional edge to END, or paused) has no
+# row yet, and gets one (params: a row, `RUN_LOG`'s columns).
+_CLOSED_RUN = (
+    f"{_START_RUN.split(' ON CONFLICT')[0]} ON CONFLICT (thread_id, run) DO UPDATE SET "
+    f"status = excluded.status, ended_at = CASE WHEN excluded.status IN ({_ENDED_SQL}) "
+    f"THEN coalesce({_T}.ended_at, excluded.ended_at) ELSE NULL END, "
+    f"usage = coalesce(excluded.usage, {_T}.usage), updated_at = excluded.updated_at"
+)
+
+
 def close_run(
-    d: Dialect, thread_id: str, run: int, status: str, usage: Mapping[str, float] | None
+    d: Dialect,
+    thread_id: str,
+    run: int,
+    status: str,
+    usage: Mapping[str, float] | None,
+    started_at: float | None = None,
 ) -> Statements[None]:
     """What the driver saw when ``invoke`` / ``stream`` returned: the run ended
-    (``success``, ``partial_complete``), paused, or is still ``running``; its usage."""
+    (``success``, ``partial_complete``), paused, or is still ``running``; its usage.
+    ``started_at``: when the call began, the start of a row the run did not have."""
     if status not in STATUSES:
         raise ConfigError(f"a run row's status is one of {', '.join(STATUSES)}, got {status!r}")
     now = time.time()
-    yield Stmt(
-        d.sql(
-            f"UPDATE {RUN_LOG.name} SET {_SET_STATUS}, "
-            "usage = coalesce(?, usage), updated_at = ? WHERE thread_id = ? AND run = ?"
-        ),
-        (status, status, now, _json(usage), now, thread_id, int(run)),
-    )
+    ended = now if status in ENDED else None
+    began = now if started_at is None else float(started_at)
+    row = (thread_id, int(run), status, None, None, None, began, ended, now, None, _json(usage))
+    yield Stmt(d.sql(_CLOSED_RUN), (*row, None, None, None))
 
 
 _FAILED = (

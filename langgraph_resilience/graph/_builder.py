@@ -134,7 +134,7 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
         lifecycle.settle_by_hand(self, input, config)  # a Worker's paused run, resumed by hand
         read = lambda: self.get_state(config or {}) if self.checkpointer else None  # noqa: E731
         out = lifecycle.settle_output(stored, config, read)
-        closing.close_run(self, config, out, stored)
+        closing.close_run(self, config, out, stored, scope)
         return out
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -155,7 +155,7 @@ class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT
         ):
             found = await self.aget_state(config or {})
         out = lifecycle.settle_output(stored, config, lambda: found)
-        await closing.aclose_run(self, config, out, stored)
+        await closing.aclose_run(self, config, out, stored, scope)
         return out
 
     def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot:

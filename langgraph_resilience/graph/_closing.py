@@ -99,6 +99,11 @@ def _told(stored: Any) -> bool:
     )
 
 
+def _began(scope: RunScope | None) -> float | None:
+    """When the call that started the run began (a row the run has not got yet)."""
+    return scope.began if scope is not None else None
+
+
 def close_run(
     graph: Any,
     config: RunnableConfig | None,
@@ -121,7 +126,7 @@ def close_run(
             snapshot = graph.get_state(config)
             what = _closing_what(with_usage(snapshot.values, scope), bool(snapshot.interrupts))
         if what is not None:
-            saver.history.close_run(thread, *what)
+            saver.history.close_run(thread, *what, _began(scope))
     except Exception as exc:
         logger.warning("could not store how run of thread %s returned: %s", thread, exc)
 
@@ -144,7 +149,7 @@ async def aclose_run(
             snapshot = await graph.aget_state(config)
             what = _closing_what(with_usage(snapshot.values, scope), bool(snapshot.interrupts))
         if what is not None:
-            await saver.history.aclose_run(thread, *what)
+            await saver.history.aclose_run(thread, *what, _began(scope))
     except Exception as exc:
         logger.warning("could not store how run of thread %s returned: %s", thread, exc)
 
