@@ -126,17 +126,20 @@ class AsyncResilience(Hooks, AsyncArchival):
         """Store a task's writes, retrying transient store errors (none of a step
         stopped by a lost lease: `stops_on_lost_lease`)."""
         handed = _scope.take(config, task_id)  # a step's record its node handed over
-        if self._lease_stop(config, writes):
-            return
-        sql, rows = self._rows_of(config, writes, task_id, task_path)
-        ledger = _run_log.ledger_of_writes(config, writes, task_id, handed)
-        await self._write(
-            lambda: self._writes_and_steps(sql, rows, ledger),
-            fence=_runs.fence_of(config),
-            ok=_counters.WRITES_OK,
-            failed=_counters.WRITES_FAILED,
-            pipeline=True,
-        )
+        try:
+            if self._lease_stop(config, writes):
+                return
+            sql, rows = self._rows_of(config, writes, task_id, task_path)
+            ledger = _run_log.ledger_of_writes(config, writes, task_id, handed)
+            await self._write(
+                lambda: self._writes_and_steps(sql, rows, ledger),
+                fence=_runs.fence_of(config),
+                ok=_counters.WRITES_OK,
+                failed=_counters.WRITES_FAILED,
+                pipeline=True,
+            )
+        finally:
+            _scope.landed(config, task_id)  # its step, if any, is the store's to list
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """As LangGraph's `aget_tuple`; an undecodable row raises `CheckpointCorrupt`."""

@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SCOPE_KEY", "RunScope", "Tally", "scope_of", "take"]
+__all__ = ["SCOPE_KEY", "RunScope", "Tally", "landed", "scope_of", "take"]
 
 #: The configurable key of an invoke's `RunScope`.
 SCOPE_KEY = "__lgr_run_scope"
@@ -52,7 +52,7 @@ class RunScope:
     when (the start a run stored only at its exit has: `_run_log.ledger_of_put`).
     """
 
-    __slots__ = ("_handed", "_lock", "_tallies", "began", "fresh", "keeps_rows")
+    __slots__ = ("_handed", "_lock", "_tallies", "_unstored", "began", "fresh", "keeps_rows")
 
     def __init__(self, *, fresh: bool) -> None:
         self.fresh = fresh
@@ -62,6 +62,7 @@ class RunScope:
         self._lock = threading.Lock()
         self._tallies: dict[int, Tally] = {}
         self._handed: dict[str, dict[str, Any]] = {}
+        self._unstored: dict[str, dict[str, Any]] = {}
 
     # -- the step records handed to the saver -------------------------------------------
 
@@ -77,6 +78,30 @@ class RunScope:
             return None
         with self._lock:
             return self._handed.pop(task_id, None)
+
+    # -- the completed steps whose writes have not landed yet --------------------------
+
+    def finished(self, task_id: str, step: dict[str, Any]) -> None:
+        """A top-level step completed (its record): its task's writes, its row with
+        them, are on their way to the store (LangGraph stores them in the
+        background and goes on), until `landed`."""
+        with self._lock:
+            self._unstored[task_id] = step
+
+    def landed(self, task_id: str) -> None:
+        """The task's writes were stored (or will not be: they failed, or were
+        not to be stored): the store has its step, if any."""
+        if not self._unstored:  # every write of a run without a completed step pending
+            return
+        with self._lock:
+            self._unstored.pop(task_id, None)
+
+    def unstored(self, run: int) -> list[dict[str, Any]]:
+        """The run's completed steps whose writes have not landed yet: what a read
+        of the run's steps from the store may miss (the partial result lists
+        them with those it read)."""
+        with self._lock:
+            return [s for s in self._unstored.values() if int(s.get("run") or 1) == run]
 
     # -- the runs' tallies ---------------------------------------------------------------
 
@@ -130,6 +155,13 @@ def scope_of(config: Mapping[str, Any] | None) -> RunScope | None:
     """The `RunScope` of the invoke a config belongs to (None: none)."""
     found = ((config or {}).get("configurable") or {}).get(SCOPE_KEY)
     return found if isinstance(found, RunScope) else None
+
+
+def landed(config: Mapping[str, Any], task_id: str) -> None:
+    """A task's writes landed (`RunScope.landed`; nothing without a scope)."""
+    scope = (config.get("configurable") or {}).get(SCOPE_KEY)
+    if isinstance(scope, RunScope):
+        scope.landed(task_id)
 
 
 def take(config: Mapping[str, Any], task_id: str) -> dict[str, Any] | None:

@@ -31,7 +31,7 @@ from langgraph.types import Command
 import langgraph_resilience.state as run_log
 from langgraph_resilience._engine import Action, Decision
 from langgraph_resilience.budget import Budget, add_usage
-from langgraph_resilience.checkpoint._scope import RunScope, Tally
+from langgraph_resilience.checkpoint._scope import RunScope, Tally, scope_of
 from langgraph_resilience.classify import Classification, FailureKind
 from langgraph_resilience.errors import ValidationFailed, message_of
 from langgraph_resilience.graph._compress import compress_with_summary
@@ -131,6 +131,8 @@ class NodeContext(Tries):
             log["context_summary"] = end.summaries
         lean = tally_of(task, log_of(state)) if log.get("tallied") else None
         _add_spend(log, end.spent, end.topped, lean)
+        if task.top_level and (scope := scope_of(task.config)) is not None:
+            scope.finished(task.task_id, log["step"])  # until its writes land
         if lean is not None and _hand(log, output, task, lean[0]):
             return output
         return with_log(output, log)

@@ -42,6 +42,7 @@ from langgraph_resilience.checkpoint._route_text import (
     carried_route,
     parse_route,
 )
+from langgraph_resilience.checkpoint._scope import scope_of
 from langgraph_resilience.classify import Classification, FailureKind
 from langgraph_resilience.errors import EffectOutcomeUnknown, LeaseLost, describe, message_of
 from langgraph_resilience.graph._tally import aensure, ensure, tally_of
@@ -333,13 +334,15 @@ def partial_outcome(
         "partial_output": {k: v for k, v in state.items() if k != "resilience"},
         "recovery_suggestions": list(log.get("recovery_suggestions") or []),
     }
-    if history is not None:  # every completed step, not only the recent window
+    if history is not None:  # every completed step of the run
         done = [brief(s) for s in history if s.get("status") == "completed"]
-        # A step whose writes are still on their way to the store (async savers
-        # write them in the background) is in the window already.
+        # Steps of this invoke whose writes are still on their way to the store
+        # (LangGraph stores a task's writes in the background and goes on).
         stored = {d.get("path") for d in done}
-        window = [w for w in log.get("completed_steps") or [] if w.get("path") not in stored]
-        outcome["completed_steps"] = done + window
+        scope = scope_of(task.config)
+        pending = scope.unstored(int(log.get("run") or 1)) if scope is not None else []
+        late = [brief(s) for s in pending if s.get("path") not in stored]
+        outcome["completed_steps"] = done + late  # the late ones are the latest
     if (lean := tally_of(task, log)) is not None:  # the run's usage, at its end
         outcome["run_usage"] = dict(lean[1].usage)
     _announce(log, outcome, task)
