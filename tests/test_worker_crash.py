@@ -135,10 +135,10 @@ def test_a_killed_workers_runs_are_taken_over_after_its_lease(
     threads = [f"{prefix}-{i}" for i in range(runs)]
     assert statuses(fresh, prefix) == dict.fromkeys(threads, "success")
     assert set(left.values()) == {"success"} and len(left) >= 1
-    taken = sql(*fresh, "SELECT thread_id FROM resilience_runs WHERE recoveries > 0")
+    taken = sql(*fresh, "SELECT thread_id, attempts FROM resilience_runs WHERE recoveries > 0")
     assert taken, "no run of the killed worker was taken over"
     log = steps(tmp_path)
-    for (thread,) in taken:
+    for thread, attempts in taken:
         resumed = min(at for t, _, _, p, at in log if t == thread and p != victim_pid)
         # Within the lease plus a poll (and a second of slack for a loaded machine).
         assert resumed - killed_at < TTL + POLL + 1.0, resumed - killed_at
@@ -150,7 +150,13 @@ def test_a_killed_workers_runs_are_taken_over_after_its_lease(
         by_others = [
             s for t, s, what, p, _ in log if t == thread and what == "end" and p != victim_pid
         ]
-        assert len(by_victim & set(by_others)) <= 1 and len(by_others) == len(set(by_others))
+        assert len(by_victim & set(by_others)) <= 1
+        # Nor are the survivors' steps, but for one per claim after the takeover's: a
+        # survivor that could not store a step's writes in time (SQLite's one writer,
+        # six runs in three processes) releases the run, or loses its lease, and the
+        # run's next claim does that step again (seen once in a full run: s5 twice).
+        redone = len(by_others) - len(set(by_others))
+        assert redone <= attempts - 2, (thread, attempts, log)
         assert by_victim | set(by_others) == set(STEPS)
     assert_each_effect_once(tmp_path, threads)
     for thread in threads:
