@@ -456,7 +456,10 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         )
 
     def _query(self, statements: Callable[[], Statements[T]]) -> T:
-        return self._transact(statements, ride=False)
+        # A read runs its statements as they come, each its own implicit transaction
+        # (one round trip apiece, no BEGIN and COMMIT), as LangGraph's own reads do:
+        # under READ COMMITTED a transaction around them would not make them one view.
+        return self._transact(statements, ride=False, alone=True)
 
     # -- the dialect's rows ------------------------------------------------------
 

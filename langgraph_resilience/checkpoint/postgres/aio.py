@@ -331,7 +331,8 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         )
 
     async def _query(self, statements: Callable[[], Statements[T]]) -> T:
-        return await self._transact(statements, ride=False)
+        # As the sync saver's: each statement its own implicit transaction.
+        return await self._transact(statements, ride=False, alone=True)
 
     # -- the dialect's rows ------------------------------------------------------
 
