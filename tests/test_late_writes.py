@@ -119,3 +119,30 @@ async def test_a_step_is_let_go_once_its_writes_landed(checkpointer: Any) -> Non
         RunScope.finished = finished  # type: ignore[method-assign]
     assert scopes, "no completed step was held"
     assert all(scope.unstored(1) == [] for scope in scopes)
+
+
+def test_a_graph_without_a_resilient_saver_holds_no_step() -> None:
+    """Without a saver that keeps step rows there is nothing to read back and
+    nothing to hold: a long run on LangGraph's in-memory saver, or on none,
+    keeps no record of its steps in memory."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langgraph_resilience.checkpoint._scope import RunScope
+
+    held: list[str] = []
+    finished = RunScope.finished
+
+    def spy(self: RunScope, task_id: str, step: dict[str, Any]) -> None:
+        held.append(task_id)
+        finished(self, task_id, step)
+
+    RunScope.finished = spy  # type: ignore[method-assign]
+    try:
+        for saver in (InMemorySaver(), None):
+            harness = type("Plain", (), {"saver": saver})()
+            config = {"configurable": {"thread_id": f"plain-{uuid.uuid4().hex[:8]}"}}
+            out = pipeline(harness).invoke({"done": []}, config)
+            assert out["resilience"]["status"] == "partial_complete"
+    finally:
+        RunScope.finished = finished  # type: ignore[method-assign]
+    assert held == []

@@ -131,7 +131,8 @@ class NodeContext(Tries):
             log["context_summary"] = end.summaries
         lean = tally_of(task, log_of(state)) if log.get("tallied") else None
         _add_spend(log, end.spent, end.topped, lean)
-        if task.top_level and (scope := scope_of(task.config)) is not None:
+        scope = scope_of(task.config)
+        if task.top_level and scope is not None and _keeps_rows(scope, task):
             scope.finished(task.task_id, log["step"])  # until its writes land
         if lean is not None and _hand(log, output, task, lean[0]):
             return output
@@ -252,11 +253,17 @@ def _hand(log: dict[str, Any], output: Any, task: Any, scope: RunScope) -> bool:
     goes nowhere, as the run log drops it."""
     if not _PLAIN.issuperset(log) or not _writes_something(output):
         return False
-    if scope.keeps_rows is None:  # the invoke's saver: the same for all its steps
-        scope.keeps_rows = task.saver is not None or task.async_saver is not None
-    if scope.keeps_rows:
+    if _keeps_rows(scope, task):
         scope.hand(task.task_id, log)
     return True
+
+
+def _keeps_rows(scope: RunScope, task: Any) -> bool:
+    """Whether the invoke's saver stores step rows (a resilient saver; the same
+    for all the invoke's steps, asked once)."""
+    if scope.keeps_rows is None:
+        scope.keeps_rows = task.saver is not None or task.async_saver is not None
+    return scope.keeps_rows
 
 
 def _writes_something(output: Any) -> bool:
