@@ -14,9 +14,12 @@ import time
 import uuid
 from typing import Annotated, Any
 
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START
 
 from langgraph_resilience import NodePolicy, PermanentError, ResilientState, ResilientStateGraph
+from langgraph_resilience.checkpoint._scope import RunScope
 
 LATE = 0.4
 
@@ -97,13 +100,9 @@ async def test_a_partial_result_of_a_run_stored_only_at_its_exit_lists_its_steps
     assert [s["path"] for s in log["completed_steps"]] == ["a"]
 
 
-async def test_a_step_is_let_go_once_its_writes_landed(checkpointer: Any) -> None:
-    """The steps held for the partial result are let go as their writes land (a
-    run of many steps does not keep them all): by the time ``invoke`` returns,
-    LangGraph has stored every write, and the invoke's scope holds none."""
-    from langgraph_resilience.checkpoint._scope import RunScope
-
-    h = checkpointer
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> list[RunScope]:
+    """The scopes that held a completed step (`RunScope.finished`), one per step."""
     scopes: list[RunScope] = []
     finished = RunScope.finished
 
@@ -111,38 +110,30 @@ async def test_a_step_is_let_go_once_its_writes_landed(checkpointer: Any) -> Non
         scopes.append(self)
         finished(self, task_id, step)
 
-    RunScope.finished = spy  # type: ignore[method-assign]
-    try:
-        config = {"configurable": {"thread_id": f"held-{uuid.uuid4().hex[:8]}"}}
-        await h.invoke(pipeline(h), {"done": []}, config)
-    finally:
-        RunScope.finished = finished  # type: ignore[method-assign]
-    assert scopes, "no completed step was held"
-    assert all(scope.unstored(1) == [] for scope in scopes)
+    monkeypatch.setattr(RunScope, "finished", spy)
+    return scopes
 
 
-def test_a_graph_without_a_resilient_saver_holds_no_step() -> None:
+async def test_a_step_is_let_go_once_its_writes_landed(
+    checkpointer: Any, held: list[RunScope]
+) -> None:
+    """The steps held for the partial result are let go as their writes land (a
+    run of many steps does not keep them all): by the time ``invoke`` returns,
+    LangGraph has stored every write, and the invoke's scope holds none."""
+    h = checkpointer
+    config = {"configurable": {"thread_id": f"held-{uuid.uuid4().hex[:8]}"}}
+    await h.invoke(pipeline(h), {"done": []}, config)
+    assert held, "no completed step was held"
+    assert all(scope.unstored(1) == [] for scope in held)
+
+
+def test_a_graph_without_a_resilient_saver_holds_no_step(held: list[RunScope]) -> None:
     """Without a saver that keeps step rows there is nothing to read back and
     nothing to hold: a long run on LangGraph's in-memory saver, or on none,
     keeps no record of its steps in memory."""
-    from langgraph.checkpoint.memory import InMemorySaver
-
-    from langgraph_resilience.checkpoint._scope import RunScope
-
-    held: list[str] = []
-    finished = RunScope.finished
-
-    def spy(self: RunScope, task_id: str, step: dict[str, Any]) -> None:
-        held.append(task_id)
-        finished(self, task_id, step)
-
-    RunScope.finished = spy  # type: ignore[method-assign]
-    try:
-        for saver in (InMemorySaver(), None):
-            harness = type("Plain", (), {"saver": saver})()
-            config = {"configurable": {"thread_id": f"plain-{uuid.uuid4().hex[:8]}"}}
-            out = pipeline(harness).invoke({"done": []}, config)
-            assert out["resilience"]["status"] == "partial_complete"
-    finally:
-        RunScope.finished = finished  # type: ignore[method-assign]
+    for saver in (InMemorySaver(), None):
+        harness = type("Plain", (), {"saver": saver})()
+        config = {"configurable": {"thread_id": f"plain-{uuid.uuid4().hex[:8]}"}}
+        out = pipeline(harness).invoke({"done": []}, config)
+        assert out["resilience"]["status"] == "partial_complete"
     assert held == []

@@ -367,12 +367,15 @@ _OWN_STORY = (
 )
 _PAUSED_FOR = f"UPDATE {RUN_LOG.name} SET paused_for = ? WHERE thread_id = ? AND run = {_RUN_AT}"
 
-# Upserted: a run whose checkpoints were not stored as it went (durability
-# "exit") gets its row when it ends.
+# How a run ended (its last checkpoint's word) or returned (its driver's, also
+# paused or still running: no end time then), upserted: a run whose checkpoints
+# were not stored as it went (durability "exit") gets its row then. An ended run
+# keeps the time and the failed step it was first told.
 _T = RUN_LOG.name
 _ENDED_RUN = (
     f"{_START_RUN.split(' ON CONFLICT')[0]} ON CONFLICT (thread_id, run) DO UPDATE SET "
-    f"status = excluded.status, ended_at = coalesce({_T}.ended_at, excluded.ended_at), "
+    f"status = excluded.status, ended_at = CASE WHEN excluded.status IN ({_ENDED_SQL}) "
+    f"THEN coalesce({_T}.ended_at, excluded.ended_at) ELSE NULL END, "
     f"usage = coalesce(excluded.usage, {_T}.usage), updated_at = excluded.updated_at, "
     f"failed_step = coalesce({_T}.failed_step, excluded.failed_step)"
 )
@@ -436,17 +439,6 @@ _SET_STATUS = (
 )
 
 
-# The driver's word: a run stored only at its exit (durability "exit") that did
-# not end in a step's write (through a conditional edge to END, or paused) has no
-# row yet, and gets one (params: a row, `RUN_LOG`'s columns).
-_CLOSED_RUN = (
-    f"{_START_RUN.split(' ON CONFLICT')[0]} ON CONFLICT (thread_id, run) DO UPDATE SET "
-    f"status = excluded.status, ended_at = CASE WHEN excluded.status IN ({_ENDED_SQL}) "
-    f"THEN coalesce({_T}.ended_at, excluded.ended_at) ELSE NULL END, "
-    f"usage = coalesce(excluded.usage, {_T}.usage), updated_at = excluded.updated_at"
-)
-
-
 def close_run(
     d: Dialect,
     thread_id: str,
@@ -457,14 +449,16 @@ def close_run(
 ) -> Statements[None]:
     """What the driver saw when ``invoke`` / ``stream`` returned: the run ended
     (``success``, ``partial_complete``), paused, or is still ``running``; its usage.
-    ``started_at``: when the call began, the start of a row the run did not have."""
+    ``started_at``: when the call began, the start of a row the run did not have
+    (a run stored only at its exit, that no step's write ended: it left through a
+    conditional edge to END, or paused)."""
     if status not in STATUSES:
         raise ConfigError(f"a run row's status is one of {', '.join(STATUSES)}, got {status!r}")
     now = time.time()
     ended = now if status in ENDED else None
     began = now if started_at is None else float(started_at)
     row = (thread_id, int(run), status, None, None, None, began, ended, now, None, _json(usage))
-    yield Stmt(d.sql(_CLOSED_RUN), (*row, None, None, None))
+    yield Stmt(d.sql(_ENDED_RUN), (*row, None, None, None))
 
 
 _FAILED = (

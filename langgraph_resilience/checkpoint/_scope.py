@@ -159,13 +159,12 @@ def scope_of(config: Mapping[str, Any] | None) -> RunScope | None:
 
 def landed(config: Mapping[str, Any], task_id: str) -> None:
     """A task's writes landed (`RunScope.landed`; nothing without a scope)."""
-    scope = (config.get("configurable") or {}).get(SCOPE_KEY)
-    if isinstance(scope, RunScope):
+    if (scope := scope_of(config)) is not None:
         scope.landed(task_id)
 
 
 def take(config: Mapping[str, Any], task_id: str) -> dict[str, Any] | None:
     """The run-log entry a task's node handed to its invoke's scope, removed
     (None: no scope, or none handed)."""
-    scope = (config.get("configurable") or {}).get(SCOPE_KEY)
-    return scope.take(task_id) if isinstance(scope, RunScope) else None
+    scope = scope_of(config)
+    return scope.take(task_id) if scope is not None else None

@@ -340,7 +340,7 @@ def partial_outcome(
         # (LangGraph stores a task's writes in the background and goes on).
         stored = {d.get("path") for d in done}
         scope = scope_of(task.config)
-        pending = scope.unstored(int(log.get("run") or 1)) if scope is not None else []
+        pending = scope.unstored(_run_of(state)) if scope is not None else []
         late = [brief(s) for s in pending if s.get("path") not in stored]
         outcome["completed_steps"] = done + late  # the late ones are the latest
     if (lean := tally_of(task, log)) is not None:  # the run's usage, at its end
