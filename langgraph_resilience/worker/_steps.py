@@ -27,7 +27,13 @@ from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import Fence, RunRecord
 from langgraph_resilience.checkpoint.ledger._runs import FENCE_KEY, WORKER_KEY
-from langgraph_resilience.errors import CheckpointConflict, LeaseLost, StoreUnavailable, describe
+from langgraph_resilience.errors import (
+    CheckpointConflict,
+    DeployBlocked,
+    LeaseLost,
+    StoreUnavailable,
+    describe,
+)
 from langgraph_resilience.graph._lifecycle import ended_status, settled_by_hand
 from langgraph_resilience.graph._task import BUDGET_KEY
 from langgraph_resilience.graph._tries import DURABLE_WAIT
@@ -137,6 +143,9 @@ RunOp = ThreadState | CurrentValues | Invoke | Finish | Pause
 #: Waits between tries of a run's end while the store cannot be reached.
 FINISH_FIRST_WAIT = 0.1
 FINISH_MAX_WAIT = 2.0
+#: A run this graph version cannot take (`DeployBlocked`) is left queued, not
+#: claimed again for this long: for an operator, or a worker on a version that maps it.
+BLOCKED_WAIT = 60.0
 
 
 #: `run_steps`' ``answer`` when the run was resumed without a value.
@@ -203,6 +212,10 @@ def run_steps(
     # Every pending interrupt (parallel branches may each have paused) gets one.
     resumed: Command[Any] = Command(resume=answers(where, answer, top_up))
     value = {"new": input_value, "resume": None}.get(where.state, resumed)
+    if where.state == "resume" and answer is not NO_ANSWER:
+        # An answer for a pause this graph does not see by its id (a node renamed
+        # since, `renames=`): handed on as the resume value of whatever asks next.
+        value = Command(resume=answer)
     if where.state == "resume" and record.recoveries:  # its last worker died mid-run
         takeover_event(record.run_id, record.thread_id, record.recoveries, record.owner)
     result: Invoked = yield Invoke(value)
@@ -285,6 +298,9 @@ def _stopped(held: Held, exc: BaseException) -> Generator[RunOp, Any, str | None
         return None
     if isinstance(exc, GraphDrained):  # this worker drains, or could not renew: release
         return (yield from _finish(held, "queued", {"released": exc.reason}))
+    if isinstance(exc, DeployBlocked):  # never dropped: kept queued, as it was stored
+        logger.error("run %s: refused and kept queued: %s", held.record.run_id, exc)
+        return (yield from _finish(held, "queued", {"blocked": str(exc)}, wait=BLOCKED_WAIT))
     if store_unreachable(exc):
         reason = f"the store was unreachable ({describe(exc)})"
         logger.warning("run %s: %s; released, to be run again", held.record.run_id, reason)
