@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
+from conftest import Harness
 from langgraph.graph import END, START
 from langgraph.types import Command, interrupt
 
@@ -32,8 +33,6 @@ from langgraph_resilience import (
     side_effect,
 )
 from langgraph_resilience.graph._versions import MIGRATED_KEY, VERSION_KEY
-
-from conftest import Harness
 
 
 class State(ResilientState, total=False):
@@ -238,9 +237,9 @@ def test_check_deploy_command_exits_1_when_a_thread_is_blocked(tmp_path: Path) -
         )
 
     def run(attr: str) -> subprocess.CompletedProcess[str]:
+        command = ["check-deploy", "--db", db, "--json", "--graph", f"deploy_graphs:{attr}"]
         return subprocess.run(
-            [sys.executable, "-m", "langgraph_resilience", "check-deploy", "--db", db]
-            + ["--graph", f"deploy_graphs:{attr}", "--json"],
+            [sys.executable, "-m", "langgraph_resilience", *command],
             capture_output=True,
             text=True,
             cwd=tmp_path,
