@@ -45,7 +45,7 @@ from langgraph_resilience.graph._versions import (
     rewrite,
 )
 
-__all__ = ["aupgrade", "plan_of", "upgrade", "versioning_of"]
+__all__ = ["aupgrade", "plan_for", "plan_of", "upgrade", "versioning_of"]
 
 _NONE = Versioning()
 
@@ -71,14 +71,8 @@ def _thread_config(config: RunnableConfig | None) -> RunnableConfig | None:
     return {"configurable": out}
 
 
-def _stored_version(found: CheckpointTuple) -> int | str | None:
-    stored = (found.metadata or {}).get(VERSION_KEY)
-    return stored if isinstance(stored, int | str) else None
-
-
 def plan_of(graph: Any, found: CheckpointTuple, versioning: Versioning | None = None) -> Plan:
     """The plan of a stored checkpoint under a compiled graph's version."""
-    versioning = versioning or versioning_of(graph)
     values = found.checkpoint.get("channel_values") or {}
     outcome = values.get("resilience")
     failed = outcome.get("failed_step") if isinstance(outcome, Mapping) else None
@@ -88,10 +82,22 @@ def plan_of(graph: Any, found: CheckpointTuple, versioning: Versioning | None = 
         if isinstance(failed, Mapping) and failed.get("node") and status == "partial_complete"
         else None
     )
+    return plan_for(graph, found.checkpoint, found.metadata, failed_node, versioning)
+
+
+def plan_for(
+    graph: Any,
+    checkpoint: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None,
+    failed_node: str | None,
+    versioning: Versioning | None = None,
+) -> Plan:
+    """The plan of a stored checkpoint (its metadata, its failed step's node)."""
+    stored = (metadata or {}).get(VERSION_KEY)
     return plan(
-        versioning,
-        stored=_stored_version(found),
-        pending=pending_nodes(found.checkpoint),
+        versioning or versioning_of(graph),
+        stored=stored if isinstance(stored, int | str) else None,
+        pending=pending_nodes(checkpoint),
         failed_node=failed_node,
         nodes=graph.nodes,
     )

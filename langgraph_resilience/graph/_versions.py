@@ -156,30 +156,34 @@ class Plan:
         )
 
 
-def pending_nodes(checkpoint: Mapping[str, Any]) -> set[str]:
+def pending_nodes(checkpoint: Mapping[str, Any]) -> frozenset[str]:
     """The nodes a stored checkpoint has due: triggered edges and pending ``Send``\\ s."""
     values = checkpoint.get("channel_values") or {}
     versions = checkpoint.get("channel_versions") or {}
     seen = checkpoint.get("versions_seen") or {}
     due: set[str] = set()
+    cut = len(BRANCH_PREFIX)
     for channel in values:
-        if isinstance(channel, str) and channel.startswith(BRANCH_PREFIX):
-            node = channel[len(BRANCH_PREFIX) :]
-            got = (seen.get(node) or {}).get(channel)
-            if got is None or (channel in versions and _newer(versions[channel], got)):
-                due.add(node)
+        if not channel.startswith(BRANCH_PREFIX):
+            continue
+        node = channel[cut:]
+        got = (seen.get(node) or {}).get(channel)
+        if got is None or _newer(versions.get(channel), got):
+            due.add(node)
     for send in values.get(TASKS_CHANNEL) or ():
         target = getattr(send, "node", None)
         if isinstance(target, str):
             due.add(target)
-    return due
+    return frozenset(due)
 
 
 def _newer(a: Any, b: Any) -> bool:
-    try:
+    """Whether channel version ``a`` is past ``b`` (LangGraph's are strs or ints)."""
+    if a is None:
+        return False
+    if type(a) is type(b):
         return bool(a > b)
-    except TypeError:
-        return str(a) > str(b)
+    return str(a) > str(b)
 
 
 def plan(

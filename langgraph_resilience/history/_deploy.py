@@ -1,8 +1,10 @@
 """`check_deploy`: every thread that is not finished, checked against a new graph version.
 
-Before a deploy, each thread the store holds in flight (queued, running, paused
-on an interrupt, a `Budget` or a `Limit`, or ended with a partial result that
-waits for ``retry_failed``) is read once (its latest checkpoint) and planned as
+Before a deploy, each thread the store holds in flight (running, paused on an
+interrupt, a `Budget` or a `Limit`, or ended with a partial result that waits
+for ``retry_failed``; a queued `Worker` run that has not started has no state
+yet, and nothing to check) is read once, all in one read
+(`checkpoint.runlog._heads`), and planned as
 the new graph would plan it on its next run (`graph._versions.plan`): ``ok`` (it
 goes on as stored), ``migrates`` (these migrations and renames would run) or
 ``blocked`` (why: a removed node, a newer version stored it). Nothing is
@@ -13,23 +15,17 @@ a thread is blocked, so a CI pipeline can gate the deploy on it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from langgraph.checkpoint.base import CheckpointTuple
-
 from langgraph_resilience.checkpoint.runlog import _reads as reads
+from langgraph_resilience.checkpoint.runlog._heads import Head
 from langgraph_resilience.checkpoint.runlog._reads import SaverOrGraph
 from langgraph_resilience.errors import ConfigError
-from langgraph_resilience.graph._upgrade import plan_of, versioning_of
-from langgraph_resilience.graph._versions import Plan, pending_nodes
-from langgraph_resilience.history._runs import alist_runs, list_runs
+from langgraph_resilience.graph._upgrade import versioning_of
+from langgraph_resilience.graph._versions import VERSION_KEY, Plan, pending_nodes, plan
 
 __all__ = ["DeployReport", "ThreadCheck", "acheck_deploy", "check_deploy"]
-
-#: The run statuses of a thread in flight (a partial result waits for retry_failed).
-IN_FLIGHT = ("queued", "running", "paused", "partial_complete")
-_ALL = 10**9
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -134,22 +130,38 @@ def _verdict(thread: str, status: str, the_plan: Plan) -> ThreadCheck:
     )
 
 
-def _in_flight(found: CheckpointTuple | None, status: str) -> bool:
-    """Whether the thread's latest checkpoint still has work (a queued run has none yet)."""
-    if found is None:
-        return False
-    if status == "queued" or pending_nodes(found.checkpoint):
-        return True
-    outcome = (found.checkpoint.get("channel_values") or {}).get("resilience")
-    return isinstance(outcome, Mapping) and outcome.get("status") == "partial_complete"
+def node_of(path: str) -> str:
+    """The node of a step's path (``work[2]`` -> ``work``, ``research/fetch`` -> ``research``)."""
+    return path.split("/", 1)[0].split("[", 1)[0].split("#", 1)[0]
 
 
-def _threads(runs: Iterable[Any]) -> dict[str, str]:
-    """Each thread's newest run in flight (runs come newest first)."""
-    found: dict[str, str] = {}
-    for run in runs:
-        found.setdefault(run.thread_id, run.status)
-    return found
+class _Planner:
+    """Plans heads; threads stored alike (the same version, pending nodes and failed
+    node: most of a store) share one plan."""
+
+    def __init__(self, graph: Any) -> None:
+        self.graph = graph
+        self.versioning = versioning_of(graph)
+        self.nodes = frozenset(graph.nodes)
+        self.plans: dict[tuple[Any, ...], Plan] = {}
+
+    def check(self, head: Head, checkpoint: Mapping[str, Any]) -> ThreadCheck:
+        failed = node_of(head.failed_step) if head.failed_step else None
+        failed = failed if head.status == "partial_complete" else None
+        stored = head.metadata.get(VERSION_KEY)
+        stored = stored if isinstance(stored, int | str) else None
+        pending = pending_nodes(checkpoint)
+        key = (type(stored), stored, pending, failed)
+        the_plan = self.plans.get(key)
+        if the_plan is None:
+            the_plan = self.plans[key] = plan(
+                self.versioning,
+                stored=stored,
+                pending=pending,
+                failed_node=failed,
+                nodes=self.nodes,
+            )
+        return _verdict(head.thread_id, head.status, the_plan)
 
 
 def _config(thread: str) -> Any:
@@ -159,7 +171,8 @@ def _config(thread: str) -> Any:
 def check_deploy(saver: SaverOrGraph, builder: Any) -> DeployReport:
     """Every thread in flight in ``saver``, checked against the new graph ``builder``.
 
-    Reads each thread's latest checkpoint once; writes nothing.
+    One read of every thread's head (its newest run and latest checkpoint);
+    writes nothing.
 
     Args:
         saver: the store the new version will run on.
@@ -170,27 +183,26 @@ def check_deploy(saver: SaverOrGraph, builder: Any) -> DeployReport:
         >>> [t.thread_id for t in report.blocked]  # doctest: +SKIP
     """
     store = reads.saver_of(saver, "check_deploy")
-    graph = _compiled(store, builder)
-    versioning = versioning_of(graph)
+    planner = _Planner(_compiled(store, builder))
     checks = []
-    for thread, status in _threads(list_runs(saver, status=IN_FLIGHT, limit=_ALL)).items():
-        found = store.get_tuple(_config(thread))
-        if _in_flight(found, status):
-            assert found is not None
-            checks.append(_verdict(thread, status, plan_of(graph, found, versioning)))
-    return DeployReport(version=versioning.version, threads=tuple(checks))
+    for head in store.history.heads():
+        checkpoint: Mapping[str, Any] = head.checkpoint
+        if head.sends_in_blob:  # a fan-out paused mid-step: its sends are read in full
+            found = store.get_tuple(_config(head.thread_id))
+            checkpoint = found.checkpoint if found is not None else checkpoint
+        checks.append(planner.check(head, checkpoint))
+    return DeployReport(version=planner.versioning.version, threads=tuple(checks))
 
 
 async def acheck_deploy(saver: SaverOrGraph, builder: Any) -> DeployReport:
     """Async twin of `check_deploy`."""
     store = reads.async_saver_of(saver, "acheck_deploy")
-    graph = _compiled(store, builder)
-    versioning = versioning_of(graph)
+    planner = _Planner(_compiled(store, builder))
     checks = []
-    runs = await alist_runs(saver, status=IN_FLIGHT, limit=_ALL)
-    for thread, status in _threads(runs).items():
-        found = await store.aget_tuple(_config(thread))
-        if _in_flight(found, status):
-            assert found is not None
-            checks.append(_verdict(thread, status, plan_of(graph, found, versioning)))
-    return DeployReport(version=versioning.version, threads=tuple(checks))
+    for head in await store.history.aheads():
+        checkpoint: Mapping[str, Any] = head.checkpoint
+        if head.sends_in_blob:
+            found = await store.aget_tuple(_config(head.thread_id))
+            checkpoint = found.checkpoint if found is not None else checkpoint
+        checks.append(planner.check(head, checkpoint))
+    return DeployReport(version=planner.versioning.version, threads=tuple(checks))
