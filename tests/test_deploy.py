@@ -255,3 +255,43 @@ def test_check_deploy_command_exits_1_when_a_thread_is_blocked(tmp_path: Path) -
     ok = run("mapped")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["threads"][0]["verdict"] == "migrates"
+
+
+async def test_a_paused_worker_run_is_refused_and_kept_then_finishes_once_mapped(
+    checkpointer: Harness,
+) -> None:
+    import asyncio
+
+    from langgraph_resilience import Worker
+
+    if checkpointer.backend == "postgres":
+        from helpers import sql
+
+        sql(checkpointer.backend, checkpointer.target, "DELETE FROM resilience_runs")
+    SENT.clear()
+
+    async def call(method: Any, *args: Any) -> Any:
+        if checkpointer.is_async:
+            return await getattr(method.__self__, "a" + method.__name__)(*args)
+        return await asyncio.to_thread(method, *args)
+
+    old = Worker(build(version=1), checkpointer=checkpointer.saver, lease_ttl=5)
+    run_id = await call(old.submit, {"done": []})
+    assert await call(old.run) == {run_id: "paused"}
+    assert len(SENT) == 1
+
+    bare = Worker(build("approve", version=2), checkpointer=checkpointer.saver, lease_ttl=5)
+    await call(bare.resume, run_id, "yes")
+    assert await call(bare.run) == {run_id: "paused"}  # refused, kept as it was
+    record = await checkpointer.call("read_run", run_id)
+    kept = checkpointer.saver.serde.loads_typed((record.outcome_type, record.outcome))
+    assert kept["paused"] == "deploy_blocked" and "'review'" in kept["blocked"]
+
+    mapped = build("approve", version=2, renames={"review": "approve"})
+    worker = Worker(mapped, checkpointer=checkpointer.saver, lease_ttl=5)
+    await call(worker.resume, run_id, "yes")
+    assert await call(worker.run) == {run_id: "success"}
+    record = await checkpointer.call("read_run", run_id)
+    done = checkpointer.saver.serde.loads_typed((record.outcome_type, record.outcome))
+    assert done["values"]["done"] == ["prep", "review:yes", "publish:MISSING"]
+    assert len(SENT) == 1  # its effect, once

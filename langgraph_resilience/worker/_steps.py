@@ -219,6 +219,8 @@ def run_steps(
     if where.state == "resume" and record.recoveries:  # its last worker died mid-run
         takeover_event(record.run_id, record.thread_id, record.recoveries, record.owner)
     result: Invoked = yield Invoke(value)
+    if isinstance(result.error, DeployBlocked):
+        return (yield from _blocked(held, result.error, answer is not NO_ANSWER))
     if result.error is not None:
         return (yield from _stopped(held, result.error))
     if held.taken:
@@ -298,15 +300,24 @@ def _stopped(held: Held, exc: BaseException) -> Generator[RunOp, Any, str | None
         return None
     if isinstance(exc, GraphDrained):  # this worker drains, or could not renew: release
         return (yield from _finish(held, "queued", {"released": exc.reason}))
-    if isinstance(exc, DeployBlocked):  # never dropped: kept queued, as it was stored
-        logger.error("run %s: refused and kept queued: %s", held.record.run_id, exc)
-        return (yield from _finish(held, "queued", {"blocked": str(exc)}, wait=BLOCKED_WAIT))
     if store_unreachable(exc):
         reason = f"the store was unreachable ({describe(exc)})"
         logger.warning("run %s: %s; released, to be run again", held.record.run_id, reason)
         return (yield from _finish(held, "queued", {"released": reason}))
     kind = "conflict" if isinstance(exc, CheckpointConflict) else "error"
     return (yield from _finish(held, "error", {kind: describe(exc)}))
+
+
+def _blocked(held: Held, exc: DeployBlocked, was_paused: bool) -> Generator[RunOp, Any, str | None]:
+    """A run this graph version refused (`DeployBlocked`): never dropped. A paused
+    run stays paused (resume it again once a version maps it); any other is kept
+    queued, not claimed again for `BLOCKED_WAIT`."""
+    logger.error("run %s: refused by this graph version, kept: %s", held.record.run_id, exc)
+    if was_paused:
+        return (
+            yield from _finish(held, "paused", {"paused": "deploy_blocked", "blocked": str(exc)})
+        )
+    return (yield from _finish(held, "queued", {"blocked": str(exc)}, wait=BLOCKED_WAIT))
 
 
 def _finish(
