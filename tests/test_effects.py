@@ -542,8 +542,8 @@ def test_an_outcome_is_one_statement_that_commits_without_waiting_for_the_disk(
     import psycopg
 
     from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields, _ledger
-    from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE
     from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+    from langgraph_resilience.checkpoint.store._store import POSTGRES, SQLITE
 
     fields = OutcomeFields("done", 2.0, "json", b'"ok"', None)
     for dialect in (SQLITE, POSTGRES):

@@ -65,14 +65,14 @@ from langgraph_resilience import (
     Worker,
     side_effect,
 )
-from langgraph_resilience.checkpoint import _ledger
-from langgraph_resilience.checkpoint._route_text import stored_error
+from langgraph_resilience.checkpoint.ledger import _ledger
 from langgraph_resilience.checkpoint.postgres import (
     BoundedConnection,
     PgTimeouts,
     ResilientPostgresSaver,
 )
 from langgraph_resilience.checkpoint.postgres._network import CONNECT_KWARGS
+from langgraph_resilience.checkpoint.saver._route_text import stored_error
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.graph._lifecycle import unrecovered_steps
 from langgraph_resilience.graph._routes import routing

@@ -42,12 +42,6 @@ from langgraph_resilience._store_errors import (
     is_transient_store_error,
     is_unavailable_error,
 )
-from langgraph_resilience.checkpoint._store import Stmt
-from langgraph_resilience.checkpoint._store_retry import (
-    DEFAULT_PG_STORE_RETRY,
-    DEFAULT_STORE_RETRY,
-    retry_window,
-)
 from langgraph_resilience.checkpoint.postgres import (
     BoundedConnection,
     PgTimeouts,
@@ -57,6 +51,12 @@ from langgraph_resilience.checkpoint.postgres._network import CONNECT_KWARGS
 from langgraph_resilience.checkpoint.postgres.aio import (
     AsyncBoundedConnection,
     AsyncResilientPostgresSaver,
+)
+from langgraph_resilience.checkpoint.store._store import Stmt
+from langgraph_resilience.checkpoint.store._store_retry import (
+    DEFAULT_PG_STORE_RETRY,
+    DEFAULT_STORE_RETRY,
+    retry_window,
 )
 from langgraph_resilience.errors import ConfigError, StoreUnavailable
 from langgraph_resilience.policy import Backoff

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from langgraph_resilience.checkpoint._schema import THREAD_TABLES
-from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
+from langgraph_resilience.checkpoint.store._schema import THREAD_TABLES
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
 
 __all__ = ["ThreadStorage", "read_storage"]
 

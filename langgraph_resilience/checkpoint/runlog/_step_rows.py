@@ -30,7 +30,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from langgraph_resilience.checkpoint._store import Dialect
+from langgraph_resilience.checkpoint.store._store import Dialect
 
 __all__ = [
     "COMPLETED",

@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from langgraph_resilience.checkpoint._schema import (
+from langgraph_resilience.checkpoint.store._schema import (
     BACKFILL,
     RECOVERIES,
     RECOVERY_PATHS,
     RUN_LOG,
     STEPS,
 )
-from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
 
 __all__ = ["pending_threads", "store_backfill"]
 

@@ -16,9 +16,9 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from langgraph_resilience.checkpoint._process import executor_alive
-from langgraph_resilience.checkpoint._schema import ATTEMPTS, EFFECTS
-from langgraph_resilience.checkpoint._store import (
+from langgraph_resilience._util._process import executor_alive
+from langgraph_resilience.checkpoint.store._schema import ATTEMPTS, EFFECTS
+from langgraph_resilience.checkpoint.store._store import (
     Dialect,
     Row,
     Statements,
@@ -26,7 +26,7 @@ from langgraph_resilience.checkpoint._store import (
     from_row,
     select_list,
 )
-from langgraph_resilience.checkpoint._sums import effect_mismatch, outcome_sum
+from langgraph_resilience.checkpoint.store._sums import effect_mismatch, outcome_sum
 
 __all__ = [
     "AttemptKey",
@@ -114,7 +114,7 @@ class EffectRecord:
             (``saver.serde.loads_typed((outcome_type, outcome))``).
         error: the error of a failed call.
         checkpoint_ns / checkpoint_id / task_id: the task that made the call.
-        owner: the executor that holds the intent (`langgraph_resilience.checkpoint._process`).
+        owner: the executor that holds the intent (`langgraph_resilience._util._process`).
         lease_until: until when the owner's claim holds (database clock, epoch
             seconds); the owner renews it while the call runs.
         fencing_token: the owner's fencing token when it ran under a `Worker`:

@@ -11,15 +11,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langgraph_resilience.checkpoint._schema import RUN_LOG, STEPS
-from langgraph_resilience.checkpoint._step_rows import (
+from langgraph_resilience.checkpoint.runlog._step_rows import (
     ROW_FIELDS,
     STEP_FIELDS,
     record_fields,
     status_of,
     usage_of,
 )
-from langgraph_resilience.checkpoint._store import (
+from langgraph_resilience.checkpoint.store._schema import RUN_LOG, STEPS
+from langgraph_resilience.checkpoint.store._store import (
     Dialect,
     Row,
     Statements,

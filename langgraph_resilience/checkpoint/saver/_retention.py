@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from langgraph_resilience.checkpoint import _threads
-from langgraph_resilience.checkpoint._schema import ATTEMPTS, OPEN_STATUSES, RUNS, STEPS
-from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
+from langgraph_resilience.checkpoint.saver import _threads
+from langgraph_resilience.checkpoint.store._schema import ATTEMPTS, OPEN_STATUSES, RUNS, STEPS
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
 from langgraph_resilience.errors import ConfigError
 
 __all__ = ["Pruned", "prune_history"]

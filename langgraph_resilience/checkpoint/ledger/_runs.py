@@ -17,14 +17,14 @@ from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 
-from langgraph_resilience.checkpoint._lease_judge import (
+from langgraph_resilience.checkpoint.ledger._lease_judge import (
     Claimant,
     dead_holders,
     lease_values,
     taken_over,
 )
-from langgraph_resilience.checkpoint._schema import LEASE_MARKER, OPEN_STATUSES, RUNS
-from langgraph_resilience.checkpoint._store import (
+from langgraph_resilience.checkpoint.store._schema import LEASE_MARKER, OPEN_STATUSES, RUNS
+from langgraph_resilience.checkpoint.store._store import (
     Dialect,
     Statements,
     Stmt,

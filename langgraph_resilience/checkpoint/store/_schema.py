@@ -14,17 +14,17 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from langgraph_resilience.checkpoint._pg_functions import (
+from langgraph_resilience.checkpoint.store._pg_functions import (
     _PG_CHECK_FENCE,
     _PG_LIMIT_ACQUIRE,
     _PG_LIMIT_ACQUIRE_29,
     _PG_REFUSE_FORK,
     _PG_REFUSE_FORK_OR_ARCHIVED,
 )
-from langgraph_resilience.checkpoint._pg_functions import ARCHIVED_MARKER as ARCHIVED_MARKER
-from langgraph_resilience.checkpoint._pg_functions import FORK_MARKER as FORK_MARKER
-from langgraph_resilience.checkpoint._pg_functions import LEASE_MARKER as LEASE_MARKER
-from langgraph_resilience.checkpoint._store import (
+from langgraph_resilience.checkpoint.store._pg_functions import ARCHIVED_MARKER as ARCHIVED_MARKER
+from langgraph_resilience.checkpoint.store._pg_functions import FORK_MARKER as FORK_MARKER
+from langgraph_resilience.checkpoint.store._pg_functions import LEASE_MARKER as LEASE_MARKER
+from langgraph_resilience.checkpoint.store._store import (
     Column,
     Dialect,
     Statements,
@@ -184,7 +184,7 @@ BACKFILL = Table(
 # One row per thread that was ever archived: ``archived`` (its checkpoints are in
 # the cold tier only), ``archiving`` (an archiver holds ``claim`` until
 # ``claimed_until``; the hot rows are still there) or ``hot`` (restored at
-# ``touched_at``, or released). See `checkpoint._archival`.
+# ``touched_at``, or released). See `checkpoint.archive._archival`.
 ARCHIVE = Table(
     "resilience_archive",
     (

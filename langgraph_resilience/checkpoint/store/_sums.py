@@ -40,8 +40,8 @@ from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, get_c
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite.utils import load_pending_writes, search_where
 
-from langgraph_resilience.checkpoint._schema import SUM
-from langgraph_resilience.checkpoint._store import Dialect, Row, Statements, Stmt
+from langgraph_resilience.checkpoint.store._schema import SUM
+from langgraph_resilience.checkpoint.store._store import Dialect, Row, Statements, Stmt
 from langgraph_resilience.errors import CheckpointCorrupt
 
 __all__ = [

@@ -25,24 +25,24 @@ import uuid
 from collections.abc import Sequence
 from typing import TypeVar
 
-import langgraph_resilience.checkpoint._events as _events
-import langgraph_resilience.checkpoint._ledger as _ledger
-import langgraph_resilience.checkpoint._run_log as _run_log
-import langgraph_resilience.checkpoint._runs as _runs
+import langgraph_resilience.checkpoint.ledger._ledger as _ledger
+import langgraph_resilience.checkpoint.ledger._runs as _runs
+import langgraph_resilience.checkpoint.runlog._events as _events
+import langgraph_resilience.checkpoint.runlog._run_log as _run_log
 from langgraph_resilience._store_errors import is_store_error
-from langgraph_resilience.checkpoint._base import check_thread_id
-from langgraph_resilience.checkpoint._ledger import (
+from langgraph_resilience.checkpoint.ledger._ledger import (
     AttemptKey,
     AttemptRecord,
     EffectRecord,
     IntentClaim,
     OutcomeFields,
 )
-from langgraph_resilience.checkpoint._parts import AsyncPart as _AsyncPart
-from langgraph_resilience.checkpoint._parts import AsyncStore, SyncStore
-from langgraph_resilience.checkpoint._parts import Part as _Part
-from langgraph_resilience.checkpoint._runs import Blob, Fence, RunRecord
-from langgraph_resilience.checkpoint._store import Dialect, Statements
+from langgraph_resilience.checkpoint.ledger._runs import Blob, Fence, RunRecord
+from langgraph_resilience.checkpoint.saver._base import check_thread_id
+from langgraph_resilience.checkpoint.saver._parts import AsyncPart as _AsyncPart
+from langgraph_resilience.checkpoint.saver._parts import AsyncStore, SyncStore
+from langgraph_resilience.checkpoint.saver._parts import Part as _Part
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements
 
 __all__ = [
     "AsyncAttempts",

@@ -40,27 +40,20 @@ except ImportError:  # the base install (no `postgres` extra): no pool to be giv
 
 from langgraph_resilience._langgraph import ERROR_CHANNEL
 from langgraph_resilience._store_errors import is_store_error
-from langgraph_resilience.checkpoint import (
-    _base,
-    _counters,
-    _ledger,
-    _run_log,
-    _run_log_reads,
-    _runs,
-    _scope,
-    _steps,
-    _threads,
-)
-from langgraph_resilience.checkpoint._history import History
-from langgraph_resilience.checkpoint._interfaces import Attempts, Effects, Runs
-from langgraph_resilience.checkpoint._ledger import EffectRecord
-from langgraph_resilience.checkpoint._route_text import stored_error
-from langgraph_resilience.checkpoint._runs import Fence, RunRecord
-from langgraph_resilience.checkpoint._store import Dialect, Statements, no_statements
-from langgraph_resilience.checkpoint._store_retry import Translate
-from langgraph_resilience.checkpoint._threads import PutCheckpoint
 from langgraph_resilience.checkpoint.archive._methods import SyncArchival
 from langgraph_resilience.checkpoint.archive._sizes import channel_sizes, put_size
+from langgraph_resilience.checkpoint.ledger import _ledger, _runs
+from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
+from langgraph_resilience.checkpoint.ledger._runs import Fence, RunRecord
+from langgraph_resilience.checkpoint.runlog import _run_log, _run_log_reads, _scope, _steps
+from langgraph_resilience.checkpoint.runlog._history import History
+from langgraph_resilience.checkpoint.saver import _base, _threads
+from langgraph_resilience.checkpoint.saver._interfaces import Attempts, Effects, Runs
+from langgraph_resilience.checkpoint.saver._route_text import stored_error
+from langgraph_resilience.checkpoint.saver._threads import PutCheckpoint
+from langgraph_resilience.checkpoint.store import _counters
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements, no_statements
+from langgraph_resilience.checkpoint.store._store_retry import Translate
 from langgraph_resilience.errors import LeaseLost
 
 T = TypeVar("T")

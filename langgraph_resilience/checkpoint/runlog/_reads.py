@@ -17,14 +17,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.pregel import Pregel
 
-from langgraph_resilience.checkpoint._events import RecoveryRecord, StoredAttempt
-from langgraph_resilience.checkpoint._ledger import EffectRecord
 from langgraph_resilience.checkpoint._protocol import AsyncResilientSaver, ResilientSaver
-from langgraph_resilience.checkpoint._run_log_reads import Cursor, RunLogRecord
-from langgraph_resilience.checkpoint._run_metrics import RunCounts
-from langgraph_resilience.checkpoint._run_summaries import ThreadLedger
-from langgraph_resilience.checkpoint._runs import RunRecord
-from langgraph_resilience.checkpoint._store import Row
+from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
+from langgraph_resilience.checkpoint.ledger._runs import RunRecord
+from langgraph_resilience.checkpoint.runlog._events import RecoveryRecord, StoredAttempt
+from langgraph_resilience.checkpoint.runlog._run_log_reads import Cursor, RunLogRecord
+from langgraph_resilience.checkpoint.runlog._run_metrics import RunCounts
+from langgraph_resilience.checkpoint.runlog._run_summaries import ThreadLedger
+from langgraph_resilience.checkpoint.store._store import Row
 from langgraph_resilience.errors import ConfigError
 
 __all__ = [

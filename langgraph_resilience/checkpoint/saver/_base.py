@@ -13,17 +13,17 @@ from typing import Any, TypeVar
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_resilience._store_errors import is_missing_table, is_store_error
-from langgraph_resilience.checkpoint._counters import Counters, bump
-from langgraph_resilience.checkpoint._ledger import (
+from langgraph_resilience.checkpoint.archive._objects import Archive, archive_of
+from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES, SizeBudget
+from langgraph_resilience.checkpoint.ledger._ledger import (
     OutcomeFields,
     PendingOutcomes,
     store_outcomes,
 )
-from langgraph_resilience.checkpoint._releases import PendingReleases, Waiting, free_holds
-from langgraph_resilience.checkpoint._store import Dialect, Statements
-from langgraph_resilience.checkpoint._store_retry import DEFAULT_STORE_RETRY
-from langgraph_resilience.checkpoint.archive._objects import Archive, archive_of
-from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES, SizeBudget
+from langgraph_resilience.checkpoint.ledger._releases import PendingReleases, Waiting, free_holds
+from langgraph_resilience.checkpoint.store._counters import Counters, bump
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements
+from langgraph_resilience.checkpoint.store._store_retry import DEFAULT_STORE_RETRY
 from langgraph_resilience.errors import CheckpointCorrupt, ConfigError, ResilienceError
 from langgraph_resilience.policy import Backoff
 

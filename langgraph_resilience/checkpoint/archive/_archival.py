@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from langgraph_resilience.checkpoint._schema import ARCHIVE, ATTEMPTS, OPEN_STATUSES, RUNS
-from langgraph_resilience.checkpoint._store import Dialect, Row, Statements, Stmt
-from langgraph_resilience.checkpoint._sums import SUM, write_sum
+from langgraph_resilience.checkpoint.store._schema import ARCHIVE, ATTEMPTS, OPEN_STATUSES, RUNS
+from langgraph_resilience.checkpoint.store._store import Dialect, Row, Statements, Stmt
+from langgraph_resilience.checkpoint.store._sums import SUM, write_sum
 
 __all__ = [
     "ThreadRows",

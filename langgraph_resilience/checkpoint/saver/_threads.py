@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
 
-from langgraph_resilience.checkpoint._schema import (
+from langgraph_resilience.checkpoint.store._schema import (
     ARCHIVE,
     ARCHIVED_MARKER,
     CHECKPOINT_TABLES,
@@ -22,8 +22,8 @@ from langgraph_resilience.checkpoint._schema import (
     RUNS,
     THREAD_TABLES,
 )
-from langgraph_resilience.checkpoint._store import SQLITE, Dialect, Statements, Stmt, Table
-from langgraph_resilience.checkpoint._sums import PG_PUT_UNLESS_NEWER, SUM
+from langgraph_resilience.checkpoint.store._store import SQLITE, Dialect, Statements, Stmt, Table
+from langgraph_resilience.checkpoint.store._sums import PG_PUT_UNLESS_NEWER, SUM
 from langgraph_resilience.errors import CheckpointConflict, ConfigError
 
 __all__ = ["PutCheckpoint", "put_checkpoint", "put_writes"]

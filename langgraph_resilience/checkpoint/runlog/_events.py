@@ -25,10 +25,10 @@ from langgraph_resilience._langgraph import (
     RESUME_CHANNEL,
     TASKS_CHANNEL,
 )
-from langgraph_resilience.checkpoint._lease_judge import Claimant, dead_holders, taken_over
-from langgraph_resilience.checkpoint._runs import RunRecord, claim_runs
-from langgraph_resilience.checkpoint._schema import ATTEMPTS, RECOVERIES, RUN_LOG, RUNS
-from langgraph_resilience.checkpoint._store import (
+from langgraph_resilience.checkpoint.ledger._lease_judge import Claimant, dead_holders, taken_over
+from langgraph_resilience.checkpoint.ledger._runs import RunRecord, claim_runs
+from langgraph_resilience.checkpoint.store._schema import ATTEMPTS, RECOVERIES, RUN_LOG, RUNS
+from langgraph_resilience.checkpoint.store._store import (
     Dialect,
     Row,
     Statements,

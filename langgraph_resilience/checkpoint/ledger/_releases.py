@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from langgraph_resilience.checkpoint._schema import LIMIT_HOLDS
-from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
+from langgraph_resilience.checkpoint.store._schema import LIMIT_HOLDS
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
 
 __all__ = ["BOUND", "PendingReleases", "Waiting", "free_holds", "log_failure"]
 

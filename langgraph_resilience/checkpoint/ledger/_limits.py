@@ -29,11 +29,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from langgraph_resilience.checkpoint._parts import AsyncPart as _AsyncPart
-from langgraph_resilience.checkpoint._parts import Part as _Part
-from langgraph_resilience.checkpoint._releases import PendingReleases, Waiting, log_failure
-from langgraph_resilience.checkpoint._schema import LIMIT_HOLDS, LIMIT_STARTS, LIMITS
-from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
+from langgraph_resilience.checkpoint.ledger._releases import PendingReleases, Waiting, log_failure
+from langgraph_resilience.checkpoint.saver._parts import AsyncPart as _AsyncPart
+from langgraph_resilience.checkpoint.saver._parts import Part as _Part
+from langgraph_resilience.checkpoint.store._schema import LIMIT_HOLDS, LIMIT_STARTS, LIMITS
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
 
 __all__ = [
     "Admission",

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from langgraph_resilience.checkpoint._run_log_reads import CHANNEL, STEP_FIELDS, step_order
-from langgraph_resilience.checkpoint._store import Dialect, Row, Statements, Stmt
+from langgraph_resilience.checkpoint.runlog._run_log_reads import CHANNEL, STEP_FIELDS, step_order
+from langgraph_resilience.checkpoint.store._store import Dialect, Row, Statements, Stmt
 
 __all__ = ["decode_steps", "read_step_writes", "with_rows"]
 

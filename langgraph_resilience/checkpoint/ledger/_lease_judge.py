@@ -16,15 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langgraph_resilience.checkpoint._process import (
+from langgraph_resilience._util._process import (
     ClockReading,
     clock_now,
     executor_alive,
     machine,
     process_id,
 )
-from langgraph_resilience.checkpoint._schema import RUNS
-from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
+from langgraph_resilience.checkpoint.store._schema import RUNS
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
 
 __all__ = ["Claimant", "dead_holders", "lease_values", "taken_over"]
 

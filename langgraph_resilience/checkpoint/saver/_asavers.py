@@ -22,25 +22,18 @@ except ImportError:  # the base install (no `postgres` extra): no pool to be giv
     AsyncConnectionPool = ()  # type: ignore[assignment,misc]
 
 from langgraph_resilience._store_errors import is_store_error
-from langgraph_resilience.checkpoint import (
-    _base,
-    _counters,
-    _ledger,
-    _run_log,
-    _run_log_reads,
-    _runs,
-    _scope,
-    _steps,
-    _threads,
-)
-from langgraph_resilience.checkpoint._history import AsyncHistory
-from langgraph_resilience.checkpoint._interfaces import AsyncAttempts, AsyncEffects, AsyncRuns
-from langgraph_resilience.checkpoint._ledger import EffectRecord
-from langgraph_resilience.checkpoint._runs import Fence, RunRecord
-from langgraph_resilience.checkpoint._savers import Hooks, next_config
-from langgraph_resilience.checkpoint._store import Statements, no_statements
-from langgraph_resilience.checkpoint._store_retry import Translate
 from langgraph_resilience.checkpoint.archive._methods import AsyncArchival
+from langgraph_resilience.checkpoint.ledger import _ledger, _runs
+from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
+from langgraph_resilience.checkpoint.ledger._runs import Fence, RunRecord
+from langgraph_resilience.checkpoint.runlog import _run_log, _run_log_reads, _scope, _steps
+from langgraph_resilience.checkpoint.runlog._history import AsyncHistory
+from langgraph_resilience.checkpoint.saver import _base, _threads
+from langgraph_resilience.checkpoint.saver._interfaces import AsyncAttempts, AsyncEffects, AsyncRuns
+from langgraph_resilience.checkpoint.saver._savers import Hooks, next_config
+from langgraph_resilience.checkpoint.store import _counters
+from langgraph_resilience.checkpoint.store._store import Statements, no_statements
+from langgraph_resilience.checkpoint.store._store_retry import Translate
 
 T = TypeVar("T")
 

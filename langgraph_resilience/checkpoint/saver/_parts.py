@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
-from langgraph_resilience.checkpoint._base import SaverState
-from langgraph_resilience.checkpoint._store import Dialect, Statements
+from langgraph_resilience.checkpoint.saver._base import SaverState
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements
 
 __all__ = ["AsyncPart", "AsyncStore", "Bridge", "Part", "Store", "SyncIO", "SyncStore"]
 

@@ -34,7 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
-from langgraph_resilience.checkpoint._schema import (
+from langgraph_resilience.checkpoint.runlog._step_rows import node_sql
+from langgraph_resilience.checkpoint.store._schema import (
     ATTEMPTS,
     EFFECTS,
     RECOVERIES,
@@ -43,8 +44,7 @@ from langgraph_resilience.checkpoint._schema import (
     RUNS,
     STEPS,
 )
-from langgraph_resilience.checkpoint._step_rows import node_sql
-from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
 
 __all__ = ["Redone", "RunCounts", "read_metrics"]
 

@@ -9,24 +9,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import langgraph_resilience.checkpoint._events as _events
-import langgraph_resilience.checkpoint._run_backfill as _backfill
-import langgraph_resilience.checkpoint._run_log as _run_log
-import langgraph_resilience.checkpoint._run_log_reads as _run_reads
-import langgraph_resilience.checkpoint._storage as _storage
-from langgraph_resilience.checkpoint._events import RecoveryRecord, StoredAttempt
-from langgraph_resilience.checkpoint._parts import AsyncPart as _AsyncPart
-from langgraph_resilience.checkpoint._parts import Part as _Part
-from langgraph_resilience.checkpoint._run_log_reads import Cursor, RunLogRecord
-from langgraph_resilience.checkpoint._run_metrics import RunCounts, read_metrics
-from langgraph_resilience.checkpoint._run_summaries import (
+import langgraph_resilience.checkpoint.runlog._events as _events
+import langgraph_resilience.checkpoint.runlog._run_backfill as _backfill
+import langgraph_resilience.checkpoint.runlog._run_log as _run_log
+import langgraph_resilience.checkpoint.runlog._run_log_reads as _run_reads
+import langgraph_resilience.checkpoint.store._storage as _storage
+from langgraph_resilience.checkpoint.ledger._runs import RunRecord
+from langgraph_resilience.checkpoint.runlog._events import RecoveryRecord, StoredAttempt
+from langgraph_resilience.checkpoint.runlog._run_log_reads import Cursor, RunLogRecord
+from langgraph_resilience.checkpoint.runlog._run_metrics import RunCounts, read_metrics
+from langgraph_resilience.checkpoint.runlog._run_summaries import (
     ThreadLedger,
     list_summaries,
     read_thread_ledger,
 )
-from langgraph_resilience.checkpoint._runs import RunRecord
-from langgraph_resilience.checkpoint._storage import ThreadStorage
-from langgraph_resilience.checkpoint._store import Row
+from langgraph_resilience.checkpoint.saver._parts import AsyncPart as _AsyncPart
+from langgraph_resilience.checkpoint.saver._parts import Part as _Part
+from langgraph_resilience.checkpoint.store._storage import ThreadStorage
+from langgraph_resilience.checkpoint.store._store import Row
 
 __all__ = ["AsyncHistory", "History"]
 

@@ -13,8 +13,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from langgraph_resilience.checkpoint._schema import COUNTERS
-from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
+from langgraph_resilience.checkpoint.store._schema import COUNTERS
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
 from langgraph_resilience.telemetry._emit import checkpoint_write
 
 __all__ = ["COUNTER_NAMES", "Counters", "bucket_of", "bucketed", "bump", "read_counters"]

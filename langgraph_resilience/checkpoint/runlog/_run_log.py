@@ -44,9 +44,11 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.graph import START
 
 from langgraph_resilience._langgraph import ERROR_CHANNEL, INTERRUPT_CHANNEL, RESUME_CHANNEL
-from langgraph_resilience.checkpoint._run_log_reads import CHANNEL, ENDED, STATUSES
-from langgraph_resilience.checkpoint._runs import WORKER_KEY, Fence, fence_of
-from langgraph_resilience.checkpoint._schema import (
+from langgraph_resilience.checkpoint.ledger._runs import WORKER_KEY, Fence, fence_of
+from langgraph_resilience.checkpoint.runlog._run_log_reads import CHANNEL, ENDED, STATUSES
+from langgraph_resilience.checkpoint.runlog._scope import scope_of
+from langgraph_resilience.checkpoint.runlog._step_rows import step_row
+from langgraph_resilience.checkpoint.store._schema import (
     BACKFILL,
     RECOVERIES,
     RECOVERY_PATHS,
@@ -54,9 +56,7 @@ from langgraph_resilience.checkpoint._schema import (
     RUNS,
     STEPS,
 )
-from langgraph_resilience.checkpoint._scope import scope_of
-from langgraph_resilience.checkpoint._step_rows import step_row
-from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
 from langgraph_resilience.errors import ConfigError
 
 __all__ = [

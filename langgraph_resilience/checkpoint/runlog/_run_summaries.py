@@ -11,15 +11,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
-from langgraph_resilience.checkpoint._events import RecoveryRecord, read_recoveries
-from langgraph_resilience.checkpoint._run_log_reads import (
+from langgraph_resilience.checkpoint.runlog._events import RecoveryRecord, read_recoveries
+from langgraph_resilience.checkpoint.runlog._run_log_reads import (
     ENDED,
     RunLogRecord,
     list_run_rows,
 )
-from langgraph_resilience.checkpoint._schema import RECOVERIES, RECOVERY_PATHS, RUN_LOG, RUNS, STEPS
-from langgraph_resilience.checkpoint._step_rows import ROW_FIELDS, record_fields
-from langgraph_resilience.checkpoint._store import Dialect, Statements, Stmt
+from langgraph_resilience.checkpoint.runlog._step_rows import ROW_FIELDS, record_fields
+from langgraph_resilience.checkpoint.store._schema import (
+    RECOVERIES,
+    RECOVERY_PATHS,
+    RUN_LOG,
+    RUNS,
+    STEPS,
+)
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
 
 __all__ = ["ThreadLedger", "list_summaries", "read_thread_ledger"]
 
