@@ -43,7 +43,12 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.graph import START
 
-from langgraph_resilience._langgraph import ERROR_CHANNEL, INTERRUPT_CHANNEL, RESUME_CHANNEL
+from langgraph_resilience._langgraph import (
+    ERROR_CHANNEL,
+    INTERRUPT_CHANNEL,
+    RESUME_CHANNEL,
+    triggers_none,
+)
 from langgraph_resilience.checkpoint.ledger._runs import WORKER_KEY, Fence, fence_of
 from langgraph_resilience.checkpoint.runlog._run_log_reads import CHANNEL, ENDED, STATUSES
 from langgraph_resilience.checkpoint.runlog._scope import scope_of
@@ -84,6 +89,10 @@ class PutLedger(NamedTuple):
 
     start: tuple[Any, ...] | None = None
     end: tuple[Any, ...] | None = None  # the run's row, ended
+    #: A run of a graph that keeps no run log (see `ledger_of_put`): its row
+    #: starts numbered after the thread's latest, or ends.
+    next_start: tuple[Any, ...] | None = None
+    settle: tuple[str, str] | None = None  # (thread, checkpoint) of its end
 
 
 def ledger_of_put(
@@ -100,6 +109,16 @@ def ledger_of_put(
     step that ended a run (its run log changed, and says ``success`` or
     ``partial_complete``) gives the row the run's usage: the run's driver then
     has nothing left to tell it.
+
+    A graph no driver of ours runs and that keeps no run log (a plain
+    ``StateGraph`` parent: ``create_supervisor``, ``create_swarm``; an
+    ``@entrypoint``; a ``create_agent`` agent's first turn) is seen here
+    only: its input checkpoint starts its run (numbered after the thread's
+    latest run, or after its own run log's), and its first checkpoint that
+    leaves no task to run (`_langgraph.triggers_none`) ends it: ``success``,
+    or ``partial_complete`` when a graph nested in it ended short (its failed
+    step, `ledger_of_writes`). One run per top-level invoke, whoever built
+    the graph; the graphs nested in it are its steps.
     """
     configurable = config.get("configurable") or {}
     if configurable.get("checkpoint_ns"):
@@ -107,6 +126,8 @@ def ledger_of_put(
     values = checkpoint.get("channel_values") or {}
     known = values.get(CHANNEL)
     if metadata.get("source") != "input":
+        if known is None and metadata.get("source") == "loop" and triggers_none(checkpoint):
+            return PutLedger(settle=(str(configurable["thread_id"]), checkpoint["id"]))
         if CHANNEL not in new_versions or not isinstance(known, Mapping):
             return None
         status = known.get("status")
@@ -126,7 +147,7 @@ def ledger_of_put(
     given = values.get(START)
     marker = given.get(CHANNEL) if isinstance(given, Mapping) else None
     if not isinstance(marker, Mapping) or marker.get("new_run") is None:
-        return None
+        return _unmarked_start(config, checkpoint, given, known, dumps)
     assert isinstance(given, Mapping)
     previous = int(known.get("run") or 0) if isinstance(known, Mapping) else 0
     spec_type, spec = dumps({k: v for k, v in given.items() if k != CHANNEL})
@@ -134,6 +155,31 @@ def ledger_of_put(
     return PutLedger(
         start=_run_row(config, previous + 1, started, checkpoint["id"], spec_type, spec)
     )
+
+
+def _unmarked_start(
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    given: Any,
+    known: Any,
+    dumps: Callable[[Any], tuple[str, bytes]],
+) -> PutLedger | None:
+    """The start of a run whose input carries no new-run marker: a graph no
+    driver of ours runs (an invoke of ours puts a `RunScope` in the config and
+    marks each new input it starts a run with). Numbered after its run log's
+    run if it keeps one (an agent's, whose ``before_agent`` numbers it so), else
+    after the thread's latest row."""
+    if scope_of(config) is not None:
+        return None  # our driver's invoke: it marks the inputs that start runs
+    spec_type, spec = dumps(given)
+    started = time.time()
+    if isinstance(known, Mapping):
+        previous = int(known.get("run") or 0)
+        return PutLedger(
+            start=_run_row(config, previous + 1, started, checkpoint["id"], spec_type, spec)
+        )
+    row = _run_row(config, 0, started, checkpoint["id"], spec_type, spec)
+    return PutLedger(next_start=row)
 
 
 def _began(config: RunnableConfig, known: Mapping[str, Any]) -> float:
@@ -200,6 +246,10 @@ class WriteLedger(NamedTuple):
     paused_for: str | None = None  # an interrupt: budget or human
     own_story: bool = False  # a nested run's start or end (see `_OWN_STORY`)
     start: tuple[Any, ...] | None = None  # a run started by a node's marker
+    #: The failed step of a graph nested in a parent no driver of ours runs
+    #: (a plain ``StateGraph``: a supervisor's, a swarm's) that ended short: the
+    #: parent's run ends ``partial_complete`` naming it.
+    nested_failed: str | None = None
 
 
 def ledger_of_writes(
@@ -258,7 +308,12 @@ def ledger_of_writes(
         told = value.get("new_run") is not None or value.get("status") in ENDED
         if row is None and not told:
             return None
-        return WriteLedger(thread_id, ns, checkpoint_id, step=row, own_story=told)
+        short = None
+        if value.get("status") == "partial_complete" and scope_of(config) is None:
+            short = _path_of(value.get("failed_step"))
+        return WriteLedger(
+            thread_id, ns, checkpoint_id, step=row, own_story=told, nested_failed=short
+        )
     status = value.get("status")
     start = None
     if value.get("new_run") is not None and value.get("run") is not None:
@@ -365,7 +420,46 @@ _OWN_STORY = (
     "AND c.checkpoint_ns = '' AND c.checkpoint_id = r.checkpoint_id WHERE r.thread_id = ?) "
     "ON CONFLICT DO NOTHING"
 )
-_PAUSED_FOR = f"UPDATE {RUN_LOG.name} SET paused_for = ? WHERE thread_id = ? AND run = {_RUN_AT}"
+# A pause (an interrupt written at the top level) says so in the run's row, as
+# the run's driver would when its invoke returns: a graph no driver of ours
+# runs has no one else to say it.
+_PAUSED_FOR = (
+    f"UPDATE {RUN_LOG.name} SET paused_for = ?, "
+    "status = CASE WHEN status = 'running' THEN 'paused' ELSE status END "
+    f"WHERE thread_id = ? AND run = {_RUN_AT}"
+)
+# A run started by an agent's marker (its ``before_agent``) after its input
+# checkpoint started the row: the row keeps when and where it started.
+_OPEN_RUN = (
+    f"{_START_RUN.split(' ON CONFLICT')[0]} ON CONFLICT (thread_id, run) DO UPDATE SET "
+    + ", ".join(
+        f"{c} = coalesce({RUN_LOG.name}.{c}, excluded.{c})"
+        if c in ("checkpoint_id", "task_spec_type", "task_spec")
+        else f"{c} = {RUN_LOG.name}.{c}"
+        if c == "started_at"
+        else f"{c} = excluded.{c}"
+        for c in RUN_LOG.names
+        if c not in ("thread_id", "run")
+    )
+)
+# A run of a graph that keeps no run log (`ledger_of_put`): it starts numbered
+# after the thread's latest run, and ends at its first checkpoint that leaves no
+# task to run, ``partial_complete`` if a graph nested in it ended short
+# (`_NESTED_FAILED`), else ``success``.
+_START_NEXT_RUN = (
+    f"INSERT INTO {RUN_LOG.name} ({', '.join(RUN_LOG.names)}) SELECT ?, "
+    f"coalesce((SELECT max(r.run) FROM {RUN_LOG.name} r WHERE r.thread_id = ?), 0) + 1, "
+    + ", ".join("?" for _ in RUN_LOG.names[2:])
+)
+_SETTLED_RUN = (
+    f"UPDATE {RUN_LOG.name} SET status = CASE WHEN failed_step IS NULL THEN 'success' "
+    "ELSE 'partial_complete' END, ended_at = coalesce(ended_at, ?), updated_at = ? "
+    f"WHERE thread_id = ? AND status IN ('running', 'paused') AND run = {_RUN_AT}"
+)
+_NESTED_FAILED = (
+    f"UPDATE {RUN_LOG.name} SET failed_step = coalesce(failed_step, ?), updated_at = ? "
+    f"WHERE thread_id = ? AND status = 'running' AND run = {_RUN_AT}"
+)
 
 # How a run ended (its last checkpoint's word) or returned (its driver's, also
 # paused or still running: no end time then), upserted: a run whose checkpoints
@@ -389,8 +483,15 @@ def put_statements(d: Dialect, led: PutLedger | None) -> Statements[None]:
         return
     if led.start is not None:
         yield Stmt(d.sql(_START_RUN), led.start)
+    if led.next_start is not None:
+        row = led.next_start
+        yield Stmt(d.sql(_START_NEXT_RUN), (row[0], row[0], *row[2:]))
     if led.end is not None:
         yield Stmt(d.sql(_ENDED_RUN), led.end)
+    if led.settle is not None:
+        thread, checkpoint_id = led.settle
+        now = time.time()
+        yield Stmt(d.sql(_SETTLED_RUN), (now, now, thread, thread, checkpoint_id))
 
 
 def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
@@ -399,7 +500,7 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
     if led is None:
         return
     if led.start is not None:
-        yield Stmt(d.sql(_START_RUN), led.start)
+        yield Stmt(d.sql(_OPEN_RUN), led.start)
     if led.step is not None:
         if led.ns:
             step = led.step
@@ -418,6 +519,8 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
     if led.own_story:
         yield Stmt(d.sql(_OWN_STORY), (led.thread_id, led.thread_id))
     at = (led.thread_id, led.thread_id, led.checkpoint_id)
+    if led.nested_failed is not None:
+        yield Stmt(d.sql(_NESTED_FAILED), (led.nested_failed, time.time(), *at))
     if led.paused_for is not None:
         yield Stmt(d.sql(_PAUSED_FOR), (led.paused_for, *at))
     if led.resumed:
