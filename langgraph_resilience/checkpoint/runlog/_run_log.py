@@ -49,8 +49,19 @@ from langgraph_resilience._langgraph import (
     RESUME_CHANNEL,
     triggers_none,
 )
-from langgraph_resilience.checkpoint.ledger._runs import WORKER_KEY, Fence, fence_of
+from langgraph_resilience.checkpoint.ledger._runs import WORKER_KEY, fence_of
 from langgraph_resilience.checkpoint.runlog._run_log_reads import CHANNEL, ENDED, STATUSES
+from langgraph_resilience.checkpoint.runlog._run_sql import (
+    NESTED_FAILED,
+    OPEN_RUN,
+    PAUSED_FOR,
+    RUN_AT,
+    SETTLED_RUN,
+    START_NEXT_RUN,
+    START_RUN,
+    cancel_worker_run,
+    finish_worker_run,
+)
 from langgraph_resilience.checkpoint.runlog._scope import scope_of
 from langgraph_resilience.checkpoint.runlog._step_rows import step_row
 from langgraph_resilience.checkpoint.store._schema import (
@@ -58,7 +69,6 @@ from langgraph_resilience.checkpoint.store._schema import (
     RECOVERIES,
     RECOVERY_PATHS,
     RUN_LOG,
-    RUNS,
     STEPS,
 )
 from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
@@ -360,26 +370,13 @@ def _for_budget(value: Any) -> bool:
 
 # -- statements ------------------------------------------------------------------------
 
-_PLACES = ", ".join("?" for _ in RUN_LOG.names)
-_START_RUN = (
-    f"INSERT INTO {RUN_LOG.name} ({', '.join(RUN_LOG.names)}) VALUES ({_PLACES}) "
-    "ON CONFLICT (thread_id, run) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in RUN_LOG.names if c not in ("thread_id", "run"))
-)
-# The run of a thread latest started at or before a checkpoint (of any namespace:
-# checkpoint ids are time-ordered): the run a nested step, or a write that does
-# not say its run, belongs to.
-_RUN_AT = (
-    f"(SELECT r.run FROM {RUN_LOG.name} r WHERE r.thread_id = ? AND r.checkpoint_id <= ? "
-    "ORDER BY r.checkpoint_id DESC LIMIT 1)"
-)
 _STEP_NAMES = ", ".join(STEPS.names)
 _STEP = (
     f"INSERT INTO {STEPS.name} ({_STEP_NAMES}) VALUES "
     f"({', '.join('?' for _ in STEPS.names)}) ON CONFLICT DO NOTHING"
 )
 _NESTED_STEP = (
-    f"INSERT INTO {STEPS.name} ({_STEP_NAMES}) VALUES (?, ?, ?, ?, coalesce({_RUN_AT}, ?), "
+    f"INSERT INTO {STEPS.name} ({_STEP_NAMES}) VALUES (?, ?, ?, ?, coalesce({RUN_AT}, ?), "
     f"{', '.join('?' for _ in STEPS.names[5:])}) ON CONFLICT DO NOTHING"
 )
 _UPDATE_RUN = (
@@ -391,18 +388,18 @@ _UPDATE_RUN = (
 )
 _RESUMED = (
     f"UPDATE {RUN_LOG.name} SET status = 'running', updated_at = ? "
-    f"WHERE thread_id = ? AND status = 'paused' AND run = {_RUN_AT}"
+    f"WHERE thread_id = ? AND status = 'paused' AND run = {RUN_AT}"
 )
 
 # Recoveries made by a write (`RECOVERIES`), in its transaction, of the run the
 # write belongs to (none for a thread without run rows: `history._backfill`
 # reads those): a resume of a paused run (budget or human, as it paused), a
 # retry_failed (with the paths it re-runs). Params: key, checkpoint, at, then
-# the run's thread, and `_RUN_AT`'s thread and checkpoint.
+# the run's thread, and `RUN_AT`'s thread and checkpoint.
 _RECOVERY = (
     f"INSERT INTO {RECOVERIES.name} (thread_id, key, kind, run_id, owner, checkpoint_id, at, run) "
     "SELECT r.thread_id, ?, {kind}, r.run_id, NULL, ?, ?, r.run "
-    f"FROM {RUN_LOG.name} r WHERE r.thread_id = ? AND r.run = {_RUN_AT} "
+    f"FROM {RUN_LOG.name} r WHERE r.thread_id = ? AND r.run = {RUN_AT} "
     "ON CONFLICT (thread_id, key) DO NOTHING"
 )
 _RESUME_RECOVERY = _RECOVERY.format(kind="coalesce(r.paused_for, 'human')")
@@ -420,54 +417,13 @@ _OWN_STORY = (
     "AND c.checkpoint_ns = '' AND c.checkpoint_id = r.checkpoint_id WHERE r.thread_id = ?) "
     "ON CONFLICT DO NOTHING"
 )
-# A pause (an interrupt written at the top level) says so in the run's row, as
-# the run's driver would when its invoke returns: a graph no driver of ours
-# runs has no one else to say it.
-_PAUSED_FOR = (
-    f"UPDATE {RUN_LOG.name} SET paused_for = ?, "
-    "status = CASE WHEN status = 'running' THEN 'paused' ELSE status END "
-    f"WHERE thread_id = ? AND run = {_RUN_AT}"
-)
-# A run started by an agent's marker (its ``before_agent``) after its input
-# checkpoint started the row: the row keeps when and where it started.
-_OPEN_RUN = (
-    f"{_START_RUN.split(' ON CONFLICT')[0]} ON CONFLICT (thread_id, run) DO UPDATE SET "
-    + ", ".join(
-        f"{c} = coalesce({RUN_LOG.name}.{c}, excluded.{c})"
-        if c in ("checkpoint_id", "task_spec_type", "task_spec")
-        else f"{c} = {RUN_LOG.name}.{c}"
-        if c == "started_at"
-        else f"{c} = excluded.{c}"
-        for c in RUN_LOG.names
-        if c not in ("thread_id", "run")
-    )
-)
-# A run of a graph that keeps no run log (`ledger_of_put`): it starts numbered
-# after the thread's latest run, and ends at its first checkpoint that leaves no
-# task to run, ``partial_complete`` if a graph nested in it ended short
-# (`_NESTED_FAILED`), else ``success``.
-_START_NEXT_RUN = (
-    f"INSERT INTO {RUN_LOG.name} ({', '.join(RUN_LOG.names)}) SELECT ?, "
-    f"coalesce((SELECT max(r.run) FROM {RUN_LOG.name} r WHERE r.thread_id = ?), 0) + 1, "
-    + ", ".join("?" for _ in RUN_LOG.names[2:])
-)
-_SETTLED_RUN = (
-    f"UPDATE {RUN_LOG.name} SET status = CASE WHEN failed_step IS NULL THEN 'success' "
-    "ELSE 'partial_complete' END, ended_at = coalesce(ended_at, ?), updated_at = ? "
-    f"WHERE thread_id = ? AND status IN ('running', 'paused') AND run = {_RUN_AT}"
-)
-_NESTED_FAILED = (
-    f"UPDATE {RUN_LOG.name} SET failed_step = coalesce(failed_step, ?), updated_at = ? "
-    f"WHERE thread_id = ? AND status = 'running' AND run = {_RUN_AT}"
-)
-
 # How a run ended (its last checkpoint's word) or returned (its driver's, also
 # paused or still running: no end time then), upserted: a run whose checkpoints
 # were not stored as it went (durability "exit") gets its row then. An ended run
 # keeps the time and the failed step it was first told.
 _T = RUN_LOG.name
 _ENDED_RUN = (
-    f"{_START_RUN.split(' ON CONFLICT')[0]} ON CONFLICT (thread_id, run) DO UPDATE SET "
+    f"{START_RUN.split(' ON CONFLICT')[0]} ON CONFLICT (thread_id, run) DO UPDATE SET "
     f"status = excluded.status, ended_at = CASE WHEN excluded.status IN ({_ENDED_SQL}) "
     f"THEN coalesce({_T}.ended_at, excluded.ended_at) ELSE NULL END, "
     f"usage = coalesce(excluded.usage, {_T}.usage), updated_at = excluded.updated_at, "
@@ -482,16 +438,16 @@ def put_statements(d: Dialect, led: PutLedger | None) -> Statements[None]:
     if led is None:
         return
     if led.start is not None:
-        yield Stmt(d.sql(_START_RUN), led.start)
+        yield Stmt(d.sql(START_RUN), led.start)
     if led.next_start is not None:
         row = led.next_start
-        yield Stmt(d.sql(_START_NEXT_RUN), (row[0], row[0], *row[2:]))
+        yield Stmt(d.sql(START_NEXT_RUN), (row[0], row[0], *row[2:]))
     if led.end is not None:
         yield Stmt(d.sql(_ENDED_RUN), led.end)
     if led.settle is not None:
         thread, checkpoint_id = led.settle
         now = time.time()
-        yield Stmt(d.sql(_SETTLED_RUN), (now, now, thread, thread, checkpoint_id))
+        yield Stmt(d.sql(SETTLED_RUN), (now, now, thread, thread, checkpoint_id))
 
 
 def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
@@ -500,7 +456,7 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
     if led is None:
         return
     if led.start is not None:
-        yield Stmt(d.sql(_OPEN_RUN), led.start)
+        yield Stmt(d.sql(OPEN_RUN), led.start)
     if led.step is not None:
         if led.ns:
             step = led.step
@@ -515,14 +471,14 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
             yield Stmt(d.sql(_UPDATE_RUN.format(run="?")), (*params, led.run))
         else:
             where = (led.thread_id, led.checkpoint_id)
-            yield Stmt(d.sql(_UPDATE_RUN.format(run=_RUN_AT)), (*params, *where))
+            yield Stmt(d.sql(_UPDATE_RUN.format(run=RUN_AT)), (*params, *where))
     if led.own_story:
         yield Stmt(d.sql(_OWN_STORY), (led.thread_id, led.thread_id))
     at = (led.thread_id, led.thread_id, led.checkpoint_id)
     if led.nested_failed is not None:
-        yield Stmt(d.sql(_NESTED_FAILED), (led.nested_failed, time.time(), *at))
+        yield Stmt(d.sql(NESTED_FAILED), (led.nested_failed, time.time(), *at))
     if led.paused_for is not None:
-        yield Stmt(d.sql(_PAUSED_FOR), (led.paused_for, *at))
+        yield Stmt(d.sql(PAUSED_FOR), (led.paused_for, *at))
     if led.resumed:
         now = time.time()
         key = f"resume:{led.checkpoint_id}"
@@ -533,13 +489,6 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         yield Stmt(d.sql(_RETRY_RECOVERY), (key, led.checkpoint_id, time.time(), *at))
         paths = [(led.thread_id, key, p) for p in dict.fromkeys(led.clear)]
         yield Stmt(d.sql(_RETRY_PATHS), paths, many=True)
-
-
-# A status a run's driver or Worker saw (params: status, status, now): an ended
-# run keeps the time it ended first; an open one has none.
-_SET_STATUS = (
-    f"status = ?, ended_at = CASE WHEN ? IN ({_ENDED_SQL}) THEN coalesce(ended_at, ?) ELSE NULL END"
-)
 
 
 def close_run(
@@ -582,36 +531,6 @@ def fail_run(d: Dialect, thread_id: str, since: float, continued: bool) -> State
     earlier run when the call failed before its input was stored, stays as it is."""
     now = time.time()
     yield Stmt(d.sql(_FAILED), (now, now, thread_id, thread_id, since, continued, since))
-
-
-def finish_worker_run(d: Dialect, fence: Fence, status: str) -> Statements[None]:
-    """A `Worker` ends or pauses its run (in `_runs.finish_run`'s transaction,
-    before the run's own row): the ledger's row of that run says so, with the
-    worker that held it. A released run (queued again) goes on: nothing changes."""
-    if status not in STATUSES:
-        return
-    now = time.time()
-    yield Stmt(
-        d.sql(
-            f"UPDATE {RUN_LOG.name} SET {_SET_STATUS}, "
-            f"worker = coalesce(worker, (SELECT owner FROM {RUNS.name} WHERE run_id = ?)), "
-            f"updated_at = ? WHERE run_id = ? AND EXISTS (SELECT 1 FROM {RUNS.name} "
-            "WHERE run_id = ? AND fencing_token = ? AND status = 'running')"
-        ),
-        (status, status, now, fence.run_id, now, fence.run_id, fence.run_id, fence.token),
-    )
-
-
-def cancel_worker_run(d: Dialect, run_id: str) -> Statements[None]:
-    """A `Worker` run cancelled: its ledger row too, unless it had ended."""
-    now = time.time()
-    yield Stmt(
-        d.sql(
-            f"UPDATE {RUN_LOG.name} SET status = 'cancelled', ended_at = coalesce(ended_at, ?), "
-            f"updated_at = ? WHERE run_id = ? AND status NOT IN ({_ENDED_SQL})"
-        ),
-        (now, now, run_id),
-    )
 
 
 def _path_of(failed: Any) -> str | None:
