@@ -230,3 +230,35 @@ async def test_an_entrypoint_waiting_on_a_human_is_listed_paused(checkpointer: H
     out = await checkpointer.invoke(approve, Command(resume="yes"), config)
     assert out == "memo: yes"
     assert await thread_runs(checkpointer, thread) == [(1, "success")]
+
+
+async def test_an_agent_waiting_on_a_human_is_listed_paused(checkpointer: Harness) -> None:
+    # Before: a create_agent agent waiting on an interrupt() in a tool was
+    # missing from list_runs, its report `running · 0 steps` with the advice to
+    # resume it after a crash.
+    @tool
+    def ask(question: str) -> str:
+        """Ask a human."""
+        return str(interrupt({"question": question}))
+
+    agent = create_agent(
+        Fake(steps=[("ask", {"question": "send it?"})]),
+        tools=[ask],
+        middleware=[ResilienceMiddleware()],
+        checkpointer=checkpointer.saver,
+    )
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    given = {"messages": [("user", "go")]}
+    await checkpointer.invoke(agent, given, config, durability="sync")
+    assert await thread_runs(checkpointer, thread) == [(1, "paused")]
+    shown = await report(checkpointer, thread)
+    assert (shown.run, shown.status) == (1, "paused")
+    assert not any("process died" in s for s in shown.suggestions)
+    await checkpointer.invoke(agent, Command(resume="yes"), config, durability="sync")
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    shown = await report(checkpointer, thread)
+    assert [s.path for s in shown.steps] == ["model", "tools/ask[0]", "model#2"]
+    # the run began before its first step did
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert row.started_at <= min(s.started_at for s in shown.steps if s.started_at)
