@@ -15,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
 import pytest
 
 pytest.importorskip("langgraph_supervisor")
 pytest.importorskip("langgraph_swarm")
 
+from agent_worker import PLAN, ScriptedModel, research_agent
 from conftest import Harness
 from langchain.agents import create_agent
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -30,12 +32,17 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.func import entrypoint, task
+from langgraph.graph import END, START
+from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 from langgraph_supervisor import create_supervisor
 from langgraph_swarm import create_handoff_tool, create_swarm
 
 from langgraph_resilience import (
     Backoff,
+    Budget,
+    ResilientState,
+    ResilientStateGraph,
     aretry_failed,
     arun_report,
     retry_failed,
@@ -44,6 +51,10 @@ from langgraph_resilience import (
 from langgraph_resilience.agents import CallPolicy, ResilienceMiddleware
 from langgraph_resilience.errors import RunStateError
 from langgraph_resilience.history import alist_runs, list_runs
+
+
+class Chat(ResilientState, total=False):
+    messages: Annotated[list[BaseMessage], add_messages]
 
 
 class Fake(BaseChatModel):
@@ -262,3 +273,84 @@ async def test_an_agent_waiting_on_a_human_is_listed_paused(checkpointer: Harnes
     # the run began before its first step did
     row = await checkpointer.call("history.run_row", thread, 1)
     assert row.started_at <= min(s.started_at for s in shown.steps if s.started_at)
+
+
+async def test_an_agent_invoked_in_a_node_that_ends_short_fails_the_node(
+    checkpointer: Harness,
+) -> None:
+    # Before: the parent read `success`, `failed_step: None`, and its next
+    # node ran on an email that was never sent.
+    failures = [1]
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email."""
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise ValueError("the mail server rejected the message")
+        return f"sent to {to}"
+
+    mailer = create_agent(
+        Fake(steps=[("send_email", {"to": "boss"})]),
+        tools=[send_email],
+        middleware=[ending_policy()],
+    )
+    notified: list[int] = []
+
+    async def amail(state: Chat) -> dict[str, Any]:
+        out = await mailer.ainvoke({"messages": state["messages"]})
+        return {"messages": out["messages"][len(state["messages"]) :]}
+
+    def mail(state: Chat) -> dict[str, Any]:
+        out = mailer.invoke({"messages": state["messages"]})
+        return {"messages": out["messages"][len(state["messages"]) :]}
+
+    def notify(state: Chat) -> dict[str, Any]:
+        notified.append(len(state["messages"]))
+        return {}
+
+    builder = ResilientStateGraph(Chat)
+    builder.add_node("mail", amail if checkpointer.is_async else mail)
+    builder.add_node("notify", notify)
+    builder.add_edge(START, "mail")
+    builder.add_edge("mail", "notify")
+    builder.add_edge("notify", END)
+    graph = builder.compile(checkpointer=checkpointer.saver)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    out = await checkpointer.invoke(graph, {"messages": [("user", "mail the boss")]}, config)
+    assert out["resilience"]["status"] == "partial_complete"
+    assert out["resilience"]["failed_step"]["node"] == "mail"
+    assert "send_email" in out["resilience"]["failed_step"]["path"]
+    assert notified == []
+    assert await thread_runs(checkpointer, thread) == [(1, "partial_complete")]
+    # The mail server is back: retry_failed re-runs the node, then notify runs.
+    if checkpointer.is_async:
+        out = await aretry_failed(graph, config)
+    else:
+        out = await asyncio.to_thread(retry_failed, graph, config)
+    assert out["resilience"]["status"] == "success"
+    assert len(notified) == 1
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+
+
+async def test_an_agents_budget_top_up_is_a_budget_recovery(
+    checkpointer: Harness, tmp_path: Path
+) -> None:
+    # Before: the paused agent was missing from list_runs and its top-up was
+    # no recovery at all (budget=0 in the metrics).
+    model = ScriptedModel(plan=PLAN, calls=[])
+    agent = research_agent(
+        checkpointer.saver, tmp_path, chat_model=model, budget=Budget(max_tokens=100)
+    )
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    question = {"messages": [("user", "Research resilience.")]}
+    await checkpointer.invoke(agent, question, config, durability="sync")
+    assert await thread_runs(checkpointer, thread) == [(1, "paused")]
+    more = Command(resume=Budget(max_tokens=1_000))
+    out = await checkpointer.invoke(agent, more, config, durability="sync")
+    assert out["messages"][-1].content == "Report sent."
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    shown = await report(checkpointer, thread)
+    assert [r["kind"] for r in shown.recoveries] == ["budget"]
