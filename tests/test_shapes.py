@@ -354,3 +354,46 @@ async def test_an_agents_budget_top_up_is_a_budget_recovery(
     assert await thread_runs(checkpointer, thread) == [(1, "success")]
     shown = await report(checkpointer, thread)
     assert [r["kind"] for r in shown.recoveries] == ["budget"]
+
+
+class Post(ResilientState, total=False):
+    text: str
+    url: str
+    notified: bool
+
+
+async def test_a_fix_by_hand_with_update_state_as_the_failed_node_lets_the_rest_run(
+    checkpointer: Harness,
+) -> None:
+    # Before: invoke(None) after update_state(as_node="pub") returned at once:
+    # notify never ran, the run stayed partial_complete and `next` became ().
+    def pub(state: Post) -> Post:
+        raise ValueError("the publishing target is misconfigured")
+
+    def notify(state: Post) -> Post:
+        return {"notified": True}
+
+    builder = ResilientStateGraph(Post)
+    builder.add_node("pub", pub)
+    builder.add_node("notify", notify)
+    builder.add_edge(START, "pub")
+    builder.add_edge("pub", "notify")
+    builder.add_edge("notify", END)
+    graph = builder.compile(checkpointer=checkpointer.saver)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    out = await checkpointer.invoke(graph, {"text": "hello"}, config)
+    assert out["resilience"]["status"] == "partial_complete"
+    assert out["resilience"]["failed_step"]["node"] == "pub"
+    # LangGraph's way: write what the failed node should have, as that node.
+    fixed = {"url": "https://example.com/hello"}
+    if checkpointer.is_async:
+        await graph.aupdate_state(config, fixed, as_node="pub")
+        assert (await graph.aget_state(config)).next == ("notify",)
+    else:
+        await asyncio.to_thread(graph.update_state, config, fixed, as_node="pub")
+        assert (await asyncio.to_thread(graph.get_state, config)).next == ("notify",)
+    out = await checkpointer.invoke(graph, None, config)
+    assert out["notified"] is True and out["url"] == fixed["url"]
+    assert out["resilience"]["status"] == "success"
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
