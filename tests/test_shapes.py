@@ -153,6 +153,9 @@ async def test_a_supervisor_turn_is_one_run_ended_with_its_true_status(
     shown = await report(checkpointer, thread)
     assert (shown.run, shown.status, shown.runs_on_thread) == (1, "partial_complete", 1)
     assert "researcher/tools/search[0]" in [s.path for s in shown.steps]
+    # its advice is one that works: not retry_failed, which cannot re-run it
+    assert shown.suggestions and not any("retry_failed(graph" in s for s in shown.suggestions)
+    assert any("invoke the turn again" in s for s in shown.suggestions)
     # The parent went on past the agent that ended short: retry_failed says so
     # and why, rather than re-running nothing.
     with pytest.raises(RunStateError, match="keeps no run log"):
