@@ -37,12 +37,16 @@ from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 from langgraph_supervisor import create_supervisor
 from langgraph_swarm import create_handoff_tool, create_swarm
+from test_durable_waits import make_due
+from test_worker import h, run_worker, submit  # noqa: F401  (h: a fixture)
+from wait_worker import pipeline
 
 from langgraph_resilience import (
     Backoff,
     Budget,
     ResilientState,
     ResilientStateGraph,
+    Worker,
     aretry_failed,
     arun_report,
     retry_failed,
@@ -89,15 +93,15 @@ class Fake(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
-async def thread_runs(h: Harness, thread: str) -> list[tuple[int, str]]:
-    found = await alist_runs(h.saver) if h.is_async else list_runs(h.saver)
+async def thread_runs(harness: Harness, thread: str) -> list[tuple[int, str]]:
+    found = await alist_runs(harness.saver) if harness.is_async else list_runs(harness.saver)
     return sorted((r.run, r.status) for r in found if r.thread_id == thread)
 
 
-async def report(h: Harness, thread: str) -> Any:
-    if h.is_async:
-        return await arun_report(h.saver, thread)
-    return await asyncio.to_thread(run_report, h.saver, thread)
+async def report(harness: Harness, thread: str) -> Any:
+    if harness.is_async:
+        return await arun_report(harness.saver, thread)
+    return await asyncio.to_thread(run_report, harness.saver, thread)
 
 
 def ending_policy() -> ResilienceMiddleware:
@@ -105,7 +109,7 @@ def ending_policy() -> ResilienceMiddleware:
     return ResilienceMiddleware(tools={"send_email": once})
 
 
-def supervisor(h: Harness, failures: list[int]) -> Any:
+def supervisor(harness: Harness, failures: list[int]) -> Any:
     """A supervisor that hands off to ``researcher`` (``search``), then to
     ``mailer`` (``send_email``, failing while ``failures`` holds a count)."""
 
@@ -135,7 +139,7 @@ def supervisor(h: Harness, failures: list[int]) -> Any:
         name="mailer",
     )
     boss = Fake(steps=[("transfer_to_researcher", {}), ("transfer_to_mailer", {})])
-    return create_supervisor([researcher, mailer], model=boss).compile(checkpointer=h.saver)
+    return create_supervisor([researcher, mailer], model=boss).compile(checkpointer=harness.saver)
 
 
 async def test_a_supervisor_turn_is_one_run_ended_with_its_true_status(
@@ -168,7 +172,7 @@ async def test_a_supervisor_turn_is_one_run_ended_with_its_true_status(
     assert await thread_runs(checkpointer, thread) == [(1, "partial_complete"), (2, "success")]
 
 
-def swarm(h: Harness) -> Any:
+def swarm(harness: Harness) -> Any:
     """``alice`` hands off to ``bob`` (a ``Command(graph=PARENT)`` from her tool
     node); bob answers."""
     alice = create_agent(
@@ -178,7 +182,9 @@ def swarm(h: Harness) -> Any:
         name="alice",
     )
     bob = create_agent(Fake(steps=[]), tools=[], middleware=[ResilienceMiddleware()], name="bob")
-    return create_swarm([alice, bob], default_active_agent="alice").compile(checkpointer=h.saver)
+    return create_swarm([alice, bob], default_active_agent="alice").compile(
+        checkpointer=harness.saver
+    )
 
 
 async def test_a_swarm_handoff_ends_the_turns_run(checkpointer: Harness) -> None:
@@ -196,7 +202,7 @@ async def test_a_swarm_handoff_ends_the_turns_run(checkpointer: Harness) -> None
     assert (shown.run, shown.status, shown.runs_on_thread) == (2, "success", 2)
 
 
-def workflow(h: Harness, calls: list[str]) -> Any:
+def workflow(harness: Harness, calls: list[str]) -> Any:
     @task
     def fetch(n: int) -> int:
         calls.append(f"fetch {n}")
@@ -207,7 +213,7 @@ def workflow(h: Harness, calls: list[str]) -> Any:
         calls.append(f"publish {total}")
         return f"published {total}"
 
-    @entrypoint(checkpointer=h.saver)
+    @entrypoint(checkpointer=harness.saver)
     def pipeline(n: int) -> str:
         total = sum(f.result() for f in [fetch(i) for i in range(n)])
         return publish(total).result()
@@ -400,3 +406,19 @@ async def test_a_fix_by_hand_with_update_state_as_the_failed_node_lets_the_rest_
     assert out["notified"] is True and out["url"] == fixed["url"]
     assert out["resilience"]["status"] == "success"
     assert await thread_runs(checkpointer, thread) == [(1, "success")]
+
+
+async def test_a_durable_waits_continuation_is_no_human_recovery(h: Any, tmp_path: Path) -> None:  # noqa: F811
+    # Before: the run taken up after its Retry-After was recorded as
+    # `recovery: human` (no human took part), and its run row read `paused`
+    # while the run was queued.
+    worker = Worker(pipeline(tmp_path), checkpointer=h.saver, lease_ttl=5, poll_interval=0.05)
+    thread = f"wait-{uuid.uuid4()}"
+    waiting = await submit(h, worker, {"kind": "wait"}, thread_id=thread)
+    assert await run_worker(h, worker) == {waiting: "queued"}
+    assert await thread_runs(h, thread) != [(1, "paused")]
+    make_due(h.backend, h.target, waiting)
+    assert await run_worker(h, worker) == {waiting: "success"}
+    shown = await report(h, thread)
+    assert shown.status == "success"
+    assert [r["kind"] for r in shown.recoveries if r["kind"] == "human"] == []

@@ -284,7 +284,7 @@ def ledger_of_writes(
         elif channel == RESUME_CHANNEL:
             resumed = True
         elif channel == INTERRUPT_CHANNEL:
-            paused = "budget" if paused == "budget" or _for_budget(v) else "human"
+            paused = _paused_for(v, paused)
         elif channel == ERROR_CHANNEL:
             failed = True
     if handed is not None and value is None and not failed:
@@ -359,13 +359,18 @@ def tried_task(value: Mapping[str, Any], path: str) -> str | None:
     return None
 
 
-def _for_budget(value: Any) -> bool:
-    """Whether an interrupt write is a budget's pause (`budget.pause_value`)."""
+def _paused_for(value: Any, before: str | None) -> str:
+    """Why an interrupt write pauses its run (``before``: an earlier write's word):
+    ``budget``, ``wait`` (each a durable wait: a Retry-After), else ``human``."""
+    reasons = set()
     for item in value if isinstance(value, (list, tuple)) else [value]:
         said = getattr(item, "value", item)
-        if isinstance(said, Mapping) and said.get("reason") == "budget_exhausted":
-            return True
-    return False
+        reasons.add(said.get("reason") if isinstance(said, Mapping) else None)
+    if before == "budget" or "budget_exhausted" in reasons:
+        return "budget"
+    if before == "human" or reasons - {"retry_after"}:
+        return "human"
+    return "wait"
 
 
 # -- statements ------------------------------------------------------------------------
@@ -399,11 +404,14 @@ _RESUMED = (
 _RECOVERY = (
     f"INSERT INTO {RECOVERIES.name} (thread_id, key, kind, run_id, owner, checkpoint_id, at, run) "
     "SELECT r.thread_id, ?, {kind}, r.run_id, NULL, ?, ?, r.run "
-    f"FROM {RUN_LOG.name} r WHERE r.thread_id = ? AND r.run = {RUN_AT} "
+    f"FROM {RUN_LOG.name} r WHERE r.thread_id = ? AND r.run = {RUN_AT}{{where}} "
     "ON CONFLICT (thread_id, key) DO NOTHING"
 )
-_RESUME_RECOVERY = _RECOVERY.format(kind="coalesce(r.paused_for, 'human')")
-_RETRY_RECOVERY = _RECOVERY.format(kind="'retry_failed'")
+# The continuation of a durable wait (the Retry-After's time passed) is no recovery.
+_RESUME_RECOVERY = _RECOVERY.format(
+    kind="coalesce(r.paused_for, 'human')", where=" AND coalesce(r.paused_for, '') <> 'wait'"
+)
+_RETRY_RECOVERY = _RECOVERY.format(kind="'retry_failed'", where="")
 _RETRY_PATHS = (
     f"INSERT INTO {RECOVERY_PATHS.name} (thread_id, key, path) VALUES (?, ?, ?) "
     "ON CONFLICT DO NOTHING"
@@ -478,7 +486,7 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
     if led.nested_failed is not None:
         yield Stmt(d.sql(NESTED_FAILED), (led.nested_failed, time.time(), *at))
     if led.paused_for is not None:
-        yield Stmt(d.sql(PAUSED_FOR), (led.paused_for, *at))
+        yield Stmt(d.sql(PAUSED_FOR), (led.paused_for, led.paused_for, *at))
     if led.resumed:
         now = time.time()
         key = f"resume:{led.checkpoint_id}"

@@ -42,10 +42,11 @@ RUN_AT = (
 )
 # A pause (an interrupt written at the top level) says so in the run's row, as
 # the run's driver would when its invoke returns: a graph no driver of ours
-# runs has no one else to say it.
+# runs has no one else to say it. A durable wait (``paused_for`` ``wait``: the
+# service's Retry-After) is no pause: the run is queued again for later.
 PAUSED_FOR = (
     f"UPDATE {RUN_LOG.name} SET paused_for = ?, "
-    "status = CASE WHEN status = 'running' THEN 'paused' ELSE status END "
+    "status = CASE WHEN status = 'running' AND ? <> 'wait' THEN 'paused' ELSE status END "
     f"WHERE thread_id = ? AND run = {RUN_AT}"
 )
 # A run started by an agent's marker (its ``before_agent``) after its input
