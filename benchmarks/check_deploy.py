@@ -71,15 +71,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        with ResilientSqliteSaver.from_conn_string(str(Path(tmp) / "deploy.db")) as saver:
-            fill(saver, args.threads, 1)
-            print(f"sqlite: {args.threads} threads: {timed(saver, args.threads, args.repeats):.2f} s")
-    with postgres_db(server_dsn()) as dsn:
-        with ResilientPostgresSaver.from_conn_string(dsn) as saver:
-            saver.setup()
-            fill(saver, args.threads, 1)
-            print(f"postgres: {args.threads} threads: {timed(saver, args.threads, args.repeats):.2f} s")
+    n, repeats = args.threads, args.repeats
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ResilientSqliteSaver.from_conn_string(str(Path(tmp) / "deploy.db")) as saver,
+    ):
+        fill(saver, n, 1)
+        print(f"sqlite: {n} threads: {timed(saver, n, repeats):.2f} s")
+    with (
+        postgres_db(server_dsn()) as dsn,
+        ResilientPostgresSaver.from_conn_string(dsn) as pg,
+    ):
+        pg.setup()
+        fill(pg, n, 1)
+        print(f"postgres: {n} threads: {timed(pg, n, repeats):.2f} s")
 
 
 if __name__ == "__main__":

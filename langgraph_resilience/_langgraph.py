@@ -81,6 +81,7 @@ if TYPE_CHECKING:  # the postgres extra: the door is typed against it, never imp
 
 __all__ = [
     "BRANCH_PREFIX",
+    "triggers_none",
     "CHECKPOINTER_KEY",
     "CURSOR_HOOK",
     "DURABILITY_KEY",
@@ -142,6 +143,23 @@ ERROR_SOURCE_CHANNEL = _constants.ERROR_SOURCE_NODE
 TASKS_CHANNEL = _constants.TASKS
 BRANCH_PREFIX = _CHANNEL_BRANCH_TO.format("")
 NULL_TASK_ID = _constants.NULL_TASK_ID
+
+# The channels that trigger a node when updated: a StateGraph's edges and
+# ``Command(goto=)`` (``branch:to:<node>``), a waiting edge's barrier
+# (``join:<starts>:<node>``), a ``Send`` (the tasks channel), and the input
+# (``__start__``: a StateGraph's first node, an ``@entrypoint``).
+_TRIGGERS = (BRANCH_PREFIX, "join:", TASKS_CHANNEL, "__start__")
+
+
+def triggers_none(checkpoint: Mapping[str, Any]) -> bool:
+    """Whether a checkpoint leaves no task to run: the channels its step updated
+    (LangGraph's ``updated_channels``) trigger no node (so its run's ``next``
+    is empty). False when the checkpoint does not say (an older one)."""
+    updated = checkpoint.get("updated_channels")
+    if updated is None:
+        return False
+    return not any(str(c).startswith(_TRIGGERS) for c in updated)
+
 
 # -- a task's namespace (checkpoint_ns) ------------------------------------------------------
 NS_SEP = _constants.NS_SEP  # between levels: "graph|subgraph"

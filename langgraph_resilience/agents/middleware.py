@@ -78,6 +78,7 @@ from langgraph_resilience.budget import Budget, Meter, add_usage, metering
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.graph._drivers import run_async, run_sync
+from langgraph_resilience.graph._step_log import nested_stop
 from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.graph._tries import GaveUp, Tried
 from langgraph_resilience.state import RunOutcome, merge_run_log, new_run_marker
@@ -304,8 +305,14 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         return self.before_agent(state, runtime)
 
     def after_agent(self, state: ResilienceState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """A run that reached its end without failing for good is a success."""
-        return None if ended(state) else {"resilience": {"status": "success"}}
+        """A run that reached its end without failing for good is a success. One
+        that ended short, invoked inside a graph's step (``agent.invoke`` in a
+        node's function, as a hand-written supervisor does), fails that step
+        naming the agent's failed step, as a resilient graph invoked so does."""
+        if not ended(state):
+            return {"resilience": {"status": "success"}}
+        nested_stop(state)
+        return None
 
     async def aafter_agent(
         self, state: ResilienceState, runtime: Runtime[Any]

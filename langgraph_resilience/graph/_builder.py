@@ -55,6 +55,7 @@ from langgraph_resilience._langgraph import (
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError, DeployBlocked
+from langgraph_resilience.graph._by_hand import FixByHand
 from langgraph_resilience.graph._cache import RunLogFreeCache, keyed_without_run_log
 from langgraph_resilience.graph._drivers import NOT_RUN, is_async, wrap
 from langgraph_resilience.graph._nested_stream import awatched, watched
@@ -98,7 +99,7 @@ class CompileOptions(TypedDict, total=False):
     transformers: Sequence[Callable[[tuple[str, ...]], Any]] | None
 
 
-class ResilientCompiledStateGraph(DefaultsHook[StateT, ContextT, InputT, OutputT]):
+class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, InputT, OutputT]):
     """A compiled `ResilientStateGraph`: draws its failure routes in `get_graph()`;
     each new input starts a new run, and a run with nothing left to do reads
     ``success`` (`_lifecycle`)."""

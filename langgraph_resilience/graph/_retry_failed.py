@@ -53,6 +53,14 @@ def _to_retry(values: Mapping[str, Any], thread: str, step: str | None) -> list[
             f"thread {thread!r} has no failed or degraded step {step!r} in its current run; "
             f"steps that can be re-run: {', '.join(map(repr, known)) or 'none'}"
         )
+    if "resilience" not in values:
+        raise RunStateError(
+            f"thread {thread!r}: the graph keeps no run log (a plain StateGraph, such as "
+            "create_supervisor's or create_swarm's, or an @entrypoint), so LangGraph went on "
+            "past a step that ended short and retry_failed cannot re-run that step alone; "
+            "run_report(saver, thread) names it. Invoke the turn again, or add the agents "
+            "as nodes of a ResilientStateGraph, whose node then fails and stops the run"
+        )
     if log.get("status") != "partial_complete" or not failed:
         raise RunStateError(
             f"thread {thread!r} has no failed step to retry (status: "

@@ -288,9 +288,21 @@ def effect_entries(run: ThreadRun, effects: Sequence[EffectRecord]) -> tuple[Eff
     return tuple(entries)
 
 
-def suggestions_for(run: ThreadRun, stored: list[str]) -> tuple[str, ...]:
-    """What to do next: the run log's own suggestions, and the run's state."""
+def suggestions_for(
+    run: ThreadRun, stored: list[str], *, keeps_log: bool = True
+) -> tuple[str, ...]:
+    """What to do next: the run log's own suggestions, and the run's state
+    (``keeps_log``: the thread's graph keeps a run log in its state; a plain
+    ``StateGraph`` parent went on past its failed step, which `retry_failed`
+    cannot re-run alone)."""
     found = [str(s) for s in stored]
+    if run.status == "partial_complete" and not found and not keeps_log:
+        found.append(
+            "an agent nested in the graph ended short and the graph (a plain StateGraph, "
+            "such as create_supervisor's or create_swarm's) went on without it: fix the "
+            "cause, then invoke the turn again; add the agents as nodes of a "
+            "ResilientStateGraph to stop the run there and retry_failed it"
+        )
     if run.status == "partial_complete" and not found:
         found.append(
             "the run ended with a partial result: fix the cause of the failed step, then "

@@ -240,7 +240,11 @@ def _report(
         failed_steps=tuple(dict(f) for f in (log.get("failed_steps") or [])) or _failed_of(chosen),
         degraded_steps=tuple(str(p) for p in (log.get("degraded_steps") or []))
         or tuple(s.path for s in steps if s.status in ("degraded", "fallback")),
-        suggestions=suggestions_for(chosen, list(log.get("recovery_suggestions") or [])),
+        suggestions=suggestions_for(
+            chosen,
+            list(log.get("recovery_suggestions") or []),
+            keeps_log=isinstance(values, Mapping) and "resilience" in values,
+        ),
         runs_on_thread=len([r for r in runs if r.run > 0]) or 1,
     )
 

@@ -250,8 +250,11 @@ class Worker(RunControls):
     # -- sync ----------------------------------------------------------------------
 
     def run(self, until_idle: bool = True) -> dict[str, str]:
-        """Claim and run runs in threads until idle (no run queued or running
-        anywhere, if ``until_idle``) or drained; returns {run id: status left in}.
+        """Claim and run runs in threads until idle (no run queued and due, or
+        running, anywhere, if ``until_idle``) or drained; returns {run id: status
+        left in}. A run in a durable wait (queued until its ``not_before``) is
+        work for later: ``run`` returns without it (as ``queued``);
+        ``until_idle=False`` polls on and takes it up when it is due.
 
         Runs this worker lost to another (its lease expired) are not in the result;
         runs a drain abandoned (see ``drain_timeout``) are, as ``running``.

@@ -43,9 +43,25 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.graph import START
 
-from langgraph_resilience._langgraph import ERROR_CHANNEL, INTERRUPT_CHANNEL, RESUME_CHANNEL
-from langgraph_resilience.checkpoint.ledger._runs import WORKER_KEY, Fence, fence_of
+from langgraph_resilience._langgraph import (
+    ERROR_CHANNEL,
+    INTERRUPT_CHANNEL,
+    RESUME_CHANNEL,
+    triggers_none,
+)
+from langgraph_resilience.checkpoint.ledger._runs import WORKER_KEY, fence_of
 from langgraph_resilience.checkpoint.runlog._run_log_reads import CHANNEL, ENDED, STATUSES
+from langgraph_resilience.checkpoint.runlog._run_sql import (
+    NESTED_FAILED,
+    OPEN_RUN,
+    PAUSED_FOR,
+    RUN_AT,
+    SETTLED_RUN,
+    START_NEXT_RUN,
+    START_RUN,
+    cancel_worker_run,
+    finish_worker_run,
+)
 from langgraph_resilience.checkpoint.runlog._scope import scope_of
 from langgraph_resilience.checkpoint.runlog._step_rows import step_row
 from langgraph_resilience.checkpoint.store._schema import (
@@ -53,7 +69,6 @@ from langgraph_resilience.checkpoint.store._schema import (
     RECOVERIES,
     RECOVERY_PATHS,
     RUN_LOG,
-    RUNS,
     STEPS,
 )
 from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
@@ -84,6 +99,10 @@ class PutLedger(NamedTuple):
 
     start: tuple[Any, ...] | None = None
     end: tuple[Any, ...] | None = None  # the run's row, ended
+    #: A run of a graph that keeps no run log (see `ledger_of_put`): its row
+    #: starts numbered after the thread's latest, or ends.
+    next_start: tuple[Any, ...] | None = None
+    settle: tuple[str, str] | None = None  # (thread, checkpoint) of its end
 
 
 def ledger_of_put(
@@ -100,6 +119,16 @@ def ledger_of_put(
     step that ended a run (its run log changed, and says ``success`` or
     ``partial_complete``) gives the row the run's usage: the run's driver then
     has nothing left to tell it.
+
+    A graph no driver of ours runs and that keeps no run log (a plain
+    ``StateGraph`` parent: ``create_supervisor``, ``create_swarm``; an
+    ``@entrypoint``; a ``create_agent`` agent's first turn) is seen here
+    only: its input checkpoint starts its run (numbered after the thread's
+    latest run, or after its own run log's), and its first checkpoint that
+    leaves no task to run (`_langgraph.triggers_none`) ends it: ``success``,
+    or ``partial_complete`` when a graph nested in it ended short (its failed
+    step, `ledger_of_writes`). One run per top-level invoke, whoever built
+    the graph; the graphs nested in it are its steps.
     """
     configurable = config.get("configurable") or {}
     if configurable.get("checkpoint_ns"):
@@ -107,6 +136,8 @@ def ledger_of_put(
     values = checkpoint.get("channel_values") or {}
     known = values.get(CHANNEL)
     if metadata.get("source") != "input":
+        if known is None and metadata.get("source") == "loop" and triggers_none(checkpoint):
+            return PutLedger(settle=(str(configurable["thread_id"]), checkpoint["id"]))
         if CHANNEL not in new_versions or not isinstance(known, Mapping):
             return None
         status = known.get("status")
@@ -126,7 +157,7 @@ def ledger_of_put(
     given = values.get(START)
     marker = given.get(CHANNEL) if isinstance(given, Mapping) else None
     if not isinstance(marker, Mapping) or marker.get("new_run") is None:
-        return None
+        return _unmarked_start(config, checkpoint, given, known, dumps)
     assert isinstance(given, Mapping)
     previous = int(known.get("run") or 0) if isinstance(known, Mapping) else 0
     spec_type, spec = dumps({k: v for k, v in given.items() if k != CHANNEL})
@@ -134,6 +165,31 @@ def ledger_of_put(
     return PutLedger(
         start=_run_row(config, previous + 1, started, checkpoint["id"], spec_type, spec)
     )
+
+
+def _unmarked_start(
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    given: Any,
+    known: Any,
+    dumps: Callable[[Any], tuple[str, bytes]],
+) -> PutLedger | None:
+    """The start of a run whose input carries no new-run marker: a graph no
+    driver of ours runs (an invoke of ours puts a `RunScope` in the config and
+    marks each new input it starts a run with). Numbered after its run log's
+    run if it keeps one (an agent's, whose ``before_agent`` numbers it so), else
+    after the thread's latest row."""
+    if scope_of(config) is not None:
+        return None  # our driver's invoke: it marks the inputs that start runs
+    spec_type, spec = dumps(given)
+    started = time.time()
+    if isinstance(known, Mapping):
+        previous = int(known.get("run") or 0)
+        return PutLedger(
+            start=_run_row(config, previous + 1, started, checkpoint["id"], spec_type, spec)
+        )
+    row = _run_row(config, 0, started, checkpoint["id"], spec_type, spec)
+    return PutLedger(next_start=row)
 
 
 def _began(config: RunnableConfig, known: Mapping[str, Any]) -> float:
@@ -200,6 +256,10 @@ class WriteLedger(NamedTuple):
     paused_for: str | None = None  # an interrupt: budget or human
     own_story: bool = False  # a nested run's start or end (see `_OWN_STORY`)
     start: tuple[Any, ...] | None = None  # a run started by a node's marker
+    #: The failed step of a graph nested in a parent no driver of ours runs
+    #: (a plain ``StateGraph``: a supervisor's, a swarm's) that ended short: the
+    #: parent's run ends ``partial_complete`` naming it.
+    nested_failed: str | None = None
 
 
 def ledger_of_writes(
@@ -224,7 +284,7 @@ def ledger_of_writes(
         elif channel == RESUME_CHANNEL:
             resumed = True
         elif channel == INTERRUPT_CHANNEL:
-            paused = "budget" if paused == "budget" or _for_budget(v) else "human"
+            paused = _paused_for(v, paused)
         elif channel == ERROR_CHANNEL:
             failed = True
     if handed is not None and value is None and not failed:
@@ -258,7 +318,12 @@ def ledger_of_writes(
         told = value.get("new_run") is not None or value.get("status") in ENDED
         if row is None and not told:
             return None
-        return WriteLedger(thread_id, ns, checkpoint_id, step=row, own_story=told)
+        short = None
+        if value.get("status") == "partial_complete" and scope_of(config) is None:
+            short = _path_of(value.get("failed_step"))
+        return WriteLedger(
+            thread_id, ns, checkpoint_id, step=row, own_story=told, nested_failed=short
+        )
     status = value.get("status")
     start = None
     if value.get("new_run") is not None and value.get("run") is not None:
@@ -294,37 +359,29 @@ def tried_task(value: Mapping[str, Any], path: str) -> str | None:
     return None
 
 
-def _for_budget(value: Any) -> bool:
-    """Whether an interrupt write is a budget's pause (`budget.pause_value`)."""
+def _paused_for(value: Any, before: str | None) -> str:
+    """Why an interrupt write pauses its run (``before``: an earlier write's word):
+    ``budget``, ``wait`` (each a durable wait: a Retry-After), else ``human``."""
+    reasons = set()
     for item in value if isinstance(value, (list, tuple)) else [value]:
         said = getattr(item, "value", item)
-        if isinstance(said, Mapping) and said.get("reason") == "budget_exhausted":
-            return True
-    return False
+        reasons.add(said.get("reason") if isinstance(said, Mapping) else None)
+    if before == "budget" or "budget_exhausted" in reasons:
+        return "budget"
+    if before == "human" or reasons - {"retry_after"}:
+        return "human"
+    return "wait"
 
 
 # -- statements ------------------------------------------------------------------------
 
-_PLACES = ", ".join("?" for _ in RUN_LOG.names)
-_START_RUN = (
-    f"INSERT INTO {RUN_LOG.name} ({', '.join(RUN_LOG.names)}) VALUES ({_PLACES}) "
-    "ON CONFLICT (thread_id, run) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in RUN_LOG.names if c not in ("thread_id", "run"))
-)
-# The run of a thread latest started at or before a checkpoint (of any namespace:
-# checkpoint ids are time-ordered): the run a nested step, or a write that does
-# not say its run, belongs to.
-_RUN_AT = (
-    f"(SELECT r.run FROM {RUN_LOG.name} r WHERE r.thread_id = ? AND r.checkpoint_id <= ? "
-    "ORDER BY r.checkpoint_id DESC LIMIT 1)"
-)
 _STEP_NAMES = ", ".join(STEPS.names)
 _STEP = (
     f"INSERT INTO {STEPS.name} ({_STEP_NAMES}) VALUES "
     f"({', '.join('?' for _ in STEPS.names)}) ON CONFLICT DO NOTHING"
 )
 _NESTED_STEP = (
-    f"INSERT INTO {STEPS.name} ({_STEP_NAMES}) VALUES (?, ?, ?, ?, coalesce({_RUN_AT}, ?), "
+    f"INSERT INTO {STEPS.name} ({_STEP_NAMES}) VALUES (?, ?, ?, ?, coalesce({RUN_AT}, ?), "
     f"{', '.join('?' for _ in STEPS.names[5:])}) ON CONFLICT DO NOTHING"
 )
 _UPDATE_RUN = (
@@ -336,22 +393,25 @@ _UPDATE_RUN = (
 )
 _RESUMED = (
     f"UPDATE {RUN_LOG.name} SET status = 'running', updated_at = ? "
-    f"WHERE thread_id = ? AND status = 'paused' AND run = {_RUN_AT}"
+    f"WHERE thread_id = ? AND status = 'paused' AND run = {RUN_AT}"
 )
 
 # Recoveries made by a write (`RECOVERIES`), in its transaction, of the run the
 # write belongs to (none for a thread without run rows: `history._backfill`
 # reads those): a resume of a paused run (budget or human, as it paused), a
 # retry_failed (with the paths it re-runs). Params: key, checkpoint, at, then
-# the run's thread, and `_RUN_AT`'s thread and checkpoint.
+# the run's thread, and `RUN_AT`'s thread and checkpoint.
 _RECOVERY = (
     f"INSERT INTO {RECOVERIES.name} (thread_id, key, kind, run_id, owner, checkpoint_id, at, run) "
     "SELECT r.thread_id, ?, {kind}, r.run_id, NULL, ?, ?, r.run "
-    f"FROM {RUN_LOG.name} r WHERE r.thread_id = ? AND r.run = {_RUN_AT} "
+    f"FROM {RUN_LOG.name} r WHERE r.thread_id = ? AND r.run = {RUN_AT}{{where}} "
     "ON CONFLICT (thread_id, key) DO NOTHING"
 )
-_RESUME_RECOVERY = _RECOVERY.format(kind="coalesce(r.paused_for, 'human')")
-_RETRY_RECOVERY = _RECOVERY.format(kind="'retry_failed'")
+# The continuation of a durable wait (the Retry-After's time passed) is no recovery.
+_RESUME_RECOVERY = _RECOVERY.format(
+    kind="coalesce(r.paused_for, 'human')", where=" AND coalesce(r.paused_for, '') <> 'wait'"
+)
+_RETRY_RECOVERY = _RECOVERY.format(kind="'retry_failed'", where="")
 _RETRY_PATHS = (
     f"INSERT INTO {RECOVERY_PATHS.name} (thread_id, key, path) VALUES (?, ?, ?) "
     "ON CONFLICT DO NOTHING"
@@ -365,15 +425,13 @@ _OWN_STORY = (
     "AND c.checkpoint_ns = '' AND c.checkpoint_id = r.checkpoint_id WHERE r.thread_id = ?) "
     "ON CONFLICT DO NOTHING"
 )
-_PAUSED_FOR = f"UPDATE {RUN_LOG.name} SET paused_for = ? WHERE thread_id = ? AND run = {_RUN_AT}"
-
 # How a run ended (its last checkpoint's word) or returned (its driver's, also
 # paused or still running: no end time then), upserted: a run whose checkpoints
 # were not stored as it went (durability "exit") gets its row then. An ended run
 # keeps the time and the failed step it was first told.
 _T = RUN_LOG.name
 _ENDED_RUN = (
-    f"{_START_RUN.split(' ON CONFLICT')[0]} ON CONFLICT (thread_id, run) DO UPDATE SET "
+    f"{START_RUN.split(' ON CONFLICT')[0]} ON CONFLICT (thread_id, run) DO UPDATE SET "
     f"status = excluded.status, ended_at = CASE WHEN excluded.status IN ({_ENDED_SQL}) "
     f"THEN coalesce({_T}.ended_at, excluded.ended_at) ELSE NULL END, "
     f"usage = coalesce(excluded.usage, {_T}.usage), updated_at = excluded.updated_at, "
@@ -388,9 +446,16 @@ def put_statements(d: Dialect, led: PutLedger | None) -> Statements[None]:
     if led is None:
         return
     if led.start is not None:
-        yield Stmt(d.sql(_START_RUN), led.start)
+        yield Stmt(d.sql(START_RUN), led.start)
+    if led.next_start is not None:
+        row = led.next_start
+        yield Stmt(d.sql(START_NEXT_RUN), (row[0], row[0], *row[2:]))
     if led.end is not None:
         yield Stmt(d.sql(_ENDED_RUN), led.end)
+    if led.settle is not None:
+        thread, checkpoint_id = led.settle
+        now = time.time()
+        yield Stmt(d.sql(SETTLED_RUN), (now, now, thread, thread, checkpoint_id))
 
 
 def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
@@ -399,7 +464,7 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
     if led is None:
         return
     if led.start is not None:
-        yield Stmt(d.sql(_START_RUN), led.start)
+        yield Stmt(d.sql(OPEN_RUN), led.start)
     if led.step is not None:
         if led.ns:
             step = led.step
@@ -414,12 +479,14 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
             yield Stmt(d.sql(_UPDATE_RUN.format(run="?")), (*params, led.run))
         else:
             where = (led.thread_id, led.checkpoint_id)
-            yield Stmt(d.sql(_UPDATE_RUN.format(run=_RUN_AT)), (*params, *where))
+            yield Stmt(d.sql(_UPDATE_RUN.format(run=RUN_AT)), (*params, *where))
     if led.own_story:
         yield Stmt(d.sql(_OWN_STORY), (led.thread_id, led.thread_id))
     at = (led.thread_id, led.thread_id, led.checkpoint_id)
+    if led.nested_failed is not None:
+        yield Stmt(d.sql(NESTED_FAILED), (led.nested_failed, time.time(), *at))
     if led.paused_for is not None:
-        yield Stmt(d.sql(_PAUSED_FOR), (led.paused_for, *at))
+        yield Stmt(d.sql(PAUSED_FOR), (led.paused_for, led.paused_for, *at))
     if led.resumed:
         now = time.time()
         key = f"resume:{led.checkpoint_id}"
@@ -430,13 +497,6 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         yield Stmt(d.sql(_RETRY_RECOVERY), (key, led.checkpoint_id, time.time(), *at))
         paths = [(led.thread_id, key, p) for p in dict.fromkeys(led.clear)]
         yield Stmt(d.sql(_RETRY_PATHS), paths, many=True)
-
-
-# A status a run's driver or Worker saw (params: status, status, now): an ended
-# run keeps the time it ended first; an open one has none.
-_SET_STATUS = (
-    f"status = ?, ended_at = CASE WHEN ? IN ({_ENDED_SQL}) THEN coalesce(ended_at, ?) ELSE NULL END"
-)
 
 
 def close_run(
@@ -479,36 +539,6 @@ def fail_run(d: Dialect, thread_id: str, since: float, continued: bool) -> State
     earlier run when the call failed before its input was stored, stays as it is."""
     now = time.time()
     yield Stmt(d.sql(_FAILED), (now, now, thread_id, thread_id, since, continued, since))
-
-
-def finish_worker_run(d: Dialect, fence: Fence, status: str) -> Statements[None]:
-    """A `Worker` ends or pauses its run (in `_runs.finish_run`'s transaction,
-    before the run's own row): the ledger's row of that run says so, with the
-    worker that held it. A released run (queued again) goes on: nothing changes."""
-    if status not in STATUSES:
-        return
-    now = time.time()
-    yield Stmt(
-        d.sql(
-            f"UPDATE {RUN_LOG.name} SET {_SET_STATUS}, "
-            f"worker = coalesce(worker, (SELECT owner FROM {RUNS.name} WHERE run_id = ?)), "
-            f"updated_at = ? WHERE run_id = ? AND EXISTS (SELECT 1 FROM {RUNS.name} "
-            "WHERE run_id = ? AND fencing_token = ? AND status = 'running')"
-        ),
-        (status, status, now, fence.run_id, now, fence.run_id, fence.run_id, fence.token),
-    )
-
-
-def cancel_worker_run(d: Dialect, run_id: str) -> Statements[None]:
-    """A `Worker` run cancelled: its ledger row too, unless it had ended."""
-    now = time.time()
-    yield Stmt(
-        d.sql(
-            f"UPDATE {RUN_LOG.name} SET status = 'cancelled', ended_at = coalesce(ended_at, ?), "
-            f"updated_at = ? WHERE run_id = ? AND status NOT IN ({_ENDED_SQL})"
-        ),
-        (now, now, run_id),
-    )
 
 
 def _path_of(failed: Any) -> str | None:

@@ -68,8 +68,10 @@ class RunLogRecord:
             its driver or `Worker` saw it end or pause (`used`).
         run_id / worker: the `Worker` run and worker that ran it (None for a
             plain ``invoke``).
-        paused_for: why it last paused: ``budget`` (its `Budget` ran out) or
-            ``human`` (an ``interrupt()``); None if it never paused.
+        paused_for: why it last paused: ``budget`` (its `Budget` ran out),
+            ``human`` (an ``interrupt()``) or ``wait`` (a durable wait: a
+            Retry-After longer than its ``max_wait``; no pause, no recovery
+            when it goes on); None if it never paused.
     """
 
     thread_id: str

@@ -1,0 +1,424 @@
+"""One run per top-level invoke on the shapes users compose with LangGraph's own
+libraries, whose parent no driver of ours runs: ``create_supervisor`` and
+``create_swarm`` (a plain ``StateGraph`` of ``create_agent`` agents with
+`ResilienceMiddleware`) and the functional API (``@entrypoint`` / ``@task``).
+
+The saver, which every shape goes through, keeps the run: its input checkpoint
+starts it, its first checkpoint that leaves nothing to run ends it (``success``,
+or ``partial_complete`` naming the failed step of an agent nested in it that
+ended short), an interrupt pauses it. The chat models are fakes whose tool-call
+ids are random (uuid), as real providers' are. Every backend, sync and async.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+
+pytest.importorskip("langgraph_supervisor")
+pytest.importorskip("langgraph_swarm")
+
+from agent_worker import PLAN, ScriptedModel, research_agent
+from conftest import Harness
+from langchain.agents import create_agent
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.func import entrypoint, task
+from langgraph.graph import END, START
+from langgraph.graph.message import add_messages
+from langgraph.types import Command, interrupt
+from langgraph_supervisor import create_supervisor
+from langgraph_swarm import create_handoff_tool, create_swarm
+from test_durable_waits import make_due
+from test_worker import h, run_worker, submit  # noqa: F401  (h: a fixture)
+from wait_worker import pipeline
+
+from langgraph_resilience import (
+    Backoff,
+    Budget,
+    ResilientState,
+    ResilientStateGraph,
+    Worker,
+    aretry_failed,
+    arun_report,
+    retry_failed,
+    run_report,
+)
+from langgraph_resilience.agents import CallPolicy, ResilienceMiddleware
+from langgraph_resilience.errors import RunStateError
+from langgraph_resilience.history import alist_runs, list_runs
+
+
+class Chat(ResilientState, total=False):
+    messages: Annotated[list[BaseMessage], add_messages]
+
+
+class Fake(BaseChatModel):
+    """Calls the tools of ``steps`` in turn, one a turn, each call under a fresh
+    uuid id, then answers ``done``: the step is the number of this agent's tool
+    results in the conversation (``steps`` names tools the agent alone has)."""
+
+    steps: list[tuple[str, dict[str, Any]]]
+
+    @property
+    def _llm_type(self) -> str:
+        return "fake"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Fake:  # type: ignore[override]
+        return self
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        mine = {name for name, _ in self.steps}
+        done = sum(1 for m in messages if isinstance(m, ToolMessage) and m.name in mine)
+        if done >= len(self.steps):
+            message = AIMessage(content="done")
+        else:
+            name, args = self.steps[done]
+            call = {"name": name, "args": args, "id": f"call_{uuid.uuid4().hex}"}
+            message = AIMessage(content="", tool_calls=[{**call, "type": "tool_call"}])
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+async def thread_runs(harness: Harness, thread: str) -> list[tuple[int, str]]:
+    found = await alist_runs(harness.saver) if harness.is_async else list_runs(harness.saver)
+    return sorted((r.run, r.status) for r in found if r.thread_id == thread)
+
+
+async def report(harness: Harness, thread: str) -> Any:
+    if harness.is_async:
+        return await arun_report(harness.saver, thread)
+    return await asyncio.to_thread(run_report, harness.saver, thread)
+
+
+def ending_policy() -> ResilienceMiddleware:
+    once = CallPolicy(on_failure="end", retry=Backoff(max_attempts=1))
+    return ResilienceMiddleware(tools={"send_email": once})
+
+
+def supervisor(harness: Harness, failures: list[int]) -> Any:
+    """A supervisor that hands off to ``researcher`` (``search``), then to
+    ``mailer`` (``send_email``, failing while ``failures`` holds a count)."""
+
+    @tool
+    def search(q: str) -> str:
+        """Search the web."""
+        return f"found {q}"
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email."""
+        if failures and failures[0] > 0:
+            failures[0] -= 1
+            raise ValueError("the mail server rejected the message")
+        return f"sent to {to}"
+
+    researcher = create_agent(
+        Fake(steps=[("search", {"q": "x"})]),
+        tools=[search],
+        middleware=[ending_policy()],
+        name="researcher",
+    )
+    mailer = create_agent(
+        Fake(steps=[("send_email", {"to": "boss"})]),
+        tools=[send_email],
+        middleware=[ending_policy()],
+        name="mailer",
+    )
+    boss = Fake(steps=[("transfer_to_researcher", {}), ("transfer_to_mailer", {})])
+    return create_supervisor([researcher, mailer], model=boss).compile(checkpointer=harness.saver)
+
+
+async def test_a_supervisor_turn_is_one_run_ended_with_its_true_status(
+    checkpointer: Harness,
+) -> None:
+    # Before: two runs per invoke (the agents' own, read back from their run
+    # logs), run 2 partial_complete and run 1 success; retry_failed said
+    # "status: 'unknown'". Now the parent's run, one per turn.
+    failures = [1]
+    graph = supervisor(checkpointer, failures)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    await checkpointer.invoke(graph, {"messages": [("user", "research, then mail")]}, config)
+    assert await thread_runs(checkpointer, thread) == [(1, "partial_complete")]
+    shown = await report(checkpointer, thread)
+    assert (shown.run, shown.status, shown.runs_on_thread) == (1, "partial_complete", 1)
+    assert "researcher/tools/search[0]" in [s.path for s in shown.steps]
+    # its advice is one that works: not retry_failed, which cannot re-run it
+    assert shown.suggestions and not any("retry_failed(graph" in s for s in shown.suggestions)
+    assert any("invoke the turn again" in s for s in shown.suggestions)
+    # The parent went on past the agent that ended short: retry_failed says so
+    # and why, rather than re-running nothing.
+    with pytest.raises(RunStateError, match="keeps no run log"):
+        if checkpointer.is_async:
+            await aretry_failed(graph, config)
+        else:
+            await asyncio.to_thread(retry_failed, graph, config)
+    # The next turn (the mail server is back) is run 2, and succeeds.
+    await checkpointer.invoke(graph, {"messages": [("user", "again")]}, config)
+    assert await thread_runs(checkpointer, thread) == [(1, "partial_complete"), (2, "success")]
+
+
+def swarm(harness: Harness) -> Any:
+    """``alice`` hands off to ``bob`` (a ``Command(graph=PARENT)`` from her tool
+    node); bob answers."""
+    alice = create_agent(
+        Fake(steps=[("transfer_to_bob", {})]),
+        tools=[create_handoff_tool(agent_name="bob")],
+        middleware=[ResilienceMiddleware()],
+        name="alice",
+    )
+    bob = create_agent(Fake(steps=[]), tools=[], middleware=[ResilienceMiddleware()], name="bob")
+    return create_swarm([alice, bob], default_active_agent="alice").compile(
+        checkpointer=harness.saver
+    )
+
+
+async def test_a_swarm_handoff_ends_the_turns_run(checkpointer: Harness) -> None:
+    # Before: alice's run (ended by her handoff, not by her END) stayed
+    # `running` for ever, one more every turn.
+    graph = swarm(checkpointer)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    out = await checkpointer.invoke(graph, {"messages": [("user", "hi")]}, config)
+    assert out["active_agent"] == "bob"
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    await checkpointer.invoke(graph, {"messages": [("user", "and again")]}, config)
+    assert await thread_runs(checkpointer, thread) == [(1, "success"), (2, "success")]
+    shown = await report(checkpointer, thread)
+    assert (shown.run, shown.status, shown.runs_on_thread) == (2, "success", 2)
+
+
+def workflow(harness: Harness, calls: list[str]) -> Any:
+    @task
+    def fetch(n: int) -> int:
+        calls.append(f"fetch {n}")
+        return n * 10
+
+    @task
+    def publish(total: int) -> str:
+        calls.append(f"publish {total}")
+        return f"published {total}"
+
+    @entrypoint(checkpointer=harness.saver)
+    def pipeline(n: int) -> str:
+        total = sum(f.result() for f in [fetch(i) for i in range(n)])
+        return publish(total).result()
+
+    return pipeline
+
+
+async def test_an_entrypoint_run_is_a_run_that_ends(checkpointer: Harness) -> None:
+    # Before: list_runs showed nothing and the report read `running · 0 steps`
+    # with the advice to resume it.
+    calls: list[str] = []
+    pipeline = workflow(checkpointer, calls)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    assert await checkpointer.invoke(pipeline, 3, config) == "published 30"
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    shown = await report(checkpointer, thread)
+    assert (shown.run, shown.status) == (1, "success")
+    assert not any("resume" in n for n in shown.suggestions)
+    assert await checkpointer.invoke(pipeline, 2, config) == "published 10"
+    assert await thread_runs(checkpointer, thread) == [(1, "success"), (2, "success")]
+
+
+async def test_an_entrypoint_waiting_on_a_human_is_listed_paused(checkpointer: Harness) -> None:
+    @entrypoint(checkpointer=checkpointer.saver)
+    def approve(draft: str) -> str:
+        answer = interrupt({"question": f"send {draft!r}?"})
+        return f"{draft}: {answer}"
+
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    await checkpointer.invoke(approve, "memo", config)
+    assert await thread_runs(checkpointer, thread) == [(1, "paused")]
+    out = await checkpointer.invoke(approve, Command(resume="yes"), config)
+    assert out == "memo: yes"
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+
+
+async def test_an_agent_waiting_on_a_human_is_listed_paused(checkpointer: Harness) -> None:
+    # Before: a create_agent agent waiting on an interrupt() in a tool was
+    # missing from list_runs, its report `running · 0 steps` with the advice to
+    # resume it after a crash.
+    @tool
+    def ask(question: str) -> str:
+        """Ask a human."""
+        return str(interrupt({"question": question}))
+
+    agent = create_agent(
+        Fake(steps=[("ask", {"question": "send it?"})]),
+        tools=[ask],
+        middleware=[ResilienceMiddleware()],
+        checkpointer=checkpointer.saver,
+    )
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    given = {"messages": [("user", "go")]}
+    await checkpointer.invoke(agent, given, config, durability="sync")
+    assert await thread_runs(checkpointer, thread) == [(1, "paused")]
+    shown = await report(checkpointer, thread)
+    assert (shown.run, shown.status) == (1, "paused")
+    assert not any("process died" in s for s in shown.suggestions)
+    await checkpointer.invoke(agent, Command(resume="yes"), config, durability="sync")
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    shown = await report(checkpointer, thread)
+    assert [s.path for s in shown.steps] == ["model", "tools/ask[0]", "model#2"]
+    # the run began before its first step did
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert row.started_at <= min(s.started_at for s in shown.steps if s.started_at)
+
+
+async def test_an_agent_invoked_in_a_node_that_ends_short_fails_the_node(
+    checkpointer: Harness,
+) -> None:
+    # Before: the parent read `success`, `failed_step: None`, and its next
+    # node ran on an email that was never sent.
+    failures = [1]
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email."""
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise ValueError("the mail server rejected the message")
+        return f"sent to {to}"
+
+    mailer = create_agent(
+        Fake(steps=[("send_email", {"to": "boss"})]),
+        tools=[send_email],
+        middleware=[ending_policy()],
+    )
+    notified: list[int] = []
+
+    async def amail(state: Chat) -> dict[str, Any]:
+        out = await mailer.ainvoke({"messages": state["messages"]})
+        return {"messages": out["messages"][len(state["messages"]) :]}
+
+    def mail(state: Chat) -> dict[str, Any]:
+        out = mailer.invoke({"messages": state["messages"]})
+        return {"messages": out["messages"][len(state["messages"]) :]}
+
+    def notify(state: Chat) -> dict[str, Any]:
+        notified.append(len(state["messages"]))
+        return {}
+
+    builder = ResilientStateGraph(Chat)
+    builder.add_node("mail", amail if checkpointer.is_async else mail)
+    builder.add_node("notify", notify)
+    builder.add_edge(START, "mail")
+    builder.add_edge("mail", "notify")
+    builder.add_edge("notify", END)
+    graph = builder.compile(checkpointer=checkpointer.saver)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    out = await checkpointer.invoke(graph, {"messages": [("user", "mail the boss")]}, config)
+    assert out["resilience"]["status"] == "partial_complete"
+    assert out["resilience"]["failed_step"]["node"] == "mail"
+    assert "send_email" in out["resilience"]["failed_step"]["path"]
+    assert notified == []
+    assert await thread_runs(checkpointer, thread) == [(1, "partial_complete")]
+    # The mail server is back: retry_failed re-runs the node, then notify runs.
+    if checkpointer.is_async:
+        out = await aretry_failed(graph, config)
+    else:
+        out = await asyncio.to_thread(retry_failed, graph, config)
+    assert out["resilience"]["status"] == "success"
+    assert len(notified) == 1
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+
+
+async def test_an_agents_budget_top_up_is_a_budget_recovery(
+    checkpointer: Harness, tmp_path: Path
+) -> None:
+    # Before: the paused agent was missing from list_runs and its top-up was
+    # no recovery at all (budget=0 in the metrics).
+    model = ScriptedModel(plan=PLAN, calls=[])
+    agent = research_agent(
+        checkpointer.saver, tmp_path, chat_model=model, budget=Budget(max_tokens=100)
+    )
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    question = {"messages": [("user", "Research resilience.")]}
+    await checkpointer.invoke(agent, question, config, durability="sync")
+    assert await thread_runs(checkpointer, thread) == [(1, "paused")]
+    more = Command(resume=Budget(max_tokens=1_000))
+    out = await checkpointer.invoke(agent, more, config, durability="sync")
+    assert out["messages"][-1].content == "Report sent."
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    shown = await report(checkpointer, thread)
+    assert [r["kind"] for r in shown.recoveries] == ["budget"]
+
+
+class Post(ResilientState, total=False):
+    text: str
+    url: str
+    notified: bool
+
+
+async def test_a_fix_by_hand_with_update_state_as_the_failed_node_lets_the_rest_run(
+    checkpointer: Harness,
+) -> None:
+    # Before: invoke(None) after update_state(as_node="pub") returned at once:
+    # notify never ran, the run stayed partial_complete and `next` became ().
+    def pub(state: Post) -> Post:
+        raise ValueError("the publishing target is misconfigured")
+
+    def notify(state: Post) -> Post:
+        return {"notified": True}
+
+    builder = ResilientStateGraph(Post)
+    builder.add_node("pub", pub)
+    builder.add_node("notify", notify)
+    builder.add_edge(START, "pub")
+    builder.add_edge("pub", "notify")
+    builder.add_edge("notify", END)
+    graph = builder.compile(checkpointer=checkpointer.saver)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    out = await checkpointer.invoke(graph, {"text": "hello"}, config)
+    assert out["resilience"]["status"] == "partial_complete"
+    assert out["resilience"]["failed_step"]["node"] == "pub"
+    # LangGraph's way: write what the failed node should have, as that node.
+    fixed = {"url": "https://example.com/hello"}
+    if checkpointer.is_async:
+        await graph.aupdate_state(config, fixed, as_node="pub")
+        assert (await graph.aget_state(config)).next == ("notify",)
+    else:
+        await asyncio.to_thread(graph.update_state, config, fixed, as_node="pub")
+        assert (await asyncio.to_thread(graph.get_state, config)).next == ("notify",)
+    out = await checkpointer.invoke(graph, None, config)
+    assert out["notified"] is True and out["url"] == fixed["url"]
+    assert out["resilience"]["status"] == "success"
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+
+
+async def test_a_durable_waits_continuation_is_no_human_recovery(h: Any, tmp_path: Path) -> None:  # noqa: F811
+    # Before: the run taken up after its Retry-After was recorded as
+    # `recovery: human` (no human took part), and its run row read `paused`
+    # while the run was queued.
+    worker = Worker(pipeline(tmp_path), checkpointer=h.saver, lease_ttl=5, poll_interval=0.05)
+    thread = f"wait-{uuid.uuid4()}"
+    waiting = await submit(h, worker, {"kind": "wait"}, thread_id=thread)
+    assert await run_worker(h, worker) == {waiting: "queued"}
+    assert await thread_runs(h, thread) != [(1, "paused")]
+    make_due(h.backend, h.target, waiting)
+    assert await run_worker(h, worker) == {waiting: "success"}
+    shown = await report(h, thread)
+    assert shown.status == "success"
+    assert [r["kind"] for r in shown.recoveries if r["kind"] == "human"] == []
