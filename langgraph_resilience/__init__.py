@@ -23,6 +23,7 @@ from langgraph_resilience.errors import (
     ConfigError,
     ContextOverflow,
     DegradableError,
+    DeployBlocked,
     EffectOutcomeUnknown,
     LeaseLost,
     PermanentError,
@@ -36,6 +37,7 @@ from langgraph_resilience.graph._builder import (
     current_attempt,
     retry_failed,
 )
+from langgraph_resilience.history._deploy import DeployReport, acheck_deploy, check_deploy
 from langgraph_resilience.history._metrics import (
     RecoveryMetrics,
     arecovery_metrics,
@@ -60,6 +62,8 @@ __all__ = [
     "ConfigError",
     "ContextOverflow",
     "DegradableError",
+    "DeployBlocked",
+    "DeployReport",
     "EffectOutcomeUnknown",
     "FailureKind",
     "LeaseLost",
@@ -75,10 +79,12 @@ __all__ = [
     "TransientError",
     "ValidationFailed",
     "Worker",
+    "acheck_deploy",
     "arecovery_metrics",
     "aretry_failed",
     "arun_report",
     "asettle_effect",
+    "check_deploy",
     "classify",
     "current_attempt",
     "recovery_metrics",

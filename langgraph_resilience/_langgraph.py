@@ -44,7 +44,9 @@ What each is for:
   compiled graph that changes what a run starts with: ``Pregel._defaults``),
   `route_cursor` (a Postgres saver's cursor: its ``_cursor``, `CURSOR_HOOK`),
   `check_pg_rows` (each row a Postgres saver reads: its ``_load_checkpoint_tuple``),
-  `dump_pg_blobs` and `dump_pg_writes` (the rows `PostgresSaver` stores).
+  `dump_pg_blobs` and `dump_pg_writes` (the rows `PostgresSaver` stores);
+- `pull_task_id`: the id LangGraph gives a node's task of a checkpoint's next
+  step (how a renamed node keeps the effect keys of its old name's task).
 
 A hook LangGraph calls by a private name is overridden here, once, and handed on
 under a name of ours (`DefaultsHook._run_defaults`, a saver's ``_open_cursor``),
@@ -53,6 +55,7 @@ so the subclasses elsewhere never spell LangGraph's.
 
 from __future__ import annotations
 
+import binascii
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
@@ -67,6 +70,7 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot as DeltaSnapshot
 from langgraph.graph import StateGraph
 from langgraph.graph._node import StateNodeSpec
 from langgraph.graph.state import _CHANNEL_BRANCH_TO, CompiledStateGraph
+from langgraph.pregel import _algo as lg_algo
 from langgraph.pregel import _write as lg_write
 from langgraph.store.base import BaseStore
 from langgraph.types import CachePolicy, Durability
@@ -109,6 +113,7 @@ __all__ = [
     "dump_pg_blobs",
     "dump_pg_writes",
     "hold_writes",
+    "pull_task_id",
     "route_cursor",
     "check_pg_rows",
 ]
@@ -327,3 +332,14 @@ def dump_pg_writes(
 ) -> list[tuple[str, str, str, str, str, int, str, str, bytes]]:
     """The ``checkpoint_writes`` rows `PostgresSaver` stores for a task's writes."""
     return saver._dump_writes(thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, writes)
+
+
+def pull_task_id(
+    checkpoint: Mapping[str, Any], *, ns: str, step: int, name: str, triggers: Sequence[str]
+) -> str:
+    """The id LangGraph gives the task of node ``name`` run at ``step`` from this
+    checkpoint (``prepare_single_task``: a PULL task, keyed by its sorted triggers)."""
+    func = lg_algo._xxhash_str if checkpoint["v"] > 1 else lg_algo._uuid5_str
+    task_ns = f"{ns}{NS_SEP}{name}" if ns else name
+    raw = binascii.unhexlify(str(checkpoint["id"]).replace("-", ""))
+    return func(raw, task_ns, str(step), name, _constants.PULL, *sorted(triggers))

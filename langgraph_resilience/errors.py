@@ -17,8 +17,10 @@ catching LangGraph's or the database driver's::
     ├── RunStateError          a run is not in a state that allows the call
     │   │                      (a second open run on a thread, resuming a run
     │   │                      that is not paused)
-    │   └── UnknownThread      a report or a run list names a thread or run the
-    │                          store does not have (also a LookupError)
+    │   ├── UnknownThread      a report or a run list names a thread or run the
+    │   │                      store does not have (also a LookupError)
+    │   └── DeployBlocked      a thread stored by an older graph version names a
+    │                          node the graph no longer has (nothing was stored)
     ├── EffectOutcomeUnknown   a side effect's intent has no recorded outcome
     ├── EffectInFlight         another executor holds a live claim on a side effect
     │                          (also a TransientError: the node retries, and
@@ -243,6 +245,43 @@ class RunStateError(ResilienceError):
 
 class UnknownThread(RunStateError, LookupError):
     """The store has no such thread (no checkpoint, no run), or no such run of it."""
+
+
+class DeployBlocked(RunStateError):
+    """A thread stored by an older version of the graph cannot go on under this one.
+
+    Its pending task, interrupt or failed step names a node the graph no longer
+    has and no ``renames={old: new}`` maps, or a version it needs has no
+    migration. Nothing was stored: the thread stays as it was, for a graph
+    version (or a mapping) that can take it. ``check_deploy`` lists such threads
+    before a deploy.
+
+    Attributes:
+        thread_id: the thread.
+        stored_version: the graph version that stored it (None: an unversioned graph).
+        version: the graph version that refused it.
+        reasons: what blocks it, one line each.
+    """
+
+    def __init__(
+        self,
+        *,
+        thread_id: str,
+        stored_version: object,
+        version: object,
+        reasons: tuple[str, ...],
+    ) -> None:
+        self.thread_id = thread_id
+        self.stored_version = stored_version
+        self.version = version
+        self.reasons = reasons
+        super().__init__(
+            f"thread {thread_id!r} was stored by graph version {stored_version!r} and "
+            f"cannot go on under version {version!r}: {'; '.join(reasons)}. Nothing was "
+            "stored. Map the old node with ResilientStateGraph(..., renames={old: new}), add "
+            "the missing migration, or run the thread to its end on the old version "
+            "(langgraph-resilience check-deploy lists such threads)."
+        )
 
 
 class EffectOutcomeUnknown(ResilienceError):

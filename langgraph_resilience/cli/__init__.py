@@ -23,6 +23,8 @@ Subcommands (``--db``: a SQLite file path or a Postgres DSN, or env ``LGR_DB``):
 - ``limits``: each shared `Limit` in the store: holders, starts in the current
   window, pause, seconds waited for it;
 - ``prune [--older-than D] [--keep-last N] [--runs-older-than D]``: retention;
+- ``check-deploy --graph module:attr``: every thread in flight checked against a
+  new graph version (ok, migrates, blocked); exit code 1 when one is blocked;
 - ``demo``: the whole story on a throwaway SQLite file (shipped in the package).
 
 ``--json`` prints machine-readable output. Exit codes: 0 done; 1 a thread or
@@ -81,6 +83,7 @@ from langgraph_resilience.cli._store import (
 from langgraph_resilience.cli._ui import serve_console
 from langgraph_resilience.cli.demo import run_demo
 from langgraph_resilience.errors import ResilienceError
+from langgraph_resilience.history._deploy import check_deploy
 from langgraph_resilience.worker._worker import Worker
 
 __all__ = ["main"]
@@ -242,6 +245,24 @@ def ui(db: str | None, host: str, port: int, allow_actions: bool, graph_spec: st
     return serve_console(
         db, host=host, port=port, allow_actions=allow_actions, graph_spec=graph_spec
     )
+
+
+@cli.command("check-deploy")
+@graph_option
+@db_option
+@json_option
+def check_deploy_command(graph_spec: str, db: str | None, as_json: bool) -> int:
+    """Check every thread in flight against a new graph version before deploying it:
+    ok, migrates (which migrations and renames would run) or blocked (why). Exit code
+    1 when a thread is blocked (docs/deploying.md)."""
+    with open_store(db) as store:
+        graph = load_graph(graph_spec, store.saver)
+        report = check_deploy(store.saver, graph)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), default=str))
+    else:
+        click.echo(str(report))
+    return 1 if report.blocked else 0
 
 
 # -- acting on threads ---------------------------------------------------------------

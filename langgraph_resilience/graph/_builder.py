@@ -40,6 +40,7 @@ from typing_extensions import Self, Unpack
 import langgraph_resilience.graph._closing as closing
 import langgraph_resilience.graph._lifecycle as lifecycle
 import langgraph_resilience.graph._tally as tally
+import langgraph_resilience.graph._upgrade as upgrade
 import langgraph_resilience.state as run_log
 from langgraph_resilience._engine import Action
 from langgraph_resilience._langgraph import (
@@ -53,7 +54,7 @@ from langgraph_resilience._langgraph import (
 )
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.classify import Classifier
-from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.errors import ConfigError, DeployBlocked
 from langgraph_resilience.graph._by_hand import FixByHand
 from langgraph_resilience.graph._cache import RunLogFreeCache, keyed_without_run_log
 from langgraph_resilience.graph._drivers import NOT_RUN, is_async, wrap
@@ -69,6 +70,7 @@ from langgraph_resilience.graph._routes import (
 )
 from langgraph_resilience.graph._slots import take_over
 from langgraph_resilience.graph._task import BUDGET_KEY, current_attempt
+from langgraph_resilience.graph._versions import VERSION_KEY, Versioning
 from langgraph_resilience.policy import NodePolicy
 from langgraph_resilience.telemetry._emit import GRAPH_KEY
 
@@ -104,6 +106,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         since = time.time()
+        config = upgrade.upgrade(self, config)  # a thread an older version stored: once
         lifecycle.note_resume(self, input, config)  # a resume after a crash: a recovery
         given, scope = tally.scoped(config, input)  # the run's tally, its steps' records
         run_config = take_over(given, self.config, is_async=False)  # a finished task's
@@ -113,6 +116,18 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         return watched(stream)  # inside a step: a run that ended short fails it
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if upgrade.versioning_of(self).version is None:
+            return self._astream(input, config, **kwargs)
+        return self._upgraded_astream(input, config, **kwargs)
+
+    async def _upgraded_astream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Any:
+        config = await upgrade.aupgrade(self, config)  # an older version's thread: once
+        async for chunk in self._astream(input, config, **kwargs):
+            yield chunk
+
+    def _astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         since = time.time()
         given, scope = tally.scoped(config, input)  # the run's tally, its steps' records
         run_config = take_over(given, self.config, is_async=True)  # writes wait for none
@@ -128,6 +143,8 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         with closing.invoking(self, config):
             try:
                 stored = tally.with_usage(super().invoke(input, given, **kwargs), scope)
+            except DeployBlocked:
+                raise  # nothing of the run was stored, nor is
             except Exception as exc:
                 closing.failed(self, input, config, since, exc)  # the run ledger: it raised
                 raise
@@ -144,6 +161,8 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         with closing.invoking(self, config):
             try:
                 stored = tally.with_usage(await super().ainvoke(input, given, **kwargs), scope)
+            except DeployBlocked:
+                raise  # nothing of the run was stored, nor is
             except Exception as exc:
                 await closing.afailed(self, input, config, since, exc)  # the ledger: it raised
                 raise
@@ -304,8 +323,26 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         *,
         input_schema: type[InputT] | None = None,
         output_schema: type[OutputT] | None = None,
+        version: int | str | None = None,
+        renames: Mapping[str, str] | None = None,
+        migrations: Mapping[int | str, Callable[[dict[str, Any]], Mapping[str, Any]]] | None = None,
         **kwargs: Any,  # LangGraph's deprecated aliases (config_schema, input, output)
     ) -> None:
+        """A `StateGraph` whose nodes take a `NodePolicy`.
+
+        Args:
+            version: this graph's version (an int or a str), stamped on every
+                checkpoint it writes; a thread an older version stored is
+                checked and upgraded once before it goes on (docs/deploying.md).
+            renames: old node name -> new name, for threads an older version
+                stored with that node pending (a task, an interrupt, a failed step).
+            migrations: version -> ``fn(state) -> state``, run once, in version
+                order, on a thread stored before that version.
+
+        Raises:
+            ConfigError: renames or migrations without a version, a migration
+                keyed past the version, a rename cycle.
+        """
         super().__init__(
             state_schema,
             context_schema,
@@ -322,6 +359,9 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         #: The nodes `ROUTES_NODE` handles the errors of, and where each gives up to.
         self._give_ups: dict[str, tuple[str, Action] | None] = {}
         self._actions: dict[str, NodeAction] = {}  # as given (a subgraph stays one)
+        self._versioning = Versioning(
+            version=version, renames=dict(renames or {}), migrations=dict(migrations or {})
+        )
 
     def set_node_defaults(self, *, policy: NodePolicy | None = _UNSET, **kwargs: Any) -> Self:
         """LangGraph's node defaults, plus the default `NodePolicy` of nodes added after.
@@ -534,7 +574,10 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
         }
         if default_budget is not None:  # config["configurable"]["budget"] overrides it
             defaults[BUDGET_KEY] = default_budget
-        return resilient.with_config(configurable=defaults)
+        if self._versioning.version is None:
+            return resilient.with_config(configurable=defaults)
+        stamp = {VERSION_KEY: self._versioning.version}  # on every checkpoint it writes
+        return resilient.with_config(configurable=defaults, metadata=stamp)
 
 
 def _name_of(action: NodeAction) -> str:

@@ -59,6 +59,7 @@ __all__ = [
     "BUDGET_KEY",
     "CURRENT_ATTEMPT",
     "EFFECT_SCOPE_KEY",
+    "RENAMED_SCOPES_KEY",
     "RETRY_FAILED_KEY",
     "TaskContext",
     "current_attempt",
@@ -69,6 +70,8 @@ __all__ = [
 # Our own configurable keys.
 BUDGET_KEY = "budget"  # the run's Budget, or a dict of its fields
 EFFECT_SCOPE_KEY = "lgr_effect_scope"  # retry_failed's {"node", "task"} of the failed step
+# {new node: [checkpoint id, its old name's task scope]} (graph._upgrade)
+RENAMED_SCOPES_KEY = "lgr_renamed_scopes"
 RETRY_FAILED_KEY = "lgr_retry_failed"  # the parent goes on after a subgraph's retry_failed
 
 CURRENT_ATTEMPT: ContextVar[Attempt | None] = ContextVar(
@@ -295,6 +298,9 @@ class TaskContext:
         retried = self._retried_step
         if retried.get("node") == self.node:
             return str(retried.get("task") or self.task_scope)
+        renamed = (self._configurable.get(RENAMED_SCOPES_KEY) or {}).get(self.node)
+        if renamed and renamed[0] == self.checkpoint_id:
+            return str(renamed[1])  # the upgraded step's renamed task keeps its old keys
         return self.task_scope
 
     @property

@@ -3,7 +3,8 @@
 `_scan` reads one thread's stored writes into its runs, `_metrics` sums them
 into the four recovery metrics, `_report` and `_entries` build one run's
 report, `_runs` lists the runs of a store, `_render` draws a report as text and
-Mermaid.
+Mermaid, `_deploy` checks every thread in flight against a new graph version
+(`check_deploy`).
 """
 
 from __future__ import annotations

@@ -27,7 +27,13 @@ from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import Fence, RunRecord
 from langgraph_resilience.checkpoint.ledger._runs import FENCE_KEY, WORKER_KEY
-from langgraph_resilience.errors import CheckpointConflict, LeaseLost, StoreUnavailable, describe
+from langgraph_resilience.errors import (
+    CheckpointConflict,
+    DeployBlocked,
+    LeaseLost,
+    StoreUnavailable,
+    describe,
+)
 from langgraph_resilience.graph._lifecycle import ended_status, settled_by_hand
 from langgraph_resilience.graph._task import BUDGET_KEY
 from langgraph_resilience.graph._tries import DURABLE_WAIT
@@ -137,6 +143,9 @@ RunOp = ThreadState | CurrentValues | Invoke | Finish | Pause
 #: Waits between tries of a run's end while the store cannot be reached.
 FINISH_FIRST_WAIT = 0.1
 FINISH_MAX_WAIT = 2.0
+#: A run this graph version cannot take (`DeployBlocked`) is left queued, not
+#: claimed again for this long: for an operator, or a worker on a version that maps it.
+BLOCKED_WAIT = 60.0
 
 
 #: `run_steps`' ``answer`` when the run was resumed without a value.
@@ -203,9 +212,15 @@ def run_steps(
     # Every pending interrupt (parallel branches may each have paused) gets one.
     resumed: Command[Any] = Command(resume=answers(where, answer, top_up))
     value = {"new": input_value, "resume": None}.get(where.state, resumed)
+    if where.state == "resume" and answer is not NO_ANSWER:
+        # An answer for a pause this graph does not see by its id (a node renamed
+        # since, `renames=`): handed on as the resume value of whatever asks next.
+        value = Command(resume=answer)
     if where.state == "resume" and record.recoveries:  # its last worker died mid-run
         takeover_event(record.run_id, record.thread_id, record.recoveries, record.owner)
     result: Invoked = yield Invoke(value)
+    if isinstance(result.error, DeployBlocked):
+        return (yield from _blocked(held, result.error, answer is not NO_ANSWER))
     if result.error is not None:
         return (yield from _stopped(held, result.error))
     if held.taken:
@@ -291,6 +306,18 @@ def _stopped(held: Held, exc: BaseException) -> Generator[RunOp, Any, str | None
         return (yield from _finish(held, "queued", {"released": reason}))
     kind = "conflict" if isinstance(exc, CheckpointConflict) else "error"
     return (yield from _finish(held, "error", {kind: describe(exc)}))
+
+
+def _blocked(held: Held, exc: DeployBlocked, was_paused: bool) -> Generator[RunOp, Any, str | None]:
+    """A run this graph version refused (`DeployBlocked`): never dropped. A paused
+    run stays paused (resume it again once a version maps it); any other is kept
+    queued, not claimed again for `BLOCKED_WAIT`."""
+    logger.error("run %s: refused by this graph version, kept: %s", held.record.run_id, exc)
+    if was_paused:
+        return (
+            yield from _finish(held, "paused", {"paused": "deploy_blocked", "blocked": str(exc)})
+        )
+    return (yield from _finish(held, "queued", {"blocked": str(exc)}, wait=BLOCKED_WAIT))
 
 
 def _finish(

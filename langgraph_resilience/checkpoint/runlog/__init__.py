@@ -8,6 +8,7 @@
 - ``_run_metrics``: the SQL aggregates behind ``recovery_metrics``.
 - ``_events``: recoveries and attempts as the reports read them.
 - ``_history``: the saver's ``history`` part.
+- ``_heads``: the head of every thread in flight, in one read (``check_deploy``).
 - ``_reads``: the reads, written once, driven sync or async.
 - ``_run_backfill`` / ``_steps``: threads stored before the ledger.
 """

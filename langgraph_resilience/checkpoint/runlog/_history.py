@@ -1,8 +1,8 @@
 """The saver's ``history`` part: what `recovery_metrics`, `run_report` and
 `list_runs` read (see `_events`, `_run_log_reads`, `_run_metrics`), the
 recoveries that leave no write of their own, the driver's word on how a run
-returned (`_run_log.close_run`), and the ledger's one-time backfill
-(`_run_backfill`)."""
+returned (`_run_log.close_run`), the heads of threads in flight (`_heads`),
+and the ledger's one-time backfill (`_run_backfill`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import langgraph_resilience.checkpoint.runlog._run_log_reads as _run_reads
 import langgraph_resilience.checkpoint.store._storage as _storage
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
 from langgraph_resilience.checkpoint.runlog._events import RecoveryRecord, StoredAttempt
+from langgraph_resilience.checkpoint.runlog._heads import Head, read_heads
 from langgraph_resilience.checkpoint.runlog._run_log_reads import Cursor, RunLogRecord
 from langgraph_resilience.checkpoint.runlog._run_metrics import RunCounts, read_metrics
 from langgraph_resilience.checkpoint.runlog._run_summaries import (
@@ -104,6 +105,11 @@ class History(_Part):
         """One thread's ledger rows, for `run_report` (`_run_summaries`)."""
         return self._io._query(lambda: read_thread_ledger(self._saver._dialect, thread_id))
 
+    def heads(self) -> list[Head]:
+        """The head of every thread in flight, for `check_deploy` (`_heads`)."""
+        d, serde = self._saver._dialect, self._saver.serde
+        return self._io._query(lambda: read_heads(d, serde.loads_typed))
+
     def pending_backfill(self) -> list[str]:
         """Threads written before the ledger, still to be read into its rows."""
         return self._io._query(lambda: _backfill.pending_threads(self._saver._dialect))
@@ -177,6 +183,11 @@ class AsyncHistory(History, _AsyncPart):
         return await self._saver._query(
             lambda: _storage.read_storage(d, thread_id, serde.loads_typed, serde.dumps_typed)
         )
+
+    async def aheads(self) -> list[Head]:
+        """Async twin of `History.heads`."""
+        d, serde = self._saver._dialect, self._saver.serde
+        return await self._saver._query(lambda: read_heads(d, serde.loads_typed))
 
     async def anote_recovery(
         self, thread_id: str, key: str, kind: str, owner: str | None = None

@@ -1,0 +1,214 @@
+"""A thread stored by an older graph version, upgraded once before its run goes on.
+
+A versioned graph's ``stream`` / ``astream`` (and so ``invoke``, a `Worker`'s
+run, ``retry_failed``) first reads the thread's latest checkpoint. When an
+older version stored it, `_versions.plan` decides: blocked (a pending task or a
+failed step names a node this graph does not have and no rename maps) raises
+`DeployBlocked` and stores nothing; otherwise the renames and the due migrations
+are applied to the checkpoint, which is stored again under its own id (its
+pending writes stay its own) with the new version and what ran
+(`_versions.MIGRATED_KEY`) in its metadata: one write, so a migration runs once.
+
+A renamed node's task gets a new task id from LangGraph, and side-effect keys
+carry the task id; the old task's id (computed as LangGraph computes it, checked
+against the checkpoint's pending writes) is handed to the run
+(`RENAMED_SCOPES_KEY`), so the renamed task's effects keep their keys and a
+recorded effect is not called again.
+
+An unversioned graph reads nothing here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+
+from langgraph_resilience._langgraph import (
+    BRANCH_PREFIX,
+    NS_END,
+    SCRATCHPAD_KEY,
+    TASK_ID_KEY,
+    pull_task_id,
+)
+from langgraph_resilience.errors import DeployBlocked
+from langgraph_resilience.graph._task import RENAMED_SCOPES_KEY
+from langgraph_resilience.graph._versions import (
+    MIGRATED_KEY,
+    VERSION_KEY,
+    Plan,
+    Versioning,
+    pending_nodes,
+    plan,
+    rewrite,
+)
+
+__all__ = ["aupgrade", "plan_for", "plan_of", "upgrade", "versioning_of"]
+
+_NONE = Versioning()
+
+
+def versioning_of(graph: Any) -> Versioning:
+    """The `Versioning` of a compiled graph (an unversioned one for a plain graph)."""
+    found = getattr(getattr(graph, "builder", None), "_versioning", None)
+    return found if isinstance(found, Versioning) else _NONE
+
+
+def _thread_config(config: RunnableConfig | None) -> RunnableConfig | None:
+    """The thread's top-level config, or None when there is nothing to upgrade here
+    (no thread, a nested run inside a parent's task, a subgraph's namespace)."""
+    configurable = (config or {}).get("configurable") or {}
+    thread = configurable.get("thread_id")
+    if thread is None or configurable.get("checkpoint_ns"):
+        return None
+    if TASK_ID_KEY in configurable or SCRATCHPAD_KEY in configurable:
+        return None  # a graph invoked inside a parent's task: the parent's run decides
+    out: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+    if configurable.get("checkpoint_id"):
+        out["checkpoint_id"] = configurable["checkpoint_id"]
+    return {"configurable": out}
+
+
+def plan_of(graph: Any, found: CheckpointTuple, versioning: Versioning | None = None) -> Plan:
+    """The plan of a stored checkpoint under a compiled graph's version."""
+    values = found.checkpoint.get("channel_values") or {}
+    outcome = values.get("resilience")
+    failed = outcome.get("failed_step") if isinstance(outcome, Mapping) else None
+    status = outcome.get("status") if isinstance(outcome, Mapping) else None
+    failed_node = (
+        str(failed["node"])
+        if isinstance(failed, Mapping) and failed.get("node") and status == "partial_complete"
+        else None
+    )
+    return plan_for(graph, found.checkpoint, found.metadata, failed_node, versioning)
+
+
+def plan_for(
+    graph: Any,
+    checkpoint: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None,
+    failed_node: str | None,
+    versioning: Versioning | None = None,
+) -> Plan:
+    """The plan of a stored checkpoint (its metadata, its failed step's node)."""
+    stored = (metadata or {}).get(VERSION_KEY)
+    return plan(
+        versioning or versioning_of(graph),
+        stored=stored if isinstance(stored, int | str) else None,
+        pending=pending_nodes(checkpoint),
+        failed_node=failed_node,
+        nodes=graph.nodes,
+    )
+
+
+def _prepared(
+    graph: Any,
+    found: CheckpointTuple | None,
+    versioning: Versioning,
+    thread: str,
+    addressed: bool,
+) -> tuple[RunnableConfig, dict[str, Any], dict[str, Any], Any, dict[str, tuple[str, str]]] | None:
+    """What to store for an upgrade (config, checkpoint, metadata, new versions,
+    renamed scopes), or None when the thread needs none."""
+    if found is None:
+        return None
+    the_plan = plan_of(graph, found, versioning)
+    if the_plan.blocked:
+        raise DeployBlocked(
+            thread_id=thread,
+            stored_version=the_plan.stored,
+            version=the_plan.version,
+            reasons=the_plan.blocked,
+        )
+    if not (the_plan.migrations or the_plan.renamed) or addressed:
+        return None  # an addressed older checkpoint (a replay) is checked, never rewritten
+    saver = graph.checkpointer
+    checkpoint, changed = rewrite(
+        found.checkpoint,
+        the_plan,
+        versioning,
+        state_keys=graph.builder.channels,
+        next_version=lambda v: saver.get_next_version(v, None),
+    )
+    metadata = {
+        **(found.metadata or {}),
+        VERSION_KEY: versioning.version,
+        MIGRATED_KEY: {
+            "from": the_plan.stored,
+            "to": the_plan.version,
+            "ran": list(the_plan.migrations),
+            "renamed": dict(the_plan.renamed),
+        },
+    }
+    parent = found.parent_config or {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    return parent, checkpoint, metadata, changed, _renamed_scopes(graph, found, the_plan)
+
+
+def _renamed_scopes(
+    graph: Any, found: CheckpointTuple, the_plan: Plan
+) -> dict[str, tuple[str, str]]:
+    """New node -> the effect scope of its old name's task (see module docstring)."""
+    step = int((found.metadata or {}).get("step", -1)) + 1
+    written = {w[0] for w in found.pending_writes or ()}
+    scopes: dict[str, tuple[str, str]] = {}
+    for old, new in the_plan.renamed.items():
+        node = graph.nodes.get(new)
+        if node is None:
+            continue
+        triggers = [
+            f"{BRANCH_PREFIX}{old}" if t == f"{BRANCH_PREFIX}{new}" else t for t in node.triggers
+        ]
+        task = pull_task_id(found.checkpoint, ns="", step=step, name=old, triggers=triggers)
+        if task in written:
+            scopes[new] = (str(found.checkpoint["id"]), f"{old}{NS_END}{task}|{task}")
+    return scopes
+
+
+def _with_scopes(
+    config: RunnableConfig | None, scopes: dict[str, tuple[str, str]]
+) -> RunnableConfig | None:
+    if not scopes:
+        return config
+    configurable = {**((config or {}).get("configurable") or {}), RENAMED_SCOPES_KEY: scopes}
+    return {**(config or {}), "configurable": configurable}
+
+
+def upgrade(graph: Any, config: RunnableConfig | None) -> RunnableConfig | None:
+    """Upgrade the thread of ``config`` to the graph's version, once; the run's config.
+
+    Raises:
+        DeployBlocked: the thread cannot go on under this version (nothing stored).
+    """
+    versioning = versioning_of(graph)
+    where = _thread_config(config)
+    saver = graph.checkpointer
+    if versioning.version is None or where is None or not isinstance(saver, BaseCheckpointSaver):
+        return config
+    thread = str(where["configurable"]["thread_id"])
+    addressed = "checkpoint_id" in where["configurable"]
+    prepared = _prepared(graph, saver.get_tuple(where), versioning, thread, addressed)
+    if prepared is None:
+        return config
+    parent, checkpoint, metadata, changed, scopes = prepared
+    saver.put(parent, checkpoint, metadata, changed)  # type: ignore[arg-type]
+    return _with_scopes(config, scopes)
+
+
+async def aupgrade(graph: Any, config: RunnableConfig | None) -> RunnableConfig | None:
+    """Async twin of `upgrade`."""
+    versioning = versioning_of(graph)
+    where = _thread_config(config)
+    saver = graph.checkpointer
+    if versioning.version is None or where is None or not isinstance(saver, BaseCheckpointSaver):
+        return config
+    thread = str(where["configurable"]["thread_id"])
+    addressed = "checkpoint_id" in where["configurable"]
+    found = await saver.aget_tuple(where)
+    prepared = _prepared(graph, found, versioning, thread, addressed)
+    if prepared is None:
+        return config
+    parent, checkpoint, metadata, changed, scopes = prepared
+    await saver.aput(parent, checkpoint, metadata, changed)  # type: ignore[arg-type]
+    return _with_scopes(config, scopes)

@@ -1,0 +1,297 @@
+"""Deploying a new graph version over threads in flight: versions, renames,
+migrations, no silent drop, and `check_deploy` before the deploy.
+
+The case LangGraph drops in silence (measured with its stock saver): a thread
+paused at ``review`` (an interrupt), the graph redeployed with ``review``
+renamed ``approve``: ``get_state().next == ()`` and a resume returns the old
+state, ``publish`` never running.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from conftest import Harness
+from langgraph.graph import END, START
+from langgraph.types import Command, interrupt
+
+from langgraph_resilience import (
+    ConfigError,
+    DeployBlocked,
+    ResilientState,
+    ResilientStateGraph,
+    acheck_deploy,
+    check_deploy,
+    side_effect,
+)
+from langgraph_resilience.graph._versions import MIGRATED_KEY, VERSION_KEY
+
+
+class State(ResilientState, total=False):
+    done: Annotated[list[str], operator.add]
+    priority: str
+    owner: str
+
+
+SENT: list[str] = []
+
+
+@side_effect
+def notify(text: str, *, idempotency_key: str) -> str:
+    SENT.append(idempotency_key)
+    return "sent"
+
+
+def prep(state: State) -> dict[str, Any]:
+    return {"done": ["prep"]}
+
+
+def review(state: State) -> dict[str, Any]:
+    notify("asked for a review")  # before the pause: recorded, never sent twice
+    answer = interrupt("approve?")
+    return {"done": [f"review:{answer}"]}
+
+
+def publish(state: State) -> dict[str, Any]:
+    return {"done": [f"publish:{state.get('priority', 'MISSING')}"]}
+
+
+def build(name: str = "review", **versions: Any) -> ResilientStateGraph[Any]:
+    g = ResilientStateGraph(State, **versions)
+    g.add_node("prep", prep)
+    g.add_node(name, review)
+    g.add_node("publish", publish)
+    g.add_edge(START, "prep")
+    g.add_edge("prep", name)
+    g.add_edge(name, "publish")
+    g.add_edge("publish", END)
+    return g
+
+
+def cfg(checkpointer: Harness, name: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": f"{name}-{checkpointer.id}"}}
+
+
+async def _check(checkpointer: Harness, builder: Any) -> Any:
+    if checkpointer.is_async:
+        return await acheck_deploy(checkpointer.saver, builder)
+    return check_deploy(checkpointer.saver, builder)
+
+
+async def _count(checkpointer: Harness, config: dict[str, Any]) -> int:
+    return len(await checkpointer.listed(config))
+
+
+async def test_a_renamed_paused_node_blocks_then_resumes_once_mapped(
+    checkpointer: Harness,
+) -> None:
+    SENT.clear()
+    config = cfg(checkpointer, "rename")
+    v1 = build(version=1).compile(checkpointer=checkpointer.saver)
+    await checkpointer.invoke(v1, {"done": []}, config)
+    assert len(SENT) == 1
+    stored = await _count(checkpointer, config)
+
+    # v2 renames review without saying so: blocked, before and at the resume
+    bare = build("approve", version=2)
+    report = await _check(checkpointer, bare)
+    assert [t.thread_id for t in report.blocked] == [config["configurable"]["thread_id"]]
+    assert "'review'" in report.blocked[0].reasons[0]
+    assert report.ok == [] and report.migrates == []
+    with pytest.raises(DeployBlocked, match="'review'") as caught:
+        await checkpointer.invoke(bare.compile(checkpointer=checkpointer.saver), None, config)
+    assert caught.value.stored_version == 1 and caught.value.version == 2
+    assert await _count(checkpointer, config) == stored  # nothing stored
+
+    # with the rename and a migration for the new required field: ok, and it runs
+    calls: list[dict[str, Any]] = []
+
+    def add_priority(state: dict[str, Any]) -> dict[str, Any]:
+        calls.append(state)
+        return {**state, "priority": "high"}
+
+    mapped = build(
+        "approve", version=2, renames={"review": "approve"}, migrations={2: add_priority}
+    )
+    report = await _check(checkpointer, mapped)
+    assert report.blocked == [] and len(report.migrates) == 1
+    assert report.migrates[0].migrations == (2,)
+    assert report.migrates[0].renamed == {"review": "approve"}
+    assert calls == []  # check_deploy runs nothing
+    v2 = mapped.compile(checkpointer=checkpointer.saver)
+    out = await checkpointer.invoke(v2, Command(resume="yes"), config)
+    assert out["done"] == ["prep", "review:yes", "publish:high"]
+    assert out["resilience"]["status"] == "success"
+    assert len(calls) == 1
+    assert len(SENT) == 1  # the renamed node kept its effect's key: not sent again
+    listed = await checkpointer.listed(config)
+    migrated = [c.metadata[MIGRATED_KEY] for c in listed if MIGRATED_KEY in c.metadata]
+    assert migrated == [{"from": 1, "to": 2, "ran": [2], "renamed": {"review": "approve"}}]
+    assert listed[0].metadata[VERSION_KEY] == 2
+    assert (await _check(checkpointer, mapped)).threads == ()  # nothing left in flight
+
+
+async def test_a_migration_chain_runs_once_in_version_order(checkpointer: Harness) -> None:
+    config = cfg(checkpointer, "chain")
+    v1 = build(version=1).compile(checkpointer=checkpointer.saver)
+    await checkpointer.invoke(v1, {"done": []}, config)
+    ran: list[int] = []
+
+    def to2(state: dict[str, Any]) -> dict[str, Any]:
+        ran.append(2)
+        return {**state, "priority": "low"}
+
+    def to3(state: dict[str, Any]) -> dict[str, Any]:
+        ran.append(3)
+        assert state["priority"] == "low"  # 2 ran first
+        return {**state, "priority": "normal", "owner": "ops"}
+
+    v3 = build(version=3, migrations={3: to3, 2: to2}).compile(checkpointer=checkpointer.saver)
+    snap_before = await checkpointer.call("get_tuple", config)
+    assert snap_before.metadata[VERSION_KEY] == 1
+    out = await checkpointer.invoke(v3, Command(resume="ok"), config)
+    assert ran == [2, 3]
+    assert out["done"][-1] == "publish:normal" and out["owner"] == "ops"
+    # a second read, and another run on the thread, run nothing again
+    await checkpointer.invoke(v3, None, config)
+    await checkpointer.invoke(v3, {"done": []}, config)
+    assert ran == [2, 3]
+
+
+async def test_a_migration_that_raises_leaves_the_thread_as_it_was(
+    checkpointer: Harness,
+) -> None:
+    config = cfg(checkpointer, "raises")
+    await checkpointer.invoke(
+        build(version=1).compile(checkpointer=checkpointer.saver), {"done": []}, config
+    )
+    stored = await _count(checkpointer, config)
+
+    def broken(state: dict[str, Any]) -> dict[str, Any]:
+        raise KeyError("priority")
+
+    v2 = build(version=2, migrations={2: broken}).compile(checkpointer=checkpointer.saver)
+    with pytest.raises(ConfigError, match="migration to version 2 raised KeyError"):
+        await checkpointer.invoke(v2, Command(resume="x"), config)
+    assert await _count(checkpointer, config) == stored
+    head = await checkpointer.call("get_tuple", config)
+    assert head.metadata[VERSION_KEY] == 1
+
+
+def test_versions_are_checked_when_the_graph_is_built() -> None:
+    with pytest.raises(ConfigError, match="give the graph a version"):
+        ResilientStateGraph(State, renames={"a": "b"})
+    with pytest.raises(ConfigError, match="int or a str"):
+        ResilientStateGraph(State, version=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="leads past"):
+        ResilientStateGraph(State, version=2, migrations={3: dict})
+    with pytest.raises(ConfigError, match="version type"):
+        ResilientStateGraph(State, version=2, migrations={"2": dict})
+    with pytest.raises(ConfigError, match="cycle"):
+        ResilientStateGraph(State, version=2, renames={"a": "b", "b": "a"})
+
+
+def test_an_unversioned_graph_stamps_nothing(tmp_path: Path) -> None:
+    from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+    with ResilientSqliteSaver.from_conn_string(str(tmp_path / "plain.db")) as saver:
+        graph = build().compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "plain"}}
+        graph.invoke({"done": []}, config)
+        assert all(VERSION_KEY not in c.metadata for c in saver.list(config))
+        # a later versioned graph takes the unversioned thread: every migration is due
+        v2 = build(version=2, migrations={2: lambda s: {**s, "priority": "p"}})
+        report = check_deploy(saver, v2)
+        assert [t.migrations for t in report.migrates] == [(2,)]
+        assert report.migrates[0].stored_version is None
+
+
+def test_check_deploy_command_exits_1_when_a_thread_is_blocked(tmp_path: Path) -> None:
+    db = str(tmp_path / "cli.db")
+    module = tmp_path / "deploy_graphs.py"
+    module.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            sys.path.insert(0, {str(Path(__file__).parent)!r})
+            from test_deploy import build
+            v1 = build(version=1)
+            bare = build("approve", version=2)
+            mapped = build("approve", version=2, renames={{"review": "approve"}})
+            """
+        )
+    )
+    from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+    with ResilientSqliteSaver.from_conn_string(db) as saver:
+        build(version=1).compile(checkpointer=saver).invoke(
+            {"done": []}, {"configurable": {"thread_id": "paused-1"}}
+        )
+
+    def run(attr: str) -> subprocess.CompletedProcess[str]:
+        command = ["check-deploy", "--db", db, "--json", "--graph", f"deploy_graphs:{attr}"]
+        return subprocess.run(
+            [sys.executable, "-m", "langgraph_resilience", *command],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
+        )
+
+    blocked = run("bare")
+    assert blocked.returncode == 1, blocked.stderr
+    found = json.loads(blocked.stdout)["threads"]
+    assert [(t["thread_id"], t["verdict"]) for t in found] == [("paused-1", "blocked")]
+    assert "review" in found[0]["reasons"][0]
+    ok = run("mapped")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["threads"][0]["verdict"] == "migrates"
+
+
+async def test_a_paused_worker_run_is_refused_and_kept_then_finishes_once_mapped(
+    checkpointer: Harness,
+) -> None:
+    import asyncio
+
+    from langgraph_resilience import Worker
+
+    if checkpointer.backend == "postgres":
+        from helpers import sql
+
+        sql(checkpointer.backend, checkpointer.target, "DELETE FROM resilience_runs")
+    SENT.clear()
+
+    async def call(method: Any, *args: Any) -> Any:
+        if checkpointer.is_async:
+            return await getattr(method.__self__, "a" + method.__name__)(*args)
+        return await asyncio.to_thread(method, *args)
+
+    old = Worker(build(version=1), checkpointer=checkpointer.saver, lease_ttl=5)
+    run_id = await call(old.submit, {"done": []})
+    assert await call(old.run) == {run_id: "paused"}
+    assert len(SENT) == 1
+
+    bare = Worker(build("approve", version=2), checkpointer=checkpointer.saver, lease_ttl=5)
+    await call(bare.resume, run_id, "yes")
+    assert await call(bare.run) == {run_id: "paused"}  # refused, kept as it was
+    record = await checkpointer.call("read_run", run_id)
+    kept = checkpointer.saver.serde.loads_typed((record.outcome_type, record.outcome))
+    assert kept["paused"] == "deploy_blocked" and "'review'" in kept["blocked"]
+
+    mapped = build("approve", version=2, renames={"review": "approve"})
+    worker = Worker(mapped, checkpointer=checkpointer.saver, lease_ttl=5)
+    await call(worker.resume, run_id, "yes")
+    assert await call(worker.run) == {run_id: "success"}
+    record = await checkpointer.call("read_run", run_id)
+    done = checkpointer.saver.serde.loads_typed((record.outcome_type, record.outcome))
+    assert done["values"]["done"] == ["prep", "review:yes", "publish:MISSING"]
+    assert len(SENT) == 1  # its effect, once
