@@ -12,7 +12,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, TypeVar
 
@@ -239,22 +238,6 @@ def rest_of(gen: Generator[Any, Any, Any], value: Any) -> Generator[Any, Any, An
         value = yield stmt
 
 
-@contextmanager
-def as_before_the_tally() -> Iterator[None]:
-    """Invokes store what versions before the invoke's run scope stored: every
-    step's record in its run-log write (``{"resilience": {"step": ...}}``), its
-    loop counts and usage in the state (`_tally.scoped` gives no scope).
-    The threads of a store written then are read from those writes."""
-    import langgraph_resilience.graph._tally as tally
-
-    scoped = tally.scoped
-    tally.scoped = lambda config, input: (config, None)  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        tally.scoped = scoped  # type: ignore[assignment]
-
-
 def tasks_written(backend: str, target: str, thread: str, channel: str) -> set[tuple[str, ...]]:
     """(namespace, checkpoint, task) of the node tasks of a thread whose writes
     to ``channel`` are stored (not the input's: LangGraph's ``__start__`` task)."""
@@ -267,30 +250,6 @@ def tasks_written(backend: str, target: str, thread: str, channel: str) -> set[t
         (thread, channel, "%__start__%"),
     )
     return {tuple(r) for r in rows}
-
-
-# -- stores written by an earlier release ------------------------------------------------------
-
-
-def package_at(root: Path, revision: str, folder: Path) -> str:
-    """The package as it was at ``revision`` (``git archive``), unpacked in
-    ``folder``, for PYTHONPATH; skips the test where git cannot give it."""
-    import io
-    import subprocess
-    import tarfile
-
-    import pytest
-
-    found = subprocess.run(
-        ["git", "-C", str(root), "archive", revision, "langgraph_resilience"],
-        capture_output=True,
-        check=False,
-    )
-    if found.returncode != 0:
-        pytest.skip(f"git cannot give {revision} here: {found.stderr.decode()[:200]}")
-    with tarfile.open(fileobj=io.BytesIO(found.stdout)) as tar:
-        tar.extractall(folder, filter="data")
-    return str(folder)
 
 
 def empty_store(backend: str, tmp_path: Path, name: str) -> Iterator[tuple[str, str]]:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from langgraph_resilience.checkpoint.runlog import _reads as reads
 from langgraph_resilience.checkpoint.runlog._reads import Reads, SaverOrGraph
+from langgraph_resilience.checkpoint.runlog._run_log_reads import ENDED
 from langgraph_resilience.checkpoint.runlog._run_metrics import Redone, RunCounts
 from langgraph_resilience.checkpoint.store._counters import (
     CHECKPOINT_FAILED,
@@ -25,8 +26,7 @@ from langgraph_resilience.checkpoint.store._counters import (
     WRITES_OK,
 )
 from langgraph_resilience.errors import ConfigError
-from langgraph_resilience.history._backfill import backfilled
-from langgraph_resilience.history._scan import ENDED, RECOVERY_KINDS
+from langgraph_resilience.history._ledger_runs import RECOVERY_KINDS
 
 __all__ = ["RecoveryMetrics", "arecovery_metrics", "recovery_metrics"]
 
@@ -177,10 +177,7 @@ def nodes_of(graph: Any) -> frozenset[str] | None:
     )
 
 
-def _metrics(
-    loads: Callable[[tuple[str, bytes]], Any], since: float | None, nodes: frozenset[str] | None
-) -> Reads[RecoveryMetrics]:
-    yield from backfilled(loads)
+def _metrics(since: float | None, nodes: frozenset[str] | None) -> Reads[RecoveryMetrics]:
     counters: dict[str, int] = yield reads.counters(since)
     found: RunCounts = yield reads.metrics(since, sorted(nodes) if nodes is not None else None)
     status = found.by_status
@@ -244,7 +241,7 @@ def recovery_metrics(
         0.3
     """
     saver = reads.saver_of(checkpointer, "recovery_metrics")
-    return reads.drive(saver, _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph)))
+    return reads.drive(saver, _metrics(since_of(since), nodes_of(graph)))
 
 
 async def arecovery_metrics(
@@ -252,5 +249,5 @@ async def arecovery_metrics(
 ) -> RecoveryMetrics:
     """Async twin of `recovery_metrics` (on an async resilient saver)."""
     saver = reads.async_saver_of(checkpointer, "arecovery_metrics")
-    steps = _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph))
+    steps = _metrics(since_of(since), nodes_of(graph))
     return await reads.adrive(saver, steps)
