@@ -72,10 +72,8 @@ from langgraph_resilience.checkpoint.postgres import (
     ResilientPostgresSaver,
 )
 from langgraph_resilience.checkpoint.postgres._network import CONNECT_KWARGS
-from langgraph_resilience.checkpoint.saver._route_text import stored_error
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.graph._lifecycle import unrecovered_steps
-from langgraph_resilience.graph._routes import routing
 from langgraph_resilience.policy import Backoff
 
 RUNS = os.environ.get("LGR_FAULT_RUNS")
@@ -519,9 +517,9 @@ def test_a_step_that_failed_unrecovered_is_found_in_the_runs_checkpoints() -> No
     """What a Worker reads before it stores ``success`` (`unrecovered_steps`): the
     shape 0b1050e stored after a lost lease (b's error handed to its handler,
     the handler's own error, and the run went on to a checkpoint with nothing
-    left) is a step that failed unrecovered; a routed error, an error next to
-    the task's own writes (a retry that completed) and a handler that completed
-    are not."""
+    left) is a step that failed unrecovered; an error handed to its handler,
+    an error next to the task's own writes (a retry that completed) and a
+    handler that completed are not."""
     lost = "LeaseLost(\"side effect 'deliver' was not called\")"
     broken = [
         stored("c1", None, "loop", [("tb", "__error__", lost), ("tb", "__error_source_node__", "b"),
@@ -530,9 +528,8 @@ def test_a_step_that_failed_unrecovered_is_found_in_the_runs_checkpoints() -> No
     ]  # fmt: skip
     [found] = unrecovered_steps(broken)
     assert found.startswith("'b' (its error handler failed") and "LeaseLost" in found
-    routed = stored_error(routing(ValueError("bad"), {"route": "partial", "target": "p"}))
     writes = [
-        ("tb", "__error__", routed),
+        ("tb", "__error__", "ValueError('bad')"),
         ("tb", "__error_source_node__", "b"),
         ("th", "resilience", {}),
         ("tc", "__error__", "X()"),

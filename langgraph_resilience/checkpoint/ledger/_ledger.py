@@ -56,6 +56,10 @@ class AttemptRecord:
             the service's ``Retry-After`` (a durable wait, under a `Worker`).
         wait: seconds waited before the next try (backoff, or the durable
             wait), None when the try had no next one.
+        route: where the try that gave up sent its step (JSON text of the
+            route: `graph._routes.route_of`, to a fallback or the partial
+            result), None for any other try. The node's error handler reads it
+            back when it runs after a crash (`read_route`).
     """
 
     attempt: int
@@ -66,15 +70,17 @@ class AttemptRecord:
     finished_at: float | None = None
     status: str = "failed"
     wait: float | None = None
+    route: str | None = None
 
 
 _INSERT_ATTEMPT = (
     f"INSERT INTO {ATTEMPTS.name} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-    "attempt, node, status, kind, error_type, reason, started_at, finished_at, wait) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "attempt, node, status, kind, error_type, reason, started_at, finished_at, wait, route) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, attempt) DO UPDATE SET "
     "status = excluded.status, kind = excluded.kind, error_type = excluded.error_type, "
-    "reason = excluded.reason, finished_at = excluded.finished_at, wait = excluded.wait"
+    "reason = excluded.reason, finished_at = excluded.finished_at, wait = excluded.wait, "
+    "route = excluded.route"
 )
 _SELECT_ATTEMPTS = (
     f"SELECT {select_list(AttemptRecord)} FROM {ATTEMPTS.name} "
@@ -89,7 +95,7 @@ def record_attempt(
     """Store a failed try (before the wait that follows it), idempotently."""
     r = record
     tried = (r.attempt, r.node, r.status, r.kind, r.error_type, r.reason)
-    params = (*key, *tried, started_at, r.finished_at, r.wait)
+    params = (*key, *tried, started_at, r.finished_at, r.wait, r.route)
     yield Stmt(d.sql(_INSERT_ATTEMPT), params)
 
 

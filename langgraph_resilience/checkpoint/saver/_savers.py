@@ -49,7 +49,6 @@ from langgraph_resilience.checkpoint.runlog import _run_log, _run_log_reads, _sc
 from langgraph_resilience.checkpoint.runlog._history import History
 from langgraph_resilience.checkpoint.saver import _base, _threads
 from langgraph_resilience.checkpoint.saver._interfaces import Attempts, Effects, Runs
-from langgraph_resilience.checkpoint.saver._route_text import stored_error
 from langgraph_resilience.checkpoint.saver._threads import PutCheckpoint
 from langgraph_resilience.checkpoint.store import _counters
 from langgraph_resilience.checkpoint.store._store import Dialect, Statements, no_statements
@@ -198,9 +197,7 @@ class Hooks(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str,
     ) -> WriteRows:
-        """`_write_rows`, with a value the serde cannot store named by its channel,
-        and a routed error stored with its route (`_route_text.stored_error`)."""
-        writes = [(c, stored_error(v) if c == ERROR_CHANNEL else v) for c, v in writes]
+        """`_write_rows`, with a value the serde cannot store named by its channel."""
         try:
             return self._write_rows(config, writes, task_id, task_path)
         except TypeError as exc:

@@ -98,6 +98,7 @@ ATTEMPTS = Table(
         Column("started_at", "REAL_T NOT NULL"),
         Column("finished_at", "REAL_T"),
         Column("wait", "REAL_T"),
+        Column("route", "TEXT"),
     ),
     primary_key=("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "attempt"),
     since=1,
