@@ -80,6 +80,7 @@ CORE = {
     "langgraph_resilience.state",
     "langgraph_resilience._engine",
     "langgraph_resilience._langgraph",
+    "langgraph_resilience._keys",
     "langgraph_resilience._store_errors",
 }
 #: Leaf helpers (process identity, the heartbeat thread): part of the core, they

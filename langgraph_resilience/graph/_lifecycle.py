@@ -46,6 +46,7 @@ from langchain_core.runnables.config import ensure_config
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.types import Command, StateSnapshot
 
+from langgraph_resilience._keys import FENCE_KEY, RETRY_FAILED_KEY
 from langgraph_resilience._langgraph import (
     ERROR_CHANNEL,
     ERROR_SOURCE_CHANNEL,
@@ -53,10 +54,10 @@ from langgraph_resilience._langgraph import (
     langgraph_config,
 )
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
-from langgraph_resilience.checkpoint.ledger._runs import FENCE_KEY, RunRecord
+from langgraph_resilience.checkpoint.ledger._runs import RunRecord
 from langgraph_resilience.errors import message_of
 from langgraph_resilience.graph._step_log import nested_stop
-from langgraph_resilience.graph._task import RETRY_FAILED_KEY, in_parent_task
+from langgraph_resilience.graph._task import in_parent_task
 from langgraph_resilience.state import new_run_marker
 
 __all__ = [

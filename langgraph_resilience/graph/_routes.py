@@ -38,6 +38,7 @@ from langgraph.errors import NodeError
 from langgraph.types import Command
 
 from langgraph_resilience._engine import Action, Decision
+from langgraph_resilience._keys import GRAPH_KEY
 from langgraph_resilience._langgraph import ERROR_HANDLER_PREFIX, RunnableCallable, StateNodeSpec
 from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.checkpoint.runlog._scope import scope_of
@@ -46,7 +47,7 @@ from langgraph_resilience.errors import EffectOutcomeUnknown, LeaseLost, describ
 from langgraph_resilience.graph._tally import aensure, ensure, tally_of
 from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.state import brief
-from langgraph_resilience.telemetry._emit import GRAPH_KEY, emit
+from langgraph_resilience.telemetry._emit import emit
 
 __all__ = [
     "PARTIAL_RESULT",

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 from langgraph.types import interrupt
 
 from langgraph_resilience._engine import Action, Decision, decide
+from langgraph_resilience._keys import BUDGET_KEY
 from langgraph_resilience._langgraph import RESUMING_KEY
 from langgraph_resilience.budget import Budget, pause_value, topped_up
 from langgraph_resilience.checkpoint import AttemptRecord
@@ -43,7 +44,7 @@ from langgraph_resilience.errors import ConfigError, LeaseLost, message_of
 from langgraph_resilience.graph._routes import error_text
 from langgraph_resilience.graph._step_log import log_try
 from langgraph_resilience.graph._tally import run_used
-from langgraph_resilience.graph._task import BUDGET_KEY, TaskContext
+from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.limits._admit import Admit, Held, Release
 from langgraph_resilience.policy import Attempt, Backoff, NodePolicy
 

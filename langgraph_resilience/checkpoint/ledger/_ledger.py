@@ -32,7 +32,7 @@ __all__ = [
     "AttemptKey",
     "AttemptRecord",
     "EffectRecord",
-    "IntentClaim",
+    "IntentVerdict",
     "OutcomeFields",
     "PendingOutcomes",
 ]
@@ -206,7 +206,7 @@ def list_effects(d: Dialect, thread_id: str) -> Statements[list[EffectRecord]]:
     return [_checked(thread_id, r) for r in rows]
 
 
-class IntentClaim(NamedTuple):
+class IntentVerdict(NamedTuple):
     """What claiming an effect's intent found.
 
     Attributes:
@@ -258,7 +258,7 @@ def claim_intent(
     args_digest: str | None,
     lease: float,
     first: bool = False,
-) -> Statements[IntentClaim]:
+) -> Statements[IntentVerdict]:
     """Store the intent before the call, held by ``record.owner`` for ``lease``
     seconds; or find who holds it, and take it over when its holder is gone.
 
@@ -297,7 +297,7 @@ def claim_intent(
         fetch=not first,
     )
     if first or insert:
-        return IntentClaim("new")
+        return IntentVerdict("new")
     for _ in range(_CLAIM_TRIES):
         rows = yield Stmt(
             d.sql(
@@ -311,9 +311,9 @@ def claim_intent(
         alive = None if found.owner is None else executor_alive(found.owner)
         verdict = judge_intent(found, r, now, alive)
         if verdict == "busy":
-            return IntentClaim("busy", found, max(0.0, (found.lease_until or now) - now))
+            return IntentVerdict("busy", found, max(0.0, (found.lease_until or now) - now))
         if verdict == "done":
-            return IntentClaim("done", found)
+            return IntentVerdict("done", found)
         taken = yield Stmt(
             d.sql(
                 # the new call's outcome brings its own sum
@@ -334,8 +334,8 @@ def claim_intent(
             fetch=True,
         )
         if taken:
-            return IntentClaim("took_over", found)
-    return IntentClaim("busy", found, 0.0)  # it changed hands under us each time
+            return IntentVerdict("took_over", found)
+    return IntentVerdict("busy", found, 0.0)  # it changed hands under us each time
 
 
 def renew_intent(

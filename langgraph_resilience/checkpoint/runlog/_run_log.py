@@ -44,8 +44,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.graph import START
 
+from langgraph_resilience._keys import WORKER_KEY
 from langgraph_resilience._langgraph import ERROR_CHANNEL, INTERRUPT_CHANNEL, RESUME_CHANNEL
-from langgraph_resilience.checkpoint.ledger._runs import WORKER_KEY, Fence, fence_of
+from langgraph_resilience.checkpoint.ledger._runs import Fence, fence_of
 from langgraph_resilience.checkpoint.runlog._run_log_reads import CHANNEL, ENDED, STATUSES
 from langgraph_resilience.checkpoint.runlog._scope import scope_of
 from langgraph_resilience.checkpoint.runlog._step_rows import step_row
@@ -57,6 +58,7 @@ from langgraph_resilience.checkpoint.store._schema import (
     STEPS,
 )
 from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
+from langgraph_resilience.classify import FailureKind
 from langgraph_resilience.errors import ConfigError
 
 __all__ = [
@@ -306,7 +308,7 @@ def _for_budget(value: Any) -> bool:
     """Whether an interrupt write is a budget's pause (`budget.pause_value`)."""
     for item in value if isinstance(value, (list, tuple)) else [value]:
         said = getattr(item, "value", item)
-        if isinstance(said, Mapping) and said.get("reason") == "budget_exhausted":
+        if isinstance(said, Mapping) and said.get("reason") == FailureKind.BUDGET_EXHAUSTED.value:
             return True
     return False
 
