@@ -1,79 +1,19 @@
-"""Small helpers shared by the tests and their worker scripts: graph builders,
-ledgers on disk, raw SQL on the store, history checks."""
+"""Small helpers shared by the tests and their worker scripts: ledgers on disk,
+raw SQL on the store, history checks (the graphs and states: `graphs`)."""
 
 from __future__ import annotations
 
-import itertools
-import operator
 import os
 import sqlite3
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypedDict, TypeVar
+from typing import Any
 
 import psycopg
-from langgraph.graph import END, START, StateGraph
-
-from langgraph_resilience import ResilientState
-
-G = TypeVar("G", bound=StateGraph)
-
-
-class PipelineState(TypedDict):
-    done: Annotated[list[str], operator.add]
-
-
-class DoneState(ResilientState, total=False):
-    """A resilient pipeline's state: the steps done, in order."""
-
-    done: Annotated[list[str], operator.add]
-
-
-class ReceiptsState(ResilientState, total=False):
-    """A pipeline whose steps each collect a side effect's receipt."""
-
-    receipts: list[str]
-
-
-def chain(
-    graph: G,
-    names: Sequence[str],
-    make: Callable[[str], Any],
-    options: Callable[[str], dict[str, Any]] = lambda name: {},
-) -> G:
-    """Add ``make(name)`` for each name, chained START -> names[0] -> ... -> END;
-    ``options(name)`` are extra ``add_node`` arguments (a policy, say)."""
-    for name in names:
-        graph.add_node(name, make(name), **options(name))
-    graph.add_edge(START, names[0])
-    for a, b in itertools.pairwise(names):
-        graph.add_edge(a, b)
-    graph.add_edge(names[-1], END)
-    return graph
-
-
-def appending(behaviour: Callable[[str], Any] | None = None) -> Callable[[str], Any]:
-    """A node maker: each node runs ``behaviour(name)`` first (count calls, raise,
-    sleep), then appends its name to ``done``."""
-
-    def make(name: str) -> Any:
-        def node(state: Any) -> dict[str, Any]:
-            if behaviour is not None:
-                behaviour(name)
-            return {"done": [name]}
-
-        return node
-
-    return make
-
-
-def linear_graph(names: list[str], behaviour: Any = None) -> StateGraph:
-    """A plain `StateGraph` START -> names[0] -> ... -> END (see `appending`)."""
-    return chain(StateGraph(PipelineState), names, appending(behaviour))
 
 
 def append(path: str | Path, line: str) -> None:

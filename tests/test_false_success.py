@@ -34,7 +34,6 @@ re-raised what it was handed, and LangGraph went on without b's writes).
 from __future__ import annotations
 
 import asyncio
-import operator
 import os
 import signal
 import threading
@@ -43,11 +42,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, suppress
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
 from faults import PgServer, TcpProxy
-from helpers import append, chain, in_thread, private_db, read_ledger, rest_of, sql, wait_until
+from graphs import DoneState as State
+from graphs import chain
+from helpers import append, in_thread, private_db, read_ledger, rest_of, sql, wait_until
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.errors import NodeError
@@ -60,7 +61,6 @@ from unrecovered_worker import failing_graph
 from langgraph_resilience import (
     LeaseLost,
     NodePolicy,
-    ResilientState,
     ResilientStateGraph,
     Worker,
     side_effect,
@@ -90,10 +90,6 @@ def runs_for(default: int) -> int:
 
 def report(line: str) -> None:
     print(f"\n[false success] {line}", end="")
-
-
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
 
 
 # -- the pipeline ----------------------------------------------------------------------
@@ -558,7 +554,7 @@ def test_a_run_taken_over_after_a_step_failed_unrecovered_is_stored_error(
             sql(backend, target, "DELETE FROM resilience_runs")
         worker = Worker(failing_graph(), checkpointer=saver, lease_ttl=30, poll_interval=0.05)
         run_id = worker.submit({"done": []})
-        dying = spawn("tests/unrecovered_worker.py", backend, target)
+        dying = spawn("tests/scripts/unrecovered_worker.py", backend, target)
         assert dying.wait(60) == -signal.SIGKILL, dying.communicate()
         assert saver.read_run(run_id).status == "running"  # its end was never stored
 

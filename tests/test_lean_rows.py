@@ -12,7 +12,8 @@ import uuid
 from typing import Annotated, Any
 
 import pytest
-from helpers import chain, sql
+from graphs import chain
+from helpers import sql
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from helpers import DoneState, appending, chain
+from graphs import DoneState, appending, chain
 
 from langgraph_resilience import (
     NodePolicy,

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from helpers import chain, sql, tasks_written
+from graphs import chain
+from helpers import sql, tasks_written
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START
 from langgraph.types import Command, interrupt
@@ -319,7 +320,7 @@ def orphan_steps(h: Any, thread: str) -> int:
 
 # -- a crash inside a step's transaction ------------------------------------------------
 
-LEDGER_WORKER = str(Path(__file__).parent / "ledger_worker.py")
+LEDGER_WORKER = str(Path(__file__).parent / "scripts" / "ledger_worker.py")
 
 
 def steps_in_writes(backend: str, target: str, thread: str) -> set[tuple[str, ...]]:

@@ -19,7 +19,8 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import open_saver
-from helpers import linear_graph, put_first_checkpoint, sql
+from graphs import linear_graph
+from helpers import put_first_checkpoint, sql
 
 from langgraph_resilience._store_errors import is_store_error, is_transient_store_error
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 from conftest import Harness
-from helpers import DoneState, appending, chain, sql
+from graphs import DoneState, appending, chain
+from helpers import sql
 
 from langgraph_resilience import Backoff, NodePolicy, ResilientStateGraph, TransientError
 from langgraph_resilience.history._report import alist_runs, arun_report, list_runs, run_report

@@ -46,7 +46,7 @@ from langgraph_resilience.classify import Classification, FailureKind
 from langgraph_resilience.errors import EffectOutcomeUnknown, LeaseLost, describe, message_of
 from langgraph_resilience.graph._tally import aensure, ensure, tally_of
 from langgraph_resilience.graph._task import TaskContext
-from langgraph_resilience.state import brief
+from langgraph_resilience.state import FAILED_FIELDS, brief
 from langgraph_resilience.telemetry._emit import emit
 
 __all__ = [
@@ -167,7 +167,8 @@ def route_of(
     attempts: int,
     task: str,
 ) -> dict[str, Any]:
-    """The route of a node that gives up: where to, and what the run log keeps.
+    """The route of a node that gives up: where to, and the `FailedStep` the
+    run log keeps (its `FAILED_FIELDS`).
 
     ``task`` is where the step ran: `retry_failed` re-runs it as a new task,
     whose side effects must keep this task's idempotency keys.
@@ -359,9 +360,6 @@ def routes_node(
     )
 
 
-_FAILED_FIELDS = ("node", "kind", "reason", "error_type", "message", "attempts", "task")
-
-
 def failure_log(route: Mapping[str, Any], state: Any) -> dict[str, Any]:
     """The run-log update of a step that gave up (``state``: the failed task's
     input, a `Send` branch's own payload)."""
@@ -385,7 +383,8 @@ def failure_log(route: Mapping[str, Any], state: Any) -> dict[str, Any]:
     if status == "fallback":
         log["degraded_steps"] = [path]
         return log
-    failed: dict[str, Any] = {"path": path, **{k: route.get(k) for k in _FAILED_FIELDS}}
+    failed: dict[str, Any] = {k: route.get(k) for k in FAILED_FIELDS}
+    failed["path"] = path
     if route.get("send"):
         failed["send"] = state
     log["failed_step"] = failed

@@ -66,8 +66,8 @@ class RunReport:
         recoveries: each recovery (kind, when, by whom, what it redid).
         usage: what the run used (tokens, cost, seconds, steps); budget: its
             limits when known (a top-up given on resume, a Worker run's budget).
-        failed_steps / degraded_steps: what ended the run short, and what was
-            skipped or replaced.
+        failed_steps / degraded_steps: what ended the run short (each a
+            `FailedStep`), and the paths of the steps skipped or replaced.
         suggestions: what to do next.
         runs_on_thread: how many runs the thread has had.
     """

@@ -9,11 +9,12 @@ from typing import Any
 
 from langgraph_resilience.checkpoint.runlog import _reads as reads
 from langgraph_resilience.checkpoint.runlog._reads import Reads, SaverOrGraph
+from langgraph_resilience.checkpoint.runlog._run_log_reads import STATUSES
 from langgraph_resilience.errors import ConfigError
 
 __all__ = ["RunSummary", "alist_runs", "list_runs"]
 
-_STATUSES = ("queued", "running", "paused", "success", "partial_complete", "error", "cancelled")
+_STATUSES = ("queued", *STATUSES)  # a Worker run not started yet, then a run row's
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,5 @@
-"""The run ledger: a row per run, per step and per recovery, written and read.
+"""The run ledger: a row per run, per step and per recovery, written and read
+(the only source of a run's history: LangGraph's writes are never decoded back).
 
 - ``_run_log``: the rows written, in the transaction of what they belong to.
 - ``_step_rows``: a step record as its row stores it, and read back.
@@ -9,5 +10,4 @@
 - ``_events``: recoveries and attempts as the reports read them.
 - ``_history``: the saver's ``history`` part.
 - ``_reads``: the reads, written once, driven sync or async.
-- ``_run_backfill`` / ``_steps``: threads stored before the ledger.
 """

@@ -50,8 +50,7 @@ class RecoveryRecord:
         checkpoint_id: the thread's latest checkpoint then: the one resumed.
         at: when (epoch seconds: the database's clock for a crash or a takeover,
             the writer's for the kinds a write makes).
-        run: the run of the thread it resumed (None: stored before version 26
-            on a thread without run rows).
+        run: the run of the thread it resumed (None: a thread without run rows).
     """
 
     thread_id: str
