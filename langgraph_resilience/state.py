@@ -15,7 +15,6 @@ from langgraph_resilience.errors import ConfigError
 __all__ = [
     "FAILED_FIELDS",
     "FailedStep",
-    "RECENT_STEPS",
     "ResilientState",
     "RunOutcome",
     "StepRecord",
@@ -27,10 +26,6 @@ __all__ = [
 ]
 
 
-#: Kept for code that imported it: ``state["resilience"]`` keeps no window of
-#: recent steps any more (each step's record is its step row in the store,
-#: `saver.step_history`); only a partial result lists the run's completed steps.
-RECENT_STEPS = 3
 #: How many step paths the loop-iteration count remembers (the most recently run).
 COUNTED_PATHS = 32
 #: How many context-compression summaries it keeps (the latest).
