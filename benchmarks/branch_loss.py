@@ -8,7 +8,7 @@ before it (their writes had time to reach the store), and how many of those ran
 again on resume. Ours is a `ResilientStateGraph` on the resilient saver (its
 defaults: durability ``"sync"``); stock is a plain `StateGraph` on LangGraph's
 own saver (its defaults: durability ``"async"``); sync (``invoke``) and async
-(``ainvoke``), SQLite and Postgres. The worker is ``tests/fanout_worker.py``, a
+(``ainvoke``), SQLite and Postgres. The worker is ``tests/scripts/fanout_worker.py``, a
 fresh interpreter per run. Target: ours re-runs none of the branches that
 finished 0.2 s before the kill.
 
@@ -33,11 +33,11 @@ from typing import Any
 from _pg import postgres_db, server_dsn
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "scripts")]
 
 from fanout_worker import Trial, crash_and_resume  # noqa: E402  (the crash test's worker)
 
-WORKER = str(ROOT / "tests" / "fanout_worker.py")
+WORKER = str(ROOT / "tests" / "scripts" / "fanout_worker.py")
 BRANCHES = 20
 STEP = 1.6 / (BRANCHES - 1)
 KILL_AFTER = 1.3

@@ -2,7 +2,7 @@
 
 What it measures, per store (SQLite file, Postgres database):
 
-- throughput: three processes (``tests/limit_worker.py``), each fanning out to
+- throughput: three processes (``tests/scripts/limit_worker.py``), each fanning out to
   ``--tries`` tries of one node under ``Limit(rate=RATE, per=1.0)``; the tries
   log their own start times. A rate limit admits ``RATE`` starts per window, so
   the starts after the first window, divided by the time from the first start
@@ -55,7 +55,7 @@ from langgraph_resilience.limits._admit import Admit, Held, Release
 from langgraph_resilience.limits._drive import admit_sync, release_sync
 
 ROOT = Path(__file__).parent.parent
-WORKER = ROOT / "tests" / "limit_worker.py"
+WORKER = ROOT / "tests" / "scripts" / "limit_worker.py"
 RATE = 20
 INVOKES = 100
 STEPS = 10

@@ -8,6 +8,15 @@ The savers live in `langgraph_resilience.checkpoint.sqlite` (and ``.aio``) and
 raises and the library's errors most callers catch; every error, the rare ones
 too (`StoreUnavailable`, `RunStateError`, `ArchiveError`, ...), is importable
 from `langgraph_resilience.errors`, whose docstring draws the whole tree.
+
+The core, at the root: ``errors``, ``classify``, ``policy``, ``budget``,
+``state`` (the public types), ``_engine`` (the pure decision of a failed try),
+``_store_errors`` (which driver errors are store errors), ``_langgraph`` (the one
+door to LangGraph's private names), ``_keys`` (our own config and metadata
+keys), ``__main__`` (``python -m langgraph_resilience``). The folders, lowest
+layer first: ``_util/`` (leaf helpers), ``telemetry/``, ``checkpoint/`` (the
+savers and the store), ``limits/``, ``graph/``, ``worker/``, ``effects/``,
+``history/``, ``agents/``, ``testing/``, ``server/``, ``cli/``.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from langgraph_resilience.history._metrics import (
 )
 from langgraph_resilience.history._report import RunReport, arun_report, run_report
 from langgraph_resilience.policy import Attempt, Backoff, Limit, NodePolicy
-from langgraph_resilience.state import ResilientState, RunOutcome
+from langgraph_resilience.state import FailedStep, ResilientState, RunOutcome
 from langgraph_resilience.worker._worker import Worker
 
 __version__ = "0.1.0"
@@ -65,6 +74,7 @@ __all__ = [
     "DeployBlocked",
     "DeployReport",
     "EffectOutcomeUnknown",
+    "FailedStep",
     "FailureKind",
     "LeaseLost",
     "Limit",

@@ -38,6 +38,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.tracers.context import register_configure_hook
 
+from langgraph_resilience.classify import FailureKind
 from langgraph_resilience.errors import ConfigError
 
 __all__ = ["Budget", "report_usage"]
@@ -270,7 +271,7 @@ def pause_value(
     `BudgetExhausted` from a service), with the run's usage and limits. One
     shape for a graph node and an agent's model or tool call."""
     return {
-        "reason": "budget_exhausted",
+        "reason": FailureKind.BUDGET_EXHAUSTED.value,
         "node": node,
         "exhausted": ran_out,
         "used": {k: spent.get(k, 0) for k in USAGE_KEYS},

@@ -17,7 +17,10 @@ Seconds = float | timedelta
 Jitter = Literal["full", "none"]
 
 
-def _seconds(name: str, value: Seconds) -> float:
+def seconds_of(name: str, value: Seconds) -> float:
+    """``value`` (seconds as a float, or a timedelta) in seconds, checked: a
+    finite number >= 0, else a `ConfigError` naming ``name`` (the package's one
+    reading of a duration it is given)."""
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -69,10 +72,10 @@ class Backoff:
                 f"max_attempts must be an int >= 1 (1 means no retry), got {self.max_attempts!r}"
             )
         object.__setattr__(
-            self, "initial_interval", _seconds("initial_interval", self.initial_interval)
+            self, "initial_interval", seconds_of("initial_interval", self.initial_interval)
         )
-        object.__setattr__(self, "max_interval", _seconds("max_interval", self.max_interval))
-        object.__setattr__(self, "max_wait", _seconds("max_wait", self.max_wait))
+        object.__setattr__(self, "max_interval", seconds_of("max_interval", self.max_interval))
+        object.__setattr__(self, "max_wait", seconds_of("max_wait", self.max_wait))
         if self.max_interval < self.initial_interval:  # type: ignore[operator]
             raise ConfigError(
                 f"max_interval ({self.max_interval} s) is smaller than initial_interval "
@@ -166,7 +169,7 @@ class Limit:
                 f"Limit {self.name!r}: per must be the rate's window in seconds (e.g. "
                 "rate=500, per=60 for 500 a minute), got None"
             )
-        per = _seconds("per", self.per)
+        per = seconds_of("per", self.per)
         if per <= 0:
             raise ConfigError(f"Limit {self.name!r}: per must be seconds > 0, got {self.per!r}")
         object.__setattr__(self, "per", per)
@@ -288,7 +291,7 @@ class NodePolicy:
         _optional_callable("compress", self.compress, "state -> dict update")
         _positive_int("max_validation_attempts", self.max_validation_attempts)
         if self.timeout is not None:
-            seconds = _seconds("timeout", self.timeout)
+            seconds = seconds_of("timeout", self.timeout)
             if seconds <= 0:
                 raise ConfigError(f"timeout must be > 0 seconds, got {self.timeout!r}")
             object.__setattr__(self, "timeout", seconds)

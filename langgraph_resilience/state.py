@@ -13,8 +13,8 @@ from langgraph_resilience.budget import add_usage
 from langgraph_resilience.errors import ConfigError
 
 __all__ = [
+    "FAILED_FIELDS",
     "FailedStep",
-    "RECENT_STEPS",
     "ResilientState",
     "RunOutcome",
     "StepRecord",
@@ -26,10 +26,6 @@ __all__ = [
 ]
 
 
-#: Kept for code that imported it: ``state["resilience"]`` keeps no window of
-#: recent steps any more (each step's record is its step row in the store,
-#: `saver.step_history`); only a partial result lists the run's completed steps.
-RECENT_STEPS = 3
 #: How many step paths the loop-iteration count remembers (the most recently run).
 COUNTED_PATHS = 32
 #: How many context-compression summaries it keeps (the latest).
@@ -69,6 +65,30 @@ class StepRecord(TypedDict, total=False):
 
 
 class FailedStep(TypedDict, total=False):
+    """A step that failed for good: the one shape of a failure, wherever it is
+    read (``failed_step`` and ``failed_steps`` of `RunOutcome`, `RunReport`'s
+    ``failed_steps``, the ``failed`` entries of the ``show`` command). The route
+    a node's error carries to its handler (`graph._routes.route_of`, recorded
+    in the attempt row that chose it) is these keys and where the step goes
+    (``route``, ``target``, ``exhausted``, ``suggestion``, ``run_id``); its
+    step record (`StepRecord`, status ``failed``) is the step's, as every
+    step has one.
+
+    Keys:
+        path / node: the step (its path, as `StepRecord` has it) and its node.
+        kind: the `FailureKind` value of the last failure.
+        reason: why it was classified so.
+        error_type / message: the error's class name and message (500 characters).
+        attempts: tries made.
+        task: the failed task's namespace and id (``ns|id``): `retry_failed`
+            re-runs it as a new task that keeps its side-effect keys.
+        send: a failed `Send` branch's own payload (re-run with it).
+
+    A run stored before its run log named them (an earlier run of the thread,
+    read by `run_report` from its step records) has ``path``, ``node`` and
+    ``kind`` only.
+    """
+
     path: str
     node: str
     kind: str
@@ -78,6 +98,11 @@ class FailedStep(TypedDict, total=False):
     attempts: int
     task: str | None  # the failed task's namespace and id (keeps its side-effect keys)
     send: Any  # a failed Send branch's own payload (re-run with it)
+
+
+#: The keys of a `FailedStep` its route carries (all but ``send``: the route
+#: says whether it is a `Send` branch; the payload is the task's input).
+FAILED_FIELDS = tuple(k for k in FailedStep.__annotations__ if k != "send")
 
 
 class RunOutcome(TypedDict, total=False):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
@@ -19,6 +20,10 @@ from typing import Any
 
 import psycopg
 import pytest
+
+#: The scripts the tests run as processes (and import: `spawn`, the graphs they run).
+SCRIPTS = Path(__file__).parent / "scripts"
+sys.path.insert(0, str(SCRIPTS))
 
 PG_URL = os.environ.get("LGR_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 IN_CI = os.environ.get("CI", "").lower() == "true"

@@ -1,80 +1,19 @@
-"""Small helpers shared by the tests and their worker scripts: graph builders,
-ledgers on disk, raw SQL on the store, history checks."""
+"""Small helpers shared by the tests and their worker scripts: ledgers on disk,
+raw SQL on the store, history checks (the graphs and states: `graphs`)."""
 
 from __future__ import annotations
 
-import itertools
-import operator
 import os
 import sqlite3
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypedDict, TypeVar
+from typing import Any
 
 import psycopg
-from langgraph.graph import END, START, StateGraph
-
-from langgraph_resilience import ResilientState
-
-G = TypeVar("G", bound=StateGraph)
-
-
-class PipelineState(TypedDict):
-    done: Annotated[list[str], operator.add]
-
-
-class DoneState(ResilientState, total=False):
-    """A resilient pipeline's state: the steps done, in order."""
-
-    done: Annotated[list[str], operator.add]
-
-
-class ReceiptsState(ResilientState, total=False):
-    """A pipeline whose steps each collect a side effect's receipt."""
-
-    receipts: list[str]
-
-
-def chain(
-    graph: G,
-    names: Sequence[str],
-    make: Callable[[str], Any],
-    options: Callable[[str], dict[str, Any]] = lambda name: {},
-) -> G:
-    """Add ``make(name)`` for each name, chained START -> names[0] -> ... -> END;
-    ``options(name)`` are extra ``add_node`` arguments (a policy, say)."""
-    for name in names:
-        graph.add_node(name, make(name), **options(name))
-    graph.add_edge(START, names[0])
-    for a, b in itertools.pairwise(names):
-        graph.add_edge(a, b)
-    graph.add_edge(names[-1], END)
-    return graph
-
-
-def appending(behaviour: Callable[[str], Any] | None = None) -> Callable[[str], Any]:
-    """A node maker: each node runs ``behaviour(name)`` first (count calls, raise,
-    sleep), then appends its name to ``done``."""
-
-    def make(name: str) -> Any:
-        def node(state: Any) -> dict[str, Any]:
-            if behaviour is not None:
-                behaviour(name)
-            return {"done": [name]}
-
-        return node
-
-    return make
-
-
-def linear_graph(names: list[str], behaviour: Any = None) -> StateGraph:
-    """A plain `StateGraph` START -> names[0] -> ... -> END (see `appending`)."""
-    return chain(StateGraph(PipelineState), names, appending(behaviour))
 
 
 def append(path: str | Path, line: str) -> None:
@@ -239,22 +178,6 @@ def rest_of(gen: Generator[Any, Any, Any], value: Any) -> Generator[Any, Any, An
         value = yield stmt
 
 
-@contextmanager
-def as_before_the_tally() -> Iterator[None]:
-    """Invokes store what versions before the invoke's run scope stored: every
-    step's record in its run-log write (``{"resilience": {"step": ...}}``), its
-    loop counts and usage in the state (`_tally.scoped` gives no scope).
-    The threads of a store written then are read from those writes."""
-    import langgraph_resilience.graph._tally as tally
-
-    scoped = tally.scoped
-    tally.scoped = lambda config, input: (config, None)  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        tally.scoped = scoped  # type: ignore[assignment]
-
-
 def tasks_written(backend: str, target: str, thread: str, channel: str) -> set[tuple[str, ...]]:
     """(namespace, checkpoint, task) of the node tasks of a thread whose writes
     to ``channel`` are stored (not the input's: LangGraph's ``__start__`` task)."""
@@ -267,30 +190,6 @@ def tasks_written(backend: str, target: str, thread: str, channel: str) -> set[t
         (thread, channel, "%__start__%"),
     )
     return {tuple(r) for r in rows}
-
-
-# -- stores written by an earlier release ------------------------------------------------------
-
-
-def package_at(root: Path, revision: str, folder: Path) -> str:
-    """The package as it was at ``revision`` (``git archive``), unpacked in
-    ``folder``, for PYTHONPATH; skips the test where git cannot give it."""
-    import io
-    import subprocess
-    import tarfile
-
-    import pytest
-
-    found = subprocess.run(
-        ["git", "-C", str(root), "archive", revision, "langgraph_resilience"],
-        capture_output=True,
-        check=False,
-    )
-    if found.returncode != 0:
-        pytest.skip(f"git cannot give {revision} here: {found.stderr.decode()[:200]}")
-    with tarfile.open(fileobj=io.BytesIO(found.stdout)) as tar:
-        tar.extractall(folder, filter="data")
-    return str(folder)
 
 
 def empty_store(backend: str, tmp_path: Path, name: str) -> Iterator[tuple[str, str]]:

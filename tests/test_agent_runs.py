@@ -1,7 +1,7 @@
 """An agent nested in a graph is part of the run that ran it, and an agent's
 ``retry_failed`` leaves a history a provider accepts.
 
-A ``create_agent`` + `ResilienceMiddleware` agent (tests/agent_worker.py: a
+A ``create_agent`` + `ResilienceMiddleware` agent (tests/scripts/agent_worker.py: a
 scripted tool-calling model, ``search`` and ``send_email``) added as a node of
 a `ResilientStateGraph` or a plain ``StateGraph``, or invoked inside a node
 function, on every backend: one invoke is one run in `list_runs`, `run_report`,

@@ -1,6 +1,6 @@
 """`ResilienceMiddleware` on agents built with LangChain's ``create_agent``.
 
-A research agent (tests/agent_worker.py: a scripted tool-calling model, a
+A research agent (tests/scripts/agent_worker.py: a scripted tool-calling model, a
 ``search`` tool and a ``send_email`` tool with a fake outside service) on every
 backend: classified, persisted retries of tools and the model, exactly-once
 email across SIGKILLs and takeovers, Retry-After, the partial result, budget
@@ -38,7 +38,7 @@ from langgraph_resilience import Backoff, Budget, ConfigError, Worker, arun_repo
 from langgraph_resilience.agents import CallPolicy, ResilienceMiddleware, ToolEffect
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
-WORKER = str(Path(__file__).parent / "agent_worker.py")
+WORKER = str(Path(__file__).parent / "scripts" / "agent_worker.py")
 QUESTION = {"messages": [("user", "Research resilience and email the boss.")]}
 
 

@@ -435,7 +435,7 @@ async def test_a_worker_archives_idle_threads_as_it_runs(h: Any) -> None:
     assert (await h.call("read_run", run_id)).status == "success"
     assert hot_rows(h, thread_id) == 0  # the idle thread went to the archive
     assert (await h.call("get_tuple", config)) is not None  # and comes back on a read
-    with pytest.raises(ConfigError, match="archive_idle must be >= 0"):
+    with pytest.raises(ConfigError, match="archive_idle must be a finite number of seconds >= 0"):
         Worker(graph, checkpointer=h.saver, archive_idle=-1)
 
 

@@ -21,7 +21,7 @@ from langgraph_resilience.checkpoint.archive._codec import thread_prefix
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
-WORKER = str(Path(__file__).parent / "archive_worker.py")
+WORKER = str(Path(__file__).parent / "scripts" / "archive_worker.py")
 pytestmark = pytest.mark.crash
 STAGES = ["before_put", "mid_put", "after_put"]
 # Each case starts a fresh interpreter (~3 s): every stage on SQLite, the last one

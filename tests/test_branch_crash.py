@@ -28,7 +28,7 @@ from spawn import spawn
 
 from langgraph_resilience import ResilientState, ResilientStateGraph
 
-WORKER = str(Path(__file__).parent / "fanout_worker.py")
+WORKER = str(Path(__file__).parent / "scripts" / "fanout_worker.py")
 BRANCHES, STEP = 20, 0.03  # branch i takes i * STEP seconds: 0 to 0.57 s
 KILL_AFTER = 0.35  # seconds after the first branch started: about half have finished
 MARGIN = 0.2  # a branch that finished this long before the kill is stored

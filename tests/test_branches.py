@@ -18,7 +18,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from conftest import Harness
-from helpers import linear_graph
+from graphs import linear_graph
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, StateSnapshot, StateUpdate, interrupt

@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from helpers import DoneState, chain
+from graphs import DoneState, chain
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver

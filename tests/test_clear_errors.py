@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 import pytest
+from graphs import OutState as State
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START
 from langgraph.types import RetryPolicy
@@ -15,16 +16,11 @@ from langgraph_resilience import (
     Backoff,
     ConfigError,
     NodePolicy,
-    ResilientState,
     ResilientStateGraph,
     TransientError,
     retry_failed,
     side_effect,
 )
-
-
-class State(ResilientState, total=False):
-    out: list[str]
 
 
 def one_node(node: Any, policy: NodePolicy | None, **kwargs: Any) -> ResilientStateGraph:

@@ -35,7 +35,7 @@ from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
 CLI = str(Path(cli.__file__))
 GRAPH = "cli_graph:builder"
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parent / "scripts"  # where cli_graph is: --graph cli_graph:builder
 
 
 @dataclass

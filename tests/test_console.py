@@ -55,8 +55,12 @@ def _free_port() -> int:
 def console(db: str, *flags: str) -> Iterator[str]:
     port = _free_port()
     cli = [sys.executable, "-m", "langgraph_resilience.cli", "ui", "--db", db, "--port", str(port)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
-    proc = subprocess.Popen([*cli, *flags], cwd=TESTS, env=env)
+    scripts = TESTS / "scripts"  # where cli_graph is
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS), str(scripts)]),
+    }
+    proc = subprocess.Popen([*cli, *flags], cwd=scripts, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(200):

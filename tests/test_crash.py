@@ -31,7 +31,7 @@ from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
 pytestmark = pytest.mark.crash
-WORKER = str(Path(__file__).parent / "crash_worker.py")
+WORKER = str(Path(__file__).parent / "scripts" / "crash_worker.py")
 ROOT = str(Path(__file__).parent.parent)
 
 
@@ -140,7 +140,7 @@ def test_two_processes_resuming_one_thread(
     assert ran == {"a": 1, "b": 3, "c": 1, "d": 1, "e": 1}
 
 
-RACE_WORKER = str(Path(__file__).parent / "race_worker.py")
+RACE_WORKER = str(Path(__file__).parent / "scripts" / "race_worker.py")
 RACE_REPEATS = int(os.environ.get("LGR_RACE_REPEATS", "25"))
 
 
@@ -185,7 +185,7 @@ def test_two_processes_resuming_one_head_perform_its_effect_once(
     assert both_ran >= RACE_REPEATS // 2, both_ran
 
 
-BACKOFF_WORKER = str(Path(__file__).parent / "backoff_worker.py")
+BACKOFF_WORKER = str(Path(__file__).parent / "scripts" / "backoff_worker.py")
 
 
 def stored_attempts(store: tuple[str, str], thread: str) -> int:
@@ -229,7 +229,7 @@ def test_killed_during_retry_backoff_resumes_at_the_next_attempt(
 
 # -- side effects ------------------------------------------------------------------------
 
-EFFECT_WORKER = str(Path(__file__).parent / "effect_worker.py")
+EFFECT_WORKER = str(Path(__file__).parent / "scripts" / "effect_worker.py")
 CHAOS_RUNS = int(os.environ.get("LGR_CHAOS_RUNS", "20"))
 
 
@@ -271,7 +271,7 @@ def test_effect_killed_at_each_point_happens_once(
         assert not (tmp_path / "reconcile.log").exists()  # the outcome was simply replayed
 
 
-SEND_WORKER = str(Path(__file__).parent / "send_worker.py")
+SEND_WORKER = str(Path(__file__).parent / "scripts" / "send_worker.py")
 
 
 @pytest.mark.parametrize("defer", [False, True], ids=["stored", "deferred"])

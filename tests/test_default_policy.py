@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from helpers import chain
+from graphs import chain
 from langgraph.errors import NodeError
 from langgraph.types import RetryPolicy
 from test_graph import State, node

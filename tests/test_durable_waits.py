@@ -26,7 +26,7 @@ from wait_worker import pipeline
 from langgraph_resilience import Worker
 from langgraph_resilience.checkpoint import RunRecord
 
-SCRIPT = Path(__file__).parent / "wait_worker.py"
+SCRIPT = Path(__file__).parent / "scripts" / "wait_worker.py"
 
 
 def make_due(backend: str, target: str, run_id: str) -> None:

@@ -16,6 +16,7 @@ import uuid
 from typing import Any
 
 import pytest
+from graphs import OutState as State
 from langgraph.graph import END, START
 
 from langgraph_resilience import Backoff, NodePolicy, ResilientStateGraph, side_effect
@@ -23,7 +24,6 @@ from langgraph_resilience._util._process import executing, executor_alive, execu
 from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields
 from langgraph_resilience.checkpoint.ledger._ledger import judge_intent
 from langgraph_resilience.errors import ConfigError, EffectInFlight, TransientError
-from langgraph_resilience.state import ResilientState
 
 NOW = 1000.0
 
@@ -138,10 +138,6 @@ async def test_claims_on_each_backend(checkpointer: Any) -> None:
     await h.call("effects.record", t, "k4", fields)
     done = await h.call("effects.claim", t, intent(a, "k4"), None, 30.0)
     assert done.verdict == "done" and done.record.outcome == b'"ok"'
-
-
-class State(ResilientState, total=False):
-    out: list[str]
 
 
 async def test_a_call_longer_than_its_lease_keeps_its_claim(checkpointer: Any) -> None:

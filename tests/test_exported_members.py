@@ -51,6 +51,7 @@ TOP_LEVEL = {
     "ResilientState",
     "ResilientStateGraph",
     "RunOutcome",
+    "FailedStep",
     "RunReport",
     "Worker",
     "arecovery_metrics",

@@ -34,7 +34,6 @@ re-raised what it was handed, and LangGraph went on without b's writes).
 from __future__ import annotations
 
 import asyncio
-import operator
 import os
 import signal
 import threading
@@ -43,11 +42,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, suppress
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
 from faults import PgServer, TcpProxy
-from helpers import append, chain, in_thread, private_db, read_ledger, rest_of, sql, wait_until
+from graphs import DoneState as State
+from graphs import chain
+from helpers import append, in_thread, private_db, read_ledger, rest_of, sql, wait_until
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.errors import NodeError
@@ -60,7 +61,6 @@ from unrecovered_worker import failing_graph
 from langgraph_resilience import (
     LeaseLost,
     NodePolicy,
-    ResilientState,
     ResilientStateGraph,
     Worker,
     side_effect,
@@ -72,10 +72,8 @@ from langgraph_resilience.checkpoint.postgres import (
     ResilientPostgresSaver,
 )
 from langgraph_resilience.checkpoint.postgres._network import CONNECT_KWARGS
-from langgraph_resilience.checkpoint.saver._route_text import stored_error
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.graph._lifecycle import unrecovered_steps
-from langgraph_resilience.graph._routes import routing
 from langgraph_resilience.policy import Backoff
 
 RUNS = os.environ.get("LGR_FAULT_RUNS")
@@ -92,10 +90,6 @@ def runs_for(default: int) -> int:
 
 def report(line: str) -> None:
     print(f"\n[false success] {line}", end="")
-
-
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
 
 
 # -- the pipeline ----------------------------------------------------------------------
@@ -519,9 +513,9 @@ def test_a_step_that_failed_unrecovered_is_found_in_the_runs_checkpoints() -> No
     """What a Worker reads before it stores ``success`` (`unrecovered_steps`): the
     shape 0b1050e stored after a lost lease (b's error handed to its handler,
     the handler's own error, and the run went on to a checkpoint with nothing
-    left) is a step that failed unrecovered; a routed error, an error next to
-    the task's own writes (a retry that completed) and a handler that completed
-    are not."""
+    left) is a step that failed unrecovered; an error handed to its handler,
+    an error next to the task's own writes (a retry that completed) and a
+    handler that completed are not."""
     lost = "LeaseLost(\"side effect 'deliver' was not called\")"
     broken = [
         stored("c1", None, "loop", [("tb", "__error__", lost), ("tb", "__error_source_node__", "b"),
@@ -530,9 +524,8 @@ def test_a_step_that_failed_unrecovered_is_found_in_the_runs_checkpoints() -> No
     ]  # fmt: skip
     [found] = unrecovered_steps(broken)
     assert found.startswith("'b' (its error handler failed") and "LeaseLost" in found
-    routed = stored_error(routing(ValueError("bad"), {"route": "partial", "target": "p"}))
     writes = [
-        ("tb", "__error__", routed),
+        ("tb", "__error__", "ValueError('bad')"),
         ("tb", "__error_source_node__", "b"),
         ("th", "resilience", {}),
         ("tc", "__error__", "X()"),
@@ -561,7 +554,7 @@ def test_a_run_taken_over_after_a_step_failed_unrecovered_is_stored_error(
             sql(backend, target, "DELETE FROM resilience_runs")
         worker = Worker(failing_graph(), checkpointer=saver, lease_ttl=30, poll_interval=0.05)
         run_id = worker.submit({"done": []})
-        dying = spawn("tests/unrecovered_worker.py", backend, target)
+        dying = spawn("tests/scripts/unrecovered_worker.py", backend, target)
         assert dying.wait(60) == -signal.SIGKILL, dying.communicate()
         assert saver.read_run(run_id).status == "running"  # its end was never stored
 

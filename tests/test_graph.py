@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import pytest
-from helpers import chain, sql
+from graphs import chain
+from helpers import sql
 from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from langgraph.graph import END, START
 from langgraph.types import Command, RetryPolicy, Send

@@ -9,23 +9,19 @@ certain by writes that take 0.4 s to start.
 from __future__ import annotations
 
 import asyncio
-import operator
 import time
 import uuid
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
+from graphs import DoneState as State
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START
 
-from langgraph_resilience import NodePolicy, PermanentError, ResilientState, ResilientStateGraph
+from langgraph_resilience import NodePolicy, PermanentError, ResilientStateGraph
 from langgraph_resilience.checkpoint.runlog._scope import RunScope
 
 LATE = 0.4
-
-
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
 
 
 def pipeline(h: Any) -> Any:

@@ -1,37 +1,25 @@
-"""Step rows leave out what they say already (schema version 30, `_step_rows`),
-and every reader gives back the records it gave before: a step record stored
-and read back on every backend, with and without the fields a row leaves
-out; a store written by the release before (schema version 29) upgraded and
-read the same; and the run log a checkpoint carries mid-run."""
+"""Step rows leave out what they say already (`_step_rows`), and every reader
+gives back the records written: a step record stored and read back on every
+backend, with and without the fields a row leaves out; a status stored as the
+plain word; and the run log a checkpoint carries mid-run."""
 
 from __future__ import annotations
 
 import json
 import operator
-import os
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import AsyncExitStack
-from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from conftest import open_saver
-from helpers import chain, empty_store, package_at, sql
+from graphs import chain
+from helpers import sql
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START
 
-from langgraph_resilience import ResilientState, ResilientStateGraph, recovery_metrics, run_report
+from langgraph_resilience import ResilientState, ResilientStateGraph
 from langgraph_resilience.checkpoint.runlog._step_rows import node_of_path, node_sql
 from langgraph_resilience.checkpoint.store._store import POSTGRES, SQLITE
-from langgraph_resilience.history._report import arun_report
-
-ROOT = Path(__file__).resolve().parent.parent
-WRITER = str(Path(__file__).parent / "old_store_writer.py")
-BEFORE = "bb0aee5"  # the release before lean step rows (schema version 29)
 
 # What a row leaves out (a completed step of one try: most rows) ...
 LEAN = {
@@ -102,8 +90,9 @@ async def test_a_step_record_reads_back_as_it_was_written_with_and_without_what_
         }
         for task, record in RECORDS.items()
     }
-    # What the rows hold: the lean one leaves out its node, status, kinds and
-    # usage (one step's seconds in their column); the others keep what they say.
+    # What the rows hold: the lean one leaves out its node, kinds and usage (one
+    # step's seconds in their column); the others keep what they say. A status
+    # is the plain word: SQL counts completed steps as it reads.
     rows = sql(
         h.backend,
         h.target,
@@ -112,7 +101,9 @@ async def test_a_step_record_reads_back_as_it_was_written_with_and_without_what_
         (thread,),
     )
     got = {r[0]: tuple(r[1:]) for r in rows}
-    assert got["lean"] == ("", "", None, None, LEAN["usage"]["seconds"])
+    assert got["lean"] == ("", "completed", None, None, LEAN["usage"]["seconds"])
+    completed = "SELECT count(*) FROM resilience_steps WHERE thread_id = ? AND status = 'completed'"
+    assert sql(h.backend, h.target, completed, (thread,)) == [(2,)]  # lean, whole
     assert got["tokens"][:3] == ("", "degraded", '["transient", "rate_limit"]')
     assert json.loads(got["tokens"][3]) == {"tokens": 120, "cost": 0.0125}
     assert got["tokens"][4] == 0.25
@@ -150,64 +141,6 @@ def test_sql_reads_the_node_a_path_names_as_python_does(store: tuple[str, str]) 
     query = f"SELECT f.path, {node_sql(d, 'f')} FROM ({rows} UNION ALL SELECT ?, ?) f"
     got = sql(backend, target, query, tuple(stored))
     assert got == [(p, node_of_path(p)) for p in PATHS] + [("research/fetch", "research")]
-
-
-# -- a store written by the release before ---------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def before_package(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The package as it was at `BEFORE`, in a folder for PYTHONPATH."""
-    return package_at(ROOT, BEFORE, tmp_path_factory.mktemp("before"))
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def fresh_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """An empty store: a SQLite file, or a Postgres database of its own."""
-    yield from empty_store(request.param, tmp_path, "lean")
-
-
-def plain(value: Any) -> Any:
-    """As JSON gives it back (what the writer printed)."""
-    return json.loads(json.dumps(value, default=str))
-
-
-@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
-async def test_a_store_written_before_lean_rows_reads_the_same_after_the_upgrade(
-    before_package: str, fresh_store: tuple[str, str], is_async: bool
-) -> None:
-    backend, target = fresh_store
-    env = {**os.environ, "PYTHONPATH": before_package}
-    done = subprocess.run(
-        [sys.executable, WRITER, backend, target, "--all"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=before_package,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    old = json.loads(done.stdout.strip().splitlines()[-1])
-    assert sql(backend, target, "SELECT max(v) FROM resilience_migrations") == [(29,)]
-    async with AsyncExitStack() as stack:
-        saver = await open_saver(backend, is_async, target, stack)
-        steps, reports = {}, {}
-        for thread in old["steps"]:
-            if is_async:
-                steps[thread] = list(await saver.astep_history(thread))
-                reports[thread] = (await arun_report(saver, thread)).to_dict()
-            else:
-                steps[thread] = list(saver.step_history(thread))
-                reports[thread] = run_report(saver, thread).to_dict()
-        if not is_async:
-            assert plain(recovery_metrics(saver).to_dict()) == old["metrics"]
-    assert sql(backend, target, "SELECT max(v) FROM resilience_migrations") == [(30,)]
-    assert plain(steps) == old["steps"]
-    assert plain(reports) == old["reports"]
-    # The rows stored before keep every field as written.
-    rows = sql(backend, target, "SELECT count(*) FROM resilience_steps WHERE status = ''")
-    assert rows == [(0,)]
 
 
 # -- the run log a checkpoint carries mid-run --------------------------------------------

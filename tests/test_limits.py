@@ -39,7 +39,7 @@ from langgraph_resilience.limits import alimit_states, limit_states
 from langgraph_resilience.limits._admit import Admit, Held, Release
 from langgraph_resilience.limits._drive import admit_async, admit_sync, release_async, release_sync
 
-SCRIPT = str(Path(__file__).parent / "limit_worker.py")
+SCRIPT = str(Path(__file__).parent / "scripts" / "limit_worker.py")
 
 
 def saver_of(backend: str, target: str, stack: ExitStack) -> Any:

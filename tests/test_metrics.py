@@ -20,6 +20,7 @@ import sqlite3
 import threading
 import time
 from contextlib import AsyncExitStack, ExitStack
+from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import open_saver
-from helpers import DoneState, chain, read_ledger, sql
+from graphs import DoneState, chain
+from helpers import read_ledger, sql
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.types import Command, interrupt
 from spawn import Process, spawn
@@ -37,6 +39,7 @@ from langgraph_resilience import (
     Budget,
     NodePolicy,
     PermanentError,
+    RecoveryMetrics,
     ResilientStateGraph,
     arecovery_metrics,
     recovery_metrics,
@@ -47,10 +50,12 @@ from langgraph_resilience import (
 )
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.cli._reports import metric_rows
 from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.history._metrics import COUNTS, METRICS
 from langgraph_resilience.history._report import list_runs
 
-SCRIPT = str(Path(__file__).parent / "metrics_worker.py")
+SCRIPT = str(Path(__file__).parent / "scripts" / "metrics_worker.py")
 _TABLES = (
     "checkpoints",
     "checkpoint_writes",
@@ -378,3 +383,23 @@ async def test_an_async_resume_after_a_stop_is_a_crash_recovery(fresh: tuple[str
         m = await arecovery_metrics(saver)
     assert m.recoveries_by_kind["crash"] == 1 and m.steps_redone == 1
     assert (m.runs_resumed, m.recovery_success_rate) == (1, 1.0)
+
+
+def test_one_list_of_metrics_serves_the_api_the_cli_and_the_console() -> None:
+    """A metric is added once (`METRICS`): the API computes its rate from its two
+    counts, the ``metrics`` command prints it with them, the console plots it."""
+    rates = [f.name for f in fields(RecoveryMetrics) if f.name.endswith(("_rate", "_per_recovery"))]
+    assert [m.name for m in METRICS] == rates
+    assert sorted(COUNTS) == sorted(
+        f.name for f in fields(RecoveryMetrics) if f.type in ("int", int)
+    )
+    counts = {"runs_partial": 1, "runs_ended": 4, "steps_redone": 3, "recoveries": 2}
+    m = RecoveryMetrics.of_counts(counts)
+    assert (m.partial_completion_rate, m.steps_redone_per_recovery) == (0.25, 1.5)
+    assert (m.recovery_success_rate, m.checkpoint_save_success_rate) == (None, None)
+    rows = metric_rows(m)
+    assert [r[0] for r in rows] == [x.name for x in METRICS]
+    assert rows[0][1:] == ("0.25", "1 partial / 4 ended")
+    pages = pytest.importorskip("langgraph_resilience.server._pages")
+    page = pages.metrics_page([("b", m)], base="", per="hour")
+    assert all(f'id="plot-{x.name}"' in page for x in METRICS)

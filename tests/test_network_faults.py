@@ -34,7 +34,8 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 from faults import Outage, PgServer, TcpProxy
-from helpers import linear_graph, put_first_checkpoint
+from graphs import linear_graph
+from helpers import put_first_checkpoint
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience._store_errors import (

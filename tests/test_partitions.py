@@ -387,7 +387,7 @@ def test_blackholed_worker_drains_on_sigterm_and_its_run_is_taken_over(
             run_id = submitter.submit({"done": []})
             thread = thread_of(db, run_id)
             child = spawn(
-                str(HERE / "partition_worker.py"),
+                str(HERE / "scripts" / "partition_worker.py"),
                 proxy.dsn(db),
                 str(service),
                 str(LEASE_TTL),

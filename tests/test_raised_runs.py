@@ -11,21 +11,17 @@ the end (its step wrote ``success``) before LangGraph raised b's error, and
 from __future__ import annotations
 
 import asyncio
-import operator
 import uuid
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
+from graphs import DoneState as State
 from langgraph.errors import NodeError
 from langgraph.graph import END, START
 
-from langgraph_resilience import NodePolicy, ResilientState, ResilientStateGraph, run_report
+from langgraph_resilience import NodePolicy, ResilientStateGraph, run_report
 from langgraph_resilience.history import alist_runs, list_runs
 from langgraph_resilience.history._report import arun_report
-
-
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
 
 
 def reraise(state: Any, error: NodeError) -> Any:

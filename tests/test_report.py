@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 from conftest import open_saver
-from helpers import DoneState, sql
+from graphs import DoneState
+from helpers import sql
 from langgraph.graph import END, START
 
 from langgraph_resilience import (

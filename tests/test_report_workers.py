@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from helpers import DoneState, appending, chain
+from graphs import DoneState, appending, chain
 
 from langgraph_resilience import (
     NodePolicy,
@@ -19,7 +19,7 @@ from langgraph_resilience import (
 from langgraph_resilience.checkpoint.runlog._events import StoredAttempt
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.history._entries import timeline_of
-from langgraph_resilience.history._scan import Recovery, ThreadRun
+from langgraph_resilience.history._ledger_runs import Recovery, ThreadRun
 
 
 def _step(path: str, ended: float, run_id: str | None) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from helpers import as_before_the_tally, chain, sql, tasks_written
+from graphs import chain
+from helpers import sql, tasks_written
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START
 from langgraph.types import Command, interrupt
@@ -30,7 +31,6 @@ from langgraph_resilience import (
     ResilientStateGraph,
     Worker,
 )
-from langgraph_resilience.checkpoint.runlog._step_rows import status_of
 from langgraph_resilience.history import alist_runs, list_runs
 
 
@@ -85,8 +85,7 @@ def run_rows(h: Any, thread: str) -> list[tuple[Any, ...]]:
 
 
 def step_rows(h: Any, thread: str) -> list[tuple[Any, ...]]:
-    """(namespace, run, path, status, attempts) of a thread's step rows (a
-    ``completed`` status is stored as '': `_step_rows.status_of` reads it)."""
+    """(namespace, run, path, status, attempts) of a thread's step rows."""
     rows = sql(
         h.backend,
         h.target,
@@ -94,7 +93,7 @@ def step_rows(h: Any, thread: str) -> list[tuple[Any, ...]]:
         "WHERE thread_id = ? ORDER BY started_at",
         (thread,),
     )
-    return [(ns, run, path, status_of(status), n) for ns, run, path, status, n in rows]
+    return [tuple(r) for r in rows]
 
 
 async def run_row(h: Any, thread: str, run: int) -> Any:
@@ -319,27 +318,9 @@ def orphan_steps(h: Any, thread: str) -> int:
     )
 
 
-async def test_a_thread_stored_before_the_ledger_reads_as_before(checkpointer: Any) -> None:
-    h = checkpointer
-    graph = chain_graph(h, ["a", "b", "c"], failing="c")
-    config = cfg(h, "old")
-    thread = thread_of(config)
-    with as_before_the_tally():  # each step's record in its run-log write, as then
-        await h.invoke(graph, {"done": []}, config)
-        await h.invoke(graph, {"done": []}, config)
-    from_rows = await h.call("step_history", thread)
-    # What a store written before migration 18 holds: the writes, no ledger rows.
-    for table in ("resilience_run_log", "resilience_steps"):
-        sql(h.backend, h.target, f"DELETE FROM {table} WHERE thread_id = ?", (thread,))
-    decoded = await h.call("step_history", thread)
-    assert decoded == from_rows and len(decoded) == 6
-    assert await h.call("step_history", thread, run=2) == [s for s in from_rows if s["run"] == 2]
-    assert await h.call("history.run_rows", thread) == []
-
-
 # -- a crash inside a step's transaction ------------------------------------------------
 
-LEDGER_WORKER = str(Path(__file__).parent / "ledger_worker.py")
+LEDGER_WORKER = str(Path(__file__).parent / "scripts" / "ledger_worker.py")
 
 
 def steps_in_writes(backend: str, target: str, thread: str) -> set[tuple[str, ...]]:
@@ -411,32 +392,6 @@ async def test_a_paused_worker_run_row_then_cancelled(checkpointer: Any) -> None
         await asyncio.to_thread(worker.cancel, run_id, "no answer")
     row = await run_row(h, thread, 1)
     assert row.status == "cancelled" and row.ended_at is not None
-
-
-async def test_a_store_set_up_before_the_ledger_upgrades_and_keeps_its_threads(
-    checkpointer: Any,
-) -> None:
-    h = checkpointer
-    graph = chain_graph(h, ["a", "b"])
-    config = cfg(h, "upgrade")
-    thread = thread_of(config)
-    with as_before_the_tally():  # each step's record in its run-log write, as then
-        await h.invoke(graph, {"done": []}, config)
-        await h.invoke(graph, {"done": []}, config)
-    before = await h.call("step_history", thread)
-    # The store as version 17 left it: no ledger tables, the thread's writes only.
-    for table in ("resilience_run_log", "resilience_steps", "resilience_recovery_paths"):
-        sql(h.backend, h.target, f"DROP TABLE {table}")
-    sql(h.backend, h.target, "ALTER TABLE resilience_recoveries DROP COLUMN run")
-    sql(h.backend, h.target, "DELETE FROM resilience_migrations WHERE v >= 18")
-    with h.sync_saver_class.from_conn_string(h.target) as other:
-        await asyncio.to_thread(other.setup)  # migrates to the ledger
-    assert await h.call("step_history", thread) == before  # decoded, as before
-    await h.invoke(graph, {"done": []}, config)  # run 3: the first the ledger sees
-    assert [(r[0], r[1]) for r in run_rows(h, thread)] == [(3, "success")]
-    assert [s["path"] for s in await h.call("step_history", thread, run=3)] == ["a", "b"]
-    whole = await h.call("step_history", thread)
-    assert whole[:4] == before and [s["run"] for s in whole] == [1, 1, 2, 2, 3, 3]
 
 
 async def test_a_run_stored_only_at_its_exit_gets_its_row_when_it_ends(

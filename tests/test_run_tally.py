@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import operator
 import time
 import uuid
-from typing import Annotated, Any
+from typing import Any
 
+from graphs import CountState as State
 from helpers import tasks_written
 from langgraph.graph import END, START
 
-from langgraph_resilience import Budget, ResilientState, ResilientStateGraph
+from langgraph_resilience import Budget, ResilientStateGraph
 from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
-
-
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
-    n: int
 
 
 def cfg(h: Any, label: str) -> dict[str, Any]:

@@ -19,13 +19,8 @@ from typing import Any
 
 import pytest
 from conftest import SAVERS, Harness, harness
-from helpers import (
-    add_resilience_rows,
-    assert_no_fork,
-    linear_graph,
-    resilience_counts,
-    sql,
-)
+from graphs import linear_graph
+from helpers import add_resilience_rows, assert_no_fork, resilience_counts, sql
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 

@@ -9,20 +9,28 @@ first.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 from conftest import open_saver
-from helpers import sql
+from helpers import empty_store, sql
 
 from langgraph_resilience.checkpoint import AttemptRecord, EffectRecord, RunRecord
 from langgraph_resilience.checkpoint.saver._threads import copied_columns
 from langgraph_resilience.checkpoint.store._schema import (
+    ARCHIVE,
     ATTEMPTS,
     COUNTERS,
     EFFECTS,
+    LIMIT_HOLDS,
+    LIMIT_STARTS,
+    LIMITS,
     MIGRATIONS,
+    RECOVERIES,
+    RECOVERY_PATHS,
     RUN_LOG,
     RUNS,
     SCHEMA_VERSION,
@@ -31,8 +39,10 @@ from langgraph_resilience.checkpoint.store._schema import (
     migrations,
 )
 from langgraph_resilience.checkpoint.store._store import POSTGRES, SQLITE, Column, Dialect, Table
+from langgraph_resilience.errors import ConfigError
 
 OURS = (RUNS, ATTEMPTS, EFFECTS, COUNTERS, RUN_LOG, STEPS)
+ALL_TABLES = (*OURS, RECOVERIES, RECOVERY_PATHS, ARCHIVE, LIMITS, LIMIT_HOLDS, LIMIT_STARTS)
 
 
 def live_columns(backend: str, target: str, table: str) -> list[str]:
@@ -97,6 +107,50 @@ def test_one_migration_list_for_both_dialects() -> None:
     assert len(MIGRATIONS) == SCHEMA_VERSION + 1
     assert len(migrations(SQLITE)) == len(migrations(POSTGRES)) == len(MIGRATIONS)
     assert all(isinstance(m, Migration) for m in MIGRATIONS)
-    # Only the stored functions are Postgres-only; SQLite checks in Python.
-    pg_only = [v for v, m in enumerate(MIGRATIONS) if m.postgres and not m.sqlite]
-    assert pg_only == [5, 6, 14, 25, 29]
+    # One first schema (version 1): every table and index on both dialects; the
+    # stored functions on Postgres only (SQLite checks in Python), one of each.
+    assert SCHEMA_VERSION == 1
+    sqlite, postgres = migrations(SQLITE)[1], migrations(POSTGRES)[1]
+    functions = [s for s in postgres if s.lstrip().startswith("CREATE OR REPLACE FUNCTION")]
+    names = [s.split("FUNCTION", 1)[1].split("(", 1)[0].strip() for s in functions]
+    assert sorted(names) == [
+        "resilience_check_fence",
+        "resilience_limit_acquire",
+        "resilience_refuse_fork",
+    ]
+    created = [s.split("EXISTS", 1)[1].split()[0] for s in sqlite if s.startswith("CREATE TABLE")]
+    assert sorted(created) == sorted(t.name for t in ALL_TABLES)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def fresh_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """An empty store: a SQLite file, or a Postgres database of its own."""
+    yield from empty_store(request.param, tmp_path, "pre")
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+async def test_a_store_set_up_by_a_pre_release_build_is_refused_and_left_as_it_is(
+    fresh_store: tuple[str, str], is_async: bool
+) -> None:
+    """A store whose resilience versions are in the pre-release table (before the
+    migrations were squashed into one first schema) is not read, with an error
+    that says so and what to do; nothing in it is changed."""
+    backend, target = fresh_store
+    sql(backend, target, "CREATE TABLE resilience_migrations (v INTEGER PRIMARY KEY)")
+    sql(backend, target, "INSERT INTO resilience_migrations (v) VALUES (30)")
+    async with AsyncExitStack() as stack:
+        with pytest.raises(ConfigError, match="pre-release") as caught:
+            saver = await open_saver(backend, is_async, target, stack)
+            if is_async:
+                await saver.setup()
+            else:
+                await asyncio.to_thread(saver.setup)
+    assert "new database" in str(caught.value)
+    assert sql(backend, target, "SELECT v FROM resilience_migrations") == [(30,)]
+    exists = (
+        "SELECT count(*) FROM sqlite_master WHERE name = 'resilience_schema'"
+        if backend == "sqlite"
+        else "SELECT count(*) FROM pg_tables WHERE tablename = 'resilience_schema' "
+        "AND schemaname = current_schema()"
+    )
+    assert sql(backend, target, exists) == [(0,)]

@@ -19,7 +19,8 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import open_saver
-from helpers import linear_graph, put_first_checkpoint, sql
+from graphs import linear_graph
+from helpers import put_first_checkpoint, sql
 
 from langgraph_resilience._store_errors import is_store_error, is_transient_store_error
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
@@ -254,16 +255,16 @@ async def test_newer_schema_is_refused_and_left_alone(store: tuple[str, str]) ->
         saver = await open_saver(backend, False, target, stack)
         await asyncio.to_thread(put_first_checkpoint, saver, "kept")
     future = _schema.SCHEMA_VERSION + 1
-    sql(backend, target, "INSERT INTO resilience_migrations (v) VALUES (?)", (future,))
+    sql(backend, target, "INSERT INTO resilience_schema (v) VALUES (?)", (future,))
     with pytest.raises(ConfigError, match="newer than this"):
         async with AsyncExitStack() as stack:
             saver = await open_saver(backend, False, target, stack)
             saver.get_tuple({"configurable": {"thread_id": "kept"}})  # SQLite sets up on first use
-    assert sql(backend, target, "SELECT max(v) FROM resilience_migrations")[0][0] == future
+    assert sql(backend, target, "SELECT max(v) FROM resilience_schema")[0][0] == future
     assert (
         sql(backend, target, "SELECT count(*) FROM checkpoints WHERE thread_id = 'kept'")[0][0] == 1
     )
-    sql(backend, target, "DELETE FROM resilience_migrations WHERE v = ?", (future,))
+    sql(backend, target, "DELETE FROM resilience_schema WHERE v = ?", (future,))
 
 
 async def test_postgres_without_setup_is_a_clear_error(pg_dsn: str) -> None:

@@ -1,15 +1,18 @@
 """A step that gave up, then a crash before its error handler ran: the route
-survives in the store (its kind, tries and effect scope), the run reads as
+survives in the store, in the attempt row of the try that chose it (its kind,
+tries and effect scope), the run reads as
 going on (not failed) until the handler runs on resume, and then as the
 partial result it is. On all four savers."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from conftest import Harness
-from helpers import DoneState, appending, chain
+from graphs import DoneState, appending, chain
+from helpers import sql
 
 from langgraph_resilience import Backoff, NodePolicy, ResilientStateGraph, TransientError
 from langgraph_resilience.history._report import alist_runs, arun_report, list_runs, run_report
@@ -105,6 +108,17 @@ async def test_route_survives_a_crash_before_its_handler(checkpointer: Harness) 
     errors = [(t, v) for t, c, v in state.pending_writes if c == "__error__"]
     assert len(errors) == 1
     failed_task = errors[0][0]
+    # The route is the attempt row's that chose it, not text in the stored error.
+    assert "ResilienceRoute" not in str(errors[0][1]) and "route" not in str(errors[0][1])
+    rows = sql(
+        checkpointer.backend,
+        checkpointer.target,
+        "SELECT task_id, attempt, route FROM resilience_node_attempts "
+        "WHERE thread_id = ? AND route IS NOT NULL",
+        (thread,),
+    )
+    assert [(r[0], r[1]) for r in rows] == [(failed_task, 3)]
+    assert json.loads(rows[0][2])["kind"] == "transient"
     # The run is not over: its handler has yet to run (it is no error run).
     assert await _status(checkpointer, thread) == "running"
 

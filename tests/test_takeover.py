@@ -13,7 +13,7 @@ sooner than its lease elsewhere.
   is not taken over; a run whose holder stopped renewing (alive, so only its
   lease tells) is taken over within one lease, not 60 s late.
 
-The worker is ``tests/lease_worker.py``. ``LGR_FAULT_RUNS`` repeats the kill
+The worker is ``tests/scripts/lease_worker.py``. ``LGR_FAULT_RUNS`` repeats the kill
 trial (default 1 per dialect).
 """
 
@@ -31,7 +31,8 @@ from typing import Any
 
 import pytest
 from faults import PgServer, TcpProxy
-from helpers import ReceiptsState, chain, read_ledger, sql
+from graphs import ReceiptsState, chain
+from helpers import read_ledger, sql
 from partition_worker import call_bound, partition_bounds, partition_graph
 from spawn import spawn
 from test_partitions import db  # noqa: F401 (a fixture)
@@ -272,7 +273,7 @@ def test_sigterm_during_a_blackholed_renewal_returns_within_drain_timeout_and_on
         probe.setup()
         run_id = Worker(partition_graph(service, 30.0), checkpointer=direct).submit({"done": []})
         child = spawn(
-            str(Path(__file__).parent / "partition_worker.py"),
+            str(Path(__file__).parent / "scripts" / "partition_worker.py"),
             proxy.dsn(db),
             str(service),
             str(lease),

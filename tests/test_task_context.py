@@ -23,11 +23,11 @@ from langgraph.runtime import ExecutionInfo, get_runtime
 from langgraph.types import Command, Send, interrupt
 
 from langgraph_resilience import Budget, ResilientState, ResilientStateGraph, side_effect
+from langgraph_resilience import _keys as keys
+from langgraph_resilience._keys import EFFECT_SCOPE_KEY, FENCE_KEY
 from langgraph_resilience.checkpoint import Fence
-from langgraph_resilience.checkpoint.ledger._runs import FENCE_KEY
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
-from langgraph_resilience.graph import _task as task_module
 from langgraph_resilience.graph._task import TaskContext
 
 
@@ -67,10 +67,21 @@ def test_execution_info_has_every_field_the_context_reads() -> None:
     assert {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "node_attempt"} <= names
 
 
-def test_our_keys_do_not_clash_with_langgraphs() -> None:
+def test_our_keys_are_in_one_module_and_do_not_clash_with_langgraphs() -> None:
     theirs = {v for k, v in vars(lg).items() if k.startswith("CONFIG_KEY_")}
-    ours = {task_module.BUDGET_KEY, task_module.EFFECT_SCOPE_KEY, FENCE_KEY}
+    ours = {getattr(keys, name) for name in keys.__all__}
+    assert len(ours) == len(keys.__all__)  # no two of ours the same
     assert not ours & theirs
+    # No module of the package spells one of our keys but the keys' module.
+    package = Path(keys.__file__).parent
+    spelt = [
+        f"{path.relative_to(package)}: {key}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "_keys.py"
+        for key in ours - {keys.BUDGET_KEY}  # "budget" is also a plain word
+        if f'"{key}"' in path.read_text()
+    ]
+    assert spelt == []
 
 
 # -- what a node sees ----------------------------------------------------------------
@@ -185,7 +196,7 @@ def test_the_retried_steps_scope_replaces_the_tasks_own_for_that_node_only() -> 
     for node, scope in [("send", "send:old|old"), ("other", "|")]:
         task = TaskContext(
             config={
-                "configurable": {task_module.EFFECT_SCOPE_KEY: retried},
+                "configurable": {EFFECT_SCOPE_KEY: retried},
                 "metadata": {"langgraph_node": node},
             }
         )

@@ -10,7 +10,6 @@ import contextlib
 import importlib.metadata
 import itertools
 import json
-import operator
 import os
 import signal
 import subprocess
@@ -18,11 +17,12 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 from unittest import mock
 
 import pytest
 from conftest import require_postgres
+from graphs import DoneState as State
 from helpers import sql
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
@@ -32,7 +32,6 @@ from langgraph_resilience import (
     ConfigError,
     NodePolicy,
     PermanentError,
-    ResilientState,
     ResilientStateGraph,
     TransientError,
     side_effect,
@@ -59,10 +58,6 @@ pytest_plugins = ["pytester"]
 
 STEPS = ["a", "b", "c", "d"]
 FAST = NodePolicy(retry=Backoff(max_attempts=3, initial_interval=0.01))
-
-
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
 
 
 class Mailer:

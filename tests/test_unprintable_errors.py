@@ -18,7 +18,6 @@ from langgraph_resilience import (
     TransientError,
     side_effect,
 )
-from langgraph_resilience.checkpoint.saver._route_text import stored_error
 from langgraph_resilience.errors import describe, message_of, repr_of
 
 FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.01)
@@ -67,9 +66,6 @@ def test_the_quoting_helpers_never_raise() -> None:
             raise RuntimeError("broken repr")
 
     assert repr_of(BadRepr()) == "<BadRepr: unprintable>"
-    routed = BadRepr()
-    routed.lgr_route = {"route": "partial"}  # type: ignore[attr-defined]
-    assert stored_error(routed).startswith("<BadRepr: unprintable> ResilienceRoute(")
 
 
 async def test_an_unprintable_permanent_error_ends_in_a_partial_result(checkpointer: Any) -> None:

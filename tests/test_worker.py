@@ -16,7 +16,9 @@ from typing import Annotated, Any
 
 import psycopg
 import pytest
-from helpers import assert_no_fork, chain, expire_lease, sql
+from graphs import CountState as State
+from graphs import chain
+from helpers import assert_no_fork, expire_lease, sql
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START
@@ -36,11 +38,6 @@ from langgraph_resilience.errors import (
 )
 
 STEPS = ["a", "b", "c"]
-
-
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
-    n: int
 
 
 def pipeline(behaviour: Any = None, *, critical: bool = True) -> ResilientStateGraph:

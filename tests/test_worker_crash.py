@@ -3,7 +3,7 @@ is taken over, a SIGSTOPped one (a zombie) can no longer write when it wakes,
 SIGTERM drains a worker at a step boundary, and a run that kills every worker
 that takes it ends as ``error`` after ``max_recoveries``.
 
-The worker is ``tests/lease_worker.py``: a five-step pipeline, one side effect
+The worker is ``tests/scripts/lease_worker.py``: a five-step pipeline, one side effect
 per step against a fake service that logs every call.
 """
 
@@ -25,7 +25,7 @@ from lease_worker import STEPS
 from spawn import Process, spawn
 
 pytestmark = pytest.mark.crash
-SCRIPT = str(Path(__file__).parent / "lease_worker.py")
+SCRIPT = str(Path(__file__).parent / "scripts" / "lease_worker.py")
 ROOT = str(Path(__file__).parent.parent)
 TTL = 1.0
 POLL = 0.1

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import operator
 import os
 import signal
 import sqlite3
@@ -29,18 +28,19 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import psycopg
 import pytest
-from helpers import chain, sql
+from graphs import DoneState as State
+from graphs import chain
+from helpers import sql
 from test_worker_crash import calls, result, submit, wait_for, work
 
 from langgraph_resilience import (
     ConfigError,
     LeaseLost,
     NodePolicy,
-    ResilientState,
     ResilientStateGraph,
     Worker,
     side_effect,
@@ -73,10 +73,6 @@ from langgraph_resilience.worker._steps import (
 
 TRIALS = int(os.environ.get("LGR_FAULT_TRIALS", "3"))
 STEPS = ["a", "b", "c"]
-
-
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
 
 
 def pipeline(behaviour: Any = None) -> ResilientStateGraph:

@@ -2,7 +2,7 @@
 random one SIGKILLed every few tenths of a second while the runs go on (and a
 fresh one started in its place), until every run has ended.
 
-The workers are ``tests/lease_worker.py`` (five steps, one side effect per step
+The workers are ``tests/scripts/lease_worker.py`` (five steps, one side effect per step
 against a fake service that logs every call; it reconciles by looking there).
 Whatever the kills hit (a step, an effect's intent, a checkpoint, a claim, a
 run's end), every run must end ``success`` with each of its five steps' effects
@@ -34,7 +34,7 @@ from spawn import Process, spawn
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
-SCRIPT = str(Path(__file__).parent / "lease_worker.py")
+SCRIPT = str(Path(__file__).parent / "scripts" / "lease_worker.py")
 RUNS = int(os.environ.get("LGR_FAULT_RUNS") or 16)
 WORKERS = 8
 LEASE_TTL = 3.0

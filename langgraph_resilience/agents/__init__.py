@@ -9,6 +9,11 @@ which brings ``langchain``); the rest of the package works without it.
 - `CallPolicy`: how the model's calls or one tool's are retried and given up on;
 - `ToolEffect`: a tool that acts on the world, recorded in the side-effect ledger;
 - `tool_idempotency_key`: inside such a tool, its call's idempotency key.
+
+The rooms: ``middleware`` (`ResilienceMiddleware`), ``_policy`` (`CallPolicy`,
+`ToolEffect`), ``_calls`` (a model or tool call as tries of the one try loop),
+``_tool_effects`` (a tool call recorded once in the side-effect ledger),
+``_outcome`` (what a call that failed for good becomes in the agent's state).
 """
 
 from __future__ import annotations

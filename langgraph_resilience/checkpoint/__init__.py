@@ -29,7 +29,7 @@ from langgraph_resilience.checkpoint.ledger._ledger import (
     AttemptKey,
     AttemptRecord,
     EffectRecord,
-    IntentClaim,
+    IntentVerdict,
     OutcomeFields,
 )
 from langgraph_resilience.checkpoint.ledger._runs import Fence, RunRecord
@@ -41,7 +41,7 @@ __all__ = [
     "AttemptRecord",
     "EffectRecord",
     "Fence",
-    "IntentClaim",
+    "IntentVerdict",
     "OutcomeFields",
     "ResilientSaver",
     "RunLogRecord",

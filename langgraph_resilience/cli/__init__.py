@@ -31,6 +31,12 @@ Subcommands (``--db``: a SQLite file path or a Postgres DSN, or env ``LGR_DB``):
 the demo did not end as it should (a partial result, a pause, an error); 2 the
 command could not act: usage, an unknown thread or run, a store that cannot be
 reached or is not set up (one line on stderr).
+
+The rooms: ``_store`` (the store and the graph a subcommand names), ``_reports``
+(``runs``, ``show``, ``metrics``), ``_actions`` (resume, retry, cancel),
+``_limits`` (``limits``), ``_ui`` (``ui``: the console), ``_render`` (JSON,
+tables, progress, errors), ``__main__`` (``python -m langgraph_resilience.cli``),
+``demo/`` (the demo).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from langgraph_resilience.cli._render import out_console, print_json, print_table, when
 from langgraph_resilience.cli._store import CliError, Store
-from langgraph_resilience.history._metrics import RecoveryMetrics, recovery_metrics
+from langgraph_resilience.history._metrics import METRICS, RecoveryMetrics, recovery_metrics
 from langgraph_resilience.history._report import RunReport, list_runs, run_report
 
 __all__ = [
@@ -114,29 +114,8 @@ def _rate_text(value: float | None) -> str:
 
 
 def metric_rows(m: RecoveryMetrics) -> list[tuple[str, str, str]]:
-    """The four figures, each with the counts it is made of."""
-    return [
-        (
-            "partial_completion_rate",
-            _rate_text(m.partial_completion_rate),
-            f"{m.runs_partial} partial / {m.runs_ended} ended",
-        ),
-        (
-            "checkpoint_save_success_rate",
-            _rate_text(m.checkpoint_save_success_rate),
-            f"{m.checkpoint_writes_succeeded} stored / {m.checkpoint_writes_tried} tried",
-        ),
-        (
-            "recovery_success_rate",
-            _rate_text(m.recovery_success_rate),
-            f"{m.runs_resumed_succeeded} succeeded / {m.runs_resumed_ended} recovered and ended",
-        ),
-        (
-            "steps_redone_per_recovery",
-            _rate_text(m.steps_redone_per_recovery),
-            f"{m.steps_redone} redone / {m.recoveries} recoveries",
-        ),
-    ]
+    """Each metric (`METRICS`), with the counts it is made of."""
+    return [(f.name, _rate_text(getattr(m, f.name)), f.made_of(m)) for f in METRICS]
 
 
 def print_metrics(store: Store, since: str | None, graph: Any, *, as_json: bool) -> None:

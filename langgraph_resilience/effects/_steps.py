@@ -11,7 +11,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from langgraph_resilience.checkpoint import EffectRecord, IntentClaim
+from langgraph_resilience.checkpoint import EffectRecord, IntentVerdict
 from langgraph_resilience.errors import ConfigError, EffectInFlight, EffectOutcomeUnknown
 
 __all__ = [
@@ -118,7 +118,7 @@ class Lookup(NamedTuple):
 
 
 class ClaimIntent(NamedTuple):
-    """Store the intent before the call, or learn who holds it (replies an `IntentClaim`).
+    """Store the intent before the call, or learn who holds it (replies an `IntentVerdict`).
 
     ``first``: the task's first try, not resumed: no one else can hold the key.
     """
@@ -160,7 +160,7 @@ def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[EffectOp,
     found: EffectRecord | None = None if fresh else (yield Lookup())
     if found is not None and found.status == "done":
         return Replay(found)
-    claim: IntentClaim = yield ClaimIntent(fresh)
+    claim: IntentVerdict = yield ClaimIntent(fresh)
     if claim.verdict == "done" and claim.record is not None:
         return Replay(claim.record)
     if claim.verdict == "busy":

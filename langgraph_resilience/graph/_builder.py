@@ -43,6 +43,7 @@ import langgraph_resilience.graph._tally as tally
 import langgraph_resilience.graph._upgrade as upgrade
 import langgraph_resilience.state as run_log
 from langgraph_resilience._engine import Action
+from langgraph_resilience._keys import BUDGET_KEY, GRAPH_KEY
 from langgraph_resilience._langgraph import (
     DURABILITY_KEY,
     ERROR_HANDLER_PREFIX,
@@ -69,10 +70,9 @@ from langgraph_resilience.graph._routes import (
     routes_node,
 )
 from langgraph_resilience.graph._slots import take_over
-from langgraph_resilience.graph._task import BUDGET_KEY, current_attempt
+from langgraph_resilience.graph._task import current_attempt
 from langgraph_resilience.graph._versions import VERSION_KEY, Versioning
 from langgraph_resilience.policy import NodePolicy
-from langgraph_resilience.telemetry._emit import GRAPH_KEY
 
 __all__ = [
     "PARTIAL_RESULT",

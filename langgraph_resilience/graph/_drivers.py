@@ -16,7 +16,6 @@ import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import timedelta
 from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
@@ -38,7 +37,7 @@ from langgraph_resilience.graph._tries import (
 )
 from langgraph_resilience.limits._admit import Admit, Held, Release
 from langgraph_resilience.limits._drive import admit_async, admit_sync, release_async, release_sync
-from langgraph_resilience.policy import Attempt
+from langgraph_resilience.policy import Attempt, seconds_of
 from langgraph_resilience.telemetry._emit import TryRun, begin_try, failed_try, try_config
 
 __all__ = ["NOT_RUN", "is_async", "run_async", "run_sync", "wrap"]
@@ -275,7 +274,8 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
     Before the step, its run's tally is loaded if the invoke has none yet
     (`_tally.ensure`: the one read of a step row it may make).
     """
-    timeout = _seconds(ctx.policy.timeout) if ctx.policy is not None else None
+    policy = ctx.policy
+    timeout = seconds_of("timeout", policy.timeout) if policy and policy.timeout else None
     if isinstance(action, Runnable):
 
         def sync_runnable(state: Any, config: RunnableConfig) -> Any:
@@ -335,9 +335,3 @@ def is_async(action: NodeAction) -> bool:
     # A callable object counts by its __call__ method.
     call = action if inspect.isfunction(action) else type(action).__dict__.get("__call__")
     return inspect.iscoroutinefunction(action) or inspect.iscoroutinefunction(call)
-
-
-def _seconds(timeout: float | timedelta | None) -> float | None:
-    if isinstance(timeout, timedelta):
-        return timeout.total_seconds()
-    return float(timeout) if timeout else None

@@ -46,6 +46,7 @@ from langchain_core.runnables.config import ensure_config
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.types import Command, StateSnapshot
 
+from langgraph_resilience._keys import FENCE_KEY, RETRY_FAILED_KEY
 from langgraph_resilience._langgraph import (
     ERROR_CHANNEL,
     ERROR_SOURCE_CHANNEL,
@@ -53,11 +54,10 @@ from langgraph_resilience._langgraph import (
     langgraph_config,
 )
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
-from langgraph_resilience.checkpoint.ledger._runs import FENCE_KEY, RunRecord
-from langgraph_resilience.checkpoint.saver._route_text import is_routed
+from langgraph_resilience.checkpoint.ledger._runs import RunRecord
 from langgraph_resilience.errors import message_of
 from langgraph_resilience.graph._step_log import nested_stop
-from langgraph_resilience.graph._task import RETRY_FAILED_KEY, in_parent_task
+from langgraph_resilience.graph._task import in_parent_task
 from langgraph_resilience.state import new_run_marker
 
 __all__ = [
@@ -208,10 +208,11 @@ def _status_of(out: Mapping[str, Any], snapshot: StateSnapshot) -> Any:
 def unrecovered_steps(checkpoints: Iterable[CheckpointTuple]) -> list[str]:
     """The steps of a run that failed without being recovered, by its stored
     checkpoints (a run's, any order), at each checkpoint the run went on from (a
-    ``loop`` checkpoint is its child): a task with an error write that carries no
-    route (`is_routed`: no fallback or partial result took it), no write of its
-    own, and that was handed to no error handler (a handler's failure counts as
-    its node's). Each named ``'node' (error)``, or by its task id."""
+    ``loop`` checkpoint is its child): a task with an error write, no write of
+    its own, and that was handed to no error handler (LangGraph's marker of the
+    hand-over is a write of the failed task: a routed error's handler then
+    routed it; a handler's failure counts as its node's). Each named ``'node'
+    (error)``, or by its task id."""
     found = list(checkpoints)
     went_on = {
         (t.parent_config or {}).get("configurable", {}).get("checkpoint_id")
@@ -227,7 +228,7 @@ def unrecovered_steps(checkpoints: Iterable[CheckpointTuple]) -> list[str]:
             tasks.setdefault(task_id, []).append((channel, value))
         handed = [str(v) for w in tasks.values() for c, v in w if c == ERROR_SOURCE_CHANNEL]
         for task_id, writes in tasks.items():
-            errors = [v for c, v in writes if c == ERROR_CHANNEL and not is_routed(v)]
+            errors = [v for c, v in writes if c == ERROR_CHANNEL]
             own = [c for c, _ in writes if c != ERROR_CHANNEL]  # ERROR_SOURCE: handed over
             if errors and not own:
                 name = (

@@ -160,7 +160,7 @@ class NodeContext(Tries):
             _add_spend(log, end.spent, end.topped, lean)
             log_gave_up(name, task, state, path, failure.kind.value, number, None)
             return {"resilience": log}
-        route = self._route(end, gave)
+        route = gave.route or self._route(end, gave)
         if decision.action is Action.FALLBACK:
             log_gave_up(name, task, state, route["path"], route["kind"], number, route["target"])
         # The node's own error, carrying its route: callbacks and tracers see the
@@ -191,6 +191,13 @@ class NodeContext(Tries):
         values = dict(end.state) if isinstance(end.state, Mapping) else {}
         values["resilience"] = run_log.merge_run_log(known, failure)  # as the run ends
         return {"resilience": {**failure, **partial_outcome(values, None, end.task)}}
+
+    def route(self, end: Ended, gave: GaveUp) -> dict[str, Any] | None:
+        """The route of a step that gives up to its fallback or the partial
+        result (None: it degrades, and returns)."""
+        if self.policy is None or end.task is None or gave.decision.action is Action.DEGRADE:
+            return None
+        return self._route(end, gave)
 
     def _route(self, end: Ended, gave: GaveUp) -> dict[str, Any]:
         """The route of a step that gives up, naming the inner step when its

@@ -23,10 +23,11 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Send, StateSnapshot
 
+from langgraph_resilience._keys import EFFECT_SCOPE_KEY, RETRY_FAILED_KEY
 from langgraph_resilience._langgraph import ERROR_HANDLER_PREFIX, SEND_PATH
 from langgraph_resilience.errors import ConfigError, RunStateError
 from langgraph_resilience.graph._routes import PARTIAL_RESULT
-from langgraph_resilience.graph._task import EFFECT_SCOPE_KEY, RETRY_FAILED_KEY, nested_task
+from langgraph_resilience.graph._task import nested_task
 from langgraph_resilience.telemetry._emit import recovery_event
 
 __all__ = ["RetryPlan", "aretry_failed", "innermost_node", "retry_failed", "retry_plan"]

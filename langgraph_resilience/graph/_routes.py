@@ -8,11 +8,13 @@ route and goes to the fallback node or to the terminal ``partial_result`` node,
 writing the failure into the run log.
 
 After a crash between the failure and its handler, LangGraph hands the handler
-the stored text of the error instead of the exception: the resilient savers
-store a routed error's ``repr`` with its route (`_route_text.stored_error`), so
-the route keeps its kind, tries and effect scope. An error stored without one
-(another saver) has its route rebuilt from the node's policy and the stored
-text (`stored_route`).
+the stored text of the error instead of the exception. The try that gave up
+recorded its route in its attempt row (`AttemptRecord.route`, stored before
+the error was raised), and the handler runs with the failed task's identity
+(LangGraph gives it the failed task's execution info): it reads the route back
+from that row (`ledger_route`), so the route keeps its kind, tries and effect
+scope. A saver that keeps no attempts (LangGraph's own) has the route rebuilt
+from the node's policy and the stored text (`stored_route`).
 
 A `LeaseLost` is not a failure: the step stopped because its worker could not
 prove it held the run's lease. Its handler routes nothing and writes nothing;
@@ -24,10 +26,11 @@ over runs the step. The savers store none of its writes either.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
@@ -35,32 +38,31 @@ from langgraph.errors import NodeError
 from langgraph.types import Command
 
 from langgraph_resilience._engine import Action, Decision
-from langgraph_resilience._langgraph import ERROR_HANDLER_PREFIX, StateNodeSpec, coerce_to_runnable
+from langgraph_resilience._keys import GRAPH_KEY
+from langgraph_resilience._langgraph import ERROR_HANDLER_PREFIX, RunnableCallable, StateNodeSpec
+from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.checkpoint.runlog._scope import scope_of
-from langgraph_resilience.checkpoint.saver._route_text import (
-    ROUTE_ATTR,
-    ResilienceRoute,
-    carried_route,
-    parse_route,
-)
 from langgraph_resilience.classify import Classification, FailureKind
 from langgraph_resilience.errors import EffectOutcomeUnknown, LeaseLost, describe, message_of
 from langgraph_resilience.graph._tally import aensure, ensure, tally_of
 from langgraph_resilience.graph._task import TaskContext
-from langgraph_resilience.state import brief
-from langgraph_resilience.telemetry._emit import GRAPH_KEY, emit
+from langgraph_resilience.state import FAILED_FIELDS, brief
+from langgraph_resilience.telemetry._emit import emit
 
 __all__ = [
     "PARTIAL_RESULT",
     "ROUTES_NODE",
     "ResilienceRoute",
+    "aerror_handler",
     "error_handler",
     "error_text",
     "failure_log",
     "give_up_of",
     "partial_outcome",
+    "ROUTE_ATTR",
+    "carried_route",
+    "ledger_route",
     "partial_result",
-    "read_route",
     "route_of",
     "routes_node",
     "routing",
@@ -74,6 +76,34 @@ PARTIAL_RESULT = "partial_result"
 ROUTES_NODE = f"{ERROR_HANDLER_PREFIX}resilience"
 
 
+#: The attribute under which a node's error carries its route.
+ROUTE_ATTR = "lgr_route"
+
+
+class ResilienceRoute(Exception):
+    """Raised by a node wrapper to hand the task to its error handler, for an
+    error that takes no attribute (`ROUTE_ATTR`).
+
+    Not an error of the user's: it carries where the run goes next. Stored (its
+    ``repr``), it reads as the error it stands for.
+    """
+
+    def __init__(self, route: dict[str, Any]) -> None:
+        super().__init__(route.get("message", ""))
+        self.route = route
+
+    def __repr__(self) -> str:
+        return f"{self.route.get('error_type') or 'Error'}({self.route.get('message', '')!r})"
+
+
+def carried_route(error: object) -> dict[str, Any] | None:
+    """The route a live error carries (None: none)."""
+    if isinstance(error, ResilienceRoute):
+        return error.route
+    carried = getattr(error, ROUTE_ATTR, None)
+    return carried if isinstance(carried, dict) else None
+
+
 def routing(exc: BaseException, route: dict[str, Any]) -> BaseException:
     """What a node that gives up raises: its own error, carrying ``route``."""
     try:
@@ -83,11 +113,14 @@ def routing(exc: BaseException, route: dict[str, Any]) -> BaseException:
     return exc
 
 
-def read_route(error: object) -> dict[str, Any] | None:
-    """The route an error carries, a live signal's, or one in its stored text."""
-    if isinstance(error, str):
-        return parse_route(error)
-    return carried_route(error)
+def ledger_route(tries: Sequence[AttemptRecord], node: str) -> dict[str, Any] | None:
+    """The route the failed task's try that gave up recorded (its attempt rows,
+    ``tries``), or None (none did: another saver, or a node that routes nothing)."""
+    for record in reversed(tries):
+        if record.node == node and record.route:
+            found = json.loads(record.route)
+            return found if isinstance(found, dict) else None
+    return None
 
 
 _STORED_RE = re.compile(r"^(\w+)\((.*)\)$", re.S)
@@ -134,7 +167,8 @@ def route_of(
     attempts: int,
     task: str,
 ) -> dict[str, Any]:
-    """The route of a node that gives up: where to, and what the run log keeps.
+    """The route of a node that gives up: where to, and the `FailedStep` the
+    run log keeps (its `FAILED_FIELDS`).
 
     ``task`` is where the step ran: `retry_failed` re-runs it as a new task,
     whose side effects must keep this task's idempotency keys.
@@ -248,21 +282,59 @@ def error_handler(
     """
 
     def handler(state: Any, error: NodeError) -> Command[Any]:
-        if isinstance(error.error, LeaseLost):  # the step stopped: it did not fail
-            raise LeaseLost(str(error.error)) from error.error
-        node = error.node
-        route = read_route(error.error)
-        give_up = give_ups.get(node)
-        if route is None and give_up is not None and isinstance(error.error, str):
-            route = stored_route(node, give_up[0], give_up[1], error.error)
-        if route is None:  # not a routing signal: fail as LangGraph would
-            if isinstance(error.error, BaseException):
-                raise error.error
-            raise RuntimeError(f"node {node!r} failed: {error.error}")
-        return Command(goto=route["target"], update={"resilience": failure_log(route, state)})
+        route = carried_route(_not_lost(error))
+        task = TaskContext.current() if route is None else None  # the failed task's
+        key = task.attempt_key if task is not None else None
+        if task is not None and key is not None and (saver := task.saver) is not None:
+            route = ledger_route(saver.attempts.read(key), error.node)
+        return _follow(give_ups, state, error, route)
 
     handler.__name__ = "route_failure"
     return handler
+
+
+def aerror_handler(
+    give_ups: Mapping[str, tuple[str, Action] | None],
+) -> Callable[..., Awaitable[Command[Any]]]:
+    """Async twin of `error_handler` (reads the attempt rows of an async saver)."""
+
+    async def ahandler(state: Any, error: NodeError) -> Command[Any]:
+        route = carried_route(_not_lost(error))
+        task = TaskContext.current() if route is None else None
+        key = task.attempt_key if task is not None else None
+        if task is not None and key is not None and (saver := task.async_saver) is not None:
+            route = ledger_route(await saver.attempts.aread(key), error.node)
+        return _follow(give_ups, state, error, route)
+
+    ahandler.__name__ = "route_failure"
+    return ahandler
+
+
+def _not_lost(error: NodeError) -> object:
+    """The failed node's error; a lost lease is raised again (the step stopped:
+    it did not fail)."""
+    if isinstance(error.error, LeaseLost):
+        raise LeaseLost(str(error.error)) from error.error
+    return error.error
+
+
+def _follow(
+    give_ups: Mapping[str, tuple[str, Action] | None],
+    state: Any,
+    error: NodeError,
+    route: dict[str, Any] | None,
+) -> Command[Any]:
+    """Go where ``route`` says; an error stored without one is routed by the
+    node's policy (`stored_route`); any other error fails as LangGraph would."""
+    node = error.node
+    give_up = give_ups.get(node)
+    if route is None and give_up is not None and isinstance(error.error, str):
+        route = stored_route(node, give_up[0], give_up[1], error.error)
+    if route is None:
+        if isinstance(error.error, BaseException):
+            raise error.error
+        raise RuntimeError(f"node {node!r} failed: {error.error}")
+    return Command(goto=route["target"], update={"resilience": failure_log(route, state)})
 
 
 def routes_node(
@@ -274,8 +346,11 @@ def routes_node(
     in ``give_ups``, its ends every target their failures route to (``routes``:
     LangGraph draws them, and checks a `Command`'s ``goto`` against them)."""
     ends = tuple(dict.fromkeys(t for n in give_ups for t in routes.get(n, ())))
+    given = dict(give_ups)
     return StateNodeSpec(
-        coerce_to_runnable(error_handler(dict(give_ups)), name=ROUTES_NODE, trace=False),
+        RunnableCallable(
+            error_handler(given), aerror_handler(given), name=ROUTES_NODE, trace=False
+        ),
         metadata=None,
         input_schema=state_schema,
         retry_policy=None,
@@ -283,9 +358,6 @@ def routes_node(
         is_error_handler=True,
         ends=ends,
     )
-
-
-_FAILED_FIELDS = ("node", "kind", "reason", "error_type", "message", "attempts", "task")
 
 
 def failure_log(route: Mapping[str, Any], state: Any) -> dict[str, Any]:
@@ -311,7 +383,8 @@ def failure_log(route: Mapping[str, Any], state: Any) -> dict[str, Any]:
     if status == "fallback":
         log["degraded_steps"] = [path]
         return log
-    failed: dict[str, Any] = {"path": path, **{k: route.get(k) for k in _FAILED_FIELDS}}
+    failed: dict[str, Any] = {k: route.get(k) for k in FAILED_FIELDS}
+    failed["path"] = path
     if route.get("send"):
         failed["send"] = state
     log["failed_step"] = failed

@@ -34,10 +34,10 @@ from typing import Any, cast
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 
-__all__ = ["SLOTS_KEY", "SPARE_THREADS", "Slots", "node_turn", "take_over", "user_config"]
+from langgraph_resilience._keys import SLOTS_KEY
 
-#: The configurable key of a run level's `Level`.
-SLOTS_KEY = "__lgr_slots"
+__all__ = ["SPARE_THREADS", "Slots", "node_turn", "take_over", "user_config"]
+
 #: Threads a sync run's LangGraph pool has past the node limit: the saves of
 #: finished tasks never wait while a step has fewer parallel tasks than this.
 SPARE_THREADS = 1024

@@ -23,12 +23,13 @@ from langgraph.types import Command
 
 import langgraph_resilience.state as run_log
 from langgraph_resilience._engine import Action, Decision
+from langgraph_resilience._keys import GRAPH_KEY
 from langgraph_resilience.budget import used
 from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.checkpoint.runlog._scope import RunScope, Tally
 from langgraph_resilience.graph._tally import tally_of
 from langgraph_resilience.graph._task import TaskContext
-from langgraph_resilience.telemetry._emit import GRAPH_KEY, emit
+from langgraph_resilience.telemetry._emit import emit
 
 __all__ = [
     "NESTED_STOPS",

@@ -18,8 +18,9 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config
 
+from langgraph_resilience._keys import SCOPE_KEY
 from langgraph_resilience.budget import add_usage
-from langgraph_resilience.checkpoint.runlog._scope import SCOPE_KEY, RunScope, Tally, scope_of
+from langgraph_resilience.checkpoint.runlog._scope import RunScope, Tally, scope_of
 from langgraph_resilience.graph._task import TaskContext, in_parent_task
 
 __all__ = ["aensure", "ensure", "run_used", "scoped", "tally_of", "with_usage"]

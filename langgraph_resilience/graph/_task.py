@@ -30,6 +30,12 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 from langgraph.runtime import ExecutionInfo, Runtime
 
+from langgraph_resilience._keys import (
+    BUDGET_KEY,
+    EFFECT_SCOPE_KEY,
+    RENAMED_SCOPES_KEY,
+    WORKER_KEY,
+)
 from langgraph_resilience._langgraph import (
     CHECKPOINTER_KEY,
     NODE_KEY,
@@ -50,29 +56,19 @@ from langgraph_resilience.checkpoint import (
     Fence,
     ResilientSaver,
 )
-from langgraph_resilience.checkpoint.ledger._runs import WORKER_KEY, fence_of
+from langgraph_resilience.checkpoint.ledger._runs import fence_of
 from langgraph_resilience.checkpoint.runlog._scope import RunScope, Tally
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.policy import Attempt
 
 __all__ = [
-    "BUDGET_KEY",
     "CURRENT_ATTEMPT",
-    "EFFECT_SCOPE_KEY",
-    "RENAMED_SCOPES_KEY",
-    "RETRY_FAILED_KEY",
     "TaskContext",
     "current_attempt",
     "in_parent_task",
     "nested_task",
 ]
 
-# Our own configurable keys.
-BUDGET_KEY = "budget"  # the run's Budget, or a dict of its fields
-EFFECT_SCOPE_KEY = "lgr_effect_scope"  # retry_failed's {"node", "task"} of the failed step
-# {new node: [checkpoint id, its old name's task scope]} (graph._upgrade)
-RENAMED_SCOPES_KEY = "lgr_renamed_scopes"
-RETRY_FAILED_KEY = "lgr_retry_failed"  # the parent goes on after a subgraph's retry_failed
 
 CURRENT_ATTEMPT: ContextVar[Attempt | None] = ContextVar(
     "langgraph_resilience_attempt", default=None

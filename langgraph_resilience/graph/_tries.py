@@ -26,6 +26,7 @@ returns the resume value) before the next try.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, replace
@@ -34,6 +35,7 @@ from typing import Any, NamedTuple
 from langgraph.types import interrupt
 
 from langgraph_resilience._engine import Action, Decision, decide
+from langgraph_resilience._keys import BUDGET_KEY
 from langgraph_resilience._langgraph import RESUMING_KEY
 from langgraph_resilience.budget import Budget, pause_value, topped_up
 from langgraph_resilience.checkpoint import AttemptRecord
@@ -42,7 +44,7 @@ from langgraph_resilience.errors import ConfigError, LeaseLost, message_of
 from langgraph_resilience.graph._routes import error_text
 from langgraph_resilience.graph._step_log import log_try
 from langgraph_resilience.graph._tally import run_used
-from langgraph_resilience.graph._task import BUDGET_KEY, TaskContext
+from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.limits._admit import Admit, Held, Release
 from langgraph_resilience.policy import Attempt, Backoff, NodePolicy
 
@@ -128,13 +130,15 @@ class Ended(NamedTuple):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GaveUp:
-    """The tries failed for good: the last failure, its error, the tries made
-    and what was decided (fallback, degrade, partial result)."""
+    """The tries failed for good: the last failure, its error, the tries made,
+    what was decided (fallback, degrade, partial result) and, to a fallback or
+    the partial result, the route (`Tries.route`, recorded with the last try)."""
 
     failure: Classification
     error: BaseException
     attempts: int
     decision: Decision
+    route: dict[str, Any] | None = None
 
     @property
     def retry_after(self) -> float | None:
@@ -194,6 +198,11 @@ class Tries:
     def done(self, end: Ended, output: Any) -> Any:
         """What the tries return when one completed."""
         return Tried(output, end)
+
+    def route(self, end: Ended, gave: GaveUp) -> dict[str, Any] | None:
+        """Where tries that failed for good send their step (None: nowhere, they
+        return): recorded with the last try, before `gave_up` raises it."""
+        return None
 
     def gave_up(self, end: Ended, gave: GaveUp) -> Any:
         """What the tries return, or raise, when they failed for good."""
@@ -342,6 +351,13 @@ def try_loop(
             durable_waits=task is not None and task.fence is not None,  # under a Worker
         )
         record = try_record(number, what.name, failure, exc, decision)
+        gave: GaveUp | None = None
+        if decision.action not in (Action.RETRY, Action.PAUSE, Action.WAIT):
+            gave = GaveUp(failure=failure, error=exc, attempts=number, decision=decision)
+            end = Ended(state, task, tries, started_at, spent, topped, summaries)
+            gave = replace(gave, route=what.route(end, gave))
+            if gave.route is not None:  # the handler reads it back after a crash
+                record = replace(record, route=json.dumps(gave.route, default=str))
         yield RecordAttempt(record, started, exc)
         if task is not None:
             log_try(what.name, task, state, record, decision, step=what.step)
@@ -355,11 +371,9 @@ def try_loop(
             # resumes it; the task re-runs, finds this try stored, and tries again.
             interrupt(durable_wait(what.name, record))
         tries.append(record)
-        if decision.action not in (Action.RETRY, Action.PAUSE, Action.WAIT):
+        if gave is not None:
             end = Ended(state, task, tries, started_at, spent, topped, summaries)
-            return what.gave_up(
-                end, GaveUp(failure=failure, error=exc, attempts=number, decision=decision)
-            )
+            return what.gave_up(end, gave)
         if decision.adapt and policy.adapt is not None:
             overrides = dict(
                 policy.adapt(replace(attempt, last_kind=failure.kind, last_error=error_text(exc)))

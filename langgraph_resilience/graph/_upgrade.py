@@ -26,6 +26,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
+from langgraph_resilience._keys import RENAMED_SCOPES_KEY
 from langgraph_resilience._langgraph import (
     BRANCH_PREFIX,
     NS_END,
@@ -34,7 +35,6 @@ from langgraph_resilience._langgraph import (
     pull_task_id,
 )
 from langgraph_resilience.errors import DeployBlocked
-from langgraph_resilience.graph._task import RENAMED_SCOPES_KEY
 from langgraph_resilience.graph._versions import (
     MIGRATED_KEY,
     VERSION_KEY,

@@ -26,6 +26,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from langgraph_resilience._keys import GRAPH_VERSION_META, MIGRATED_META
 from langgraph_resilience._langgraph import BRANCH_PREFIX, TASKS_CHANNEL
 from langgraph_resilience.errors import ConfigError
 
@@ -40,11 +41,11 @@ __all__ = [
 ]
 
 #: The checkpoint metadata key holding the graph version that wrote it.
-VERSION_KEY = "lgr_graph_version"
+VERSION_KEY = GRAPH_VERSION_META
 #: The metadata key of an upgraded checkpoint: from, to, the migrations that ran,
 #: the nodes renamed. Written in the same write that stamps the new version, so
 #: a migration runs once.
-MIGRATED_KEY = "lgr_migrated"
+MIGRATED_KEY = MIGRATED_META
 
 Version = int | str
 Migration = Callable[[dict[str, Any]], Mapping[str, Any]]

@@ -1,10 +1,12 @@
 """What happened, read back from the store: `recovery_metrics`, `run_report`, `list_runs`.
 
-`_scan` reads one thread's stored writes into its runs, `_metrics` sums them
-into the four recovery metrics, `_report` and `_entries` build one run's
-report, `_runs` lists the runs of a store, `_render` draws a report as text and
-Mermaid, `_deploy` checks every thread in flight against a new graph version
-(`check_deploy`).
+All of it is read from the run ledger's rows, never from LangGraph's writes.
+`_ledger_runs` folds one thread's rows into its runs and what each recovery
+redid, `_metrics` reads the recovery metrics (`METRICS`: the one list the API,
+the command line and the console show), `_report` and `_entries` build one
+run's report, `_runs` lists the runs of a store, `_render` draws a report as
+text and Mermaid, `_deploy` checks every thread in flight against a new graph
+version (`check_deploy`).
 """
 
 from __future__ import annotations

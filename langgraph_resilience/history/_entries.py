@@ -9,8 +9,7 @@ from typing import Any
 
 from langgraph_resilience.checkpoint import EffectRecord
 from langgraph_resilience.checkpoint.runlog._events import StoredAttempt
-from langgraph_resilience.history._ledger_runs import step_tasks
-from langgraph_resilience.history._scan import Recovery, ThreadRun
+from langgraph_resilience.history._ledger_runs import Recovery, ThreadRun, step_tasks
 
 __all__ = [
     "EffectEntry",

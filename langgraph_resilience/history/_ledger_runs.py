@@ -14,16 +14,119 @@ task whose tries its path's failed row stands for: ``tried``) before it ended.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_resilience.checkpoint import EffectRecord, RunRecord
 from langgraph_resilience.checkpoint.runlog import _reads as reads
 from langgraph_resilience.checkpoint.runlog._reads import Reads
+from langgraph_resilience.checkpoint.runlog._run_log_reads import ENDED
 from langgraph_resilience.checkpoint.runlog._run_summaries import ThreadLedger
-from langgraph_resilience.history._scan import ENDED, Recovery, ThreadRun
 
-__all__ = ["ledger_runs", "step_tasks"]
+__all__ = ["RECOVERY_KINDS", "Recovery", "ThreadRun", "ledger_runs", "step_tasks"]
+
+#: The kinds of recovery, in the order they are reported.
+RECOVERY_KINDS = ("crash", "takeover", "retry_failed", "budget", "human")
+
+
+@dataclass(kw_only=True)
+class Recovery:
+    """One recovery of a run, and what it redid.
+
+    Attributes:
+        kind: one of `RECOVERY_KINDS`.
+        at: when it was stored (epoch seconds).
+        checkpoint_id: the checkpoint it resumed.
+        redone: the step records of the executions it repeated.
+        effects_replayed: effects whose recorded outcome a redone step
+            replayed instead of calling again.
+    """
+
+    kind: str
+    thread_id: str
+    at: float | None
+    run: int | None = None
+    run_id: str | None = None
+    owner: str | None = None
+    checkpoint_id: str | None = None
+    redone: list[dict[str, Any]] = field(default_factory=list)
+    effects_replayed: int = 0
+    paths: tuple[str, ...] = ()  # retry_failed: the paths it re-runs
+
+    @property
+    def steps_redone(self) -> int:
+        return len(self.redone)
+
+    @property
+    def seconds_redone(self) -> float:
+        return sum(_duration(s) for s in self.redone)
+
+    @property
+    def tokens_redone(self) -> float:
+        return sum(float((s.get("usage") or {}).get("tokens") or 0) for s in self.redone)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "at": self.at,
+            "run": self.run,
+            "run_id": self.run_id,
+            "owner": self.owner,
+            "checkpoint_id": self.checkpoint_id,
+            "steps_redone": self.steps_redone,
+            "redone_paths": [str(s.get("path")) for s in self.redone],
+            "seconds_redone": round(self.seconds_redone, 6),
+            "tokens_redone": self.tokens_redone,
+            "effects_replayed": self.effects_replayed,
+        }
+
+
+@dataclass(kw_only=True)
+class ThreadRun:
+    """One run of a thread, as read back from the store.
+
+    Attributes:
+        run: its number on the thread (0: a `Worker` run that never started).
+        status: running, paused, success, partial_complete, error or cancelled.
+        steps: its step records, oldest first (with their ``usage``).
+        run_id / owner / claims / updated_at: its `Worker` run, if it had one.
+    """
+
+    thread_id: str
+    run: int
+    status: str = "running"
+    started_at: float | None = None
+    ended_at: float | None = None
+    checkpoint_id: str | None = None  # its input checkpoint (its marker's)
+    next_checkpoint: str | None = None  # the next run's (its own end)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    recoveries: list[Recovery] = field(default_factory=list)
+    run_id: str | None = None
+    owner: str | None = None
+    claims: int = 0
+    updated_at: float | None = None
+    budget: tuple[str, bytes] | None = None  # a Worker run's, as stored
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED
+
+    @property
+    def nodes(self) -> set[str]:
+        return {
+            str(s.get("path") or "").split("/", 1)[0].split("[", 1)[0].split("#", 1)[0]
+            for s in self.steps
+        }
+
+    def last_seen(self) -> float | None:
+        times = [t for t in (self.ended_at, self.updated_at, self.started_at) if t is not None]
+        return max(times) if times else None
+
+
+def _duration(step: Mapping[str, Any]) -> float:
+    start, end = step.get("started_at"), step.get("ended_at")
+    return max(0.0, float(end) - float(start)) if start is not None and end is not None else 0.0
 
 
 def step_tasks(step: dict[str, Any]) -> set[str]:

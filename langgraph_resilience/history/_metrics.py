@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from langgraph_resilience.checkpoint.runlog import _reads as reads
 from langgraph_resilience.checkpoint.runlog._reads import Reads, SaverOrGraph
+from langgraph_resilience.checkpoint.runlog._run_log_reads import ENDED
 from langgraph_resilience.checkpoint.runlog._run_metrics import Redone, RunCounts
 from langgraph_resilience.checkpoint.store._counters import (
     CHECKPOINT_FAILED,
@@ -25,16 +26,105 @@ from langgraph_resilience.checkpoint.store._counters import (
     WRITES_OK,
 )
 from langgraph_resilience.errors import ConfigError
-from langgraph_resilience.history._backfill import backfilled
-from langgraph_resilience.history._scan import ENDED, RECOVERY_KINDS
+from langgraph_resilience.history._ledger_runs import RECOVERY_KINDS
 
-__all__ = ["RecoveryMetrics", "arecovery_metrics", "recovery_metrics"]
+__all__ = [
+    "COUNTS",
+    "METRICS",
+    "Metric",
+    "RecoveryMetrics",
+    "arecovery_metrics",
+    "recovery_metrics",
+]
 
 Since = datetime | timedelta | float | int | None
 
 
 def _rate(part: int, whole: int) -> float | None:
     return part / whole if whole else None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Metric:
+    """One recovery metric: a field of `RecoveryMetrics`, the rate of two of its
+    counts (``numerator`` / ``denominator``; None when the denominator is 0).
+
+    Attributes:
+        name: the field (``partial_completion_rate``).
+        title: how a table or a plot names it.
+        numerator / denominator: the count fields it is made of.
+        numerator_says / denominator_says: what each count is, in a sentence
+            (``3 partial / 10 ended``).
+    """
+
+    name: str
+    title: str
+    numerator: str
+    denominator: str
+    numerator_says: str
+    denominator_says: str
+
+    def made_of(self, m: RecoveryMetrics) -> str:
+        """The counts it is made of, in words."""
+        part, whole = getattr(m, self.numerator), getattr(m, self.denominator)
+        return f"{part} {self.numerator_says} / {whole} {self.denominator_says}"
+
+
+#: The recovery metrics, in the order every reader shows them (the API's
+#: `RecoveryMetrics`, the ``metrics`` command, the console's plots): a new
+#: metric is a field of `RecoveryMetrics` and one entry here.
+METRICS = (
+    Metric(
+        name="partial_completion_rate",
+        title="partial completion rate",
+        numerator="runs_partial",
+        denominator="runs_ended",
+        numerator_says="partial",
+        denominator_says="ended",
+    ),
+    Metric(
+        name="checkpoint_save_success_rate",
+        title="checkpoint save success rate",
+        numerator="checkpoint_writes_succeeded",
+        denominator="checkpoint_writes_tried",
+        numerator_says="stored",
+        denominator_says="tried",
+    ),
+    Metric(
+        name="recovery_success_rate",
+        title="recovery success rate",
+        numerator="runs_resumed_succeeded",
+        denominator="runs_resumed_ended",
+        numerator_says="succeeded",
+        denominator_says="recovered and ended",
+    ),
+    Metric(
+        name="steps_redone_per_recovery",
+        title="steps redone per recovery",
+        numerator="steps_redone",
+        denominator="recoveries",
+        numerator_says="redone",
+        denominator_says="recoveries",
+    ),
+)
+#: The counts of `RecoveryMetrics` (whole numbers that add up over time: the
+#: console subtracts one bucket's from the next's).
+COUNTS = (
+    "runs",
+    "runs_ended",
+    "runs_succeeded",
+    "runs_partial",
+    "runs_failed",
+    "checkpoint_writes_tried",
+    "checkpoint_writes_succeeded",
+    "checkpoint_writes_failed",
+    "runs_resumed",
+    "runs_resumed_ended",
+    "runs_resumed_succeeded",
+    "recoveries",
+    "steps_redone",
+    "effects_replayed",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +226,16 @@ class RecoveryMetrics:
                 f"the kinds are {', '.join(RECOVERY_KINDS)}"
             )
 
+    @classmethod
+    def of_counts(cls, counts: Mapping[str, int], **rest: Any) -> RecoveryMetrics:
+        """The metrics of ``counts`` (`COUNTS`, each missing one 0): each rate of
+        `METRICS` from its two counts; ``rest``: the fields that are no count
+        (by kind, seconds and tokens redone, ``since``, ``graph``)."""
+        known = {name: int(counts.get(name, 0)) for name in COUNTS}
+        rates = {m.name: _rate(known[m.numerator], known[m.denominator]) for m in METRICS}
+        values: dict[str, Any] = {**rates, **known, **rest}
+        return cls(**values)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-safe data (rates may be None)."""
         return asdict(self)
@@ -177,10 +277,7 @@ def nodes_of(graph: Any) -> frozenset[str] | None:
     )
 
 
-def _metrics(
-    loads: Callable[[tuple[str, bytes]], Any], since: float | None, nodes: frozenset[str] | None
-) -> Reads[RecoveryMetrics]:
-    yield from backfilled(loads)
+def _metrics(since: float | None, nodes: frozenset[str] | None) -> Reads[RecoveryMetrics]:
     counters: dict[str, int] = yield reads.counters(since)
     found: RunCounts = yield reads.metrics(since, sorted(nodes) if nodes is not None else None)
     status = found.by_status
@@ -194,29 +291,28 @@ def _metrics(
     steps_redone = sum(k.steps for k in kinds.values())
     ok = counters.get(CHECKPOINT_OK, 0) + counters.get(WRITES_OK, 0)
     failed = counters.get(CHECKPOINT_FAILED, 0) + counters.get(WRITES_FAILED, 0)
-    return RecoveryMetrics(
-        partial_completion_rate=_rate(partial, ended),
-        checkpoint_save_success_rate=_rate(ok, ok + failed),
-        recovery_success_rate=_rate(resumed_ok, resumed_ended),
-        steps_redone_per_recovery=_rate(steps_redone, recoveries),
-        runs=sum(status.values()),
-        runs_ended=ended,
-        runs_succeeded=status.get("success", 0),
-        runs_partial=partial,
-        runs_failed=status.get("error", 0) + status.get("cancelled", 0),
-        checkpoint_writes_tried=ok + failed,
-        checkpoint_writes_succeeded=ok,
-        checkpoint_writes_failed=failed,
-        runs_resumed=sum(resumed.values()),
-        runs_resumed_ended=resumed_ended,
-        runs_resumed_succeeded=resumed_ok,
-        recoveries=recoveries,
+    counts = {
+        "runs": sum(status.values()),
+        "runs_ended": ended,
+        "runs_succeeded": status.get("success", 0),
+        "runs_partial": partial,
+        "runs_failed": status.get("error", 0) + status.get("cancelled", 0),
+        "checkpoint_writes_tried": ok + failed,
+        "checkpoint_writes_succeeded": ok,
+        "checkpoint_writes_failed": failed,
+        "runs_resumed": sum(resumed.values()),
+        "runs_resumed_ended": resumed_ended,
+        "runs_resumed_succeeded": resumed_ok,
+        "recoveries": recoveries,
+        "steps_redone": steps_redone,
+        "effects_replayed": sum(k.effects for k in kinds.values()),
+    }
+    return RecoveryMetrics.of_counts(
+        counts,
         recoveries_by_kind={k: v.recoveries for k, v in kinds.items()},
-        steps_redone=steps_redone,
         steps_redone_by_kind={k: v.steps for k, v in kinds.items()},
         seconds_redone=round(sum(k.seconds for k in kinds.values()), 6),
         tokens_redone=sum(k.tokens for k in kinds.values()),
-        effects_replayed=sum(k.effects for k in kinds.values()),
         since=since,
         graph=sorted(nodes) if nodes is not None else None,
     )
@@ -244,7 +340,7 @@ def recovery_metrics(
         0.3
     """
     saver = reads.saver_of(checkpointer, "recovery_metrics")
-    return reads.drive(saver, _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph)))
+    return reads.drive(saver, _metrics(since_of(since), nodes_of(graph)))
 
 
 async def arecovery_metrics(
@@ -252,5 +348,5 @@ async def arecovery_metrics(
 ) -> RecoveryMetrics:
     """Async twin of `recovery_metrics` (on an async resilient saver)."""
     saver = reads.async_saver_of(checkpointer, "arecovery_metrics")
-    steps = _metrics(saver.serde.loads_typed, since_of(since), nodes_of(graph))
+    steps = _metrics(since_of(since), nodes_of(graph))
     return await reads.adrive(saver, steps)

@@ -20,7 +20,6 @@ from langgraph_resilience.checkpoint.runlog import _reads as reads
 from langgraph_resilience.checkpoint.runlog._reads import Reads, SaverOrGraph
 from langgraph_resilience.errors import ConfigError, UnknownThread
 from langgraph_resilience.graph._routes import PARTIAL_RESULT
-from langgraph_resilience.history._backfill import backfilled
 from langgraph_resilience.history._entries import (
     EffectEntry,
     StepEntry,
@@ -30,13 +29,12 @@ from langgraph_resilience.history._entries import (
     suggestions_for,
     timeline_of,
 )
-from langgraph_resilience.history._ledger_runs import ledger_runs
+from langgraph_resilience.history._ledger_runs import ThreadRun, ledger_runs
 from langgraph_resilience.history._runs import (
     RunSummary,
     alist_runs,
     list_runs,
 )
-from langgraph_resilience.history._scan import ThreadRun
 
 __all__ = [
     "EffectEntry",
@@ -68,8 +66,8 @@ class RunReport:
         recoveries: each recovery (kind, when, by whom, what it redid).
         usage: what the run used (tokens, cost, seconds, steps); budget: its
             limits when known (a top-up given on resume, a Worker run's budget).
-        failed_steps / degraded_steps: what ended the run short, and what was
-            skipped or replaced.
+        failed_steps / degraded_steps: what ended the run short (each a
+            `FailedStep`), and the paths of the steps skipped or replaced.
         suggestions: what to do next.
         runs_on_thread: how many runs the thread has had.
     """
@@ -200,7 +198,6 @@ def _chosen(runs: Sequence[ThreadRun], run: int | str | None, thread: str) -> Th
 def _report(
     loads: Callable[[tuple[str, bytes]], Any], thread: str, run: int | str | None
 ) -> Reads[RunReport]:
-    yield from backfilled(loads)
     runs = yield from ledger_runs(thread)
     tuple_ = yield reads.checkpoint({"configurable": {"thread_id": thread}})
     if not runs and tuple_ is None:

@@ -3,18 +3,18 @@ a page of the run ledger's rows (`checkpoint.runlog._run_summaries`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from langgraph_resilience.checkpoint.runlog import _reads as reads
 from langgraph_resilience.checkpoint.runlog._reads import Reads, SaverOrGraph
+from langgraph_resilience.checkpoint.runlog._run_log_reads import STATUSES
 from langgraph_resilience.errors import ConfigError
-from langgraph_resilience.history._backfill import backfilled
 
 __all__ = ["RunSummary", "alist_runs", "list_runs"]
 
-_STATUSES = ("queued", "running", "paused", "success", "partial_complete", "error", "cancelled")
+_STATUSES = ("queued", *STATUSES)  # a Worker run not started yet, then a run row's
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,10 +77,7 @@ def _statuses(status: str | Sequence[str] | None) -> frozenset[str] | None:
     return wanted
 
 
-def _listed(
-    loads: Callable[[tuple[str, bytes]], Any], wanted: frozenset[str] | None, limit: int
-) -> Reads[list[RunSummary]]:
-    yield from backfilled(loads)
+def _listed(wanted: frozenset[str] | None, limit: int) -> Reads[list[RunSummary]]:
     rows = yield reads.summaries(sorted(wanted) if wanted is not None else None, limit)
     return [_summary(r) for r in rows]
 
@@ -105,7 +102,7 @@ def list_runs(
         >>> [r.to_dict() for r in list_runs(saver, status="partial_complete")]  # doctest: +SKIP
     """
     saver = reads.saver_of(checkpointer, "list_runs")
-    return reads.drive(saver, _listed(saver.serde.loads_typed, _statuses(status), _limit(limit)))
+    return reads.drive(saver, _listed(_statuses(status), _limit(limit)))
 
 
 async def alist_runs(
@@ -113,5 +110,5 @@ async def alist_runs(
 ) -> list[RunSummary]:
     """Async twin of `list_runs` (on an async resilient saver)."""
     saver = reads.async_saver_of(checkpointer, "alist_runs")
-    steps = _listed(saver.serde.loads_typed, _statuses(status), _limit(limit))
+    steps = _listed(_statuses(status), _limit(limit))
     return await reads.adrive(saver, steps)

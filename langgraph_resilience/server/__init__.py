@@ -13,6 +13,10 @@
 server enters it; `app` serves ``/resilience/...`` (see `_app`). The guide is
 docs/agent-server.md. `console_app` is the web console's pages (docs/console.md),
 mounted by `app` at ``/resilience/console/`` and served by ``langgraph-resilience ui``.
+
+The rooms: ``_checkpointer`` (`checkpointer`), ``_app`` (`app`), ``_console``
+(`console_app`), ``_pages`` (its pages as HTML text, pure), ``static/`` (their
+CSS and JS).
 """
 
 from __future__ import annotations

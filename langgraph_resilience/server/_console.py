@@ -17,7 +17,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -33,8 +33,8 @@ from langgraph_resilience.checkpoint.runlog._run_log_reads import cursor_of
 from langgraph_resilience.effects import settle_effect
 from langgraph_resilience.errors import ConfigError, RunStateError, UnknownThread
 from langgraph_resilience.history import RecoveryMetrics, recovery_metrics, run_report
+from langgraph_resilience.history._metrics import COUNTS
 from langgraph_resilience.server._pages import (
-    FOUR,
     esc,
     flash_of,
     metrics_page,
@@ -123,21 +123,15 @@ def bucketed(saver: Any, per: str, now: float | None = None) -> list[tuple[str, 
             since[i] = recovery_metrics(saver, since=max(0.0, now - (first + i * width)))
         else:
             since[i] = since[i + 1]
-    names = [f.name for f in fields(RecoveryMetrics) if f.type in ("int", int)]
     out = []
     for i in range(count):
         older, newer = since[i], since[i + 1]
-        counts = {n: _count(older, n) - _count(newer, n) for n in names}
-        rates = {
-            field: (counts[num] / counts[den] if counts[den] else None)
-            for field, _, num, den in FOUR
-        }
+        counts = {n: _count(older, n) - _count(newer, n) for n in COUNTS}
         label = time.strftime(
             "%m-%d %H:00" if per == "hour" else "%Y-%m-%d",
             time.gmtime(start - (count - i) * width),
         )
-        found = RecoveryMetrics(**rates, **counts)  # type: ignore[arg-type]
-        out.append((label, found))
+        out.append((label, RecoveryMetrics.of_counts(counts)))
     return out
 
 

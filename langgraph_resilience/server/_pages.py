@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 
 from langgraph_resilience.checkpoint.runlog._run_log_reads import RunLogRecord
 from langgraph_resilience.history import RecoveryMetrics, RunReport
+from langgraph_resilience.history._metrics import METRICS
 from langgraph_resilience.history._render import clock, drawn, node_statuses, seen, top_node
 
 __all__ = ["esc", "metrics_page", "page", "run_page", "runs_page"]
@@ -343,25 +344,6 @@ def run_page(report: RunReport, *, base: str, graph: Any, token: str | None) -> 
     )
 
 
-#: The four metrics: (field, title, numerator count, denominator count).
-FOUR = (
-    ("partial_completion_rate", "partial completion rate", "runs_partial", "runs_ended"),
-    (
-        "checkpoint_save_success_rate",
-        "checkpoint save success rate",
-        "checkpoint_writes_succeeded",
-        "checkpoint_writes_tried",
-    ),
-    (
-        "recovery_success_rate",
-        "recovery success rate",
-        "runs_resumed_succeeded",
-        "runs_resumed_ended",
-    ),
-    ("steps_redone_per_recovery", "steps redone per recovery", "steps_redone", "recoveries"),
-)
-
-
 def _plot(title: str, points: Sequence[tuple[str, float | None, int, int]], ident: str) -> str:
     w, h, bar = 360, 120, max(4, 340 // max(1, len(points)) - 2)
     top = max([v for _, v, _, _ in points if v is not None] + [1.0])
@@ -394,11 +376,13 @@ def metrics_page(buckets: Sequence[tuple[str, RecoveryMetrics]], *, base: str, p
         for p in ("hour", "day")
     )
     plots = []
-    for field, title, num, den in FOUR:
+    for metric in METRICS:
+        num, den = metric.numerator, metric.denominator
         points = [
-            (label, getattr(m, field), getattr(m, num), getattr(m, den)) for label, m in buckets
+            (label, getattr(m, metric.name), getattr(m, num), getattr(m, den))
+            for label, m in buckets
         ]
-        plots.append(_plot(title, points, f"plot-{field}"))
+        plots.append(_plot(metric.title, points, f"plot-{metric.name}"))
     counts = [
         "runs",
         "runs_ended",

@@ -42,9 +42,9 @@ from langchain_core.runnables.config import (
 from langgraph.config import get_stream_writer
 
 import langgraph_resilience.telemetry._otel as otel
+from langgraph_resilience._keys import GRAPH_KEY, TRY_ATTEMPT_META, TRY_NODE_META, TRY_STARTED_META
 
 __all__ = [
-    "GRAPH_KEY",
     "TryRun",
     "begin_try",
     "checkpoint_write",
@@ -59,11 +59,6 @@ __all__ = [
 
 logger = logging.getLogger("langgraph_resilience")
 
-#: The configurable key under which a compiled `ResilientStateGraph` names
-#: itself to its nodes (the ``graph`` attribute of events and spans). Its
-#: leading ``__`` keeps LangChain from copying it into every run's metadata,
-#: and so into every checkpoint's.
-GRAPH_KEY = "__lgr_graph"
 
 #: Which OTel counter an event moves (``tries`` and ``retries`` move on
 #: ``try_failed``, by its action).
@@ -182,9 +177,9 @@ class TryRun:
         """The node's config, with the try in the metadata its run records."""
         metadata = {
             **(self.config.get("metadata") or {}),
-            "lgr_node": self.node,
-            "lgr_attempt": self.number,
-            "lgr_started_at": self.started,
+            TRY_NODE_META: self.node,
+            TRY_ATTEMPT_META: self.number,
+            TRY_STARTED_META: self.started,
         }
         return {**self.config, "metadata": metadata}
 

@@ -8,6 +8,11 @@ Example:
     >>> from langgraph_resilience.testing import FaultPlan, recovery_suite
     >>> report = recovery_suite(build, {"q": "..."}, effects={"email": sent})  # doctest: +SKIP
     >>> report.assert_ok()  # doctest: +SKIP
+
+The rooms: ``_faults`` (the faults, as data), ``_plan`` (`FaultPlan`),
+``_taps`` and ``_saver_taps`` (where a plan goes into a graph and its saver),
+``_cases`` (the four recovery tests, written once), ``_suite``
+(`recovery_suite`), ``_report`` (what it found), ``plugin`` (the pytest fixture).
 """
 
 from __future__ import annotations

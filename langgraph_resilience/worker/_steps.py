@@ -23,10 +23,11 @@ from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
 from langgraph.types import Command, StateSnapshot
 
+from langgraph_resilience._keys import BUDGET_KEY, FENCE_KEY, RUN_META, WORKER_KEY
 from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import Fence, RunRecord
-from langgraph_resilience.checkpoint.ledger._runs import FENCE_KEY, WORKER_KEY
+from langgraph_resilience.classify import FailureKind
 from langgraph_resilience.errors import (
     CheckpointConflict,
     DeployBlocked,
@@ -35,7 +36,6 @@ from langgraph_resilience.errors import (
     describe,
 )
 from langgraph_resilience.graph._lifecycle import ended_status, settled_by_hand
-from langgraph_resilience.graph._task import BUDGET_KEY
 from langgraph_resilience.graph._tries import DURABLE_WAIT
 from langgraph_resilience.telemetry._emit import takeover_event
 from langgraph_resilience.worker._leases import Instant, Proof
@@ -54,7 +54,6 @@ __all__ = [
     "LoopSettings",
     "NO_ANSWER",
     "Pause",
-    "RUN_META",
     "Renew",
     "RunOp",
     "Start",
@@ -85,11 +84,6 @@ logger = logging.getLogger("langgraph_resilience")
 
 class ThreadState(NamedTuple):
     """Where the thread is: `Where`."""
-
-
-#: The checkpoint metadata key naming the run that wrote a checkpoint (LangGraph
-#: copies a run's ``config["metadata"]`` into every checkpoint it writes).
-RUN_META = "lgr_run_id"
 
 
 class Where(NamedTuple):
@@ -151,7 +145,7 @@ BLOCKED_WAIT = 60.0
 #: `run_steps`' ``answer`` when the run was resumed without a value.
 NO_ANSWER: Any = object()
 #: The ``reason`` of a budget pause's interrupt value.
-BUDGET_PAUSE = "budget_exhausted"
+BUDGET_PAUSE = FailureKind.BUDGET_EXHAUSTED.value
 
 
 def answers(where: Where, answer: Any, top_up: Any) -> dict[str, Any]:

@@ -59,6 +59,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from langgraph_resilience._keys import RUN_META
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver, RunRecord
 from langgraph_resilience.checkpoint.archive._schedule import aarchiving, archiving, schedule_of
@@ -77,7 +78,6 @@ from langgraph_resilience.worker._setup import (
 )
 from langgraph_resilience.worker._steps import (
     NO_ANSWER,
-    RUN_META,
     Abandon,
     ClaimRuns,
     CurrentValues,

@@ -29,6 +29,7 @@ from langgraph_resilience.checkpoint.archive._objects import Archive
 from langgraph_resilience.checkpoint.saver import _retention
 from langgraph_resilience.checkpoint.saver._retention import Pruned
 from langgraph_resilience.errors import ArchiveError
+from langgraph_resilience.policy import seconds_of
 
 __all__ = ["AsyncArchival", "SyncArchival"]
 
@@ -58,7 +59,7 @@ def _archival(
     return _moves.archive_threads(
         saver._dialect,
         saver.serde.dumps_typed,
-        older_than=_moves.seconds_of(older_than, "older_than"),
+        older_than=seconds_of("older_than", older_than),
         now=time.time(),
         limit=limit,
         claim_ttl=claim_ttl,
@@ -87,10 +88,10 @@ def _pruning(
     _retention.check_keep_last(keep_last)
     before = None
     if older_than is not None:
-        before = _moves.id_before(time.time() - _moves.seconds_of(older_than, "older_than"))
+        before = _moves.id_before(time.time() - seconds_of("older_than", older_than))
     runs_idle = None
     if runs_older_than is not None:
-        runs_idle = _moves.seconds_of(runs_older_than, "runs_older_than")
+        runs_idle = seconds_of("runs_older_than", runs_older_than)
     ids = None if thread_ids is None else [str(t) for t in thread_ids]
     d = saver._dialect
     return lambda: _retention.prune_history(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Generator, Sequence
-from datetime import timedelta
 from typing import Any, NamedTuple
 
 from langgraph.checkpoint.base import CheckpointTuple
@@ -106,13 +105,6 @@ def id_before(epoch_seconds: float) -> str:
     ts = int(epoch_seconds * 10_000_000) + _UUID_EPOCH_OFFSET
     value = ((ts >> 12) & 0xFFFFFFFFFFFF) << 80 | (0x6000 | ts & 0x0FFF) << 64 | 0x8000 << 48
     return str(uuid.UUID(int=value))
-
-
-def seconds_of(value: timedelta | float, name: str) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds < 0:
-        raise ConfigError(f"{name} must be >= 0, got {value!r} (e.g. timedelta(hours=24))")
-    return seconds
 
 
 def to_objects(

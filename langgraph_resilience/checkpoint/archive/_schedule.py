@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.policy import seconds_of
 
 __all__ = ["Schedule", "aarchiving", "archiving", "schedule_of"]
 
@@ -41,17 +42,17 @@ class Schedule:
             )
 
 
-def _seconds(value: timedelta | float) -> float:
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
 def schedule_of(
     archive_idle: timedelta | float | None, archive_every: timedelta | float
 ) -> Schedule | None:
     """A worker's archival schedule (None: the worker does not archive)."""
     if archive_idle is None:
         return None
-    return Schedule(older_than=_seconds(archive_idle), every=_seconds(archive_every))
+    idle, every = (
+        seconds_of("archive_idle", archive_idle),
+        seconds_of("archive_every", archive_every),
+    )
+    return Schedule(older_than=idle, every=every)
 
 
 def _archive_once(saver: Any, schedule: Schedule) -> None:

@@ -32,7 +32,7 @@ __all__ = [
     "AttemptKey",
     "AttemptRecord",
     "EffectRecord",
-    "IntentClaim",
+    "IntentVerdict",
     "OutcomeFields",
     "PendingOutcomes",
 ]
@@ -56,6 +56,10 @@ class AttemptRecord:
             the service's ``Retry-After`` (a durable wait, under a `Worker`).
         wait: seconds waited before the next try (backoff, or the durable
             wait), None when the try had no next one.
+        route: where the try that gave up sent its step (JSON text of the
+            route: `graph._routes.route_of`, to a fallback or the partial
+            result), None for any other try. The node's error handler reads it
+            back when it runs after a crash (`read_route`).
     """
 
     attempt: int
@@ -66,15 +70,17 @@ class AttemptRecord:
     finished_at: float | None = None
     status: str = "failed"
     wait: float | None = None
+    route: str | None = None
 
 
 _INSERT_ATTEMPT = (
     f"INSERT INTO {ATTEMPTS.name} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-    "attempt, node, status, kind, error_type, reason, started_at, finished_at, wait) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "attempt, node, status, kind, error_type, reason, started_at, finished_at, wait, route) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, attempt) DO UPDATE SET "
     "status = excluded.status, kind = excluded.kind, error_type = excluded.error_type, "
-    "reason = excluded.reason, finished_at = excluded.finished_at, wait = excluded.wait"
+    "reason = excluded.reason, finished_at = excluded.finished_at, wait = excluded.wait, "
+    "route = excluded.route"
 )
 _SELECT_ATTEMPTS = (
     f"SELECT {select_list(AttemptRecord)} FROM {ATTEMPTS.name} "
@@ -89,7 +95,7 @@ def record_attempt(
     """Store a failed try (before the wait that follows it), idempotently."""
     r = record
     tried = (r.attempt, r.node, r.status, r.kind, r.error_type, r.reason)
-    params = (*key, *tried, started_at, r.finished_at, r.wait)
+    params = (*key, *tried, started_at, r.finished_at, r.wait, r.route)
     yield Stmt(d.sql(_INSERT_ATTEMPT), params)
 
 
@@ -200,7 +206,7 @@ def list_effects(d: Dialect, thread_id: str) -> Statements[list[EffectRecord]]:
     return [_checked(thread_id, r) for r in rows]
 
 
-class IntentClaim(NamedTuple):
+class IntentVerdict(NamedTuple):
     """What claiming an effect's intent found.
 
     Attributes:
@@ -252,7 +258,7 @@ def claim_intent(
     args_digest: str | None,
     lease: float,
     first: bool = False,
-) -> Statements[IntentClaim]:
+) -> Statements[IntentVerdict]:
     """Store the intent before the call, held by ``record.owner`` for ``lease``
     seconds; or find who holds it, and take it over when its holder is gone.
 
@@ -291,7 +297,7 @@ def claim_intent(
         fetch=not first,
     )
     if first or insert:
-        return IntentClaim("new")
+        return IntentVerdict("new")
     for _ in range(_CLAIM_TRIES):
         rows = yield Stmt(
             d.sql(
@@ -305,9 +311,9 @@ def claim_intent(
         alive = None if found.owner is None else executor_alive(found.owner)
         verdict = judge_intent(found, r, now, alive)
         if verdict == "busy":
-            return IntentClaim("busy", found, max(0.0, (found.lease_until or now) - now))
+            return IntentVerdict("busy", found, max(0.0, (found.lease_until or now) - now))
         if verdict == "done":
-            return IntentClaim("done", found)
+            return IntentVerdict("done", found)
         taken = yield Stmt(
             d.sql(
                 # the new call's outcome brings its own sum
@@ -328,8 +334,8 @@ def claim_intent(
             fetch=True,
         )
         if taken:
-            return IntentClaim("took_over", found)
-    return IntentClaim("busy", found, 0.0)  # it changed hands under us each time
+            return IntentVerdict("took_over", found)
+    return IntentVerdict("busy", found, 0.0)  # it changed hands under us each time
 
 
 def renew_intent(

@@ -6,7 +6,7 @@ each limit (sorted by name, so two acquirers lock in one order) it creates the
 limit's row or checks its numbers, then refuses on a pause, a full set of live
 holds or a full rate window; admitted by all, it stores a start (rate) and a
 hold (concurrency) for each. Postgres runs those steps in one stored function,
-one round trip (`_pg_functions._PG_LIMIT_ACQUIRE_29`); SQLite runs the same
+one round trip (`_schema._PG_LIMIT_ACQUIRE`); SQLite runs the same
 steps here, in one immediate transaction. Times are the store's clock
 (`Dialect.now`).
 

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 
+from langgraph_resilience._keys import FENCE_KEY
 from langgraph_resilience.checkpoint.ledger._lease_judge import (
     Claimant,
     dead_holders,
@@ -34,8 +35,6 @@ from langgraph_resilience.checkpoint.store._store import (
 from langgraph_resilience.errors import ConfigError, LeaseLost, RunStateError
 
 __all__ = [
-    "FENCE_KEY",
-    "WORKER_KEY",
     "Fence",
     "RunRecord",
     "fence_of",
@@ -129,12 +128,6 @@ class RunRecord:
 _RUN_COLUMNS = select_list(RunRecord)
 
 # -- fencing --------------------------------------------------------------------------------
-
-# Where a `Worker` puts the run's fence in a run's config; every checkpoint,
-# write, attempt and effect record of that run is checked against it.
-FENCE_KEY = "__lgr_fence"
-#: The id of the `Worker` running the run (its steps name it in their records).
-WORKER_KEY = "__lgr_worker"
 
 
 def fence_of(config: RunnableConfig | None) -> Fence | None:

@@ -1,4 +1,9 @@
-"""`ResilientPostgresSaver`: LangGraph's `PostgresSaver` with the resilience store."""
+"""`ResilientPostgresSaver`: LangGraph's `PostgresSaver` with the resilience store.
+
+``aio``: its async twin, `AsyncResilientPostgresSaver`; ``_network``: how both
+reach their server and how long they wait for it; ``_values``: the channel
+values LangGraph would inline that Postgres cannot store.
+"""
 
 from __future__ import annotations
 

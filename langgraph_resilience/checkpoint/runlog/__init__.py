@@ -1,4 +1,5 @@
-"""The run ledger: a row per run, per step and per recovery, written and read.
+"""The run ledger: a row per run, per step and per recovery, written and read
+(the only source of a run's history: LangGraph's writes are never decoded back).
 
 - ``_run_log``: the rows written, in the transaction of what they belong to.
 - ``_step_rows``: a step record as its row stores it, and read back.
@@ -10,5 +11,4 @@
 - ``_history``: the saver's ``history`` part.
 - ``_heads``: the head of every thread in flight, in one read (``check_deploy``).
 - ``_reads``: the reads, written once, driven sync or async.
-- ``_run_backfill`` / ``_steps``: threads stored before the ledger.
 """

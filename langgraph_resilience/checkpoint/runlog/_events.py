@@ -1,11 +1,9 @@
 """The reads behind `recovery_metrics` and `run_report`, and the two recoveries
 that nothing else stores (both dialects).
 
-Nothing here runs on a step's happy path. A run's history is read from what is
-already stored: the writes of its run-log channel (each step's record, the
-markers of new runs, partial results and `retry_failed`), LangGraph's own
-resume, interrupt and error writes (`_langgraph`'s channels), the attempts, effects and
-runs tables. Two recoveries leave no write of their own and get a row in
+Nothing here runs on a step's happy path. A run's history is read from the
+run ledger's rows (`_run_log` writes them) and the attempts, effects and runs
+tables, never from LangGraph's writes. Two recoveries leave no write of their own and get a row in
 ``resilience_recoveries``: a `Worker`'s takeover of a run whose lease expired
 (stored in the claim's own transaction) and a resume after a crash
 (`note_recovery`). The saver's ``history`` interface runs these reads
@@ -17,20 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from langgraph_resilience._langgraph import (
-    BRANCH_PREFIX,
-    ERROR_CHANNEL,
-    ERROR_SOURCE_CHANNEL,
-    INTERRUPT_CHANNEL,
-    RESUME_CHANNEL,
-    TASKS_CHANNEL,
-)
 from langgraph_resilience.checkpoint.ledger._lease_judge import Claimant, dead_holders, taken_over
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord, claim_runs
 from langgraph_resilience.checkpoint.store._schema import ATTEMPTS, RECOVERIES, RUN_LOG, RUNS
 from langgraph_resilience.checkpoint.store._store import (
     Dialect,
-    Row,
     Statements,
     Stmt,
     from_row,
@@ -38,29 +27,14 @@ from langgraph_resilience.checkpoint.store._store import (
 )
 
 __all__ = [
-    "RUN_LOG_CHANNELS",
     "RecoveryRecord",
     "StoredAttempt",
     "claim_noting",
     "note_recovery",
     "read_recoveries",
-    "read_run_log",
     "read_thread_attempts",
     "read_thread_runs",
 ]
-
-#: The channels whose writes tell a run's story (values read); writes to the
-#: `BRANCH_PREFIX` channels and Sends (`TASKS_CHANNEL`) are read
-#: without their values (a run that wrote none in its last step has nothing left
-#: to do). `ERROR_SOURCE_CHANNEL` marks an error that goes to the node's error
-#: handler.
-RUN_LOG_CHANNELS = (
-    "resilience",
-    RESUME_CHANNEL,
-    INTERRUPT_CHANNEL,
-    ERROR_CHANNEL,
-    ERROR_SOURCE_CHANNEL,
-)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -76,8 +50,7 @@ class RecoveryRecord:
         checkpoint_id: the thread's latest checkpoint then: the one resumed.
         at: when (epoch seconds: the database's clock for a crash or a takeover,
             the writer's for the kinds a write makes).
-        run: the run of the thread it resumed (None: stored before version 26
-            on a thread without run rows).
+        run: the run of the thread it resumed (None: a thread without run rows).
     """
 
     thread_id: str
@@ -174,32 +147,6 @@ def read_recoveries(d: Dialect, thread_id: str | None = None) -> Statements[list
         fetch=True,
     )
     return [from_row(RecoveryRecord, r) for r in rows]
-
-
-def read_run_log(d: Dialect, thread_id: str | None = None) -> Statements[list[Row]]:
-    """The writes that tell runs' stories: (thread, namespace, checkpoint, task,
-    idx, channel, type, value); the value only for `RUN_LOG_CHANNELS`."""
-    value = d.writes.columns[-1].name  # LangGraph names it value (SQLite) or blob
-    named = d.list_param(RUN_LOG_CHANNELS)
-    where = "AND thread_id = ? " if thread_id is not None else ""
-    rows = yield Stmt(
-        d.sql(
-            "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, "
-            f"CASE WHEN channel IN_LIST(?) THEN {value} END FROM {d.writes.name} "
-            "WHERE (channel IN_LIST(?) OR substr(channel, 1, ?) = ? OR channel = ?) "
-            f"{where}"
-        ),
-        (
-            named,
-            named,
-            len(BRANCH_PREFIX),
-            BRANCH_PREFIX,
-            TASKS_CHANNEL,
-            *((thread_id,) if thread_id is not None else ()),
-        ),
-        fetch=True,
-    )
-    return rows
 
 
 def read_thread_attempts(d: Dialect, thread_id: str) -> Statements[list[StoredAttempt]]:

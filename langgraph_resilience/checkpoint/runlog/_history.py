@@ -1,8 +1,7 @@
 """The saver's ``history`` part: what `recovery_metrics`, `run_report` and
 `list_runs` read (see `_events`, `_run_log_reads`, `_run_metrics`), the
 recoveries that leave no write of their own, the driver's word on how a run
-returned (`_run_log.close_run`), the heads of threads in flight (`_heads`),
-and the ledger's one-time backfill (`_run_backfill`)."""
+returned (`_run_log.close_run`), and the heads of threads in flight (`_heads`)."""
 
 from __future__ import annotations
 
@@ -10,12 +9,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import langgraph_resilience.checkpoint.runlog._events as _events
-import langgraph_resilience.checkpoint.runlog._run_backfill as _backfill
 import langgraph_resilience.checkpoint.runlog._run_log as _run_log
 import langgraph_resilience.checkpoint.runlog._run_log_reads as _run_reads
 import langgraph_resilience.checkpoint.store._storage as _storage
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
-from langgraph_resilience.checkpoint.runlog._events import RecoveryRecord, StoredAttempt
+from langgraph_resilience.checkpoint.runlog._events import StoredAttempt
 from langgraph_resilience.checkpoint.runlog._heads import Head, read_heads
 from langgraph_resilience.checkpoint.runlog._run_log_reads import Cursor, RunLogRecord
 from langgraph_resilience.checkpoint.runlog._run_metrics import RunCounts, read_metrics
@@ -27,11 +25,8 @@ from langgraph_resilience.checkpoint.runlog._run_summaries import (
 from langgraph_resilience.checkpoint.saver._parts import AsyncPart as _AsyncPart
 from langgraph_resilience.checkpoint.saver._parts import Part as _Part
 from langgraph_resilience.checkpoint.store._storage import ThreadStorage
-from langgraph_resilience.checkpoint.store._store import Row
 
 __all__ = ["AsyncHistory", "History"]
-
-Rows = Sequence[tuple[Any, ...]]
 
 
 class History(_Part):
@@ -41,16 +36,6 @@ class History(_Part):
     ``run_row``) and the driver's word on how a run returned (``close_run``)."""
 
     __slots__ = ()
-
-    def run_log(self, thread_id: str | None = None) -> list[Row]:
-        """The writes that tell runs' stories (`_events.read_run_log`)."""
-        d = self._saver._dialect
-        return self._io._query(lambda: _events.read_run_log(d, thread_id))
-
-    def recoveries(self, thread_id: str | None = None) -> list[RecoveryRecord]:
-        """The takeovers and crash resumes stored, oldest first."""
-        d = self._saver._dialect
-        return self._io._query(lambda: _events.read_recoveries(d, thread_id))
 
     def runs(self, thread_id: str | None = None) -> list[RunRecord]:
         """`Worker` runs, oldest first."""
@@ -110,18 +95,6 @@ class History(_Part):
         d, serde = self._saver._dialect, self._saver.serde
         return self._io._query(lambda: read_heads(d, serde.loads_typed))
 
-    def pending_backfill(self) -> list[str]:
-        """Threads written before the ledger, still to be read into its rows."""
-        return self._io._query(lambda: _backfill.pending_threads(self._saver._dialect))
-
-    def backfill(
-        self, thread_id: str, runs: Rows, steps: Rows, recoveries: Rows, paths: Rows
-    ) -> None:
-        """Store one thread's ledger rows read back from its writes (`_run_backfill`)."""
-        d = self._saver._dialect
-        rows = (runs, steps, recoveries, paths)
-        self._io._write(lambda: _backfill.store_backfill(d, thread_id, *rows))
-
     def run_row(self, thread_id: str, run: int) -> RunLogRecord | None:
         """One run of a thread, as the run ledger holds it (None: no row)."""
         d = self._saver._dialect
@@ -156,16 +129,6 @@ class AsyncHistory(History, _AsyncPart):
     """`History` with the a-prefixed methods of an async saver."""
 
     __slots__ = ()
-
-    async def arun_log(self, thread_id: str | None = None) -> list[Row]:
-        """Async twin of `History.run_log`."""
-        d = self._saver._dialect
-        return await self._saver._query(lambda: _events.read_run_log(d, thread_id))
-
-    async def arecoveries(self, thread_id: str | None = None) -> list[RecoveryRecord]:
-        """Async twin of `History.recoveries`."""
-        d = self._saver._dialect
-        return await self._saver._query(lambda: _events.read_recoveries(d, thread_id))
 
     async def aruns(self, thread_id: str | None = None) -> list[RunRecord]:
         """Async twin of `History.runs`."""
@@ -222,16 +185,6 @@ class AsyncHistory(History, _AsyncPart):
     async def athread_ledger(self, thread_id: str) -> ThreadLedger:
         d = self._saver._dialect
         return await self._saver._query(lambda: read_thread_ledger(d, thread_id))
-
-    async def apending_backfill(self) -> list[str]:
-        return await self._saver._query(lambda: _backfill.pending_threads(self._saver._dialect))
-
-    async def abackfill(
-        self, thread_id: str, runs: Rows, steps: Rows, recoveries: Rows, paths: Rows
-    ) -> None:
-        d = self._saver._dialect
-        rows = (runs, steps, recoveries, paths)
-        await self._saver._write(lambda: _backfill.store_backfill(d, thread_id, *rows))
 
     async def arun_row(self, thread_id: str, run: int) -> RunLogRecord | None:
         """Async twin of `History.run_row`."""

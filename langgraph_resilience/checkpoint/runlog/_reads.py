@@ -20,16 +20,14 @@ from langgraph.pregel import Pregel
 from langgraph_resilience.checkpoint._protocol import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
-from langgraph_resilience.checkpoint.runlog._events import RecoveryRecord, StoredAttempt
+from langgraph_resilience.checkpoint.runlog._events import StoredAttempt
 from langgraph_resilience.checkpoint.runlog._run_log_reads import Cursor, RunLogRecord
 from langgraph_resilience.checkpoint.runlog._run_metrics import RunCounts
 from langgraph_resilience.checkpoint.runlog._run_summaries import ThreadLedger
-from langgraph_resilience.checkpoint.store._store import Row
 from langgraph_resilience.errors import ConfigError
 
 __all__ = [
     "Read",
-    "backfill",
     "Reads",
     "SaverOrGraph",
     "adrive",
@@ -39,9 +37,6 @@ __all__ = [
     "drive",
     "effects",
     "metrics",
-    "pending_backfill",
-    "recoveries",
-    "run_log",
     "run_rows",
     "runs",
     "saver_of",
@@ -66,13 +61,6 @@ class Read(Generic[T]):
 
 
 Reads = Generator[Read[Any], Any, T]
-
-
-def run_log(thread_id: str | None) -> Read[list[Row]]:
-    return Read(
-        sync=lambda s: s.history.run_log(thread_id),
-        async_=lambda s: s.history.arun_log(thread_id),
-    )
 
 
 def run_rows(
@@ -112,29 +100,6 @@ def thread_ledger(thread_id: str) -> Read[ThreadLedger]:
     return Read(
         sync=lambda s: s.history.thread_ledger(thread_id),
         async_=lambda s: s.history.athread_ledger(thread_id),
-    )
-
-
-def pending_backfill() -> Read[list[str]]:
-    """Threads written before the run ledger, not yet read into its rows."""
-    return Read(
-        sync=lambda s: s.history.pending_backfill(),
-        async_=lambda s: s.history.apending_backfill(),
-    )
-
-
-def backfill(thread_id: str, rows: tuple[Sequence[tuple[Any, ...]], ...]) -> Read[None]:
-    """Store one thread's ledger rows: runs, steps, recoveries, paths (`_run_backfill`)."""
-    return Read(
-        sync=lambda s: s.history.backfill(thread_id, *rows),
-        async_=lambda s: s.history.abackfill(thread_id, *rows),
-    )
-
-
-def recoveries(thread_id: str | None) -> Read[list[RecoveryRecord]]:
-    return Read(
-        sync=lambda s: s.history.recoveries(thread_id),
-        async_=lambda s: s.history.arecoveries(thread_id),
     )
 
 

@@ -27,9 +27,10 @@ LangGraph's private writes decoded back:
 A run nested in another (a resilient subgraph, a resilient graph invoked inside
 a node: a non-empty namespace) has no row of its own; its steps are rows of
 its namespace, numbered with the run of the thread latest started at or before
-their checkpoint (checkpoint ids are time-ordered). Threads written before the
-ledger existed have no rows: their readers decode their writes, as before
-(`_run_log_reads.read_steps`).
+their checkpoint (checkpoint ids are time-ordered). Under a parent that keeps
+no run log (a plain ``StateGraph`` running a resilient agent), the thread's
+runs are the nested run log's own: its marker starts a run row, its end ends
+it (`_OWN_START`, `_OWN_END`).
 """
 
 from __future__ import annotations
@@ -43,13 +44,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.graph import START
 
+from langgraph_resilience._keys import WORKER_KEY
 from langgraph_resilience._langgraph import (
     ERROR_CHANNEL,
     INTERRUPT_CHANNEL,
     RESUME_CHANNEL,
     triggers_none,
 )
-from langgraph_resilience.checkpoint.ledger._runs import WORKER_KEY, fence_of
+from langgraph_resilience.checkpoint.ledger._runs import fence_of
 from langgraph_resilience.checkpoint.runlog._run_log_reads import CHANNEL, ENDED, STATUSES
 from langgraph_resilience.checkpoint.runlog._run_sql import (
     NESTED_FAILED,
@@ -65,13 +67,13 @@ from langgraph_resilience.checkpoint.runlog._run_sql import (
 from langgraph_resilience.checkpoint.runlog._scope import scope_of
 from langgraph_resilience.checkpoint.runlog._step_rows import step_row
 from langgraph_resilience.checkpoint.store._schema import (
-    BACKFILL,
     RECOVERIES,
     RECOVERY_PATHS,
     RUN_LOG,
     STEPS,
 )
 from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
+from langgraph_resilience.classify import FailureKind
 from langgraph_resilience.errors import ConfigError
 
 __all__ = [
@@ -254,7 +256,8 @@ class WriteLedger(NamedTuple):
     task_id: str = ""
     clear: tuple[str, ...] = ()  # the paths retry_failed re-runs
     paused_for: str | None = None  # an interrupt: budget or human
-    own_story: bool = False  # a nested run's start or end (see `_OWN_STORY`)
+    own_start: tuple[Any, ...] | None = None  # a nested run's marker's row (`_OWN_START`)
+    own_end: str | None = None  # a nested run's end (see `_OWN_END`)
     start: tuple[Any, ...] | None = None  # a run started by a node's marker
     #: The failed step of a graph nested in a parent no driver of ours runs
     #: (a plain ``StateGraph``: a supervisor's, a swarm's) that ended short: the
@@ -313,16 +316,22 @@ def ledger_of_writes(
         row = step_row(thread_id, ns, checkpoint_id, task_id, run, record, tried)
     if ns:  # a nested run's: its steps only (its outcome is its parent's step's)
         # Its start or end under a parent that keeps no run log (a plain
-        # StateGraph): the thread's runs are the nested run log's own story,
-        # read into rows by `history._backfill` (`_OWN_STORY`).
-        told = value.get("new_run") is not None or value.get("status") in ENDED
-        if row is None and not told:
+        # StateGraph): the thread's runs are the nested run log's own.
+        began = value.get("new_run")
+        ended = value.get("status") if value.get("status") in ENDED else None
+        if row is None and began is None and ended is None:
             return None
         short = None
         if value.get("status") == "partial_complete" and scope_of(config) is None:
             short = _path_of(value.get("failed_step"))
         return WriteLedger(
-            thread_id, ns, checkpoint_id, step=row, own_story=told, nested_failed=short
+            thread_id,
+            ns,
+            checkpoint_id,
+            step=row,
+            own_start=None if began is None else _run_row(config, 0, float(began), checkpoint_id),
+            own_end=ended,
+            nested_failed=short,
         )
     status = value.get("status")
     start = None
@@ -366,7 +375,7 @@ def _paused_for(value: Any, before: str | None) -> str:
     for item in value if isinstance(value, (list, tuple)) else [value]:
         said = getattr(item, "value", item)
         reasons.add(said.get("reason") if isinstance(said, Mapping) else None)
-    if before == "budget" or "budget_exhausted" in reasons:
+    if before == "budget" or FailureKind.BUDGET_EXHAUSTED.value in reasons:
         return "budget"
     if before == "human" or reasons - {"retry_after"}:
         return "human"
@@ -397,10 +406,10 @@ _RESUMED = (
 )
 
 # Recoveries made by a write (`RECOVERIES`), in its transaction, of the run the
-# write belongs to (none for a thread without run rows: `history._backfill`
-# reads those): a resume of a paused run (budget or human, as it paused), a
-# retry_failed (with the paths it re-runs). Params: key, checkpoint, at, then
-# the run's thread, and `RUN_AT`'s thread and checkpoint.
+# write belongs to (none for a thread without run rows): a resume of a paused
+# run (budget or human, as it paused), a retry_failed (with the paths it
+# re-runs). Params: key, checkpoint, at, then the run's thread, and `RUN_AT`'s
+# thread and checkpoint.
 _RECOVERY = (
     f"INSERT INTO {RECOVERIES.name} (thread_id, key, kind, run_id, owner, checkpoint_id, at, run) "
     "SELECT r.thread_id, ?, {kind}, r.run_id, NULL, ?, ?, r.run "
@@ -417,13 +426,26 @@ _RETRY_PATHS = (
     "ON CONFLICT DO NOTHING"
 )
 # A nested run's start or end on a thread with no run of its own top level (no
-# run row started by a top-level checkpoint: its parent keeps no run log) lists
-# the thread for `history._backfill`, which reads the nested run log's story.
-_OWN_STORY = (
-    f"INSERT INTO {BACKFILL.name} (thread_id) SELECT ? WHERE NOT EXISTS (SELECT 1 "
-    f"FROM {RUN_LOG.name} r JOIN checkpoints c ON c.thread_id = r.thread_id "
-    "AND c.checkpoint_ns = '' AND c.checkpoint_id = r.checkpoint_id WHERE r.thread_id = ?) "
-    "ON CONFLICT DO NOTHING"
+# run row started by a top-level checkpoint: its parent keeps no run log) is
+# the thread's run: its marker starts the next run row (once: a write stored
+# again adds none), numbered after the thread's last; its end ends the run
+# latest started at its checkpoint. Params: the row's values less its number,
+# then the thread three times and the checkpoint (`_OWN_START`); status, end
+# time twice, then `RUN_AT`'s thread and checkpoint (`_OWN_END`).
+_TOP_STARTED = (
+    f"SELECT 1 FROM {RUN_LOG.name} t JOIN checkpoints c ON c.thread_id = t.thread_id "
+    "AND c.checkpoint_ns = '' AND c.checkpoint_id = t.checkpoint_id WHERE t.thread_id = ?"
+)
+_OWN_START = (
+    f"INSERT INTO {RUN_LOG.name} ({', '.join(RUN_LOG.names)}) SELECT ?, "
+    f"coalesce((SELECT max(m.run) FROM {RUN_LOG.name} m WHERE m.thread_id = ?), 0) + 1, "
+    f"{', '.join('?' for _ in RUN_LOG.names[2:])} WHERE NOT EXISTS ({_TOP_STARTED}) "
+    f"AND NOT EXISTS (SELECT 1 FROM {RUN_LOG.name} o WHERE o.thread_id = ? "
+    "AND o.checkpoint_id = ?)"
+)
+_OWN_END = (
+    f"UPDATE {RUN_LOG.name} SET status = ?, ended_at = coalesce(ended_at, ?), updated_at = ? "
+    f"WHERE thread_id = ? AND run = {RUN_AT} AND NOT EXISTS ({_TOP_STARTED})"
 )
 # How a run ended (its last checkpoint's word) or returned (its driver's, also
 # paused or still running: no end time then), upserted: a run whose checkpoints
@@ -480,9 +502,13 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         else:
             where = (led.thread_id, led.checkpoint_id)
             yield Stmt(d.sql(_UPDATE_RUN.format(run=RUN_AT)), (*params, *where))
-    if led.own_story:
-        yield Stmt(d.sql(_OWN_STORY), (led.thread_id, led.thread_id))
+    if led.own_start is not None:
+        thread, checkpoint, row = led.thread_id, led.checkpoint_id, led.own_start
+        yield Stmt(d.sql(_OWN_START), (thread, thread, *row[2:], thread, thread, checkpoint))
     at = (led.thread_id, led.thread_id, led.checkpoint_id)
+    if led.own_end is not None:
+        now = time.time()
+        yield Stmt(d.sql(_OWN_END), (led.own_end, now, now, *at, led.thread_id))
     if led.nested_failed is not None:
         yield Stmt(d.sql(NESTED_FAILED), (led.nested_failed, time.time(), *at))
     if led.paused_for is not None:
@@ -493,7 +519,7 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         yield Stmt(d.sql(_RESUME_RECOVERY), (key, led.checkpoint_id, now, *at))
         yield Stmt(d.sql(_RESUMED), (now, *at))
     if led.clear:
-        key = f"retry_failed:{led.checkpoint_id}"  # one a checkpoint (as `_backfill`'s)
+        key = f"retry_failed:{led.checkpoint_id}"  # one a checkpoint
         yield Stmt(d.sql(_RETRY_RECOVERY), (key, led.checkpoint_id, time.time(), *at))
         paths = [(led.thread_id, key, p) for p in dict.fromkeys(led.clear)]
         yield Stmt(d.sql(_RETRY_PATHS), paths, many=True)

@@ -1,7 +1,6 @@
 """The run ledger's reads (`_run_log` writes the rows): the records of its runs,
 paged newest first, and the step records of a thread, in the form
-``saver.step_history`` lists them (the same as `_steps` decodes from the writes
-of a thread stored before the ledger existed).
+``saver.step_history`` lists them.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from langgraph_resilience.checkpoint.runlog._step_rows import (
     ROW_FIELDS,
     STEP_FIELDS,
     record_fields,
-    status_of,
     usage_of,
 )
 from langgraph_resilience.checkpoint.store._schema import RUN_LOG, STEPS
@@ -109,33 +107,19 @@ def step_order(record: Mapping[str, Any]) -> tuple[Any, ...]:
     return (record.get("run") or 1, record.get("started_at") or 0.0, record.get("path") or "")
 
 
-def read_steps(
-    d: Dialect, thread_id: str, run: int | None, *, whole: bool = False
-) -> Statements[list[dict[str, Any]] | None]:
+def read_steps(d: Dialect, thread_id: str, run: int | None) -> Statements[list[dict[str, Any]]]:
     """A thread's step records from the ledger, by run then start (one run's if
-    ``run``), in one statement; None when the ledger holds none of them.
-
-    The ledger holds a run when it has the run's row (the whole thread: its
-    first run's, so that a thread whose first runs were stored before the
-    ledger existed is read from its writes, with the rows stored since:
-    ``whole`` reads those, whatever runs have rows); a run it holds with no
-    step yet reads None too (its writes hold none either)."""
+    ``run``), in one statement."""
     where, params = ("AND s.run = ? ", (int(run),)) if run is not None else ("", ())
-    held = f"AND EXISTS (SELECT 1 FROM {RUN_LOG.name} r WHERE r.thread_id = ? AND r.run = ?)"
-    held_params: tuple[Any, ...] = (thread_id, 1 if run is None else int(run))
-    if whole:
-        held, held_params = "", ()
     rows = yield Stmt(
         d.sql(
             "SELECT s.checkpoint_ns, s.checkpoint_id, s.task_id, "
             f"{', '.join('s.' + f for f in ROW_FIELDS)} FROM {STEPS.name} s "
-            f"WHERE s.thread_id = ? {where}{held}"
+            f"WHERE s.thread_id = ? {where}"
         ),
-        (thread_id, *params, *held_params),
+        (thread_id, *params),
         fetch=True,
     )
-    if not rows:
-        return None
     found = [step_record(r) for r in rows]
     found.sort(key=step_order)
     return found
@@ -175,7 +159,7 @@ def read_tally(
     counts: dict[str, int] = {}
     usage: dict[str, float] = {}
     for path, status, used, seconds in rows:
-        if status_of(status) in ("completed", "degraded"):
+        if status in ("completed", "degraded"):
             base = str(path).partition("#")[0]
             counts[base] = counts.get(base, 0) + 1
         for key, value in (usage_of(used, seconds) or {}).items():

@@ -26,10 +26,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SCOPE_KEY", "RunScope", "Tally", "landed", "scope_of", "take"]
+from langgraph_resilience._keys import SCOPE_KEY
 
-#: The configurable key of an invoke's `RunScope`.
-SCOPE_KEY = "__lgr_run_scope"
+__all__ = ["RunScope", "Tally", "landed", "scope_of", "take"]
 
 
 class Tally:

@@ -2,8 +2,8 @@
 the one place that knows what a row leaves out (both dialects, every writer and
 reader of the rows).
 
-A row stored since schema version 30 leaves out what its other columns already
-say (most rows: a completed step of one try, no failure):
+A row leaves out what its other columns already say (most rows: a completed
+step of one try, no failure):
 
 - ``usage`` of one step, ``{"steps": 1, "seconds": s}``: ``s`` is the REAL
   column ``seconds``; any other key (tokens, cost) stays JSON in ``usage``
@@ -12,15 +12,11 @@ say (most rows: a completed step of one try, no failure):
 - ``kinds`` with no failed try (``[]``): NULL;
 - ``node`` when the path names it (`node_of_path`: ``node``, ``node#3``,
   ``research/node``, ``node[2]``): ``''``; a node the path does not name (a
-  subgraph's failed inner step under its parent's node) is stored;
-- ``status`` ``completed``: ``''`` (a step record always has a status; the
-  others are stored as they are, so SQL may still compare ``'failed'``).
+  subgraph's failed inner step under its parent's node) is stored (`node_sql`
+  reads it in SQL).
 
-(``''``, not NULL: both columns are NOT NULL, and SQLite cannot drop that.)
-
-Rows stored before keep every field as written (``kinds`` ``'[]'``, ``usage``
-JSON, ``seconds`` NULL, the node and status spelled out) and read back as
-they did: a record reads back the same from either (`record_fields`).
+``status`` is stored as the plain word (``completed``, ``failed``, ``degraded``,
+``fallback``, ...): ``WHERE status = 'completed'`` counts what it says.
 """
 
 from __future__ import annotations
@@ -33,19 +29,15 @@ from typing import Any
 from langgraph_resilience.checkpoint.store._store import Dialect
 
 __all__ = [
-    "COMPLETED",
     "ROW_FIELDS",
     "STEP_FIELDS",
     "node_of_path",
     "node_sql",
     "record_fields",
-    "status_of",
     "step_row",
     "usage_of",
 ]
 
-#: How a ``completed`` status is stored.
-COMPLETED = ""
 #: How a node its path names is stored.
 _NAMED = ""
 #: The fields of a step record (`saver.step_history`) besides its task's key.
@@ -120,7 +112,7 @@ def step_row(
         run,
         path,
         _NAMED if node == node_of_path(path) else node,
-        COMPLETED if status == "completed" else status,
+        status,
         int(step.get("attempts") or 0),
         json.dumps(list(kinds)) if kinds else None,
         step.get("started_at"),
@@ -132,11 +124,6 @@ def step_row(
         tried,
         seconds,
     )
-
-
-def status_of(stored: Any) -> str:
-    """A step's status from its row's."""
-    return "completed" if stored == COMPLETED else str(stored)
 
 
 def usage_of(usage: str | None, seconds: float | None) -> dict[str, Any] | None:
@@ -151,7 +138,7 @@ def record_fields(values: Mapping[str, Any]) -> dict[str, Any]:
     columns, by name: what the row left out, given back."""
     record = {k: v for k, v in values.items() if k != "seconds"}
     record["node"] = values["node"] or node_of_path(str(values["path"]))
-    record["status"] = status_of(values["status"])
+    record["status"] = str(values["status"])
     record["kinds"] = json.loads(values["kinds"]) if values["kinds"] else []
     record["usage"] = usage_of(values["usage"], values["seconds"])
     for key in ("started_at", "ended_at"):

@@ -6,5 +6,4 @@
 - ``_interfaces``: ``saver.effects``, ``saver.attempts``, ``saver.runs``.
 - ``_threads``: checkpoints, writes, the fork check, copying and deleting threads.
 - ``_retention``: pruning finished runs' records and old checkpoint history.
-- ``_route_text``: a failed node's route as its stored error carries it.
 """

@@ -26,7 +26,7 @@ from langgraph_resilience.checkpoint.archive._methods import AsyncArchival
 from langgraph_resilience.checkpoint.ledger import _ledger, _runs
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.ledger._runs import Fence, RunRecord
-from langgraph_resilience.checkpoint.runlog import _run_log, _run_log_reads, _scope, _steps
+from langgraph_resilience.checkpoint.runlog import _run_log, _run_log_reads, _scope
 from langgraph_resilience.checkpoint.runlog._history import AsyncHistory
 from langgraph_resilience.checkpoint.saver import _base, _threads
 from langgraph_resilience.checkpoint.saver._interfaces import AsyncAttempts, AsyncEffects, AsyncRuns
@@ -231,16 +231,9 @@ class AsyncResilience(Hooks, AsyncArchival):
         """Async twin of `SyncResilience.step_history`."""
         d = self._dialect
         found = await self._query(lambda: _run_log_reads.read_steps(d, str(thread_id), run))
-        if found is not None:
-            return found
-        rows = await self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
-        if not rows and await self._arestored({"configurable": {"thread_id": thread_id}}):
-            rows = await self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
-        decoded = _steps.decode_steps(rows, self.serde.loads_typed, run)
-        held = await self._query(
-            lambda: _run_log_reads.read_steps(d, str(thread_id), run, whole=True)
-        )
-        return _steps.with_rows(decoded, held)
+        if not found and await self._arestored({"configurable": {"thread_id": thread_id}}):
+            found = await self._query(lambda: _run_log_reads.read_steps(d, str(thread_id), run))
+        return found
 
     async def aread_run(self, run_id: str) -> RunRecord | None:
         """A run: status, claims, owner, lease expiry, fencing token, outcome."""

@@ -34,7 +34,7 @@ from langgraph_resilience.checkpoint.ledger._ledger import (
     AttemptKey,
     AttemptRecord,
     EffectRecord,
-    IntentClaim,
+    IntentVerdict,
     OutcomeFields,
 )
 from langgraph_resilience.checkpoint.ledger._runs import Blob, Fence, RunRecord
@@ -82,9 +82,9 @@ class Effects(_Part):
         lease: float,
         fence: Fence | None = None,
         first: bool = False,
-    ) -> IntentClaim:
+    ) -> IntentVerdict:
         """Store an effect's intent, held by ``record.owner`` for ``lease`` seconds,
-        or say who holds it (`IntentClaim`); ``first``: see `_ledger.claim_intent`."""
+        or say who holds it (`IntentVerdict`); ``first``: see `_ledger.claim_intent`."""
         d = self._saver._dialect
         claim = _ledger.claim_intent
         return self._io._write(
@@ -152,7 +152,7 @@ class AsyncEffects(Effects, _AsyncPart):
         lease: float,
         fence: Fence | None = None,
         first: bool = False,
-    ) -> IntentClaim:
+    ) -> IntentVerdict:
         """Async twin of `Effects.claim`."""
         d = self._saver._dialect
         claim = _ledger.claim_intent

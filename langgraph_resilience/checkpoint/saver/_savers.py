@@ -45,11 +45,10 @@ from langgraph_resilience.checkpoint.archive._sizes import channel_sizes, put_si
 from langgraph_resilience.checkpoint.ledger import _ledger, _runs
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.ledger._runs import Fence, RunRecord
-from langgraph_resilience.checkpoint.runlog import _run_log, _run_log_reads, _scope, _steps
+from langgraph_resilience.checkpoint.runlog import _run_log, _run_log_reads, _scope
 from langgraph_resilience.checkpoint.runlog._history import History
 from langgraph_resilience.checkpoint.saver import _base, _threads
 from langgraph_resilience.checkpoint.saver._interfaces import Attempts, Effects, Runs
-from langgraph_resilience.checkpoint.saver._route_text import stored_error
 from langgraph_resilience.checkpoint.saver._threads import PutCheckpoint
 from langgraph_resilience.checkpoint.store import _counters
 from langgraph_resilience.checkpoint.store._store import Dialect, Statements, no_statements
@@ -198,9 +197,7 @@ class Hooks(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str,
     ) -> WriteRows:
-        """`_write_rows`, with a value the serde cannot store named by its channel,
-        and a routed error stored with its route (`_route_text.stored_error`)."""
-        writes = [(c, stored_error(v) if c == ERROR_CHANNEL else v) for c, v in writes]
+        """`_write_rows`, with a value the serde cannot store named by its channel."""
         try:
             return self._write_rows(config, writes, task_id, task_path)
         except TypeError as exc:
@@ -395,18 +392,12 @@ class SyncResilience(Hooks, SyncArchival):
         run, path, node, status, attempts, kinds, started_at, ended_at, summary,
         run_id, worker, usage, and its task's checkpoint_ns, checkpoint_id, task_id.
 
-        Read from the run ledger's step rows; a run stored before the ledger
-        existed, from its steps' writes."""
+        Read from the run ledger's step rows (an archived thread's, once restored)."""
         d = self._dialect
         found = self._query(lambda: _run_log_reads.read_steps(d, str(thread_id), run))
-        if found is not None:
-            return found
-        rows = self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
-        if not rows and self._restored({"configurable": {"thread_id": thread_id}}):
-            rows = self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
-        decoded = _steps.decode_steps(rows, self.serde.loads_typed, run)
-        held = self._query(lambda: _run_log_reads.read_steps(d, str(thread_id), run, whole=True))
-        return _steps.with_rows(decoded, held)
+        if not found and self._restored({"configurable": {"thread_id": thread_id}}):
+            found = self._query(lambda: _run_log_reads.read_steps(d, str(thread_id), run))
+        return found
 
     def read_run(self, run_id: str) -> RunRecord | None:
         """A run: status, claims, owner, lease expiry, fencing token, outcome."""

@@ -1,4 +1,7 @@
-"""`ResilientSqliteSaver`: LangGraph's `SqliteSaver` with the resilience store."""
+"""`ResilientSqliteSaver`: LangGraph's `SqliteSaver` with the resilience store.
+
+``aio``: its async twin, `AsyncResilientSqliteSaver`.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
-"""The resilience tables and their migrations, both dialects.
+"""The resilience tables, the Postgres functions, and their migrations, both dialects.
 
 Each table is defined once (`Table`); its ``CREATE TABLE``, the columns
 `copy_thread` copies and the columns records are read from all derive from that
 definition. Migrations are one append-only list (index = version), each entry
-saying what it runs on SQLite and on Postgres. Never edit or reorder an entry
-that has shipped; append a new one (a new column: add it to its table with
-``since=`` the new version, and append ``Migration.both(*TABLE.added(version))``).
-We keep our own ``resilience_migrations`` table and never append to LangGraph's
+saying what it runs on SQLite and on Postgres: version 1 is the first schema,
+every table as it stands; every change after it is a migration of its own.
+Never edit or reorder an entry; append a new one (a new column: add it to its
+table with ``since=`` the new version, and append
+``Migration.both(*TABLE.added(version))``). We keep our own
+``resilience_schema`` table and never append to LangGraph's
 list: an upstream migration would then be skipped silently.
 """
 
@@ -14,16 +16,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from langgraph_resilience.checkpoint.store._pg_functions import (
-    _PG_CHECK_FENCE,
-    _PG_LIMIT_ACQUIRE,
-    _PG_LIMIT_ACQUIRE_29,
-    _PG_REFUSE_FORK,
-    _PG_REFUSE_FORK_OR_ARCHIVED,
-)
-from langgraph_resilience.checkpoint.store._pg_functions import ARCHIVED_MARKER as ARCHIVED_MARKER
-from langgraph_resilience.checkpoint.store._pg_functions import FORK_MARKER as FORK_MARKER
-from langgraph_resilience.checkpoint.store._pg_functions import LEASE_MARKER as LEASE_MARKER
 from langgraph_resilience.checkpoint.store._store import (
     Column,
     Dialect,
@@ -34,11 +26,13 @@ from langgraph_resilience.checkpoint.store._store import (
 from langgraph_resilience.errors import ConfigError
 
 __all__ = [
+    "ARCHIVED_MARKER",
     "ARCHIVE",
     "ATTEMPTS",
-    "BACKFILL",
     "COUNTERS",
     "EFFECTS",
+    "FORK_MARKER",
+    "LEASE_MARKER",
     "LIMITS",
     "LIMIT_HOLDS",
     "LIMIT_STARTS",
@@ -53,6 +47,170 @@ __all__ = [
     "migrate",
     "migrations",
 ]
+
+# -- the Postgres functions, and the markers their errors carry (the savers --------------
+# -- translate a marked error into ours) ------------------------------------------------
+
+# Postgres refuses a fork in the same statement as the write: this function takes
+# a per-thread lock, then raises when the namespace already holds a checkpoint
+# newer than the parent (other than the one being written). SQLite runs the same
+# query in the write's transaction instead (`_threads.put_checkpoint`).
+FORK_MARKER = "resilience-fork"
+
+
+# Postgres fences a write in the same round trip: `_PG_CHECK_FENCE` raises unless
+# the run still carries the writer's fencing token, and holds the run's row
+# (FOR SHARE) until the write commits, so a claim cannot slip in between.
+LEASE_MARKER = "resilience-lease-lost"
+# The fork check also refuses a write to a thread moved to the archive after the
+# writer read it (its parent is gone from the hot tier: the write would store a
+# checkpoint whose history, and the blobs of its unchanged channels, are only in
+# the archive). Reading the thread restores it.
+ARCHIVED_MARKER = "resilience-archived"
+
+_PG_REFUSE_FORK = f"""
+CREATE OR REPLACE FUNCTION resilience_refuse_fork(
+    p_thread TEXT, p_ns TEXT, p_parent TEXT, p_new TEXT
+) RETURNS VOID LANGUAGE plpgsql AS $$
+DECLARE
+    newer TEXT;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext(p_thread), hashtext(p_ns));
+    SELECT checkpoint_id INTO newer FROM checkpoints
+    WHERE thread_id = p_thread AND checkpoint_ns = p_ns
+      AND checkpoint_id > p_parent AND checkpoint_id <> p_new
+    ORDER BY checkpoint_id DESC LIMIT 1;
+    IF newer IS NOT NULL THEN
+        RAISE EXCEPTION '{FORK_MARKER}' USING DETAIL = newer;
+    END IF;
+    IF EXISTS (
+        SELECT 1 FROM resilience_archive WHERE thread_id = p_thread AND status = 'archived'
+    ) THEN
+        RAISE EXCEPTION '{ARCHIVED_MARKER}' USING DETAIL = p_parent;
+    END IF;
+END $$"""
+
+_PG_CHECK_FENCE = f"""
+CREATE OR REPLACE FUNCTION resilience_check_fence(p_run TEXT, p_token BIGINT)
+RETURNS VOID LANGUAGE plpgsql AS $$
+DECLARE
+    current BIGINT;
+BEGIN
+    SELECT fencing_token INTO current FROM resilience_runs WHERE run_id = p_run FOR SHARE;
+    IF current IS DISTINCT FROM p_token THEN
+        RAISE EXCEPTION '{LEASE_MARKER}' USING DETAIL = coalesce(current::text, 'none');
+    END IF;
+END $$"""
+
+# Postgres acquires limits in one round trip: for each (sorted) name, take the
+# limit's lock (advisory, per transaction), create or read the limit, refuse on
+# other numbers, a pause, a full set of live holds (dropping those of ``p_dead``
+# holders and run-out leases) or a full rate window (dropping starts older than
+# the window); admitted by all, store a start and a hold for each. 0 stands for
+# "no bound" in the arrays. A rate's window is kept a guard longer than ``per``
+# (2.5%, at most 25 ms; `_limits.window`), so that the starts the tries see,
+# each a moment after its admission, also keep to the rate.
+# Holds and starts come and go with every try, so a limit's index entries are
+# mostly of dead rows until the next vacuum; bitmap scans (the planner's choice
+# on these small tables) never mark those entries dead, plain index scans do, and
+# later scans skip them. One scan counts the live holds and whether any are to
+# drop (run-out leases, ``p_dead`` holders): the DELETE runs only then, and the
+# holders' names are gathered only for a full limit. The rate's count reads only
+# the window's starts (the index is by name and time).
+_PG_LIMIT_ACQUIRE = """
+CREATE OR REPLACE FUNCTION resilience_limit_acquire(
+    p_names TEXT[], p_concurrency INTEGER[], p_rate INTEGER[], p_per DOUBLE PRECISION[],
+    p_hold TEXT, p_holder TEXT, p_lease DOUBLE PRECISION, p_dead TEXT[],
+    p_blamed TEXT, p_waited DOUBLE PRECISION
+) RETURNS TABLE (
+    o_wait DOUBLE PRECISION, o_why TEXT, o_name TEXT, o_concurrency INTEGER,
+    o_rate INTEGER, o_per DOUBLE PRECISION, o_holders TEXT[]
+) LANGUAGE plpgsql SET enable_bitmapscan = off AS $$
+DECLARE
+    now_ DOUBLE PRECISION := extract(epoch from clock_timestamp());
+    i INTEGER;
+    l_conc INTEGER;
+    l_rate INTEGER;
+    l_per DOUBLE PRECISION;
+    l_paused DOUBLE PRECISION;
+    n INTEGER;
+    gone INTEGER;
+    oldest DOUBLE PRECISION;
+    since_ DOUBLE PRECISION;
+    hs TEXT[];
+BEGIN
+    -- A hold or start lost with the server's last moments is a try's slot for one
+    -- crash: not worth a WAL flush per try (releases are relaxed the same way).
+    PERFORM set_config('synchronous_commit', 'off', true);
+    IF p_waited > 0 THEN
+        UPDATE resilience_limits l SET waited = l.waited + p_waited WHERE l.name = p_blamed;
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
+        -- One acquirer of a limit at a time (a lock, not a row write).
+        PERFORM pg_advisory_xact_lock(hashtext('resilience_limit'), hashtext(p_names[i]));
+        SELECT l.concurrency, l.rate, l.per, l.paused_until INTO l_conc, l_rate, l_per, l_paused
+            FROM resilience_limits l WHERE l.name = p_names[i];
+        IF NOT FOUND THEN
+            INSERT INTO resilience_limits (name, concurrency, rate, per, waited, created_at)
+            VALUES (p_names[i], nullif(p_concurrency[i], 0), nullif(p_rate[i], 0), p_per[i], 0,
+                now_)
+            RETURNING concurrency, rate, per, paused_until INTO l_conc, l_rate, l_per, l_paused;
+        END IF;
+        IF l_conc IS DISTINCT FROM nullif(p_concurrency[i], 0)
+            OR l_rate IS DISTINCT FROM nullif(p_rate[i], 0)
+            OR (l_rate IS NOT NULL AND l_per IS DISTINCT FROM p_per[i]) THEN
+            RETURN QUERY SELECT NULL::float8, 'mismatch'::text, p_names[i], l_conc,
+                l_rate, l_per, NULL::text[];
+            RETURN;
+        END IF;
+        IF l_paused > now_ THEN
+            RETURN QUERY SELECT l_paused - now_, 'paused'::text, p_names[i],
+                l_conc, l_rate, l_per, NULL::text[];
+            RETURN;
+        END IF;
+        IF l_conc IS NOT NULL THEN
+            SELECT count(*) FILTER (WHERE h.lease_until >= now_ AND h.holder <> ALL(p_dead)),
+                count(*) FILTER (WHERE h.lease_until < now_ OR h.holder = ANY(p_dead))
+                INTO n, gone FROM resilience_limit_holds h WHERE h.name = p_names[i];
+            IF gone > 0 THEN
+                DELETE FROM resilience_limit_holds h WHERE h.name = p_names[i]
+                    AND (h.lease_until < now_ OR h.holder = ANY(p_dead));
+            END IF;
+            IF n >= l_conc THEN
+                SELECT array_agg(DISTINCT h.holder) INTO hs
+                    FROM resilience_limit_holds h WHERE h.name = p_names[i];
+                RETURN QUERY SELECT NULL::float8, 'full'::text, p_names[i], l_conc,
+                    l_rate, l_per, hs;
+                RETURN;
+            END IF;
+        END IF;
+        IF l_rate IS NOT NULL THEN
+            since_ := now_ - l_per - least(0.025, l_per * 0.025);
+            DELETE FROM resilience_limit_starts s WHERE s.name = p_names[i] AND s.at <= since_;
+            SELECT count(*), min(s.at) INTO n, oldest
+                FROM resilience_limit_starts s WHERE s.name = p_names[i] AND s.at > since_;
+            IF n >= l_rate THEN
+                RETURN QUERY SELECT oldest + l_per + least(0.025, l_per * 0.025) - now_,
+                    'rate'::text, p_names[i], l_conc, l_rate, l_per, NULL::text[];
+                RETURN;
+            END IF;
+        END IF;
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
+        IF p_rate[i] > 0 THEN
+            INSERT INTO resilience_limit_starts (name, hold, at) VALUES (p_names[i], p_hold, now_);
+        END IF;
+        IF p_concurrency[i] > 0 THEN
+            INSERT INTO resilience_limit_holds (name, hold, holder, since, lease_until)
+            VALUES (p_names[i], p_hold, p_holder, now_, now_ + p_lease);
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT 0::float8, ''::text, NULL::text, NULL::integer, NULL::integer,
+        NULL::float8, NULL::text[];
+END $$"""
+
+
+# -- the tables ---------------------------------------------------------------------------
 
 RUNS = Table(
     "resilience_runs",
@@ -73,13 +231,13 @@ RUNS = Table(
         Column("outcome", "BLOB_T"),
         Column("created_at", "REAL_T NOT NULL"),
         Column("updated_at", "REAL_T NOT NULL"),
-        Column("claim_token", "TEXT", since=9),
-        Column("resume_type", "TEXT", since=10),
-        Column("resume", "BLOB_T", since=10),
-        Column("not_before", "REAL_T", since=11),
-        Column("holder", "TEXT", since=16),
-        Column("lease_clock", "TEXT", since=16),
-        Column("lease_ticks", "REAL_T", since=16),
+        Column("claim_token", "TEXT"),
+        Column("resume_type", "TEXT"),
+        Column("resume", "BLOB_T"),
+        Column("not_before", "REAL_T"),
+        Column("holder", "TEXT"),
+        Column("lease_clock", "TEXT"),
+        Column("lease_ticks", "REAL_T"),
     ),
     since=1,
 )
@@ -98,10 +256,11 @@ ATTEMPTS = Table(
         Column("reason", "TEXT"),
         Column("started_at", "REAL_T NOT NULL"),
         Column("finished_at", "REAL_T"),
-        Column("wait", "REAL_T", since=11),
+        Column("wait", "REAL_T"),
+        Column("route", "TEXT"),
     ),
     primary_key=("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "attempt"),
-    since=2,
+    since=1,
 )
 EFFECTS = Table(
     "resilience_effects",
@@ -120,12 +279,12 @@ EFFECTS = Table(
         Column("outcome_type", "TEXT"),
         Column("outcome", "BLOB_T"),
         Column("error", "TEXT"),
-        Column("owner", "TEXT", since=8),
-        Column("lease_until", "REAL_T", since=8),
-        Column("outcome_sum", "BIGINT_T", since=17),
+        Column("owner", "TEXT"),
+        Column("lease_until", "REAL_T"),
+        Column("outcome_sum", "BIGINT_T"),
     ),
     primary_key=("thread_id", "idempotency_key"),
-    since=3,
+    since=1,
 )
 # One row per (scope, name); a scope is one process, so workers never contend for a row.
 COUNTERS = Table(
@@ -136,15 +295,15 @@ COUNTERS = Table(
         Column("value", "BIGINT_T NOT NULL DEFAULT 0"),
     ),
     primary_key=("scope", "name"),
-    since=4,
+    since=1,
 )
 # One row per recovery of a thread, of every kind, stored when it happens: a
 # Worker's takeover of a run whose lease expired (in the claim's transaction), a
-# resume after a crash, and (since 26) a `retry_failed`, a budget or a human
-# resume (in the transaction of the write that makes it: `_run_log`). ``owner``:
-# the worker (or process) that went on; ``checkpoint_id``: the checkpoint it
-# resumed, so the steps it redid can be told from the rest; ``run``: the run of
-# the thread it resumed (since 26).
+# resume after a crash, and a `retry_failed`, a budget or a human resume (in the
+# transaction of the write that makes it: `_run_log`). ``owner``: the worker (or
+# process) that went on; ``checkpoint_id``: the checkpoint it resumed, so the
+# steps it redid can be told from the rest; ``run``: the run of the thread it
+# resumed.
 RECOVERIES = Table(
     "resilience_recoveries",
     (
@@ -155,10 +314,10 @@ RECOVERIES = Table(
         Column("owner", "TEXT"),
         Column("checkpoint_id", "TEXT"),
         Column("at", "REAL_T NOT NULL"),
-        Column("run", "INTEGER", since=26),
+        Column("run", "INTEGER"),
     ),
     primary_key=("thread_id", "key"),
-    since=12,
+    since=1,
 )
 # The paths a `retry_failed` recovery re-runs (its steps redone), one row each.
 RECOVERY_PATHS = Table(
@@ -169,16 +328,7 @@ RECOVERY_PATHS = Table(
         Column("path", "TEXT NOT NULL"),
     ),
     primary_key=("thread_id", "key", "path"),
-    since=26,
-)
-
-# Threads whose runs began before the run ledger (checkpoints older than their
-# first run row, or none): `history._backfill` reads each once from its writes,
-# stores its rows, and deletes its row here (since 27).
-BACKFILL = Table(
-    "resilience_backfill",
-    (Column("thread_id", "TEXT PRIMARY KEY"),),
-    since=27,
+    since=1,
 )
 
 # One row per thread that was ever archived: ``archived`` (its checkpoints are in
@@ -196,7 +346,7 @@ ARCHIVE = Table(
         Column("archived_at", "REAL_T"),
         Column("touched_at", "REAL_T"),
     ),
-    since=13,
+    since=1,
 )
 
 # The run ledger (`_run_log`): one row per run of a thread, whatever ran it (a
@@ -222,18 +372,18 @@ RUN_LOG = Table(
         Column("usage", "TEXT"),
         Column("run_id", "TEXT"),
         Column("worker", "TEXT"),
-        Column("paused_for", "TEXT", since=26),
+        Column("paused_for", "TEXT"),
     ),
     primary_key=("thread_id", "run"),
-    since=18,
+    since=1,
 )
 # One row per step (task) that ran, from the record its own run-log write
 # carries, stored in the transaction of that write: never a step row without its
-# writes, nor the reverse. ``kinds`` and ``usage``: JSON text. ``tried`` (since
-# 26): the task whose tries these were (``namespace|task id``, the key of its
-# attempts and effects) when another task stored the row (a failed step's).
-# Since 30 a row leaves out what its other columns say (``seconds``: one step's
-# usage; `_step_rows` writes and reads every row).
+# writes, nor the reverse. ``kinds`` and ``usage``: JSON text. ``tried``: the
+# task whose tries these were (``namespace|task id``, the key of its attempts
+# and effects) when another task stored the row (a failed step's). A row leaves
+# out what its other columns say (``seconds``: one step's usage; `_step_rows`
+# writes and reads every row).
 STEPS = Table(
     "resilience_steps",
     (
@@ -253,11 +403,11 @@ STEPS = Table(
         Column("run_id", "TEXT"),
         Column("worker", "TEXT"),
         Column("usage", "TEXT"),
-        Column("tried", "TEXT", since=26),
-        Column("seconds", "REAL_T", since=30),
+        Column("tried", "TEXT"),
+        Column("seconds", "REAL_T"),
     ),
     primary_key=("thread_id", "checkpoint_ns", "checkpoint_id", "task_id"),
-    since=19,
+    since=1,
 )
 # Shared limits (`langgraph_resilience.limits`): one row per named limit, its
 # numbers, its pause (a Retry-After met while holding it) and the seconds tries
@@ -277,7 +427,7 @@ LIMITS = Table(
         Column("waited", "REAL_T NOT NULL DEFAULT 0"),
         Column("created_at", "REAL_T NOT NULL"),
     ),
-    since=24,
+    since=1,
 )
 LIMIT_HOLDS = Table(
     "resilience_limit_holds",
@@ -289,7 +439,7 @@ LIMIT_HOLDS = Table(
         Column("lease_until", "REAL_T NOT NULL"),
     ),
     primary_key=("name", "hold"),
-    since=24,
+    since=1,
 )
 LIMIT_STARTS = Table(
     "resilience_limit_starts",
@@ -299,7 +449,7 @@ LIMIT_STARTS = Table(
         Column("at", "REAL_T NOT NULL"),
     ),
     primary_key=("name", "hold"),
-    since=24,
+    since=1,
 )
 
 #: Tables keyed by a thread's checkpoints, copied and deleted with them.
@@ -307,12 +457,16 @@ CHECKPOINT_TABLES = (ATTEMPTS, EFFECTS, STEPS)
 #: Tables of a thread's history that `copy_thread` copies too (not keyed by checkpoint).
 COPIED_TABLES = (*CHECKPOINT_TABLES, RUN_LOG)
 #: Every resilience table with a thread_id (runs are deleted with their thread, not copied).
-THREAD_TABLES = (*COPIED_TABLES, RUNS, RECOVERIES, RECOVERY_PATHS, BACKFILL, ARCHIVE)
+THREAD_TABLES = (*COPIED_TABLES, RUNS, RECOVERIES, RECOVERY_PATHS, ARCHIVE)
 
 #: The statuses of a run that holds its thread: a thread has at most one such run.
 OPEN_STATUSES = ("queued", "running", "paused")
 
-_CREATE_MIGRATIONS = "CREATE TABLE IF NOT EXISTS resilience_migrations (v INTEGER PRIMARY KEY)"
+#: The table of the versions a store was migrated to (a store with the table
+#: of the pre-release schema, `_PRE_RELEASE`, is refused: `schema_version`).
+VERSIONS = "resilience_schema"
+_PRE_RELEASE = "resilience_migrations"
+_CREATE_MIGRATIONS = f"CREATE TABLE IF NOT EXISTS {VERSIONS} (v INTEGER PRIMARY KEY)"
 _ONE_OPEN_RUN = (
     "CREATE UNIQUE INDEX IF NOT EXISTS resilience_runs_one_open ON resilience_runs "
     f"(thread_id) WHERE status IN ({', '.join(repr(s) for s in OPEN_STATUSES)})"
@@ -342,128 +496,62 @@ class Migration(NamedTuple):
         return cls(sqlite=(), postgres=statements)
 
 
+_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS resilience_runs_thread ON resilience_runs (thread_id)",
+    "CREATE INDEX IF NOT EXISTS resilience_runs_claim "
+    "ON resilience_runs (status, lease_expires_at)",
+    "CREATE INDEX IF NOT EXISTS resilience_runs_updated ON resilience_runs (updated_at)",
+    _ONE_OPEN_RUN,
+    "CREATE INDEX IF NOT EXISTS resilience_recoveries_at ON resilience_recoveries (at)",
+    # The run ledger's: the metrics' ``since=`` (updated, ended, started), the
+    # newest-first listing (by status too), a Worker run's row, and the run a
+    # nested step belongs to (latest started at a checkpoint).
+    "CREATE INDEX IF NOT EXISTS resilience_run_log_ended ON resilience_run_log (ended_at)",
+    "CREATE INDEX IF NOT EXISTS resilience_run_log_started ON resilience_run_log (started_at)",
+    "CREATE INDEX IF NOT EXISTS resilience_run_log_updated ON resilience_run_log (updated_at)",
+    "CREATE INDEX IF NOT EXISTS resilience_run_log_status "
+    "ON resilience_run_log (status, started_at)",
+    "CREATE INDEX IF NOT EXISTS resilience_run_log_run_id ON resilience_run_log (run_id)",
+    "CREATE INDEX IF NOT EXISTS resilience_run_log_checkpoint "
+    "ON resilience_run_log (thread_id, checkpoint_id)",
+    "CREATE INDEX IF NOT EXISTS resilience_limit_starts_at ON resilience_limit_starts (name, at)",
+)
+# Every table but the steps', in the same words on both dialects.
+_FIRST = (RUNS, ATTEMPTS, EFFECTS, COUNTERS, RECOVERIES, RECOVERY_PATHS, ARCHIVE, RUN_LOG)
+_TABLES = tuple(t.create() for t in (*_FIRST, LIMITS, LIMIT_HOLDS, LIMIT_STARTS))
+
 MIGRATIONS: tuple[Migration, ...] = (
     # 0: the version table itself (created before the loop runs).
     Migration.both(_CREATE_MIGRATIONS),
-    # 1: runs, with their lease (owner, fencing token, expiry).
-    Migration.both(
-        RUNS.create(),
-        "CREATE INDEX IF NOT EXISTS resilience_runs_thread ON resilience_runs (thread_id)",
-        "CREATE INDEX IF NOT EXISTS resilience_runs_claim "
-        "ON resilience_runs (status, lease_expires_at)",
-    ),
-    # 2: node attempts, one row per try of a task.
-    Migration.both(ATTEMPTS.create()),
-    # 3: side-effect intents and outcomes.
-    Migration.both(EFFECTS.create()),
-    # 4: save counters.
-    Migration.both(COUNTERS.create()),
-    # 5: the fork check (SQLite checks in Python).
-    Migration.postgres_only(_PG_REFUSE_FORK),
-    # 6: the fencing check (SQLite checks in Python).
-    Migration.postgres_only(_PG_CHECK_FENCE),
-    # 7: at most one open run per thread, also when two processes submit at once.
-    Migration.both(_ONE_OPEN_RUN),
-    # 8: an effect's intent names its executor and how long its claim holds.
-    Migration.both(*EFFECTS.added(8)),
-    # 9: a run names the claim that took it, so a retried claim finds its own.
-    Migration.both(*RUNS.added(9)),
-    # 10: a paused run keeps the value it is resumed with (a human's answer).
-    Migration.both(*RUNS.added(10)),
-    # 11: a queued run may wait for a time (a service's long Retry-After); a failed
-    # try records the wait that followed it.
-    Migration.both(*RUNS.added(11), *ATTEMPTS.added(11)),
-    # 12: recoveries nothing else stores (takeovers, crash resumes), for the metrics.
-    Migration.both(
-        RECOVERIES.create(),
-        "CREATE INDEX IF NOT EXISTS resilience_recoveries_at ON resilience_recoveries (at)",
-    ),
-    # 13: threads moved to the cold tier (archive_idle) and back.
-    Migration.both(ARCHIVE.create()),
-    # 14: the fork check also refuses a write to a thread archived meanwhile
-    # (SQLite checks in Python).
-    Migration.postgres_only(_PG_REFUSE_FORK_OR_ARCHIVED),
-    # 15: a checksum on each checkpoint row, write and blob (`_sums`); rows written
-    # before keep NULL: read as before, unverified.
+    # 1: the first schema: every table, index and stored function as it stands.
+    # SQLite keeps the step rows in their key's order (no second b-tree for the
+    # key: a step row costs about a quarter fewer bytes). A checksum column on
+    # LangGraph's checkpoint, write (and blob) rows (`_sums`). Postgres checks
+    # forks and fences and acquires limits in stored functions; SQLite runs the
+    # same steps in Python, in the write's transaction.
     Migration(
-        sqlite=tuple(f"ALTER TABLE {t} ADD COLUMN {SUM} INTEGER" for t in _SUMMED["sqlite"]),
-        postgres=tuple(
-            f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {SUM} BIGINT" for t in _SUMMED["postgres"]
+        sqlite=(
+            *_TABLES,
+            f"{STEPS.create()} WITHOUT ROWID",
+            *_INDEXES,
+            *(f"ALTER TABLE {t} ADD COLUMN {SUM} INTEGER" for t in _SUMMED["sqlite"]),
+        ),
+        postgres=(
+            *_TABLES,
+            STEPS.create(),
+            *_INDEXES,
+            *(
+                f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {SUM} BIGINT"
+                for t in _SUMMED["postgres"]
+            ),
+            _PG_REFUSE_FORK,
+            _PG_CHECK_FENCE,
+            _PG_LIMIT_ACQUIRE,
         ),
     ),
-    # 16: a claim names its worker's process (a dead one's runs are taken over at
-    # once) and, on SQLite, the boot clock its lease is judged by.
-    Migration.both(*RUNS.added(16)),
-    # 17: a checksum on each effect outcome (`_sums.outcome_sum`); outcomes stored
-    # before keep NULL: replayed as before, unverified.
-    Migration.both(*EFFECTS.added(17)),
-    # 18: the run ledger's runs (threads written before have none: their history
-    # is read from their writes, as before). Indexed for the metrics' ``since=``
-    # (ended, started), the newest-first listing (by status too), a Worker run's
-    # row, and the run a nested step belongs to (latest started at a checkpoint).
-    Migration.both(
-        RUN_LOG.create(),
-        "CREATE INDEX IF NOT EXISTS resilience_run_log_ended ON resilience_run_log (ended_at)",
-        "CREATE INDEX IF NOT EXISTS resilience_run_log_started ON resilience_run_log (started_at)",
-        "CREATE INDEX IF NOT EXISTS resilience_run_log_status "
-        "ON resilience_run_log (status, started_at)",
-        "CREATE INDEX IF NOT EXISTS resilience_run_log_run_id ON resilience_run_log (run_id)",
-        "CREATE INDEX IF NOT EXISTS resilience_run_log_checkpoint "
-        "ON resilience_run_log (thread_id, checkpoint_id)",
-    ),
-    # 19: the run ledger's steps, one row per task that ran (its key: the writes').
-    # SQLite keeps them in their key's order (no second b-tree for the key: a
-    # step row costs about a quarter fewer bytes).
-    Migration(sqlite=(f"{STEPS.create()} WITHOUT ROWID",), postgres=(STEPS.create(),)),
-    # 20-23: unused (versions set aside for work that needed none).
-    Migration.both(),
-    Migration.both(),
-    Migration.both(),
-    Migration.both(),
-    # 24: shared limits, their holds and their starts (`limits`).
-    Migration.both(
-        LIMITS.create(),
-        LIMIT_HOLDS.create(),
-        LIMIT_STARTS.create(),
-        "CREATE INDEX IF NOT EXISTS resilience_limit_starts_at "
-        "ON resilience_limit_starts (name, at)",
-    ),
-    # 25: a limit acquired in one round trip (SQLite runs the same steps in Python,
-    # in an immediate transaction: `_limits.acquire`).
-    Migration.postgres_only(_PG_LIMIT_ACQUIRE),
-    # 26: every recovery a row when it happens: its run; the paths a retry_failed
-    # re-runs; why a run paused (budget or human: the kind its resume is). The
-    # metrics' ``since=`` reads runs by when they were last updated. Recoveries
-    # stored before get their run from the runs' rows (the latest started then).
-    Migration.both(
-        *RECOVERIES.added(26),
-        *RUN_LOG.added(26),
-        *STEPS.added(26),
-        RECOVERY_PATHS.create(),
-        "CREATE INDEX IF NOT EXISTS resilience_run_log_updated ON resilience_run_log (updated_at)",
-        "CREATE INDEX IF NOT EXISTS resilience_runs_updated ON resilience_runs (updated_at)",
-        f"UPDATE {RECOVERIES.name} SET run = coalesce("
-        f"(SELECT max(r.run) FROM {RUN_LOG.name} r WHERE r.run_id = {RECOVERIES.name}.run_id), "
-        f"(SELECT max(r.run) FROM {RUN_LOG.name} r WHERE r.thread_id = {RECOVERIES.name}.thread_id "
-        f"AND r.started_at <= {RECOVERIES.name}.at)) WHERE run IS NULL",
-    ),
-    # 27: the threads written before the ledger, to be read once into its rows.
-    Migration.both(
-        BACKFILL.create(),
-        f"INSERT INTO {BACKFILL.name} (thread_id) SELECT DISTINCT c.thread_id FROM checkpoints c "
-        f"WHERE c.checkpoint_ns = '' AND NOT EXISTS (SELECT 1 FROM {RUN_LOG.name} r "
-        "WHERE r.thread_id = c.thread_id AND r.checkpoint_id <= c.checkpoint_id) "
-        "ON CONFLICT DO NOTHING",
-    ),
-    # 28: set aside for another branch of this release (nothing here).
-    Migration.both(),
-    # 29: the acquire of version 25 with less server time: the same steps and
-    # answers, fewer index walks (`_pg_functions._PG_LIMIT_ACQUIRE_29`).
-    Migration.postgres_only(_PG_LIMIT_ACQUIRE_29),
-    # 30: leaner step rows: one step's usage as ``seconds`` (REAL), and ``usage``,
-    # ``kinds``, ``node``, ``status`` left out when the row says them already
-    # (`_step_rows`). Rows stored before are read as they are.
-    Migration.both(*STEPS.added(30)),
+    # Append here: never edit or reorder an entry above (a new column: add it to
+    # its table with ``since=`` the new version, and append
+    # ``Migration.both(*TABLE.added(version))``).
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
 
@@ -500,15 +588,27 @@ def migrate(d: Dialect, *, where: str) -> Statements[None]:
             continue
         for sql in statements:
             yield Stmt(sql)
-        yield Stmt(d.sql("INSERT INTO resilience_migrations (v) VALUES (?)"), (v,))
+        yield Stmt(d.sql(f"INSERT INTO {VERSIONS} (v) VALUES (?)"), (v,))
 
 
 def schema_version(d: Dialect) -> Statements[int | None]:
-    """The stored schema version, or None when the table does not exist."""
-    rows = yield Stmt(d.sql(d.table_exists), ("resilience_migrations",), fetch=True)
+    """The stored schema version, or None when the table does not exist.
+
+    A store set up by a pre-release build (its versions in `_PRE_RELEASE`, before
+    the migrations were squashed into one first schema) is refused: it is not
+    read, and nothing in it is changed."""
+    rows = yield Stmt(d.sql(d.table_exists), (VERSIONS,), fetch=True)
     if not rows[0][0]:
+        old = yield Stmt(d.sql(d.table_exists), (_PRE_RELEASE,), fetch=True)
+        if old[0][0]:
+            raise ConfigError(
+                f"this {d.name} database holds resilience tables of a pre-release "
+                f"langgraph-resilience (their versions in {_PRE_RELEASE}); this release "
+                "does not read them (nothing was changed). Point the saver at a new "
+                "database, or drop the resilience_* tables and call saver.setup() again."
+            )
         return None
-    rows = yield Stmt("SELECT max(v) FROM resilience_migrations", fetch=True)
+    rows = yield Stmt(f"SELECT max(v) FROM {VERSIONS}", fetch=True)
     return -1 if rows[0][0] is None else int(rows[0][0])
 
 

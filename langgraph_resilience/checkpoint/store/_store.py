@@ -240,7 +240,7 @@ POSTGRES = Dialect(
     procedures=True,
     table_exists="SELECT to_regclass(?) IS NOT NULL",
     metadata_text="metadata ->> '{key}'",
-    migration_lock="SELECT pg_advisory_xact_lock(hashtext('resilience_migrations'))",
+    migration_lock="SELECT pg_advisory_xact_lock(hashtext('resilience_schema'))",
     relax_commit="set_config('synchronous_commit', 'off', true) IS NOT NULL",
 )
 

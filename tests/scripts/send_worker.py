@@ -23,10 +23,11 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: conftest, helpers
 
 from conftest import open_saver
-from helpers import ReceiptsState, append, chain
+from graphs import ReceiptsState, chain
+from helpers import append
 
 from langgraph_resilience import ResilientStateGraph, side_effect
 

@@ -24,7 +24,7 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = str(Path(__file__).parent.parent)
+ROOT = str(Path(__file__).parents[2])
 # Output files of children not read back (a killed worker's, say), removed when
 # the test process exits (the children leave with os._exit: no atexit there).
 _UNREAD: set[str] = set()

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: conftest, helpers
 
 from conftest import open_saver
 from helpers import append, read_ledger

@@ -29,10 +29,11 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: conftest, helpers
 
 from conftest import open_saver
-from helpers import append, linear_graph, read_ledger
+from graphs import linear_graph
+from helpers import append, read_ledger
 
 from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.errors import CheckpointConflict

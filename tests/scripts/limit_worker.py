@@ -29,7 +29,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: conftest, helpers
 
 from conftest import open_saver
 from helpers import append

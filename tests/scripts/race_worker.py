@@ -25,10 +25,11 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: conftest, helpers
 
 from conftest import open_saver
-from helpers import ReceiptsState, append, chain, read_ledger
+from graphs import ReceiptsState, chain
+from helpers import append, read_ledger
 
 from langgraph_resilience import Backoff, NodePolicy, ResilientStateGraph, side_effect
 

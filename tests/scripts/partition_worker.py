@@ -21,9 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: conftest, helpers
 
-from helpers import append, chain
+from graphs import chain
+from helpers import append
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_resilience import NodePolicy, ResilientState, ResilientStateGraph, Worker
