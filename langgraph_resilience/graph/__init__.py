@@ -9,7 +9,9 @@ node's task knows of itself. `_tries` is the one try loop (a node's tries and an
 agent's calls), `_tally` a run's loop counts and usage per invoke, `_closing`
 how a top-level run returned (told by its driver), `_slots` the node limit of a
 run, `_cache` the node cache, `_nested_stream` a resilient graph streamed inside
-another's step.
+another's step, `_by_hand` a fix by hand (``update_state`` as the failed node).
+`_versions` decides what a thread an older graph version stored needs (pure)
+and `_upgrade` applies it once before the run goes on.
 """
 
 from __future__ import annotations
