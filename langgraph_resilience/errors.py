@@ -79,6 +79,7 @@ __all__ = [
     "ConfigError",
     "ContextOverflow",
     "DegradableError",
+    "DeployBlocked",
     "EffectInFlight",
     "EffectOutcomeUnknown",
     "LeaseLost",

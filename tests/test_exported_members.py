@@ -53,6 +53,9 @@ TOP_LEVEL = {
     "RunOutcome",
     "FailedStep",
     "RunReport",
+    "DeployReport",
+    "check_deploy",
+    "acheck_deploy",
     "Worker",
     "arecovery_metrics",
     "aretry_failed",
@@ -76,6 +79,7 @@ TOP_LEVEL = {
     # the library's own errors callers catch
     "CheckpointConflict",
     "ConfigError",
+    "DeployBlocked",
     "EffectOutcomeUnknown",
     "LeaseLost",
     "ResilienceError",
