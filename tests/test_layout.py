@@ -84,7 +84,7 @@ CORE = {
 }
 LAYERS = [
     {"telemetry"},
-    {"checkpoint"},
+    {"checkpoint", "cache"},
     {"limits"},
     {"graph"},
     {"worker"},
