@@ -310,7 +310,8 @@ class AsyncResilience(Hooks, AsyncArchival):
         await self._write(lambda: _threads.delete_for_runs(self._dialect, run_ids))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Keep only the latest checkpoint per namespace, or delete the threads.
+        """Keep only the latest checkpoint per namespace, or delete the threads
+        (``"delete"``, or ``"delete_all"`` as Agent Server's gRPC servicer says).
 
         Raises:
             ConfigError: unknown strategy, or a single str for ``thread_ids``.
@@ -319,7 +320,7 @@ class AsyncResilience(Hooks, AsyncArchival):
         ids = _threads.check_prune_args(thread_ids, strategy)
         if not ids:
             return
-        if strategy == "delete":
+        if strategy in _threads.DELETE_STRATEGIES:
             await self._write(lambda: _threads.delete_threads(self._dialect, ids))
         else:
             await self._keep_latest(ids)

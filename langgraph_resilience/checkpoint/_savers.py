@@ -477,7 +477,8 @@ class SyncResilience(Hooks, SyncArchival):
         self._write(lambda: _threads.delete_for_runs(self._dialect, run_ids))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Keep only the latest checkpoint per namespace, or delete the threads.
+        """Keep only the latest checkpoint per namespace, or delete the threads
+        (``"delete"``, or ``"delete_all"`` as Agent Server's gRPC servicer says).
 
         The resilience rows of deleted checkpoints go with them.
 
@@ -488,7 +489,7 @@ class SyncResilience(Hooks, SyncArchival):
         ids = _threads.check_prune_args(thread_ids, strategy)
         if not ids:
             return
-        if strategy == "delete":
+        if strategy in _threads.DELETE_STRATEGIES:
             self._write(lambda: _threads.delete_threads(self._dialect, ids))
         else:
             self._keep_latest(ids)
