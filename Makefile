@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-long test-faults test-upstream lint docs bench clean
+.PHONY: install demo test test-long test-faults test-strict test-upstream lint docs bench clean
 
 install: $(STAMP)
 
@@ -30,6 +30,15 @@ test-long: $(STAMP) test-faults
 # reads LGR_FAULT_RUNS for its runs; `make test` runs them with a bounded count.
 test-faults: $(STAMP)
 	LGR_FAULT_RUNS=100 $(BIN)/pytest -q -m faults
+
+# The behaviour suite's core files with LangGraph's strict msgpack mode on
+# (LANGGRAPH_STRICT_MSGPACK=true: compile() then keeps a copy of the saver, see
+# tests/test_strict_msgpack.py): savers, graph, worker, effects, console, command, guides.
+STRICT_TESTS := tests/test_savers.py tests/test_graph.py tests/test_worker.py \
+	tests/test_effects.py tests/test_console.py tests/test_cli.py tests/test_readme.py \
+	tests/test_strict_msgpack.py
+test-strict: $(STAMP)
+	LANGGRAPH_STRICT_MSGPACK=true $(BIN)/pytest -q -m "not faults and not crash" $(STRICT_TESTS)
 
 # LangGraph's own test suite (~3,066 saver-backed tests of the installed version's
 # sdist) on its stock savers and on ours; fails if a test passes on stock only.

@@ -48,6 +48,10 @@ class SaverState:
             so the next try checks its connection before using it.
         archive: the cold tier (`Archive`), if any.
         sizes: the checkpoint size budget.
+        is_setup: SQLite savers: LangGraph's ``is_setup`` flag (a copy that sets
+            itself up sets up every copy).
+        synchronous: SQLite savers: the connection's ``PRAGMA synchronous``, read
+            in ``setup()`` and restored after a relaxed (no-fsync) commit.
     """
 
     backoff: Backoff = DEFAULT_STORE_RETRY
@@ -60,6 +64,8 @@ class SaverState:
     suspect: bool = False
     archive: Archive | None = None
     sizes: SizeBudget = field(default_factory=SizeBudget)
+    is_setup: bool = False
+    synchronous: int = 2  # FULL, SQLite's default
 
 
 def make_state(store_retry: Backoff | None, default: Backoff = DEFAULT_STORE_RETRY) -> SaverState:
@@ -69,6 +75,31 @@ def make_state(store_retry: Backoff | None, default: Backoff = DEFAULT_STORE_RET
             f"store_retry must be a langgraph_resilience.Backoff, got {type(store_retry).__name__}"
         )
     return SaverState(backoff=store_retry or default)
+
+
+class SqliteSetupShared:
+    """LangGraph's ``is_setup`` and the connection's ``synchronous`` setting of a
+    SQLite saver, kept in its shared state: under strict msgpack, ``compile()``
+    keeps a copy of the saver, and a copy that sets itself up (or reads the
+    setting) does so for the user's object too."""
+
+    _state: SaverState
+
+    @property
+    def is_setup(self) -> bool:
+        return self._state.is_setup
+
+    @is_setup.setter
+    def is_setup(self, value: bool) -> None:
+        self._state.is_setup = value
+
+    @property
+    def _synchronous(self) -> int:
+        return self._state.synchronous
+
+    @_synchronous.setter
+    def _synchronous(self, value: int) -> None:
+        self._state.synchronous = value
 
 
 def set_lifecycle(
