@@ -37,8 +37,16 @@ test-faults: $(STAMP)
 STRICT_TESTS := tests/test_savers.py tests/test_graph.py tests/test_worker.py \
 	tests/test_effects.py tests/test_console.py tests/test_cli.py tests/test_readme.py \
 	tests/test_strict_msgpack.py
+# Left out: three effect tests whose side effects return a class of the test's own
+# (Receipt); strict msgpack blocks a type no state schema names, so the replayed
+# outcome is a dict, as LangGraph's strict mode decodes it (allow the type with
+# JsonPlusSerializer(allowed_msgpack_modules=...)).
+STRICT_DESELECT := not test_retries_replay_recorded_outcomes \
+	and not test_resume_after_a_failure_does_not_repeat_effects \
+	and not test_parallel_branches_cancelled_by_a_failing_sibling_do_not_repeat
 test-strict: $(STAMP)
-	LANGGRAPH_STRICT_MSGPACK=true $(BIN)/pytest -q -m "not faults and not crash" $(STRICT_TESTS)
+	LANGGRAPH_STRICT_MSGPACK=true $(BIN)/pytest -q -m "not faults and not crash" \
+		-k "$(STRICT_DESELECT)" $(STRICT_TESTS)
 
 # LangGraph's own test suite (~3,066 saver-backed tests of the installed version's
 # sdist) on its stock savers and on ours; fails if a test passes on stock only.

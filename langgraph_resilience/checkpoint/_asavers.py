@@ -130,7 +130,9 @@ class AsyncResilience(Hooks, AsyncArchival):
             if self._lease_stop(config, writes):
                 return
             sql, rows = self._rows_of(config, writes, task_id, task_path)
-            ledger = _run_log.ledger_of_writes(config, writes, task_id, handed)
+            ledger = _run_log.ledger_of_writes(
+                config, writes, task_id, handed, summaries=not _base.encrypts(self.serde)
+            )
             await self._write(
                 lambda: self._writes_and_steps(sql, rows, ledger),
                 fence=_runs.fence_of(config),

@@ -4,6 +4,7 @@ what rides along with a write, and the helpers around the store operations."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from langgraph_resilience._store_errors import is_missing_table, is_store_error
 from langgraph_resilience.checkpoint._counters import Counters, bump
@@ -100,6 +103,49 @@ class SqliteSetupShared:
     @_synchronous.setter
     def _synchronous(self, value: int) -> None:
         self._state.synchronous = value
+
+
+# -- encryption at rest ---------------------------------------------------------------
+
+#: How a text our tables would keep in the clear is stored when the serde encrypts.
+SEALED = "lgr-sealed:"
+
+
+def encrypts(serde: SerializerProtocol) -> bool:
+    """Whether a saver's serde encrypts what it stores (LangGraph's ``EncryptedSerializer``,
+    also the allowlisted copy strict msgpack makes of one)."""
+    return isinstance(serde, EncryptedSerializer)
+
+
+def seal(serde: SerializerProtocol, text: str | None) -> str | None:
+    """``text`` as a text column stores it: through the serde when it encrypts
+    (``lgr-sealed:`` and the base64 of its type and bytes), else as it is."""
+    if text is None or not encrypts(serde):
+        return text
+    kind, data = serde.dumps_typed(text)
+    return SEALED + base64.b64encode(kind.encode() + b"\0" + bytes(data)).decode("ascii")
+
+
+#: What `unseal` gives for a sealed text that does not decode.
+UNREADABLE = "[encrypted; does not decode with this serde's key]"
+
+
+def unseal(serde: SerializerProtocol, text: Any) -> Any:
+    """A text column's value as written (`seal`'s inverse; other values as they are).
+
+    A sealed text that does not decode (its bytes changed, or another key wrote
+    it) reads as `UNREADABLE` and is logged: these texts (a failed try's
+    message) are shown, never used to decide anything.
+    """
+    if not isinstance(text, str) or not text.startswith(SEALED):
+        return text
+    try:
+        raw = base64.b64decode(text[len(SEALED) :], validate=True)
+        kind, _, data = raw.partition(b"\0")
+        return str(serde.loads_typed((kind.decode("ascii"), data)))
+    except Exception as exc:  # any decoder's error: a wrong key, changed bytes
+        logger.warning("a stored encrypted text does not decode: %s: %s", type(exc).__name__, exc)
+        return UNREADABLE
 
 
 def set_lifecycle(

@@ -7,6 +7,7 @@ returned (`_run_log.close_run`), and the ledger's one-time backfill
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import langgraph_resilience.checkpoint._events as _events
@@ -14,6 +15,7 @@ import langgraph_resilience.checkpoint._run_backfill as _backfill
 import langgraph_resilience.checkpoint._run_log as _run_log
 import langgraph_resilience.checkpoint._run_log_reads as _run_reads
 import langgraph_resilience.checkpoint._storage as _storage
+from langgraph_resilience.checkpoint._base import unseal
 from langgraph_resilience.checkpoint._events import RecoveryRecord, StoredAttempt
 from langgraph_resilience.checkpoint._parts import AsyncPart as _AsyncPart
 from langgraph_resilience.checkpoint._parts import Part as _Part
@@ -59,7 +61,8 @@ class History(_Part):
     def attempts(self, thread_id: str) -> list[StoredAttempt]:
         """A thread's failed tries, oldest first."""
         d = self._saver._dialect
-        return self._io._query(lambda: _events.read_thread_attempts(d, thread_id))
+        found = self._io._query(lambda: _events.read_thread_attempts(d, thread_id))
+        return [replace(a, reason=unseal(self._saver.serde, a.reason)) for a in found]
 
     def storage(self, thread_id: str) -> ThreadStorage:
         """What one thread takes up: bytes per channel, checkpoints, writes, ledger rows."""
@@ -169,7 +172,8 @@ class AsyncHistory(History, _AsyncPart):
     async def aattempts(self, thread_id: str) -> list[StoredAttempt]:
         """Async twin of `History.attempts`."""
         d = self._saver._dialect
-        return await self._saver._query(lambda: _events.read_thread_attempts(d, thread_id))
+        found = await self._saver._query(lambda: _events.read_thread_attempts(d, thread_id))
+        return [replace(a, reason=unseal(self._saver.serde, a.reason)) for a in found]
 
     async def astorage(self, thread_id: str) -> ThreadStorage:
         """Async twin of `History.storage`."""
