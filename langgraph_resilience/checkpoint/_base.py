@@ -29,6 +29,7 @@ from langgraph_resilience.checkpoint.archive._objects import Archive, archive_of
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES, SizeBudget
 from langgraph_resilience.errors import CheckpointCorrupt, ConfigError, ResilienceError
 from langgraph_resilience.policy import Backoff
+from langgraph_resilience.telemetry import _serde_events
 
 T = TypeVar("T")
 logger = logging.getLogger("langgraph_resilience")
@@ -72,11 +73,14 @@ class SaverState:
 
 
 def make_state(store_retry: Backoff | None, default: Backoff = DEFAULT_STORE_RETRY) -> SaverState:
-    """A saver's shared state, retrying with ``store_retry`` (``default`` if None)."""
+    """A saver's shared state, retrying with ``store_retry`` (``default`` if None).
+
+    Also starts counting LangGraph's serde events in this process (`_serde_events`)."""
     if store_retry is not None and not isinstance(store_retry, Backoff):
         raise ConfigError(
             f"store_retry must be a langgraph_resilience.Backoff, got {type(store_retry).__name__}"
         )
+    _serde_events.watch()
     return SaverState(backoff=store_retry or default)
 
 
