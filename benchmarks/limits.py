@@ -48,9 +48,9 @@ from pg_round_trips import Proxy
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from langgraph_resilience import Limit, NodePolicy, ResilientState, ResilientStateGraph
-from langgraph_resilience.checkpoint._store import Stmt
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.checkpoint.store._store import Stmt
 from langgraph_resilience.limits._admit import Admit, Held, Release
 from langgraph_resilience.limits._drive import admit_sync, release_sync
 

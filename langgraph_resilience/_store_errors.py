@@ -1,7 +1,7 @@
 """Which exceptions come from the database driver, and which of those may pass.
 
 A leaf module (it imports no other module of the package): the classifier
-(`classify`) and the savers' retry loops (`checkpoint._store_retry`) both ask it.
+(`classify`) and the savers' retry loops (`checkpoint.store._store_retry`) both ask it.
 
 Four questions, asked of an exception a store call raised:
 

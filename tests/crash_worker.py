@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from conftest import open_saver
 from helpers import append, linear_graph, read_ledger
 
-from langgraph_resilience.checkpoint import _threads
+from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.errors import CheckpointConflict
 
 STEPS = ["a", "b", "c", "d", "e"]

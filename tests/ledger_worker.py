@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from conftest import open_saver
 from test_run_ledger import chain_graph
 
-from langgraph_resilience.checkpoint import _run_log
+from langgraph_resilience.checkpoint.runlog import _run_log
 
 
 class Sync:

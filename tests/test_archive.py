@@ -32,8 +32,8 @@ from langgraph_resilience import (
     retry_failed,
     side_effect,
 )
-from langgraph_resilience.checkpoint import _base
 from langgraph_resilience.checkpoint.archive._codec import thread_prefix
+from langgraph_resilience.checkpoint.saver import _base
 from langgraph_resilience.errors import (
     ArchiveError,
 )

@@ -600,7 +600,7 @@ def test_bit_flip_trial_effect_outcomes(backend: str, tmp_path: Path, own_pg: st
 def test_the_sums_stay_those_already_stored() -> None:
     """Each sum's value is fixed by the rows stored so far (a different value would
     read them as corrupt): these were computed by the first, part-by-part sum."""
-    from langgraph_resilience.checkpoint._sums import (
+    from langgraph_resilience.checkpoint.store._sums import (
         blob_sum,
         checkpoint_sum,
         outcome_sum,

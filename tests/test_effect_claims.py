@@ -19,9 +19,9 @@ import pytest
 from langgraph.graph import END, START
 
 from langgraph_resilience import Backoff, NodePolicy, ResilientStateGraph, side_effect
+from langgraph_resilience._util._process import executing, executor_alive, executor_id
 from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields
-from langgraph_resilience.checkpoint._ledger import judge_intent
-from langgraph_resilience.checkpoint._process import executing, executor_alive, executor_id
+from langgraph_resilience.checkpoint.ledger._ledger import judge_intent
 from langgraph_resilience.errors import ConfigError, EffectInFlight, TransientError
 from langgraph_resilience.state import ResilientState
 

@@ -65,14 +65,14 @@ from langgraph_resilience import (
     Worker,
     side_effect,
 )
-from langgraph_resilience.checkpoint import _ledger
-from langgraph_resilience.checkpoint._route_text import stored_error
+from langgraph_resilience.checkpoint.ledger import _ledger
 from langgraph_resilience.checkpoint.postgres import (
     BoundedConnection,
     PgTimeouts,
     ResilientPostgresSaver,
 )
 from langgraph_resilience.checkpoint.postgres._network import CONNECT_KWARGS
+from langgraph_resilience.checkpoint.saver._route_text import stored_error
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.graph._lifecycle import unrecovered_steps
 from langgraph_resilience.graph._routes import routing
@@ -138,7 +138,7 @@ def db(pg_server: PgServer) -> Iterator[str]:
 
 
 def pooled_saver(stack: ExitStack, dsn: str) -> ResilientPostgresSaver:
-    """A saver on a pool built as the README says, with short bounds."""
+    """A saver on a pool built as docs/savers.md says, with short bounds."""
     timeouts = PgTimeouts(connect=2, statement=2, read=3, lock=1, idle_in_transaction=2)
     pool: ConnectionPool[Any] = ConnectionPool(
         timeouts.conninfo(dsn),

@@ -36,7 +36,7 @@ from langgraph.types import CachePolicy, Command, Send, interrupt
 
 import langgraph_resilience
 from langgraph_resilience import _langgraph as door
-from langgraph_resilience.checkpoint._events import RUN_LOG_CHANNELS
+from langgraph_resilience.checkpoint.runlog._events import RUN_LOG_CHANNELS
 
 PACKAGE = Path(langgraph_resilience.__file__).parent
 #: The modules that may name LangGraph's private internals. The issue allows the

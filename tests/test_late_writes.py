@@ -19,7 +19,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START
 
 from langgraph_resilience import NodePolicy, PermanentError, ResilientState, ResilientStateGraph
-from langgraph_resilience.checkpoint._scope import RunScope
+from langgraph_resilience.checkpoint.runlog._scope import RunScope
 
 LATE = 0.4
 

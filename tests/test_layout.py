@@ -82,6 +82,9 @@ CORE = {
     "langgraph_resilience._langgraph",
     "langgraph_resilience._store_errors",
 }
+#: Leaf helpers (process identity, the heartbeat thread): part of the core, they
+#: import nothing of the package at all.
+LEAVES = "langgraph_resilience._util"
 LAYERS = [
     {"telemetry"},
     {"checkpoint", "cache"},
@@ -99,7 +102,9 @@ MAX_LINES = 550
 def _folder(module: str) -> str | None:
     """The top folder of a module (``graph`` for ``langgraph_resilience.graph._node``)."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and module not in CORE and parts[1] != "__main__" else None
+    if module in CORE or module.startswith(LEAVES):
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] != "__main__" else None
 
 
 def _layer(folder: str) -> int:
@@ -108,7 +113,25 @@ def _layer(folder: str) -> int:
 
 def test_every_folder_has_its_layer() -> None:
     root = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    assert root == set().union(*LAYERS)
+    assert root - {"_util"} == set().union(*LAYERS)
+
+
+def test_the_leaf_helpers_import_nothing_of_the_package() -> None:
+    known = _modules()
+    wrong = [
+        f"{name} -> {dep}"
+        for name, path in sorted(known.items())
+        if name.startswith(LEAVES)
+        for dep in _imports(ast.parse(path.read_text()), known)
+        if not dep.startswith(LEAVES)
+    ]
+    assert wrong == []
+
+
+def test_the_store_keeps_no_loose_files() -> None:
+    """``checkpoint/`` holds rooms by what they keep; only its face and the protocol are loose."""
+    loose = sorted(p.name for p in (PACKAGE / "checkpoint").glob("*.py"))
+    assert loose == ["__init__.py", "_protocol.py"]
 
 
 def test_no_import_runs_up_the_layers() -> None:
@@ -120,7 +143,9 @@ def test_no_import_runs_up_the_layers() -> None:
         mine = _folder(name)
         for dep in sorted(_imports(ast.parse(path.read_text()), known)):
             theirs = _folder(dep)
-            if dep == "langgraph_resilience":
+            if dep.startswith(LEAVES):
+                ok = True
+            elif dep == "langgraph_resilience":
                 ok = mine == "cli"  # the command prints the package's version
             elif theirs is None:
                 ok = dep in CORE
@@ -144,9 +169,9 @@ def test_the_root_is_small_and_every_module_is_a_room() -> None:
     assert long == {}
 
 
-def test_the_readme_draws_the_tree_as_it_stands() -> None:
-    readme = (PACKAGE.parent / "README.md").read_text()
-    tree = readme.split("## Layout", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+def test_the_layout_page_draws_the_tree_as_it_stands() -> None:
+    page = (PACKAGE.parent / "docs" / "layout.md").read_text()
+    tree = page.split("# Layout", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
     drawn: set[str] = set()
     folder = ""
     for line in tree.splitlines()[1:]:  # below "langgraph_resilience/"

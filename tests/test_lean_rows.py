@@ -25,8 +25,8 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START
 
 from langgraph_resilience import ResilientState, ResilientStateGraph, recovery_metrics, run_report
-from langgraph_resilience.checkpoint._step_rows import node_of_path, node_sql
-from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE
+from langgraph_resilience.checkpoint.runlog._step_rows import node_of_path, node_sql
+from langgraph_resilience.checkpoint.store._store import POSTGRES, SQLITE
 from langgraph_resilience.history._report import arun_report
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -31,9 +31,9 @@ from langgraph_resilience import (
     Worker,
 )
 from langgraph_resilience.agents import CallPolicy
-from langgraph_resilience.checkpoint import _releases
-from langgraph_resilience.checkpoint._schema import LIMIT_HOLDS, LIMIT_STARTS, LIMITS
-from langgraph_resilience.checkpoint._store import Stmt
+from langgraph_resilience.checkpoint.ledger import _releases
+from langgraph_resilience.checkpoint.store._schema import LIMIT_HOLDS, LIMIT_STARTS, LIMITS
+from langgraph_resilience.checkpoint.store._store import Stmt
 from langgraph_resilience.errors import LimitBusy
 from langgraph_resilience.limits import alimit_states, limit_states
 from langgraph_resilience.limits._admit import Admit, Held, Release

@@ -4,7 +4,7 @@ between the savers and the server that blackholes connections.
 
 Every fault test runs the four kinds of Postgres saver at once: a single
 connection (``from_conn_string``) and a pool of `BoundedConnection` built as the
-README says, sync and async.
+docs/savers.md ("Network faults") says, sync and async.
 
 - Outage sweep: the server is stopped for 1, 2, 3 s (and 5, 8 s with
   ``LGR_FAULT_TRIALS`` > 1, which also repeats each length that many times) while
@@ -42,12 +42,6 @@ from langgraph_resilience._store_errors import (
     is_transient_store_error,
     is_unavailable_error,
 )
-from langgraph_resilience.checkpoint._store import Stmt
-from langgraph_resilience.checkpoint._store_retry import (
-    DEFAULT_PG_STORE_RETRY,
-    DEFAULT_STORE_RETRY,
-    retry_window,
-)
 from langgraph_resilience.checkpoint.postgres import (
     BoundedConnection,
     PgTimeouts,
@@ -57,6 +51,12 @@ from langgraph_resilience.checkpoint.postgres._network import CONNECT_KWARGS
 from langgraph_resilience.checkpoint.postgres.aio import (
     AsyncBoundedConnection,
     AsyncResilientPostgresSaver,
+)
+from langgraph_resilience.checkpoint.store._store import Stmt
+from langgraph_resilience.checkpoint.store._store_retry import (
+    DEFAULT_PG_STORE_RETRY,
+    DEFAULT_STORE_RETRY,
+    retry_window,
 )
 from langgraph_resilience.errors import ConfigError, StoreUnavailable
 from langgraph_resilience.policy import Backoff
@@ -112,7 +112,7 @@ async def open_saver(
     timeouts: PgTimeouts | None = None,
     pool_timeout: float = 2.0,
 ) -> Any:
-    """A saver of ``kind`` on ``dsn``; a pool is built as the README says."""
+    """A saver of ``kind`` on ``dsn``; a pool is built as docs/savers.md says."""
     is_async, is_pool = KINDS[kind]
     bounds = timeouts or PgTimeouts()
     options: dict[str, Any] = {"store_retry": store_retry, "timeouts": timeouts}

@@ -48,7 +48,7 @@ from partition_worker import STEPS, call_bound, partition_bounds, partition_grap
 from spawn import spawn
 
 from langgraph_resilience import LeaseLost, Worker, side_effect
-from langgraph_resilience.checkpoint import _ledger, _runs
+from langgraph_resilience.checkpoint.ledger import _ledger, _runs
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 
 TRIALS = int(os.environ.get("LGR_FAULT_TRIALS", "2"))

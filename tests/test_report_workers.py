@@ -16,7 +16,7 @@ from langgraph_resilience import (
     retry_failed,
     run_report,
 )
-from langgraph_resilience.checkpoint._events import StoredAttempt
+from langgraph_resilience.checkpoint.runlog._events import StoredAttempt
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.history._entries import timeline_of
 from langgraph_resilience.history._scan import Recovery, ThreadRun

@@ -30,7 +30,7 @@ from langgraph_resilience import (
     ResilientStateGraph,
     Worker,
 )
-from langgraph_resilience.checkpoint._step_rows import status_of
+from langgraph_resilience.checkpoint.runlog._step_rows import status_of
 from langgraph_resilience.history import alist_runs, list_runs
 
 

@@ -17,7 +17,8 @@ from conftest import open_saver
 from helpers import sql
 
 from langgraph_resilience.checkpoint import AttemptRecord, EffectRecord, RunRecord
-from langgraph_resilience.checkpoint._schema import (
+from langgraph_resilience.checkpoint.saver._threads import copied_columns
+from langgraph_resilience.checkpoint.store._schema import (
     ATTEMPTS,
     COUNTERS,
     EFFECTS,
@@ -29,8 +30,7 @@ from langgraph_resilience.checkpoint._schema import (
     Migration,
     migrations,
 )
-from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE, Column, Dialect, Table
-from langgraph_resilience.checkpoint._threads import copied_columns
+from langgraph_resilience.checkpoint.store._store import POSTGRES, SQLITE, Column, Dialect, Table
 
 OURS = (RUNS, ATTEMPTS, EFFECTS, COUNTERS, RUN_LOG, STEPS)
 

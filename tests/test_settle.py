@@ -125,8 +125,8 @@ def test_an_effect_whose_call_may_still_run_is_not_settled(tmp_path: Any) -> Non
     settling it could record the opposite of what the call is about to do."""
     import time
 
+    from langgraph_resilience._util._process import executing, executor_id
     from langgraph_resilience.checkpoint import EffectRecord
-    from langgraph_resilience.checkpoint._process import executing, executor_id
     from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
     with ResilientSqliteSaver.from_conn_string(str(tmp_path / "s.db")) as saver:

@@ -42,7 +42,8 @@ from helpers import (
 from partition_worker import STEPS, partition_bounds, partition_graph
 
 from langgraph_resilience import LeaseLost, Worker, side_effect
-from langgraph_resilience.checkpoint import EffectRecord, Fence, _ledger
+from langgraph_resilience.checkpoint import EffectRecord, Fence
+from langgraph_resilience.checkpoint.ledger import _ledger
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 
 TRIALS = int(os.environ.get("LGR_FAULT_RUNS", "1"))

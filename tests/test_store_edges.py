@@ -34,13 +34,13 @@ from langgraph.graph import END, START
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience import Backoff, ResilientState, ResilientStateGraph, side_effect
-from langgraph_resilience.checkpoint._process import executing, executor_alive, executor_id
-from langgraph_resilience.checkpoint._store_retry import retry_window
+from langgraph_resilience._util._process import executing, executor_alive, executor_id
 from langgraph_resilience.checkpoint.postgres import PgTimeouts, ResilientPostgresSaver
 from langgraph_resilience.checkpoint.postgres._network import CONNECT_KWARGS
 from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+from langgraph_resilience.checkpoint.store._store_retry import retry_window
 from langgraph_resilience.errors import ConfigError, StoreUnavailable
 
 

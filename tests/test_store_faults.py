@@ -22,12 +22,12 @@ from conftest import open_saver
 from helpers import linear_graph, put_first_checkpoint, sql
 
 from langgraph_resilience._store_errors import is_store_error, is_transient_store_error
-from langgraph_resilience.checkpoint import _schema, _store
-from langgraph_resilience.checkpoint._store_retry import call_with_retry
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+from langgraph_resilience.checkpoint.store import _schema, _store
+from langgraph_resilience.checkpoint.store._store_retry import call_with_retry
 from langgraph_resilience.errors import ConfigError, StoreUnavailable
 from langgraph_resilience.policy import Backoff
 

@@ -24,7 +24,7 @@ from langgraph.types import Command, Send, interrupt
 
 from langgraph_resilience import Budget, ResilientState, ResilientStateGraph, side_effect
 from langgraph_resilience.checkpoint import Fence
-from langgraph_resilience.checkpoint._runs import FENCE_KEY
+from langgraph_resilience.checkpoint.ledger._runs import FENCE_KEY
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
 from langgraph_resilience.graph import _task as task_module

@@ -18,7 +18,7 @@ from langgraph_resilience import (
     TransientError,
     side_effect,
 )
-from langgraph_resilience.checkpoint._route_text import stored_error
+from langgraph_resilience.checkpoint.saver._route_text import stored_error
 from langgraph_resilience.errors import describe, message_of, repr_of
 
 FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.01)

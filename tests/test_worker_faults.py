@@ -45,8 +45,9 @@ from langgraph_resilience import (
     Worker,
     side_effect,
 )
-from langgraph_resilience.checkpoint import RunRecord, _runs
-from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE
+from langgraph_resilience.checkpoint import RunRecord
+from langgraph_resilience.checkpoint.ledger import _runs
+from langgraph_resilience.checkpoint.store._store import POSTGRES, SQLITE
 from langgraph_resilience.errors import (
     RunStateError,
     StoreUnavailable,

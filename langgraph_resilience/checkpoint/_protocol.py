@@ -20,8 +20,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_resilience.checkpoint._history import AsyncHistory, History
-from langgraph_resilience.checkpoint._interfaces import (
+from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
+from langgraph_resilience.checkpoint.ledger._runs import RunRecord
+from langgraph_resilience.checkpoint.runlog._history import AsyncHistory, History
+from langgraph_resilience.checkpoint.saver._interfaces import (
     AsyncAttempts,
     AsyncEffects,
     AsyncRuns,
@@ -29,8 +31,6 @@ from langgraph_resilience.checkpoint._interfaces import (
     Effects,
     Runs,
 )
-from langgraph_resilience.checkpoint._ledger import EffectRecord
-from langgraph_resilience.checkpoint._runs import RunRecord
 
 __all__ = ["AsyncResilientSaver", "ResilientSaver"]
 

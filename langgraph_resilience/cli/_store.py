@@ -24,10 +24,10 @@ from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from langgraph_resilience.checkpoint import ResilientSaver
-from langgraph_resilience.checkpoint._schema import SCHEMA_VERSION, schema_version
-from langgraph_resilience.checkpoint._store import POSTGRES, SQLITE, execute, is_postgres
-from langgraph_resilience.checkpoint._sums import StoreCheck, check_store
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.checkpoint.store._schema import SCHEMA_VERSION, schema_version
+from langgraph_resilience.checkpoint.store._store import POSTGRES, SQLITE, execute, is_postgres
+from langgraph_resilience.checkpoint.store._sums import StoreCheck, check_store
 from langgraph_resilience.errors import ArchiveError, ConfigError, StoreUnavailable
 from langgraph_resilience.worker._setup import bind
 

@@ -3,7 +3,7 @@
 `_steps` decides what one call does (look up, claim, reconcile, call, settle),
 `_side_effect` drives it sync or async and does the I/O, `_outcome` is the
 outcome as stored and replayed, `_settle` records by
-hand what an effect of unknown outcome did, `checkpoint._heartbeat` renews the claims of
+hand what an effect of unknown outcome did, `_util._heartbeat` renews the claims of
 calls in flight.
 """
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from langgraph_resilience._util._process import executor_alive
 from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields
-from langgraph_resilience.checkpoint._process import executor_alive
-from langgraph_resilience.checkpoint._reads import SaverOrGraph, async_saver_of, saver_of
+from langgraph_resilience.checkpoint.runlog._reads import SaverOrGraph, async_saver_of, saver_of
 from langgraph_resilience.errors import ConfigError, RunStateError
 
 __all__ = ["asettle_effect", "settle_effect"]

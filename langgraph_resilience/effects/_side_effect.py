@@ -65,14 +65,14 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, NamedTuple, TypeVar, overload
 
+from langgraph_resilience._util._heartbeat import Beat, every
+from langgraph_resilience._util._process import executing, executor_id
 from langgraph_resilience.checkpoint import (
     AsyncResilientSaver,
     EffectRecord,
     Fence,
     ResilientSaver,
 )
-from langgraph_resilience.checkpoint._heartbeat import Beat, every
-from langgraph_resilience.checkpoint._process import executing, executor_id
 from langgraph_resilience.effects._outcome import outcome_fields, raise_unstorable, replayed
 from langgraph_resilience.effects._steps import (
     EFFECT_LEASE,

@@ -1,6 +1,6 @@
 """The run ledger: how a top-level run returned, told by its driver.
 
-The run's row (`checkpoint._run_log`) is started by its input checkpoint and
+The run's row (`checkpoint.runlog._run_log`) is started by its input checkpoint and
 ended by the write that ends it; what no write says, the driver tells it when
 ``invoke`` / ``stream`` returns (`close_run`): a run with nothing left to do
 ended ``success``, an interrupted one is ``paused``, and what the run used
@@ -33,8 +33,8 @@ from langgraph.errors import GraphBubbleUp
 
 from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
-from langgraph_resilience.checkpoint._runs import fence_of
-from langgraph_resilience.checkpoint._scope import RunScope
+from langgraph_resilience.checkpoint.ledger._runs import fence_of
+from langgraph_resilience.checkpoint.runlog._scope import RunScope
 from langgraph_resilience.errors import CheckpointConflict, LeaseLost
 from langgraph_resilience.graph._lifecycle import nested
 from langgraph_resilience.graph._tally import with_usage

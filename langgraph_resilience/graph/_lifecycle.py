@@ -16,7 +16,7 @@ stored as ``running`` and reported ``success`` when it has nothing left to do
 (no next task, no interrupt): by ``invoke`` / ``ainvoke`` and by ``get_state``
 / ``aget_state``.
 
-The run ledger's row of a run (`checkpoint._run_log`) is started by its input
+The run ledger's row of a run (`checkpoint.runlog._run_log`) is started by its input
 checkpoint and ended by the write that ends it; what no write says, the driver
 tells it when ``invoke`` / ``stream`` returns (`_closing.close_run`): a run with nothing
 left to do ended ``success``, an interrupted one is ``paused``, and what the run
@@ -53,8 +53,8 @@ from langgraph_resilience._langgraph import (
     langgraph_config,
 )
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
-from langgraph_resilience.checkpoint._route_text import is_routed
-from langgraph_resilience.checkpoint._runs import FENCE_KEY, RunRecord
+from langgraph_resilience.checkpoint.ledger._runs import FENCE_KEY, RunRecord
+from langgraph_resilience.checkpoint.saver._route_text import is_routed
 from langgraph_resilience.errors import message_of
 from langgraph_resilience.graph._step_log import nested_stop
 from langgraph_resilience.graph._task import RETRY_FAILED_KEY, in_parent_task

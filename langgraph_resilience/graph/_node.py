@@ -31,7 +31,7 @@ from langgraph.types import Command
 import langgraph_resilience.state as run_log
 from langgraph_resilience._engine import Action, Decision
 from langgraph_resilience.budget import Budget, add_usage
-from langgraph_resilience.checkpoint._scope import RunScope, Tally, scope_of
+from langgraph_resilience.checkpoint.runlog._scope import RunScope, Tally, scope_of
 from langgraph_resilience.classify import Classification, FailureKind
 from langgraph_resilience.errors import ValidationFailed, message_of
 from langgraph_resilience.graph._compress import compress_with_summary

@@ -36,13 +36,13 @@ from langgraph.types import Command
 
 from langgraph_resilience._engine import Action, Decision
 from langgraph_resilience._langgraph import ERROR_HANDLER_PREFIX, StateNodeSpec, coerce_to_runnable
-from langgraph_resilience.checkpoint._route_text import (
+from langgraph_resilience.checkpoint.runlog._scope import scope_of
+from langgraph_resilience.checkpoint.saver._route_text import (
     ROUTE_ATTR,
     ResilienceRoute,
     carried_route,
     parse_route,
 )
-from langgraph_resilience.checkpoint._scope import scope_of
 from langgraph_resilience.classify import Classification, FailureKind
 from langgraph_resilience.errors import EffectOutcomeUnknown, LeaseLost, describe, message_of
 from langgraph_resilience.graph._tally import aensure, ensure, tally_of

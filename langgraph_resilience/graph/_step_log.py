@@ -25,7 +25,7 @@ import langgraph_resilience.state as run_log
 from langgraph_resilience._engine import Action, Decision
 from langgraph_resilience.budget import used
 from langgraph_resilience.checkpoint import AttemptRecord
-from langgraph_resilience.checkpoint._scope import RunScope, Tally
+from langgraph_resilience.checkpoint.runlog._scope import RunScope, Tally
 from langgraph_resilience.graph._tally import tally_of
 from langgraph_resilience.graph._task import TaskContext
 from langgraph_resilience.telemetry._emit import GRAPH_KEY, emit

@@ -1,5 +1,5 @@
 """A run's loop counts and usage where a top-level step reads and adds them:
-the invoke's `RunScope` (`checkpoint._scope`), not ``state["resilience"]``.
+the invoke's `RunScope` (`checkpoint.runlog._scope`), not ``state["resilience"]``.
 
 `scoped` gives each top-level invoke its scope. A step at the top of the run
 counts its path (``review#3``) and adds its usage in the run's `Tally`, loaded
@@ -19,7 +19,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config
 
 from langgraph_resilience.budget import add_usage
-from langgraph_resilience.checkpoint._scope import SCOPE_KEY, RunScope, Tally, scope_of
+from langgraph_resilience.checkpoint.runlog._scope import SCOPE_KEY, RunScope, Tally, scope_of
 from langgraph_resilience.graph._task import TaskContext, in_parent_task
 
 __all__ = ["aensure", "ensure", "run_used", "scoped", "tally_of", "with_usage"]
@@ -103,7 +103,7 @@ def run_used(state: Any, task: TaskContext | None) -> dict[str, float]:
 
 def scoped(config: RunnableConfig | None, input: Any) -> tuple[Any, RunScope | None]:
     """The config a top-level run hands LangGraph, with its invoke's `RunScope`
-    (`checkpoint._scope`: the step records its nodes hand the saver, the run's
+    (`checkpoint.runlog._scope`: the step records its nodes hand the saver, the run's
     loop counts and usage), and that scope; a config that has one (``invoke``'s
     ``stream``) as it is. A nested run has none of its own (None)."""
     if in_parent_task(ensure_config(config)):  # nested

@@ -50,8 +50,8 @@ from langgraph_resilience.checkpoint import (
     Fence,
     ResilientSaver,
 )
-from langgraph_resilience.checkpoint._runs import WORKER_KEY, fence_of
-from langgraph_resilience.checkpoint._scope import RunScope, Tally
+from langgraph_resilience.checkpoint.ledger._runs import WORKER_KEY, fence_of
+from langgraph_resilience.checkpoint.runlog._scope import RunScope, Tally
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.policy import Attempt
 

@@ -22,9 +22,9 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from langgraph_resilience.checkpoint import _reads as reads
-from langgraph_resilience.checkpoint._reads import Reads
-from langgraph_resilience.checkpoint._step_rows import step_row
+from langgraph_resilience.checkpoint.runlog import _reads as reads
+from langgraph_resilience.checkpoint.runlog._reads import Reads
+from langgraph_resilience.checkpoint.runlog._step_rows import step_row
 from langgraph_resilience.history._scan import ThreadRun, scan_thread
 from langgraph_resilience.history._writes import decode_writes
 

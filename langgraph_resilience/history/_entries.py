@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langgraph_resilience.checkpoint import EffectRecord
-from langgraph_resilience.checkpoint._events import StoredAttempt
+from langgraph_resilience.checkpoint.runlog._events import StoredAttempt
 from langgraph_resilience.history._ledger_runs import step_tasks
 from langgraph_resilience.history._scan import Recovery, ThreadRun
 

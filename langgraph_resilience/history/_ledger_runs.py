@@ -1,7 +1,7 @@
 """A thread's runs folded from the run ledger's rows (`run_report`): runs,
 their steps, recoveries and what each redid, keyed by run and task.
 
-What a recovery redid is defined as `checkpoint._run_metrics` counts it (the
+What a recovery redid is defined as `checkpoint.runlog._run_metrics` counts it (the
 same rows, one thread): a crash or takeover, the top-level steps of the
 checkpoint it resumed that ended after it; a budget or human resume, the steps
 of that checkpoint whose task had paused there; a ``retry_failed``, the first
@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from langgraph_resilience.checkpoint import EffectRecord, RunRecord
-from langgraph_resilience.checkpoint import _reads as reads
-from langgraph_resilience.checkpoint._reads import Reads
-from langgraph_resilience.checkpoint._run_summaries import ThreadLedger
+from langgraph_resilience.checkpoint.runlog import _reads as reads
+from langgraph_resilience.checkpoint.runlog._reads import Reads
+from langgraph_resilience.checkpoint.runlog._run_summaries import ThreadLedger
 from langgraph_resilience.history._scan import ENDED, Recovery, ThreadRun
 
 __all__ = ["ledger_runs", "step_tasks"]

@@ -1,7 +1,7 @@
 """`recovery_metrics`: the four recovery metrics and the waste, from the store.
 
 Every figure is an SQL aggregate over the run ledger's rows (runs, steps,
-recoveries: `checkpoint._run_metrics`, which documents what a redone step is)
+recoveries: `checkpoint.runlog._run_metrics`, which documents what a redone step is)
 and the effects ledger, plus the save counters, so the figures add up across
 workers, processes and restarts and cost what the runs inside ``since`` cost.
 """
@@ -15,15 +15,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from langgraph_resilience.checkpoint import _reads as reads
-from langgraph_resilience.checkpoint._counters import (
+from langgraph_resilience.checkpoint.runlog import _reads as reads
+from langgraph_resilience.checkpoint.runlog._reads import Reads, SaverOrGraph
+from langgraph_resilience.checkpoint.runlog._run_metrics import Redone, RunCounts
+from langgraph_resilience.checkpoint.store._counters import (
     CHECKPOINT_FAILED,
     CHECKPOINT_OK,
     WRITES_FAILED,
     WRITES_OK,
 )
-from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
-from langgraph_resilience.checkpoint._run_metrics import Redone, RunCounts
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.history._backfill import backfilled
 from langgraph_resilience.history._scan import ENDED, RECOVERY_KINDS

@@ -16,8 +16,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 import langgraph_resilience.history._render as render
-from langgraph_resilience.checkpoint import _reads as reads
-from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
+from langgraph_resilience.checkpoint.runlog import _reads as reads
+from langgraph_resilience.checkpoint.runlog._reads import Reads, SaverOrGraph
 from langgraph_resilience.errors import ConfigError, UnknownThread
 from langgraph_resilience.graph._routes import PARTIAL_RESULT
 from langgraph_resilience.history._backfill import backfilled

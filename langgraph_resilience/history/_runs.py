@@ -1,5 +1,5 @@
 """`list_runs`: the runs of the store, newest first, for the ``runs`` command:
-a page of the run ledger's rows (`checkpoint._run_summaries`)."""
+a page of the run ledger's rows (`checkpoint.runlog._run_summaries`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from langgraph_resilience.checkpoint import _reads as reads
-from langgraph_resilience.checkpoint._reads import Reads, SaverOrGraph
+from langgraph_resilience.checkpoint.runlog import _reads as reads
+from langgraph_resilience.checkpoint.runlog._reads import Reads, SaverOrGraph
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.history._backfill import backfilled
 

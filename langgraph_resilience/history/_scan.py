@@ -50,9 +50,9 @@ from langgraph_resilience._langgraph import (
     TASKS_CHANNEL,
 )
 from langgraph_resilience.checkpoint import RunRecord
-from langgraph_resilience.checkpoint._events import RecoveryRecord
-from langgraph_resilience.checkpoint._route_text import is_routed
-from langgraph_resilience.checkpoint._run_log import tried_task
+from langgraph_resilience.checkpoint.runlog._events import RecoveryRecord
+from langgraph_resilience.checkpoint.runlog._run_log import tried_task
+from langgraph_resilience.checkpoint.saver._route_text import is_routed
 from langgraph_resilience.history._writes import Write, checkpoint_time
 
 __all__ = [

@@ -9,7 +9,7 @@ seconds, across every process on the store; a try that fails with a
 
 `_admit` decides how a try waits (bounded by its ``Backoff.max_wait``),
 `_drive` does the I/O (sync and async); the SQL is the checkpoint package's
-(`checkpoint._limits`). `limit_states` reads what the store holds now, as
+(`checkpoint.ledger._limits`). `limit_states` reads what the store holds now, as
 ``langgraph-resilience limits`` prints it.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from langgraph_resilience.checkpoint._limits import LimitRow
+from langgraph_resilience.checkpoint.ledger._limits import LimitRow
 from langgraph_resilience.limits._drive import limits_io
 from langgraph_resilience.policy import Limit
 

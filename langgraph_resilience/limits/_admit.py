@@ -19,8 +19,8 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from langgraph_resilience.checkpoint._limits import Admission, LimitAsk
-from langgraph_resilience.checkpoint._process import executor_alive
+from langgraph_resilience._util._process import executor_alive
+from langgraph_resilience.checkpoint.ledger._limits import Admission, LimitAsk
 from langgraph_resilience.errors import ConfigError, LimitBusy
 from langgraph_resilience.policy import Limit
 

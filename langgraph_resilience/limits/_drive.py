@@ -6,7 +6,7 @@ The try loop's drivers (`graph._drivers`) call `admit_sync` / `admit_async` for
 an `Admit` and `release_sync` / `release_async` for a `Release` (and, when a try
 ends by a `BaseException` such as a cancellation, for what it held). A release
 costs no round trip of its own: the slots ride the saver's next write, which in
-a node is the try's own (`checkpoint._releases`); a pause is stored at once.
+a node is the try's own (`checkpoint.ledger._releases`); a pause is stored at once.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from langgraph_resilience.checkpoint._heartbeat import every
-from langgraph_resilience.checkpoint._limits import AsyncLimits, Limits
-from langgraph_resilience.checkpoint._process import process_id
+from langgraph_resilience._util._heartbeat import every
+from langgraph_resilience._util._process import process_id
+from langgraph_resilience.checkpoint.ledger._limits import AsyncLimits, Limits
 from langgraph_resilience.errors import ConfigError, LimitBusy
 from langgraph_resilience.limits._admit import Admit, Held, Nap, Release, admission, asks_of
 from langgraph_resilience.telemetry._emit import emit

@@ -17,10 +17,11 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
-from langgraph_resilience.checkpoint import AsyncResilientSaver, _base
-from langgraph_resilience.checkpoint._store import is_postgres
+from langgraph_resilience.checkpoint import AsyncResilientSaver
+from langgraph_resilience.checkpoint.saver import _base
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+from langgraph_resilience.checkpoint.store._store import is_postgres
 from langgraph_resilience.errors import ConfigError
 
 try:

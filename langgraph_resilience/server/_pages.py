@@ -10,7 +10,7 @@ from dataclasses import asdict
 from typing import Any
 from urllib.parse import urlencode
 
-from langgraph_resilience.checkpoint._run_log_reads import RunLogRecord
+from langgraph_resilience.checkpoint.runlog._run_log_reads import RunLogRecord
 from langgraph_resilience.history import RecoveryMetrics, RunReport
 from langgraph_resilience.history._render import clock, drawn, node_statuses, seen, top_node
 

@@ -30,8 +30,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from langgraph_resilience._util._process import clock_now
 from langgraph_resilience.checkpoint import Fence
-from langgraph_resilience.checkpoint._process import clock_now
 
 __all__ = ["LEASES", "Instant", "LeaseCheck", "Leases", "Proof", "check_lease"]
 

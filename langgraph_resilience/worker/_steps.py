@@ -26,7 +26,7 @@ from langgraph.types import Command, StateSnapshot
 from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import Fence, RunRecord
-from langgraph_resilience.checkpoint._runs import FENCE_KEY, WORKER_KEY
+from langgraph_resilience.checkpoint.ledger._runs import FENCE_KEY, WORKER_KEY
 from langgraph_resilience.errors import CheckpointConflict, LeaseLost, StoreUnavailable, describe
 from langgraph_resilience.graph._lifecycle import ended_status, settled_by_hand
 from langgraph_resilience.graph._task import BUDGET_KEY

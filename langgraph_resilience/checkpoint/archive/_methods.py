@@ -16,8 +16,6 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from langgraph_resilience.checkpoint import _retention
-from langgraph_resilience.checkpoint._retention import Pruned
 from langgraph_resilience.checkpoint.archive import _moves
 from langgraph_resilience.checkpoint.archive._codec import thread_prefix
 from langgraph_resilience.checkpoint.archive._drivers import (
@@ -28,6 +26,8 @@ from langgraph_resilience.checkpoint.archive._drivers import (
 )
 from langgraph_resilience.checkpoint.archive._moves import ArchiveReport
 from langgraph_resilience.checkpoint.archive._objects import Archive
+from langgraph_resilience.checkpoint.saver import _retention
+from langgraph_resilience.checkpoint.saver._retention import Pruned
 from langgraph_resilience.errors import ArchiveError
 
 __all__ = ["AsyncArchival", "SyncArchival"]

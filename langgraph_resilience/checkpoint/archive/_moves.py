@@ -26,10 +26,9 @@ from typing import Any, NamedTuple
 
 from langgraph.checkpoint.base import CheckpointTuple
 
-from langgraph_resilience.checkpoint import _archival
-from langgraph_resilience.checkpoint._store import Dialect, Statements
-from langgraph_resilience.checkpoint.archive import _codec
+from langgraph_resilience.checkpoint.archive import _archival, _codec
 from langgraph_resilience.checkpoint.archive._codec import ArchivedCheckpoint
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements
 from langgraph_resilience.errors import ArchiveError, ConfigError
 
 __all__ = ["ArchiveReport", "Op", "archive_threads", "restore"]

@@ -38,15 +38,6 @@ from langgraph_resilience._langgraph import (
     route_cursor,
 )
 from langgraph_resilience._store_errors import is_transient_store_error
-from langgraph_resilience.checkpoint import _base, _schema, _sums, _threads
-from langgraph_resilience.checkpoint._savers import SyncResilience
-from langgraph_resilience.checkpoint._store import POSTGRES, Statements, execute
-from langgraph_resilience.checkpoint._store_retry import (
-    DEFAULT_PG_STORE_RETRY,
-    Translate,
-    call_with_retry,
-)
-from langgraph_resilience.checkpoint._sums import blob_sum
 from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.postgres import _network, _values
 from langgraph_resilience.checkpoint.postgres._network import (
@@ -56,6 +47,16 @@ from langgraph_resilience.checkpoint.postgres._network import (
     live_conninfo,
     target_of,
 )
+from langgraph_resilience.checkpoint.saver import _base, _threads
+from langgraph_resilience.checkpoint.saver._savers import SyncResilience
+from langgraph_resilience.checkpoint.store import _schema, _sums
+from langgraph_resilience.checkpoint.store._store import POSTGRES, Statements, execute
+from langgraph_resilience.checkpoint.store._store_retry import (
+    DEFAULT_PG_STORE_RETRY,
+    Translate,
+    call_with_retry,
+)
+from langgraph_resilience.checkpoint.store._sums import blob_sum
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.policy import Backoff
 

@@ -37,7 +37,7 @@ from psycopg.rows import DictRow, Row, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience._store_errors import is_refused_login, is_unavailable_error
-from langgraph_resilience.checkpoint._store_retry import retry_window
+from langgraph_resilience.checkpoint.store._store_retry import retry_window
 from langgraph_resilience.errors import ConfigError, StoreUnavailable
 from langgraph_resilience.policy import Backoff
 

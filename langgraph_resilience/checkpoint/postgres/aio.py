@@ -17,14 +17,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from langgraph_resilience._langgraph import check_pg_rows, route_cursor
 from langgraph_resilience._store_errors import is_transient_store_error
-from langgraph_resilience.checkpoint import _base, _schema, _sums, _threads
-from langgraph_resilience.checkpoint._asavers import AsyncResilience
-from langgraph_resilience.checkpoint._store import POSTGRES, Statements, aexecute
-from langgraph_resilience.checkpoint._store_retry import (
-    DEFAULT_PG_STORE_RETRY,
-    Translate,
-    acall_with_retry,
-)
 from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.postgres import (
     _network,
@@ -40,6 +32,15 @@ from langgraph_resilience.checkpoint.postgres._network import (
     AsyncConn,
     PgTimeouts,
     target_of,
+)
+from langgraph_resilience.checkpoint.saver import _base, _threads
+from langgraph_resilience.checkpoint.saver._asavers import AsyncResilience
+from langgraph_resilience.checkpoint.store import _schema, _sums
+from langgraph_resilience.checkpoint.store._store import POSTGRES, Statements, aexecute
+from langgraph_resilience.checkpoint.store._store_retry import (
+    DEFAULT_PG_STORE_RETRY,
+    Translate,
+    acall_with_retry,
 )
 from langgraph_resilience.policy import Backoff
 

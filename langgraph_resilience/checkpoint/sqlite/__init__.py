@@ -23,18 +23,19 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from langgraph_resilience._store_errors import is_unavailable_error
-from langgraph_resilience.checkpoint import _base, _schema, _threads
-from langgraph_resilience.checkpoint._savers import SyncResilience
-from langgraph_resilience.checkpoint._store import SQLITE, Statements, execute
-from langgraph_resilience.checkpoint._store_retry import Translate, call_with_retry
-from langgraph_resilience.checkpoint._sums import (
+from langgraph_resilience.checkpoint.archive import Archive
+from langgraph_resilience.checkpoint.saver import _base, _threads
+from langgraph_resilience.checkpoint.saver._savers import SyncResilience
+from langgraph_resilience.checkpoint.store import _schema
+from langgraph_resilience.checkpoint.store._store import SQLITE, Statements, execute
+from langgraph_resilience.checkpoint.store._store_retry import Translate, call_with_retry
+from langgraph_resilience.checkpoint.store._sums import (
     checkpoint_sum,
     sqlite_keys,
     sqlite_read,
     sqlite_tuple,
     write_sum,
 )
-from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.errors import ConfigError, StoreUnavailable
 from langgraph_resilience.policy import Backoff
 

@@ -12,12 +12,9 @@ from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from langgraph_resilience.checkpoint import _base, _schema, _threads
-from langgraph_resilience.checkpoint._asavers import AsyncResilience
-from langgraph_resilience.checkpoint._store import SQLITE, Statements, aexecute
-from langgraph_resilience.checkpoint._store_retry import Translate, acall_with_retry
-from langgraph_resilience.checkpoint._sums import sqlite_keys, sqlite_read, sqlite_tuple
 from langgraph_resilience.checkpoint.archive import Archive
+from langgraph_resilience.checkpoint.saver import _base, _threads
+from langgraph_resilience.checkpoint.saver._asavers import AsyncResilience
 from langgraph_resilience.checkpoint.sqlite import (
     sqlite_final,
     sqlite_path_error,
@@ -25,6 +22,10 @@ from langgraph_resilience.checkpoint.sqlite import (
     sqlite_unavailable,
     sqlite_write_rows,
 )
+from langgraph_resilience.checkpoint.store import _schema
+from langgraph_resilience.checkpoint.store._store import SQLITE, Statements, aexecute
+from langgraph_resilience.checkpoint.store._store_retry import Translate, acall_with_retry
+from langgraph_resilience.checkpoint.store._sums import sqlite_keys, sqlite_read, sqlite_tuple
 from langgraph_resilience.policy import Backoff
 
 __all__ = ["AsyncResilientSqliteSaver"]

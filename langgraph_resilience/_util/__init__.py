@@ -1,0 +1,5 @@
+"""Leaf helpers that import nothing of the package.
+
+- ``_process``: who is executing, and whether an executor on this machine is alive.
+- ``_heartbeat``: one daemon thread that calls ``beat`` functions periodically.
+"""

@@ -1,0 +1,212 @@
+"""How `recovery_metrics`, `run_report` and `list_runs` read the store: written
+once as generators of `Read`, run by a sync driver (`drive`) or an async one
+(`adrive`).
+
+A `Read` carries the read twice, as a call on a sync saver and as one on an
+async saver, so that no method is looked up by name; the constructors below are
+the reads there are, each with its own reply type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeAlias, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.pregel import Pregel
+
+from langgraph_resilience.checkpoint._protocol import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
+from langgraph_resilience.checkpoint.ledger._runs import RunRecord
+from langgraph_resilience.checkpoint.runlog._events import RecoveryRecord, StoredAttempt
+from langgraph_resilience.checkpoint.runlog._run_log_reads import Cursor, RunLogRecord
+from langgraph_resilience.checkpoint.runlog._run_metrics import RunCounts
+from langgraph_resilience.checkpoint.runlog._run_summaries import ThreadLedger
+from langgraph_resilience.checkpoint.store._store import Row
+from langgraph_resilience.errors import ConfigError
+
+__all__ = [
+    "Read",
+    "backfill",
+    "Reads",
+    "SaverOrGraph",
+    "adrive",
+    "async_saver_of",
+    "checkpoint",
+    "counters",
+    "drive",
+    "effects",
+    "metrics",
+    "pending_backfill",
+    "recoveries",
+    "run_log",
+    "run_rows",
+    "runs",
+    "saver_of",
+    "summaries",
+    "thread_ledger",
+    "thread_attempts",
+]
+
+T = TypeVar("T")
+
+#: What the history's entry points take: a resilient saver, or a graph compiled
+#: with one.
+SaverOrGraph: TypeAlias = "BaseCheckpointSaver[Any] | Pregel[Any, Any, Any, Any]"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Read(Generic[T]):
+    """One read of the store: ``sync`` on a sync saver, ``async_`` on an async one."""
+
+    sync: Callable[[ResilientSaver], T]
+    async_: Callable[[AsyncResilientSaver], Awaitable[T]]
+
+
+Reads = Generator[Read[Any], Any, T]
+
+
+def run_log(thread_id: str | None) -> Read[list[Row]]:
+    return Read(
+        sync=lambda s: s.history.run_log(thread_id),
+        async_=lambda s: s.history.arun_log(thread_id),
+    )
+
+
+def run_rows(
+    thread_id: str | None = None,
+    *,
+    statuses: Sequence[str] = (),
+    limit: int = 100,
+    before: Cursor | None = None,
+) -> Read[list[RunLogRecord]]:
+    """A page of the run ledger's runs, newest first (`History.run_rows`)."""
+    return Read(
+        sync=lambda s: s.history.run_rows(thread_id, statuses=statuses, limit=limit, before=before),
+        async_=lambda s: s.history.arun_rows(
+            thread_id, statuses=statuses, limit=limit, before=before
+        ),
+    )
+
+
+def metrics(since: float | None, nodes: Sequence[str] | None) -> Read[RunCounts]:
+    """The run ledger's aggregates for `recovery_metrics` (`_run_metrics`)."""
+    return Read(
+        sync=lambda s: s.history.metrics(since, nodes),
+        async_=lambda s: s.history.ametrics(since, nodes),
+    )
+
+
+def summaries(statuses: Sequence[str] | None, limit: int) -> Read[list[tuple[Any, ...]]]:
+    """A page of runs for `list_runs`, newest first (`_run_summaries`)."""
+    return Read(
+        sync=lambda s: s.history.summaries(statuses, limit),
+        async_=lambda s: s.history.asummaries(statuses, limit),
+    )
+
+
+def thread_ledger(thread_id: str) -> Read[ThreadLedger]:
+    """One thread's ledger rows, for `run_report` (`_run_summaries`)."""
+    return Read(
+        sync=lambda s: s.history.thread_ledger(thread_id),
+        async_=lambda s: s.history.athread_ledger(thread_id),
+    )
+
+
+def pending_backfill() -> Read[list[str]]:
+    """Threads written before the run ledger, not yet read into its rows."""
+    return Read(
+        sync=lambda s: s.history.pending_backfill(),
+        async_=lambda s: s.history.apending_backfill(),
+    )
+
+
+def backfill(thread_id: str, rows: tuple[Sequence[tuple[Any, ...]], ...]) -> Read[None]:
+    """Store one thread's ledger rows: runs, steps, recoveries, paths (`_run_backfill`)."""
+    return Read(
+        sync=lambda s: s.history.backfill(thread_id, *rows),
+        async_=lambda s: s.history.abackfill(thread_id, *rows),
+    )
+
+
+def recoveries(thread_id: str | None) -> Read[list[RecoveryRecord]]:
+    return Read(
+        sync=lambda s: s.history.recoveries(thread_id),
+        async_=lambda s: s.history.arecoveries(thread_id),
+    )
+
+
+def runs(thread_id: str | None) -> Read[list[RunRecord]]:
+    return Read(
+        sync=lambda s: s.history.runs(thread_id), async_=lambda s: s.history.aruns(thread_id)
+    )
+
+
+def thread_attempts(thread_id: str) -> Read[list[StoredAttempt]]:
+    return Read(
+        sync=lambda s: s.history.attempts(thread_id),
+        async_=lambda s: s.history.aattempts(thread_id),
+    )
+
+
+def effects(thread_id: str) -> Read[Sequence[EffectRecord]]:
+    return Read(
+        sync=lambda s: s.list_effects(thread_id), async_=lambda s: s.alist_effects(thread_id)
+    )
+
+
+def counters(since: float | None) -> Read[dict[str, int]]:
+    return Read(sync=lambda s: s.read_counters(since), async_=lambda s: s.aread_counters(since))
+
+
+def checkpoint(config: RunnableConfig) -> Read[CheckpointTuple | None]:
+    return Read(sync=lambda s: s.get_tuple(config), async_=lambda s: s.aget_tuple(config))
+
+
+def _checkpointer(target: object) -> object:
+    """The saver itself, or the saver of a compiled graph."""
+    return getattr(target, "checkpointer", None) or target
+
+
+def _wrong(target: object, what: str, wanted: str) -> ConfigError:
+    return ConfigError(
+        f"{what} reads a resilient saver's store: pass {wanted} (or a graph compiled with "
+        f"one; the a-prefixed twin takes an async saver, the other a sync one), got "
+        f"{type(_checkpointer(target)).__name__}"
+    )
+
+
+def saver_of(target: object, what: str) -> ResilientSaver:
+    saver = _checkpointer(target)
+    if not isinstance(saver, ResilientSaver):
+        raise _wrong(target, what, "ResilientSqliteSaver or ResilientPostgresSaver")
+    return saver
+
+
+def async_saver_of(target: object, what: str) -> AsyncResilientSaver:
+    saver = _checkpointer(target)
+    if not isinstance(saver, AsyncResilientSaver):
+        raise _wrong(target, what, "AsyncResilientSqliteSaver or AsyncResilientPostgresSaver")
+    return saver
+
+
+def drive(saver: ResilientSaver, reads: Reads[T]) -> T:
+    reply: Any = None
+    while True:
+        try:
+            op = reads.send(reply)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        reply = op.sync(saver)
+
+
+async def adrive(saver: AsyncResilientSaver, reads: Reads[T]) -> T:
+    reply: Any = None
+    while True:
+        try:
+            op = reads.send(reply)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        reply = await op.async_(saver)

@@ -1,0 +1,522 @@
+"""The run ledger: a row per run of a thread and a row per step that ran,
+written when it happens, in the transaction of what it belongs to (both dialects).
+
+What the rows are read from is what the saver is handed anyway, never
+LangGraph's private writes decoded back:
+
+- a run starts with its input checkpoint (``put``, metadata source ``input``,
+  the top-level namespace), when the input carries the new-run marker
+  (`state.new_run_marker`, added by the graph to a new input): the run's number
+  is the one after the checkpoint's run log's, its ``task_spec`` the input
+  without the marker, verbatim (the saver's serde), stored once, here;
+- a step is the record its node's own run-log write carries (``{"resilience":
+  {"step": ...}}``, `graph._step_log.log_update`), or that its node handed to
+  the invoke's `_scope.RunScope` in place of that write (a step that changes
+  nothing in the run log: most), stored by ``put_writes`` of its task in the
+  transaction of the task's writes: never a step row without its writes, nor
+  the reverse (both keep the first, as LangGraph's regular writes do);
+- a write that ends the run (``status``: success, partial_complete), names its
+  failed step, goes on with it (``running``: `retry_failed`) or resumes it
+  (LangGraph's `RESUME_CHANNEL` write) updates the run's row in that same
+  transaction, and the checkpoint after it gives the row the run's usage;
+- what no write says is told by the one that knows: the driver when
+  ``invoke`` / ``stream`` returns (a run with nothing left to do, a pause, and
+  their usage: `close_run`), the `Worker` when it finishes, pauses or cancels a
+  run (`finish_worker_run`, `cancel_worker_run`, in its own transaction).
+
+A run nested in another (a resilient subgraph, a resilient graph invoked inside
+a node: a non-empty namespace) has no row of its own; its steps are rows of
+its namespace, numbered with the run of the thread latest started at or before
+their checkpoint (checkpoint ids are time-ordered). Threads written before the
+ledger existed have no rows: their readers decode their writes, as before
+(`_run_log_reads.read_steps`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
+from langgraph.graph import START
+
+from langgraph_resilience._langgraph import ERROR_CHANNEL, INTERRUPT_CHANNEL, RESUME_CHANNEL
+from langgraph_resilience.checkpoint.ledger._runs import WORKER_KEY, Fence, fence_of
+from langgraph_resilience.checkpoint.runlog._run_log_reads import CHANNEL, ENDED, STATUSES
+from langgraph_resilience.checkpoint.runlog._scope import scope_of
+from langgraph_resilience.checkpoint.runlog._step_rows import step_row
+from langgraph_resilience.checkpoint.store._schema import (
+    BACKFILL,
+    RECOVERIES,
+    RECOVERY_PATHS,
+    RUN_LOG,
+    RUNS,
+    STEPS,
+)
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
+from langgraph_resilience.errors import ConfigError
+
+__all__ = [
+    "PutLedger",
+    "WriteLedger",
+    "cancel_worker_run",
+    "close_run",
+    "finish_worker_run",
+    "ledger_of_put",
+    "ledger_of_writes",
+    "put_statements",
+    "tried_task",
+    "write_statements",
+]
+
+_ENDED_SQL = ", ".join(repr(s) for s in ENDED)
+
+
+# -- what a put or a write tells ------------------------------------------------------
+
+
+class PutLedger(NamedTuple):
+    """What a checkpoint tells the ledger: the run it starts, or the end of the
+    run its run log says ended (each a run row, upserted)."""
+
+    start: tuple[Any, ...] | None = None
+    end: tuple[Any, ...] | None = None  # the run's row, ended
+
+
+def ledger_of_put(
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: Mapping[str, Any],
+    dumps: Callable[[Any], tuple[str, bytes]],
+) -> PutLedger | None:
+    """What a top-level checkpoint tells the ledger (None: most say nothing).
+
+    A new run's input checkpoint (its input, the graph's input channel `START`,
+    carries the new-run marker) starts the run's row. The checkpoint after the
+    step that ended a run (its run log changed, and says ``success`` or
+    ``partial_complete``) gives the row the run's usage: the run's driver then
+    has nothing left to tell it.
+    """
+    configurable = config.get("configurable") or {}
+    if configurable.get("checkpoint_ns"):
+        return None  # a nested run: part of its parent's
+    values = checkpoint.get("channel_values") or {}
+    known = values.get(CHANNEL)
+    if metadata.get("source") != "input":
+        if CHANNEL not in new_versions or not isinstance(known, Mapping):
+            return None
+        status = known.get("status")
+        if status not in ("success", "partial_complete"):
+            return None
+        end = _run_row(
+            config,
+            int(known.get("run") or 1),
+            _began(config, known),
+            None,
+            status=str(status),
+            ended=True,
+            failed_step=_path_of(known.get("failed_step")),
+            usage=_json(known.get("usage")),
+        )
+        return PutLedger(end=end)
+    given = values.get(START)
+    marker = given.get(CHANNEL) if isinstance(given, Mapping) else None
+    if not isinstance(marker, Mapping) or marker.get("new_run") is None:
+        return None
+    assert isinstance(given, Mapping)
+    previous = int(known.get("run") or 0) if isinstance(known, Mapping) else 0
+    spec_type, spec = dumps({k: v for k, v in given.items() if k != CHANNEL})
+    started = float(marker["new_run"])
+    return PutLedger(
+        start=_run_row(config, previous + 1, started, checkpoint["id"], spec_type, spec)
+    )
+
+
+def _began(config: RunnableConfig, known: Mapping[str, Any]) -> float:
+    """When an ended run began, for its row if it has none yet (a run stored only
+    at its exit, ``durability="exit"``): its invoke's, if that started it (a
+    run log stored by an earlier release says it too)."""
+    if (said := known.get("started_at")) is not None:
+        return float(said)
+    scope = scope_of(config)
+    return scope.began if scope is not None and scope.began is not None else time.time()
+
+
+def _run_row(
+    config: RunnableConfig,
+    run: int,
+    started_at: float,
+    checkpoint_id: str | None,
+    spec_type: str | None = None,
+    spec: bytes | None = None,
+    *,
+    status: str = "running",
+    ended: bool = False,
+    failed_step: str | None = None,
+    usage: str | None = None,
+) -> tuple[Any, ...]:
+    """A run row, in the table's column order (its Worker run and worker from
+    the config a `Worker` gives the run)."""
+    configurable = config.get("configurable") or {}
+    fence = fence_of(config)
+    worker = configurable.get(WORKER_KEY)
+    now = time.time()
+    return (
+        str(configurable["thread_id"]),
+        run,
+        status,
+        spec_type,
+        spec,
+        checkpoint_id,
+        started_at,
+        now if ended else None,
+        now,
+        failed_step,
+        usage,
+        fence.run_id if fence is not None else None,
+        None if worker is None else str(worker),
+        None,  # paused_for
+    )
+
+
+class WriteLedger(NamedTuple):
+    """What one task's writes tell the ledger (see `ledger_of_writes`)."""
+
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    step: tuple[Any, ...] | None = None  # the step row
+    run: int | None = None  # the run the write belongs to, when it says
+    status: str | None = None  # success, partial_complete or running
+    failed_step: str | None = None
+    cleared: bool = False  # retry_failed: its failed steps are re-run
+    resumed: bool = False
+    task_id: str = ""
+    clear: tuple[str, ...] = ()  # the paths retry_failed re-runs
+    paused_for: str | None = None  # an interrupt: budget or human
+    own_story: bool = False  # a nested run's start or end (see `_OWN_STORY`)
+    start: tuple[Any, ...] | None = None  # a run started by a node's marker
+
+
+def ledger_of_writes(
+    config: RunnableConfig,
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    handed: Mapping[str, Any] | None = None,
+    *,
+    summaries: bool = True,
+) -> WriteLedger | None:
+    """What a task's writes tell the ledger, or None (most writes of a step: only
+    its own run-log write, read as given, and a resume's write count).
+
+    ``handed``: the run-log entry the task's node handed over in place of a
+    write (`_scope.RunScope.take`), read as its write would be; writes that
+    are the task's error drop it (the step did not end with them)."""
+    value: Any = None
+    resumed = False
+    paused: str | None = None
+    failed = False
+    for channel, v in writes:
+        if channel == CHANNEL:
+            value = v
+        elif channel == RESUME_CHANNEL:
+            resumed = True
+        elif channel == INTERRUPT_CHANNEL:
+            paused = "budget" if paused == "budget" or _for_budget(v) else "human"
+        elif channel == ERROR_CHANNEL:
+            failed = True
+    if handed is not None and value is None and not failed:
+        value = handed
+    if not isinstance(value, Mapping) and not resumed and paused is None:
+        return None
+    configurable = config.get("configurable") or {}
+    thread_id = str(configurable["thread_id"])
+    ns = str(configurable.get("checkpoint_ns") or "")
+    checkpoint_id = str(configurable.get("checkpoint_id"))
+    if not isinstance(value, Mapping):
+        if ns:
+            return None  # a nested pause: its parent's task writes it too
+        return WriteLedger(
+            thread_id, ns, checkpoint_id, resumed=resumed, task_id=task_id, paused_for=paused
+        )
+    step = value.get("step")
+    row = None
+    run = None
+    if isinstance(step, Mapping) and step.get("path"):
+        run = int(step.get("run") or 1)
+        usage = step.get("usage") or value.get("usage")  # a tallied step's, or the log's
+        path = str(step["path"])
+        tried = tried_task(value, path) if _FAILED_KEYS & value.keys() else None
+        record = {**step, "usage": usage} if usage is not step.get("usage") else step
+        row = step_row(thread_id, ns, checkpoint_id, task_id, run, record, tried, summary=summaries)
+    if ns:  # a nested run's: its steps only (its outcome is its parent's step's)
+        # Its start or end under a parent that keeps no run log (a plain
+        # StateGraph): the thread's runs are the nested run log's own story,
+        # read into rows by `history._backfill` (`_OWN_STORY`).
+        told = value.get("new_run") is not None or value.get("status") in ENDED
+        if row is None and not told:
+            return None
+        return WriteLedger(thread_id, ns, checkpoint_id, step=row, own_story=told)
+    status = value.get("status")
+    start = None
+    if value.get("new_run") is not None and value.get("run") is not None:
+        # A marker that numbers its run (an agent's, written by a node).
+        run = int(value["run"])
+        start = _run_row(config, run, float(value["new_run"]), checkpoint_id)
+    return WriteLedger(
+        thread_id,
+        ns,
+        checkpoint_id,
+        step=row,
+        run=run,
+        status=status if status in ("success", "partial_complete", "running") else None,
+        failed_step=_path_of(value.get("failed_step")),
+        cleared=bool(value.get("clear")),
+        resumed=resumed,
+        start=start,
+        task_id=task_id,
+        clear=tuple(str(p) for p in value.get("clear") or ()),
+        paused_for=paused,
+    )
+
+
+_FAILED_KEYS = frozenset(("failed_step", "failed_steps"))
+
+
+def tried_task(value: Mapping[str, Any], path: str) -> str | None:
+    """The task whose tries a failed step's record stands for (``ns|id``), as its
+    run-log write names it (the failed step, or one of the failed branches)."""
+    for failed in [value.get("failed_step"), *(value.get("failed_steps") or [])]:
+        if isinstance(failed, Mapping) and failed.get("path") == path and failed.get("task"):
+            return str(failed["task"])
+    return None
+
+
+def _for_budget(value: Any) -> bool:
+    """Whether an interrupt write is a budget's pause (`budget.pause_value`)."""
+    for item in value if isinstance(value, (list, tuple)) else [value]:
+        said = getattr(item, "value", item)
+        if isinstance(said, Mapping) and said.get("reason") == "budget_exhausted":
+            return True
+    return False
+
+
+# -- statements ------------------------------------------------------------------------
+
+_PLACES = ", ".join("?" for _ in RUN_LOG.names)
+_START_RUN = (
+    f"INSERT INTO {RUN_LOG.name} ({', '.join(RUN_LOG.names)}) VALUES ({_PLACES}) "
+    "ON CONFLICT (thread_id, run) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in RUN_LOG.names if c not in ("thread_id", "run"))
+)
+# The run of a thread latest started at or before a checkpoint (of any namespace:
+# checkpoint ids are time-ordered): the run a nested step, or a write that does
+# not say its run, belongs to.
+_RUN_AT = (
+    f"(SELECT r.run FROM {RUN_LOG.name} r WHERE r.thread_id = ? AND r.checkpoint_id <= ? "
+    "ORDER BY r.checkpoint_id DESC LIMIT 1)"
+)
+_STEP_NAMES = ", ".join(STEPS.names)
+_STEP = (
+    f"INSERT INTO {STEPS.name} ({_STEP_NAMES}) VALUES "
+    f"({', '.join('?' for _ in STEPS.names)}) ON CONFLICT DO NOTHING"
+)
+_NESTED_STEP = (
+    f"INSERT INTO {STEPS.name} ({_STEP_NAMES}) VALUES (?, ?, ?, ?, coalesce({_RUN_AT}, ?), "
+    f"{', '.join('?' for _ in STEPS.names[5:])}) ON CONFLICT DO NOTHING"
+)
+_UPDATE_RUN = (
+    f"UPDATE {RUN_LOG.name} SET status = coalesce(?, status), "
+    f"ended_at = CASE WHEN ? IN ({_ENDED_SQL}) THEN ? WHEN ? = 'running' THEN NULL "
+    "ELSE ended_at END, "
+    "failed_step = coalesce(CASE WHEN ? THEN NULL ELSE failed_step END, ?), updated_at = ? "
+    "WHERE thread_id = ? AND run = {run}"
+)
+_RESUMED = (
+    f"UPDATE {RUN_LOG.name} SET status = 'running', updated_at = ? "
+    f"WHERE thread_id = ? AND status = 'paused' AND run = {_RUN_AT}"
+)
+
+# Recoveries made by a write (`RECOVERIES`), in its transaction, of the run the
+# write belongs to (none for a thread without run rows: `history._backfill`
+# reads those): a resume of a paused run (budget or human, as it paused), a
+# retry_failed (with the paths it re-runs). Params: key, checkpoint, at, then
+# the run's thread, and `_RUN_AT`'s thread and checkpoint.
+_RECOVERY = (
+    f"INSERT INTO {RECOVERIES.name} (thread_id, key, kind, run_id, owner, checkpoint_id, at, run) "
+    "SELECT r.thread_id, ?, {kind}, r.run_id, NULL, ?, ?, r.run "
+    f"FROM {RUN_LOG.name} r WHERE r.thread_id = ? AND r.run = {_RUN_AT} "
+    "ON CONFLICT (thread_id, key) DO NOTHING"
+)
+_RESUME_RECOVERY = _RECOVERY.format(kind="coalesce(r.paused_for, 'human')")
+_RETRY_RECOVERY = _RECOVERY.format(kind="'retry_failed'")
+_RETRY_PATHS = (
+    f"INSERT INTO {RECOVERY_PATHS.name} (thread_id, key, path) VALUES (?, ?, ?) "
+    "ON CONFLICT DO NOTHING"
+)
+# A nested run's start or end on a thread with no run of its own top level (no
+# run row started by a top-level checkpoint: its parent keeps no run log) lists
+# the thread for `history._backfill`, which reads the nested run log's story.
+_OWN_STORY = (
+    f"INSERT INTO {BACKFILL.name} (thread_id) SELECT ? WHERE NOT EXISTS (SELECT 1 "
+    f"FROM {RUN_LOG.name} r JOIN checkpoints c ON c.thread_id = r.thread_id "
+    "AND c.checkpoint_ns = '' AND c.checkpoint_id = r.checkpoint_id WHERE r.thread_id = ?) "
+    "ON CONFLICT DO NOTHING"
+)
+_PAUSED_FOR = f"UPDATE {RUN_LOG.name} SET paused_for = ? WHERE thread_id = ? AND run = {_RUN_AT}"
+
+# How a run ended (its last checkpoint's word) or returned (its driver's, also
+# paused or still running: no end time then), upserted: a run whose checkpoints
+# were not stored as it went (durability "exit") gets its row then. An ended run
+# keeps the time and the failed step it was first told.
+_T = RUN_LOG.name
+_ENDED_RUN = (
+    f"{_START_RUN.split(' ON CONFLICT')[0]} ON CONFLICT (thread_id, run) DO UPDATE SET "
+    f"status = excluded.status, ended_at = CASE WHEN excluded.status IN ({_ENDED_SQL}) "
+    f"THEN coalesce({_T}.ended_at, excluded.ended_at) ELSE NULL END, "
+    f"usage = coalesce(excluded.usage, {_T}.usage), updated_at = excluded.updated_at, "
+    f"failed_step = coalesce({_T}.failed_step, excluded.failed_step)"
+)
+
+
+def put_statements(d: Dialect, led: PutLedger | None) -> Statements[None]:
+    """What a checkpoint stores in the ledger, in its transaction: a run's row as
+    it starts (one whose number a new run takes again, on a branch of the
+    thread's history, is replaced), or its end."""
+    if led is None:
+        return
+    if led.start is not None:
+        yield Stmt(d.sql(_START_RUN), led.start)
+    if led.end is not None:
+        yield Stmt(d.sql(_ENDED_RUN), led.end)
+
+
+def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
+    """What a task's writes store in the ledger, in their transaction (nothing, or
+    one statement for a step; a run's start, end, failure or resume adds one)."""
+    if led is None:
+        return
+    if led.start is not None:
+        yield Stmt(d.sql(_START_RUN), led.start)
+    if led.step is not None:
+        if led.ns:
+            step = led.step
+            nested = (*step[:4], led.thread_id, led.checkpoint_id, step[4], *step[5:])
+            yield Stmt(d.sql(_NESTED_STEP), nested)
+        else:
+            yield Stmt(d.sql(_STEP), led.step)
+    if led.status is not None or led.failed_step is not None or led.cleared:
+        s, now = led.status, time.time()
+        params: tuple[Any, ...] = (s, s, now, s, led.cleared, led.failed_step, now, led.thread_id)
+        if led.run is not None:
+            yield Stmt(d.sql(_UPDATE_RUN.format(run="?")), (*params, led.run))
+        else:
+            where = (led.thread_id, led.checkpoint_id)
+            yield Stmt(d.sql(_UPDATE_RUN.format(run=_RUN_AT)), (*params, *where))
+    if led.own_story:
+        yield Stmt(d.sql(_OWN_STORY), (led.thread_id, led.thread_id))
+    at = (led.thread_id, led.thread_id, led.checkpoint_id)
+    if led.paused_for is not None:
+        yield Stmt(d.sql(_PAUSED_FOR), (led.paused_for, *at))
+    if led.resumed:
+        now = time.time()
+        key = f"resume:{led.checkpoint_id}"
+        yield Stmt(d.sql(_RESUME_RECOVERY), (key, led.checkpoint_id, now, *at))
+        yield Stmt(d.sql(_RESUMED), (now, *at))
+    if led.clear:
+        key = f"retry_failed:{led.checkpoint_id}"  # one a checkpoint (as `_backfill`'s)
+        yield Stmt(d.sql(_RETRY_RECOVERY), (key, led.checkpoint_id, time.time(), *at))
+        paths = [(led.thread_id, key, p) for p in dict.fromkeys(led.clear)]
+        yield Stmt(d.sql(_RETRY_PATHS), paths, many=True)
+
+
+# A status a run's driver or Worker saw (params: status, status, now): an ended
+# run keeps the time it ended first; an open one has none.
+_SET_STATUS = (
+    f"status = ?, ended_at = CASE WHEN ? IN ({_ENDED_SQL}) THEN coalesce(ended_at, ?) ELSE NULL END"
+)
+
+
+def close_run(
+    d: Dialect,
+    thread_id: str,
+    run: int,
+    status: str,
+    usage: Mapping[str, float] | None,
+    started_at: float | None = None,
+) -> Statements[None]:
+    """What the driver saw when ``invoke`` / ``stream`` returned: the run ended
+    (``success``, ``partial_complete``), paused, or is still ``running``; its usage.
+    ``started_at``: when the call began, the start of a row the run did not have
+    (a run stored only at its exit, that no step's write ended: it left through a
+    conditional edge to END, or paused)."""
+    if status not in STATUSES:
+        raise ConfigError(f"a run row's status is one of {', '.join(STATUSES)}, got {status!r}")
+    now = time.time()
+    ended = now if status in ENDED else None
+    began = now if started_at is None else float(started_at)
+    row = (thread_id, int(run), status, None, None, None, began, ended, now, None, _json(usage))
+    yield Stmt(d.sql(_ENDED_RUN), (*row, None, None, None))
+
+
+_FAILED = (
+    f"UPDATE {RUN_LOG.name} SET status = 'error', ended_at = ?, updated_at = ? "
+    f"WHERE thread_id = ? AND run = (SELECT max(run) FROM {RUN_LOG.name} WHERE thread_id = ?) "
+    "AND ((status = 'running' AND (started_at >= ? OR ?)) "
+    "OR (status = 'success' AND ended_at >= ?))"
+)
+
+
+def fail_run(d: Dialect, thread_id: str, since: float, continued: bool) -> Statements[None]:
+    """A top-level ``invoke`` / ``stream`` called at ``since`` raised (not under a
+    `Worker`, which stores its runs' ends): the thread's latest run ends ``error``
+    if it is the call's: one it started, one it went on with (``continued``: a
+    resume, a retry) still ``running``, or one a step wrote ``success`` for
+    during the call (a fan-out whose other branch failed unrecovered: LangGraph
+    ran on to the end, then raised). A run that ended before the call, or an
+    earlier run when the call failed before its input was stored, stays as it is."""
+    now = time.time()
+    yield Stmt(d.sql(_FAILED), (now, now, thread_id, thread_id, since, continued, since))
+
+
+def finish_worker_run(d: Dialect, fence: Fence, status: str) -> Statements[None]:
+    """A `Worker` ends or pauses its run (in `_runs.finish_run`'s transaction,
+    before the run's own row): the ledger's row of that run says so, with the
+    worker that held it. A released run (queued again) goes on: nothing changes."""
+    if status not in STATUSES:
+        return
+    now = time.time()
+    yield Stmt(
+        d.sql(
+            f"UPDATE {RUN_LOG.name} SET {_SET_STATUS}, "
+            f"worker = coalesce(worker, (SELECT owner FROM {RUNS.name} WHERE run_id = ?)), "
+            f"updated_at = ? WHERE run_id = ? AND EXISTS (SELECT 1 FROM {RUNS.name} "
+            "WHERE run_id = ? AND fencing_token = ? AND status = 'running')"
+        ),
+        (status, status, now, fence.run_id, now, fence.run_id, fence.run_id, fence.token),
+    )
+
+
+def cancel_worker_run(d: Dialect, run_id: str) -> Statements[None]:
+    """A `Worker` run cancelled: its ledger row too, unless it had ended."""
+    now = time.time()
+    yield Stmt(
+        d.sql(
+            f"UPDATE {RUN_LOG.name} SET status = 'cancelled', ended_at = coalesce(ended_at, ?), "
+            f"updated_at = ? WHERE run_id = ? AND status NOT IN ({_ENDED_SQL})"
+        ),
+        (now, now, run_id),
+    )
+
+
+def _path_of(failed: Any) -> str | None:
+    """The path of a run log's failed step (None if none)."""
+    return str(failed["path"]) if isinstance(failed, Mapping) and failed.get("path") else None
+
+
+def _json(usage: Mapping[str, float] | None) -> str | None:
+    return json.dumps(dict(usage)) if usage else None

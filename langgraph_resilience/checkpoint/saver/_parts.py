@@ -1,0 +1,82 @@
+"""The base of the saver's typed interfaces (`_interfaces`): what an interface
+reads of its saver (`Store`), its I/O (sync, or `Bridge`d to an async saver's
+event loop), and the one slotted part each interface is."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar
+
+from langgraph_resilience.checkpoint.saver._base import SaverState
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements
+
+__all__ = ["AsyncPart", "AsyncStore", "Bridge", "Part", "Store", "SyncIO", "SyncStore"]
+
+T = TypeVar("T")
+Make = Callable[[], Statements[T]]
+
+
+class Store(Protocol):
+    """What an interface reads of its saver."""
+
+    @property
+    def _dialect(self) -> Dialect: ...
+
+    @property
+    def _state(self) -> SaverState: ...
+
+    @property
+    def serde(self) -> Any: ...
+
+
+class SyncIO(Protocol):
+    def _write(self, statements: Make[T], **options: Any) -> T: ...
+
+    def _query(self, statements: Make[T]) -> T: ...
+
+
+class SyncStore(Store, SyncIO, Protocol):
+    """A sync saver, as its interfaces use it."""
+
+
+class AsyncStore(Store, Protocol):
+    """An async saver, as its interfaces use it."""
+
+    async def _write(self, statements: Make[T], **options: Any) -> T: ...
+
+    async def _query(self, statements: Make[T]) -> T: ...
+
+    def _bridge(self, coro: Coroutine[Any, Any, T]) -> T: ...
+
+
+class Bridge:
+    """The sync I/O of an async saver: a statement runs on the saver's event loop,
+    called from another thread."""
+
+    __slots__ = ("_saver",)
+
+    def __init__(self, saver: AsyncStore) -> None:
+        self._saver = saver
+
+    def _write(self, statements: Make[T], **options: Any) -> T:
+        return self._saver._bridge(self._saver._write(statements, **options))
+
+    def _query(self, statements: Make[T]) -> T:
+        return self._saver._bridge(self._saver._query(statements))
+
+
+class Part:
+    __slots__ = ("_io", "_saver")
+
+    def __init__(self, saver: SyncStore) -> None:
+        self._saver: Store = saver
+        self._io: SyncIO = saver
+
+
+class AsyncPart(Part):
+    __slots__ = ()
+    _saver: AsyncStore
+
+    def __init__(self, saver: AsyncStore) -> None:
+        self._saver = saver
+        self._io = Bridge(saver)

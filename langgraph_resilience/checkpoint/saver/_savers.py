@@ -1,0 +1,490 @@
+"""The saver methods both dialects share: the hooks a dialect supplies and the
+mixin of the sync savers (its async twin is in `_asavers`).
+
+A saver class puts its mixin before LangGraph's saver in its bases
+(``class ResilientSqliteSaver(SyncResilience, SqliteSaver)``) and supplies the
+dialect's I/O: ``_transact`` (statements in one transaction, retried),
+``_query`` (statements that only read, retried), ``_call`` (a LangGraph method,
+retried), the rows of a checkpoint and of writes, and ``_keep_latest``.
+
+Every write goes through ``_write``: the one place a run's `Fence` is applied
+(`_runs.fence_write`) and a store error is translated to the library's own.
+
+A task's writes that hold a `LeaseLost` (its worker could not prove it held the
+run's lease: the step stopped, it did not fail) are never stored
+(`stops_on_lost_lease`): stored, they would mark the step failed for whoever
+takes the run over, which would then never run it. Nor is the checkpoint that
+would follow such a step (`Hooks._lease_stop`): the step has no writes, and a
+checkpoint after it would read as if it had run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar, TypeVar, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+
+try:
+    from psycopg_pool import ConnectionPool
+except ImportError:  # the base install (no `postgres` extra): no pool to be given
+    ConnectionPool = ()  # type: ignore[assignment,misc]
+
+from langgraph_resilience._langgraph import ERROR_CHANNEL
+from langgraph_resilience._store_errors import is_store_error
+from langgraph_resilience.checkpoint.archive._methods import SyncArchival
+from langgraph_resilience.checkpoint.archive._sizes import channel_sizes, put_size
+from langgraph_resilience.checkpoint.ledger import _ledger, _runs
+from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
+from langgraph_resilience.checkpoint.ledger._runs import Fence, RunRecord
+from langgraph_resilience.checkpoint.runlog import _run_log, _run_log_reads, _scope, _steps
+from langgraph_resilience.checkpoint.runlog._history import History
+from langgraph_resilience.checkpoint.saver import _base, _threads
+from langgraph_resilience.checkpoint.saver._interfaces import Attempts, Effects, Runs
+from langgraph_resilience.checkpoint.saver._route_text import stored_error
+from langgraph_resilience.checkpoint.saver._threads import PutCheckpoint
+from langgraph_resilience.checkpoint.store import _counters
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements, no_statements
+from langgraph_resilience.checkpoint.store._store_retry import Translate
+from langgraph_resilience.errors import LeaseLost
+
+T = TypeVar("T")
+WriteRows = tuple[str, list[tuple[Any, ...]]]
+
+
+def stops_on_lost_lease(writes: Sequence[tuple[str, Any]]) -> bool:
+    """Whether a task's writes are those of a step stopped by a lost lease (an
+    error write holding the live `LeaseLost`): none of them is stored."""
+    return any(c == ERROR_CHANNEL and isinstance(v, LeaseLost) for c, v in writes)
+
+
+#: Checkpoints remembered as stopped by a lost lease, at most.
+_MAX_STOPS = 1024
+
+
+def next_config(config: RunnableConfig, put: PutCheckpoint) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": config["configurable"]["thread_id"],
+            "checkpoint_ns": put.ns,
+            "checkpoint_id": put.checkpoint_id,
+        }
+    }
+
+
+class Hooks(BaseCheckpointSaver[str]):
+    """What a dialect supplies (pure parts; the I/O hooks are on each mixin)."""
+
+    _dialect: ClassVar[Dialect]
+    _state: _base.SaverState
+
+    def _lease_stop(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]]) -> bool:
+        """Whether ``writes`` are a step stopped by a lost lease (not to be stored);
+        remembers the checkpoint it stopped at, for `_refuse_after_stop`."""
+        if not stops_on_lost_lease(writes):
+            return False
+        stops: set[tuple[str, str, str | None]] = self.__dict__.setdefault("_lease_stops", set())
+        if len(stops) >= _MAX_STOPS:
+            stops.clear()  # a bound: a stopped run raises LeaseLost at once, so few wait here
+        stops.add(_base.thread_key(config))
+        return True
+
+    def _refuse_after_stop(self, config: RunnableConfig) -> None:
+        """Raise `LeaseLost` for a checkpoint whose parent saw a step stopped by a
+        lost lease (``config``: the parent's)."""
+        key = _base.thread_key(config)
+        stops: set[tuple[str, str, str | None]] = self.__dict__.get("_lease_stops") or set()
+        if key in stops:
+            stops.discard(key)
+            raise LeaseLost(
+                f"thread {key[0]!r}: a step at checkpoint {key[2]!r} stopped because its "
+                "worker lost the run's lease; the checkpoint after it is not stored. The "
+                "worker that takes the run over runs that step."
+            )
+
+    def _prepare_put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> PutCheckpoint:
+        raise NotImplementedError
+
+    def _put_statements(self, put: PutCheckpoint) -> Statements[None]:
+        return _threads.put_checkpoint(self._dialect, put)
+
+    def _put_and_runs(
+        self, put: PutCheckpoint, ledger: _run_log.PutLedger | None
+    ) -> Statements[None]:
+        """A checkpoint, and the run it starts or ends (`_run_log.ledger_of_put`)."""
+        yield from self._put_statements(put)
+        yield from _run_log.put_statements(self._dialect, ledger)
+
+    def _put_ledger(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> _run_log.PutLedger | None:
+        """What a checkpoint tells the run ledger (a run's input: with the serde)."""
+        dumps = self.serde.dumps_typed
+        return _run_log.ledger_of_put(config, checkpoint, metadata, new_versions, dumps)
+
+    def _writes_and_steps(
+        self, sql: str, rows: list[tuple[Any, ...]], ledger: _run_log.WriteLedger | None
+    ) -> Statements[None]:
+        """A task's writes, and what they tell the run ledger (its step's row)."""
+        yield from _threads.put_writes(sql, rows)
+        if rows:
+            yield from _run_log.write_statements(self._dialect, ledger)
+
+    def _write_rows(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> WriteRows:
+        raise NotImplementedError
+
+    def _put_of(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> PutCheckpoint:
+        """`_prepare_put`, with a value the serde cannot store named by its channel."""
+        try:
+            put = self._prepare_put(config, checkpoint, metadata, new_versions)
+        except TypeError as exc:
+            values = list(checkpoint.get("channel_values", {}).items())
+            raise _base.unstorable(self.serde, values, "", exc) from exc
+        self._state.sizes.check(
+            put_size(put.row, put.blob_rows),
+            lambda: f"checkpoint {put.checkpoint_id} of thread {put.thread_id!r}",
+            lambda: channel_sizes(checkpoint.get("channel_values", {}), self.serde.dumps_typed),
+            self._state.counters.add,
+        )
+        return put
+
+    def _own_options(self) -> dict[str, Any]:
+        """How this saver was built (its store retry, a Postgres saver's timeouts),
+        to build another on the same store (`lease_saver`)."""
+        options: dict[str, Any] = {
+            "store_retry": self._state.backoff,
+            "archive": self._state.archive,
+        }
+        sizes = self._state.sizes
+        options.update(warn_checkpoint_bytes=sizes.warn_bytes, max_checkpoint_bytes=sizes.max_bytes)
+        if (timeouts := getattr(self, "_timeouts", None)) is not None:
+            options["timeouts"] = timeouts
+        return options
+
+    def _rows_of(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> WriteRows:
+        """`_write_rows`, with a value the serde cannot store named by its channel,
+        and a routed error stored with its route (`_route_text.stored_error`)."""
+        writes = [(c, stored_error(v) if c == ERROR_CHANNEL else v) for c, v in writes]
+        try:
+            return self._write_rows(config, writes, task_id, task_path)
+        except TypeError as exc:
+            raise _base.unstorable(self.serde, writes, task_path, exc) from exc
+
+
+class SyncResilience(Hooks, SyncArchival):
+    """put, put_writes, reads, the ledgers' interfaces, the README's methods and thread
+    maintenance of the sync savers."""
+
+    def _transact(
+        self,
+        statements: Callable[[], Statements[T]],
+        *,
+        translate: Translate | None = None,
+        ok: str | None = None,
+        failed: str | None = None,
+        pipeline: bool = False,
+        flush: bool = False,
+        relaxed: bool = False,
+    ) -> T:
+        raise NotImplementedError
+
+    def _query(self, statements: Callable[[], Statements[T]]) -> T:
+        raise NotImplementedError
+
+    def _call(self, op: Callable[[], T]) -> T:
+        raise NotImplementedError
+
+    def _keep_latest(self, thread_ids: list[str]) -> None:
+        raise NotImplementedError
+
+    def _write(
+        self,
+        statements: Callable[[], Statements[T]],
+        *,
+        fence: Fence | None = None,
+        translate: Translate | None = None,
+        **options: Any,
+    ) -> T:
+        """Run a write in one transaction, fenced if ``fence`` is given."""
+        if fence is not None:
+            statements, translate = _runs.fence_write(self._dialect, fence, statements, translate)
+        return self._transact(statements, translate=translate, **options)
+
+    # -- checkpoints and writes -------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint in one transaction; refuse one that would fork the thread.
+
+        Raises:
+            CheckpointConflict: another process moved the thread past this
+                checkpoint's parent.
+            LeaseLost: the run's worker no longer holds its lease.
+        """
+        self._refuse_after_stop(config)
+        put = self._put_of(config, checkpoint, metadata, new_versions)
+        ledger = self._put_ledger(config, checkpoint, metadata, new_versions)
+        self._write(
+            lambda: self._put_and_runs(put, ledger),
+            fence=_runs.fence_of(config),
+            translate=put.fork_conflict,
+            ok=_counters.CHECKPOINT_OK,
+            failed=_counters.CHECKPOINT_FAILED,
+            pipeline=True,
+        )
+        _threads.wrote_head(put)
+        return next_config(config, put)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes, retrying transient store errors (none of a step
+        stopped by a lost lease: `stops_on_lost_lease`)."""
+        handed = _scope.take(config, task_id)  # a step's record its node handed over
+        try:
+            if self._lease_stop(config, writes):
+                return
+            sql, rows = self._rows_of(config, writes, task_id, task_path)
+            ledger = _run_log.ledger_of_writes(
+                config, writes, task_id, handed, summaries=not _base.encrypts(self.serde)
+            )
+            self._write(
+                lambda: self._writes_and_steps(sql, rows, ledger),
+                fence=_runs.fence_of(config),
+                ok=_counters.WRITES_OK,
+                failed=_counters.WRITES_FAILED,
+                pipeline=True,
+            )
+        finally:
+            _scope.landed(config, task_id)  # its step, if any, is the store's to list
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """As LangGraph's `get_tuple`; an undecodable row raises `CheckpointCorrupt`."""
+        _base.check_config_thread(config)  # a NUL in the id: ConfigError, not a driver's
+        try:
+            found = self._call(lambda: super(SyncResilience, self).get_tuple(config))
+            if found is None and self._restored(config):  # was archived: read it again
+                found = self._call(lambda: super(SyncResilience, self).get_tuple(config))
+            return _threads.saw_latest(config, found)
+        except Exception as exc:
+            thread_id, ns, checkpoint_id = _base.thread_key(config)
+            if checkpoint_id is None and not is_store_error(exc):
+                d = self._dialect
+                checkpoint_id = self._query(lambda: _threads.locate_checkpoint(d, thread_id, ns))
+            raise _base.corrupt(config, checkpoint_id, exc) from exc
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """As LangGraph's `list`; an undecodable row raises `CheckpointCorrupt`."""
+        listed = cast(
+            Generator[CheckpointTuple, None, None],
+            super().list(config, filter=filter, before=before, limit=limit),
+        )
+        found = False
+        while True:
+            try:
+                item = next(listed)
+            except StopIteration:
+                if found or not self._restored(config):
+                    return
+                found = True  # was archived: list it again, once
+                listed = cast(Any, super().list(config, filter=filter, before=before, limit=limit))
+                continue
+            except Exception as exc:
+                listed.close()
+                raise _base.corrupt(config, None, exc) from exc
+            found = True
+            yield item
+
+    # -- counters --------------------------------------------------------------------------
+
+    def flush_counters(self) -> None:
+        """Store the save counts and effect outcomes this saver holds in memory (run on
+        close)."""
+        self._transact(no_statements, flush=True)
+
+    def read_counters(self, since: float | None = None) -> dict[str, int]:
+        """Checkpoint and write tries stored so far, summed over every process
+        (``since``: epoch seconds; counts are kept per hour)."""
+        counters = self._state.counters
+        return self._query(lambda: _counters.read_counters(self._dialect, counters, since))
+
+    # -- the ledgers (`_interfaces`): the store side of side effects, nodes, `Worker` ----
+
+    #: The class of `effects` (a `FaultPlan` taps a subclass of it on one saver).
+    _effects_type: ClassVar[type[Effects]] = Effects
+
+    @property
+    def effects(self) -> Effects:
+        """The side-effect ledger (the store side of `side_effect`)."""
+        return self._effects_type(self)
+
+    @property
+    def attempts(self) -> Attempts:
+        """The failed tries of tasks (the store side of the node wrapper)."""
+        return Attempts(self)
+
+    @property
+    def runs(self) -> Runs:
+        """The run queue under leases (the store side of `Worker`)."""
+        return Runs(self)
+
+    @property
+    def history(self) -> History:
+        """What `recovery_metrics` and `run_report` read."""
+        return History(self)
+
+    # -- what the README documents ----------------------------------------------------
+
+    def list_effects(self, thread_id: str) -> Sequence[EffectRecord]:
+        """A thread's side effects: key, name, intent and outcome times, status."""
+        found = self._query(lambda: _ledger.list_effects(self._dialect, str(thread_id)))
+        return self._state.outcomes.overlay(str(thread_id), found)
+
+    def step_history(self, thread_id: str, *, run: int | None = None) -> Sequence[dict[str, Any]]:
+        """Every step record of a thread, by run then start (one run's with ``run=``):
+        run, path, node, status, attempts, kinds, started_at, ended_at, summary,
+        run_id, worker, usage, and its task's checkpoint_ns, checkpoint_id, task_id.
+
+        Read from the run ledger's step rows; a run stored before the ledger
+        existed, from its steps' writes."""
+        d = self._dialect
+        found = self._query(lambda: _run_log_reads.read_steps(d, str(thread_id), run))
+        if found is not None:
+            return found
+        rows = self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
+        if not rows and self._restored({"configurable": {"thread_id": thread_id}}):
+            rows = self._query(lambda: _steps.read_step_writes(self._dialect, str(thread_id)))
+        decoded = _steps.decode_steps(rows, self.serde.loads_typed, run)
+        held = self._query(lambda: _run_log_reads.read_steps(d, str(thread_id), run, whole=True))
+        return _steps.with_rows(decoded, held)
+
+    def read_run(self, run_id: str) -> RunRecord | None:
+        """A run: status, claims, owner, lease expiry, fencing token, outcome."""
+        return self._query(lambda: _runs.read_run(self._dialect, str(run_id)))
+
+    def list_runs(self, statuses: Sequence[str] = ()) -> Sequence[RunRecord]:
+        """Runs, oldest first; only those in ``statuses`` if given."""
+        return self._query(lambda: _runs.list_runs(self._dialect, statuses))
+
+    def active_runs(self) -> int:
+        """How many runs are queued or running (work some worker has to do)."""
+        return self._query(lambda: _runs.active_runs(self._dialect))
+
+    @contextmanager
+    def lease_saver(self) -> Iterator[SyncResilience]:
+        """This store through a connection and a lock of its own, for a `Worker`'s
+        claims, renewals and run ends: they never wait behind a write of this saver
+        (a write that hangs holds its lock). On a pool: a saver of its own on the
+        same pool. An in-memory SQLite database cannot be opened twice: this saver.
+
+        Raises:
+            StoreUnavailable: the store cannot be reached.
+        """
+        conn: Any = getattr(self, "conn", None)
+        cls: Any = type(self)
+        options = self._own_options()
+        if isinstance(conn, ConnectionPool):
+            yield cls(conn, **options)
+            return
+        if self._dialect.name == "postgres":
+            target = self._state.conninfo
+        else:
+            with cast(Any, self).lock:
+                rows = conn.execute(_runs.SQLITE_DATABASE_LIST).fetchall()
+            target = _runs.sqlite_file(rows)
+        if not target:
+            yield self
+            return
+        with cls.from_conn_string(target, **options) as own:
+            yield own
+
+    # -- thread maintenance ----------------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread's checkpoints, writes (and blobs) and resilience rows."""
+        self._write(lambda: _threads.delete_threads(self._dialect, [str(thread_id)]))
+        self._drop_archived(str(thread_id))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy a thread's checkpoints, writes (and blobs) and resilience rows.
+
+        Raises:
+            ConfigError: the target thread already has checkpoints.
+        """
+        d = self._dialect
+        self._restored({"configurable": {"thread_id": source_thread_id}})
+        self._write(lambda: _threads.copy_thread(d, source_thread_id, target_thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (with writes, freed blobs, resilience rows) of runs."""
+        self._write(lambda: _threads.delete_for_runs(self._dialect, run_ids))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Keep only the latest checkpoint per namespace, or delete the threads
+        (``"delete"``, or ``"delete_all"`` as Agent Server's gRPC servicer says).
+
+        The resilience rows of deleted checkpoints go with them.
+
+        Raises:
+            ConfigError: unknown strategy, or a single str for ``thread_ids``.
+            NotImplementedError: ``keep_latest`` on a thread using a DeltaChannel.
+        """
+        ids = _threads.check_prune_args(thread_ids, strategy)
+        if not ids:
+            return
+        if strategy in _threads.DELETE_STRATEGIES:
+            self._write(lambda: _threads.delete_threads(self._dialect, ids))
+        else:
+            self._keep_latest(ids)
