@@ -32,6 +32,7 @@ PAGES = {
     "langgraph_resilience.checkpoint.archive": "archive",
     "langgraph_resilience.cli": "cli",
     "langgraph_resilience.server": "server",
+    "langgraph_resilience.cache.postgres": "cache",
 }
 
 

@@ -31,6 +31,7 @@ MODULES = [
     "langgraph_resilience.checkpoint.postgres",
     "langgraph_resilience.checkpoint.postgres.aio",
     "langgraph_resilience.checkpoint.archive",
+    "langgraph_resilience.cache.postgres",
     "langgraph_resilience.history",
     "langgraph_resilience.limits",
     "langgraph_resilience.testing",

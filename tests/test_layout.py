@@ -99,7 +99,7 @@ CORE = {
 LEAVES = "langgraph_resilience._util"
 LAYERS = [
     {"telemetry"},
-    {"checkpoint"},
+    {"checkpoint", "cache"},
     {"limits"},
     {"graph"},
     {"worker"},

@@ -27,6 +27,7 @@ from langgraph_resilience.checkpoint.store._counters import (
 )
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.history._ledger_runs import RECOVERY_KINDS
+from langgraph_resilience.telemetry import _serde_events
 
 __all__ = [
     "COUNTS",
@@ -178,6 +179,10 @@ class RecoveryMetrics:
             the ledger and replayed instead of calling again.
         since: epoch seconds the figures start at (None: all).
         graph: the node names the runs were narrowed to (None: every run).
+        serde_events: LangGraph's msgpack allowlist events this process saw
+            since it started, by kind (``msgpack_unregistered_allowed``,
+            ``msgpack_blocked``, ``msgpack_method_blocked``); not from the store,
+            and not narrowed by ``since`` or ``graph``.
 
     Example:
         >>> m = recovery_metrics(saver, since=timedelta(hours=24))  # doctest: +SKIP
@@ -209,6 +214,7 @@ class RecoveryMetrics:
     effects_replayed: int = 0
     since: float | None = None
     graph: list[str] | None = None
+    serde_events: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in (
@@ -315,6 +321,7 @@ def _metrics(since: float | None, nodes: frozenset[str] | None) -> Reads[Recover
         tokens_redone=sum(k.tokens for k in kinds.values()),
         since=since,
         graph=sorted(nodes) if nodes is not None else None,
+        serde_events=_serde_events.counts(),
     )
 
 

@@ -22,6 +22,8 @@ where they apply):
 - ``langgraph_resilience.effects_replayed``, ``.effects_reconciled``;
 - ``langgraph_resilience.limit_busy`` (``limit``): tries a shared limit did
   not admit within their ``max_wait``;
+- ``langgraph_resilience.serde_events`` (``kind``, ``module``, ``name``):
+  LangGraph's msgpack allowlist events (see `_serde_events`);
 - histograms ``langgraph_resilience.try_duration``,
   ``langgraph_resilience.retry_wait`` and ``langgraph_resilience.limit_wait``
   (seconds a try waited for its shared limits; ``limit``).
@@ -76,6 +78,7 @@ COUNTERS = (
     "effects_replayed",
     "effects_reconciled",
     "limit_busy",
+    "serde_events",
 )
 HISTOGRAMS = ("try_duration", "retry_wait", "limit_wait")
 

@@ -99,12 +99,26 @@ def _compiled(built: Any, saver: BaseCheckpointSaver[Any]) -> Pregel[Any]:
         raise ConfigError(
             f"build_graph must return a graph (a StateGraph or a compiled one), got {built!r}"
         )
-    if built.checkpointer is not saver:
+    if not _same_saver(built.checkpointer, saver):
         raise ConfigError(
             "build_graph must compile the graph with the checkpointer it is given: "
             "def build_graph(saver): return builder.compile(checkpointer=saver)"
         )
     return built
+
+
+def _same_saver(held: Any, saver: BaseCheckpointSaver[Any]) -> bool:
+    """Whether a graph's checkpointer is ``saver``: the object itself, or the copy
+    ``compile()`` keeps under strict msgpack (``with_allowlist``: a shallow copy
+    with another serde: every other attribute the very same object)."""
+    if held is saver:
+        return True
+    if type(held) is not type(saver):
+        return False
+    mine, theirs = vars(saver), vars(held)
+    return mine.keys() == theirs.keys() and all(
+        theirs[name] is value for name, value in mine.items() if name != "serde"
+    )
 
 
 def _config(config: RunnableConfig | None, thread_id: str) -> RunnableConfig:

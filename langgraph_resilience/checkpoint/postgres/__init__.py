@@ -83,20 +83,34 @@ def pg_put(
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
 ) -> _threads.PutCheckpoint:
-    """The rows PostgresSaver.put stores: primitives inline, the rest as blobs."""
+    """The rows PostgresSaver.put stores: primitives inline, the rest as blobs.
+
+    When the saver's serde encrypts, primitives are blobs too (LangGraph's saver
+    keeps them in the clear in the checkpoint's JSONB): each at its current
+    version, also one unchanged since a checkpoint that kept it inline (the blob
+    insert does nothing when the row is there)."""
     thread_id, ns, parent_id = _base.thread_key(config)
     copy = checkpoint.copy()
     copy["channel_values"] = copy["channel_values"].copy()
     blob_values = {}
+    sealed = _base.encrypts(saver.serde)
+    sealed_versions = {}
     for k, v in checkpoint["channel_values"].items():
         if isinstance(v, DeltaSnapshot):
             blob_values[k] = copy["channel_values"].pop(k)
             copy["channel_values"][k] = True
         elif v is None or isinstance(v, (str, int, float, bool)):
-            _values.refuse_inline([(k, v)])  # NaN or NUL: no JSONB form (see _values)
+            if sealed and k in checkpoint["channel_versions"]:
+                blob_values[k] = copy["channel_values"].pop(k)
+                sealed_versions[k] = checkpoint["channel_versions"][k]
+            else:
+                _values.refuse_inline([(k, v)])  # NaN or NUL: no JSONB form (see _values)
         else:
             blob_values[k] = copy["channel_values"].pop(k)
-    blob_versions = {k: v for k, v in new_versions.items() if k in blob_values}
+    blob_versions = {
+        **sealed_versions,
+        **{k: v for k, v in new_versions.items() if k in blob_values},
+    }
     blob_rows = [
         (*b, blob_sum(b[2], b[3], b[4], b[5]))
         for b in (

@@ -6,6 +6,7 @@ returned (`_run_log.close_run`), and the heads of threads in flight (`_heads`)."
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import langgraph_resilience.checkpoint.runlog._events as _events
@@ -22,6 +23,7 @@ from langgraph_resilience.checkpoint.runlog._run_summaries import (
     list_summaries,
     read_thread_ledger,
 )
+from langgraph_resilience.checkpoint.saver._base import unseal
 from langgraph_resilience.checkpoint.saver._parts import AsyncPart as _AsyncPart
 from langgraph_resilience.checkpoint.saver._parts import Part as _Part
 from langgraph_resilience.checkpoint.store._storage import ThreadStorage
@@ -45,7 +47,8 @@ class History(_Part):
     def attempts(self, thread_id: str) -> list[StoredAttempt]:
         """A thread's failed tries, oldest first."""
         d = self._saver._dialect
-        return self._io._query(lambda: _events.read_thread_attempts(d, thread_id))
+        found = self._io._query(lambda: _events.read_thread_attempts(d, thread_id))
+        return [replace(a, reason=unseal(self._saver.serde, a.reason)) for a in found]
 
     def storage(self, thread_id: str) -> ThreadStorage:
         """What one thread takes up: bytes per channel, checkpoints, writes, ledger rows."""
@@ -138,7 +141,8 @@ class AsyncHistory(History, _AsyncPart):
     async def aattempts(self, thread_id: str) -> list[StoredAttempt]:
         """Async twin of `History.attempts`."""
         d = self._saver._dialect
-        return await self._saver._query(lambda: _events.read_thread_attempts(d, thread_id))
+        found = await self._saver._query(lambda: _events.read_thread_attempts(d, thread_id))
+        return [replace(a, reason=unseal(self._saver.serde, a.reason)) for a in found]
 
     async def astorage(self, thread_id: str) -> ThreadStorage:
         """Async twin of `History.storage`."""

@@ -270,6 +270,8 @@ def ledger_of_writes(
     writes: Sequence[tuple[str, Any]],
     task_id: str,
     handed: Mapping[str, Any] | None = None,
+    *,
+    summaries: bool = True,
 ) -> WriteLedger | None:
     """What a task's writes tell the ledger, or None (most writes of a step: only
     its own run-log write, read as given, and a resume's write count).
@@ -313,7 +315,7 @@ def ledger_of_writes(
         path = str(step["path"])
         tried = tried_task(value, path) if _FAILED_KEYS & value.keys() else None
         record = {**step, "usage": usage} if usage is not step.get("usage") else step
-        row = step_row(thread_id, ns, checkpoint_id, task_id, run, record, tried)
+        row = step_row(thread_id, ns, checkpoint_id, task_id, run, record, tried, summary=summaries)
     if ns:  # a nested run's: its steps only (its outcome is its parent's step's)
         # Its start or end under a parent that keeps no run log (a plain
         # StateGraph): the thread's runs are the nested run log's own.

@@ -97,8 +97,12 @@ def step_row(
     run: int,
     step: Mapping[str, Any],
     tried: str | None,
+    *,
+    summary: bool = True,
 ) -> tuple[Any, ...]:
-    """A step record's row, in the table's column order (``STEPS.names``)."""
+    """A step record's row, in the table's column order (``STEPS.names``);
+    ``summary=False`` (an encrypting serde) leaves the output's summary out (the
+    run log in the encrypted checkpoint keeps it)."""
     path = str(step.get("path"))
     node = str(step.get("node") or "")
     status = str(step.get("status") or "")
@@ -117,7 +121,7 @@ def step_row(
         json.dumps(list(kinds)) if kinds else None,
         step.get("started_at"),
         step.get("ended_at"),
-        step.get("summary"),
+        step.get("summary") if summary else None,
         step.get("run_id"),
         step.get("worker"),
         usage,

@@ -123,7 +123,9 @@ class AsyncResilience(Hooks, AsyncArchival):
             if self._lease_stop(config, writes):
                 return
             sql, rows = self._rows_of(config, writes, task_id, task_path)
-            ledger = _run_log.ledger_of_writes(config, writes, task_id, handed)
+            ledger = _run_log.ledger_of_writes(
+                config, writes, task_id, handed, summaries=not _base.encrypts(self.serde)
+            )
             await self._write(
                 lambda: self._writes_and_steps(sql, rows, ledger),
                 fence=_runs.fence_of(config),
@@ -296,7 +298,8 @@ class AsyncResilience(Hooks, AsyncArchival):
         await self._write(lambda: _threads.delete_for_runs(self._dialect, run_ids))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Keep only the latest checkpoint per namespace, or delete the threads.
+        """Keep only the latest checkpoint per namespace, or delete the threads
+        (``"delete"``, or ``"delete_all"`` as Agent Server's gRPC servicer says).
 
         Raises:
             ConfigError: unknown strategy, or a single str for ``thread_ids``.
@@ -305,7 +308,7 @@ class AsyncResilience(Hooks, AsyncArchival):
         ids = _threads.check_prune_args(thread_ids, strategy)
         if not ids:
             return
-        if strategy == "delete":
+        if strategy in _threads.DELETE_STRATEGIES:
             await self._write(lambda: _threads.delete_threads(self._dialect, ids))
         else:
             await self._keep_latest(ids)

@@ -4,6 +4,7 @@ what rides along with a write, and the helpers around the store operations."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from langgraph_resilience._store_errors import is_missing_table, is_store_error
 from langgraph_resilience.checkpoint.archive._objects import Archive, archive_of
@@ -26,6 +29,7 @@ from langgraph_resilience.checkpoint.store._store import Dialect, Statements
 from langgraph_resilience.checkpoint.store._store_retry import DEFAULT_STORE_RETRY
 from langgraph_resilience.errors import CheckpointCorrupt, ConfigError, ResilienceError
 from langgraph_resilience.policy import Backoff
+from langgraph_resilience.telemetry import _serde_events
 
 T = TypeVar("T")
 logger = logging.getLogger("langgraph_resilience")
@@ -48,6 +52,10 @@ class SaverState:
             so the next try checks its connection before using it.
         archive: the cold tier (`Archive`), if any.
         sizes: the checkpoint size budget.
+        is_setup: SQLite savers: LangGraph's ``is_setup`` flag (a copy that sets
+            itself up sets up every copy).
+        synchronous: SQLite savers: the connection's ``PRAGMA synchronous``, read
+            in ``setup()`` and restored after a relaxed (no-fsync) commit.
     """
 
     backoff: Backoff = DEFAULT_STORE_RETRY
@@ -60,15 +68,88 @@ class SaverState:
     suspect: bool = False
     archive: Archive | None = None
     sizes: SizeBudget = field(default_factory=SizeBudget)
+    is_setup: bool = False
+    synchronous: int = 2  # FULL, SQLite's default
 
 
 def make_state(store_retry: Backoff | None, default: Backoff = DEFAULT_STORE_RETRY) -> SaverState:
-    """A saver's shared state, retrying with ``store_retry`` (``default`` if None)."""
+    """A saver's shared state, retrying with ``store_retry`` (``default`` if None).
+
+    Also starts counting LangGraph's serde events in this process (`_serde_events`)."""
     if store_retry is not None and not isinstance(store_retry, Backoff):
         raise ConfigError(
             f"store_retry must be a langgraph_resilience.Backoff, got {type(store_retry).__name__}"
         )
+    _serde_events.watch()
     return SaverState(backoff=store_retry or default)
+
+
+class SqliteSetupShared:
+    """LangGraph's ``is_setup`` and the connection's ``synchronous`` setting of a
+    SQLite saver, kept in its shared state: under strict msgpack, ``compile()``
+    keeps a copy of the saver, and a copy that sets itself up (or reads the
+    setting) does so for the user's object too."""
+
+    _state: SaverState
+
+    @property
+    def is_setup(self) -> bool:
+        return self._state.is_setup
+
+    @is_setup.setter
+    def is_setup(self, value: bool) -> None:
+        self._state.is_setup = value
+
+    @property
+    def _synchronous(self) -> int:
+        return self._state.synchronous
+
+    @_synchronous.setter
+    def _synchronous(self, value: int) -> None:
+        self._state.synchronous = value
+
+
+# -- encryption at rest ---------------------------------------------------------------
+
+#: How a text our tables would keep in the clear is stored when the serde encrypts.
+SEALED = "lgr-sealed:"
+
+
+def encrypts(serde: SerializerProtocol) -> bool:
+    """Whether a saver's serde encrypts what it stores (LangGraph's ``EncryptedSerializer``,
+    also the allowlisted copy strict msgpack makes of one)."""
+    return isinstance(serde, EncryptedSerializer)
+
+
+def seal(serde: SerializerProtocol, text: str | None) -> str | None:
+    """``text`` as a text column stores it: through the serde when it encrypts
+    (``lgr-sealed:`` and the base64 of its type and bytes), else as it is."""
+    if text is None or not encrypts(serde):
+        return text
+    kind, data = serde.dumps_typed(text)
+    return SEALED + base64.b64encode(kind.encode() + b"\0" + bytes(data)).decode("ascii")
+
+
+#: What `unseal` gives for a sealed text that does not decode.
+UNREADABLE = "[encrypted; does not decode with this serde's key]"
+
+
+def unseal(serde: SerializerProtocol, text: Any) -> Any:
+    """A text column's value as written (`seal`'s inverse; other values as they are).
+
+    A sealed text that does not decode (its bytes changed, or another key wrote
+    it) reads as `UNREADABLE` and is logged: these texts (a failed try's
+    message) are shown, never used to decide anything.
+    """
+    if not isinstance(text, str) or not text.startswith(SEALED):
+        return text
+    try:
+        raw = base64.b64decode(text[len(SEALED) :], validate=True)
+        kind, _, data = raw.partition(b"\0")
+        return str(serde.loads_typed((kind.decode("ascii"), data)))
+    except Exception as exc:  # any decoder's error: a wrong key, changed bytes
+        logger.warning("a stored encrypted text does not decode: %s: %s", type(exc).__name__, exc)
+        return UNREADABLE
 
 
 def set_lifecycle(

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import TypeVar
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import langgraph_resilience.checkpoint.ledger._ledger as _ledger
 import langgraph_resilience.checkpoint.ledger._runs as _runs
@@ -38,7 +39,7 @@ from langgraph_resilience.checkpoint.ledger._ledger import (
     OutcomeFields,
 )
 from langgraph_resilience.checkpoint.ledger._runs import Blob, Fence, RunRecord
-from langgraph_resilience.checkpoint.saver._base import check_thread_id
+from langgraph_resilience.checkpoint.saver._base import check_thread_id, seal, unseal
 from langgraph_resilience.checkpoint.saver._parts import AsyncPart as _AsyncPart
 from langgraph_resilience.checkpoint.saver._parts import AsyncStore, SyncStore
 from langgraph_resilience.checkpoint.saver._parts import Part as _Part
@@ -197,14 +198,15 @@ class Attempts(_Part):
     def record(
         self, key: AttemptKey, record: AttemptRecord, started_at: float, fence: Fence | None = None
     ) -> None:
-        """Store a failed try of a task."""
+        """Store a failed try of a task (its message encrypted when the serde encrypts)."""
         d = self._saver._dialect
+        record = replace(record, reason=seal(self._saver.serde, record.reason))
         self._io._write(lambda: _ledger.record_attempt(d, key, record, started_at), fence=fence)
 
     def read(self, key: AttemptKey) -> Sequence[AttemptRecord]:
         """The failed tries stored for a task."""
         d = self._saver._dialect
-        return self._io._query(lambda: _ledger.read_attempts(d, key))
+        return _unsealed(self._saver.serde, self._io._query(lambda: _ledger.read_attempts(d, key)))
 
 
 class AsyncAttempts(Attempts, _AsyncPart):
@@ -217,6 +219,7 @@ class AsyncAttempts(Attempts, _AsyncPart):
     ) -> None:
         """Async twin of `Attempts.record`."""
         d = self._saver._dialect
+        record = replace(record, reason=seal(self._saver.serde, record.reason))
         await self._saver._write(
             lambda: _ledger.record_attempt(d, key, record, started_at), fence=fence
         )
@@ -224,7 +227,13 @@ class AsyncAttempts(Attempts, _AsyncPart):
     async def aread(self, key: AttemptKey) -> Sequence[AttemptRecord]:
         """Async twin of `Attempts.read`."""
         d = self._saver._dialect
-        return await self._saver._query(lambda: _ledger.read_attempts(d, key))
+        found = await self._saver._query(lambda: _ledger.read_attempts(d, key))
+        return _unsealed(self._saver.serde, found)
+
+
+def _unsealed(serde: Any, records: Sequence[AttemptRecord]) -> list[AttemptRecord]:
+    """Failed tries with their messages as written (`seal`ed under an encrypting serde)."""
+    return [replace(r, reason=unseal(serde, r.reason)) for r in records]
 
 
 # -- runs and leases -----------------------------------------------------------------------

@@ -287,7 +287,9 @@ class SyncResilience(Hooks, SyncArchival):
             if self._lease_stop(config, writes):
                 return
             sql, rows = self._rows_of(config, writes, task_id, task_path)
-            ledger = _run_log.ledger_of_writes(config, writes, task_id, handed)
+            ledger = _run_log.ledger_of_writes(
+                config, writes, task_id, handed, summaries=not _base.encrypts(self.serde)
+            )
             self._write(
                 lambda: self._writes_and_steps(sql, rows, ledger),
                 fence=_runs.fence_of(config),
@@ -461,7 +463,8 @@ class SyncResilience(Hooks, SyncArchival):
         self._write(lambda: _threads.delete_for_runs(self._dialect, run_ids))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Keep only the latest checkpoint per namespace, or delete the threads.
+        """Keep only the latest checkpoint per namespace, or delete the threads
+        (``"delete"``, or ``"delete_all"`` as Agent Server's gRPC servicer says).
 
         The resilience rows of deleted checkpoints go with them.
 
@@ -472,7 +475,7 @@ class SyncResilience(Hooks, SyncArchival):
         ids = _threads.check_prune_args(thread_ids, strategy)
         if not ids:
             return
-        if strategy == "delete":
+        if strategy in _threads.DELETE_STRATEGIES:
             self._write(lambda: _threads.delete_threads(self._dialect, ids))
         else:
             self._keep_latest(ids)

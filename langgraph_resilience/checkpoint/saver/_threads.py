@@ -341,7 +341,9 @@ def _delete_with_blobs(d: Dialect, thread_id: str, ns: str, ids: Any) -> Stateme
         )
 
 
-PRUNE_STRATEGIES = ("keep_latest", "delete")
+#: "delete_all" is Agent Server's name for "delete" (its gRPC servicer's PruneStrategy).
+PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
+DELETE_STRATEGIES = ("delete", "delete_all")
 
 
 def check_prune_args(thread_ids: Sequence[str], strategy: str) -> list[str]:

@@ -209,7 +209,7 @@ class VerifiedSqliteReads(SqliteSaver):
                 yield found
 
 
-class ResilientSqliteSaver(SyncResilience, VerifiedSqliteReads):
+class ResilientSqliteSaver(_base.SqliteSetupShared, SyncResilience, VerifiedSqliteReads):
     """A drop-in `SqliteSaver` that survives store faults and refuses silent forks.
 
     On top of LangGraph's saver it:
@@ -250,10 +250,10 @@ class ResilientSqliteSaver(SyncResilience, VerifiedSqliteReads):
         warn_checkpoint_bytes: int | None = _base.WARN_BYTES,
         max_checkpoint_bytes: int | None = None,
     ) -> None:
-        super().__init__(conn, serde=serde)
+        # The state first: LangGraph's __init__ sets is_setup, which lives in it.
         self._state = _base.make_state(store_retry)
+        super().__init__(conn, serde=serde)
         _base.set_lifecycle(self._state, archive, warn_checkpoint_bytes, max_checkpoint_bytes)
-        self._synchronous = 2  # FULL, SQLite's default; read from the connection in setup
 
     @classmethod
     @contextmanager

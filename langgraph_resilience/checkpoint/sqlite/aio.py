@@ -71,7 +71,7 @@ class VerifiedAsyncSqliteReads(AsyncSqliteSaver):
                 yield found
 
 
-class AsyncResilientSqliteSaver(AsyncResilience, VerifiedAsyncSqliteReads):
+class AsyncResilientSqliteSaver(_base.SqliteSetupShared, AsyncResilience, VerifiedAsyncSqliteReads):
     """A drop-in `AsyncSqliteSaver` with the resilience store.
 
     The async twin of `ResilientSqliteSaver`: same tables, retries, fork refusal
@@ -98,10 +98,10 @@ class AsyncResilientSqliteSaver(AsyncResilience, VerifiedAsyncSqliteReads):
         warn_checkpoint_bytes: int | None = _base.WARN_BYTES,
         max_checkpoint_bytes: int | None = None,
     ) -> None:
-        super().__init__(conn, serde=serde)
+        # The state first: LangGraph's __init__ sets is_setup, which lives in it.
         self._state = _base.make_state(store_retry)
+        super().__init__(conn, serde=serde)
         _base.set_lifecycle(self._state, archive, warn_checkpoint_bytes, max_checkpoint_bytes)
-        self._synchronous = 2  # FULL, SQLite's default; read from the connection in setup
 
     @classmethod
     @asynccontextmanager
