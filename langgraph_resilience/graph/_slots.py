@@ -213,7 +213,7 @@ class _Turn:
         self.__exit__()
 
 
-_NO_TURN: Any = nullcontext()  # a sync and an async context manager both
+_NO_TURN: nullcontext[None] = nullcontext()  # a sync and an async context manager both
 
 
 def node_turn(config: RunnableConfig) -> AbstractContextManager[None]:

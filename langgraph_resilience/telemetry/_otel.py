@@ -192,7 +192,7 @@ def idle() -> bool:
         return True
     return (
         _IDLE_KNOWABLE
-        and _trace._TRACER_PROVIDER is None  # type: ignore[attr-defined]
+        and _trace._TRACER_PROVIDER is None
         and _metrics_state._METER_PROVIDER is None
     )
 
