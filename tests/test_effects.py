@@ -421,7 +421,8 @@ async def test_an_outcome_is_stored_as_the_call_returns_unless_deferred(
 async def test_a_waiting_outcome_survives_a_failed_write_and_is_stored_on_close(
     tmp_path: Any,
 ) -> None:
-    from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields, _base
+    from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields
+    from langgraph_resilience.checkpoint.saver import _base
     from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
     path = str(tmp_path / "behind.db")
@@ -541,7 +542,8 @@ def test_an_outcome_is_one_statement_that_commits_without_waiting_for_the_disk(
     keeps the commit; only a server crash could lose it)."""
     import psycopg
 
-    from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields, _ledger
+    from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields
+    from langgraph_resilience.checkpoint.ledger import _ledger
     from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
     from langgraph_resilience.checkpoint.store._store import POSTGRES, SQLITE
 

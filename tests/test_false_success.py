@@ -138,7 +138,7 @@ def db(pg_server: PgServer) -> Iterator[str]:
 
 
 def pooled_saver(stack: ExitStack, dsn: str) -> ResilientPostgresSaver:
-    """A saver on a pool built as the README says, with short bounds."""
+    """A saver on a pool built as docs/savers.md says, with short bounds."""
     timeouts = PgTimeouts(connect=2, statement=2, read=3, lock=1, idle_in_transaction=2)
     pool: ConnectionPool[Any] = ConnectionPool(
         timeouts.conninfo(dsn),

@@ -1,4 +1,4 @@
-"""The failure model's decision matrix (README, "The failure model"), on SQLite and Postgres,
+"""The failure model's decision matrix (docs/failure-model.md), on SQLite and Postgres,
 sync and async.
 
 Each test builds its graph with sync nodes for the sync savers (``invoke``) and

@@ -169,9 +169,9 @@ def test_the_root_is_small_and_every_module_is_a_room() -> None:
     assert long == {}
 
 
-def test_the_readme_draws_the_tree_as_it_stands() -> None:
-    readme = (PACKAGE.parent / "README.md").read_text()
-    tree = readme.split("## Layout", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+def test_the_layout_page_draws_the_tree_as_it_stands() -> None:
+    page = (PACKAGE.parent / "docs" / "layout.md").read_text()
+    tree = page.split("# Layout", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
     drawn: set[str] = set()
     folder = ""
     for line in tree.splitlines()[1:]:  # below "langgraph_resilience/"

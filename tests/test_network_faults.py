@@ -4,7 +4,7 @@ between the savers and the server that blackholes connections.
 
 Every fault test runs the four kinds of Postgres saver at once: a single
 connection (``from_conn_string``) and a pool of `BoundedConnection` built as the
-README says, sync and async.
+docs/savers.md ("Network faults") says, sync and async.
 
 - Outage sweep: the server is stopped for 1, 2, 3 s (and 5, 8 s with
   ``LGR_FAULT_TRIALS`` > 1, which also repeats each length that many times) while
@@ -112,7 +112,7 @@ async def open_saver(
     timeouts: PgTimeouts | None = None,
     pool_timeout: float = 2.0,
 ) -> Any:
-    """A saver of ``kind`` on ``dsn``; a pool is built as the README says."""
+    """A saver of ``kind`` on ``dsn``; a pool is built as docs/savers.md says."""
     is_async, is_pool = KINDS[kind]
     bounds = timeouts or PgTimeouts()
     options: dict[str, Any] = {"store_retry": store_retry, "timeouts": timeouts}

@@ -1,5 +1,9 @@
 """The README's and the guides' code runs as written, and what it names exists.
 
+The README is one screen (what it is, install with every extra, a quickstart that
+fails and recovers, the two commands, links to every guide); the core topics are
+guides in docs/, each listed in docs/index.md and in mkdocs.yml's nav.
+
 Every ```python block of README.md, and of each guide in docs/ (not docs/api/,
 the reference, which has no code of its own), runs: a page's blocks in order, in
 one namespace (as a reader pasting them into one session would), in a temporary
@@ -23,8 +27,21 @@ from langgraph_resilience.checkpoint import RunRecord
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()
+#: The guides: every page of docs/ but the reference (docs/api/).
+GUIDES = sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
 #: The pages whose code runs: the README and every guide.
-PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
+PAGES = ["README.md", *GUIDES]
+#: The guides the README's core topics moved to, and the least Python blocks each
+#: holds (the tour is the README's old tour, eight steps).
+CORE = {
+    "docs/tour.md": 8,
+    "docs/failure-model.md": 1,
+    "docs/side-effects.md": 1,
+    "docs/workers.md": 2,
+    "docs/savers.md": 2,
+}
+#: The README's length, at most: one screen, with the extras table and the quickstart.
+README_LINES = 300
 
 _BLOCK = re.compile(
     r"(?:<!-- readme-test: (?P<mark>[a-z]+)(?P<reason>[^>]*)-->\n)?```python\n(?P<code>.*?)^```",
@@ -66,7 +83,9 @@ def _run(blocks: list[Block], namespace: dict[str, Any], page: str = "README.md"
 def test_every_block_is_run_or_says_why_not(page: str) -> None:
     blocks = _blocks(page)
     if page == "README.md":
-        assert len(blocks) >= 10, "the README's Python blocks were not found"
+        assert len(blocks) >= 1, "the README's quickstart was not found"
+    if page in CORE:
+        assert len(blocks) >= CORE[page], f"{page}: its Python blocks were not found"
     text = (ROOT / page).read_text()
     assert text.count("```python") == len(blocks), "a marker the test does not read"
     for block in blocks:
@@ -113,19 +132,63 @@ def test_the_python_blocks_run_on_postgres(
             pool.close()
 
 
+def _links(text: str) -> list[str]:
+    """The relative link targets of a page, without their anchors."""
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    return [t for t in targets if not t.startswith(("http://", "https://", "mailto:"))]
+
+
 def test_the_files_the_readme_links_exist() -> None:
-    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README)
-    local = [t for t in targets if not t.startswith(("http://", "https://", "mailto:"))]
+    local = _links(README)
     assert local, "no relative link found"
     assert [t for t in local if not (ROOT / t).exists()] == []
 
 
+def test_the_readme_is_one_screen_and_links_every_guide() -> None:
+    lines = len(README.splitlines())
+    assert lines <= README_LINES, f"README.md has {lines} lines, at most {README_LINES}"
+    assert sorted(set(GUIDES) - set(_links(README))) == [], "guides the README does not link"
+    assert set(CORE) <= set(GUIDES), "a core topic's guide is missing"
+
+
+def test_every_guide_is_linked_from_the_index_and_in_the_nav() -> None:
+    index = (ROOT / "docs" / "index.md").read_text()
+    linked = {f"docs/{t}" for t in _links(index)}
+    guides = set(GUIDES) - {"docs/index.md"}
+    assert sorted(guides - linked) == [], "guides docs/index.md does not list"
+    nav = set(re.findall(r"^\s+- (?:[^:\n]+: )?([\w./-]+\.md)$", _mkdocs_nav(), re.MULTILINE))
+    assert sorted({g.removeprefix("docs/") for g in GUIDES} - nav) == [], "not in mkdocs.yml's nav"
+
+
+def _mkdocs_nav() -> str:
+    text = (ROOT / "mkdocs.yml").read_text()
+    nav = text[text.index("\nnav:\n") :]
+    return nav[: nav.index("\n\n")]
+
+
+def _extras() -> set[str]:
+    """The extras pyproject.toml declares (read without tomllib, which 3.10 lacks)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    section = text.split("[project.optional-dependencies]\n", 1)[1].split("\n[", 1)[0]
+    return set(re.findall(r"^([A-Za-z][\w-]*) = \[", section, re.MULTILINE))
+
+
+def test_the_extras_table_names_every_extra() -> None:
+    table = README[README.index("| extra | adds | for |") :]
+    table = table[: table.index("\n\n")]
+    rows = set(re.findall(r"^\| `([\w-]+)` \|", table, re.MULTILINE))
+    extras = _extras()
+    assert {"postgres", "console", "dev"} <= extras, extras  # the parse found them
+    assert rows == extras, f"extras without a row: {extras - rows}; rows of none: {rows - extras}"
+
+
 def test_the_run_record_fields_named_are_the_codes() -> None:
-    section = README[README.index("`saver.read_run(run_id)` returns a `RunRecord`") :]
+    workers = (ROOT / "docs" / "workers.md").read_text()
+    section = workers[workers.index("`saver.read_run(run_id)` returns a `RunRecord`") :]
     section = section[: section.index("\n\n")]
     named = set(re.findall(r"`(\w+)`", section))
     fields = {f.name for f in dataclasses.fields(RunRecord)}
-    assert fields - named == set(), "RunRecord fields the README does not name"
+    assert fields - named == set(), "RunRecord fields docs/workers.md does not name"
 
 
 def test_the_two_commands_are_the_makefiles() -> None:
