@@ -68,6 +68,7 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/checkpoint_overhead.py
 	$(BIN)/python benchmarks/policy_overhead.py
+	$(BIN)/python benchmarks/node_wrapper.py
 	$(BIN)/python benchmarks/effect_overhead.py
 	$(BIN)/python benchmarks/worker_scaling.py
 

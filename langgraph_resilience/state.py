@@ -343,10 +343,20 @@ def summarize(output: Any, limit: int = 120) -> str:
     collections are summarised by their length, never rendered whole.
     """
     if isinstance(output, dict):
-        text = ", ".join([f"{k}={_short(v)}" for k, v in output.items() if k != "resilience"])
+        text = ", ".join(
+            [
+                f"{k}={v!r}" if type(v) in _PLAIN else f"{k}={_short(v)}"
+                for k, v in output.items()
+                if k != "resilience"
+            ]
+        )
     else:
         text = _short(output)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+#: Values whose summary is their ``repr`` (`_short`), told by their type alone.
+_PLAIN = frozenset((int, float, bool, type(None)))
 
 
 def _short(value: Any) -> str:

@@ -1,5 +1,6 @@
-"""The issue-25 (and 29: console_scale) benchmarks run, at their smallest settings, on both dialects
-(their figures are read by hand; here only that each script still works)."""
+"""The issue-25 (and 29: console_scale; 34: node_wrapper, SQLite in memory) benchmarks run, at
+their smallest settings, on both dialects (their figures are read by hand; here only that each
+script still works)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ SMALLEST = {
     ],
     "run_length.py": ["--repeats", "1", "--lengths", "3", "--runs", "2", "--loop", "5"],
     "pg_round_trips.py": ["--steps", "2", "--warmup", "1", "--runs", "1"],
+    "node_wrapper.py": ["--calls", "20", "--chunks", "2"],
 }
 
 
@@ -43,7 +45,10 @@ def test_the_benchmark_runs_at_its_smallest_setting(script: str) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    if script != "pg_round_trips.py":  # a row per dialect
+    if script == "node_wrapper.py":  # one row (SQLite in memory): the figures, the calls
+        assert lines[1].split() == ["min", "p10", "median", "calls"], done.stdout
+        assert len(lines[2].split()) == 4, done.stdout
+    elif script != "pg_round_trips.py":  # a row per dialect
         assert any(line.startswith("sqlite") for line in lines), done.stdout
         assert any(line.startswith("postgres") for line in lines), done.stdout
     else:

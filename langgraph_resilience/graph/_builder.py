@@ -150,8 +150,10 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
                 raise
         lifecycle.ended(stored, config)  # nested in a step: a run that ended short fails it
         lifecycle.settle_by_hand(self, input, config)  # a Worker's paused run, resumed by hand
-        read = lambda: self.get_state(config or {}) if self.checkpointer else None  # noqa: E731
-        out = lifecycle.settle_output(stored, config, read)
+        found = None
+        if self.checkpointer and lifecycle.to_settle(stored, config):
+            found = self.get_state(config or {})
+        out = lifecycle.settle_output(stored, config, found)
         closing.close_run(self, config, out, stored, scope)
         return out
 
@@ -169,12 +171,9 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         lifecycle.ended(stored, config)  # nested in a step: a run that ended short fails it
         await lifecycle.asettle_by_hand(self, input, config)  # a Worker's paused run, by hand
         found = None
-        if (
-            self.checkpointer
-            and lifecycle.settle_output(stored, config, lambda: None) is not stored
-        ):
+        if self.checkpointer and lifecycle.to_settle(stored, config):
             found = await self.aget_state(config or {})
-        out = lifecycle.settle_output(stored, config, lambda: found)
+        out = lifecycle.settle_output(stored, config, found)
         await closing.aclose_run(self, config, out, stored, scope)
         return out
 

@@ -185,7 +185,7 @@ def closing(
     return closed()
 
 
-async def aclosing(
+def aclosing(
     graph: Any,
     input: Any,
     config: RunnableConfig | None,
@@ -194,20 +194,23 @@ async def aclosing(
     scope: RunScope | None,
 ) -> AsyncIterator[Any]:
     """Async twin of `closing`."""
-    left = _left_to_stream(graph, config)
-    try:
-        async for item in stream:
-            yield item
-    except Exception as exc:
-        if left:
+    if not _left_to_stream(graph, config):
+        return stream
+
+    async def closed() -> AsyncIterator[Any]:
+        try:
+            async for item in stream:
+                yield item
+        except Exception as exc:
             await afailed(graph, input, config, since, exc)
-        raise
-    finally:  # closed early (a consumer that stops): close LangGraph's stream too
-        close = getattr(stream, "aclose", None)
-        if close is not None:
-            await close()
-    if left:
+            raise
+        finally:  # closed early (a consumer that stops): close LangGraph's stream too
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()
         await aclose_run(graph, config, None, scope=scope)
+
+    return closed()
 
 
 # -- a call that raised ------------------------------------------------------------------

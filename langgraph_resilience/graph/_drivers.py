@@ -258,12 +258,10 @@ class _NotRun:
 NOT_RUN: Any = _NotRun()
 
 
-def _skipped(ctx: NodeContext, state: Any, task: TaskContext) -> bool:
-    """Whether the step is not run, the run having stopped short (its event said so)."""
-    if not stopped(state):
-        return False
+def _not_run(ctx: NodeContext, state: Any, task: TaskContext) -> Any:
+    """A step not run, the run having stopped short (`stopped`): its event said so."""
     not_run(ctx.name, task, state)
-    return True
+    return NOT_RUN
 
 
 def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
@@ -279,17 +277,17 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
     if isinstance(action, Runnable):
 
         def sync_runnable(state: Any, config: RunnableConfig) -> Any:
-            task = ensure(TaskContext(config=config), state)
-            if _skipped(ctx, state, task):
-                return NOT_RUN
+            task = ensure(config, state)
+            if stopped(state):
+                return _not_run(ctx, state, task)
             call = lambda s: action.invoke(s, user_config(try_config(config)))  # noqa: E731
             with node_turn(config):
                 return run_sync(ctx, state, state, call, task)
 
         async def async_runnable(state: Any, config: RunnableConfig) -> Any:
-            task = await aensure(TaskContext(config=config), state)
-            if _skipped(ctx, state, task):
-                return NOT_RUN
+            task = await aensure(config, state)
+            if stopped(state):
+                return _not_run(ctx, state, task)
             call = lambda s: action.ainvoke(s, user_config(try_config(config)))  # noqa: E731
             async with anode_turn(config):
                 return await run_async(ctx, state, state, call, task, timeout)
@@ -300,9 +298,9 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
         @functools.wraps(action)
         async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
             config, kwargs = get_config(), _users(kwargs)
-            task = await aensure(TaskContext(config=config), state)
-            if _skipped(ctx, state, task):
-                return NOT_RUN
+            task = await aensure(config, state)
+            if stopped(state):
+                return _not_run(ctx, state, task)
             call = lambda s: action(s, *args, **kwargs)  # noqa: E731
             async with anode_turn(config):
                 return await run_async(ctx, state, state, call, task, timeout)
@@ -312,9 +310,9 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
     @functools.wraps(action)
     def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
         config, kwargs = get_config(), _users(kwargs)
-        task = ensure(TaskContext(config=config), state)
-        if _skipped(ctx, state, task):
-            return NOT_RUN
+        task = ensure(config, state)
+        if stopped(state):
+            return _not_run(ctx, state, task)
         call = lambda s: action(s, *args, **kwargs)  # noqa: E731
         with node_turn(config):
             return run_sync(ctx, state, state, call, task)

@@ -61,6 +61,7 @@ from langgraph_resilience.graph._task import in_parent_task
 from langgraph_resilience.state import new_run_marker
 
 __all__ = [
+    "anote_resume",
     "anoted",
     "asettle_by_hand",
     "ended",
@@ -73,6 +74,7 @@ __all__ = [
     "run_begins",
     "run_part",
     "settle_output",
+    "to_settle",
     "settled",
     "settled_by_hand",
     "unrecovered_steps",
@@ -186,13 +188,19 @@ def ended(out: Any, config: RunnableConfig | None) -> None:
         nested_stop(out)
 
 
-def settle_output(out: Any, config: RunnableConfig | None, snapshot: Any) -> Any:
-    """``invoke``'s output, reading ``success`` if the run has nothing left to
-    do; ``snapshot()`` reads the stored state (None without a checkpointer)."""
+def to_settle(out: Any, config: RunnableConfig | None) -> bool:
+    """Whether ``invoke``'s output may have to be settled (`settle_output`): a
+    top-level run it left ``running``, which the stored state tells."""
     log = out.get(_LOG) if isinstance(out, Mapping) else None
-    if not (isinstance(log, Mapping) and log.get("status") == "running") or nested(config):
+    return isinstance(log, Mapping) and log.get("status") == "running" and not nested(config)
+
+
+def settle_output(out: Any, config: RunnableConfig | None, found: StateSnapshot | None) -> Any:
+    """``invoke``'s output, reading ``success`` if the run has nothing left to
+    do; ``found``: the stored state, read when `to_settle` (None without a
+    checkpointer)."""
+    if not to_settle(out, config):
         return out
-    found = snapshot()
     if found is None:
         return _settled_values(out, INTERRUPT_CHANNEL not in out)
     return _status_of(out, found)
@@ -297,19 +305,37 @@ def note_resume(graph: Any, input: Any, config: RunnableConfig | None) -> None:
         logger.debug("could not store the resume of thread %s: %s", thread, exc)
 
 
-async def anoted(
-    graph: Any, input: Any, config: RunnableConfig | None, stream: AsyncIterator[Any]
-) -> AsyncIterator[Any]:
-    """``stream``, after storing a resume after a crash (async `note_resume`)."""
+async def anote_resume(graph: Any, input: Any, config: RunnableConfig | None) -> None:
+    """Async twin of `note_resume`."""
     thread = _may_be_crash_resume(input, config)
     saver = getattr(graph, "checkpointer", None)
-    if thread is not None and isinstance(saver, AsyncResilientSaver):
-        try:
-            key = _crash_key(await graph.aget_state(config), input, config)
-            if key is not None:
-                await saver.history.anote_recovery(thread, key, "crash", _host_pid())
-        except Exception as exc:
-            logger.debug("could not store the resume of thread %s: %s", thread, exc)
+    if thread is None or not isinstance(saver, AsyncResilientSaver):
+        return
+    try:
+        key = _crash_key(await graph.aget_state(config), input, config)
+        if key is not None:
+            await saver.history.anote_recovery(thread, key, "crash", _host_pid())
+    except Exception as exc:
+        logger.debug("could not store the resume of thread %s: %s", thread, exc)
+
+
+def anoted(
+    graph: Any, input: Any, config: RunnableConfig | None, stream: AsyncIterator[Any]
+) -> AsyncIterator[Any]:
+    """``stream``, storing a resume after a crash first when it is read
+    (`anote_resume`: an async stream's first read is where it may await); the
+    stream as it is when the call is no resume of a thread on an async saver."""
+    if _may_be_crash_resume(input, config) is None:
+        return stream
+    if not isinstance(getattr(graph, "checkpointer", None), AsyncResilientSaver):
+        return stream
+    return _noted(graph, input, config, stream)
+
+
+async def _noted(
+    graph: Any, input: Any, config: RunnableConfig | None, stream: AsyncIterator[Any]
+) -> AsyncIterator[Any]:
+    await anote_resume(graph, input, config)
     try:
         async for item in stream:
             yield item

@@ -31,7 +31,7 @@ from langgraph.types import Command
 import langgraph_resilience.state as run_log
 from langgraph_resilience._engine import Action, Decision
 from langgraph_resilience.budget import Budget, add_usage
-from langgraph_resilience.checkpoint.runlog._scope import RunScope, Tally, scope_of
+from langgraph_resilience.checkpoint.runlog._scope import RunScope, Tally
 from langgraph_resilience.classify import Classification, FailureKind
 from langgraph_resilience.errors import ValidationFailed, message_of
 from langgraph_resilience.graph._compress import compress_with_summary
@@ -129,12 +129,15 @@ class NodeContext(Tries):
         )
         if end.summaries:
             log["context_summary"] = end.summaries
-        lean = tally_of(task, log_of(state)) if log.get("tallied") else None
+        lean = (task.lean or tally_of(task, log_of(state))) if log.get("tallied") else None
         _add_spend(log, end.spent, end.topped, lean)
-        scope = scope_of(task.config)
-        if task.top_level and scope is not None and _keeps_rows(scope, task):
-            scope.finished(task.task_id, log["step"])  # until its writes land
-        if lean is not None and _hand(log, output, task, lean[0]):
+        if lean is not None and _keeps_rows(lean[0], task):  # a top-level step's
+            task_id = task.task_id
+            lean[0].finished(task_id, log["step"])  # until its writes land
+            if _hand(log, output):
+                lean[0].hand(task_id, log)
+                return output
+        elif lean is not None and _hand(log, output):  # no ledger: the record goes nowhere
             return output
         return with_log(output, log)
 
@@ -251,18 +254,14 @@ def _add_spend(
 _PLAIN = frozenset(("step", "tallied"))
 
 
-def _hand(log: dict[str, Any], output: Any, task: Any, scope: RunScope) -> bool:
-    """Hand a tallied completed step's record to the saver (`RunScope.hand`) in
-    place of a run-log write, when the update changes nothing in the run log and
+def _hand(log: dict[str, Any], output: Any) -> bool:
+    """Whether a tallied completed step's record goes to the saver (`RunScope.hand`)
+    in place of a run-log write: the update changes nothing in the run log and
     the output makes LangGraph store a write of the task (its ``put_writes``
     takes the record and stores it as the step's row, in the transaction of
     those writes). A saver that keeps no ledger has no use for it: the record
     goes nowhere, as the run log drops it."""
-    if not _PLAIN.issuperset(log) or not _writes_something(output):
-        return False
-    if _keeps_rows(scope, task):
-        scope.hand(task.task_id, log)
-    return True
+    return _PLAIN.issuperset(log) and _writes_something(output)
 
 
 def _keeps_rows(scope: RunScope, task: Any) -> bool:
@@ -276,7 +275,7 @@ def _keeps_rows(scope: RunScope, task: Any) -> bool:
 def _writes_something(output: Any) -> bool:
     """Whether LangGraph stores a write of a node that returned ``output``."""
     if type(output) is dict:
-        return any(k != "resilience" for k in output)
+        return len(output) > ("resilience" in output)
     if isinstance(output, Command) and output.graph is None:
         update = output.update
         return isinstance(update, dict) and any(k != "resilience" for k in update)

@@ -26,8 +26,8 @@ import asyncio
 import os
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -91,16 +91,8 @@ class Slots:
         if not self._take(granted.set):
             granted.wait()
 
-    @contextmanager
-    def held(self) -> Iterator[None]:
-        self.acquire()
-        try:
-            yield
-        finally:
-            self.release()
-
-    @asynccontextmanager
-    async def aheld(self) -> AsyncIterator[None]:
+    async def aacquire(self) -> None:
+        """Async twin of `acquire` (a waiter cancelled meanwhile takes no slot)."""
         loop = asyncio.get_running_loop()
         granted: asyncio.Future[None] = loop.create_future()
 
@@ -124,10 +116,6 @@ class Slots:
                 if not waiting and granted.done() and not granted.cancelled():
                     self.release()  # handed over as the wait was cancelled
                 raise
-        try:
-            yield
-        finally:
-            self.release()
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,47 +171,49 @@ def user_config(config: RunnableConfig) -> RunnableConfig:
     return cast(RunnableConfig, {**config, "max_concurrency": level.given})
 
 
-@contextmanager
-def _ambient(config: RunnableConfig) -> Iterator[None]:
-    """The node's code runs with ``user_config`` as its ambient config (what
-    ``get_config()`` and a nested invoke read)."""
-    ambient = var_child_runnable_config.get()
-    seen = user_config(ambient) if ambient is not None else None
-    if seen is None or seen is ambient:
-        yield
-        return
-    token = var_child_runnable_config.set(seen)
-    try:
-        yield
-    finally:
-        var_child_runnable_config.reset(token)
-
-
 class _Turn:
-    """A sync node's turn (`node_turn`). A class, not a generator: every node of
-    a run takes one."""
+    """A node's turn (`node_turn`, `anode_turn`): a slot of its run level held,
+    the user's config ambient. A class, not a generator: every node of a run
+    takes one; the sync and async turns differ only in how the slot is taken."""
 
-    __slots__ = ("_slots", "_token")
+    __slots__ = ("_level", "_token")
 
-    def __init__(self, slots: Slots) -> None:
-        self._slots = slots
+    def __init__(self, level: Level) -> None:
+        self._level = level
         self._token: Any = None
 
     def __enter__(self) -> None:
-        self._slots.acquire()
+        level = self._level
+        assert level.slots is not None
+        level.slots.acquire()
+        self._ambient()
+
+    def _ambient(self) -> None:
+        """The node's code runs with ``user_config`` as its ambient config (what
+        ``get_config()`` and a nested invoke read): the limit as given."""
         ambient = var_child_runnable_config.get()
-        seen = user_config(ambient) if ambient is not None else None
-        if seen is not None and seen is not ambient:
-            self._token = var_child_runnable_config.set(seen)
+        if ambient is not None:
+            seen = {**ambient, "max_concurrency": self._level.given}
+            self._token = var_child_runnable_config.set(cast(RunnableConfig, seen))
 
     def __exit__(self, *exc: object) -> None:
         if self._token is not None:
             var_child_runnable_config.reset(self._token)
             self._token = None
-        self._slots.release()
+        assert self._level.slots is not None
+        self._level.slots.release()
+
+    async def __aenter__(self) -> None:
+        level = self._level
+        assert level.slots is not None
+        await level.slots.aacquire()
+        self._ambient()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.__exit__()
 
 
-_NO_TURN = nullcontext()
+_NO_TURN: nullcontext[None] = nullcontext()  # a sync and an async context manager both
 
 
 def node_turn(config: RunnableConfig) -> AbstractContextManager[None]:
@@ -232,16 +222,12 @@ def node_turn(config: RunnableConfig) -> AbstractContextManager[None]:
     level = _level(config)
     if level is None or level.slots is None:
         return _NO_TURN
-    return _Turn(level.slots)
+    return _Turn(level)
 
 
-@asynccontextmanager
-async def anode_turn(config: RunnableConfig) -> AsyncIterator[None]:
+def anode_turn(config: RunnableConfig) -> AbstractAsyncContextManager[None]:
     """An async node's turn: as `node_turn`."""
     level = _level(config)
     if level is None or level.slots is None:
-        yield
-        return
-    async with level.slots.aheld():
-        with _ambient(config):
-            yield
+        return _NO_TURN
+    return _Turn(level)

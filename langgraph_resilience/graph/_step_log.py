@@ -109,7 +109,7 @@ def log_update(
         "node": name,
         "status": status,
         "attempts": len(earlier) + (1 if status == "completed" else 0),
-        "kinds": [r.kind for r in earlier if r.kind],
+        "kinds": [r.kind for r in earlier if r.kind] if earlier else [],
         "started_at": started_at,
         "ended_at": time.time(),
         "summary": run_log.summarize(output) if status == "completed" else "",

@@ -39,7 +39,7 @@ def tally_of(task: TaskContext, log: Mapping[str, Any]) -> tuple[RunScope, Tally
     A node's turn found them already (`ensure`: ``task.lean``)."""
     if task.lean is not None:
         return task.lean
-    scope = scope_of(task.config)
+    scope = task.scope
     if scope is None or not task.top_level:
         return None
     tally = scope.tally(int(log.get("run") or 1))
@@ -49,16 +49,18 @@ def tally_of(task: TaskContext, log: Mapping[str, Any]) -> tuple[RunScope, Tally
 def _due(task: TaskContext, state: Any) -> tuple[RunScope, int, Tally | None] | None:
     """The scope and run of a top-level step, and the run's tally if the invoke
     has one (None: a nested step, or no scope)."""
-    scope = scope_of(task.config)
+    scope = task.scope
     if scope is None or not task.top_level:
         return None
     run = _run(state)
     return scope, run, scope.tally(run) or scope.start(run)
 
 
-def ensure(task: TaskContext, state: Any) -> TaskContext:
-    """The task, knowing its run's tally (`TaskContext.lean`), loaded from the
-    run's step rows if the invoke has none yet (the task as it is: a nested step)."""
+def ensure(config: RunnableConfig, state: Any) -> TaskContext:
+    """The context of the task ``config`` is of, knowing its run's tally
+    (`TaskContext.lean`), loaded from the run's step rows if the invoke has none
+    yet (a nested step's knows none)."""
+    task = TaskContext(config=config)
     due = _due(task, state)
     if due is None:
         return task
@@ -67,11 +69,12 @@ def ensure(task: TaskContext, state: Any) -> TaskContext:
         saver, thread = task.saver, task.thread_id
         counts, usage = saver.history.tally(thread, run) if saver and thread else ({}, {})
         tally = scope.load(run, counts, usage)
-    return TaskContext(config=task.config, lean=(scope, tally))
+    return TaskContext(config=config, lean=(scope, tally))
 
 
-async def aensure(task: TaskContext, state: Any) -> TaskContext:
+async def aensure(config: RunnableConfig, state: Any) -> TaskContext:
     """Async twin of `ensure`."""
+    task = TaskContext(config=config)
     due = _due(task, state)
     if due is None:
         return task
@@ -83,7 +86,7 @@ async def aensure(task: TaskContext, state: Any) -> TaskContext:
         else:
             counts, usage = {}, {}
         tally = scope.load(run, counts, usage)
-    return TaskContext(config=task.config, lean=(scope, tally))
+    return TaskContext(config=config, lean=(scope, tally))
 
 
 def run_used(state: Any, task: TaskContext | None) -> dict[str, float]:
@@ -92,7 +95,7 @@ def run_used(state: Any, task: TaskContext | None) -> dict[str, float]:
     log counted."""
     log = state.get("resilience") if isinstance(state, Mapping) else None
     own = dict((log if isinstance(log, Mapping) else _EMPTY).get("usage") or {})
-    scope = scope_of(task.config) if task is not None else None
+    scope = task.scope if task is not None else None
     if scope is None or task is None:
         return own
     if task.top_level:

@@ -12,8 +12,10 @@ node attempt) has one source, the runtime's ``execution_info``: the attempt
 ledger and side effects key their records on it, and must never disagree.
 (Inside a node the config's ``checkpoint_id`` is None; execution_info's is set.)
 
-The context is cheap to build (it keeps the config) and reads each fact when
-asked, so a node's happy path never looks up the saver, the fence or the ids.
+The context is cheap to build: it keeps the config, its ``configurable`` and
+``metadata`` and the runtime's execution info (three lookups, made once), and
+derives each fact from them when asked, so a node's happy path never looks up
+the saver, the fence or the worker.
 
 It also holds the try in progress (`current_attempt`), which the node wrapper
 sets around each call and side effects read.
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -33,7 +35,9 @@ from langgraph.runtime import ExecutionInfo, Runtime
 from langgraph_resilience._keys import (
     BUDGET_KEY,
     EFFECT_SCOPE_KEY,
+    FENCE_KEY,
     RENAMED_SCOPES_KEY,
+    SCOPE_KEY,
     WORKER_KEY,
 )
 from langgraph_resilience._langgraph import (
@@ -109,6 +113,8 @@ def current_attempt() -> Attempt:
     return attempt
 
 
+_EMPTY: Mapping[str, Any] = {}
+
 # A runtime protocol check costs ~15 µs (it probes every method), more than a
 # side effect's own bookkeeping; a class either has the methods or not, so the
 # answer is kept per class.
@@ -127,9 +133,10 @@ def _conforms(found: object, protocol: type[Any]) -> bool:
 class TaskContext:
     """What a node's task knows of itself, read from the config LangGraph gave it.
 
-    Every fact is a property, read when asked: building the context costs one
-    object, and a node's happy path asks only for `step`, `resuming` and
-    `budget`, as it read them from the config before.
+    Every fact is a property, derived when asked from what the context read of
+    its config once, when built (its ``configurable``, ``metadata`` and the
+    runtime's execution info): a step asks several of them, none looks them up
+    again.
 
     Attributes:
         config: the task's config, as LangGraph passed it to the node.
@@ -142,6 +149,18 @@ class TaskContext:
     config: RunnableConfig
     #: A top-level step's invoke scope and run tally (`_tally.ensure`), once found.
     lean: tuple[RunScope, Tally] | None = None
+    _configurable: Mapping[str, Any] = field(init=False, repr=False)
+    _metadata: Mapping[str, Any] = field(init=False, repr=False)
+    _info: ExecutionInfo | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        config = self.config
+        configurable = config.get("configurable") or _EMPTY
+        runtime = configurable.get(RUNTIME_KEY)
+        info = runtime.execution_info if isinstance(runtime, Runtime) else None
+        object.__setattr__(self, "_configurable", configurable)
+        object.__setattr__(self, "_metadata", config.get("metadata") or _EMPTY)
+        object.__setattr__(self, "_info", info)
 
     @classmethod
     def current(cls) -> TaskContext | None:
@@ -152,23 +171,14 @@ class TaskContext:
             return None
 
     @property
-    def _configurable(self) -> Mapping[str, Any]:
-        return self.config.get("configurable") or {}
-
-    @property
-    def _info(self) -> ExecutionInfo | None:
-        runtime = self._configurable.get(RUNTIME_KEY)
-        return runtime.execution_info if isinstance(runtime, Runtime) else None
-
-    @property
     def node(self) -> str | None:
         """The node's name (None outside a graph)."""
-        return (self.config.get("metadata") or {}).get(NODE_KEY)
+        return self._metadata.get(NODE_KEY)
 
     @property
     def step(self) -> int | None:
         """The superstep the task runs in."""
-        return (self.config.get("metadata") or {}).get(STEP_KEY)
+        return self._metadata.get(STEP_KEY)
 
     @property
     def resuming(self) -> bool:
@@ -216,9 +226,15 @@ class TaskContext:
         return (thread, info.checkpoint_ns or "", info.checkpoint_id, info.task_id)
 
     @property
+    def scope(self) -> RunScope | None:
+        """The `RunScope` of the top-level invoke the task runs in (None: none)."""
+        found = self._configurable.get(SCOPE_KEY)
+        return found if isinstance(found, RunScope) else None
+
+    @property
     def fence(self) -> Fence | None:
         """The fence of the run, when a `Worker` runs it."""
-        return fence_of(self.config)
+        return None if self._configurable.get(FENCE_KEY) is None else fence_of(self.config)
 
     @property
     def worker(self) -> str | None:
@@ -248,7 +264,7 @@ class TaskContext:
     @property
     def send_index(self) -> int | None:
         """The index of the `Send` that started this task, if one did."""
-        path = (self.config.get("metadata") or {}).get(PATH_KEY)
+        path = self._metadata.get(PATH_KEY)
         if path and path[0] == SEND_PATH and len(path) >= 2 and isinstance(path[1], int):
             return int(path[1])
         return None

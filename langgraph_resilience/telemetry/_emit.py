@@ -123,7 +123,9 @@ def _count(event: str, fields: Mapping[str, Any]) -> None:
 
 def checkpoint_write(counter: str) -> None:
     """Count one checkpoint or writes try (``checkpoint_put_ok``, ``writes_put_failed`` ...)."""
-    if otel.AVAILABLE and otel.meter_provider_set():
+    if otel.idle():  # nothing configured: what every write asks while OTel is off
+        return
+    if otel.meter_provider_set():
         write, _, outcome = counter.partition("_put_")
         otel.add("checkpoint_writes", {"write": write, "outcome": outcome})
 
@@ -245,7 +247,7 @@ class TryRun:
 def begin_try(node: str, number: int, config: RunnableConfig) -> TryRun | None:
     """The try about to start, or None for a first try nobody watches (the
     happy path: no callback run, no span, no count)."""
-    if number == 1 and not (otel.AVAILABLE and otel.watching()):
+    if number == 1 and (otel.idle() or not otel.watching()):
         return None
     tr = TryRun(node, number, config)
     if otel.AVAILABLE:

@@ -56,6 +56,7 @@ __all__ = [
     "COUNTERS",
     "add",
     "end_try",
+    "idle",
     "meter_provider_set",
     "record",
     "start_try",
@@ -184,22 +185,40 @@ def end_try(handle: Any, error: BaseException | None, attributes: Mapping[str, A
         _context.detach(token)
 
 
+def idle() -> bool:
+    """Whether nothing is configured: the extra is not installed, or the
+    application set neither a tracer nor a meter provider (and names none in
+    the environment). The answer every write and every first try asks for:
+    one call reading two globals, which the API sets once when a provider is
+    set, so it is never stale."""
+    if not _CAN_BE_SET:
+        return True
+    return (
+        _IDLE_KNOWABLE
+        and _trace._TRACER_PROVIDER is None
+        and _metrics_state._METER_PROVIDER is None
+    )
+
+
 def watching() -> bool:
     """Whether the application set a tracer or a meter provider."""
-    if _trace is None or _unset():
+    if idle():
         return False
     return _tracer() is not None or _meter_provider() is not None
 
 
 def meter_provider_set() -> bool:
     """Whether the application set a meter provider."""
-    return _trace is not None and not _unset() and _meter_provider() is not None
+    return not idle() and _meter_provider() is not None
 
 
-def _unset() -> bool:
-    """No provider set at all (the answer a step pays for while OTel is idle)."""
-    return (
-        not _FROM_ENV
-        and getattr(_trace, "_TRACER_PROVIDER", True) is None
-        and getattr(_metrics_state, "_METER_PROVIDER", True) is None
-    )
+#: Whether a provider can be set at all (the extra is installed).
+_CAN_BE_SET = _trace is not None
+#: Whether the API's globals tell that none is set (they do unless the
+#: environment names a provider, or an API version keeps them elsewhere).
+_IDLE_KNOWABLE = (
+    _CAN_BE_SET
+    and not _FROM_ENV
+    and hasattr(_trace, "_TRACER_PROVIDER")
+    and hasattr(_metrics_state, "_METER_PROVIDER")
+)
