@@ -15,7 +15,7 @@ The core, at the root: ``errors``, ``classify``, ``policy``, ``budget``,
 door to LangGraph's private names), ``_keys`` (our own config and metadata
 keys), ``__main__`` (``python -m langgraph_resilience``). The folders, lowest
 layer first: ``_util/`` (leaf helpers), ``telemetry/``, ``checkpoint/`` (the
-savers and the store), ``limits/``, ``graph/``, ``worker/``, ``effects/``,
+savers and the store), ``cache/`` (node caches), ``limits/``, ``graph/``, ``worker/``, ``effects/``,
 ``history/``, ``agents/``, ``testing/``, ``server/``, ``cli/``.
 """
 
