@@ -188,7 +188,7 @@ class PostgresCache(BaseCache[ValueT]):
         statement = _clear_statement(namespaces)
         if statement is None:
             return
-        with self._cursor() as cur:
+        with self._connected() as cur:
             cur.execute(*statement)
 
     async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
@@ -206,7 +206,7 @@ class PostgresCache(BaseCache[ValueT]):
         """Delete every expired entry (also those never asked for again); how many."""
         if self._is_async:
             return self._from_async(self.apurge_expired)
-        with self._cursor() as cur:
+        with self._connected() as cur:
             cur.execute(_entries.PURGE_EXPIRED)
             return max(cur.rowcount, 0)
 
@@ -255,7 +255,7 @@ class PostgresCache(BaseCache[ValueT]):
             yield conn
 
     @contextmanager
-    def _cursor(self) -> Iterator[Cursor[TupleRow]]:
+    def _connected(self) -> Iterator[Cursor[TupleRow]]:
         """A cursor of tuples; on a connection outside autocommit, in a transaction
         committed at the block's end (a failed statement leaves none open)."""
         with self._connection() as conn:
@@ -268,7 +268,7 @@ class PostgresCache(BaseCache[ValueT]):
 
     def _sync_call(self, what: str, run: Callable[[Cursor[TupleRow]], Any], missed: T) -> Any:
         try:
-            with self._cursor() as cur:
+            with self._connected() as cur:
                 return run(cur)
         except psycopg.Error as exc:
             return _when_failed(exc, what, missed)
