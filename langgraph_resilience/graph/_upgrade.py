@@ -21,7 +21,7 @@ An unversioned graph reads nothing here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
@@ -175,40 +175,55 @@ def _with_scopes(
     return {**(config or {}), "configurable": configurable}
 
 
+class _Target(NamedTuple):
+    saver: BaseCheckpointSaver[Any]
+    where: RunnableConfig
+    versioning: Versioning
+    thread: str
+    addressed: bool  # an older checkpoint named by id (a replay): checked, never rewritten
+
+
+def _target(graph: Any, config: RunnableConfig | None) -> _Target | None:
+    """What an upgrade reads, or None when there is nothing to upgrade (no version,
+    no thread of its own, no saver): the twins below share it, and differ in I/O."""
+    versioning = versioning_of(graph)
+    where = _thread_config(config)
+    saver = graph.checkpointer
+    if versioning.version is None or where is None or not isinstance(saver, BaseCheckpointSaver):
+        return None
+    configurable = where["configurable"]
+    return _Target(
+        saver, where, versioning, str(configurable["thread_id"]), "checkpoint_id" in configurable
+    )
+
+
 def upgrade(graph: Any, config: RunnableConfig | None) -> RunnableConfig | None:
     """Upgrade the thread of ``config`` to the graph's version, once; the run's config.
 
     Raises:
         DeployBlocked: the thread cannot go on under this version (nothing stored).
     """
-    versioning = versioning_of(graph)
-    where = _thread_config(config)
-    saver = graph.checkpointer
-    if versioning.version is None or where is None or not isinstance(saver, BaseCheckpointSaver):
+    target = _target(graph, config)
+    if target is None:
         return config
-    thread = str(where["configurable"]["thread_id"])
-    addressed = "checkpoint_id" in where["configurable"]
-    prepared = _prepared(graph, saver.get_tuple(where), versioning, thread, addressed)
+    found = target.saver.get_tuple(target.where)
+    prepared = _prepared(graph, found, target.versioning, target.thread, target.addressed)
     if prepared is None:
         return config
     parent, checkpoint, metadata, changed, scopes = prepared
-    saver.put(parent, checkpoint, metadata, changed)  # type: ignore[arg-type]
+    target.saver.put(parent, checkpoint, metadata, changed)  # type: ignore[arg-type]
     return _with_scopes(config, scopes)
 
 
 async def aupgrade(graph: Any, config: RunnableConfig | None) -> RunnableConfig | None:
     """Async twin of `upgrade`."""
-    versioning = versioning_of(graph)
-    where = _thread_config(config)
-    saver = graph.checkpointer
-    if versioning.version is None or where is None or not isinstance(saver, BaseCheckpointSaver):
+    target = _target(graph, config)
+    if target is None:
         return config
-    thread = str(where["configurable"]["thread_id"])
-    addressed = "checkpoint_id" in where["configurable"]
-    found = await saver.aget_tuple(where)
-    prepared = _prepared(graph, found, versioning, thread, addressed)
+    found = await target.saver.aget_tuple(target.where)
+    prepared = _prepared(graph, found, target.versioning, target.thread, target.addressed)
     if prepared is None:
         return config
     parent, checkpoint, metadata, changed, scopes = prepared
-    await saver.aput(parent, checkpoint, metadata, changed)  # type: ignore[arg-type]
+    await target.saver.aput(parent, checkpoint, metadata, changed)  # type: ignore[arg-type]
     return _with_scopes(config, scopes)
