@@ -103,13 +103,21 @@ def test_a_column_added_later_comes_with_its_own_migration() -> None:
     assert table.added(1) == ()  # the columns of the CREATE itself
 
 
+def test_version_two_adds_columns_only() -> None:
+    # 2: an effect's ``how``, a run's ``error`` and ``graph_version``; columns
+    # only (a store of version 1 is brought up by ALTER TABLE, nothing rewritten).
+    for sql in (*migrations(SQLITE)[2], *migrations(POSTGRES)[2]):
+        assert sql.startswith("ALTER TABLE ") and " ADD COLUMN " in sql
+    assert {s.split()[5] for s in migrations(SQLITE)[2]} == {"how", "error", "graph_version"}
+
+
 def test_one_migration_list_for_both_dialects() -> None:
     assert len(MIGRATIONS) == SCHEMA_VERSION + 1
     assert len(migrations(SQLITE)) == len(migrations(POSTGRES)) == len(MIGRATIONS)
     assert all(isinstance(m, Migration) for m in MIGRATIONS)
     # One first schema (version 1): every table and index on both dialects; the
     # stored functions on Postgres only (SQLite checks in Python), one of each.
-    assert SCHEMA_VERSION == 1
+    assert SCHEMA_VERSION == 2
     sqlite, postgres = migrations(SQLITE)[1], migrations(POSTGRES)[1]
     functions = [s for s in postgres if s.lstrip().startswith("CREATE OR REPLACE FUNCTION")]
     names = [s.split("FUNCTION", 1)[1].split("(", 1)[0].strip() for s in functions]

@@ -238,6 +238,8 @@ def _run_row(
         fence.run_id if fence is not None else None,
         None if worker is None else str(worker),
         None,  # paused_for
+        None,  # error
+        None,  # graph_version
     )
 
 
@@ -546,7 +548,7 @@ def close_run(
     ended = now if status in ENDED else None
     began = now if started_at is None else float(started_at)
     row = (thread_id, int(run), status, None, None, None, began, ended, now, None, _json(usage))
-    yield Stmt(d.sql(_ENDED_RUN), (*row, None, None, None))
+    yield Stmt(d.sql(_ENDED_RUN), (*row, None, None, None, None, None))
 
 
 _FAILED = (

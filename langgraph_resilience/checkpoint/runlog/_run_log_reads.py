@@ -70,6 +70,8 @@ class RunLogRecord:
             ``human`` (an ``interrupt()``) or ``wait`` (a durable wait: a
             Retry-After longer than its ``max_wait``; no pause, no recovery
             when it goes on); None if it never paused.
+        error: the error a run that ended ``error`` ended on (``Type: message``).
+        graph_version: the `ResilientStateGraph` ``version`` it ran on (as text).
     """
 
     thread_id: str
@@ -86,6 +88,8 @@ class RunLogRecord:
     run_id: str | None
     worker: str | None
     paused_for: str | None = None
+    error: str | None = None
+    graph_version: str | None = None
 
     def used(self) -> dict[str, float]:
         """``usage`` decoded (empty when not known)."""

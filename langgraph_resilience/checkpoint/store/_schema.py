@@ -282,6 +282,8 @@ EFFECTS = Table(
         Column("owner", "TEXT"),
         Column("lease_until", "REAL_T"),
         Column("outcome_sum", "BIGINT_T"),
+        # How the outcome came about: called, replayed, reconciled, reexecuted.
+        Column("how", "TEXT", since=2),
     ),
     primary_key=("thread_id", "idempotency_key"),
     since=1,
@@ -373,6 +375,10 @@ RUN_LOG = Table(
         Column("run_id", "TEXT"),
         Column("worker", "TEXT"),
         Column("paused_for", "TEXT"),
+        # The error a run that ended ``error`` ended on (type: message), and the
+        # graph version it ran on (`ResilientStateGraph(version=)`).
+        Column("error", "TEXT", since=2),
+        Column("graph_version", "TEXT", since=2),
     ),
     primary_key=("thread_id", "run"),
     since=1,
@@ -549,6 +555,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             _PG_LIMIT_ACQUIRE,
         ),
     ),
+    # 2: how an effect's outcome came about; a run's error and graph version.
+    Migration.both(*EFFECTS.added(2), *RUN_LOG.added(2)),
     # Append here: never edit or reorder an entry above (a new column: add it to
     # its table with ``since=`` the new version, and append
     # ``Migration.both(*TABLE.added(version))``).
