@@ -106,8 +106,8 @@ def test_a_column_added_later_comes_with_its_own_migration() -> None:
 def test_version_two_adds_columns_only() -> None:
     # 2: an effect's ``how``, a run's ``error`` and ``graph_version``; columns
     # only (a store of version 1 is brought up by ALTER TABLE, nothing rewritten).
-    for sql in (*migrations(SQLITE)[2], *migrations(POSTGRES)[2]):
-        assert sql.startswith("ALTER TABLE ") and " ADD COLUMN " in sql
+    for stmt in (*migrations(SQLITE)[2], *migrations(POSTGRES)[2]):
+        assert stmt.startswith("ALTER TABLE ") and " ADD COLUMN " in stmt
     assert {s.split()[5] for s in migrations(SQLITE)[2]} == {"how", "error", "graph_version"}
 
 
