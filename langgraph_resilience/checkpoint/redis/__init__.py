@@ -1,0 +1,144 @@
+"""`ResilientRedisSaver`: a LangGraph checkpointer on plain Redis >= 7 (no modules).
+
+``aio``: its async twin, `AsyncResilientRedisSaver`. The rooms: ``_keys`` (the
+key schema: one hash tag per thread), ``_scripts`` (the Lua that stores and
+reads a thread atomically), ``_records`` (a checkpoint or write in a hash
+field, with its checksum), ``_ops`` (every operation, written once for both
+twins), ``_driver`` (pipelines, retries, script reloads), ``_durability`` (what
+the server keeps on disk), ``_common`` (options, setup checks, refusals).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import redis
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from langgraph_resilience.checkpoint.redis import _ops
+from langgraph_resilience.checkpoint.redis._common import (
+    DEFAULT_TTL,
+    NotOnRedis,
+    RedisCommon,
+    check_version,
+    config_reply,
+    judge,
+)
+from langgraph_resilience.checkpoint.redis._driver import drive
+from langgraph_resilience.checkpoint.redis._durability import Durability
+from langgraph_resilience.checkpoint.redis._ops import Ops, T
+from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
+from langgraph_resilience.policy import Backoff
+
+__all__ = ["NotOnRedis", "ResilientRedisSaver"]
+
+
+class ResilientRedisSaver(RedisCommon):
+    """A checkpointer on plain Redis: atomic checkpoints and writes (Lua), a
+    second put of a checkpoint a no-op, no silent forks (`CheckpointConflict`),
+    checksums on every read, a TTL on each thread renewed by every write.
+
+    Args:
+        conn: a ``redis.Redis`` client (bytes replies: ``decode_responses=False``).
+        prefix: the first part of every key (docs/redis.md, the key schema).
+        ttl: how long a thread's keys live after its last write (None: forever).
+        store_retry: how a transient Redis error is retried.
+        serde: LangGraph's serializer (default: ``JsonPlusSerializer``).
+
+    Example:
+        >>> with ResilientRedisSaver.from_conn_string("redis://127.0.0.1:6379/0") as saver:
+        ...     saver.setup()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        conn: redis.Redis,
+        *,
+        prefix: str = "lgr",
+        ttl: float | timedelta | None = DEFAULT_TTL,
+        store_retry: Backoff | None = None,
+        serde: SerializerProtocol | None = None,
+    ) -> None:
+        self._init_common(conn, prefix=prefix, ttl=ttl, store_retry=store_retry, serde=serde)
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[ResilientRedisSaver]:
+        """A saver on a new client for ``redis://`` (or ``rediss://``, ``unix://``) URL."""
+        conn = redis.Redis.from_url(conn_string, decode_responses=False)
+        try:
+            yield cls(conn, **kwargs)
+        finally:
+            conn.close()
+
+    def _drive(self, op: Ops[T]) -> T:
+        return drive(self.conn, op, self.backoff, self.target)
+
+    def setup(self) -> Durability:
+        """Check the server (Redis >= 7), load the scripts, and say what it keeps on
+        disk (warns once when a crash of the server would lose checkpoints)."""
+        check_version(self.conn.info("server"), self.target)
+        for script in SCRIPTS:
+            self.conn.script_load(script.source)
+        try:
+            config = config_reply(self.conn.config_get("append*") | self.conn.config_get("save"))
+        except redis.ResponseError:
+            config = None
+        self.durability = judge(config, self.target)
+        return self.durability
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._drive(_ops.get_tuple(self.place, self.serde, config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        op = _ops.list_(self.place, self.serde, config, filter=filter, before=before, limit=limit)
+        yield from self._drive(op)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._drive(
+            _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
+        )
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._drive(_ops.put_writes(self.place, self.serde, config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._drive(_ops.delete_thread(self.place, str(thread_id)))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._drive(_ops.delete_for_runs(self.place, run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._drive(_ops.copy_thread(self.place, str(source_thread_id), str(target_thread_id)))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._drive(_ops.prune(self.place, thread_ids, strategy))

@@ -1,0 +1,136 @@
+"""What the Redis twins share besides their operations: options, the setup
+checks (server version, durability), versions, and the features refused.
+
+Refused on Redis, with `NotOnRedis` (the docs' "What Redis does not keep"):
+the effect ledger, the run ledger and its readers, leases for the `Worker`,
+`Limit`s and the cold tier. They live in the SQL savers' own transactions;
+on Redis they are not built yet, and a weaker copy would break their promises
+silently. A graph that needs them (``@side_effect``, a `Worker`, ``run_report``)
+refuses a Redis saver at once, as it refuses any non-resilient checkpointer.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from datetime import timedelta
+from typing import Any, NoReturn
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from langgraph_resilience.checkpoint.redis._durability import Durability, durability
+from langgraph_resilience.checkpoint.redis._ops import Place
+from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.policy import Backoff
+
+__all__ = ["DEFAULT_REDIS_RETRY", "DEFAULT_TTL", "NotOnRedis", "RedisCommon"]
+
+#: A thread's keys live a day after its last write unless written again.
+DEFAULT_TTL = timedelta(hours=24)
+
+#: A restart from the AOF: ten tries, waits capped at 0.05 ... 2 s (~9 s in all).
+DEFAULT_REDIS_RETRY = Backoff(
+    max_attempts=10, initial_interval=0.05, backoff_factor=2.0, max_interval=2.0, jitter="none"
+)
+
+#: Servers already warned about (one warning per server and process).
+_WARNED: set[str] = set()
+
+
+class NotOnRedis(ConfigError):
+    """A resilient feature the Redis savers do not keep (see docs/redis.md)."""
+
+
+def _ttl_ms(ttl: float | timedelta | None) -> int:
+    if ttl is None:
+        return 0
+    seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
+    if seconds <= 0:
+        raise ConfigError(f"ttl={ttl!r}: give a positive duration, or None for no TTL")
+    return max(1, int(seconds * 1000))
+
+
+def redis_target(conn: Any) -> str:
+    """Host:port/db of a client, without its password (named in errors)."""
+    kw = getattr(getattr(conn, "connection_pool", None), "connection_kwargs", {}) or {}
+    if "path" in kw:
+        return f"unix:{kw['path']}"
+    return f"{kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"
+
+
+def check_version(info: dict[str, Any], target: str) -> None:
+    version = str(info.get("redis_version", "0"))
+    if int(version.split(".")[0] or 0) < 7:
+        raise ConfigError(f"Redis at {target} is {version}: the Redis savers need Redis >= 7")
+
+
+def config_reply(reply: Any) -> dict[str, str] | None:
+    if not isinstance(reply, dict):
+        return None
+    return {
+        (k.decode() if isinstance(k, bytes) else str(k)): (
+            v.decode() if isinstance(v, bytes) else str(v)
+        )
+        for k, v in reply.items()
+    }
+
+
+def judge(config: dict[str, str] | None, target: str) -> Durability:
+    """The durability verdict, warned about once per server (`_durability`)."""
+    verdict = durability(config, target)
+    if verdict.warn and target not in _WARNED:
+        _WARNED.add(target)
+        warnings.warn(verdict.message, RuntimeWarning, stacklevel=3)
+    return verdict
+
+
+class RedisCommon(BaseCheckpointSaver[str]):
+    """Options and refusals both twins share."""
+
+    place: Place
+    backoff: Backoff
+    target: str
+    durability: Durability | None
+
+    def _init_common(
+        self,
+        conn: Any,
+        *,
+        prefix: str,
+        ttl: float | timedelta | None,
+        store_retry: Backoff | None,
+        serde: SerializerProtocol | None,
+    ) -> None:
+        BaseCheckpointSaver.__init__(self, serde=serde)
+        if store_retry is not None and not isinstance(store_retry, Backoff):
+            raise ConfigError(f"store_retry must be a Backoff, got {type(store_retry).__name__}")
+        self.conn = conn
+        self.place = Place(prefix, _ttl_ms(ttl))
+        self.backoff = store_retry or DEFAULT_REDIS_RETRY
+        self.target = redis_target(conn)
+        self.durability = None
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """As LangGraph's SQL savers: a zero-padded counter and a random tail."""
+        current_v = 0 if current is None else int(str(current).split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    def _refuse(self, what: str) -> NoReturn:
+        raise NotOnRedis(
+            f"{what} is not kept by the Redis savers yet (docs/redis.md, 'What Redis does "
+            "not keep'): use ResilientSqliteSaver or ResilientPostgresSaver for the effect "
+            "ledger, the run ledger, leases, limits and the cold tier."
+        )
+
+    def step_history(self, thread_id: str, *, run: int | None = None) -> NoReturn:
+        self._refuse("step_history")
+
+    def list_runs(self, statuses: Any = ()) -> NoReturn:
+        self._refuse("list_runs")
+
+    def list_effects(self, thread_id: str) -> NoReturn:
+        self._refuse("list_effects")
+
+    def archive_idle(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("archive_idle")
