@@ -28,7 +28,6 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph_resilience.checkpoint.redis import _ops
 from langgraph_resilience.checkpoint.redis._common import (
     DEFAULT_TTL,
-    NotOnRedis,
     RedisCommon,
     check_version,
     config_reply,
@@ -40,7 +39,7 @@ from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
 from langgraph_resilience.policy import Backoff
 
-__all__ = ["NotOnRedis", "ResilientRedisSaver"]
+__all__ = ["ResilientRedisSaver"]
 
 
 class ResilientRedisSaver(RedisCommon):

@@ -1,7 +1,7 @@
 """What the Redis twins share besides their operations: options, the setup
 checks (server version, durability), versions, and the features refused.
 
-Refused on Redis, with `NotOnRedis` (the docs' "What Redis does not keep"):
+Refused on Redis, with `ConfigError` (the docs' "What Redis does not keep"):
 the effect ledger, the run ledger and its readers, leases for the `Worker`,
 `Limit`s and the cold tier. They live in the SQL savers' own transactions;
 on Redis they are not built yet, and a weaker copy would break their promises
@@ -24,7 +24,7 @@ from langgraph_resilience.checkpoint.redis._ops import Place
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.policy import Backoff
 
-__all__ = ["DEFAULT_REDIS_RETRY", "DEFAULT_TTL", "NotOnRedis", "RedisCommon"]
+__all__ = ["DEFAULT_REDIS_RETRY", "DEFAULT_TTL", "RedisCommon"]
 
 #: A thread's keys live a day after its last write unless written again.
 DEFAULT_TTL = timedelta(hours=24)
@@ -36,10 +36,6 @@ DEFAULT_REDIS_RETRY = Backoff(
 
 #: Servers already warned about (one warning per server and process).
 _WARNED: set[str] = set()
-
-
-class NotOnRedis(ConfigError):
-    """A resilient feature the Redis savers do not keep (see docs/redis.md)."""
 
 
 def _ttl_ms(ttl: float | timedelta | None) -> int:
@@ -117,7 +113,7 @@ class RedisCommon(BaseCheckpointSaver[str]):
         return f"{current_v + 1:032}.{random.random():016}"
 
     def _refuse(self, what: str) -> NoReturn:
-        raise NotOnRedis(
+        raise ConfigError(
             f"{what} is not kept by the Redis savers yet (docs/redis.md, 'What Redis does "
             "not keep'): use ResilientSqliteSaver or ResilientPostgresSaver for the effect "
             "ledger, the run ledger, leases, limits and the cold tier."

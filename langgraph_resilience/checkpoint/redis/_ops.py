@@ -25,7 +25,16 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_resilience.checkpoint.redis import _keys, _records
+from langgraph_resilience.checkpoint.redis._keys import (
+    ThreadKeys,
+    check_prefix,
+    member,
+    run_key,
+    split_member,
+    thread_keys,
+    threads_key,
+)
+from langgraph_resilience.checkpoint.redis._records import pack_checkpoint, pack_write, read_tuple
 from langgraph_resilience.checkpoint.redis._scripts import (
     DELETE_RUN,
     GET,
@@ -50,17 +59,17 @@ class Place:
     """Where a saver keeps its keys and for how long (``ttl_ms`` 0: no TTL)."""
 
     def __init__(self, prefix: str, ttl_ms: int) -> None:
-        self.prefix = _keys.check_prefix(prefix)
+        self.prefix = check_prefix(prefix)
         self.ttl_ms = ttl_ms
 
-    def keys(self, thread_id: str) -> _keys.ThreadKeys:
-        return _keys.thread_keys(self.prefix, thread_id)
+    def keys(self, thread_id: str) -> ThreadKeys:
+        return thread_keys(self.prefix, thread_id)
 
     def expires_at(self) -> float:
         return time.time() * 1000 + self.ttl_ms if self.ttl_ms else float("inf")
 
     def registered(self, thread_id: str) -> Command:
-        return ("ZADD", _keys.threads_key(self.prefix), self.expires_at(), thread_id)
+        return ("ZADD", threads_key(self.prefix), self.expires_at(), thread_id)
 
 
 def run(script: Script, keys: Sequence[str], *args: Any) -> Command:
@@ -82,14 +91,14 @@ def put(
     meta = json.dumps(meta_dict, ensure_ascii=False).encode("utf-8", "ignore")
     cid = checkpoint["id"]
     check = _threads.continues_head(thread_id, ns, parent_id)
-    record = _records.pack_checkpoint(cid, parent_id, type_, blob, meta)
+    record = pack_checkpoint(cid, parent_id, type_, blob, meta)
     run_id = str(meta_dict.get("run_id") or "")
     keys = place.keys(thread_id)
     batch = [
         run(
             PUT,
             keys,
-            _keys.member(ns, cid),
+            member(ns, cid),
             record,
             ns,
             int(check),
@@ -101,7 +110,7 @@ def put(
         place.registered(thread_id),
     ]
     if run_id:
-        batch.append(("SADD", _keys.run_key(place.prefix, run_id), thread_id))
+        batch.append(("SADD", run_key(place.prefix, run_id), thread_id))
     reply = (yield batch)[0]
     if int(reply[0]) == 2:
         head = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
@@ -128,11 +137,11 @@ def put_writes(
         type_, blob = serde.dumps_typed(value)
         args += [
             f"{task_id}\0{idx}",
-            _records.pack_write(cid, task_id, task_path, idx, channel, type_, blob),
+            pack_write(cid, task_id, task_path, idx, channel, type_, blob),
         ]
     keys = place.keys(thread_id)
     yield [
-        run(PUT_WRITES, keys, _keys.member(ns, cid), int(replace), place.ttl_ms, *args),
+        run(PUT_WRITES, keys, member(ns, cid), int(replace), place.ttl_ms, *args),
         place.registered(thread_id),
     ]
 
@@ -146,8 +155,8 @@ def _fetch(
 def _tuple(serde: SerializerProtocol, thread_id: str, reply: Any) -> CheckpointTuple | None:
     if not reply:
         return None
-    ns, cid = _keys.split_member(reply[0])
-    return _records.read_tuple(serde, thread_id, ns, cid, reply)
+    ns, cid = split_member(reply[0])
+    return read_tuple(serde, thread_id, ns, cid, reply)
 
 
 def get_tuple(
@@ -178,7 +187,7 @@ def list_(
     if configurable.get("thread_id") is not None:
         threads = [str(configurable["thread_id"])]
     else:
-        key = _keys.threads_key(place.prefix)
+        key = threads_key(place.prefix)
         now = time.time() * 1000
         _, found = yield [("ZREMRANGEBYSCORE", key, "-inf", now), ("ZRANGE", key, 0, -1)]
         threads = sorted(t.decode() for t in found)
@@ -189,7 +198,7 @@ def list_(
     candidates: list[tuple[str, str, str]] = []
     for thread_id, listed in zip(threads, members, strict=True):
         for m in listed:
-            ns, cid = _keys.split_member(m)
+            ns, cid = split_member(m)
             if wanted_ns is not None and ns != wanted_ns:
                 continue
             if (wanted_id and cid != wanted_id) or (before_id and cid >= before_id):
@@ -214,18 +223,18 @@ def _batches(items: list[T], size: int) -> Iterator[list[T]]:
 
 
 def delete_thread(place: Place, thread_id: str) -> Ops[None]:
-    yield [("DEL", *place.keys(thread_id)), ("ZREM", _keys.threads_key(place.prefix), thread_id)]
+    yield [("DEL", *place.keys(thread_id)), ("ZREM", threads_key(place.prefix), thread_id)]
 
 
 def delete_for_runs(place: Place, run_ids: Sequence[str]) -> Ops[None]:
     run_ids = [str(r) for r in run_ids]
     if not run_ids:
         return
-    threads = yield [("SMEMBERS", _keys.run_key(place.prefix, r)) for r in run_ids]
+    threads = yield [("SMEMBERS", run_key(place.prefix, r)) for r in run_ids]
     batch: list[Command] = []
     for run_id, members in zip(run_ids, threads, strict=True):
         batch += [run(DELETE_RUN, place.keys(t.decode()), run_id) for t in members]
-        batch.append(("DEL", _keys.run_key(place.prefix, run_id)))
+        batch.append(("DEL", run_key(place.prefix, run_id)))
     yield batch
 
 
@@ -239,7 +248,7 @@ def copy_thread(place: Place, source: str, target: str) -> Ops[None]:
         if dumped is not None:
             batch.append(("RESTORE", key, place.ttl_ms, dumped, "REPLACE"))
     batch.append(place.registered(target))
-    batch += [("SADD", _keys.run_key(place.prefix, r.decode()), target) for r in dumps[-1]]
+    batch += [("SADD", run_key(place.prefix, r.decode()), target) for r in dumps[-1]]
     yield batch
 
 
@@ -247,7 +256,7 @@ def prune(place: Place, thread_ids: Sequence[str], strategy: str) -> Ops[None]:
     threads = _threads.check_prune_args(thread_ids, strategy)
     if strategy in _threads.DELETE_STRATEGIES:
         yield [("DEL", *place.keys(t)) for t in threads] + (
-            [("ZREM", _keys.threads_key(place.prefix), *threads)] if threads else []
+            [("ZREM", threads_key(place.prefix), *threads)] if threads else []
         )
     elif threads:
         yield [run(PRUNE, place.keys(t)) for t in threads]

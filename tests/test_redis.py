@@ -1,0 +1,312 @@
+"""The Redis savers on plain Redis 7 (no modules): what a user relies on.
+
+The machine's Redis holds the fast cases, each under its own key prefix; a
+private ``redis-server`` with an AOF (`redis_servers`), SIGKILLed, holds the
+durability ones.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from graphs import DoneState, appending, chain
+from langgraph.checkpoint.base import empty_checkpoint
+from redis.crc import key_slot
+from redis_servers import REDIS_DOWN, REDIS_URL, PrivateRedis, flush_prefix
+
+from langgraph_resilience import ResilientStateGraph, TransientError, side_effect
+from langgraph_resilience.checkpoint.redis import ResilientRedisSaver, _common
+from langgraph_resilience.checkpoint.redis._durability import durability
+from langgraph_resilience.checkpoint.redis._keys import thread_keys
+from langgraph_resilience.checkpoint.redis.aio import AsyncResilientRedisSaver
+from langgraph_resilience.checkpoint.saver import _threads
+from langgraph_resilience.errors import CheckpointConflict, CheckpointCorrupt, ConfigError
+from langgraph_resilience.policy import Backoff
+
+needs_redis = pytest.mark.skipif(REDIS_DOWN is not None, reason=REDIS_DOWN or "")
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    name = f"t{uuid.uuid4().hex[:10]}"
+    yield name
+    flush_prefix(name)
+
+
+@pytest.fixture
+def saver(prefix: str) -> Iterator[ResilientRedisSaver]:
+    with ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix) as s:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            s.setup()
+        yield s
+
+
+@pytest.fixture
+async def asaver(prefix: str) -> AsyncIterator[AsyncResilientRedisSaver]:
+    async with AsyncResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix) as s:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            await s.setup()
+        yield s
+
+
+def _config(thread: str, checkpoint_id: str | None = None) -> Any:
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+    if checkpoint_id:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def _checkpoint(**values: Any) -> Any:
+    cp = empty_checkpoint()
+    cp["channel_values"] = dict(values)
+    return cp
+
+
+# -- the checkpointer's promises ------------------------------------------------------
+
+
+@needs_redis
+def test_second_put_of_a_checkpoint_id_keeps_the_first(saver: ResilientRedisSaver) -> None:
+    cp = _checkpoint(x=1)
+    saver.put(_config("t"), cp, {"step": 1}, {})
+    again = dict(cp, channel_values={"x": 2})
+    saver.put(_config("t"), again, {"step": 9}, {})  # type: ignore[arg-type]
+    found = saver.get_tuple(_config("t"))
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"x": 1}
+    assert found.metadata["step"] == 1
+    assert len(list(saver.list(_config("t")))) == 1
+
+
+@needs_redis
+def test_a_stale_writer_is_refused_instead_of_forking(saver: ResilientRedisSaver) -> None:
+    head = saver.put(_config("t"), _checkpoint(), {}, {})
+    assert saver.get_tuple(_config("t")) is not None  # this context now continues `head`
+    other = _checkpoint()  # another writer advances the head meanwhile
+    _threads._VIEWS.set(None)
+    saver.put(head, other, {}, {})
+    _threads.saw_head("t", "", head["configurable"]["checkpoint_id"])
+    with pytest.raises(CheckpointConflict) as caught:
+        saver.put(head, _checkpoint(), {}, {})
+    assert caught.value.head_id == other["id"]
+    # an explicitly addressed older checkpoint is a branch, stored as LangGraph stores it
+    _threads._VIEWS.set(None)
+    saver.put(head, _checkpoint(), {}, {})
+
+
+@needs_redis
+def test_a_changed_record_is_reported_corrupt(saver: ResilientRedisSaver, prefix: str) -> None:
+    stored = saver.put(_config("t"), _checkpoint(x="ok"), {}, {})
+    saver.put_writes(stored, [("x", "w")], "task-1")
+    keys = thread_keys(prefix, "t")
+    client = redis.Redis.from_url(REDIS_URL)
+    field = f"\0{stored['configurable']['checkpoint_id']}\0task-1\0" + "0"
+    record = client.hget(keys.w, field)
+    assert record is not None
+    client.hset(keys.w, field, record[:-1] + b"X")
+    with pytest.raises(CheckpointCorrupt, match="checksum"):
+        saver.get_tuple(_config("t"))
+    client.close()
+
+
+@needs_redis
+def test_a_thread_expires_after_its_ttl_and_each_write_renews_it(prefix: str) -> None:
+    with ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix, ttl=3.0) as saver:
+        stored = saver.put(_config("t"), _checkpoint(), {}, {})
+        client = redis.Redis.from_url(REDIS_URL)
+        keys = thread_keys(prefix, "t")
+        assert 0 < client.pttl(keys.cp) <= 3000
+        client.pexpire(keys.cp, 500)
+        saver.put_writes(stored, [("x", 1)], "task")
+        assert client.pttl(keys.cp) > 2000  # renewed by the write
+        client.pexpire(keys.cp, 1)
+        time.sleep(0.05)
+        assert saver.get_tuple(_config("t")) is None
+        client.close()
+
+
+def test_a_threads_keys_share_one_hash_slot() -> None:
+    for thread in ("t", "job-42", "a}b", "ünï"):
+        slots = {key_slot(k.encode()) for k in thread_keys("lgr", thread)}
+        assert len(slots) == 1
+
+
+def test_a_prefix_with_braces_is_refused() -> None:
+    with pytest.raises(ConfigError, match="prefix"):
+        ResilientRedisSaver(redis.Redis(), prefix="a{b}")
+
+
+@needs_redis
+async def test_the_async_twin_stores_what_the_sync_one_reads(
+    asaver: AsyncResilientRedisSaver, prefix: str
+) -> None:
+    stored = await asaver.aput(_config("t"), _checkpoint(x=3), {"source": "loop"}, {})
+    await asaver.aput_writes(stored, [("x", 4)], "task-a")
+    with ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix) as sync:
+        found = sync.get_tuple(_config("t"))
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"x": 3}
+    assert found.pending_writes == [("task-a", "x", 4)]
+
+
+@needs_redis
+def test_scripts_forgotten_by_the_server_are_loaded_again(saver: ResilientRedisSaver) -> None:
+    saver.conn.script_flush()
+    saver.put(_config("t"), _checkpoint(), {}, {})
+    assert saver.get_tuple(_config("t")) is not None
+
+
+# -- durability said ------------------------------------------------------------------
+
+
+def test_durability_is_judged_from_the_servers_config() -> None:
+    def level(**c: str) -> tuple[str, bool]:
+        d = durability(c, "h")
+        return d.level, d.warn
+
+    assert level(appendonly="yes", appendfsync="always") == ("always", False)
+    assert level(appendonly="yes", appendfsync="everysec") == ("everysec", False)
+    assert level(appendonly="yes", appendfsync="no") == ("os", True)
+    assert level(appendonly="no", save="3600 1") == ("snapshot", True)
+    assert level(appendonly="no", save="") == ("none", True)
+    assert durability(None, "h").level == "unknown"
+    assert "1 s" in durability({"appendonly": "yes", "appendfsync": "everysec"}, "h").message
+
+
+@needs_redis
+def test_a_server_that_keeps_nothing_on_disk_is_warned_about_once(prefix: str) -> None:
+    client = redis.Redis.from_url(REDIS_URL)
+    config = client.config_get("append*") | client.config_get("save")
+    client.close()
+    if config.get("appendonly") == "yes" or config.get("save"):
+        pytest.skip("the machine's Redis keeps something on disk")
+    _common._WARNED.clear()
+    with ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix) as saver:
+        with pytest.warns(RuntimeWarning, match="keeps nothing on disk"):
+            assert saver.setup().level == "none"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            saver.setup()  # once per server
+
+
+# -- graphs on Redis, and what Redis refuses --------------------------------------------
+
+
+def _flaky_pipeline(fails: dict[str, int]) -> Any:
+    def behaviour(name: str) -> None:
+        if fails.get(name, 0) > 0:
+            fails[name] -= 1
+            raise TransientError(f"{name} down")
+
+    g = ResilientStateGraph(DoneState)
+    chain(g, ["a", "b", "c"], appending(behaviour))
+    return g
+
+
+@needs_redis
+def test_a_graph_stopped_by_an_error_resumes_where_it_stopped_on_redis(
+    saver: ResilientRedisSaver,
+) -> None:
+    g = ResilientStateGraph(DoneState)
+    fails = {"b": 1}
+
+    def behaviour(name: str) -> None:
+        if fails.get(name, 0) > 0:
+            fails[name] -= 1
+            raise RuntimeError("crash")  # permanent: the run stops at b
+
+    chain(g, ["a", "b", "c"], appending(behaviour), lambda n: {"policy": None})
+    graph = g.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "job"}}
+    with pytest.raises(RuntimeError):
+        graph.invoke({"done": []}, config)
+    out = graph.invoke(None, config)  # resumes at b; a is not run again
+    assert out["done"] == ["a", "b", "c"]
+
+
+@needs_redis
+async def test_an_async_resilient_graph_retries_on_redis(asaver: AsyncResilientRedisSaver) -> None:
+    graph = _flaky_pipeline({"b": 2}).compile(checkpointer=asaver)
+    out = await graph.ainvoke({"done": []}, {"configurable": {"thread_id": "job"}})
+    assert out["done"] == ["a", "b", "c"]
+    assert out["resilience"]["status"] == "success"
+
+
+@needs_redis
+def test_what_redis_does_not_keep_is_refused_clearly(saver: ResilientRedisSaver) -> None:
+    for call in (
+        lambda: saver.step_history("t"),
+        lambda: saver.list_runs(),
+        lambda: saver.list_effects("t"),
+        lambda: saver.archive_idle(older_than=1),
+    ):
+        with pytest.raises(ConfigError, match="not kept by the Redis savers"):
+            call()
+
+    @side_effect
+    def send(*, idempotency_key: str) -> str:
+        return "sent"
+
+    g = ResilientStateGraph(DoneState)
+    g.add_node("notify", lambda s: {"done": [send()]})
+    g.set_entry_point("notify")
+    graph = g.compile(checkpointer=saver)
+    with pytest.raises(Exception, match="resilient saver"):
+        graph.invoke({"done": []}, {"configurable": {"thread_id": "fx"}})
+
+
+# -- a private Redis with an AOF, SIGKILLed -----------------------------------------------
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    if shutil.which("redis-server") is None:
+        pytest.skip("no redis-server on PATH")
+    server = PrivateRedis(tmp_path)
+    server.start()
+    yield server
+    server.kill()
+
+
+def test_nothing_acknowledged_is_lost_when_the_server_is_sigkilled(
+    private_redis: PrivateRedis,
+) -> None:
+    with ResilientRedisSaver.from_conn_string(private_redis.url) as saver:
+        assert saver.setup().level == "always"
+        config = _config("job")
+        ids = []
+        for step in range(20):
+            config = saver.put(config, _checkpoint(step=step), {"step": step}, {})
+            saver.put_writes(config, [("x", step)], f"task-{step}")
+            ids.append(config["configurable"]["checkpoint_id"])
+        private_redis.kill()
+        private_redis.start()  # replays its AOF
+        found = [t.checkpoint["id"] for t in saver.list(_config("job"))]
+        assert found == ids[::-1]
+        latest = saver.get_tuple(_config("job"))
+        assert latest is not None and latest.pending_writes == [("task-19", "x", 19)]
+
+
+def test_a_write_during_a_restart_waits_for_the_server(private_redis: PrivateRedis) -> None:
+    retry = Backoff(max_attempts=40, initial_interval=0.1, max_interval=0.2, jitter="none")
+    with ResilientRedisSaver.from_conn_string(private_redis.url, store_retry=retry) as saver:
+        saver.setup()
+        private_redis.kill()
+        restart = threading.Timer(0.5, private_redis.start)
+        restart.start()
+        t0 = time.monotonic()
+        saver.put(_config("job"), _checkpoint(), {}, {})  # retried until the server is back
+        assert time.monotonic() - t0 >= 0.4
+        restart.join()
+        assert saver.get_tuple(_config("job")) is not None
