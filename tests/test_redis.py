@@ -310,3 +310,12 @@ def test_a_write_during_a_restart_waits_for_the_server(private_redis: PrivateRed
         assert time.monotonic() - t0 >= 0.4
         restart.join()
         assert saver.get_tuple(_config("job")) is not None
+
+
+def test_the_command_refuses_a_redis_url_saying_why() -> None:
+    from test_cli import run
+
+    for command in (["runs"], ["metrics"], ["setup"]):
+        run(*command, "--db", "redis://:secret@127.0.0.1:6379/0").one_error_line(
+            "Redis", "run ledger", "docs/redis.md"
+        )
