@@ -7,7 +7,9 @@ durability ones.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import threading
 import time
 import uuid
@@ -319,3 +321,45 @@ def test_the_command_refuses_a_redis_url_saying_why() -> None:
         run(*command, "--db", "redis://:secret@127.0.0.1:6379/0").one_error_line(
             "Redis", "run ledger", "docs/redis.md"
         )
+
+
+FAULT_RUNS = int(os.environ.get("LGR_FAULT_RUNS", "3"))
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("trial", range(FAULT_RUNS))
+def test_a_pipeline_survives_its_process_and_its_redis_sigkilled(
+    private_redis: PrivateRedis, tmp_path: Path, trial: int
+) -> None:
+    """A seven-step pipeline; its process SIGKILLed mid-run and the Redis server
+    SIGKILLed and restarted from its AOF; the resume runs only what was not done."""
+    import json
+    import random
+
+    from helpers import read_ledger
+    from spawn import spawn
+
+    script = str(Path(__file__).parent / "scripts" / "redis_pipeline.py")
+    ledger = tmp_path / "ledger"
+    kill_after = random.Random(trial).randint(1, 6)
+    proc = spawn(script, private_redis.url, "job", str(ledger))
+    deadline = time.monotonic() + 30
+    while len(read_ledger(ledger)) < kill_after and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=10)
+    started = [line[0] for line in read_ledger(ledger)]
+    assert 1 <= len(started) < 7, started  # killed mid-run
+    private_redis.kill()
+    private_redis.start()  # from its AOF
+    resumed = spawn(script, private_redis.url, "job", str(ledger), "--resume")
+    out, err = resumed.communicate(timeout=60)
+    assert resumed.returncode == 0, err[-2000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    steps = [f"s{i}" for i in range(1, 8)]
+    assert result == {"status": "success", "done": steps}
+    ran = [line[0] for line in read_ledger(ledger)]
+    # every step ran once, but the one in flight at the kill, which may run again
+    in_flight = started[-1]
+    assert sorted(ran) == sorted(steps + ([in_flight] if ran.count(in_flight) == 2 else []))
+    assert all(ran.count(s) == 1 for s in steps if s != in_flight)
