@@ -251,7 +251,6 @@ def test_what_redis_does_not_keep_is_refused_clearly(saver: ResilientRedisSaver)
         lambda: saver.step_history("t"),
         lambda: saver.list_runs(),
         lambda: saver.list_effects("t"),
-        lambda: saver.archive_idle(older_than=1),
     ):
         with pytest.raises(ConfigError, match="not kept by the Redis savers"):
             call()
@@ -363,3 +362,79 @@ def test_a_pipeline_survives_its_process_and_its_redis_sigkilled(
     in_flight = started[-1]
     assert sorted(ran) == sorted(steps + ([in_flight] if ran.count(in_flight) == 2 else []))
     assert all(ran.count(s) == 1 for s in steps if s != in_flight)
+
+
+# -- the tier's life cycle: demotion to the cold tier, restore on access ---------------
+
+
+@needs_redis
+def test_an_idle_thread_is_demoted_and_resumes_from_the_cold_tier(
+    prefix: str, tmp_path: Path
+) -> None:
+    from langgraph.types import interrupt
+
+    from langgraph_resilience import Archive
+
+    archive = Archive(f"file://{tmp_path}/cold")
+    g = ResilientStateGraph(DoneState)
+    g.add_node("ask", lambda s: {"done": [str(interrupt("approve?"))]})
+    g.add_node("after", lambda s: {"done": ["after"]})
+    g.set_entry_point("ask")
+    g.add_edge("ask", "after")
+    config = {"configurable": {"thread_id": "paused"}}
+    with ResilientRedisSaver.from_conn_string(
+        REDIS_URL, prefix=prefix, ttl=0.2, archive=archive
+    ) as saver:
+        graph = g.compile(checkpointer=saver)
+        graph.invoke({"done": []}, config)  # paused at the interrupt
+        keys = thread_keys(prefix, "paused")
+        client = redis.Redis.from_url(REDIS_URL)
+        assert client.pttl(keys.cp) == -1  # with a cold tier, no key expires
+        time.sleep(0.3)
+        assert saver.archive_idle() == 1  # idle past its ttl: demoted
+        assert client.exists(*keys[:6]) == 0 and client.exists(keys.archived) == 1
+        assert archive.keys("redis/")
+        from langgraph.types import Command
+
+        out = graph.invoke(Command(resume="yes"), config)  # restored, then resumed
+        assert out["done"] == ["yes", "after"]
+        assert client.exists(keys.archived) == 0
+        assert len(list(saver.list(config))) >= 3
+        client.close()
+
+
+@needs_redis
+def test_a_thread_written_while_being_demoted_stays_hot(prefix: str, tmp_path: Path) -> None:
+    from langgraph_resilience import Archive
+    from langgraph_resilience.checkpoint.redis import _ops
+
+    with ResilientRedisSaver.from_conn_string(
+        REDIS_URL, prefix=prefix, archive=Archive(f"file://{tmp_path}/cold")
+    ) as saver:
+        stored = saver.put(_config("t"), _checkpoint(), {}, {})
+        dumps = saver._run(_ops.dump_thread(saver.place, "t"))
+        assert dumps is not None
+        saver.put_writes(stored, [("x", 1)], "late")  # a write after the dump
+        assert not saver._run(_ops.demote(saver.place, "t", "k", dumps))
+        found = saver.get_tuple(_config("t"))
+        assert found is not None and found.pending_writes == [("late", "x", 1)]
+
+
+@needs_redis
+async def test_the_async_twin_demotes_and_restores(prefix: str, tmp_path: Path) -> None:
+    from langgraph_resilience import Archive
+
+    archive = Archive(f"file://{tmp_path}/cold")
+    async with AsyncResilientRedisSaver.from_conn_string(
+        REDIS_URL, prefix=prefix, archive=archive
+    ) as saver:
+        await saver.aput(_config("t"), _checkpoint(x=5), {}, {})
+        assert await saver.aarchive_idle(thread_ids=["t"]) == 1
+        found = await saver.aget_tuple(_config("t"))
+        assert found is not None and found.checkpoint["channel_values"] == {"x": 5}
+
+
+@needs_redis
+def test_archive_idle_without_a_cold_tier_is_refused(saver: ResilientRedisSaver) -> None:
+    with pytest.raises(ConfigError, match="cold tier"):
+        saver.archive_idle()

@@ -5,12 +5,13 @@ key schema: one hash tag per thread), ``_scripts`` (the Lua that stores and
 reads a thread atomically), ``_records`` (a checkpoint or write in a hash
 field, with its checksum), ``_ops`` (every operation, written once for both
 twins), ``_driver`` (pipelines, retries, script reloads), ``_durability`` (what
-the server keeps on disk), ``_common`` (options, setup checks, refusals).
+the server keeps on disk), ``_tier`` (demotion to the cold tier and restore),
+``_common`` (options, setup checks, refusals).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -25,6 +26,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from langgraph_resilience.checkpoint.archive._objects import Archive
 from langgraph_resilience.checkpoint.redis import _ops
 from langgraph_resilience.checkpoint.redis._common import (
     DEFAULT_TTL,
@@ -37,6 +39,7 @@ from langgraph_resilience.checkpoint.redis._driver import drive
 from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
+from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
 from langgraph_resilience.policy import Backoff
 
 __all__ = ["ResilientRedisSaver"]
@@ -67,8 +70,11 @@ class ResilientRedisSaver(RedisCommon):
         ttl: float | timedelta | None = DEFAULT_TTL,
         store_retry: Backoff | None = None,
         serde: SerializerProtocol | None = None,
+        archive: Archive | str | None = None,
     ) -> None:
-        self._init_common(conn, prefix=prefix, ttl=ttl, store_retry=store_retry, serde=serde)
+        self._init_common(
+            conn, prefix=prefix, ttl=ttl, store_retry=store_retry, serde=serde, archive=archive
+        )
 
     @classmethod
     @contextmanager
@@ -80,8 +86,46 @@ class ResilientRedisSaver(RedisCommon):
         finally:
             conn.close()
 
-    def _drive(self, op: Ops[T]) -> T:
+    def _run(self, op: Ops[T]) -> T:
         return drive(self.conn, op, self.backoff, self.target)
+
+    def _drive(self, make: Callable[[], Ops[T]]) -> T:
+        """Run an operation; on a thread in the cold tier, restore it and run again."""
+        while True:
+            try:
+                return self._run(make())
+            except Archived as found:
+                self._restore(found.thread_id)
+
+    def _restore(self, thread_id: str) -> None:
+        key = self._run(_ops.archived_object(self.place, thread_id))
+        if key is not None:  # else another client restored it meanwhile
+            body = self._archive_for(thread_id).read(key)
+            self._run(_ops.restore(self.place, thread_id, unpack_dumps(body)))
+
+    def archive_idle(
+        self, older_than: float | timedelta | None = None, *, thread_ids: Sequence[str] = ()
+    ) -> int:
+        """Demote threads to the cold tier: those idle for ``older_than`` (default:
+        the saver's ``ttl``), or the given ``thread_ids``; returns how many moved.
+        A thread written while it is being moved stays hot.
+
+        Example:
+            >>> saver.archive_idle(older_than=3600)  # doctest: +SKIP
+            12
+        """
+        idle = self._idle_ms(older_than)
+        archive = self._archive_for("")
+        threads = list(thread_ids) or self._run(_ops.idle_threads(self.place, idle))
+        moved = 0
+        for thread_id in threads:
+            dumps = self._run(_ops.dump_thread(self.place, thread_id))
+            if dumps is None:
+                continue
+            key = self._object_key(thread_id)
+            archive.overwrite(key, pack_dumps(dumps))
+            moved += self._run(_ops.demote(self.place, thread_id, key, dumps))
+        return moved
 
     def setup(self) -> Durability:
         """Check the server (Redis >= 7), load the scripts, and say what it keeps on
@@ -97,7 +141,7 @@ class ResilientRedisSaver(RedisCommon):
         return self.durability
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._drive(_ops.get_tuple(self.place, self.serde, config))
+        return self._drive(lambda: _ops.get_tuple(self.place, self.serde, config))
 
     def list(
         self,
@@ -107,7 +151,9 @@ class ResilientRedisSaver(RedisCommon):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        op = _ops.list_(self.place, self.serde, config, filter=filter, before=before, limit=limit)
+        op = lambda: _ops.list_(  # noqa: E731
+            self.place, self.serde, config, filter=filter, before=before, limit=limit
+        )
         yield from self._drive(op)
 
     def put(
@@ -118,7 +164,7 @@ class ResilientRedisSaver(RedisCommon):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         return self._drive(
-            _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
+            lambda: _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
         )
 
     def put_writes(
@@ -128,16 +174,22 @@ class ResilientRedisSaver(RedisCommon):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._drive(_ops.put_writes(self.place, self.serde, config, writes, task_id, task_path))
+        self._drive(
+            lambda: _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path)
+        )
 
     def delete_thread(self, thread_id: str) -> None:
-        self._drive(_ops.delete_thread(self.place, str(thread_id)))
+        self._drive(lambda: _ops.delete_thread(self.place, str(thread_id)))
+        if self.archive is not None:
+            self.archive.drop([self._object_key(str(thread_id))])
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._drive(_ops.delete_for_runs(self.place, run_ids))
+        self._drive(lambda: _ops.delete_for_runs(self.place, run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._drive(_ops.copy_thread(self.place, str(source_thread_id), str(target_thread_id)))
+        self._drive(
+            lambda: _ops.copy_thread(self.place, str(source_thread_id), str(target_thread_id))
+        )
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._drive(_ops.prune(self.place, thread_ids, strategy))
+        self._drive(lambda: _ops.prune(self.place, thread_ids, strategy))

@@ -2,8 +2,8 @@
 checks (server version, durability), versions, and the features refused.
 
 Refused on Redis, with `ConfigError` (the docs' "What Redis does not keep"):
-the effect ledger, the run ledger and its readers, leases for the `Worker`,
-`Limit`s and the cold tier. They live in the SQL savers' own transactions;
+the effect ledger, the run ledger and its readers, leases for the `Worker`
+and `Limit`s. They live in the SQL savers' own transactions;
 on Redis they are not built yet, and a weaker copy would break their promises
 silently. A graph that needs them (``@side_effect``, a `Worker`, ``run_report``)
 refuses a Redis saver at once, as it refuses any non-resilient checkpointer.
@@ -19,8 +19,10 @@ from typing import Any, NoReturn
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from langgraph_resilience.checkpoint.archive._objects import Archive, archive_of
 from langgraph_resilience.checkpoint.redis._durability import Durability, durability
 from langgraph_resilience.checkpoint.redis._ops import Place
+from langgraph_resilience.checkpoint.redis._tier import object_key
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.policy import Backoff
 
@@ -38,13 +40,13 @@ DEFAULT_REDIS_RETRY = Backoff(
 _WARNED: set[str] = set()
 
 
-def _ttl_ms(ttl: float | timedelta | None) -> int:
+def _ttl_ms(ttl: float | timedelta | None, *, zero: bool = False) -> int:
     if ttl is None:
         return 0
     seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
-    if seconds <= 0:
+    if seconds < 0 or (seconds == 0 and not zero):
         raise ConfigError(f"ttl={ttl!r}: give a positive duration, or None for no TTL")
-    return max(1, int(seconds * 1000))
+    return int(seconds * 1000) if zero else max(1, int(seconds * 1000))
 
 
 def redis_target(conn: Any) -> str:
@@ -97,15 +99,36 @@ class RedisCommon(BaseCheckpointSaver[str]):
         ttl: float | timedelta | None,
         store_retry: Backoff | None,
         serde: SerializerProtocol | None,
+        archive: Archive | str | None,
     ) -> None:
         BaseCheckpointSaver.__init__(self, serde=serde)
         if store_retry is not None and not isinstance(store_retry, Backoff):
             raise ConfigError(f"store_retry must be a Backoff, got {type(store_retry).__name__}")
         self.conn = conn
-        self.place = Place(prefix, _ttl_ms(ttl))
+        self.archive = archive_of(archive)
+        ttl_ms = _ttl_ms(ttl)
+        # with a cold tier, keys never expire: idle threads are demoted instead (`_tier`)
+        self.idle_ms = ttl_ms or _ttl_ms(DEFAULT_TTL)
+        self.place = Place(prefix, 0 if self.archive is not None else ttl_ms)
         self.backoff = store_retry or DEFAULT_REDIS_RETRY
         self.target = redis_target(conn)
         self.durability = None
+
+    def _object_key(self, thread_id: str) -> str:
+        return object_key(self.place.prefix, thread_id)
+
+    def _archive_for(self, thread_id: str) -> Archive:
+        if self.archive is None:
+            raise ConfigError(
+                f"thread {thread_id!r} is in the cold tier: open the saver with the archive "
+                "it was demoted to (archive=...)"
+            )
+        return self.archive
+
+    def _idle_ms(self, older_than: float | timedelta | None) -> int:
+        if self.archive is None:
+            raise ConfigError("archive_idle needs a cold tier: pass archive=Archive(...) or a URL")
+        return self.idle_ms if older_than is None else _ttl_ms(older_than, zero=True)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """As LangGraph's SQL savers: a zero-padded counter and a random tail."""
@@ -116,7 +139,7 @@ class RedisCommon(BaseCheckpointSaver[str]):
         raise ConfigError(
             f"{what} is not kept by the Redis savers yet (docs/redis.md, 'What Redis does "
             "not keep'): use ResilientSqliteSaver or ResilientPostgresSaver for the effect "
-            "ledger, the run ledger, leases, limits and the cold tier."
+            "ledger, the run ledger, leases and limits."
         )
 
     def step_history(self, thread_id: str, *, run: int | None = None) -> NoReturn:
@@ -127,6 +150,3 @@ class RedisCommon(BaseCheckpointSaver[str]):
 
     def list_effects(self, thread_id: str) -> NoReturn:
         self._refuse("list_effects")
-
-    def archive_idle(self, *args: Any, **kwargs: Any) -> NoReturn:
-        self._refuse("archive_idle")

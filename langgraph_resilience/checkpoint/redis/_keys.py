@@ -11,11 +11,13 @@ For a prefix ``P`` (default ``lgr``) and a thread ``T``:
   one a line;
 - ``P:{T}:ns`` (set): the thread's namespaces;
 - ``P:{T}:byrun`` (hash): run id -> the run's checkpoints (``<ns>\\0<id>``, one a line);
+- ``P:{T}:archived`` (string, no TTL): the thread is in the cold tier, under this
+  archive key (`_tier`); every script refuses to act on it until it is restored;
 - ``P:run:{R}`` (set): the threads run ``R`` wrote (for ``delete_for_runs``);
-- ``P:threads`` (sorted set): thread ids, scored by when their keys expire (ms), for
-  ``list(None)``.
+- ``P:threads`` (sorted set): thread ids, scored by their last write (ms since the
+  epoch), for ``list(None)`` and ``archive_idle``.
 
-A thread's six keys share the hash tag ``{T}``, so its Lua scripts touch one
+A thread's seven keys share the hash tag ``{T}``, so its Lua scripts touch one
 slot and the layout works on Redis Cluster; the run index and the thread
 registry live in their own slots and are written beside the script (they only
 find threads, and a stale entry finds nothing).
@@ -39,6 +41,7 @@ class ThreadKeys(NamedTuple):
     wx: str
     ns: str
     byrun: str
+    archived: str
 
 
 def check_prefix(prefix: str) -> str:

@@ -36,13 +36,16 @@ from langgraph_resilience.checkpoint.redis._keys import (
 )
 from langgraph_resilience.checkpoint.redis._records import pack_checkpoint, pack_write, read_tuple
 from langgraph_resilience.checkpoint.redis._scripts import (
+    ARCHIVED,
     DELETE_RUN,
+    DEMOTE,
     GET,
     PRUNE,
     PUT,
     PUT_WRITES,
     Script,
 )
+from langgraph_resilience.checkpoint.redis._tier import Archived
 from langgraph_resilience.checkpoint.saver import _base, _threads
 
 __all__ = ["Command", "Ops", "Place"]
@@ -65,11 +68,16 @@ class Place:
     def keys(self, thread_id: str) -> ThreadKeys:
         return thread_keys(self.prefix, thread_id)
 
-    def expires_at(self) -> float:
-        return time.time() * 1000 + self.ttl_ms if self.ttl_ms else float("inf")
-
     def registered(self, thread_id: str) -> Command:
-        return ("ZADD", threads_key(self.prefix), self.expires_at(), thread_id)
+        """The thread was written now (the registry's score: its last write, ms)."""
+        return ("ZADD", threads_key(self.prefix), int(time.time() * 1000), thread_id)
+
+
+def _hot(reply: Any, thread_id: str) -> Any:
+    """A script's reply, or `Archived` when the thread is in the cold tier."""
+    if isinstance(reply, int) and reply == ARCHIVED:
+        raise Archived(thread_id)
+    return reply
 
 
 def run(script: Script, keys: Sequence[str], *args: Any) -> Command:
@@ -111,7 +119,7 @@ def put(
     ]
     if run_id:
         batch.append(("SADD", run_key(place.prefix, run_id), thread_id))
-    reply = (yield batch)[0]
+    reply = _hot((yield batch)[0], thread_id)
     if int(reply[0]) == 2:
         head = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
         raise _threads.PutCheckpoint(thread_id, ns, cid, parent_id, True, ()).conflict(head)
@@ -140,10 +148,11 @@ def put_writes(
             pack_write(cid, task_id, task_path, idx, channel, type_, blob),
         ]
     keys = place.keys(thread_id)
-    yield [
+    replies = yield [
         run(PUT_WRITES, keys, member(ns, cid), int(replace), place.ttl_ms, *args),
         place.registered(thread_id),
     ]
+    _hot(replies[0], thread_id)
 
 
 def _fetch(
@@ -153,7 +162,7 @@ def _fetch(
 
 
 def _tuple(serde: SerializerProtocol, thread_id: str, reply: Any) -> CheckpointTuple | None:
-    if not reply:
+    if not _hot(reply, thread_id):
         return None
     ns, cid = split_member(reply[0])
     return read_tuple(serde, thread_id, ns, cid, reply)
@@ -188,15 +197,24 @@ def list_(
         threads = [str(configurable["thread_id"])]
     else:
         key = threads_key(place.prefix)
-        now = time.time() * 1000
-        _, found = yield [("ZREMRANGEBYSCORE", key, "-inf", now), ("ZRANGE", key, 0, -1)]
-        threads = sorted(t.decode() for t in found)
+        batch: list[Command] = [("ZRANGE", key, 0, -1)]
+        if place.ttl_ms:  # expired threads leave the registry when it is listed
+            expired = int(time.time() * 1000) - place.ttl_ms
+            batch.insert(0, ("ZREMRANGEBYSCORE", key, "-inf", expired))
+        threads = sorted(t.decode() for t in (yield batch)[-1])
     wanted_ns = configurable.get("checkpoint_ns")
     wanted_id = configurable.get("checkpoint_id")
     before_id = get_checkpoint_id(before) if before else None
-    members = yield [("ZRANGE", place.keys(t).ix, 0, -1) for t in threads]
+    replies = yield [
+        c
+        for t in threads
+        for c in (("EXISTS", place.keys(t).archived), ("ZRANGE", place.keys(t).ix, 0, -1))
+    ]
+    for thread_id, archived in zip(threads, replies[0::2], strict=True):
+        if archived:
+            raise Archived(thread_id)
     candidates: list[tuple[str, str, str]] = []
-    for thread_id, listed in zip(threads, members, strict=True):
+    for thread_id, listed in zip(threads, replies[1::2], strict=True):
         for m in listed:
             ns, cid = split_member(m)
             if wanted_ns is not None and ns != wanted_ns:
@@ -232,10 +250,14 @@ def delete_for_runs(place: Place, run_ids: Sequence[str]) -> Ops[None]:
         return
     threads = yield [("SMEMBERS", run_key(place.prefix, r)) for r in run_ids]
     batch: list[Command] = []
+    touched: list[str] = []
     for run_id, members in zip(run_ids, threads, strict=True):
-        batch += [run(DELETE_RUN, place.keys(t.decode()), run_id) for t in members]
-        batch.append(("DEL", run_key(place.prefix, run_id)))
-    yield batch
+        for t in members:
+            batch.append(run(DELETE_RUN, place.keys(t.decode()), run_id))
+            touched.append(t.decode())
+    for thread_id, reply in zip(touched, (yield batch), strict=True):
+        _hot(reply, thread_id)
+    yield [("DEL", *(run_key(place.prefix, r) for r in run_ids))]
 
 
 def copy_thread(place: Place, source: str, target: str) -> Ops[None]:
@@ -259,4 +281,52 @@ def prune(place: Place, thread_ids: Sequence[str], strategy: str) -> Ops[None]:
             [("ZREM", threads_key(place.prefix), *threads)] if threads else []
         )
     elif threads:
-        yield [run(PRUNE, place.keys(t)) for t in threads]
+        for thread_id, reply in zip(
+            threads, (yield [run(PRUNE, place.keys(t)) for t in threads]), strict=True
+        ):
+            _hot(reply, thread_id)
+
+
+# -- the cold tier (`_tier`) -------------------------------------------------------------
+
+
+def idle_threads(place: Place, older_than_ms: int) -> Ops[list[str]]:
+    """Threads whose last write is older than ``older_than_ms``."""
+    before = int(time.time() * 1000) - older_than_ms
+    found = (yield [("ZRANGEBYSCORE", threads_key(place.prefix), "-inf", before)])[0]
+    return [t.decode() for t in found]
+
+
+def dump_thread(place: Place, thread_id: str) -> Ops[list[bytes | None] | None]:
+    """The DUMP of a hot thread's six keys (None: nothing hot to demote)."""
+    keys = place.keys(thread_id)
+    dumps = yield [("EXISTS", keys.archived), *(("DUMP", k) for k in keys[:6])]
+    if dumps[0] or not any(dumps[1:]):
+        return None
+    return list(dumps[1:])
+
+
+def demote(place: Place, thread_id: str, object_key: str, dumps: list[bytes | None]) -> Ops[bool]:
+    """Drop the hot copy (its object is stored), unless written since the dump."""
+    keys = place.keys(thread_id)
+    reply = yield [run(DEMOTE, keys, object_key, *(d or b"" for d in dumps))]
+    if reply[0]:
+        yield [("ZREM", threads_key(place.prefix), thread_id)]
+    return bool(reply[0])
+
+
+def archived_object(place: Place, thread_id: str) -> Ops[str | None]:
+    reply = (yield [("GET", place.keys(thread_id).archived)])[0]
+    return None if reply is None else reply.decode()
+
+
+def restore(place: Place, thread_id: str, dumps: list[bytes | None]) -> Ops[None]:
+    """The thread hot again: its keys back (REPLACE: a restore cut short is run
+    again), then the marker dropped, so no write lands in between."""
+    keys = place.keys(thread_id)
+    batch: list[Command] = [
+        ("RESTORE", key, 0, dumped, "REPLACE")
+        for key, dumped in zip(keys[:6], dumps, strict=True)
+        if dumped is not None
+    ]
+    yield [*batch, ("DEL", keys.archived), place.registered(thread_id)]

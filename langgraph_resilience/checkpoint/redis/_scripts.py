@@ -10,7 +10,17 @@ from __future__ import annotations
 import hashlib
 from typing import NamedTuple
 
-__all__ = ["DELETE_RUN", "GET", "PRUNE", "PUT", "PUT_WRITES", "SCRIPTS", "Script"]
+__all__ = [
+    "ARCHIVED",
+    "DELETE_RUN",
+    "DEMOTE",
+    "GET",
+    "PRUNE",
+    "PUT",
+    "PUT_WRITES",
+    "SCRIPTS",
+    "Script",
+]
 
 
 class Script(NamedTuple):
@@ -21,6 +31,13 @@ class Script(NamedTuple):
     def sha(self) -> str:
         return hashlib.sha1(self.source.encode()).hexdigest()
 
+
+#: What a script returns for a thread in the cold tier.
+ARCHIVED = -7
+
+_GUARD = r"""
+if redis.call('EXISTS', KEYS[7]) == 1 then return -7 end
+"""
 
 # Renew the TTL (ms, ARGV[ttl_at]; 0: keys never expire) of a thread's keys.
 _RENEW = r"""
@@ -48,6 +65,7 @@ end
 PUT = Script(
     "put",
     _RENEW
+    + _GUARD
     + r"""
 local m = ARGV[1]
 if redis.call('HEXISTS', KEYS[1], m) == 1 then renew(ARGV[8]) return {0} end
@@ -77,6 +95,7 @@ return {1}
 PUT_WRITES = Script(
     "put_writes",
     _RENEW
+    + _GUARD
     + r"""
 local m = ARGV[1]
 local added = {}
@@ -101,7 +120,8 @@ return #added
 #: {member, record, suffix1, write1, suffix2, write2, ...}.
 GET = Script(
     "get",
-    r"""
+    _GUARD
+    + r"""
 local m
 if ARGV[2] == '' then
   local head = redis.call('ZREVRANGEBYLEX', KEYS[2], '(' .. ARGV[1] .. '\1',
@@ -128,7 +148,8 @@ return out
 #: Keep each namespace's latest checkpoint (and its writes), drop the rest.
 PRUNE = Script(
     "prune",
-    _DROP
+    _GUARD
+    + _DROP
     + r"""
 local members = redis.call('ZRANGE', KEYS[2], 0, -1)
 local dropped = 0
@@ -144,7 +165,8 @@ return dropped
 #: ARGV: run_id. Drop the run's checkpoints (and their writes) from this thread.
 DELETE_RUN = Script(
     "delete_run",
-    _DROP
+    _GUARD
+    + _DROP
     + r"""
 local listed = redis.call('HGET', KEYS[6], ARGV[1])
 if not listed then return 0 end
@@ -155,4 +177,20 @@ return n
 """,
 )
 
-SCRIPTS = (PUT, PUT_WRITES, GET, PRUNE, DELETE_RUN)
+#: ARGV: the archive key, then the DUMP of the six keys as read before archiving
+#: ('' for a missing key). Drops them and sets the marker, unless the thread was
+#: written since (returns 0: it stays hot).
+DEMOTE = Script(
+    "demote",
+    r"""
+for i = 1, 6 do
+  local now = redis.call('DUMP', KEYS[i]) or ''
+  if now ~= ARGV[i + 1] then return 0 end
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+redis.call('SET', KEYS[7], ARGV[1])
+return 1
+""",
+)
+
+SCRIPTS = (PUT, PUT_WRITES, GET, PRUNE, DELETE_RUN, DEMOTE)

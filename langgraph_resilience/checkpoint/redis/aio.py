@@ -5,7 +5,7 @@ as LangGraph's async savers do)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -21,6 +21,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from langgraph_resilience.checkpoint.archive._objects import Archive
 from langgraph_resilience.checkpoint.redis import _ops
 from langgraph_resilience.checkpoint.redis._common import (
     DEFAULT_TTL,
@@ -33,6 +34,7 @@ from langgraph_resilience.checkpoint.redis._driver import adrive
 from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
+from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
 from langgraph_resilience.policy import Backoff
 
 __all__ = ["AsyncResilientRedisSaver"]
@@ -55,8 +57,11 @@ class AsyncResilientRedisSaver(RedisCommon):
         ttl: float | timedelta | None = DEFAULT_TTL,
         store_retry: Backoff | None = None,
         serde: SerializerProtocol | None = None,
+        archive: Archive | str | None = None,
     ) -> None:
-        self._init_common(conn, prefix=prefix, ttl=ttl, store_retry=store_retry, serde=serde)
+        self._init_common(
+            conn, prefix=prefix, ttl=ttl, store_retry=store_retry, serde=serde, archive=archive
+        )
         self.loop = asyncio.get_running_loop()
 
     @classmethod
@@ -71,8 +76,39 @@ class AsyncResilientRedisSaver(RedisCommon):
         finally:
             await conn.aclose()
 
-    async def _drive(self, op: Ops[T]) -> T:
+    async def _run(self, op: Ops[T]) -> T:
         return await adrive(self.conn, op, self.backoff, self.target)
+
+    async def _drive(self, make: Callable[[], Ops[T]]) -> T:
+        """As `ResilientRedisSaver._drive`."""
+        while True:
+            try:
+                return await self._run(make())
+            except Archived as found:
+                await self._restore(found.thread_id)
+
+    async def _restore(self, thread_id: str) -> None:
+        key = await self._run(_ops.archived_object(self.place, thread_id))
+        if key is not None:
+            body = await self._archive_for(thread_id).aread(key)
+            await self._run(_ops.restore(self.place, thread_id, unpack_dumps(body)))
+
+    async def aarchive_idle(
+        self, older_than: float | timedelta | None = None, *, thread_ids: Sequence[str] = ()
+    ) -> int:
+        """As `ResilientRedisSaver.archive_idle`."""
+        idle = self._idle_ms(older_than)
+        archive = self._archive_for("")
+        threads = list(thread_ids) or await self._run(_ops.idle_threads(self.place, idle))
+        moved = 0
+        for thread_id in threads:
+            dumps = await self._run(_ops.dump_thread(self.place, thread_id))
+            if dumps is None:
+                continue
+            key = self._object_key(thread_id)
+            await archive.aoverwrite(key, pack_dumps(dumps))
+            moved += await self._run(_ops.demote(self.place, thread_id, key, dumps))
+        return moved
 
     async def setup(self) -> Durability:
         """As `ResilientRedisSaver.setup`."""
@@ -89,7 +125,7 @@ class AsyncResilientRedisSaver(RedisCommon):
         return self.durability
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._drive(_ops.get_tuple(self.place, self.serde, config))
+        return await self._drive(lambda: _ops.get_tuple(self.place, self.serde, config))
 
     async def alist(
         self,
@@ -99,7 +135,9 @@ class AsyncResilientRedisSaver(RedisCommon):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        op = _ops.list_(self.place, self.serde, config, filter=filter, before=before, limit=limit)
+        op = lambda: _ops.list_(  # noqa: E731
+            self.place, self.serde, config, filter=filter, before=before, limit=limit
+        )
         for found in await self._drive(op):
             yield found
 
@@ -111,7 +149,7 @@ class AsyncResilientRedisSaver(RedisCommon):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         return await self._drive(
-            _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
+            lambda: _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
         )
 
     async def aput_writes(
@@ -122,22 +160,24 @@ class AsyncResilientRedisSaver(RedisCommon):
         task_path: str = "",
     ) -> None:
         await self._drive(
-            _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path)
+            lambda: _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path)
         )
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await self._drive(_ops.delete_thread(self.place, str(thread_id)))
+        await self._drive(lambda: _ops.delete_thread(self.place, str(thread_id)))
+        if self.archive is not None:
+            await self.archive.adrop([self._object_key(str(thread_id))])
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self._drive(_ops.delete_for_runs(self.place, run_ids))
+        await self._drive(lambda: _ops.delete_for_runs(self.place, run_ids))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         await self._drive(
-            _ops.copy_thread(self.place, str(source_thread_id), str(target_thread_id))
+            lambda: _ops.copy_thread(self.place, str(source_thread_id), str(target_thread_id))
         )
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self._drive(_ops.prune(self.place, thread_ids, strategy))
+        await self._drive(lambda: _ops.prune(self.place, thread_ids, strategy))
 
     # -- the sync methods, on the saver's loop (from another thread) -------------------
 
@@ -164,7 +204,9 @@ class AsyncResilientRedisSaver(RedisCommon):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        op = _ops.list_(self.place, self.serde, config, filter=filter, before=before, limit=limit)
+        op = lambda: _ops.list_(  # noqa: E731
+            self.place, self.serde, config, filter=filter, before=before, limit=limit
+        )
         yield from self._bridge(self._drive(op))
 
     def put(
