@@ -438,3 +438,14 @@ async def test_the_async_twin_demotes_and_restores(prefix: str, tmp_path: Path) 
 def test_archive_idle_without_a_cold_tier_is_refused(saver: ResilientRedisSaver) -> None:
     with pytest.raises(ConfigError, match="cold tier"):
         saver.archive_idle()
+
+
+@needs_redis
+def test_a_checkpoint_over_the_size_budget_is_refused(prefix: str) -> None:
+    with ResilientRedisSaver.from_conn_string(
+        REDIS_URL, prefix=prefix, max_checkpoint_bytes=10_000
+    ) as saver:
+        saver.put(_config("t"), _checkpoint(small="x"), {}, {})
+        with pytest.raises(ConfigError, match=r"max_checkpoint_bytes.*'big'"):
+            saver.put(_config("t"), _checkpoint(big="x" * 20_000), {}, {})
+        assert len(list(saver.list(_config("t")))) == 1  # nothing was stored

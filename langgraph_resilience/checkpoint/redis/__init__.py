@@ -27,6 +27,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_resilience.checkpoint.archive._objects import Archive
+from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES
 from langgraph_resilience.checkpoint.redis import _ops
 from langgraph_resilience.checkpoint.redis._common import (
     DEFAULT_TTL,
@@ -56,6 +57,11 @@ class ResilientRedisSaver(RedisCommon):
         ttl: how long a thread's keys live after its last write (None: forever).
         store_retry: how a transient Redis error is retried.
         serde: LangGraph's serializer (default: ``JsonPlusSerializer``).
+        archive: the cold tier (an `Archive` or its URL): keys then never expire,
+            and `archive_idle` demotes threads idle past ``ttl`` (`_tier`).
+        warn_checkpoint_bytes, max_checkpoint_bytes: the size budget, as the SQL
+            savers': a warning above the first, a refusal (`ConfigError`) above
+            the second.
 
     Example:
         >>> with ResilientRedisSaver.from_conn_string("redis://127.0.0.1:6379/0") as saver:
@@ -71,9 +77,18 @@ class ResilientRedisSaver(RedisCommon):
         store_retry: Backoff | None = None,
         serde: SerializerProtocol | None = None,
         archive: Archive | str | None = None,
+        warn_checkpoint_bytes: int | None = DEFAULT_WARN_BYTES,
+        max_checkpoint_bytes: int | None = None,
     ) -> None:
         self._init_common(
-            conn, prefix=prefix, ttl=ttl, store_retry=store_retry, serde=serde, archive=archive
+            conn,
+            prefix=prefix,
+            ttl=ttl,
+            store_retry=store_retry,
+            serde=serde,
+            archive=archive,
+            warn_checkpoint_bytes=warn_checkpoint_bytes,
+            max_checkpoint_bytes=max_checkpoint_bytes,
         )
 
     @classmethod

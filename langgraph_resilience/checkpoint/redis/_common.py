@@ -20,6 +20,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_resilience.checkpoint.archive._objects import Archive, archive_of
+from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES, SizeBudget
 from langgraph_resilience.checkpoint.redis._durability import Durability, durability
 from langgraph_resilience.checkpoint.redis._ops import Place
 from langgraph_resilience.checkpoint.redis._tier import object_key
@@ -100,6 +101,8 @@ class RedisCommon(BaseCheckpointSaver[str]):
         store_retry: Backoff | None,
         serde: SerializerProtocol | None,
         archive: Archive | str | None,
+        warn_checkpoint_bytes: int | None = DEFAULT_WARN_BYTES,
+        max_checkpoint_bytes: int | None = None,
     ) -> None:
         BaseCheckpointSaver.__init__(self, serde=serde)
         if store_retry is not None and not isinstance(store_retry, Backoff):
@@ -109,7 +112,8 @@ class RedisCommon(BaseCheckpointSaver[str]):
         ttl_ms = _ttl_ms(ttl)
         # with a cold tier, keys never expire: idle threads are demoted instead (`_tier`)
         self.idle_ms = ttl_ms or _ttl_ms(DEFAULT_TTL)
-        self.place = Place(prefix, 0 if self.archive is not None else ttl_ms)
+        sizes = SizeBudget(warn_bytes=warn_checkpoint_bytes, max_bytes=max_checkpoint_bytes)
+        self.place = Place(prefix, 0 if self.archive is not None else ttl_ms, sizes)
         self.backoff = store_retry or DEFAULT_REDIS_RETRY
         self.target = redis_target(conn)
         self.durability = None

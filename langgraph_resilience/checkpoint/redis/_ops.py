@@ -25,6 +25,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from langgraph_resilience.checkpoint.archive._sizes import SizeBudget, channel_sizes
 from langgraph_resilience.checkpoint.redis._keys import (
     ThreadKeys,
     check_prefix,
@@ -61,9 +62,10 @@ LIST_BATCH = 64
 class Place:
     """Where a saver keeps its keys and for how long (``ttl_ms`` 0: no TTL)."""
 
-    def __init__(self, prefix: str, ttl_ms: int) -> None:
+    def __init__(self, prefix: str, ttl_ms: int, sizes: SizeBudget | None = None) -> None:
         self.prefix = check_prefix(prefix)
         self.ttl_ms = ttl_ms
+        self.sizes = sizes or SizeBudget()
 
     def keys(self, thread_id: str) -> ThreadKeys:
         return thread_keys(self.prefix, thread_id)
@@ -100,6 +102,12 @@ def put(
     cid = checkpoint["id"]
     check = _threads.continues_head(thread_id, ns, parent_id)
     record = pack_checkpoint(cid, parent_id, type_, blob, meta)
+    place.sizes.check(
+        len(record),
+        lambda: f"checkpoint {cid} of thread {thread_id!r}",
+        lambda: channel_sizes(checkpoint.get("channel_values", {}), serde.dumps_typed),
+        lambda counter: None,  # no save counters on Redis (docs/redis.md)
+    )
     run_id = str(meta_dict.get("run_id") or "")
     keys = place.keys(thread_id)
     batch = [

@@ -22,6 +22,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_resilience.checkpoint.archive._objects import Archive
+from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES
 from langgraph_resilience.checkpoint.redis import _ops
 from langgraph_resilience.checkpoint.redis._common import (
     DEFAULT_TTL,
@@ -58,9 +59,18 @@ class AsyncResilientRedisSaver(RedisCommon):
         store_retry: Backoff | None = None,
         serde: SerializerProtocol | None = None,
         archive: Archive | str | None = None,
+        warn_checkpoint_bytes: int | None = DEFAULT_WARN_BYTES,
+        max_checkpoint_bytes: int | None = None,
     ) -> None:
         self._init_common(
-            conn, prefix=prefix, ttl=ttl, store_retry=store_retry, serde=serde, archive=archive
+            conn,
+            prefix=prefix,
+            ttl=ttl,
+            store_retry=store_retry,
+            serde=serde,
+            archive=archive,
+            warn_checkpoint_bytes=warn_checkpoint_bytes,
+            max_checkpoint_bytes=max_checkpoint_bytes,
         )
         self.loop = asyncio.get_running_loop()
 
