@@ -449,3 +449,21 @@ def test_a_checkpoint_over_the_size_budget_is_refused(prefix: str) -> None:
         with pytest.raises(ConfigError, match=r"max_checkpoint_bytes.*'big'"):
             saver.put(_config("t"), _checkpoint(big="x" * 20_000), {}, {})
         assert len(list(saver.list(_config("t")))) == 1  # nothing was stored
+
+
+@needs_redis
+def test_a_demoted_thread_is_copied_and_deleted_whole(prefix: str, tmp_path: Path) -> None:
+    from langgraph_resilience import Archive
+
+    archive = Archive(f"file://{tmp_path}/cold")
+    with ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix, archive=archive) as saver:
+        stored = saver.put(_config("src"), _checkpoint(x=1), {}, {})
+        saver.put_writes(stored, [("x", 2)], "task")
+        assert saver.archive_idle(thread_ids=["src"]) == 1
+        saver.copy_thread("src", "dst")  # restores the source first
+        copied = saver.get_tuple(_config("dst"))
+        assert copied is not None and copied.pending_writes == [("task", "x", 2)]
+        assert saver.archive_idle(thread_ids=["src"]) == 1
+        saver.delete_thread("src")  # its cold object goes too
+        assert archive.keys("redis/") == []
+        assert saver.get_tuple(_config("src")) is None

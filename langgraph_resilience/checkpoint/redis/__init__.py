@@ -41,6 +41,7 @@ from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
+from langgraph_resilience.errors import ArchiveError
 from langgraph_resilience.policy import Backoff
 
 __all__ = ["ResilientRedisSaver"]
@@ -115,8 +116,15 @@ class ResilientRedisSaver(RedisCommon):
     def _restore(self, thread_id: str) -> None:
         key = self._run(_ops.archived_object(self.place, thread_id))
         if key is not None:  # else another client restored it meanwhile
-            body = self._archive_for(thread_id).read(key)
-            self._run(_ops.restore(self.place, thread_id, unpack_dumps(body)))
+            archive = self._archive_for(thread_id)
+            try:
+                body = archive.read(key)
+            except ArchiveError:
+                if self._run(_ops.archived_object(self.place, thread_id)) != key:
+                    return  # another client restored it (and dropped the object) first
+                raise
+            if self._run(_ops.restore(self.place, thread_id, unpack_dumps(body))):
+                archive.drop([key])
 
     def archive_idle(
         self, older_than: float | timedelta | None = None, *, thread_ids: Sequence[str] = ()
@@ -138,8 +146,11 @@ class ResilientRedisSaver(RedisCommon):
             if dumps is None:
                 continue
             key = self._object_key(thread_id)
-            archive.overwrite(key, pack_dumps(dumps))
-            moved += self._run(_ops.demote(self.place, thread_id, key, dumps))
+            archive.put_new(key, pack_dumps(dumps))
+            if self._run(_ops.demote(self.place, thread_id, key, dumps)):
+                moved += 1
+            else:  # written meanwhile: it stays hot
+                archive.drop([key])
         return moved
 
     def setup(self) -> Durability:
@@ -194,9 +205,9 @@ class ResilientRedisSaver(RedisCommon):
         )
 
     def delete_thread(self, thread_id: str) -> None:
-        self._drive(lambda: _ops.delete_thread(self.place, str(thread_id)))
-        if self.archive is not None:
-            self.archive.drop([self._object_key(str(thread_id))])
+        demoted = self._drive(lambda: _ops.delete_thread(self.place, str(thread_id)))
+        if demoted is not None and self.archive is not None:
+            self.archive.drop([demoted])
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         self._drive(lambda: _ops.delete_for_runs(self.place, run_ids))

@@ -44,6 +44,7 @@ from langgraph_resilience.checkpoint.redis._scripts import (
     PRUNE,
     PUT,
     PUT_WRITES,
+    RESTORE,
     Script,
 )
 from langgraph_resilience.checkpoint.redis._tier import Archived
@@ -248,8 +249,15 @@ def _batches(items: list[T], size: int) -> Iterator[list[T]]:
         yield items[i : i + size]
 
 
-def delete_thread(place: Place, thread_id: str) -> Ops[None]:
-    yield [("DEL", *place.keys(thread_id)), ("ZREM", threads_key(place.prefix), thread_id)]
+def delete_thread(place: Place, thread_id: str) -> Ops[str | None]:
+    """Drop the thread; returns its cold-tier object, if it was demoted."""
+    keys = place.keys(thread_id)
+    replies = yield [
+        ("GET", keys.archived),
+        ("DEL", *keys),
+        ("ZREM", threads_key(place.prefix), thread_id),
+    ]
+    return None if replies[0] is None else replies[0].decode()
 
 
 def delete_for_runs(place: Place, run_ids: Sequence[str]) -> Ops[None]:
@@ -270,11 +278,13 @@ def delete_for_runs(place: Place, run_ids: Sequence[str]) -> Ops[None]:
 
 def copy_thread(place: Place, source: str, target: str) -> Ops[None]:
     src, dst = place.keys(source), place.keys(target)
-    dumps = yield [("DUMP", k) for k in src] + [("HKEYS", src.byrun)]
-    if not any(dumps[: len(src)]):
+    dumps = yield [("DUMP", k) for k in src[:6]] + [("EXISTS", src.archived), ("HKEYS", src.byrun)]
+    if dumps[6]:
+        raise Archived(source)  # copied from its hot keys, once restored
+    if not any(dumps[:6]):
         return
     batch: list[Command] = []
-    for key, dumped in zip(dst, dumps[: len(src)], strict=True):
+    for key, dumped in zip(dst[:6], dumps[:6], strict=True):
         if dumped is not None:
             batch.append(("RESTORE", key, place.ttl_ms, dumped, "REPLACE"))
     batch.append(place.registered(target))
@@ -328,13 +338,9 @@ def archived_object(place: Place, thread_id: str) -> Ops[str | None]:
     return None if reply is None else reply.decode()
 
 
-def restore(place: Place, thread_id: str, dumps: list[bytes | None]) -> Ops[None]:
-    """The thread hot again: its keys back (REPLACE: a restore cut short is run
-    again), then the marker dropped, so no write lands in between."""
+def restore(place: Place, thread_id: str, dumps: list[bytes | None]) -> Ops[bool]:
+    """The thread hot again, in one script (no write lands in between); False:
+    another client restored it first."""
     keys = place.keys(thread_id)
-    batch: list[Command] = [
-        ("RESTORE", key, 0, dumped, "REPLACE")
-        for key, dumped in zip(keys[:6], dumps, strict=True)
-        if dumped is not None
-    ]
-    yield [*batch, ("DEL", keys.archived), place.registered(thread_id)]
+    replies = yield [run(RESTORE, keys, *(d or b"" for d in dumps)), place.registered(thread_id)]
+    return bool(replies[0])

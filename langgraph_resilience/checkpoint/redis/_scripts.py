@@ -193,4 +193,19 @@ return 1
 """,
 )
 
-SCRIPTS = (PUT, PUT_WRITES, GET, PRUNE, DELETE_RUN, DEMOTE)
+#: ARGV: the DUMP of the six keys ('' for a missing key). Puts them back and
+#: drops the marker, unless another client restored the thread first (returns 0:
+#: the thread may have been written since, and must not be overwritten).
+RESTORE = Script(
+    "restore",
+    r"""
+if redis.call('EXISTS', KEYS[7]) == 0 then return 0 end
+for i = 1, 6 do
+  if ARGV[i] ~= '' then redis.call('RESTORE', KEYS[i], 0, ARGV[i], 'REPLACE') end
+end
+redis.call('DEL', KEYS[7])
+return 1
+""",
+)
+
+SCRIPTS = (PUT, PUT_WRITES, GET, PRUNE, DELETE_RUN, DEMOTE, RESTORE)

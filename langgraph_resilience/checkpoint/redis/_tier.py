@@ -3,7 +3,10 @@ when it is read or written again (the operations are in `_ops`).
 
 A thread's object holds the ``DUMP`` of its six keys (Redis's own
 serialization, restored with ``RESTORE``: the same server major version, or a
-newer one, reads it back), under ``redis/<prefix>/<thread>`` in the archive.
+newer one, reads it back), under ``redis/<prefix>/<thread>/<demotion>`` in the
+archive: each demotion writes an object of its own, so two sweepers never
+overwrite each other's, and the marker names the one that holds the thread
+(dropped once the thread is restored or deleted).
 While a thread is in the cold tier its marker key names that object, and every
 script refuses to touch the thread (`_scripts.ARCHIVED`): the saver restores it
 first, so nothing written is ever lost to the move.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from urllib.parse import quote
 
 __all__ = ["Archived", "object_key", "pack_dumps", "unpack_dumps"]
@@ -32,7 +36,8 @@ class Archived(Exception):
 
 
 def object_key(prefix: str, thread_id: str) -> str:
-    return f"redis/{quote(prefix, safe='')}/{quote(thread_id, safe='')}"
+    """A new object's key for one demotion of ``thread_id``."""
+    return f"redis/{quote(prefix, safe='')}/{quote(thread_id, safe='')}/{uuid.uuid4().hex}"
 
 
 def pack_dumps(dumps: list[bytes | None]) -> bytes:

@@ -36,6 +36,7 @@ from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
+from langgraph_resilience.errors import ArchiveError
 from langgraph_resilience.policy import Backoff
 
 __all__ = ["AsyncResilientRedisSaver"]
@@ -100,8 +101,15 @@ class AsyncResilientRedisSaver(RedisCommon):
     async def _restore(self, thread_id: str) -> None:
         key = await self._run(_ops.archived_object(self.place, thread_id))
         if key is not None:
-            body = await self._archive_for(thread_id).aread(key)
-            await self._run(_ops.restore(self.place, thread_id, unpack_dumps(body)))
+            archive = self._archive_for(thread_id)
+            try:
+                body = await archive.aread(key)
+            except ArchiveError:
+                if await self._run(_ops.archived_object(self.place, thread_id)) != key:
+                    return  # another client restored it (and dropped the object) first
+                raise
+            if await self._run(_ops.restore(self.place, thread_id, unpack_dumps(body))):
+                await archive.adrop([key])
 
     async def aarchive_idle(
         self, older_than: float | timedelta | None = None, *, thread_ids: Sequence[str] = ()
@@ -116,8 +124,11 @@ class AsyncResilientRedisSaver(RedisCommon):
             if dumps is None:
                 continue
             key = self._object_key(thread_id)
-            await archive.aoverwrite(key, pack_dumps(dumps))
-            moved += await self._run(_ops.demote(self.place, thread_id, key, dumps))
+            await archive.aput_new(key, pack_dumps(dumps))
+            if await self._run(_ops.demote(self.place, thread_id, key, dumps)):
+                moved += 1
+            else:  # written meanwhile: it stays hot
+                await archive.adrop([key])
         return moved
 
     async def setup(self) -> Durability:
@@ -174,9 +185,9 @@ class AsyncResilientRedisSaver(RedisCommon):
         )
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await self._drive(lambda: _ops.delete_thread(self.place, str(thread_id)))
-        if self.archive is not None:
-            await self.archive.adrop([self._object_key(str(thread_id))])
+        demoted = await self._drive(lambda: _ops.delete_thread(self.place, str(thread_id)))
+        if demoted is not None and self.archive is not None:
+            await self.archive.adrop([demoted])
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         await self._drive(lambda: _ops.delete_for_runs(self.place, run_ids))
