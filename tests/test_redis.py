@@ -391,7 +391,7 @@ def test_an_idle_thread_is_demoted_and_resumes_from_the_cold_tier(
         client = redis.Redis.from_url(REDIS_URL)
         assert client.pttl(keys.cp) == -1  # with a cold tier, no key expires
         time.sleep(0.3)
-        assert saver.archive_idle() == 1  # idle past its ttl: demoted
+        assert saver.archive_idle().archived == ["paused"]  # idle past its ttl: demoted
         assert client.exists(*keys[:6]) == 0 and client.exists(keys.archived) == 1
         assert archive.keys("redis/")
         from langgraph.types import Command
@@ -429,7 +429,7 @@ async def test_the_async_twin_demotes_and_restores(prefix: str, tmp_path: Path) 
         REDIS_URL, prefix=prefix, archive=archive
     ) as saver:
         await saver.aput(_config("t"), _checkpoint(x=5), {}, {})
-        assert await saver.aarchive_idle(thread_ids=["t"]) == 1
+        assert (await saver.aarchive_idle(thread_ids=["t"])).archived == ["t"]
         found = await saver.aget_tuple(_config("t"))
         assert found is not None and found.checkpoint["channel_values"] == {"x": 5}
 
@@ -459,11 +459,27 @@ def test_a_demoted_thread_is_copied_and_deleted_whole(prefix: str, tmp_path: Pat
     with ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix, archive=archive) as saver:
         stored = saver.put(_config("src"), _checkpoint(x=1), {}, {})
         saver.put_writes(stored, [("x", 2)], "task")
-        assert saver.archive_idle(thread_ids=["src"]) == 1
+        assert saver.archive_idle(thread_ids=["src"]).archived == ["src"]
+        assert saver.restore_thread("src") and not saver.restore_thread("src")
+        assert saver.archive_idle(thread_ids=["src"]).archived == ["src"]
         saver.copy_thread("src", "dst")  # restores the source first
         copied = saver.get_tuple(_config("dst"))
         assert copied is not None and copied.pending_writes == [("task", "x", 2)]
-        assert saver.archive_idle(thread_ids=["src"]) == 1
+        assert saver.archive_idle(thread_ids=["src"]).archived == ["src"]
         saver.delete_thread("src")  # its cold object goes too
         assert archive.keys("redis/") == []
         assert saver.get_tuple(_config("src")) is None
+
+
+def test_a_server_gone_for_longer_than_the_retries_is_store_unavailable(
+    private_redis: PrivateRedis,
+) -> None:
+    from langgraph_resilience.errors import StoreUnavailable
+
+    retry = Backoff(max_attempts=3, initial_interval=0.01, max_interval=0.02, jitter="none")
+    with ResilientRedisSaver.from_conn_string(private_redis.url, store_retry=retry) as saver:
+        saver.setup()
+        private_redis.kill()
+        with pytest.raises(StoreUnavailable, match="after 3 tries") as caught:
+            saver.put(_config("job"), _checkpoint(), {}, {})
+        assert caught.value.attempts == 3 and "secret" not in str(caught.value)

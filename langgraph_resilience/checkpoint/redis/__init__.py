@@ -26,6 +26,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from langgraph_resilience.checkpoint.archive._moves import ArchiveReport
 from langgraph_resilience.checkpoint.archive._objects import Archive
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES
 from langgraph_resilience.checkpoint.redis import _ops
@@ -127,31 +128,49 @@ class ResilientRedisSaver(RedisCommon):
                 archive.drop([key])
 
     def archive_idle(
-        self, older_than: float | timedelta | None = None, *, thread_ids: Sequence[str] = ()
-    ) -> int:
+        self,
+        older_than: float | timedelta | None = None,
+        *,
+        limit: int = 1000,
+        thread_ids: Sequence[str] = (),
+    ) -> ArchiveReport:
         """Demote threads to the cold tier: those idle for ``older_than`` (default:
-        the saver's ``ttl``), or the given ``thread_ids``; returns how many moved.
-        A thread written while it is being moved stays hot.
+        the saver's ``ttl``; at most ``limit``), or the given ``thread_ids``. A
+        thread written while it is being moved stays hot (``skipped``); one whose
+        object could not be stored stays hot too (``failed``).
 
         Example:
-            >>> saver.archive_idle(older_than=3600)  # doctest: +SKIP
-            12
+            >>> saver.archive_idle(older_than=3600).archived  # doctest: +SKIP
+            ['job-41', 'job-42']
         """
         idle = self._idle_ms(older_than)
         archive = self._archive_for("")
-        threads = list(thread_ids) or self._run(_ops.idle_threads(self.place, idle))
-        moved = 0
+        threads = list(thread_ids) or self._run(_ops.idle_threads(self.place, idle, limit))
+        report = ArchiveReport(archived=[], skipped=[], failed={})
         for thread_id in threads:
             dumps = self._run(_ops.dump_thread(self.place, thread_id))
             if dumps is None:
                 continue
             key = self._object_key(thread_id)
-            archive.put_new(key, pack_dumps(dumps))
+            try:
+                archive.put_new(key, pack_dumps(dumps))
+            except ArchiveError as exc:
+                report.failed[thread_id] = exc
+                continue
             if self._run(_ops.demote(self.place, thread_id, key, dumps)):
-                moved += 1
+                report.archived.append(thread_id)
             else:  # written meanwhile: it stays hot
+                report.skipped.append(thread_id)
                 archive.drop([key])
-        return moved
+        return report
+
+    def restore_thread(self, thread_id: str) -> bool:
+        """Bring a demoted thread back now (reads and writes do it themselves);
+        False: it was not in the cold tier."""
+        if self._run(_ops.archived_object(self.place, thread_id)) is None:
+            return False
+        self._restore(thread_id)
+        return True
 
     def setup(self) -> Durability:
         """Check the server (Redis >= 7), load the scripts, and say what it keeps on

@@ -308,10 +308,11 @@ def prune(place: Place, thread_ids: Sequence[str], strategy: str) -> Ops[None]:
 # -- the cold tier (`_tier`) -------------------------------------------------------------
 
 
-def idle_threads(place: Place, older_than_ms: int) -> Ops[list[str]]:
-    """Threads whose last write is older than ``older_than_ms``."""
+def idle_threads(place: Place, older_than_ms: int, limit: int) -> Ops[list[str]]:
+    """Threads whose last write is older than ``older_than_ms`` (the oldest first)."""
     before = int(time.time() * 1000) - older_than_ms
-    found = (yield [("ZRANGEBYSCORE", threads_key(place.prefix), "-inf", before)])[0]
+    key = threads_key(place.prefix)
+    found = (yield [("ZRANGEBYSCORE", key, "-inf", before, "LIMIT", 0, limit)])[0]
     return [t.decode() for t in found]
 
 

@@ -21,6 +21,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from langgraph_resilience.checkpoint.archive._moves import ArchiveReport
 from langgraph_resilience.checkpoint.archive._objects import Archive
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES
 from langgraph_resilience.checkpoint.redis import _ops
@@ -112,24 +113,41 @@ class AsyncResilientRedisSaver(RedisCommon):
                 await archive.adrop([key])
 
     async def aarchive_idle(
-        self, older_than: float | timedelta | None = None, *, thread_ids: Sequence[str] = ()
-    ) -> int:
+        self,
+        older_than: float | timedelta | None = None,
+        *,
+        limit: int = 1000,
+        thread_ids: Sequence[str] = (),
+    ) -> ArchiveReport:
         """As `ResilientRedisSaver.archive_idle`."""
         idle = self._idle_ms(older_than)
         archive = self._archive_for("")
-        threads = list(thread_ids) or await self._run(_ops.idle_threads(self.place, idle))
-        moved = 0
+        threads = list(thread_ids) or await self._run(_ops.idle_threads(self.place, idle, limit))
+        report = ArchiveReport(archived=[], skipped=[], failed={})
         for thread_id in threads:
             dumps = await self._run(_ops.dump_thread(self.place, thread_id))
             if dumps is None:
                 continue
             key = self._object_key(thread_id)
-            await archive.aput_new(key, pack_dumps(dumps))
+            try:
+                await archive.aput_new(key, pack_dumps(dumps))
+            except ArchiveError as exc:
+                report.failed[thread_id] = exc
+                continue
             if await self._run(_ops.demote(self.place, thread_id, key, dumps)):
-                moved += 1
+                report.archived.append(thread_id)
             else:  # written meanwhile: it stays hot
+                report.skipped.append(thread_id)
                 await archive.adrop([key])
-        return moved
+        return report
+
+    async def arestore_thread(self, thread_id: str) -> bool:
+        """Bring a demoted thread back now (reads and writes do it themselves);
+        False: it was not in the cold tier."""
+        if await self._run(_ops.archived_object(self.place, thread_id)) is None:
+            return False
+        await self._restore(thread_id)
+        return True
 
     async def setup(self) -> Durability:
         """As `ResilientRedisSaver.setup`."""
