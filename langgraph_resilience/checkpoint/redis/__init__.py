@@ -61,9 +61,9 @@ class ResilientRedisSaver(RedisCommon):
         serde: LangGraph's serializer (default: ``JsonPlusSerializer``).
         archive: the cold tier (an `Archive` or its URL): keys then never expire,
             and `archive_idle` demotes threads idle past ``ttl`` (`_tier`).
-        warn_checkpoint_bytes, max_checkpoint_bytes: the size budget, as the SQL
-            savers': a warning above the first, a refusal (`ConfigError`) above
-            the second.
+        warn_checkpoint_bytes: the size budget, as the SQL savers': a warning
+            (naming the largest channels) above this many bytes.
+        max_checkpoint_bytes: a refusal (`ConfigError`, nothing stored) above this.
 
     Example:
         >>> with ResilientRedisSaver.from_conn_string("redis://127.0.0.1:6379/0") as saver:
