@@ -92,7 +92,7 @@ class RedisCommon(BaseCheckpointSaver[str]):
     target: str
     durability: Durability | None
 
-    def _init_common(
+    def __init__(
         self,
         conn: Any,
         *,
@@ -104,7 +104,7 @@ class RedisCommon(BaseCheckpointSaver[str]):
         warn_checkpoint_bytes: int | None = DEFAULT_WARN_BYTES,
         max_checkpoint_bytes: int | None = None,
     ) -> None:
-        BaseCheckpointSaver.__init__(self, serde=serde)
+        super().__init__(serde=serde)
         if store_retry is not None and not isinstance(store_retry, Backoff):
             raise ConfigError(f"store_retry must be a Backoff, got {type(store_retry).__name__}")
         self.conn = conn

@@ -64,7 +64,7 @@ class AsyncResilientRedisSaver(RedisCommon):
         warn_checkpoint_bytes: int | None = DEFAULT_WARN_BYTES,
         max_checkpoint_bytes: int | None = None,
     ) -> None:
-        self._init_common(
+        super().__init__(
             conn,
             prefix=prefix,
             ttl=ttl,
