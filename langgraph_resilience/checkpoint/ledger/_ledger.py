@@ -360,18 +360,13 @@ def record_outcome(d: Dialect, thread_id: str, key: str, fields: OutcomeFields) 
     (with its checksum), in a write of its own as the call returns.
 
     Every effect's, except those with ``defer_outcome=True``, which write it
-    behind (`PendingOutcomes`). It is committed without waiting for the disk (Postgres
-    ``synchronous_commit`` off for this transaction; SQLite's driver lowers
-    ``synchronous`` around it): a process crash keeps it. A server crash can
-    lose it while the node runs on, so the saver keeps it
-    (`PendingOutcomes.relaxed`) until its next durable write, which stores it
-    again where the intent is still open (`store_outcomes` ``again``); a durable
-    commit also makes every earlier one durable. Lost with this process too (the
-    server and the client gone before that write), the intent stays without
-    outcome, which ``reconcile`` (or a call with the same idempotency key) settles.
+    behind (`PendingOutcomes`). It is a durable commit (the server's own
+    ``synchronous_commit``, SQLite's ``synchronous``): when control returns to
+    the node the outcome is on disk, so the store and this process dying
+    together (one host's crash) cannot turn it back into an open intent that
+    ``reexecute`` calls again. The fsync this costs is small beside the call.
     """
-    relax = "" if d.relax_commit is None else f" AND {d.relax_commit}"  # in the one statement
-    yield Stmt(d.sql(_OUTCOME + relax), _outcome_params(thread_id, key, fields))
+    yield Stmt(d.sql(_OUTCOME), _outcome_params(thread_id, key, fields))
 
 
 def store_outcomes(
