@@ -174,7 +174,9 @@ class AsyncEffects(Effects, _AsyncPart):
         d = self._saver._dialect
         outcome = _ledger.record_outcome
         try:
-            await self._saver._write(lambda: outcome(d, thread_id, key, fields), fence=fence, pipeline=True)
+            await self._saver._write(
+                lambda: outcome(d, thread_id, key, fields), fence=fence, pipeline=True
+            )
         except Exception as exc:
             self._held_back(thread_id, key, fields, exc)
             raise
