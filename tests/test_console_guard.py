@@ -27,9 +27,9 @@ ACTIONS = ("--allow-actions", "--graph", "cli_graph:builder")
 EVIL_HOST = "evil.example"
 
 
-def _status_of(store: str) -> str:
-    saver_cls: Any = ResilientSqliteSaver if store.endswith(".db") else ResilientPostgresSaver
-    with saver_cls.from_conn_string(store) as saver:
+def _status_of(db: str) -> str:
+    saver_cls: Any = ResilientSqliteSaver if db.endswith(".db") else ResilientPostgresSaver
+    with saver_cls.from_conn_string(db) as saver:
         [row] = saver.history.run_rows(EVIL)
         return str(row.status)
 
@@ -60,9 +60,7 @@ def test_a_rebinding_page_gets_403_on_get_and_post(store: str, flags: tuple[str,
             forged = client.post("/actions/retry", data=form, headers=foreign)
             assert forged.status_code == 403 and "--allowed-host" in forged.text
             # the right Host, but a POST from another origin
-            other = client.post(
-                "/actions/retry", data=form, headers={"Origin": foreign["Origin"]}
-            )
+            other = client.post("/actions/retry", data=form, headers={"Origin": foreign["Origin"]})
             assert other.status_code == 403 and "Origin" in other.text
             assert _status_of(store) == "partial_complete"  # nothing was done
             if flags:  # the console's own page still acts
@@ -71,11 +69,13 @@ def test_a_rebinding_page_gets_403_on_get_and_post(store: str, flags: tuple[str,
 
 
 def test_allowed_host_lets_a_proxy_name_in(store: str) -> None:  # noqa: F811
-    with console(store, "--allowed-host", "console.internal") as url:
-        with httpx.Client(base_url=url) as client:
-            assert client.get("/runs", headers={"Host": "console.internal"}).status_code == 200
-            assert client.get("/runs", headers={"Host": "localhost:1"}).status_code == 403
-            assert client.get("/runs", headers={"Host": "other.internal"}).status_code == 403
+    with (
+        console(store, "--allowed-host", "console.internal") as url,
+        httpx.Client(base_url=url) as client,
+    ):
+        assert client.get("/runs", headers={"Host": "console.internal"}).status_code == 200
+        assert client.get("/runs", headers={"Host": "localhost:1"}).status_code == 403
+        assert client.get("/runs", headers={"Host": "other.internal"}).status_code == 403
 
 
 def test_the_guard_decides_on_host_and_origin() -> None:

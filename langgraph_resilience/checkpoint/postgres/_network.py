@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import re
@@ -49,8 +50,10 @@ __all__ = [
     "Conn",
     "PgTimeouts",
     "aconnect",
+    "aconnect_beside",
     "apooled",
     "connect",
+    "connect_beside",
     "give_up",
     "live_conninfo",
     "needs_new_connection",
@@ -365,6 +368,35 @@ async def aconnect(conninfo: str, read: float | None) -> AsyncBoundedConnection[
     conn = await AsyncBoundedConnection[DictRow].connect(conninfo, **CONNECT_KWARGS)
     conn.read_timeout = read
     return conn
+
+
+def connect_beside(pool: ConnectionPool[Any], read: float | None) -> BoundedConnection[DictRow]:
+    """A connection of its own to ``pool``'s server (its conninfo and kwargs, either
+    may be a callable), not one of the pool's: for a session lock held while the
+    pool's connections serve the work."""
+    conninfo: Any = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+    kwargs: Any = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
+    conn = BoundedConnection[DictRow].connect(conninfo, **{**(kwargs or {}), **CONNECT_KWARGS})
+    conn.read_timeout = read
+    return conn
+
+
+async def aconnect_beside(
+    pool: AsyncConnectionPool[Any], read: float | None
+) -> AsyncBoundedConnection[DictRow]:
+    """Async twin of `connect_beside` (a callable may return an awaitable)."""
+    conninfo: Any = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+    kwargs: Any = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
+    conninfo, kwargs = await _awaited(conninfo), await _awaited(kwargs)
+    conn = await AsyncBoundedConnection[DictRow].connect(
+        conninfo, **{**(kwargs or {}), **CONNECT_KWARGS}
+    )
+    conn.read_timeout = read
+    return conn
+
+
+async def _awaited(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
 
 
 def _bound(conn: Connection[Any] | AsyncConnection[Any], read: float | None) -> None:
