@@ -371,16 +371,19 @@ async def test_a_plain_pool_of_the_caller_gives_up_within_its_bound_under_a_blac
     pg_server: Any, is_async: bool
 ) -> None:
     """A pool built the plain way (psycopg's own connection class, a DSN with no
-    timeouts): every saver call ends with `StoreUnavailable` within
-    ``store_retry.max_attempts * (pool timeout + timeouts.read) + retry window``."""
+    timeouts, a checkout wait longer than the whole bound): every saver call ends
+    with `StoreUnavailable` within ``store_retry.max_attempts * (timeouts.checkout +
+    timeouts.read) + retry window``, whatever the pool's own ``timeout``."""
     pg_server.ensure_running()
     dsn = pg_server.create_database(f"lgr_edges_{uuid.uuid4().hex[:8]}")
     with ResilientPostgresSaver.from_conn_string(dsn) as plain:
         plain.setup()
-    timeouts = PgTimeouts(connect=2, statement=0.5, read=1.0, lock=0.4, idle_in_transaction=2)
+    timeouts = PgTimeouts(
+        connect=2, statement=0.5, read=1.0, lock=0.4, idle_in_transaction=2, checkout=1.0
+    )
     retry = Backoff(max_attempts=2, initial_interval=0.1, max_interval=0.1, jitter="none")
-    pool_timeout = 1.0
-    bound = retry.max_attempts * (pool_timeout + 1.0) + retry_window(retry)
+    pool_timeout = 120.0  # the caller's: the saver bounds each checkout itself
+    bound = retry.max_attempts * (1.0 + 1.0) + retry_window(retry)
     with TcpProxy(pg_server.port) as proxy:
         target = proxy.dsn(dsn)
         async with AsyncExitStack() as stack:

@@ -373,7 +373,10 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
             try:
                 if isinstance(self.conn, ConnectionPool):
                     with _network.pooled(
-                        self.conn, suspect=state.suspect, read=self._timeouts.read_timeout
+                        self.conn,
+                        suspect=state.suspect,
+                        read=self._timeouts.read_timeout,
+                        checkout=self._timeouts.checkout_timeout,
                     ) as conn:
                         yield conn
                 else:

@@ -225,7 +225,10 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
             try:
                 if isinstance(self.conn, AsyncConnectionPool):
                     async with _network.apooled(
-                        self.conn, suspect=state.suspect, read=self._timeouts.read_timeout
+                        self.conn,
+                        suspect=state.suspect,
+                        read=self._timeouts.read_timeout,
+                        checkout=self._timeouts.checkout_timeout,
                     ) as conn:
                         yield conn
                 else:
