@@ -33,12 +33,12 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+import langgraph_resilience.server._params as _params
 from langgraph_resilience.checkpoint.runlog._run_log_reads import cursor_of
 from langgraph_resilience.effects import settle_effect
 from langgraph_resilience.errors import ConfigError, RunStateError, UnknownThread
 from langgraph_resilience.history import RecoveryMetrics, recovery_metrics, run_report
 from langgraph_resilience.history._metrics import COUNTS
-from langgraph_resilience.server import _params
 from langgraph_resilience.server._guard import HostGuard
 from langgraph_resilience.server._pages import (
     esc,
