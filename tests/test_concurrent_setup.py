@@ -16,7 +16,7 @@ from conftest import PG_URL, _with_db, require_postgres
 
 SCRIPT = Path(__file__).parent / "scripts" / "setup_worker.py"
 PROCESSES = 5
-ROUNDS = 2  # a fresh database each (before the lock: 6 of 15 calls failed in 3 rounds)
+ROUNDS = 1  # a fresh database each (before the lock: 8 of 10 calls failed in 2 rounds)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
