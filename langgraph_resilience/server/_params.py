@@ -1,8 +1,8 @@
 """The console's query parameters, read with a reason for each bad one.
 
 Each reader takes a page's query parameters and returns the value the page
-asks the store for, or raises `BadParameter` (a `ConfigError`) saying what is
-wrong; `bad_parameter` is the console's answer to it: 400, in plain text.
+asks the store for, or raises a `ConfigError` saying what is wrong;
+`bad_parameter` is the console's answer to it: 400, in plain text.
 Nothing reaches the store unread (a NUL in ``?thread=``, a status no run row
 has), so a bad link is a 400 that says why, never a 500.
 """
@@ -19,13 +19,9 @@ from langgraph_resilience.checkpoint.runlog._run_log_reads import STATUSES
 from langgraph_resilience.checkpoint.saver._base import check_thread_id
 from langgraph_resilience.errors import ConfigError
 
-__all__ = ["BadParameter", "bad_parameter", "per", "run_number", "statuses", "thread"]
+__all__ = ["bad_parameter", "per", "run_number", "statuses", "thread"]
 
 _PER = ("hour", "day")
-
-
-class BadParameter(ConfigError):
-    """A query parameter the console cannot use (the message says which and why)."""
 
 
 def statuses(query: Any) -> list[str]:
@@ -34,7 +30,7 @@ def statuses(query: Any) -> list[str]:
     given = [s for s in query.getlist("status") if s]
     unknown = [s for s in given if s not in STATUSES]
     if unknown:
-        raise BadParameter(
+        raise ConfigError(
             f"?status={unknown[0]!r} is not a status the runs page lists: one of "
             f"{', '.join(STATUSES)} (a queued run has no run row until a worker starts it: "
             "langgraph-resilience runs lists those)"
@@ -51,7 +47,7 @@ def thread(query: Mapping[str, str], name: str = "thread") -> str:
     try:
         return check_thread_id(raw)
     except ConfigError as exc:
-        raise BadParameter(f"?{name}= is not a thread id: {exc}") from None
+        raise ConfigError(f"?{name}= is not a thread id: {exc}") from None
 
 
 def run_number(query: Mapping[str, str]) -> int | str | None:
@@ -63,7 +59,7 @@ def run_number(query: Mapping[str, str]) -> int | str | None:
     if raw.isdigit():
         return int(raw)
     if "\x00" in raw or len(raw) > 200 or not raw.isprintable():
-        raise BadParameter(f"?run= must be a run's number or a run id, got {raw[:60]!r}")
+        raise ConfigError(f"?run= must be a run's number or a run id, got {raw[:60]!r}")
     return raw
 
 
@@ -71,7 +67,7 @@ def per(query: Mapping[str, str]) -> str:
     """``?per=``: ``hour`` (the default) or ``day``."""
     given = query.get("per") or "hour"
     if given not in _PER:
-        raise BadParameter(f"?per= takes hour or day, got {given[:40]!r}")
+        raise ConfigError(f"?per= takes hour or day, got {given[:40]!r}")
     return given
 
 
