@@ -51,6 +51,7 @@ def _run(dsn: str, calls: Path, thread: str, mode: str) -> subprocess.Popen[str]
 
 
 @pytest.mark.faults
+@pytest.mark.timeout(60 + 15 * TRIALS)  # a trial: two processes started, a server restarted
 def test_an_outcome_survives_the_server_and_the_process_killed_together(
     durable_server: Any, tmp_path: Path
 ) -> None:
