@@ -54,6 +54,7 @@ from langgraph_resilience._langgraph import (
     hold_writes,
 )
 from langgraph_resilience.budget import Budget
+from langgraph_resilience.checkpoint.saver._base import thread_checked
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError, DeployBlocked
 from langgraph_resilience.graph._by_hand import FixByHand
@@ -105,6 +106,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
     ``success`` (`_lifecycle`)."""
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        config = thread_checked(config)  # a bad thread id: ConfigError, before any write
         since = time.time()
         config = upgrade.upgrade(self, config)  # a thread an older version stored: once
         lifecycle.note_resume(self, input, config)  # a resume after a crash: a recovery
@@ -116,6 +118,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         return watched(stream)  # inside a step: a run that ended short fails it
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        config = thread_checked(config)  # a bad thread id: ConfigError, before any write
         if upgrade.versioning_of(self).version is None:
             return self._astream(input, config, **kwargs)
         return self._upgraded_astream(input, config, **kwargs)
@@ -138,6 +141,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         return awatched(stream)  # inside a step: a run that ended short fails it
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        config = thread_checked(config)  # a bad thread id: ConfigError, before any write
         since = time.time()
         given, scope = tally.scoped(config, input)  # shared with the stream it reads
         with closing.invoking(self, config):
@@ -158,6 +162,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         return out
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        config = thread_checked(config)  # a bad thread id: ConfigError, before any write
         since = time.time()
         given, scope = tally.scoped(config, input)  # shared with the stream it reads
         with closing.invoking(self, config):
