@@ -236,10 +236,10 @@ def test_check_deploy_command_exits_1_when_a_thread_is_blocked(tmp_path: Path) -
             {"done": []}, {"configurable": {"thread_id": "paused-1"}}
         )
 
-    def run(attr: str) -> subprocess.CompletedProcess[str]:
+    def run(attr: str, *given: str) -> subprocess.CompletedProcess[str]:
         command = ["check-deploy", "--db", db, "--json", "--graph", f"deploy_graphs:{attr}"]
         return subprocess.run(
-            [sys.executable, "-m", "langgraph_resilience", *command],
+            [sys.executable, "-m", "langgraph_resilience", *(given or command)],
             capture_output=True,
             text=True,
             cwd=tmp_path,
@@ -255,6 +255,9 @@ def test_check_deploy_command_exits_1_when_a_thread_is_blocked(tmp_path: Path) -
     ok = run("mapped")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["threads"][0]["verdict"] == "migrates"
+    shown = run("", "show", "paused-1", "--db", db)
+    assert shown.returncode == 0, shown.stderr
+    assert "graph v1" in shown.stdout.splitlines()[0]  # the version the run ran on
 
 
 async def test_a_paused_worker_run_is_refused_and_kept_then_finishes_once_mapped(
@@ -295,3 +298,31 @@ async def test_a_paused_worker_run_is_refused_and_kept_then_finishes_once_mapped
     done = checkpointer.saver.serde.loads_typed((record.outcome_type, record.outcome))
     assert done["values"]["done"] == ["prep", "review:yes", "publish:MISSING"]
     assert len(SENT) == 1  # its effect, once
+
+
+async def test_each_run_records_the_graph_version_it_ran_on(checkpointer: Harness) -> None:
+    from langgraph_resilience import arun_report, run_report
+
+    config = cfg(checkpointer, "runs-on")
+    thread = config["configurable"]["thread_id"]
+    v1 = build(version=1).compile(checkpointer=checkpointer.saver)
+    await checkpointer.invoke(v1, {"done": []}, config)
+    await checkpointer.invoke(v1, Command(resume="yes"), config)
+    v2 = build(version=2).compile(checkpointer=checkpointer.saver)
+    await checkpointer.invoke(v2, {"done": []}, config)  # a new run, on the new version
+    rows = await checkpointer.call("history.run_rows", thread)
+    assert [(r.run, r.graph_version) for r in rows] == [(2, "2"), (1, "1")]
+    if checkpointer.is_async:
+        first = await arun_report(checkpointer.saver, thread, run=1)
+        latest = await arun_report(checkpointer.saver, thread)
+    else:
+        first = run_report(checkpointer.saver, thread, run=1)
+        latest = run_report(checkpointer.saver, thread)
+    assert first.graph_version == "1" and latest.graph_version == "2"
+    assert "graph v2" in latest.to_text().splitlines()[0]
+    assert latest.to_dict()["graph_version"] == "2"
+    # an unversioned graph records none
+    plain = cfg(checkpointer, "runs-on-plain")
+    await checkpointer.invoke(build().compile(checkpointer=checkpointer.saver), {"done": []}, plain)
+    [row] = await checkpointer.call("history.run_rows", plain["configurable"]["thread_id"])
+    assert row.graph_version is None
