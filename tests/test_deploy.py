@@ -26,6 +26,8 @@ from langgraph.types import Command, interrupt
 from langgraph_resilience import (
     ConfigError,
     DeployBlocked,
+    NodePolicy,
+    PermanentError,
     ResilientState,
     ResilientStateGraph,
     acheck_deploy,
@@ -64,10 +66,12 @@ def publish(state: State) -> dict[str, Any]:
     return {"done": [f"publish:{state.get('priority', 'MISSING')}"]}
 
 
-def build(name: str = "review", **versions: Any) -> ResilientStateGraph[Any]:
-    g = ResilientStateGraph(State, **versions)
+def build(
+    name: str = "review", *, node: Any = review, state: Any = State, **versions: Any
+) -> ResilientStateGraph[Any]:
+    g = ResilientStateGraph(state, **versions)
     g.add_node("prep", prep)
-    g.add_node(name, review)
+    g.add_node(name, node)
     g.add_node("publish", publish)
     g.add_edge(START, "prep")
     g.add_edge("prep", name)
@@ -84,6 +88,16 @@ async def _check(checkpointer: Harness, builder: Any) -> Any:
     if checkpointer.is_async:
         return await acheck_deploy(checkpointer.saver, builder)
     return check_deploy(checkpointer.saver, builder)
+
+
+def _of(report: Any, thread: str) -> list[str]:
+    """The verdicts of one thread (the Postgres database holds other tests' threads)."""
+    return [t.verdict for t in report.threads if t.thread_id == thread]
+
+
+def _one(report: Any, thread: str) -> Any:
+    [found] = [t for t in report.threads if t.thread_id == thread]
+    return found
 
 
 async def _count(checkpointer: Harness, config: dict[str, Any]) -> int:
@@ -326,3 +340,156 @@ async def test_each_run_records_the_graph_version_it_ran_on(checkpointer: Harnes
     await checkpointer.invoke(build().compile(checkpointer=checkpointer.saver), {"done": []}, plain)
     [row] = await checkpointer.call("history.run_rows", plain["configurable"]["thread_id"])
     assert row.graph_version is None
+
+
+class Ticketed(State):  # version 2 requires a field version 1 never wrote
+    ticket: str
+
+
+async def test_a_required_field_without_a_migration_blocks_the_thread(
+    checkpointer: Harness,
+) -> None:
+    config = cfg(checkpointer, "required")
+    thread = config["configurable"]["thread_id"]
+    v1 = build(version=1).compile(checkpointer=checkpointer.saver)
+    await checkpointer.invoke(v1, {"done": []}, config)
+    stored = await _count(checkpointer, config)
+
+    def v2(**versions: Any) -> Any:
+        return build(state=Ticketed, version=2, **versions)
+
+    bare = v2()
+    report = await _check(checkpointer, bare)
+    assert _of(report, thread) == ["blocked"]
+    assert (
+        "'ticket'" in _one(report, thread).reasons[0]
+        and "migration" in _one(report, thread).reasons[0]
+    )
+    with pytest.raises(DeployBlocked, match="'ticket'"):
+        await checkpointer.invoke(bare.compile(checkpointer=checkpointer.saver), None, config)
+    assert await _count(checkpointer, config) == stored  # nothing stored
+
+    # a migration that forgets it: check_deploy trusts it, the resume does not
+    forgets = v2(migrations={2: lambda s: {**s, "priority": "p"}})
+    assert _of(await _check(checkpointer, forgets), thread) == ["migrates"]
+    with pytest.raises(DeployBlocked, match="'ticket' after the migrations"):
+        await checkpointer.invoke(forgets.compile(checkpointer=checkpointer.saver), None, config)
+    assert await _count(checkpointer, config) == stored
+
+    gives = v2(migrations={2: lambda s: {**s, "priority": "urgent", "ticket": "T-1"}})
+    out = await checkpointer.invoke(
+        gives.compile(checkpointer=checkpointer.saver), Command(resume="y"), config
+    )
+    assert out["ticket"] == "T-1" and out["resilience"]["status"] == "success"
+    # a new run on a finished thread is not checked: its input may give the field
+    fresh = cfg(checkpointer, "required-fresh")
+    await checkpointer.invoke(v1, {"done": []}, fresh)
+    await checkpointer.invoke(v1, Command(resume="y"), fresh)
+    out = await checkpointer.invoke(
+        bare.compile(checkpointer=checkpointer.saver), {"done": [], "ticket": "T-2"}, fresh
+    )
+    assert out["ticket"] == "T-2"
+
+
+def enrich(state: State) -> dict[str, Any]:
+    raise PermanentError("the enrichment service said no")
+
+
+def build_enriched(*, critical: bool, **versions: Any) -> ResilientStateGraph[Any]:
+    g = ResilientStateGraph(State, **versions)
+    g.add_node("prep", prep)
+    g.add_node("enrich", enrich, policy=NodePolicy(retry=None, critical=critical))
+    g.add_node("review", review)
+    g.add_node("publish", publish)
+    g.add_edge(START, "prep")
+    g.add_edge("prep", "enrich")
+    g.add_edge("enrich", "review")
+    g.add_edge("review", "publish")
+    g.add_edge("publish", END)
+    return g
+
+
+async def test_a_degraded_step_of_a_node_made_critical_blocks_the_thread(
+    checkpointer: Harness,
+) -> None:
+    config = cfg(checkpointer, "critical")
+    thread = config["configurable"]["thread_id"]
+    v1 = build_enriched(critical=False, version=1).compile(checkpointer=checkpointer.saver)
+    out = await checkpointer.invoke(v1, {"done": []}, config)
+    assert out["resilience"]["degraded_steps"] == ["enrich"]  # went on past it, then paused
+    stored = await _count(checkpointer, config)
+
+    strict = build_enriched(critical=True, version=2)
+    report = await _check(checkpointer, strict)
+    assert _of(report, thread) == ["blocked"]
+    assert (
+        "'enrich'" in _one(report, thread).reasons[0]
+        and "critical" in _one(report, thread).reasons[0]
+    )
+    with pytest.raises(DeployBlocked, match="'enrich'"):
+        await checkpointer.invoke(strict.compile(checkpointer=checkpointer.saver), None, config)
+    assert await _count(checkpointer, config) == stored
+
+    lenient = build_enriched(critical=False, version=2)
+    assert _of(await _check(checkpointer, lenient), thread) == ["ok"]
+    out = await checkpointer.invoke(
+        lenient.compile(checkpointer=checkpointer.saver), Command(resume="y"), config
+    )
+    assert out["done"][-1] == "publish:MISSING"
+
+
+def _asking(effect: Any) -> Any:
+    def review(state: State) -> dict[str, Any]:
+        effect("asked for a review")
+        return {"done": [f"review:{interrupt('approve?')}"]}
+
+    return review
+
+
+async def test_a_renamed_side_effect_of_a_paused_task_blocks_the_thread(
+    checkpointer: Harness,
+) -> None:
+    import gc
+
+    from langgraph_resilience.effects._side_effect import defined_effects
+
+    config = cfg(checkpointer, "effect")
+    thread = config["configurable"]["thread_id"]
+    calls: list[str] = []
+
+    def v1_run() -> Any:  # the old code: gone after the deploy
+        @side_effect
+        def ask_reviewer_v1(text: str) -> str:
+            calls.append("v1")
+            return "asked"
+
+        return build(node=_asking(ask_reviewer_v1), version=1).compile(
+            checkpointer=checkpointer.saver
+        )
+
+    await checkpointer.invoke(v1_run(), {"done": []}, config)
+    gc.collect()
+    assert calls == ["v1"] and "ask_reviewer_v1" not in defined_effects()
+
+    @side_effect
+    def ask_reviewer(text: str) -> str:  # renamed: its key would change
+        calls.append("renamed")
+        return "asked"
+
+    renamed = build(node=_asking(ask_reviewer), version=2)
+    report = await _check(checkpointer, renamed)
+    assert _of(report, thread) == ["blocked"]
+    assert "'ask_reviewer_v1'" in _one(report, thread).reasons[0]
+
+    @side_effect(name="ask_reviewer_v1")  # keeps its key
+    def ask_reviewer_kept(text: str) -> str:
+        calls.append("kept")
+        return "asked"
+
+    kept = build(node=_asking(ask_reviewer_kept), version=2)
+    assert _of(await _check(checkpointer, kept), thread) == ["ok"]
+    out = await checkpointer.invoke(
+        kept.compile(checkpointer=checkpointer.saver), Command(resume="y"), config
+    )
+    assert out["resilience"]["status"] == "success"
+    assert calls == ["v1"]  # replayed by its key, not called again

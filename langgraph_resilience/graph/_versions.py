@@ -9,6 +9,14 @@ then upgraded once (`graph._upgrade`), before the run goes on:
 - every node the stored checkpoint has pending (an edge's trigger, a ``Send``,
   an interrupted task) or names as its failed step must be a node of this graph,
   directly or through ``renames``; otherwise the thread is **blocked**;
+- a thread stored by another version is blocked when its state lacks a field
+  this version's state schema requires and no migration is due to add it
+  (`required_fields`, `missing_fields`; with a migration due, the upgrade checks
+  the migrated state), when a step its run degraded (its node was not critical)
+  is of a node this version makes critical (the run would go on past a failure
+  this version ends at), or when a task that would run again recorded a side
+  effect no side effect of this version is named (its key would change, and the
+  effect would be called again);
 - the migrations of every version after the stored one, up to this one, run in
   version order on the state (each ``fn(state) -> state``);
 - the rewritten checkpoint keeps its id, so its pending writes (an interrupt,
@@ -35,8 +43,11 @@ __all__ = [
     "VERSION_KEY",
     "Plan",
     "Versioning",
+    "missing_fields",
+    "node_of",
     "pending_nodes",
     "plan",
+    "required_fields",
     "rewrite",
 ]
 
@@ -194,6 +205,11 @@ def plan(
     pending: Iterable[str],
     failed_node: str | None,
     nodes: Iterable[str],
+    missing: Iterable[str] = (),
+    degraded: Iterable[str] = (),
+    critical: Iterable[str] = (),
+    effects: Iterable[str] = (),
+    effect_names: Iterable[str] | None = None,
 ) -> Plan:
     """The plan for a thread stored at ``stored`` with these nodes pending.
 
@@ -203,6 +219,13 @@ def plan(
         pending: the nodes it has due (`pending_nodes`), and any interrupted one.
         failed_node: the node of its failed step, when it ended with a partial result.
         nodes: the nodes of this graph.
+        missing: the fields this graph's state requires that the stored state
+            lacks (`missing_fields`).
+        degraded: the paths of the steps its run degraded (a non-critical failure).
+        critical: the nodes of this graph that are critical (`NodePolicy.critical`).
+        effects: the names of the side effects the tasks that would run again
+            recorded.
+        effect_names: the names of this version's side effects (None: not checked).
     """
     known = set(nodes)
     renamed: dict[str, str] = {}
@@ -218,6 +241,31 @@ def plan(
             )
         elif new != node:
             renamed[node] = new
+    if stored != versioning.version and not versioning.due(stored):
+        lacks = sorted(set(missing))
+        if lacks:
+            fields = ", ".join(repr(f) for f in lacks)
+            blocked.append(
+                f"its state lacks {fields}, which this version's state requires, and no "
+                f"migration adds it (add migrations={{{versioning.version!r}: fn}} that sets it)"
+            )
+    now_critical = set(critical)
+    for path in sorted(set(degraded)):
+        node = versioning.name_of(node_of(path))
+        if node in now_critical:
+            blocked.append(
+                f"its step {path!r} was degraded (its node was not critical) and {node!r} is "
+                "critical in this version: the run would go on past a failure this version "
+                "ends at (finish it on the old version, or keep the node critical=False)"
+            )
+    if effect_names is not None:
+        known = set(effect_names)
+        for name in sorted(set(effects) - known):
+            blocked.append(
+                f"a task that would run again recorded the side effect {name!r}, which no side "
+                "effect of this version is named: a renamed effect gets a new key and would be "
+                f"called again (keep its key with @side_effect(name={name!r}))"
+            )
     if (
         versioning.version is not None
         and stored is not None
@@ -232,6 +280,35 @@ def plan(
         renamed=renamed,
         blocked=tuple(blocked),
     )
+
+
+def node_of(path: str) -> str:
+    """The node of a step's path (``work[2]`` -> ``work``, ``research/fetch`` -> ``research``)."""
+    return path.split("/", 1)[0].split("[", 1)[0].split("#", 1)[0]
+
+
+def required_fields(schema: Any) -> frozenset[str]:
+    """The fields a state schema requires: a TypedDict's required keys, a pydantic
+    model's or a dataclass's fields without a default (none for other types)."""
+    fields = getattr(schema, "model_fields", None)
+    if isinstance(fields, Mapping):  # pydantic
+        return frozenset(k for k, f in fields.items() if f.is_required())
+    if dataclasses.is_dataclass(schema):
+        return frozenset(
+            f.name
+            for f in dataclasses.fields(schema)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )
+    return frozenset(getattr(schema, "__required_keys__", ()))
+
+
+def missing_fields(checkpoint: Mapping[str, Any], required: Iterable[str]) -> frozenset[str]:
+    """The ``required`` fields a stored checkpoint has no value for (a channel it
+    never wrote: a value stored apart, as Postgres keeps blobs, still has its
+    version in the checkpoint)."""
+    values = checkpoint.get("channel_values") or {}
+    versions = checkpoint.get("channel_versions") or {}
+    return frozenset(f for f in required if f not in values and f not in versions)
 
 
 def rewrite(
