@@ -451,7 +451,7 @@ async def test_a_renamed_side_effect_of_a_paused_task_blocks_the_thread(
 ) -> None:
     import gc
 
-    from langgraph_resilience.effects._side_effect import defined_effects
+    from langgraph_resilience.graph._versions import defined_effects
 
     config = cfg(checkpointer, "effect")
     thread = config["configurable"]["thread_id"]

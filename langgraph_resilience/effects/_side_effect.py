@@ -61,7 +61,6 @@ import hashlib
 import inspect
 import os
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, NamedTuple, TypeVar, overload
@@ -93,24 +92,13 @@ from langgraph_resilience.errors import (
     LeaseLost,
 )
 from langgraph_resilience.graph._task import CURRENT_ATTEMPT, TaskContext
+from langgraph_resilience.graph._versions import define_effect
 from langgraph_resilience.telemetry._emit import effect_event
 from langgraph_resilience.worker._leases import LEASES
 
-__all__ = ["EFFECT_LEASE", "EffectSpec", "defined_effects", "side_effect"]
+__all__ = ["EFFECT_LEASE", "EffectSpec", "side_effect"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-# -- the effects this process defines --------------------------------------------------
-
-#: Name -> the decorated function, while it lives: the side effects of the code
-#: imported (``check_deploy`` asks whether a recorded effect's name is still one).
-_DEFINED: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
-
-
-def defined_effects() -> frozenset[str]:
-    """The names of the side effects defined by the code this process imported."""
-    return frozenset(_DEFINED.keys())
 
 
 # -- where the call is -----------------------------------------------------------------
@@ -480,7 +468,7 @@ def side_effect(
                 return await _effect_async(spec, func, args, kwargs)
 
             async_effect.effect_spec = spec  # type: ignore[attr-defined]
-            _DEFINED[spec.name] = async_effect
+            define_effect(spec.name, async_effect)  # check_deploy knows its name
             return async_effect
 
         @functools.wraps(func)
@@ -488,7 +476,7 @@ def side_effect(
             return _effect_sync(spec, func, args, kwargs)
 
         sync_effect.effect_spec = spec  # type: ignore[attr-defined]
-        _DEFINED[spec.name] = sync_effect
+        define_effect(spec.name, sync_effect)
         return sync_effect
 
     if fn is not None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -43,6 +44,8 @@ __all__ = [
     "VERSION_KEY",
     "Plan",
     "Versioning",
+    "define_effect",
+    "defined_effects",
     "missing_fields",
     "node_of",
     "pending_nodes",
@@ -285,6 +288,22 @@ def plan(
 def node_of(path: str) -> str:
     """The node of a step's path (``work[2]`` -> ``work``, ``research/fetch`` -> ``research``)."""
     return path.split("/", 1)[0].split("[", 1)[0].split("#", 1)[0]
+
+
+#: Side effect name -> its decorated function, while it lives: the side effects
+#: of the code this process imported (`side_effect` adds each). A recorded
+#: effect's name that is none of them was renamed (or removed) by a deploy.
+_DEFINED: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+
+def define_effect(name: str, fn: Any) -> None:
+    """Note a side effect defined under ``name`` (`side_effect` calls it)."""
+    _DEFINED[name] = fn
+
+
+def defined_effects() -> frozenset[str]:
+    """The names of the side effects defined by the code this process imported."""
+    return frozenset(_DEFINED.keys())
 
 
 def required_fields(schema: Any) -> frozenset[str]:

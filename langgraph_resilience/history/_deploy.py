@@ -24,12 +24,12 @@ from typing import Any
 from langgraph_resilience.checkpoint.runlog import _reads as reads
 from langgraph_resilience.checkpoint.runlog._heads import Head
 from langgraph_resilience.checkpoint.runlog._reads import SaverOrGraph
-from langgraph_resilience.effects._side_effect import defined_effects
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.graph._upgrade import critical_nodes, required_of, versioning_of
 from langgraph_resilience.graph._versions import (
     VERSION_KEY,
     Plan,
+    defined_effects,
     missing_fields,
     node_of,
     pending_nodes,
