@@ -63,13 +63,20 @@ V2 = build("approve", version=2, renames={"review": "approve"})
 GRAPH = ("--graph", "check_deploy:V2")
 
 
-def command(db: str) -> float:
-    """Seconds one ``check-deploy`` command takes over ``db`` (a process of its own)."""
+def command(db: str | None) -> float:
+    """Seconds one ``check-deploy`` command takes over ``db`` (a process of its own);
+    without ``db``, a process that only imports the command and the graph's module
+    (what any command pays before it reads a row)."""
     here = Path(__file__).parent
     path = os.pathsep.join([str(here), *sys.path])
+    if db is None:
+        line = "import langgraph_resilience.cli, check_deploy"
+        argv = [sys.executable, "-c", line]
+    else:
+        argv = [sys.executable, "-m", "langgraph_resilience", "check-deploy", "--db", db, *GRAPH]
     began = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "langgraph_resilience", "check-deploy", "--db", db, *GRAPH],
+        argv,
         cwd=here,
         env={**os.environ, "PYTHONPATH": path},
         capture_output=True,
@@ -116,6 +123,7 @@ def main() -> None:
         fill(saver, n, 1)
         print(f"sqlite: {n} threads: {timed(saver, n, repeats):.2f} s")
         print(f"sqlite: the check-deploy command: {command(str(Path(tmp) / 'deploy.db')):.2f} s")
+        print(f"its imports alone: {command(None):.2f} s")
     with (
         postgres_db(server_dsn()) as dsn,
         ResilientPostgresSaver.from_conn_string(dsn) as pg,
