@@ -22,6 +22,7 @@ import pytest
 from conftest import Harness
 from langgraph.graph import END, START
 from langgraph.types import Command, interrupt
+from typing_extensions import Required
 
 from langgraph_resilience import (
     ConfigError,
@@ -343,7 +344,7 @@ async def test_each_run_records_the_graph_version_it_ran_on(checkpointer: Harnes
 
 
 class Ticketed(State):  # version 2 requires a field version 1 never wrote
-    ticket: str
+    ticket: Required[str]
 
 
 async def test_a_required_field_without_a_migration_blocks_the_thread(
@@ -493,3 +494,27 @@ async def test_a_renamed_side_effect_of_a_paused_task_blocks_the_thread(
     )
     assert out["resilience"]["status"] == "success"
     assert calls == ["v1"]  # replayed by its key, not called again
+
+
+def test_the_fields_a_state_schema_requires() -> None:
+    import dataclasses
+
+    import pydantic
+
+    from langgraph_resilience.graph._versions import required_fields
+
+    class Total(ResilientState):  # total=True: LangGraph still takes it partial
+        query: str
+
+    @dataclasses.dataclass
+    class Data:
+        ticket: str
+        note: str = ""
+
+    class Model(pydantic.BaseModel):
+        ticket: str
+        note: str = ""
+
+    assert required_fields(Ticketed) == {"ticket"}
+    assert required_fields(Total) == frozenset() and required_fields(State) == frozenset()
+    assert required_fields(Data) == {"ticket"} and required_fields(Model) == {"ticket"}

@@ -10,7 +10,8 @@ then upgraded once (`graph._upgrade`), before the run goes on:
   an interrupted task) or names as its failed step must be a node of this graph,
   directly or through ``renames``; otherwise the thread is **blocked**;
 - a thread stored by another version is blocked when its state lacks a field
-  this version's state schema requires and no migration is due to add it
+  this version's state schema requires (`required_fields`) and no migration is
+  due to add it
   (`required_fields`, `missing_fields`; with a migration due, the upgrade checks
   the migrated state), when a step its run degraded (its node was not critical)
   is of a node this version makes critical (the run would go on past a failure
@@ -33,7 +34,9 @@ import copy
 import dataclasses
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Annotated, Any, get_args, get_origin
+
+from typing_extensions import Required, get_type_hints
 
 from langgraph_resilience._keys import GRAPH_VERSION_META, MIGRATED_META
 from langgraph_resilience._langgraph import BRANCH_PREFIX, TASKS_CHANNEL
@@ -307,8 +310,13 @@ def defined_effects() -> frozenset[str]:
 
 
 def required_fields(schema: Any) -> frozenset[str]:
-    """The fields a state schema requires: a TypedDict's required keys, a pydantic
-    model's or a dataclass's fields without a default (none for other types)."""
+    """The fields a state schema requires: a pydantic model's or a dataclass's
+    fields without a default (LangGraph builds the model for every node, so it
+    refuses a state without them), a TypedDict's keys marked ``Required[...]``.
+
+    A TypedDict's keys required only by ``total=True`` are not counted: LangGraph
+    takes partial states, and a graph's nodes commonly write such keys as they go.
+    """
     fields = getattr(schema, "model_fields", None)
     if isinstance(fields, Mapping):  # pydantic
         return frozenset(k for k, f in fields.items() if f.is_required())
@@ -318,7 +326,19 @@ def required_fields(schema: Any) -> frozenset[str]:
             for f in dataclasses.fields(schema)
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         )
-    return frozenset(getattr(schema, "__required_keys__", ()))
+    if not hasattr(schema, "__required_keys__"):
+        return frozenset()
+    try:
+        hints = get_type_hints(schema, include_extras=True)
+    except Exception:  # a forward reference it cannot resolve: nothing known
+        return frozenset()
+    return frozenset(k for k, hint in hints.items() if _marked_required(hint))
+
+
+def _marked_required(hint: Any) -> bool:
+    if get_origin(hint) is Annotated:
+        hint = get_args(hint)[0]
+    return get_origin(hint) is Required
 
 
 def missing_fields(checkpoint: Mapping[str, Any], required: Iterable[str]) -> frozenset[str]:
