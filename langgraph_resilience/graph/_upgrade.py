@@ -100,8 +100,7 @@ def plan_of(
     fresh: bool = False,
 ) -> Plan:
     """The plan of a stored checkpoint under a compiled graph's version (``fresh``:
-    for a new run on the thread, whose input may give the fields its state lacks,
-    and to which the steps its last run degraded do not belong)."""
+    for a new run on the thread, whose input may give the fields its state lacks)."""
     values = found.checkpoint.get("channel_values") or {}
     outcome = values.get("resilience")
     failed = outcome.get("failed_step") if isinstance(outcome, Mapping) else None
@@ -111,14 +110,12 @@ def plan_of(
         if isinstance(failed, Mapping) and failed.get("node") and status == "partial_complete"
         else None
     )
-    degraded = outcome.get("degraded_steps") if isinstance(outcome, Mapping) else None
     return plan_for(
         graph,
         found.checkpoint,
         found.metadata,
         failed_node,
         versioning,
-        degraded=() if fresh else [str(p) for p in degraded or ()],
         required=None if fresh else required_of(graph),
     )
 
@@ -130,13 +127,15 @@ def plan_for(
     failed_node: str | None,
     versioning: Versioning | None = None,
     *,
-    degraded: Iterable[str] = (),
     required: Iterable[str] | None = None,
 ) -> Plan:
     """The plan of a stored checkpoint (its metadata, its failed step's node, the
-    paths of the steps its run degraded). A renamed side effect is found by
-    ``check_deploy`` only: it reads the effects recorded at the head. ``required``:
-    the fields checked present (None: none)."""
+    fields checked present: None, none).
+
+    A degraded step of a node made critical and a renamed side effect are found
+    by ``check_deploy`` only, from the ledger (the step rows say degraded apart
+    from replaced by a fallback, which the run log's ``degraded_steps`` does not;
+    the effect rows name the effects): a run goes on past them."""
     stored = (metadata or {}).get(VERSION_KEY)
     return plan(
         versioning or versioning_of(graph),
@@ -145,8 +144,6 @@ def plan_for(
         failed_node=failed_node,
         nodes=graph.nodes,
         missing=missing_fields(checkpoint, required) if required is not None else (),
-        degraded=degraded,
-        critical=critical_nodes(graph),
     )
 
 
