@@ -108,7 +108,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         config = thread_checked(config)  # a bad thread id: ConfigError, before any write
         since = time.time()
-        config = upgrade.upgrade(self, config)  # a thread an older version stored: once
+        config = upgrade.upgrade(self, config, input)  # a thread an older version stored: once
         lifecycle.note_resume(self, input, config)  # a resume after a crash: a recovery
         given, scope = tally.scoped(config, input)  # the run's tally, its steps' records
         run_config = take_over(given, self.config, is_async=False)  # a finished task's
@@ -126,7 +126,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
     async def _upgraded_astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Any:
-        config = await upgrade.aupgrade(self, config)  # an older version's thread: once
+        config = await upgrade.aupgrade(self, config, input)  # an older version's thread: once
         async for chunk in self._astream(input, config, **kwargs):
             yield chunk
 

@@ -44,7 +44,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.graph import START
 
-from langgraph_resilience._keys import WORKER_KEY
+from langgraph_resilience._keys import GRAPH_VERSION_META, WORKER_KEY
 from langgraph_resilience._langgraph import (
     ERROR_CHANNEL,
     INTERRUPT_CHANNEL,
@@ -218,10 +218,12 @@ def _run_row(
     usage: str | None = None,
 ) -> tuple[Any, ...]:
     """A run row, in the table's column order (its Worker run and worker from
-    the config a `Worker` gives the run)."""
+    the config a `Worker` gives the run; its graph version from the metadata a
+    versioned graph gives every run, as the run's checkpoints carry it)."""
     configurable = config.get("configurable") or {}
     fence = fence_of(config)
     worker = configurable.get(WORKER_KEY)
+    version = (config.get("metadata") or {}).get(GRAPH_VERSION_META)
     now = time.time()
     return (
         str(configurable["thread_id"]),
@@ -239,7 +241,7 @@ def _run_row(
         None if worker is None else str(worker),
         None,  # paused_for
         None,  # error
-        None,  # graph_version
+        None if version is None else str(version),
     )
 
 
