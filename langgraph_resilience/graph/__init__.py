@@ -18,7 +18,6 @@ LangGraph's ``@task`` under a `NodePolicy` (an ``@entrypoint``'s steps).
 
 from __future__ import annotations
 
-from langgraph_resilience.graph._functional import task
 from langgraph_resilience.graph._builder import (
     PARTIAL_RESULT,
     ResilientCompiledStateGraph,
@@ -27,6 +26,7 @@ from langgraph_resilience.graph._builder import (
     current_attempt,
     retry_failed,
 )
+from langgraph_resilience.graph._functional import task
 
 __all__ = [
     "PARTIAL_RESULT",

@@ -160,17 +160,19 @@ def task(
                         value = await value
                 return value
 
-            return lg_task(arun, name=label, **task_kwargs)
+            return lg_task(name=label, **task_kwargs)(arun)
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
-            tried = run_sync(what, {}, (args, kwargs), call, TaskContext.current(), sleep=time.sleep)
+            tried = run_sync(
+                what, {}, (args, kwargs), call, TaskContext.current(), sleep=time.sleep
+            )
             falls, value = _end(tried, degraded)
             if falls and fallback is not None:
                 value = fallback(*args, **kwargs)
             return value
 
-        return lg_task(run, name=label, **task_kwargs)
+        return lg_task(name=label, **task_kwargs)(run)
 
     return decorate(func) if func is not None else decorate
 

@@ -75,7 +75,10 @@ def travel_of(snapshot: StateSnapshot, head_id: str | None) -> dict[str, Any] | 
 def _with(config: RunnableConfig, found: dict[str, Any] | None) -> RunnableConfig:
     if found is None:
         return config
-    return {**config, "configurable": {**config.get("configurable", {}), REPLAYED_SCOPES_KEY: found}}
+    return {
+        **config,
+        "configurable": {**config.get("configurable", {}), REPLAYED_SCOPES_KEY: found},
+    }
 
 
 def _head(config: RunnableConfig) -> RunnableConfig:
