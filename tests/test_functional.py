@@ -24,7 +24,9 @@ from langgraph_resilience import (
     PermanentError,
     TransientError,
     ValidationFailed,
+    arecovery_metrics,
     aretry_failed,
+    recovery_metrics,
     retry_failed,
 )
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
@@ -176,6 +178,11 @@ async def test_a_critical_task_ends_the_run_short_and_retry_failed_redoes_only_i
     got = await report(h, thread)
     assert steps_of(got) == [("fetch", "completed", 1), ("publish", "completed", 2)]
     assert [r["kind"] for r in got.recoveries] == ["retry_failed"]
+    if h.is_async:
+        m = await arecovery_metrics(h.saver)
+    else:
+        m = await asyncio.to_thread(recovery_metrics, h.saver)
+    assert m.recoveries_by_kind.get("retry_failed", 0) >= 1 and m.runs_ended >= 1
 
 
 async def test_retry_failed_refuses_an_entrypoint_with_nothing_failed(

@@ -5,8 +5,10 @@
 Runs (or resumes) the entrypoint ``pipeline``: tasks ``fetch``, ``enrich`` and
 ``publish`` in turn, each a `task` under a `NodePolicy`, each appending
 ``<task> <pid>`` to LEDGER as it runs. ``--kill`` makes this process SIGKILL
-itself as ``enrich`` starts: ``fetch`` has finished, its result stored. Prints
-the entrypoint's result as JSON.
+itself as ``enrich`` starts, once ``fetch``'s result is in the store
+(LangGraph stores a task's result in the background, even under
+``durability="sync"``: a kill the moment a task returned may find it unstored,
+and the task runs again). Prints the entrypoint's result as JSON.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: helpers
 
@@ -26,6 +30,17 @@ from langgraph_resilience import Backoff, NodePolicy
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.graph import task
+
+
+def stored(saver: Any, thread: str, results: int) -> None:
+    """Wait (at most 10 s) until ``results`` task results are in the store."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = saver.get_tuple({"configurable": {"thread_id": thread}})
+        writes = (found.pending_writes or []) if found is not None else []
+        if sum(1 for _, channel, _ in writes if channel == "__return__") >= results:
+            return
+        time.sleep(0.01)
 
 
 def main() -> None:
@@ -40,6 +55,7 @@ def main() -> None:
     @task(policy=policy)
     def enrich(n: int) -> int:
         if "--kill" in flags:
+            stored(saver, thread, 1)
             os.kill(os.getpid(), signal.SIGKILL)
         append(ledger, f"enrich {os.getpid()}")
         return n + 1
