@@ -40,6 +40,8 @@ def addressed(input: Any, config: RunnableConfig | None) -> bool:
     if input is not None or isinstance(input, Command) or not config:
         return False
     configurable = config.get("configurable") or {}
+    if configurable.get("checkpoint_ns"):
+        return False  # a graph invoked inside a node: its parent's run decides
     return bool(configurable.get("checkpoint_id")) and configurable.get("thread_id") is not None
 
 
