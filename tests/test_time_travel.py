@@ -172,3 +172,23 @@ async def test_a_resume_after_a_failure_is_still_a_recovery(checkpointer: Harnes
     assert out["receipt"] == "receipt" and sent == ["ann@example.com"]
     kinds = [r["kind"] for r in (await report(h, config["configurable"]["thread_id"])).recoveries]
     assert kinds == ["crash"]
+
+
+def test_what_a_run_from_a_named_checkpoint_is() -> None:
+    """`travel_of`, the decision: the latest loop checkpoint is a resume (its steps
+    keep their keys), an older one a time travel, the latest update a fork."""
+    from langgraph.types import PregelTask, StateSnapshot
+
+    from langgraph_resilience.graph._travel import travel_of
+
+    def snap(at: str, source: str, step: int) -> StateSnapshot:
+        task = PregelTask("t1", "mail", ("__pregel_pull", "mail"))
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": at}}
+        return StateSnapshot(
+            {}, ("mail",), config, {"source": source, "step": step}, None, None, (task,), ()
+        )
+
+    scopes = {"('__pregel_pull', 'mail')": "mail:t1|t1"}
+    assert travel_of(snap("c1", "loop", 1), "c9") == {"travel": True, "step": 3, "scopes": scopes}
+    assert travel_of(snap("c9", "loop", 1), "c9") == {"travel": False, "step": 3, "scopes": scopes}
+    assert travel_of(snap("c9", "update", 2), "c9") == {"travel": True, "step": None, "scopes": {}}
