@@ -239,3 +239,61 @@ def test_killed_between_tasks_resumes_without_redoing_finished_ones(
         ("publish", "completed"),
     ]
     assert os.path.exists(ledger)
+
+
+async def test_degradable_context_overflow_and_budget_exhausted_in_a_task(
+    checkpointer: Harness,
+) -> None:
+    """The other three kinds: a degradable failure takes the fallback at once, a
+    context overflow is retried, a spent budget pauses the run until resumed."""
+    from langgraph.types import Command
+
+    from langgraph_resilience import Budget, BudgetExhausted, ContextOverflow, DegradableError
+
+    h, c = checkpointer, {"deg": 0, "ctx": 0, "bud": 0}
+
+    def deg(n: int) -> str:
+        c["deg"] += 1
+        raise DegradableError("the fast path is slow today")
+
+    def ctx(n: int) -> str:
+        c["ctx"] += 1
+        if c["ctx"] == 1:
+            raise ContextOverflow("prompt too long")
+        return "short"
+
+    def bud(n: int) -> str:
+        c["bud"] += 1
+        if c["bud"] == 1:
+            raise BudgetExhausted("tokens spent")
+        return "paid"
+
+    t_deg = tasks(h, deg, policy=NodePolicy(retry=FAST), fallback=lambda n: "cached")
+    t_ctx = tasks(h, ctx, policy=NodePolicy(retry=FAST))
+    t_bud = tasks(h, bud, policy=NodePolicy(retry=FAST))
+    if h.is_async:
+
+        async def body(n: int) -> list[str]:
+            return [await t(n) for t in (t_deg, t_ctx, t_bud)]
+
+    else:
+
+        def body(n: int) -> list[str]:
+            return [t(n).result() for t in (t_deg, t_ctx, t_bud)]
+
+    graph, config = pipeline(h, body), cfg("kinds", h)
+    thread = config["configurable"]["thread_id"]
+    paused = await h.invoke(graph, 1, config, durability="sync")
+    assert paused["__interrupt__"][0].value["reason"] == "budget_exhausted"
+    assert await runs(h, thread) == [(1, "paused")]
+
+    out = await h.invoke(graph, Command(resume=Budget(max_tokens=1000)), config, durability="sync")
+
+    assert out == ["cached", "short", "paid"]
+    assert c == {"deg": 1, "ctx": 2, "bud": 2}  # degradable: no retry; the finished not redone
+    assert await runs(h, thread) == [(1, "success")]
+    assert steps_of(await report(h, thread)) == [
+        ("deg", "degraded", 1),
+        ("ctx", "completed", 2),
+        ("bud", "completed", 2),
+    ]
