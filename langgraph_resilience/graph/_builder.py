@@ -40,6 +40,7 @@ from typing_extensions import Self, Unpack
 import langgraph_resilience.graph._closing as closing
 import langgraph_resilience.graph._lifecycle as lifecycle
 import langgraph_resilience.graph._tally as tally
+import langgraph_resilience.graph._travel as travel
 import langgraph_resilience.graph._upgrade as upgrade
 import langgraph_resilience.state as run_log
 from langgraph_resilience._engine import Action
@@ -109,6 +110,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         config = thread_checked(config)  # a bad thread id: ConfigError, before any write
         since = time.time()
         config = upgrade.upgrade(self, config, input)  # a thread an older version stored: once
+        config = travel.travel(self, input, config)  # from an older checkpoint: its keys
         lifecycle.note_resume(self, input, config)  # a resume after a crash: a recovery
         given, scope = tally.scoped(config, input)  # the run's tally, its steps' records
         run_config = take_over(given, self.config, is_async=False)  # a finished task's
@@ -119,7 +121,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         config = thread_checked(config)  # a bad thread id: ConfigError, before any write
-        if upgrade.versioning_of(self).version is None:
+        if upgrade.versioning_of(self).version is None and not travel.addressed(input, config):
             return self._astream(input, config, **kwargs)
         return self._upgraded_astream(input, config, **kwargs)
 
@@ -127,6 +129,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Any:
         config = await upgrade.aupgrade(self, config, input)  # an older version's thread: once
+        config = await travel.atravel(self, input, config)  # an older checkpoint: its keys
         async for chunk in self._astream(input, config, **kwargs):
             yield chunk
 
