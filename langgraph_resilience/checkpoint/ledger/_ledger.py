@@ -398,7 +398,8 @@ class PendingOutcomes:
     waiting: dict[tuple[str, str], OutcomeFields] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Outcomes committed without waiting for the disk: riders (written behind) of a
-    # relaxed write, such as a limit's release (`record_outcome` itself is durable). A server crash before its next durable commit loses them
+    # relaxed write, such as a limit's release (`record_outcome` itself is durable).
+    # A server crash before its next durable commit loses them
     # (the intent is back without outcome, though the node ran on), so the saver's
     # next durable write stores them again where the intent is still open (a no-op
     # otherwise: `store_outcomes` ``again``) and forgets them once it committed.
