@@ -15,7 +15,8 @@ docs/agent-server.md. `console_app` is the web console's pages (docs/console.md)
 mounted by `app` at ``/resilience/console/`` and served by ``langgraph-resilience ui``.
 
 The rooms: ``_checkpointer`` (`checkpointer`), ``_app`` (`app`), ``_console``
-(`console_app`), ``_pages`` (its pages as HTML text, pure), ``static/`` (their
+(`console_app`), ``_pages`` (its pages as HTML text, pure), ``_facts`` (what
+they show beside a report, read from the store), ``static/`` (their
 CSS and JS).
 """
 
