@@ -364,7 +364,8 @@ def run_page(
                 else ""
             )
             buttons += _button(base, "resume", "Resume", who, token, "Resume this thread?", answer)
-        if report.run_id and report.status in ("running", "paused", "queued"):
+        worker_run = report.claims > 0 or report.status == "queued"  # not a server's run
+        if report.run_id and worker_run and report.status in ("running", "paused", "queued"):
             buttons += _button(
                 base,
                 "cancel",
