@@ -63,8 +63,14 @@ def is_stale(
     return worker_run.holder is not None and alive(str(worker_run.holder)) is False
 
 
-def _blocked(saver: Any, graph: Any) -> dict[str, tuple[str, ...]]:
-    if graph is None:
+# The statuses of a thread in flight: the only ones `check_deploy` may block.
+_IN_FLIGHT = ("running", "paused", "partial_complete", "queued")
+
+
+def _blocked(saver: Any, graph: Any, statuses: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """The blocked threads under ``graph`` (one `check_deploy`: a read of every
+    thread in flight), when it is known and a run shown is in flight."""
+    if graph is None or not any(s in _IN_FLIGHT for s in statuses):
         return {}
     return {t.thread_id: t.reasons for t in check_deploy(saver, graph).blocked}
 
@@ -75,7 +81,7 @@ def run_marks(
     """Each listed run's marks: ``recovered``, ``degraded``, ``stale``, ``blocked``
     (one ledger read per thread listed, one run read per `Worker` run running)."""
     now = time.time() if now is None else now
-    blocked = _blocked(saver, graph)
+    blocked = _blocked(saver, graph, (r.status for r in rows))
     ledgers = {t: saver.history.thread_ledger(t) for t in {r.thread_id for r in rows}}
     newest = {t: max(r.run for r in led.runs) for t, led in ledgers.items() if led.runs}
     marks: dict[tuple[str, int], tuple[str, ...]] = {}
@@ -121,7 +127,7 @@ def run_facts(saver: Any, report: RunReport, graph: Any) -> RunFacts:
                         items = value if isinstance(value, list | tuple) else [value]
                         questions += tuple(getattr(i, "value", i) for i in items)
                 waiting = _waiting(found.checkpoint) if questions else ()
-    blocked = _blocked(saver, graph).get(report.thread_id, ())
+    blocked = _blocked(saver, graph, [report.status]).get(report.thread_id, ())
     if row is None:
         return RunFacts(questions=questions, waiting=waiting, blocked=blocked)
     return RunFacts(

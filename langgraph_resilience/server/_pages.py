@@ -217,8 +217,8 @@ def _nesting(path: str, paths: Sequence[str]) -> str:
     return f'<a id="{_anchor(path)}"></a>' + (" " + " ".join(links) if links else "")
 
 
-def _facts_html(report: RunReport, facts: RunFacts) -> str:
-    """The run's version, error, blocked reasons, question and input."""
+def _facts_html(facts: RunFacts) -> str:
+    """The run's version, error, blocked reasons and question (the answer box follows)."""
     parts = [f'<p>graph version <code id="version">{esc(facts.graph_version or "none")}</code></p>']
     if facts.error:
         parts.append(f'<p class="flash bad" id="error">ended on {esc(facts.error)}</p>')
@@ -236,10 +236,14 @@ def _facts_html(report: RunReport, facts: RunFacts) -> str:
         parts.append(
             f'<div id="question"><strong>waiting in {esc(where)}, asks:</strong>{asked}</div>'
         )
-    if facts.task_spec is not None:
-        shown = json.dumps(facts.task_spec, default=repr, indent=1)
-        parts.append(f'<h2>Input</h2><pre id="input">{esc(shown)}</pre>')
     return "".join(parts)
+
+
+def _input_html(facts: RunFacts) -> str:
+    if facts.task_spec is None:
+        return ""
+    shown = json.dumps(facts.task_spec, default=repr, indent=1)
+    return f'<h2>Input</h2><pre id="input">{esc(shown)}</pre>'
 
 
 def run_page(
@@ -377,8 +381,9 @@ def run_page(
     buttons = f'<div id="actions">{buttons}</div>' if buttons else ""
     return (
         head
-        + _facts_html(report, facts)
+        + _facts_html(facts)
         + buttons
+        + _input_html(facts)
         + "<h2>Graph</h2>"
         + graph_svg(nodes, edges, statuses, redone)
         + "<h2>Steps</h2>"
