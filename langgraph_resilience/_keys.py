@@ -57,6 +57,9 @@ WORKER_KEY = "__lgr_worker"
 #: The run that wrote a checkpoint (LangGraph copies a run's ``config["metadata"]``
 #: into every checkpoint it writes): a `Worker` run's id.
 RUN_META = "lgr_run_id"
+# The run id LangGraph Agent Server gives a run (in its configurable and metadata):
+# a plain run's row records it as its run_id, linking the server's runs and ours.
+SERVER_RUN_KEY = "run_id"
 #: A try's callback run: its node, its number and when it started.
 TRY_NODE_META = "lgr_node"
 TRY_ATTEMPT_META = "lgr_attempt"

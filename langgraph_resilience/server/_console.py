@@ -39,6 +39,7 @@ from langgraph_resilience.effects import settle_effect
 from langgraph_resilience.errors import ConfigError, RunStateError, UnknownThread
 from langgraph_resilience.history import RecoveryMetrics, recovery_metrics, run_report
 from langgraph_resilience.history._metrics import COUNTS
+from langgraph_resilience.server._facts import run_facts, run_marks
 from langgraph_resilience.server._guard import HostGuard
 from langgraph_resilience.server._pages import (
     esc,
@@ -188,6 +189,7 @@ def console_app(
             thread=thread,
             problems_first=q.get("problems") == "1",
             next_cursor=more,
+            marks=run_marks(store(), rows[:_PAGE], graph),
         )
         return html(request, "Runs", body, "Runs")
 
@@ -201,7 +203,8 @@ def console_app(
             return html(request, "No such run", f"<p>{esc(exc)}</p>", "Runs", code=404)
         token = _token(secret, session_of(request)) if actions is not None else None
         flash = flash_of(q.get("said"), q.get("ok") == "1")
-        body = run_page(report, base=base, graph=graph, token=token)
+        facts = run_facts(store(), report, graph)
+        body = run_page(report, base=base, graph=graph, token=token, facts=facts)
         return html(request, f"Run {report.run} of {report.thread_id}", body, "Runs", flash)
 
     def metrics(request: Request) -> Response:

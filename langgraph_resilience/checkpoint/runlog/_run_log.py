@@ -44,7 +44,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.graph import START
 
-from langgraph_resilience._keys import GRAPH_VERSION_META, WORKER_KEY
+from langgraph_resilience._keys import GRAPH_VERSION_META, SERVER_RUN_KEY, WORKER_KEY
 from langgraph_resilience._langgraph import (
     ERROR_CHANNEL,
     INTERRUPT_CHANNEL,
@@ -218,8 +218,9 @@ def _run_row(
     usage: str | None = None,
 ) -> tuple[Any, ...]:
     """A run row, in the table's column order (its Worker run and worker from
-    the config a `Worker` gives the run; its graph version from the metadata a
-    versioned graph gives every run, as the run's checkpoints carry it)."""
+    the config a `Worker` gives the run, or for a run of Agent Server the server's
+    run id; its graph version from the metadata a versioned graph gives every run,
+    as the run's checkpoints carry it)."""
     configurable = config.get("configurable") or {}
     fence = fence_of(config)
     worker = configurable.get(WORKER_KEY)
@@ -237,12 +238,19 @@ def _run_row(
         now,
         failed_step,
         usage,
-        fence.run_id if fence is not None else None,
+        fence.run_id if fence is not None else _server_run(config),
         None if worker is None else str(worker),
         None,  # paused_for
         None,  # error
         None if version is None else str(version),
     )
+
+
+def _server_run(config: RunnableConfig) -> str | None:
+    """The run id Agent Server gave the run (its configurable or metadata), if any."""
+    found = (config.get("configurable") or {}).get(SERVER_RUN_KEY)
+    found = found or (config.get("metadata") or {}).get(SERVER_RUN_KEY)
+    return None if found is None else str(found)
 
 
 class WriteLedger(NamedTuple):
