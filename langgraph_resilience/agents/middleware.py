@@ -69,6 +69,7 @@ from langgraph_resilience.agents._policy import (
     ToolEffect,
     node_policy,
 )
+from langgraph_resilience.agents._resumes import anote_agent_resume, note_agent_resume
 from langgraph_resilience.agents._tool_effects import (
     recorded,
     tool_once_async,
@@ -422,6 +423,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
                     call.count(meter, time.monotonic() - started, response)
 
         task = TaskContext.current()
+        note_agent_resume(task)  # the first call after a crash: a recovery
         what = self._model_tries()
         tried = run_sync(what, request.state, request, once, task, sleep=self._sleep)
         return self._model_result(tried, call)
@@ -445,6 +447,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
                     call.count(meter, time.monotonic() - started, response)
 
         task = TaskContext.current()
+        await anote_agent_resume(task)
         what = self._model_tries()
         tried = await run_async(what, request.state, request, once, task, sleep=self._asleep)
         return self._model_result(tried, call)
@@ -514,6 +517,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         if earlier is not None and earlier.status != "error":
             return earlier  # answered (the tools node re-run): not called again
         task = TaskContext.current()
+        note_agent_resume(task)
         spec, run = recorded(request, self.effects)
 
         def keyed(key: str) -> ToolResult:
@@ -543,6 +547,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         if earlier is not None and earlier.status != "error":
             return earlier  # answered (the tools node re-run): not called again
         task = TaskContext.current()
+        await anote_agent_resume(task)
         spec, run = recorded(request, self.effects)
 
         async def keyed(key: str) -> ToolResult:
