@@ -16,6 +16,7 @@ __all__ = [
     "GRAPH_KEY",
     "MIGRATED_META",
     "RENAMED_SCOPES_KEY",
+    "REPLAYED_SCOPES_KEY",
     "RETRY_FAILED_KEY",
     "RUN_META",
     "SCOPE_KEY",
@@ -34,6 +35,9 @@ EFFECT_SCOPE_KEY = "lgr_effect_scope"
 #: ``{new node: (checkpoint id, its old name's task scope)}``: the renamed tasks of
 #: a thread an older graph version stored keep their effect keys (`graph._upgrade`).
 RENAMED_SCOPES_KEY = "__lgr_renamed_scopes"
+#: A run from an older checkpoint (`graph._travel`): ``{"step", "scopes": {task
+#: path: effect scope}}``, the scopes the steps it replays had (their effect keys).
+REPLAYED_SCOPES_KEY = "__lgr_replayed_scopes"
 #: The parent graph goes on after a subgraph's `retry_failed`.
 RETRY_FAILED_KEY = "lgr_retry_failed"
 #: A run level's node slots (`graph._slots.Level`).

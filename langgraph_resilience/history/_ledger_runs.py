@@ -91,6 +91,7 @@ class ThreadRun:
         status: running, paused, success, partial_complete, error or cancelled.
         steps: its step records, oldest first (with their ``usage``).
         run_id / owner / claims / updated_at: its `Worker` run, if it had one.
+        graph_version: the graph version it started on (None: an unversioned graph).
     """
 
     thread_id: str
@@ -107,6 +108,7 @@ class ThreadRun:
     claims: int = 0
     updated_at: float | None = None
     budget: tuple[str, bytes] | None = None  # a Worker run's, as stored
+    graph_version: str | None = None
 
     @property
     def ended(self) -> bool:
@@ -200,6 +202,7 @@ def _run_of(record: Any, worker: RunRecord | None) -> ThreadRun:
         checkpoint_id=record.checkpoint_id,
         run_id=record.run_id,
         updated_at=record.updated_at,
+        graph_version=record.graph_version,
     )
     if worker is not None:
         run.owner, run.claims = worker.owner, worker.attempts

@@ -70,6 +70,8 @@ class RunReport:
             `FailedStep`), and the paths of the steps skipped or replaced.
         suggestions: what to do next.
         runs_on_thread: how many runs the thread has had.
+        graph_version: the graph version the run started on, as text (None: an
+            unversioned graph, or a run stored before versions).
     """
 
     thread_id: str
@@ -91,6 +93,7 @@ class RunReport:
     degraded_steps: tuple[str, ...] = ()
     suggestions: tuple[str, ...] = ()
     runs_on_thread: int = 1
+    graph_version: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.thread_id, str) or not self.thread_id:
@@ -152,6 +155,8 @@ def _text(r: RunReport) -> str:
     head = f"thread {r.thread_id} · run {r.run}"
     if r.run_id:
         head += f" ({r.run_id})"
+    if r.graph_version is not None:
+        head += f" · graph v{r.graph_version}"
     head += f" · {r.status} · {len(r.steps)} steps · {render.seconds(r.duration)}"
     if r.owner:
         head += f" · worker {r.owner}"
@@ -243,6 +248,7 @@ def _report(
             keeps_log=isinstance(values, Mapping) and "resilience" in values,
         ),
         runs_on_thread=len([r for r in runs if r.run > 0]) or 1,
+        graph_version=chosen.graph_version,
     )
 
 
