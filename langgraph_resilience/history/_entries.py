@@ -83,7 +83,10 @@ class EffectEntry:
 
     ``replayed``: a step that ran again found its outcome in the ledger and did
     not call again; ``reconciled``: its intent was made before a recovery and
-    settled after it (looked up or called by the step that ran again).
+    settled after it (looked up or called by the step that ran again). ``how``
+    its outcome came about: ``"called"``, ``"replayed"``, ``"reconciled"`` or
+    ``"reexecuted"`` (called again under the same key: the first call's outcome
+    was never recorded, so the outside system may have seen it twice).
     """
 
     key: str
@@ -95,13 +98,23 @@ class EffectEntry:
     error: str | None = None
     replayed: bool = False
     reconciled: bool = False
+    how: str | None = None
 
     def describe(self) -> str:
-        marks = [
-            m for m, on in (("replayed", self.replayed), ("reconciled", self.reconciled)) if on
-        ]
-        extra = f" ({', '.join(marks)})" if marks else ""
+        extra = f" ({self.how})" if self.how and self.how != "called" else ""
         return f"{self.name} [{self.path or '?'}] {self.status}{extra} key={self.key}"
+
+
+def effect_how(e: EffectRecord, replayed: bool, reconciled: bool) -> str | None:
+    """How an effect's outcome came about: as stored (`EffectRecord.how`), where
+    it says more than a plain call; else as the run's recoveries show (pure)."""
+    if e.how in ("reexecuted", "reconciled"):
+        return e.how
+    if replayed:
+        return "replayed"
+    if reconciled and e.how is None:  # stored before schema 2
+        return "reconciled"
+    return e.how or ("called" if e.status != "intent" else None)
 
 
 def _redone_counts(run: ThreadRun) -> dict[int, int]:
@@ -271,6 +284,8 @@ def effect_entries(run: ThreadRun, effects: Sequence[EffectRecord]) -> tuple[Eff
                     replayed = True
                 elif rec.at is not None and e.intent_at < rec.at and (e.outcome_at or 0) >= rec.at:
                     reconciled = True
+        how = effect_how(e, replayed, reconciled)
+        replayed, reconciled = how == "replayed", how == "reconciled"
         entries.append(
             EffectEntry(
                 key=e.idempotency_key,
@@ -282,6 +297,7 @@ def effect_entries(run: ThreadRun, effects: Sequence[EffectRecord]) -> tuple[Eff
                 error=e.error,
                 replayed=replayed,
                 reconciled=reconciled,
+                how=how,
             )
         )
     return tuple(entries)

@@ -186,6 +186,7 @@ def _replayed(rec: Recovery, run: ThreadRun, effects: Sequence[EffectRecord]) ->
             and e.task_id in tasks
             and e.outcome_at is not None
             and e.outcome_at < end
+            and (e.how or "called") in ("called", "replayed")
         )
     return count
 
