@@ -303,6 +303,22 @@ def effect_entries(run: ThreadRun, effects: Sequence[EffectRecord]) -> tuple[Eff
     return tuple(entries)
 
 
+def error_advice(error: str | None) -> str:
+    """What to do about a run that ended ``error`` on ``error`` (``Type: message``)."""
+    said = f" ({error.splitlines()[0]})" if error else ""
+    if error and error.startswith("GraphRecursionError"):
+        return (
+            f"the run ended with an error{said}: it took more steps than its recursion "
+            "limit. If the loop is meant to go on, graph.invoke(None, {**config, "
+            '"recursion_limit": <more>}) goes on from its last checkpoint; if not, fix the '
+            "edge that loops"
+        )
+    return (
+        f"the run ended with an error{said}: fix its cause, then graph.invoke(None, config) "
+        "goes on from its last checkpoint, re-running the step that raised"
+    )
+
+
 def suggestions_for(
     run: ThreadRun, stored: list[str], *, keeps_log: bool = True
 ) -> tuple[str, ...]:
@@ -334,8 +350,5 @@ def suggestions_for(
             "graph.invoke(None, config) resumes it from its last checkpoint"
         )
     elif run.status == "error":
-        found.append(
-            "the run ended with an error: read it in the Worker run's outcome or the "
-            "timeline; fix the cause and submit the thread again"
-        )
+        found.append(error_advice(run.error))
     return tuple(found)

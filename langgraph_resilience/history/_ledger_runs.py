@@ -107,6 +107,8 @@ class ThreadRun:
     claims: int = 0
     updated_at: float | None = None
     budget: tuple[str, bytes] | None = None  # a Worker run's, as stored
+    error: str | None = None  # what a run that ended ``error`` raised
+    task_spec: tuple[str, bytes] | None = None  # its input, as stored
 
     @property
     def ended(self) -> bool:
@@ -201,7 +203,10 @@ def _run_of(record: Any, worker: RunRecord | None) -> ThreadRun:
         checkpoint_id=record.checkpoint_id,
         run_id=record.run_id,
         updated_at=record.updated_at,
+        error=record.error,
     )
+    if record.task_spec_type is not None and record.task_spec is not None:
+        run.task_spec = (record.task_spec_type, bytes(record.task_spec))
     if worker is not None:
         run.owner, run.claims = worker.owner, worker.attempts
         run.updated_at = max(record.updated_at, worker.updated_at)
