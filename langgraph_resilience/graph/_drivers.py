@@ -163,12 +163,24 @@ async def _call_async(
     stops: list[Mapping[str, Any]] = []
     nested = NESTED_STOPS.set(stops)
     started = time.monotonic()
+    own: list[BaseException] = []  # a TimeoutError the node raised itself
+
+    async def guarded(value: Any) -> Any:
+        try:
+            return await call(value)
+        except asyncio.TimeoutError as exc:
+            own.append(exc)
+            raise
+
     with Meter() if metered else _UNMETERED as meter:
         try:
-            output = await asyncio.wait_for(call(arg), timeout)
+            output = await asyncio.wait_for(guarded(arg), timeout)
         except asyncio.TimeoutError as exc:
-            error = TimeoutError(f"{name} took longer than {timeout}s")
-            error.__cause__ = exc
+            if own or timeout is None:  # the user's, shown as raised
+                error = exc
+            else:
+                error = TimeoutError(f"{name} took longer than {timeout}s")
+                error.__cause__ = exc
         except Exception as exc:
             error = exc
         finally:
