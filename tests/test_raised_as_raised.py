@@ -85,3 +85,16 @@ async def test_a_policy_timeout_still_names_the_timeout(tmp_path: Path) -> None:
         config = {"configurable": {"thread_id": "slow"}}
         out = await graph.ainvoke({}, config)
         assert "search took longer than 0.05s" in str(out["resilience"]["failed_steps"])
+
+
+async def test_no_internal_node_in_streamed_updates(tmp_path: Path) -> None:
+    """Every chunk of ``stream_mode="updates"`` is from a node the user added (or
+    the documented ``partial_result``), never our error handler."""
+    async with AsyncResilientSqliteSaver.from_conn_string(str(tmp_path / "t.db")) as saver:
+        graph = _graph(saver, None)
+        config = {"configurable": {"thread_id": "updates"}}
+        nodes = [n async for chunk in graph.astream({}, config, stream_mode="updates") for n in chunk]
+        assert nodes == ["partial_result"]
+        assert not any(n.startswith("__") for n in nodes)
+        report = await arun_report(saver, "updates")
+        assert [s.path for s in report.steps] == ["search"]  # still recorded
