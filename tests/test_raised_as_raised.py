@@ -93,7 +93,9 @@ async def test_no_internal_node_in_streamed_updates(tmp_path: Path) -> None:
     async with AsyncResilientSqliteSaver.from_conn_string(str(tmp_path / "t.db")) as saver:
         graph = _graph(saver, None)
         config = {"configurable": {"thread_id": "updates"}}
-        nodes = [n async for chunk in graph.astream({}, config, stream_mode="updates") for n in chunk]
+        nodes = [
+            n async for chunk in graph.astream({}, config, stream_mode="updates") for n in chunk
+        ]
         assert nodes == ["partial_result"]
         assert not any(n.startswith("__") for n in nodes)
         report = await arun_report(saver, "updates")

@@ -29,7 +29,10 @@ def test_a_ui_draws_the_timeline_from_astream_events_alone(tmp_path: Path) -> No
     assert lines[2:4] == ["search: try 2 started", "search: try 2 succeeded"]
     assert "draft: try 1 failed (permanent: ValueError: the model refused); giving up" in lines
     assert "draft: falling back to draft_template" in lines
-    assert "publish: try 1 failed (permanent: PermissionError: 403 from cms.example); giving up" in lines
+    assert (
+        "publish: try 1 failed (permanent: PermissionError: 403 from cms.example); giving up"
+        in lines
+    )
     assert lines[-2] == "partial result: failed publish"
     tries = [ln.split(" started")[0] for ln in lines if ln.endswith(" started")]
     ended = [
