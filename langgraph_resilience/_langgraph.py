@@ -67,9 +67,9 @@ from langgraph._internal import _constants
 from langgraph._internal._config import ensure_config as langgraph_config
 from langgraph._internal._runnable import RunnableCallable, coerce_to_runnable
 from langgraph.cache.base import BaseCache
-from langgraph.constants import TAG_HIDDEN
 from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions
 from langgraph.checkpoint.serde.types import _DeltaSnapshot as DeltaSnapshot
+from langgraph.constants import TAG_HIDDEN
 from langgraph.graph import StateGraph
 from langgraph.graph._node import StateNodeSpec
 from langgraph.graph.state import _CHANNEL_BRANCH_TO, CompiledStateGraph

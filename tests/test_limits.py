@@ -9,8 +9,8 @@ SIGKILLed while it holds a slot, and its slot must be free within a second.
 from __future__ import annotations
 
 import inspect
-import logging
 import json
+import logging
 import signal
 import time
 import uuid

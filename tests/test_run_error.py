@@ -5,6 +5,7 @@ shows the run's input verbatim (its task specification). Every backend."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from typing import Any
 
@@ -87,10 +88,8 @@ async def test_an_error_past_the_policies_is_named_as_raised(checkpointer: Any) 
     graph = g.compile(checkpointer=h.saver)
     thread = f"raise-{h.id}-{uuid.uuid4().hex[:6]}"
     config = {"configurable": {"thread_id": thread}}
-    try:
+    with contextlib.suppress(LookupError):
         await h.invoke(graph, {"n": 0}, config)
-    except LookupError:
-        pass
     report = await _report(h, thread)
     assert (report.status, report.error) == ("error", "LookupError: no such order: 42")
     [advice] = report.suggestions
