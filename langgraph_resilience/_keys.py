@@ -16,6 +16,7 @@ __all__ = [
     "GRAPH_KEY",
     "MIGRATED_META",
     "RENAMED_SCOPES_KEY",
+    "REPLAYED_SCOPES_KEY",
     "RETRY_FAILED_KEY",
     "RUN_META",
     "SCOPE_KEY",
@@ -34,6 +35,9 @@ EFFECT_SCOPE_KEY = "lgr_effect_scope"
 #: ``{new node: (checkpoint id, its old name's task scope)}``: the renamed tasks of
 #: a thread an older graph version stored keep their effect keys (`graph._upgrade`).
 RENAMED_SCOPES_KEY = "__lgr_renamed_scopes"
+#: A run from an older checkpoint (`graph._travel`): ``{"step", "scopes": {task
+#: path: effect scope}}``, the scopes the steps it replays had (their effect keys).
+REPLAYED_SCOPES_KEY = "__lgr_replayed_scopes"
 #: The parent graph goes on after a subgraph's `retry_failed`.
 RETRY_FAILED_KEY = "lgr_retry_failed"
 #: A run level's node slots (`graph._slots.Level`).
@@ -53,6 +57,9 @@ WORKER_KEY = "__lgr_worker"
 #: The run that wrote a checkpoint (LangGraph copies a run's ``config["metadata"]``
 #: into every checkpoint it writes): a `Worker` run's id.
 RUN_META = "lgr_run_id"
+# The run id LangGraph Agent Server gives a run (in its configurable and metadata):
+# a plain run's row records it as its run_id, linking the server's runs and ours.
+SERVER_RUN_KEY = "run_id"
 #: A try's callback run: its node, its number and when it started.
 TRY_NODE_META = "lgr_node"
 TRY_ATTEMPT_META = "lgr_attempt"

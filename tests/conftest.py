@@ -89,7 +89,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
 class Harness:
     """A saver of one backend, with calls that read the same for sync and async."""
 
-    backend: str  # "sqlite" | "postgres"
+    backend: str  # "sqlite" | "postgres" | "redis"
     is_async: bool
     saver: Any
     target: str  # SQLite path or Postgres DSN
@@ -131,6 +131,8 @@ class Harness:
 
 
 async def open_saver(backend: str, is_async: bool, target: str, stack: AsyncExitStack) -> Any:
+    if backend == "redis":
+        return await open_redis(is_async, stack)
     if backend == "sqlite":
         if is_async:
             from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
@@ -153,6 +155,34 @@ async def open_saver(backend: str, is_async: bool, target: str, stack: AsyncExit
 
     saver = stack.enter_context(ResilientPostgresSaver.from_conn_string(target))
     await asyncio.to_thread(saver.setup)
+    return saver
+
+
+async def open_redis(is_async: bool, stack: AsyncExitStack) -> Any:
+    """A Redis saver on the machine's Redis under a key prefix of its own, flushed
+    when ``stack`` closes (`redis_servers`)."""
+    import warnings
+
+    from redis_servers import REDIS_DOWN, REDIS_URL, flush_prefix
+
+    from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
+    from langgraph_resilience.checkpoint.redis.aio import AsyncResilientRedisSaver
+
+    if REDIS_DOWN is not None:
+        pytest.skip(REDIS_DOWN)
+    prefix = f"t{uuid.uuid4().hex[:12]}"
+    stack.callback(flush_prefix, prefix)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the machine's Redis keeps no disk
+        if is_async:
+            cm = AsyncResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix)
+            saver: Any = await stack.enter_async_context(cm)
+            await saver.setup()
+        else:
+            saver = stack.enter_context(
+                ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix)
+            )
+            saver.setup()
     return saver
 
 
@@ -202,15 +232,19 @@ SAVERS = {
     "postgres-pool": ("postgres", False, "pool"),
     "postgres-async-pool": ("postgres", True, "pool"),
 }
+#: The Redis savers: checkpoints only (no ledgers yet: docs/redis.md), so apart.
+REDIS_SAVERS = {"redis": ("redis", False, ""), "redis-async": ("redis", True, "")}
 
 
 async def harness(
     name: str, request: pytest.FixtureRequest, tmp_path: Path, stack: AsyncExitStack
 ) -> Harness:
     """The saver ``name`` names (a key of `SAVERS`), open until ``stack`` closes."""
-    backend, is_async, variant = SAVERS[name]
+    backend, is_async, variant = {**SAVERS, **REDIS_SAVERS}[name]
     if backend == "postgres":
         target = request.getfixturevalue("pg_dsn")
+    elif backend == "redis":
+        target = "redis"
     else:
         target = str(tmp_path / "checkpoints.db")
     if variant:
@@ -221,12 +255,14 @@ async def harness(
 
 
 #: The savers most tests run on; ``LGR_ALL_SAVERS=1`` (``make test-long``) adds
-#: Postgres in pipeline mode and on a pool (the savers' own tests always have them).
+#: Postgres in pipeline mode and on a pool (the savers' own tests always have them);
+#: ``LGR_REDIS_SAVERS=1`` adds the Redis savers, which keep checkpoints but not the
+#: ledgers these tests read (docs/redis.md), to see what a Redis ledger must pass.
 CHECKPOINTERS = (
     list(SAVERS)
     if os.environ.get("LGR_ALL_SAVERS")
     else ["sqlite", "sqlite-async", "postgres", "postgres-async"]
-)
+) + (list(REDIS_SAVERS) if os.environ.get("LGR_REDIS_SAVERS") else [])
 
 
 @pytest.fixture(params=CHECKPOINTERS)

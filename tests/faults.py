@@ -9,8 +9,10 @@ networks do, and a Postgres server of the tests' own that they may stop.
   ``max_connections`` pairs, two threads each, one 64 KiB chunk held per
   direction, every blocking call waits at most 50 ms, `stop` joins every thread.
 - `PgServer`: initdb once into a temporary directory, a free loopback port,
-  `stop` / `start` / `restart` with pg_ctl. Never touches another server. As root,
-  the server runs as the ``postgres`` user (initdb refuses root).
+  `stop` / `start` / `restart` with pg_ctl (``durable=True``: ``fsync`` and
+  ``synchronous_commit`` on, as a production server runs; off by default, for
+  speed). Never touches another server. As root, the server runs as the
+  ``postgres`` user (initdb refuses root).
 """
 
 from __future__ import annotations
@@ -215,7 +217,10 @@ class PgServer:
     initdb cannot run here); `destroy` stops it and removes its files.
     """
 
-    def __init__(self, root: Path, bindir: Path, run_as: list[str], port: int) -> None:
+    def __init__(
+        self, root: Path, bindir: Path, run_as: list[str], port: int, durable: bool = False
+    ) -> None:
+        self.durable = durable
         self.root = root
         self.data = root / "data"
         self.bindir = bindir
@@ -224,7 +229,7 @@ class PgServer:
         self.log = root / "server.log"
 
     @classmethod
-    def create(cls) -> PgServer:
+    def create(cls, durable: bool = False) -> PgServer:
         initdb = shutil.which("initdb") or shutil.which("initdb", path="/usr/local/bin")
         if initdb is None:
             raise PgUnavailable("initdb is not on PATH (install the PostgreSQL server)")
@@ -245,7 +250,7 @@ class PgServer:
                 raise PgUnavailable("running as root and runuser is missing")
             run_as = [runuser, "-u", "postgres", "--"]
             os.chown(root, user.pw_uid, user.pw_gid)
-        server = cls(root, bindir, run_as, _free_port())
+        server = cls(root, bindir, run_as, _free_port(), durable)
         try:
             server._run(
                 "initdb", "-D", str(server.data), "-A", "trust", "-U", "postgres", "--no-sync"
@@ -276,9 +281,10 @@ class PgServer:
         return True
 
     def start(self) -> None:
+        fast = "" if self.durable else "-c fsync=off -c synchronous_commit=off "
         options = (
-            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=60"
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 {fast}"
+            "-c full_page_writes=off -c max_connections=60"
         )
         self._run(
             "pg_ctl", "start", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "30",

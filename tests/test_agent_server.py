@@ -211,6 +211,12 @@ async def _story(server: Server) -> None:
     assert metrics["recoveries_by_kind"]["retry_failed"] == 1
     runs = server.get("/resilience/runs").json()
     assert {(r["thread_id"], r["run"]) for r in runs} == {(a, 1), (a, 2), (b, 1)}
+    # each run names the server's run that ran it (the server's ids and ours linked)
+    for thread in (a, b):
+        theirs = {r["run_id"] for r in await client.runs.list(thread)}
+        ours = {r["run_id"] for r in runs if r["thread_id"] == thread}
+        assert ours and ours <= theirs, (ours, theirs)
+    assert len({r["run_id"] for r in runs if r["thread_id"] == a}) == 2
     storage = server.get(f"/resilience/threads/{a}/storage").json()
     assert storage["checkpoints"] > 0 and storage["writes"] > 0
     assert storage["channels"]["resilience"]["checkpoint_bytes"] > 0

@@ -28,6 +28,7 @@ SMALLEST = {
     "run_length.py": ["--repeats", "1", "--lengths", "3", "--runs", "2", "--loop", "5"],
     "pg_round_trips.py": ["--steps", "2", "--warmup", "1", "--runs", "1"],
     "node_wrapper.py": ["--calls", "20", "--chunks", "2"],
+    "redis_latency.py": ["--ops", "20", "--runs", "1"],
 }
 
 

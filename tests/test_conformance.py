@@ -6,14 +6,19 @@ how many is upstream's business, not asserted here).
 
 from __future__ import annotations
 
+import uuid
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+from redis_servers import REDIS_DOWN, REDIS_URL, flush_prefix
 
 from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
+from langgraph_resilience.checkpoint.redis.aio import AsyncResilientRedisSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
 
 ALL = sorted(c.value for c in ALL_CAPABILITIES)
@@ -57,5 +62,26 @@ async def test_sqlite_passes_all_eight(tmp_path: Path) -> None:
 
 async def test_postgres_passes_all_eight(pg_dsn: str) -> None:
     report = await validate(_postgres(AsyncResilientPostgresSaver, pg_dsn))
+    assert _failures(report) == {}
+    assert _passed(report) == ALL
+
+
+async def test_redis_passes_all_eight() -> None:
+    if REDIS_DOWN is not None:
+        pytest.skip(REDIS_DOWN)
+    prefix = f"conf{uuid.uuid4().hex[:8]}"
+
+    @checkpointer_test(name="AsyncResilientRedisSaver")
+    async def factory() -> AsyncIterator[Any]:
+        async with AsyncResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix) as saver:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                await saver.setup()
+            yield saver
+
+    try:
+        report = await validate(factory)
+    finally:
+        flush_prefix(prefix)
     assert _failures(report) == {}
     assert _passed(report) == ALL

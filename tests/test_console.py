@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -18,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import cli_graph
+import console_graph
 import httpx
 import psycopg
 import pytest
 from conftest import PG_URL, _with_db, require_postgres
+from spawn import spawn
 from starlette.testclient import TestClient
 from test_settle import payment_graph
 
@@ -37,6 +41,7 @@ from langgraph_resilience.testing import FaultPlan, SimulatedCrash
 playwright = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 TESTS = Path(__file__).parent
+CLI = str(Path(cli.__file__))
 DOCS = TESTS.parent / "docs" / "img"
 EVIL = "<script>alert(1)</script>"
 pytestmark = pytest.mark.skipif(
@@ -329,3 +334,149 @@ def test_the_metrics_buckets_add_up_to_the_metrics(store: str) -> None:
             assert len(found) == count
             assert sum(m.runs for _, m in found) == whole.runs == 2
             assert found[-1][1].runs_partial == 1 and found[-1][1].partial_completion_rate == 0.5
+
+
+# -- what happened, as it happened (issues 38, 40) ------------------------------------------
+
+
+def _sql(store: str, sql: str, *params: Any) -> None:
+    """One statement on the store's own tables (what another driver would have written)."""
+    if store.endswith(".db"):
+        with sqlite3.connect(store) as db:
+            db.execute(sql, params)
+    else:
+        with psycopg.connect(store, autocommit=True) as db:
+            db.execute(sql.replace("?", "%s"), params)
+
+
+def _saver_cls(store: str) -> Any:
+    return ResilientSqliteSaver if store.endswith(".db") else ResilientPostgresSaver
+
+
+def test_a_partial_run_draws_its_partial_result_an_error_run_its_error(
+    store: str, browser: Any, tmp_path: Path
+) -> None:
+    """A partial result reached is drawn reached; the run's input shows verbatim;
+    a run that ended ``error`` names its error; each run shows its graph version."""
+    _sql(
+        store,
+        "UPDATE resilience_run_log SET status = 'error', error = ?, graph_version = ? "
+        "WHERE thread_id = ?",
+        "GraphRecursionError: Recursion limit of 25 reached without hitting a stop condition",
+        "7",
+        "fine",
+    )
+    with console(store, "--graph", "cli_graph:builder") as url:
+        page = browser.new_page()
+        page.goto(f"{url}/run?" + str(httpx.QueryParams({"thread": EVIL})))
+        node = page.locator('#graph g.node[data-node="partial_result"]')
+        assert node.get_attribute("data-status") == "completed"
+        assert "not reached" not in (node.text_content() or "")
+        assert '"done": []' in page.locator("#input").inner_text()
+        assert page.locator("#version").inner_text() == "none"
+        assert page.locator("#error").count() == 0
+        _shot(page, tmp_path, "partial", store)
+
+        page.goto(f"{url}/run?thread=fine")
+        assert "error" in page.locator("#run-status").inner_text()
+        assert "GraphRecursionError: Recursion limit of 25" in page.locator("#error").inner_text()
+        assert page.locator("#version").inner_text() == "7"
+        assert '"fix": "ok"' in page.locator("#input").inner_text()
+
+        page.goto(f"{url}/runs")
+        row = page.locator('tr.run[data-status="error"]')
+        assert row.locator("td.version").inner_text() == "7"
+
+
+def test_a_paused_run_shows_its_question_and_its_waiting_node(
+    store: str, browser: Any, tmp_path: Path
+) -> None:
+    """With the graph (its state's tasks) and without (the checkpoint's writes)."""
+    with _saver_cls(store).from_conn_string(store) as saver:
+        graph = cli_graph.builder.compile(checkpointer=saver)
+        asked = {"configurable": {"thread_id": "asked"}}
+        graph.invoke({"done": [], "fix": "ok", "ask": True}, asked)
+    for flags in (("--allow-actions", "--graph", "cli_graph:builder"), ()):
+        with console(store, *flags) as url:
+            page = browser.new_page()
+            page.goto(f"{url}/run?thread=asked")
+            assert "paused" in page.locator("#run-status").inner_text()
+            question = page.locator("#question").inner_text()
+            assert "approve?" in question and "waiting in c" in question, flags
+            node = page.locator('#graph g.node[data-node="c"]')
+            assert node.get_attribute("data-status") == "waiting", flags
+            assert "waiting" in (node.text_content() or "")
+            if flags:
+                assert page.locator("#answer").count() == 1  # the box beside the question
+                _shot(page, tmp_path, "paused", store)
+
+
+def test_the_runs_list_marks_recovered_degraded_stale_and_blocked_runs(
+    store: str, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run resumed after its process died is recovered; a run with a step skipped
+    degraded; a Worker run whose worker was SIGKILLed (its holder gone) stale; a
+    thread paused in a node the console's graph (v2) no longer has blocked."""
+    ledger = tmp_path / "ledger.txt"
+    monkeypatch.setenv("LGR_CLI_LEDGER", str(ledger))
+    with _saver_cls(store).from_conn_string(store) as saver:
+        graph = cli_graph.builder.compile(checkpointer=saver)
+        crashed = {"configurable": {"thread_id": "crashed"}}
+        with pytest.raises(SimulatedCrash):
+            FaultPlan().crash("b").apply(graph).invoke({"done": [], "fix": "ok"}, crashed)
+    with _saver_cls(store).from_conn_string(store) as saver:
+        graph = cli_graph.builder.compile(checkpointer=saver)
+        graph.invoke(None, crashed)  # resumed by another process: a recovery
+        graph.invoke(
+            {"done": [], "ask": True, "fix": "ok"}, {"configurable": {"thread_id": "asked"}}
+        )
+        console_graph.degrading.compile(checkpointer=saver).invoke(
+            {"done": []}, {"configurable": {"thread_id": "degraded"}}
+        )
+        run_id = Worker(cli_graph.builder, checkpointer=saver).submit(
+            {"done": [], "fix": "ok", "slow": 60.0}, thread_id="killed"
+        )
+    proc = spawn(CLI, "worker", "--db", store, "--graph", "cli_graph:builder", "--lease-ttl", "600")
+    deadline = time.monotonic() + 30
+    while not ledger.exists() or f"a {proc.pid}" not in ledger.read_text():  # a started
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=15)
+    with _saver_cls(store).from_conn_string(store) as saver:
+        found = saver.read_run(run_id)
+        assert found is not None and found.status == "running"  # its lease runs 10 minutes
+    with console(store, "--graph", "console_graph:renamed") as url:
+        page = browser.new_page()
+        page.goto(f"{url}/runs")
+
+        def marks(thread: str) -> set[str]:
+            row = page.locator("tr.run", has=page.locator(f'a:text-is("{thread}")'))
+            return set((row.get_attribute("data-marks") or "").split())
+
+        assert marks("crashed") == {"recovered"}
+        assert marks("degraded") == {"degraded"}
+        assert marks("killed") == {"stale"}
+        assert marks("asked") == {"blocked"}
+        assert marks("fine") == set()
+        badge = page.locator("tr.run .mk-stale")
+        assert badge.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(248, 215, 218)"
+        page.goto(f"{url}/run?thread=asked")
+        assert "'c'" in page.locator("#blocked").inner_text()  # names the node it lost
+    with console(store, "--graph", "cli_graph:builder") as url:  # the graph it ran on
+        page = browser.new_page()
+        page.goto(f"{url}/run?thread=crashed")
+        assert "crash" in page.locator("#timeline").inner_text()
+        assert "redone" in (page.locator('#graph g.node[data-node="b"]').text_content() or "")
+        _shot(page, tmp_path, "recovered", store)
+
+
+def test_a_live_workers_run_is_not_stale() -> None:
+    from langgraph_resilience.server._facts import is_stale
+
+    run = type("R", (), {"status": "running", "lease_expires_at": 200.0, "holder": "h"})()
+    assert not is_stale("running", run, 100.0, alive=lambda h: True)
+    assert not is_stale("running", run, 100.0, alive=lambda h: None)  # another host: lease
+    assert is_stale("running", run, 100.0, alive=lambda h: False)
+    assert is_stale("running", run, 300.0, alive=lambda h: True)
+    assert not is_stale("paused", run, 300.0, alive=lambda h: False)

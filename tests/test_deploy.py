@@ -22,10 +22,13 @@ import pytest
 from conftest import Harness
 from langgraph.graph import END, START
 from langgraph.types import Command, interrupt
+from typing_extensions import Required
 
 from langgraph_resilience import (
     ConfigError,
     DeployBlocked,
+    NodePolicy,
+    PermanentError,
     ResilientState,
     ResilientStateGraph,
     acheck_deploy,
@@ -64,10 +67,12 @@ def publish(state: State) -> dict[str, Any]:
     return {"done": [f"publish:{state.get('priority', 'MISSING')}"]}
 
 
-def build(name: str = "review", **versions: Any) -> ResilientStateGraph[Any]:
-    g = ResilientStateGraph(State, **versions)
+def build(
+    name: str = "review", *, node: Any = review, state: Any = State, **versions: Any
+) -> ResilientStateGraph[Any]:
+    g = ResilientStateGraph(state, **versions)
     g.add_node("prep", prep)
-    g.add_node(name, review)
+    g.add_node(name, node)
     g.add_node("publish", publish)
     g.add_edge(START, "prep")
     g.add_edge("prep", name)
@@ -84,6 +89,16 @@ async def _check(checkpointer: Harness, builder: Any) -> Any:
     if checkpointer.is_async:
         return await acheck_deploy(checkpointer.saver, builder)
     return check_deploy(checkpointer.saver, builder)
+
+
+def _of(report: Any, thread: str) -> list[str]:
+    """The verdicts of one thread (the Postgres database holds other tests' threads)."""
+    return [t.verdict for t in report.threads if t.thread_id == thread]
+
+
+def _one(report: Any, thread: str) -> Any:
+    [found] = [t for t in report.threads if t.thread_id == thread]
+    return found
 
 
 async def _count(checkpointer: Harness, config: dict[str, Any]) -> int:
@@ -236,10 +251,10 @@ def test_check_deploy_command_exits_1_when_a_thread_is_blocked(tmp_path: Path) -
             {"done": []}, {"configurable": {"thread_id": "paused-1"}}
         )
 
-    def run(attr: str) -> subprocess.CompletedProcess[str]:
+    def run(attr: str, *given: str) -> subprocess.CompletedProcess[str]:
         command = ["check-deploy", "--db", db, "--json", "--graph", f"deploy_graphs:{attr}"]
         return subprocess.run(
-            [sys.executable, "-m", "langgraph_resilience", *command],
+            [sys.executable, "-m", "langgraph_resilience", *(given or command)],
             capture_output=True,
             text=True,
             cwd=tmp_path,
@@ -255,6 +270,9 @@ def test_check_deploy_command_exits_1_when_a_thread_is_blocked(tmp_path: Path) -
     ok = run("mapped")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["threads"][0]["verdict"] == "migrates"
+    shown = run("", "show", "paused-1", "--db", db)
+    assert shown.returncode == 0, shown.stderr
+    assert "graph v1" in shown.stdout.splitlines()[0]  # the version the run ran on
 
 
 async def test_a_paused_worker_run_is_refused_and_kept_then_finishes_once_mapped(
@@ -295,3 +313,232 @@ async def test_a_paused_worker_run_is_refused_and_kept_then_finishes_once_mapped
     done = checkpointer.saver.serde.loads_typed((record.outcome_type, record.outcome))
     assert done["values"]["done"] == ["prep", "review:yes", "publish:MISSING"]
     assert len(SENT) == 1  # its effect, once
+
+
+async def test_each_run_records_the_graph_version_it_ran_on(checkpointer: Harness) -> None:
+    from langgraph_resilience import arun_report, run_report
+
+    config = cfg(checkpointer, "runs-on")
+    thread = config["configurable"]["thread_id"]
+    v1 = build(version=1).compile(checkpointer=checkpointer.saver)
+    await checkpointer.invoke(v1, {"done": []}, config)
+    await checkpointer.invoke(v1, Command(resume="yes"), config)
+    v2 = build(version=2).compile(checkpointer=checkpointer.saver)
+    await checkpointer.invoke(v2, {"done": []}, config)  # a new run, on the new version
+    rows = await checkpointer.call("history.run_rows", thread)
+    assert [(r.run, r.graph_version) for r in rows] == [(2, "2"), (1, "1")]
+    if checkpointer.is_async:
+        first = await arun_report(checkpointer.saver, thread, run=1)
+        latest = await arun_report(checkpointer.saver, thread)
+    else:
+        first = run_report(checkpointer.saver, thread, run=1)
+        latest = run_report(checkpointer.saver, thread)
+    assert first.graph_version == "1" and latest.graph_version == "2"
+    assert "graph v2" in latest.to_text().splitlines()[0]
+    assert latest.to_dict()["graph_version"] == "2"
+    # an unversioned graph records none
+    plain = cfg(checkpointer, "runs-on-plain")
+    await checkpointer.invoke(build().compile(checkpointer=checkpointer.saver), {"done": []}, plain)
+    [row] = await checkpointer.call("history.run_rows", plain["configurable"]["thread_id"])
+    assert row.graph_version is None
+
+
+class Ticketed(State):  # version 2 requires a field version 1 never wrote
+    ticket: Required[str]
+
+
+async def test_a_required_field_without_a_migration_blocks_the_thread(
+    checkpointer: Harness,
+) -> None:
+    config = cfg(checkpointer, "required")
+    thread = config["configurable"]["thread_id"]
+    v1 = build(version=1).compile(checkpointer=checkpointer.saver)
+    await checkpointer.invoke(v1, {"done": []}, config)
+    stored = await _count(checkpointer, config)
+
+    def v2(**versions: Any) -> Any:
+        return build(state=Ticketed, version=2, **versions)
+
+    bare = v2()
+    report = await _check(checkpointer, bare)
+    assert _of(report, thread) == ["blocked"]
+    assert (
+        "'ticket'" in _one(report, thread).reasons[0]
+        and "migration" in _one(report, thread).reasons[0]
+    )
+    with pytest.raises(DeployBlocked, match="'ticket'"):
+        await checkpointer.invoke(bare.compile(checkpointer=checkpointer.saver), None, config)
+    assert await _count(checkpointer, config) == stored  # nothing stored
+
+    # a migration that forgets it: check_deploy trusts it, the resume does not
+    forgets = v2(migrations={2: lambda s: {**s, "priority": "p"}})
+    assert _of(await _check(checkpointer, forgets), thread) == ["migrates"]
+    with pytest.raises(DeployBlocked, match="'ticket' after the migrations"):
+        await checkpointer.invoke(forgets.compile(checkpointer=checkpointer.saver), None, config)
+    assert await _count(checkpointer, config) == stored
+
+    gives = v2(migrations={2: lambda s: {**s, "priority": "urgent", "ticket": "T-1"}})
+    out = await checkpointer.invoke(
+        gives.compile(checkpointer=checkpointer.saver), Command(resume="y"), config
+    )
+    assert out["ticket"] == "T-1" and out["resilience"]["status"] == "success"
+    # a new run on a finished thread is not checked: its input may give the field
+    fresh = cfg(checkpointer, "required-fresh")
+    await checkpointer.invoke(v1, {"done": []}, fresh)
+    await checkpointer.invoke(v1, Command(resume="y"), fresh)
+    out = await checkpointer.invoke(
+        bare.compile(checkpointer=checkpointer.saver), {"done": [], "ticket": "T-2"}, fresh
+    )
+    assert out["ticket"] == "T-2"
+
+
+def enrich(state: State) -> dict[str, Any]:
+    raise PermanentError("the enrichment service said no")
+
+
+def build_enriched(*, critical: bool, **versions: Any) -> ResilientStateGraph[Any]:
+    g = ResilientStateGraph(State, **versions)
+    g.add_node("prep", prep)
+    g.add_node("enrich", enrich, policy=NodePolicy(retry=None, critical=critical))
+    g.add_node("review", review)
+    g.add_node("publish", publish)
+    g.add_edge(START, "prep")
+    g.add_edge("prep", "enrich")
+    g.add_edge("enrich", "review")
+    g.add_edge("review", "publish")
+    g.add_edge("publish", END)
+    return g
+
+
+async def test_a_degraded_step_of_a_node_made_critical_blocks_the_thread(
+    checkpointer: Harness,
+) -> None:
+    config = cfg(checkpointer, "critical")
+    thread = config["configurable"]["thread_id"]
+    v1 = build_enriched(critical=False, version=1).compile(checkpointer=checkpointer.saver)
+    out = await checkpointer.invoke(v1, {"done": []}, config)
+    assert out["resilience"]["degraded_steps"] == ["enrich"]  # went on past it, then paused
+
+    strict = build_enriched(critical=True, version=2)
+    report = await _check(checkpointer, strict)
+    assert _of(report, thread) == ["blocked"]
+    assert (
+        "'enrich'" in _one(report, thread).reasons[0]
+        and "critical" in _one(report, thread).reasons[0]
+    )
+    lenient = build_enriched(critical=False, version=2)
+    assert _of(await _check(checkpointer, lenient), thread) == ["ok"]
+    out = await checkpointer.invoke(
+        lenient.compile(checkpointer=checkpointer.saver), Command(resume="y"), config
+    )
+    assert out["done"][-1] == "publish:MISSING"
+
+
+def enrich_cache(state: State) -> dict[str, Any]:
+    return {"done": ["enrich_cache"]}
+
+
+async def test_a_step_replaced_by_its_fallback_is_no_degraded_step(checkpointer: Harness) -> None:
+    def build_fallback(**versions: Any) -> ResilientStateGraph[Any]:
+        g = ResilientStateGraph(State, **versions)
+        g.add_node("enrich", enrich, policy=NodePolicy(retry=None, fallback="enrich_cache"))
+        g.add_node("enrich_cache", enrich_cache)
+        g.add_node("review", review)
+        g.add_edge(START, "enrich")
+        g.add_edge("enrich", "review")
+        g.add_edge("enrich_cache", "review")
+        g.add_edge("review", END)
+        return g
+
+    config = cfg(checkpointer, "fallback")
+    thread = config["configurable"]["thread_id"]
+    v1 = build_fallback(version=1).compile(checkpointer=checkpointer.saver)
+    out = await checkpointer.invoke(v1, {"done": []}, config)
+    assert out["resilience"]["degraded_steps"] == ["enrich"]  # replaced, the node critical
+    v2 = build_fallback(version=2)
+    assert _of(await _check(checkpointer, v2), thread) == ["ok"]
+    out = await checkpointer.invoke(
+        v2.compile(checkpointer=checkpointer.saver), Command(resume="y"), config
+    )
+    assert out["resilience"]["status"] == "success"
+
+
+def _asking(effect: Any) -> Any:
+    def review(state: State) -> dict[str, Any]:
+        effect("asked for a review")
+        return {"done": [f"review:{interrupt('approve?')}"]}
+
+    return review
+
+
+async def test_a_renamed_side_effect_of_a_paused_task_blocks_the_thread(
+    checkpointer: Harness,
+) -> None:
+    from langgraph_resilience.graph import _versions
+    from langgraph_resilience.graph._versions import defined_effects
+
+    config = cfg(checkpointer, "effect")
+    thread = config["configurable"]["thread_id"]
+    calls: list[str] = []
+
+    def v1_run() -> Any:  # the old code: gone after the deploy
+        @side_effect
+        def ask_reviewer_v1(text: str) -> str:
+            calls.append("v1")
+            return "asked"
+
+        return build(node=_asking(ask_reviewer_v1), version=1).compile(
+            checkpointer=checkpointer.saver
+        )
+
+    await checkpointer.invoke(v1_run(), {"done": []}, config)
+    # The deployed process never imports the old code: its effect is not defined there.
+    _versions._DEFINED.pop("ask_reviewer_v1", None)
+    assert calls == ["v1"] and "ask_reviewer_v1" not in defined_effects()
+
+    @side_effect
+    def ask_reviewer(text: str) -> str:  # renamed: its key would change
+        calls.append("renamed")
+        return "asked"
+
+    renamed = build(node=_asking(ask_reviewer), version=2)
+    report = await _check(checkpointer, renamed)
+    assert _of(report, thread) == ["blocked"]
+    assert "'ask_reviewer_v1'" in _one(report, thread).reasons[0]
+
+    @side_effect(name="ask_reviewer_v1")  # keeps its key
+    def ask_reviewer_kept(text: str) -> str:
+        calls.append("kept")
+        return "asked"
+
+    kept = build(node=_asking(ask_reviewer_kept), version=2)
+    assert _of(await _check(checkpointer, kept), thread) == ["ok"]
+    out = await checkpointer.invoke(
+        kept.compile(checkpointer=checkpointer.saver), Command(resume="y"), config
+    )
+    assert out["resilience"]["status"] == "success"
+    assert calls == ["v1"]  # replayed by its key, not called again
+
+
+def test_the_fields_a_state_schema_requires() -> None:
+    import dataclasses
+
+    import pydantic
+
+    from langgraph_resilience.graph._versions import required_fields
+
+    class Total(ResilientState):  # total=True: LangGraph still takes it partial
+        query: str
+
+    @dataclasses.dataclass
+    class Data:
+        ticket: str
+        note: str = ""
+
+    class Model(pydantic.BaseModel):
+        ticket: str
+        note: str = ""
+
+    assert required_fields(Ticketed) == {"ticket"}
+    assert required_fields(Total) == frozenset() and required_fields(State) == frozenset()
+    assert required_fields(Data) == {"ticket"} and required_fields(Model) == {"ticket"}

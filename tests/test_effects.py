@@ -534,12 +534,10 @@ def test_bad_options_are_refused() -> None:
     side_effect(defer_outcome=True, on_unknown="raise", reconcile=lambda key: None)(lambda: None)
 
 
-def test_an_outcome_is_one_statement_that_commits_without_waiting_for_the_disk(
-    pg_dsn: str,
-) -> None:
+def test_an_outcome_is_one_statement_that_commits_durably(pg_dsn: str) -> None:
     """The outcome's own write is one statement on both dialects; on Postgres it
-    turns ``synchronous_commit`` off for its transaction itself (a killed process
-    keeps the commit; only a server crash could lose it)."""
+    leaves ``synchronous_commit`` as the server has it (a durable commit: the
+    server and the process dying together keep it, tests/test_host_crash.py)."""
     import psycopg
 
     from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields
@@ -558,7 +556,7 @@ def test_an_outcome_is_one_statement_that_commits_without_waiting_for_the_disk(
     with psycopg.connect(pg_dsn) as conn:  # a transaction, as the saver's write is
         assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
         conn.execute(stmt.sql, stmt.params)
-        assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
     rows = sql(
         "postgres",
         pg_dsn,

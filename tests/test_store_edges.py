@@ -129,6 +129,8 @@ async def test_sqlite_stores_the_same_values(
 HOSTILE_IDS = {
     "nul": ("job\x0042", "holds a NUL character at index 3"),
     "surrogate": ("job-\ud800", "is not valid Unicode"),
+    "long": ("x" * 1_000_000, "1000000 bytes long .UTF-8., over the 1024 allowed"),
+    "not-text": (1.5, "is a float: a thread id is text"),
 }
 
 
@@ -159,13 +161,31 @@ async def test_a_thread_id_one_dialect_cannot_store_is_refused_on_both(
     h = checkpointer
     thread_id, problem = HOSTILE_IDS[hostile]
     graph = effect_graph().compile(checkpointer=h.saver)
-    with pytest.raises(ConfigError, match=problem):
+    with pytest.raises(ConfigError, match=problem) as raised:
         await h.invoke(graph, {}, {"configurable": {"thread_id": thread_id}})
+    assert "Postgres" not in str(raised.value)  # one rule, the same words, on every backend
+    assert len(str(raised.value)) < 400  # a long id is shown cut short
     with pytest.raises(ConfigError, match=problem):
         await h.call("runs.submit", "run-hostile", thread_id, None, None)
     # Deleting such a thread is no error: there is nothing of it to delete.
     await h.call("delete_thread", thread_id)
     await h.call("prune", [thread_id], strategy="delete")
+
+
+async def test_an_integer_thread_id_is_its_text_on_every_backend(checkpointer: Any) -> None:
+    """``thread_id=42`` runs, reads back and deletes as the thread ``"42"`` (Postgres
+    once ran it, then failed every read with ``text = smallint``)."""
+    h = checkpointer
+    number = 10_000 + uuid.uuid4().int % 10_000
+    graph = effect_graph().compile(checkpointer=h.saver)
+    await h.invoke(graph, {}, {"configurable": {"thread_id": number}})
+    found = await h.call("get_tuple", {"configurable": {"thread_id": number}})
+    same = await h.call("get_tuple", {"configurable": {"thread_id": str(number)}})
+    assert found is not None and same is not None
+    assert found.checkpoint["id"] == same.checkpoint["id"]
+    assert len(await h.listed({"configurable": {"thread_id": number}})) >= 3
+    await h.call("delete_thread", number)
+    assert await h.call("get_tuple", {"configurable": {"thread_id": str(number)}}) is None
 
 
 def thread_rows(target: str, thread_id: str) -> dict[str, int]:
@@ -351,16 +371,19 @@ async def test_a_plain_pool_of_the_caller_gives_up_within_its_bound_under_a_blac
     pg_server: Any, is_async: bool
 ) -> None:
     """A pool built the plain way (psycopg's own connection class, a DSN with no
-    timeouts): every saver call ends with `StoreUnavailable` within
-    ``store_retry.max_attempts * (pool timeout + timeouts.read) + retry window``."""
+    timeouts, a checkout wait longer than the whole bound): every saver call ends
+    with `StoreUnavailable` within ``store_retry.max_attempts * (timeouts.checkout +
+    timeouts.read) + retry window``, whatever the pool's own ``timeout``."""
     pg_server.ensure_running()
     dsn = pg_server.create_database(f"lgr_edges_{uuid.uuid4().hex[:8]}")
     with ResilientPostgresSaver.from_conn_string(dsn) as plain:
         plain.setup()
-    timeouts = PgTimeouts(connect=2, statement=0.5, read=1.0, lock=0.4, idle_in_transaction=2)
+    timeouts = PgTimeouts(
+        connect=2, statement=0.5, read=1.0, lock=0.4, idle_in_transaction=2, checkout=1.0
+    )
     retry = Backoff(max_attempts=2, initial_interval=0.1, max_interval=0.1, jitter="none")
-    pool_timeout = 1.0
-    bound = retry.max_attempts * (pool_timeout + 1.0) + retry_window(retry)
+    pool_timeout = 120.0  # the caller's: the saver bounds each checkout itself
+    bound = retry.max_attempts * (1.0 + 1.0) + retry_window(retry)
     with TcpProxy(pg_server.port) as proxy:
         target = proxy.dsn(dsn)
         async with AsyncExitStack() as stack:

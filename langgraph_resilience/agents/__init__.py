@@ -13,7 +13,8 @@ which brings ``langchain``); the rest of the package works without it.
 The rooms: ``middleware`` (`ResilienceMiddleware`), ``_policy`` (`CallPolicy`,
 `ToolEffect`), ``_calls`` (a model or tool call as tries of the one try loop),
 ``_tool_effects`` (a tool call recorded once in the side-effect ledger),
-``_outcome`` (what a call that failed for good becomes in the agent's state).
+``_outcome`` (what a call that failed for good becomes in the agent's state),
+``_resumes`` (a resume after a crash stored as a recovery).
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@
   replaced by the new one (same message id, so LangGraph's ``add_messages``
   replaces it in place), a success is kept and the call not made again, so
   the history keeps one `ToolMessage` per tool call, as providers require;
+- `nested_short`: a tool call whose result carries the run log of an agent
+  it invoked that ended short (deepagents' ``task`` tool returns its
+  subagent's state in a `Command`): the call itself failed, so that
+  `retry_failed` re-runs it rather than reading the run as ended;
 - `call_step`: the step record of a model or tool call that ran, as a node's
   (``model``, ``model#2``, ``tools/search[0]``), so ``saver.step_history`` and
   `run_report` list an agent's steps, and map its tries and effects to them.
@@ -24,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.types import Command
 
 from langgraph_resilience.checkpoint import AttemptRecord
 from langgraph_resilience.classify import FailureKind
@@ -38,6 +43,7 @@ __all__ = [
     "earlier_result",
     "ended",
     "in_parents_run",
+    "nested_short",
     "partial_log",
     "stopped_message",
     "tool_error_message",
@@ -144,6 +150,54 @@ def partial_log(
         "partial_output": {"tool_results": len(done), "last_answer": last_answer},
         "recovery_suggestions": [_suggestion(where, gave_up)],
     }
+
+
+def nested_short(
+    result: Any, name: str, call_id: str, messages: Sequence[BaseMessage]
+) -> Command[Any] | None:
+    """The tool call's result as a failed call of this agent, if it is a `Command`
+    carrying the run log of an agent it invoked that ended with a partial result
+    (none otherwise). Its `ToolMessage` becomes an error result, so a re-run of
+    the ``tools`` node (`retry_failed`) makes the call again, and the failed
+    step is this call, naming the nested one (``nested``)."""
+    update = result.update if isinstance(result, Command) else None
+    log = update.get("resilience") if isinstance(update, Mapping) else None
+    if not isinstance(log, Mapping) or log.get("status") != "partial_complete":
+        return None
+    assert isinstance(update, Mapping)
+    inner = dict(log.get("failed_step") or {})
+    said = [
+        m.model_copy(update={"status": "error"})
+        if isinstance(m, ToolMessage) and m.tool_call_id == call_id
+        else m
+        for m in update.get("messages") or ()
+    ]
+    failed = {
+        **{
+            k: inner[k]
+            for k in ("kind", "reason", "error_type", "message", "attempts")
+            if k in inner
+        },
+        "path": f"tools/{name}",
+        "node": "tools",
+        "tool": name,
+        "tool_call_id": call_id,
+        "nested": inner.get("path"),
+    }
+    done = _done([*messages, *said])
+    where = f"tools/{name} (its agent's step {inner.get('path')!r})"
+    ran = {
+        "status": "partial_complete",
+        "failed_step": failed,
+        "failed_steps": [failed],
+        "completed_steps": done,
+        "partial_output": {"tool_results": len(done), "last_answer": None},
+        "recovery_suggestions": [
+            f"{where} failed for good ({inner.get('message', '')}); fix the cause, then "
+            "retry_failed(agent, config) makes the call again"
+        ],
+    }
+    return Command(update={**update, "messages": said, "resilience": ran})
 
 
 def stopped_message(log: Mapping[str, Any]) -> AIMessage:

@@ -59,6 +59,7 @@ from langgraph_resilience.agents._outcome import (
     earlier_result,
     ended,
     in_parents_run,
+    nested_short,
     partial_log,
     stopped_message,
     tool_error_message,
@@ -68,6 +69,7 @@ from langgraph_resilience.agents._policy import (
     ToolEffect,
     node_policy,
 )
+from langgraph_resilience.agents._resumes import anote_agent_resume, note_agent_resume
 from langgraph_resilience.agents._tool_effects import (
     recorded,
     tool_once_async,
@@ -159,6 +161,26 @@ def _tool_message(value: Any, request: ToolCallRequest) -> ToolResult:
         return value
     call = request.tool_call
     return ToolMessage(content=str(value), tool_call_id=call["id"] or "", name=call["name"])
+
+
+def _replacing(result: Command[Any], earlier: ToolMessage) -> Command[Any]:
+    """A re-made call's `Command` whose `ToolMessage` replaces its error result
+    in place (same message id: one `ToolMessage` per tool call id)."""
+    update = result.update
+    if not isinstance(update, Mapping):
+        return result
+    said = [
+        m.model_copy(update={"id": earlier.id})
+        if isinstance(m, ToolMessage) and m.tool_call_id == earlier.tool_call_id
+        else m
+        for m in update.get("messages") or ()
+    ]
+    return Command(
+        graph=result.graph,
+        goto=result.goto,
+        resume=result.resume,
+        update={**update, "messages": said},
+    )
 
 
 def _earlier(request: ToolCallRequest) -> ToolMessage | None:
@@ -403,6 +425,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
                     call.count(meter, time.monotonic() - started, response)
 
         task = TaskContext.current()
+        note_agent_resume(task)  # the first call after a crash: a recovery
         what = self._model_tries()
         tried = run_sync(what, request.state, request, once, task, sleep=self._sleep)
         return self._model_result(tried, call)
@@ -426,6 +449,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
                     call.count(meter, time.monotonic() - started, response)
 
         task = TaskContext.current()
+        await anote_agent_resume(task)
         what = self._model_tries()
         tried = await run_async(what, request.state, request, once, task, sleep=self._asleep)
         return self._model_result(tried, call)
@@ -450,6 +474,12 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         spent = {k: v for k, v in meter.usage(0.0).items() if k != "seconds" and v}
         log: dict[str, Any] = {"usage": spent} if spent else {}
         policy = self._tool_policy(name)
+        state = request.state if isinstance(request.state, Mapping) else {}
+        short = nested_short(result, name, call_id, state.get("messages", []))
+        if short is not None:  # an agent it invoked ended short: this call failed
+            return short if earlier is None else _replacing(short, earlier)
+        if earlier is not None and isinstance(result, Command):
+            result = _replacing(result, earlier)
         if not isinstance(result, GaveUp):
             message = _tool_message(result, request)
         elif policy.on_failure == "raise":
@@ -473,7 +503,6 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
             )
             log.update(step)
         else:
-            state = request.state if isinstance(request.state, Mapping) else {}
             messages = [*state.get("messages", []), message]
             extra = {"tool": name, "tool_call_id": call_id}
             log.update(partial_log(f"tools/{name}", "tools", result, messages, extra))
@@ -490,6 +519,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         if earlier is not None and earlier.status != "error":
             return earlier  # answered (the tools node re-run): not called again
         task = TaskContext.current()
+        note_agent_resume(task)
         spec, run = recorded(request, self.effects)
 
         def keyed(key: str) -> ToolResult:
@@ -519,6 +549,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         if earlier is not None and earlier.status != "error":
             return earlier  # answered (the tools node re-run): not called again
         task = TaskContext.current()
+        await anote_agent_resume(task)
         spec, run = recorded(request, self.effects)
 
         async def keyed(key: str) -> ToolResult:

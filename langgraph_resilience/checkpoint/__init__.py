@@ -4,6 +4,8 @@
 - `langgraph_resilience.checkpoint.sqlite.aio.AsyncResilientSqliteSaver`
 - `langgraph_resilience.checkpoint.postgres.ResilientPostgresSaver`
 - `langgraph_resilience.checkpoint.postgres.aio.AsyncResilientPostgresSaver`
+- `langgraph_resilience.checkpoint.redis.ResilientRedisSaver` and ``redis.aio``'s
+  `AsyncResilientRedisSaver` (plain Redis >= 7: checkpoints only, see ``redis/``)
 
 They are imported from their own modules so that using one dialect never imports
 the other's driver. This package exports what they have in common: the

@@ -245,11 +245,30 @@ def metrics(since: str | None, graph_spec: str | None, db: str | None, as_json: 
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
 @click.option("--allow-actions", is_flag=True, help="Show retry/resume/cancel/settle buttons.")
 @click.option("--graph", "graph_spec", metavar="MODULE:ATTR", help="Draw and act with this graph.")
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME[:PORT]",
+    help="Also answer this Host header (a proxy's name); repeatable. Others get 403.",
+)
 @db_option
-def ui(db: str | None, host: str, port: int, allow_actions: bool, graph_spec: str | None) -> int:
+def ui(
+    db: str | None,
+    host: str,
+    port: int,
+    allow_actions: bool,
+    graph_spec: str | None,
+    allowed_hosts: tuple[str, ...],
+) -> int:
     """A web console of the store's runs, reports and metrics (docs/console.md)."""
     return serve_console(
-        db, host=host, port=port, allow_actions=allow_actions, graph_spec=graph_spec
+        db,
+        host=host,
+        port=port,
+        allow_actions=allow_actions,
+        graph_spec=graph_spec,
+        allowed_hosts=allowed_hosts,
     )
 
 

@@ -56,6 +56,8 @@ __all__ = [
 ]
 
 DB_ENV = "LGR_DB"
+#: URLs of a Redis store (refused, with why: docs/redis.md).
+REDIS_SCHEMES = ("redis://", "rediss://")
 #: Names the store's cold tier (an `Archive` URL) for every subcommand.
 ARCHIVE_ENV = "LGR_ARCHIVE"
 
@@ -140,6 +142,12 @@ def open_store(
             be reached, or (without ``setup``) a schema that is missing or old.
     """
     target = _require_db(db)
+    if target.startswith(REDIS_SCHEMES):
+        raise CliError(
+            f"{target.split('@')[-1]}: the Redis savers keep checkpoints only; the command's "
+            "runs, reports, workers, limits and demo read the run ledger, which Redis does not "
+            "keep yet (docs/redis.md): pass a SQLite file path or a Postgres DSN"
+        )
     if _POSTGRES_MISSING and is_postgres(target):
         raise CliError(_POSTGRES_MISSING)
     named = target_of(target) if is_postgres(target) else repr(target)

@@ -3,7 +3,7 @@ served by uvicorn; its buttons are the command line's own actions."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langgraph_resilience.cli._actions import cancel_run, resume_thread, retry_thread
@@ -14,6 +14,7 @@ try:  # the `console` extra (starlette, uvicorn); the rest of the CLI runs witho
     import uvicorn
 
     from langgraph_resilience.server._console import ConsoleActions, console_app
+    from langgraph_resilience.server._guard import served_hosts
 
     _CONSOLE_MISSING: str | None = None
 except ImportError as missing:
@@ -54,9 +55,16 @@ def _actions(saver: Any, graph: Any) -> Any:
 
 
 def serve_console(
-    db: str | None, *, host: str, port: int, allow_actions: bool, graph_spec: str | None
+    db: str | None,
+    *,
+    host: str,
+    port: int,
+    allow_actions: bool,
+    graph_spec: str | None,
+    allowed_hosts: Sequence[str] = (),
 ) -> int:
-    """Serve the console on ``host:port`` until interrupted."""
+    """Serve the console on ``host:port`` until interrupted: to requests whose
+    ``Host`` is that address (or one of ``allowed_hosts``), 403 to the rest."""
     if _CONSOLE_MISSING:
         raise CliError(_CONSOLE_MISSING)
     if allow_actions and not graph_spec:
@@ -67,7 +75,8 @@ def serve_console(
     with open_store(db) as store:
         graph = load_graph(graph_spec, store.saver) if graph_spec else None
         actions = _actions(store.saver, graph) if allow_actions else None
-        app = console_app(store.saver, actions=actions, graph=graph)
+        hosts = served_hosts(host, port, allowed_hosts)
+        app = console_app(store.saver, actions=actions, graph=graph, hosts=hosts)
         where = "" if host in ("127.0.0.1", "localhost", "::1") else " (NOT loopback)"
         mode = "actions allowed" if allow_actions else "read-only"
         print(f"console on http://{host}:{port}/runs{where}, {mode}: Ctrl-C stops it", flush=True)

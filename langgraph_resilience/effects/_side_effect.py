@@ -92,6 +92,7 @@ from langgraph_resilience.errors import (
     LeaseLost,
 )
 from langgraph_resilience.graph._task import CURRENT_ATTEMPT, TaskContext
+from langgraph_resilience.graph._versions import define_effect
 from langgraph_resilience.telemetry._emit import effect_event
 from langgraph_resilience.worker._leases import LEASES
 
@@ -467,6 +468,7 @@ def side_effect(
                 return await _effect_async(spec, func, args, kwargs)
 
             async_effect.effect_spec = spec  # type: ignore[attr-defined]
+            define_effect(spec.name, async_effect)  # check_deploy knows its name
             return async_effect
 
         @functools.wraps(func)
@@ -474,6 +476,7 @@ def side_effect(
             return _effect_sync(spec, func, args, kwargs)
 
         sync_effect.effect_spec = spec  # type: ignore[attr-defined]
+        define_effect(spec.name, sync_effect)
         return sync_effect
 
     if fn is not None:

@@ -11,7 +11,9 @@ how a top-level run returned (told by its driver), `_slots` the node limit of a
 run, `_cache` the node cache, `_nested_stream` a resilient graph streamed inside
 another's step, `_by_hand` a fix by hand (``update_state`` as the failed node).
 `_versions` decides what a thread an older graph version stored needs (pure)
-and `_upgrade` applies it once before the run goes on.
+and `_upgrade` applies it once before the run goes on. `_travel`: what a time
+travel or a fork does to effect keys and recoveries. `_functional`: `task`,
+LangGraph's ``@task`` under a `NodePolicy` (an ``@entrypoint``'s steps).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from langgraph_resilience.graph._builder import (
     current_attempt,
     retry_failed,
 )
+from langgraph_resilience.graph._functional import task
 
 __all__ = [
     "PARTIAL_RESULT",
@@ -32,4 +35,5 @@ __all__ = [
     "aretry_failed",
     "current_attempt",
     "retry_failed",
+    "task",
 ]

@@ -40,6 +40,7 @@ from typing_extensions import Self, Unpack
 import langgraph_resilience.graph._closing as closing
 import langgraph_resilience.graph._lifecycle as lifecycle
 import langgraph_resilience.graph._tally as tally
+import langgraph_resilience.graph._travel as travel
 import langgraph_resilience.graph._upgrade as upgrade
 import langgraph_resilience.state as run_log
 from langgraph_resilience._engine import Action
@@ -55,6 +56,7 @@ from langgraph_resilience._langgraph import (
     hold_writes,
 )
 from langgraph_resilience.budget import Budget
+from langgraph_resilience.checkpoint.saver._base import thread_checked
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError, DeployBlocked
 from langgraph_resilience.graph._by_hand import FixByHand
@@ -106,8 +108,10 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
     ``success`` (`_lifecycle`)."""
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        config = thread_checked(config)  # a bad thread id: ConfigError, before any write
         since = time.time()
-        config = upgrade.upgrade(self, config)  # a thread an older version stored: once
+        config = upgrade.upgrade(self, config, input)  # a thread an older version stored: once
+        config = travel.travel(self, input, config)  # from an older checkpoint: its keys
         lifecycle.note_resume(self, input, config)  # a resume after a crash: a recovery
         given, scope = tally.scoped(config, input)  # the run's tally, its steps' records
         run_config = take_over(given, self.config, is_async=False)  # a finished task's
@@ -117,14 +121,16 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         return watched(stream)  # inside a step: a run that ended short fails it
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        if upgrade.versioning_of(self).version is None:
+        config = thread_checked(config)  # a bad thread id: ConfigError, before any write
+        if upgrade.versioning_of(self).version is None and not travel.addressed(input, config):
             return self._astream(input, config, **kwargs)
         return self._upgraded_astream(input, config, **kwargs)
 
     async def _upgraded_astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Any:
-        config = await upgrade.aupgrade(self, config)  # an older version's thread: once
+        config = await upgrade.aupgrade(self, config, input)  # an older version's thread: once
+        config = await travel.atravel(self, input, config)  # an older checkpoint: its keys
         async for chunk in self._astream(input, config, **kwargs):
             yield chunk
 
@@ -139,6 +145,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         return awatched(stream)  # inside a step: a run that ended short fails it
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        config = thread_checked(config)  # a bad thread id: ConfigError, before any write
         since = time.time()
         given, scope = tally.scoped(config, input)  # shared with the stream it reads
         with closing.invoking(self, config):
@@ -159,6 +166,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         return out
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        config = thread_checked(config)  # a bad thread id: ConfigError, before any write
         since = time.time()
         given, scope = tally.scoped(config, input)  # shared with the stream it reads
         with closing.invoking(self, config):

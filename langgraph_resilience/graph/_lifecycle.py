@@ -46,7 +46,7 @@ from langchain_core.runnables.config import ensure_config
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.types import Command, StateSnapshot
 
-from langgraph_resilience._keys import FENCE_KEY, RETRY_FAILED_KEY
+from langgraph_resilience._keys import FENCE_KEY, REPLAYED_SCOPES_KEY, RETRY_FAILED_KEY
 from langgraph_resilience._langgraph import (
     ERROR_CHANNEL,
     ERROR_SOURCE_CHANNEL,
@@ -265,6 +265,8 @@ def _may_be_crash_resume(input: Any, config: RunnableConfig | None) -> str | Non
         return None  # a Worker's run: a takeover is stored by its claim
     if configurable.get(RETRY_FAILED_KEY):
         return None  # retry_failed going on after a subgraph: counted as retry_failed
+    if (configurable.get(REPLAYED_SCOPES_KEY) or {}).get("travel"):
+        return None  # a time travel or a fork (`_travel`): no crash to recover from
     return str(configurable["thread_id"])
 
 

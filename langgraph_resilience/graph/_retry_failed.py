@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.pregel import Pregel
 from langgraph.types import Command, Send, StateSnapshot
 
 from langgraph_resilience._keys import EFFECT_SCOPE_KEY, RETRY_FAILED_KEY
@@ -246,6 +247,36 @@ def retry_plan(
     )
 
 
+def _is_entrypoint(graph: Any) -> bool:
+    """Whether ``graph`` is an ``@entrypoint`` (a `Pregel` no builder made)."""
+    return isinstance(graph, Pregel) and not isinstance(graph, CompiledStateGraph)
+
+
+def _entrypoint_retry(
+    head: StateSnapshot, thread: str, update: Mapping[str, Any] | None
+) -> list[str]:
+    """The failed tasks an entrypoint's resume re-runs (its finished tasks are
+    handed their results by LangGraph), or why there is nothing to re-run.
+
+    Raises:
+        ConfigError: ``update=`` (an entrypoint's state is its input and its tasks').
+        RunStateError: the entrypoint did not stop at a failed task.
+    """
+    if update is not None:
+        raise ConfigError(
+            "retry_failed(update=...) corrects a graph's state; an @entrypoint's state is "
+            "its input and its tasks' results: fix the cause, then retry_failed(entrypoint, "
+            "config) without update="
+        )
+    failed = [t.name for t in head.tasks if t.error is not None]
+    if not failed:
+        raise RunStateError(
+            f"thread {thread!r}: the entrypoint did not stop at a failed task, so there is "
+            "nothing to retry (a run that ended is not re-run; invoke it with a new input)"
+        )
+    return failed
+
+
 def _require_compiled(graph: Any) -> None:
     if not isinstance(graph, CompiledStateGraph):
         raise ConfigError(
@@ -289,9 +320,16 @@ def retry_failed(
 
     Example:
         >>> out = retry_failed(graph, config, update={"query": "fixed"})  # doctest: +SKIP
+
+    An ``@entrypoint`` whose task failed for good (a `task` under a policy)
+    re-runs that task; its finished tasks are not called again.
     """
-    _require_compiled(graph)
     thread = _thread_of(config)
+    if _is_entrypoint(graph):
+        failed = _entrypoint_retry(graph.get_state(config), thread, update)
+        recovery_event("retry_failed", thread, failed, graph.name)
+        return graph.invoke(None, _going_on(config))
+    _require_compiled(graph)
     head = graph.get_state(config)
     steps = _with_payload(_to_retry(head.values, thread, step), payload, thread)
     recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)
@@ -317,8 +355,12 @@ async def aretry_failed(
     payload: Any = _KEEP,
 ) -> dict[str, Any] | Any:
     """Async twin of `retry_failed`."""
-    _require_compiled(graph)
     thread = _thread_of(config)
+    if _is_entrypoint(graph):
+        failed = _entrypoint_retry(await graph.aget_state(config), thread, update)
+        recovery_event("retry_failed", thread, failed, graph.name)
+        return await graph.ainvoke(None, _going_on(config))
+    _require_compiled(graph)
     head = await graph.aget_state(config)
     steps = _with_payload(_to_retry(head.values, thread, step), payload, thread)
     recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)

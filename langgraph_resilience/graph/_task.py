@@ -37,6 +37,7 @@ from langgraph_resilience._keys import (
     EFFECT_SCOPE_KEY,
     FENCE_KEY,
     RENAMED_SCOPES_KEY,
+    REPLAYED_SCOPES_KEY,
     SCOPE_KEY,
     WORKER_KEY,
 )
@@ -63,6 +64,7 @@ from langgraph_resilience.checkpoint import (
 from langgraph_resilience.checkpoint.ledger._runs import fence_of
 from langgraph_resilience.checkpoint.runlog._scope import RunScope, Tally
 from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.graph._travel import path_key
 from langgraph_resilience.policy import Attempt
 
 __all__ = [
@@ -313,6 +315,12 @@ class TaskContext:
         renamed = (self._configurable.get(RENAMED_SCOPES_KEY) or {}).get(self.node)
         if renamed and renamed[0] == self.checkpoint_id:
             return str(renamed[1])  # the upgraded step's renamed task keeps its old keys
+        replayed = self._configurable.get(REPLAYED_SCOPES_KEY) or {}
+        if replayed.get("step") is not None and replayed["step"] == self.step and self.top_level:
+            # a step replayed from an older checkpoint keeps the keys it had there
+            found = (replayed.get("scopes") or {}).get(path_key(self._metadata.get(PATH_KEY)))
+            if found:
+                return str(found)
         return self.task_scope
 
     @property

@@ -20,7 +20,7 @@ An unversioned graph reads nothing here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
@@ -40,12 +40,22 @@ from langgraph_resilience.graph._versions import (
     VERSION_KEY,
     Plan,
     Versioning,
+    missing_fields,
     pending_nodes,
     plan,
+    required_fields,
     rewrite,
 )
 
-__all__ = ["aupgrade", "plan_for", "plan_of", "upgrade", "versioning_of"]
+__all__ = [
+    "aupgrade",
+    "critical_nodes",
+    "plan_for",
+    "plan_of",
+    "required_of",
+    "upgrade",
+    "versioning_of",
+]
 
 _NONE = Versioning()
 
@@ -54,6 +64,17 @@ def versioning_of(graph: Any) -> Versioning:
     """The `Versioning` of a compiled graph (an unversioned one for a plain graph)."""
     found = getattr(getattr(graph, "builder", None), "_versioning", None)
     return found if isinstance(found, Versioning) else _NONE
+
+
+def critical_nodes(graph: Any) -> frozenset[str]:
+    """The nodes of a compiled graph whose policy is critical (`NodePolicy.critical`)."""
+    policies = getattr(getattr(graph, "builder", None), "_policies", None) or {}
+    return frozenset(name for name, p in policies.items() if p is not None and p.critical)
+
+
+def required_of(graph: Any) -> frozenset[str]:
+    """The fields a compiled graph's state schema requires (`_versions.required_fields`)."""
+    return required_fields(getattr(getattr(graph, "builder", None), "state_schema", None))
 
 
 def _thread_config(config: RunnableConfig | None) -> RunnableConfig | None:
@@ -71,8 +92,15 @@ def _thread_config(config: RunnableConfig | None) -> RunnableConfig | None:
     return {"configurable": out}
 
 
-def plan_of(graph: Any, found: CheckpointTuple, versioning: Versioning | None = None) -> Plan:
-    """The plan of a stored checkpoint under a compiled graph's version."""
+def plan_of(
+    graph: Any,
+    found: CheckpointTuple,
+    versioning: Versioning | None = None,
+    *,
+    fresh: bool = False,
+) -> Plan:
+    """The plan of a stored checkpoint under a compiled graph's version (``fresh``:
+    for a new run on the thread, whose input may give the fields its state lacks)."""
     values = found.checkpoint.get("channel_values") or {}
     outcome = values.get("resilience")
     failed = outcome.get("failed_step") if isinstance(outcome, Mapping) else None
@@ -82,7 +110,14 @@ def plan_of(graph: Any, found: CheckpointTuple, versioning: Versioning | None = 
         if isinstance(failed, Mapping) and failed.get("node") and status == "partial_complete"
         else None
     )
-    return plan_for(graph, found.checkpoint, found.metadata, failed_node, versioning)
+    return plan_for(
+        graph,
+        found.checkpoint,
+        found.metadata,
+        failed_node,
+        versioning,
+        required=None if fresh else required_of(graph),
+    )
 
 
 def plan_for(
@@ -91,8 +126,16 @@ def plan_for(
     metadata: Mapping[str, Any] | None,
     failed_node: str | None,
     versioning: Versioning | None = None,
+    *,
+    required: Iterable[str] | None = None,
 ) -> Plan:
-    """The plan of a stored checkpoint (its metadata, its failed step's node)."""
+    """The plan of a stored checkpoint (its metadata, its failed step's node, the
+    fields checked present: None, none).
+
+    A degraded step of a node made critical and a renamed side effect are found
+    by ``check_deploy`` only, from the ledger (the step rows say degraded apart
+    from replaced by a fallback, which the run log's ``degraded_steps`` does not;
+    the effect rows name the effects): a run goes on past them."""
     stored = (metadata or {}).get(VERSION_KEY)
     return plan(
         versioning or versioning_of(graph),
@@ -100,6 +143,7 @@ def plan_for(
         pending=pending_nodes(checkpoint),
         failed_node=failed_node,
         nodes=graph.nodes,
+        missing=missing_fields(checkpoint, required) if required is not None else (),
     )
 
 
@@ -109,12 +153,13 @@ def _prepared(
     versioning: Versioning,
     thread: str,
     addressed: bool,
+    fresh: bool,
 ) -> tuple[RunnableConfig, dict[str, Any], dict[str, Any], Any, dict[str, tuple[str, str]]] | None:
     """What to store for an upgrade (config, checkpoint, metadata, new versions,
     renamed scopes), or None when the thread needs none."""
     if found is None:
         return None
-    the_plan = plan_of(graph, found, versioning)
+    the_plan = plan_of(graph, found, versioning, fresh=fresh)
     if the_plan.blocked:
         raise DeployBlocked(
             thread_id=thread,
@@ -132,6 +177,17 @@ def _prepared(
         state_keys=graph.builder.channels,
         next_version=lambda v: saver.get_next_version(v, None),
     )
+    lacks = () if fresh else sorted(missing_fields(checkpoint, required_of(graph)))
+    if lacks:  # the migrations ran and still left a required field out
+        raise DeployBlocked(
+            thread_id=thread,
+            stored_version=the_plan.stored,
+            version=the_plan.version,
+            reasons=(
+                f"its state lacks {', '.join(repr(f) for f in lacks)} after the migrations "
+                f"{list(the_plan.migrations)}, and this version's state requires it",
+            ),
+        )
     metadata = {
         **(found.metadata or {}),
         VERSION_KEY: versioning.version,
@@ -183,6 +239,11 @@ class _Target(NamedTuple):
     addressed: bool  # an older checkpoint named by id (a replay): checked, never rewritten
 
 
+def _fresh(input: Any) -> bool:
+    """Whether ``input`` starts a new run (as `_lifecycle.with_marker` marks one)."""
+    return isinstance(input, Mapping) and "resilience" not in input
+
+
 def _target(graph: Any, config: RunnableConfig | None) -> _Target | None:
     """What an upgrade reads, or None when there is nothing to upgrade (no version,
     no thread of its own, no saver): the twins below share it, and differ in I/O."""
@@ -197,8 +258,9 @@ def _target(graph: Any, config: RunnableConfig | None) -> _Target | None:
     )
 
 
-def upgrade(graph: Any, config: RunnableConfig | None) -> RunnableConfig | None:
-    """Upgrade the thread of ``config`` to the graph's version, once; the run's config.
+def upgrade(graph: Any, config: RunnableConfig | None, input: Any = None) -> RunnableConfig | None:
+    """Upgrade the thread of ``config`` to the graph's version, once; the run's config
+    (``input``: the run's, as given to ``stream``).
 
     Raises:
         DeployBlocked: the thread cannot go on under this version (nothing stored).
@@ -207,7 +269,9 @@ def upgrade(graph: Any, config: RunnableConfig | None) -> RunnableConfig | None:
     if target is None:
         return config
     found = target.saver.get_tuple(target.where)
-    prepared = _prepared(graph, found, target.versioning, target.thread, target.addressed)
+    prepared = _prepared(
+        graph, found, target.versioning, target.thread, target.addressed, _fresh(input)
+    )
     if prepared is None:
         return config
     parent, checkpoint, metadata, changed, scopes = prepared
@@ -215,13 +279,17 @@ def upgrade(graph: Any, config: RunnableConfig | None) -> RunnableConfig | None:
     return _with_scopes(config, scopes)
 
 
-async def aupgrade(graph: Any, config: RunnableConfig | None) -> RunnableConfig | None:
+async def aupgrade(
+    graph: Any, config: RunnableConfig | None, input: Any = None
+) -> RunnableConfig | None:
     """Async twin of `upgrade`."""
     target = _target(graph, config)
     if target is None:
         return config
     found = await target.saver.aget_tuple(target.where)
-    prepared = _prepared(graph, found, target.versioning, target.thread, target.addressed)
+    prepared = _prepared(
+        graph, found, target.versioning, target.thread, target.addressed, _fresh(input)
+    )
     if prepared is None:
         return config
     parent, checkpoint, metadata, changed, scopes = prepared

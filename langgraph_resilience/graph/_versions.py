@@ -9,6 +9,15 @@ then upgraded once (`graph._upgrade`), before the run goes on:
 - every node the stored checkpoint has pending (an edge's trigger, a ``Send``,
   an interrupted task) or names as its failed step must be a node of this graph,
   directly or through ``renames``; otherwise the thread is **blocked**;
+- a thread stored by another version is blocked when its state lacks a field
+  this version's state schema requires (`required_fields`) and no migration is
+  due to add it
+  (`required_fields`, `missing_fields`; with a migration due, the upgrade checks
+  the migrated state), when a step its run degraded (its node was not critical)
+  is of a node this version makes critical (the run would go on past a failure
+  this version ends at), or when a task that would run again recorded a side
+  effect no side effect of this version is named (its key would change, and the
+  effect would be called again);
 - the migrations of every version after the stored one, up to this one, run in
   version order on the state (each ``fn(state) -> state``);
 - the rewritten checkpoint keeps its id, so its pending writes (an interrupt,
@@ -23,8 +32,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Annotated, Any, get_args, get_origin
+
+from typing_extensions import Required, get_type_hints
 
 from langgraph_resilience._keys import GRAPH_VERSION_META, MIGRATED_META
 from langgraph_resilience._langgraph import BRANCH_PREFIX, TASKS_CHANNEL
@@ -35,8 +47,13 @@ __all__ = [
     "VERSION_KEY",
     "Plan",
     "Versioning",
+    "define_effect",
+    "defined_effects",
+    "missing_fields",
+    "node_of",
     "pending_nodes",
     "plan",
+    "required_fields",
     "rewrite",
 ]
 
@@ -194,6 +211,11 @@ def plan(
     pending: Iterable[str],
     failed_node: str | None,
     nodes: Iterable[str],
+    missing: Iterable[str] = (),
+    degraded: Iterable[str] = (),
+    critical: Iterable[str] = (),
+    effects: Iterable[str] = (),
+    effect_names: Iterable[str] | None = None,
 ) -> Plan:
     """The plan for a thread stored at ``stored`` with these nodes pending.
 
@@ -203,6 +225,13 @@ def plan(
         pending: the nodes it has due (`pending_nodes`), and any interrupted one.
         failed_node: the node of its failed step, when it ended with a partial result.
         nodes: the nodes of this graph.
+        missing: the fields this graph's state requires that the stored state
+            lacks (`missing_fields`).
+        degraded: the paths of the steps its run degraded (a non-critical failure).
+        critical: the nodes of this graph that are critical (`NodePolicy.critical`).
+        effects: the names of the side effects the tasks that would run again
+            recorded.
+        effect_names: the names of this version's side effects (None: not checked).
     """
     known = set(nodes)
     renamed: dict[str, str] = {}
@@ -218,6 +247,31 @@ def plan(
             )
         elif new != node:
             renamed[node] = new
+    if stored != versioning.version and not versioning.due(stored):
+        lacks = sorted(set(missing))
+        if lacks:
+            fields = ", ".join(repr(f) for f in lacks)
+            blocked.append(
+                f"its state lacks {fields}, which this version's state requires, and no "
+                f"migration adds it (add migrations={{{versioning.version!r}: fn}} that sets it)"
+            )
+    now_critical = set(critical)
+    for path in sorted(set(degraded)):
+        node = versioning.name_of(node_of(path))
+        if node in now_critical:
+            blocked.append(
+                f"its step {path!r} was degraded (its node was not critical) and {node!r} is "
+                "critical in this version: the run would go on past a failure this version "
+                "ends at (finish it on the old version, or keep the node critical=False)"
+            )
+    if effect_names is not None:
+        known = set(effect_names)
+        for name in sorted(set(effects) - known):
+            blocked.append(
+                f"a task that would run again recorded the side effect {name!r}, which no side "
+                "effect of this version is named: a renamed effect gets a new key and would be "
+                f"called again (keep its key with @side_effect(name={name!r}))"
+            )
     if (
         versioning.version is not None
         and stored is not None
@@ -232,6 +286,68 @@ def plan(
         renamed=renamed,
         blocked=tuple(blocked),
     )
+
+
+def node_of(path: str) -> str:
+    """The node of a step's path (``work[2]`` -> ``work``, ``research/fetch`` -> ``research``)."""
+    return path.split("/", 1)[0].split("[", 1)[0].split("#", 1)[0]
+
+
+#: Side effect name -> its decorated function, while it lives: the side effects
+#: of the code this process imported (`side_effect` adds each). A recorded
+#: effect's name that is none of them was renamed (or removed) by a deploy.
+_DEFINED: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+
+def define_effect(name: str, fn: Any) -> None:
+    """Note a side effect defined under ``name`` (`side_effect` calls it)."""
+    _DEFINED[name] = fn
+
+
+def defined_effects() -> frozenset[str]:
+    """The names of the side effects defined by the code this process imported."""
+    return frozenset(_DEFINED.keys())
+
+
+def required_fields(schema: Any) -> frozenset[str]:
+    """The fields a state schema requires: a pydantic model's or a dataclass's
+    fields without a default (LangGraph builds the model for every node, so it
+    refuses a state without them), a TypedDict's keys marked ``Required[...]``.
+
+    A TypedDict's keys required only by ``total=True`` are not counted: LangGraph
+    takes partial states, and a graph's nodes commonly write such keys as they go.
+    """
+    fields = getattr(schema, "model_fields", None)
+    if isinstance(fields, Mapping):  # pydantic
+        return frozenset(k for k, f in fields.items() if f.is_required())
+    if dataclasses.is_dataclass(schema):
+        return frozenset(
+            f.name
+            for f in dataclasses.fields(schema)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )
+    if not hasattr(schema, "__required_keys__"):
+        return frozenset()
+    try:
+        hints = get_type_hints(schema, include_extras=True)
+    except Exception:  # a forward reference it cannot resolve: nothing known
+        return frozenset()
+    return frozenset(k for k, hint in hints.items() if _marked_required(hint))
+
+
+def _marked_required(hint: Any) -> bool:
+    if get_origin(hint) is Annotated:
+        hint = get_args(hint)[0]
+    return get_origin(hint) is Required
+
+
+def missing_fields(checkpoint: Mapping[str, Any], required: Iterable[str]) -> frozenset[str]:
+    """The ``required`` fields a stored checkpoint has no value for (a channel it
+    never wrote: a value stored apart, as Postgres keeps blobs, still has its
+    version in the checkpoint)."""
+    values = checkpoint.get("channel_values") or {}
+    versions = checkpoint.get("channel_versions") or {}
+    return frozenset(f for f in required if f not in values and f not in versions)
 
 
 def rewrite(

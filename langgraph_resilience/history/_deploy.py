@@ -7,7 +7,10 @@ yet, and nothing to check) is read once, all in one read
 (`checkpoint.runlog._heads`), and planned as
 the new graph would plan it on its next run (`graph._versions.plan`): ``ok`` (it
 goes on as stored), ``migrates`` (these migrations and renames would run) or
-``blocked`` (why: a removed node, a newer version stored it). Nothing is
+``blocked`` (why: a removed node, a newer version stored it, a required field
+its state lacks with no migration to add it, a degraded step of a node this
+version makes critical, a side effect its re-running task recorded under a name
+no side effect of this version has). Nothing is
 written. ``langgraph-resilience check-deploy`` prints the report and exits 1 when
 a thread is blocked, so a CI pipeline can gate the deploy on it.
 """
@@ -22,8 +25,16 @@ from langgraph_resilience.checkpoint.runlog import _reads as reads
 from langgraph_resilience.checkpoint.runlog._heads import Head
 from langgraph_resilience.checkpoint.runlog._reads import SaverOrGraph
 from langgraph_resilience.errors import ConfigError
-from langgraph_resilience.graph._upgrade import versioning_of
-from langgraph_resilience.graph._versions import VERSION_KEY, Plan, pending_nodes, plan
+from langgraph_resilience.graph._upgrade import critical_nodes, required_of, versioning_of
+from langgraph_resilience.graph._versions import (
+    VERSION_KEY,
+    Plan,
+    defined_effects,
+    missing_fields,
+    node_of,
+    pending_nodes,
+    plan,
+)
 
 __all__ = ["DeployReport", "ThreadCheck", "acheck_deploy", "check_deploy"]
 
@@ -130,19 +141,17 @@ def _verdict(thread: str, status: str, the_plan: Plan) -> ThreadCheck:
     )
 
 
-def node_of(path: str) -> str:
-    """The node of a step's path (``work[2]`` -> ``work``, ``research/fetch`` -> ``research``)."""
-    return path.split("/", 1)[0].split("[", 1)[0].split("#", 1)[0]
-
-
 class _Planner:
-    """Plans heads; threads stored alike (the same version, pending nodes and failed
-    node: most of a store) share one plan."""
+    """Plans heads; threads stored alike (the same version, pending nodes, failed
+    node and facts of the ledger: most of a store) share one plan."""
 
     def __init__(self, graph: Any) -> None:
         self.graph = graph
         self.versioning = versioning_of(graph)
         self.nodes = frozenset(graph.nodes)
+        self.required = required_of(graph)
+        self.critical = critical_nodes(graph)
+        self.effect_names = defined_effects()
         self.plans: dict[tuple[Any, ...], Plan] = {}
 
     def check(self, head: Head, checkpoint: Mapping[str, Any]) -> ThreadCheck:
@@ -151,7 +160,8 @@ class _Planner:
         stored = head.metadata.get(VERSION_KEY)
         stored = stored if isinstance(stored, int | str) else None
         pending = pending_nodes(checkpoint)
-        key = (type(stored), stored, pending, failed)
+        missing = missing_fields(checkpoint, self.required) if self.required else frozenset()
+        key = (type(stored), stored, pending, failed, missing, head.degraded, head.effects)
         the_plan = self.plans.get(key)
         if the_plan is None:
             the_plan = self.plans[key] = plan(
@@ -160,6 +170,11 @@ class _Planner:
                 pending=pending,
                 failed_node=failed,
                 nodes=self.nodes,
+                missing=missing,
+                degraded=head.degraded,
+                critical=self.critical,
+                effects=head.effects,
+                effect_names=self.effect_names,
             )
         return _verdict(head.thread_id, head.status, the_plan)
 

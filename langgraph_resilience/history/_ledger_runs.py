@@ -91,6 +91,7 @@ class ThreadRun:
         status: running, paused, success, partial_complete, error or cancelled.
         steps: its step records, oldest first (with their ``usage``).
         run_id / owner / claims / updated_at: its `Worker` run, if it had one.
+        graph_version: the graph version it started on (None: an unversioned graph).
     """
 
     thread_id: str
@@ -109,6 +110,7 @@ class ThreadRun:
     budget: tuple[str, bytes] | None = None  # a Worker run's, as stored
     error: str | None = None  # what a run that ended ``error`` raised
     task_spec: tuple[str, bytes] | None = None  # its input, as stored
+    graph_version: str | None = None
 
     @property
     def ended(self) -> bool:
@@ -204,6 +206,7 @@ def _run_of(record: Any, worker: RunRecord | None) -> ThreadRun:
         run_id=record.run_id,
         updated_at=record.updated_at,
         error=record.error,
+        graph_version=record.graph_version,
     )
     if record.task_spec_type is not None and record.task_spec is not None:
         run.task_spec = (record.task_spec_type, bytes(record.task_spec))

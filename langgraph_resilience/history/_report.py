@@ -73,6 +73,8 @@ class RunReport:
         task_spec: the run's input, verbatim as it was given (its task
             specification; None when not stored).
         runs_on_thread: how many runs the thread has had.
+        graph_version: the graph version the run started on, as text (None: an
+            unversioned graph, or a run stored before versions).
     """
 
     thread_id: str
@@ -96,6 +98,7 @@ class RunReport:
     runs_on_thread: int = 1
     error: str | None = None
     task_spec: Any = None
+    graph_version: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.thread_id, str) or not self.thread_id:
@@ -157,6 +160,8 @@ def _text(r: RunReport) -> str:
     head = f"thread {r.thread_id} · run {r.run}"
     if r.run_id:
         head += f" ({r.run_id})"
+    if r.graph_version is not None:
+        head += f" · graph v{r.graph_version}"
     head += f" · {r.status} · {len(r.steps)} steps · {render.seconds(r.duration)}"
     if r.owner:
         head += f" · worker {r.owner}"
@@ -261,6 +266,7 @@ def _report(
         runs_on_thread=len([r for r in runs if r.run > 0]) or 1,
         error=chosen.error,
         task_spec=_task_spec(chosen, loads),
+        graph_version=chosen.graph_version,
     )
 
 

@@ -15,8 +15,10 @@ docs/agent-server.md. `console_app` is the web console's pages (docs/console.md)
 mounted by `app` at ``/resilience/console/`` and served by ``langgraph-resilience ui``.
 
 The rooms: ``_checkpointer`` (`checkpointer`), ``_app`` (`app`), ``_console``
-(`console_app`), ``_pages`` (its pages as HTML text, pure), ``static/`` (their
-CSS and JS).
+(`console_app`), ``_pages`` (its pages as HTML text, pure), ``_facts`` (what
+they show beside a report, read from the store), ``_guard`` (the ``Host`` and
+``Origin`` each request must have), ``_params`` (its query parameters, a 400 with
+the reason for a bad one), ``static/`` (their CSS and JS).
 """
 
 from __future__ import annotations

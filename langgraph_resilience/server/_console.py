@@ -5,6 +5,9 @@ drawn), ``/metrics`` (the four recovery metrics per hour or day) and, only when
 built with `ConsoleActions`, ``POST /actions/{retry,resume,cancel,settle}``: each
 checks the session's CSRF token (a cookie and a form field) and redirects back to
 the run with what came of it. Without actions every POST is refused (403).
+Built with ``hosts`` (as `langgraph-resilience ui` builds it), a request whose
+``Host`` is not one of them, or a POST from another ``Origin``, is refused (403,
+`_guard`); a bad query parameter is a 400 that says why (`_params`).
 `langgraph-resilience ui` serves it; mount it under any Starlette app
 (``Mount("/console", console_app(saver))``).
 """
@@ -16,7 +19,7 @@ import hmac
 import json
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,16 +27,20 @@ from urllib.parse import parse_qs, urlencode
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+import langgraph_resilience.server._params as _params
 from langgraph_resilience.checkpoint.runlog._run_log_reads import cursor_of
 from langgraph_resilience.effects import settle_effect
 from langgraph_resilience.errors import ConfigError, RunStateError, UnknownThread
 from langgraph_resilience.history import RecoveryMetrics, recovery_metrics, run_report
 from langgraph_resilience.history._metrics import COUNTS
+from langgraph_resilience.server._facts import run_facts, run_marks
+from langgraph_resilience.server._guard import HostGuard
 from langgraph_resilience.server._pages import (
     esc,
     flash_of,
@@ -136,11 +143,18 @@ def bucketed(saver: Any, per: str, now: float | None = None) -> list[tuple[str, 
 
 
 def console_app(
-    saver: Any, *, actions: ConsoleActions | None = None, graph: Any = None, base: str = ""
+    saver: Any,
+    *,
+    actions: ConsoleActions | None = None,
+    graph: Any = None,
+    base: str = "",
+    hosts: Collection[str] | None = None,
 ) -> Starlette:
     """The console over ``saver`` (a sync resilient saver, or a function of no
     arguments returning it when asked); ``actions`` allows the buttons; ``graph``
-    (compiled) draws every node; ``base`` is the path it is mounted at."""
+    (compiled) draws every node; ``base`` is the path it is mounted at; ``hosts``
+    the ``Host`` values it answers (`_guard.served_hosts`; None: any, for an app
+    that guards its own, as the Agent Server's does)."""
     secret = secrets.token_bytes(32)
     store: Callable[[], Any] = (lambda: saver) if hasattr(saver, "history") else saver
 
@@ -162,8 +176,8 @@ def console_app(
 
     def runs(request: Request) -> Response:
         q = request.query_params
-        statuses = [s for s in q.getlist("status") if s]
-        thread = q.get("thread") or ""
+        statuses = _params.statuses(q)
+        thread = _params.thread(q)
         rows = store().history.run_rows(
             thread or None, statuses=statuses, limit=_PAGE + 1, before=_before(q.get("before"))
         )
@@ -175,25 +189,26 @@ def console_app(
             thread=thread,
             problems_first=q.get("problems") == "1",
             next_cursor=more,
+            marks=run_marks(store(), rows[:_PAGE], graph),
         )
         return html(request, "Runs", body, "Runs")
 
     def run(request: Request) -> Response:
         q = request.query_params
-        thread = q.get("thread") or ""
-        raw = q.get("run") or ""
-        number: int | str | None = int(raw) if raw.isdigit() else raw or None
+        thread = _params.thread(q)
+        number = _params.run_number(q)
         try:
             report = run_report(store(), thread, run=number)
         except UnknownThread as exc:
             return html(request, "No such run", f"<p>{esc(exc)}</p>", "Runs", code=404)
         token = _token(secret, session_of(request)) if actions is not None else None
         flash = flash_of(q.get("said"), q.get("ok") == "1")
-        body = run_page(report, base=base, graph=graph, token=token)
+        facts = run_facts(store(), report, graph)
+        body = run_page(report, base=base, graph=graph, token=token, facts=facts)
         return html(request, f"Run {report.run} of {report.thread_id}", body, "Runs", flash)
 
     def metrics(request: Request) -> Response:
-        per = request.query_params.get("per") or "hour"
+        per = _params.per(request.query_params)
         body = metrics_page(bucketed(store(), per), base=base, per=per)
         return html(request, "Recovery metrics", body, "Metrics")
 
@@ -254,5 +269,7 @@ def console_app(
             Route("/metrics", metrics, methods=["GET"]),
             Route("/actions/{action}", act, methods=["POST"]),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
-        ]
+        ],
+        middleware=[] if hosts is None else [Middleware(HostGuard, hosts=hosts)],
+        exception_handlers={ConfigError: _params.bad_parameter},
     )

@@ -11,9 +11,11 @@ from typing import Any
 from urllib.parse import urlencode
 
 from langgraph_resilience.checkpoint.runlog._run_log_reads import RunLogRecord
+from langgraph_resilience.graph._routes import PARTIAL_RESULT
 from langgraph_resilience.history import RecoveryMetrics, RunReport
 from langgraph_resilience.history._metrics import METRICS
 from langgraph_resilience.history._render import clock, drawn, node_statuses, seen, top_node
+from langgraph_resilience.server._facts import RunFacts
 
 __all__ = ["esc", "metrics_page", "page", "run_page", "runs_page"]
 
@@ -67,8 +69,10 @@ def runs_page(
     thread: str,
     problems_first: bool,
     next_cursor: str | None,
+    marks: Mapping[tuple[str, int], Sequence[str]] | None = None,
 ) -> str:
-    """The runs table, newest first (partial and error runs first with ``problems_first``)."""
+    """The runs table, newest first (partial and error runs first with ``problems_first``);
+    each run's graph version and ``marks`` (recovered, degraded, stale, blocked)."""
     if problems_first:
         rows = sorted(rows, key=lambda r: r.status not in PROBLEMS)  # stable: newest first
     boxes = "".join(
@@ -87,17 +91,22 @@ def runs_page(
     for r in rows:
         href = _link(base, "run", thread=r.thread_id, run=r.run)
         used = ", ".join(f"{k} {v:.4g}" for k, v in r.used().items())
+        marked = tuple((marks or {}).get((r.thread_id, r.run), ()))
+        badges = "".join(f' <span class="mark mk-{esc(m)}">{esc(m)}</span>' for m in marked)
         lines.append(
-            f'<tr class="run" data-status="{esc(r.status)}"><td><a href="{esc(href)}">'
-            f"{esc(r.thread_id)}</a></td><td>{r.run}</td><td>{status(r.status)}</td>"
+            f'<tr class="run" data-status="{esc(r.status)}" data-marks="{esc(" ".join(marked))}">'
+            f'<td><a href="{esc(href)}">'
+            f"{esc(r.thread_id)}</a></td><td>{r.run}</td><td>{status(r.status)}{badges}</td>"
             f"<td>{esc(clock(r.started_at))}</td><td>{esc(clock(r.ended_at))}</td>"
             f"<td>{esc(r.failed_step or '')}</td><td>{esc(used)}</td>"
-            f"<td>{esc(r.worker or '')}</td></tr>"
+            f"<td>{esc(r.worker or '')}</td><td>{esc(r.run_id or '')}</td>"
+            f'<td class="version">{esc(r.graph_version or "")}</td></tr>'
         )
     table = (
         '<table id="runs"><tr><th>thread</th><th>run</th><th>status</th><th>started (UTC)</th>'
-        "<th>ended</th><th>failed step</th><th>usage</th><th>worker</th></tr>"
-        + ("".join(lines) or '<tr><td colspan="8" class="muted">no runs</td></tr>')
+        "<th>ended</th><th>failed step</th><th>usage</th><th>worker</th><th>run id</th>"
+        "<th>version</th></tr>"
+        + ("".join(lines) or '<tr><td colspan="10" class="muted">no runs</td></tr>')
         + "</table>"
     )
     more = ""
@@ -158,6 +167,7 @@ def graph_svg(
         "rect.st-retried{fill:#fff3cd;stroke:#d39e00}rect.st-fallback{fill:#cfe2ff;stroke:#0d6efd}"
         "rect.st-degraded{fill:#ffe5d0;stroke:#fd7e14}rect.st-failed{fill:#f8d7da;stroke:#dc3545}"
         "rect.st-not_reached{fill:#eee;stroke:#999;stroke-dasharray:4 3}"
+        "rect.st-waiting{fill:#e0cffc;stroke:#6610f2}"
         "rect.st-end{fill:#fff;stroke:#555}g.redone rect{stroke:#6f42c1;stroke-width:3}</style>"
         + "".join(parts)
         + "</svg>"
@@ -207,12 +217,55 @@ def _nesting(path: str, paths: Sequence[str]) -> str:
     return f'<a id="{_anchor(path)}"></a>' + (" " + " ".join(links) if links else "")
 
 
-def run_page(report: RunReport, *, base: str, graph: Any, token: str | None) -> str:
-    """One run: graph, steps, timeline, effects, usage and budget, outcome, actions."""
+def _facts_html(facts: RunFacts) -> str:
+    """The run's version, error, blocked reasons and question (the answer box follows)."""
+    parts = [f'<p>graph version <code id="version">{esc(facts.graph_version or "none")}</code></p>']
+    if facts.error:
+        parts.append(f'<p class="flash bad" id="error">ended on {esc(facts.error)}</p>')
+    if facts.blocked:
+        why = "".join(f"<li>{esc(b)}</li>" for b in facts.blocked)
+        parts.append(
+            '<div class="flash bad" id="blocked">blocked: the console\'s graph cannot take '
+            f"this thread<ul>{why}</ul></div>"
+        )
+    if facts.questions:
+        asked = "".join(
+            f"<pre>{esc(json.dumps(q, default=str, indent=1))}</pre>" for q in facts.questions
+        )
+        where = ", ".join(facts.waiting) or "?"
+        parts.append(
+            f'<div id="question"><strong>waiting in {esc(where)}, asks:</strong>{asked}</div>'
+        )
+    return "".join(parts)
+
+
+def _input_html(facts: RunFacts) -> str:
+    if facts.task_spec is None:
+        return ""
+    shown = json.dumps(facts.task_spec, default=repr, indent=1)
+    return f'<h2>Input</h2><pre id="input">{esc(shown)}</pre>'
+
+
+def run_page(
+    report: RunReport,
+    *,
+    base: str,
+    graph: Any,
+    token: str | None,
+    facts: RunFacts | None = None,
+) -> str:
+    """One run: its facts, graph, steps, timeline, effects, usage and budget,
+    outcome, actions."""
+    facts = facts or RunFacts()
     steps = [asdict(s) for s in report.steps]
     statuses = node_statuses(steps)
+    if report.status == "partial_complete":  # the run ended in its partial result node
+        statuses.setdefault(PARTIAL_RESULT, "completed")
+    for node in facts.waiting:
+        statuses[node] = "waiting"
     redone = {top_node(s.path) for s in report.steps if s.redone}
-    nodes, edges = drawn(graph) if graph is not None else seen(steps)
+    last = [{"path": n, "started_at": float("inf")} for n in facts.waiting]  # drawn last
+    nodes, edges = drawn(graph) if graph is not None else seen([*steps, *last])
     head = (
         f'<p>thread <code id="thread">{esc(report.thread_id)}</code> · run {report.run} of '
         f'{report.runs_on_thread} · <span id="run-status">{status(report.status)}</span>'
@@ -254,7 +307,7 @@ def run_page(report: RunReport, *, base: str, graph: Any, token: str | None) -> 
     token = token or ""
     effects = []
     for e in report.effects:
-        how = "replayed" if e.replayed else "reconciled" if e.reconciled else ""
+        how = e.how if e.how and e.how != "called" else ""
         settle = ""
         if actions and e.status in ("pending", "unknown", "intent"):
             fields = {"thread": report.thread_id, "run": str(report.run), "key": e.key}
@@ -315,7 +368,8 @@ def run_page(report: RunReport, *, base: str, graph: Any, token: str | None) -> 
                 else ""
             )
             buttons += _button(base, "resume", "Resume", who, token, "Resume this thread?", answer)
-        if report.run_id and report.status in ("running", "paused", "queued"):
+        worker_run = report.claims > 0 or report.status == "queued"  # not a server's run
+        if report.run_id and worker_run and report.status in ("running", "paused", "queued"):
             buttons += _button(
                 base,
                 "cancel",
@@ -327,7 +381,9 @@ def run_page(report: RunReport, *, base: str, graph: Any, token: str | None) -> 
     buttons = f'<div id="actions">{buttons}</div>' if buttons else ""
     return (
         head
+        + _facts_html(facts)
         + buttons
+        + _input_html(facts)
         + "<h2>Graph</h2>"
         + graph_svg(nodes, edges, statuses, redone)
         + "<h2>Steps</h2>"

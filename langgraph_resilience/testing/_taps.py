@@ -108,8 +108,10 @@ class Tracker:
         """The step's task path: the run log's when the state has one, else counted
         here (the same step after a resume keeps its path). Inside a subgraph the
         path starts with its parent step's (``research[1]/agent``), so the
-        subgraphs of two `Send` branches name their steps apart."""
-        if isinstance(state, Mapping) and "resilience" in state:
+        subgraphs of two `Send` branches name their steps apart. An agent
+        middleware's hook node (``ResilienceMiddleware.before_model``) is not
+        counted in the run log: each visit is counted here, by its superstep."""
+        if isinstance(state, Mapping) and "resilience" in state and not _hook(name):
             path = step_path(name, task, log_of(state))
         else:
             path = self._counted(name, task)
@@ -372,3 +374,12 @@ def _inside(action: Any, name: str, s: Session) -> Any:
         return action(state, *args, **kwargs)
 
     return sync_node
+
+
+#: The hooks of LangChain's agent middleware, each a node named ``<middleware>.<hook>``.
+_HOOKS = (".before_agent", ".before_model", ".after_model", ".after_agent")
+
+
+def _hook(name: str) -> bool:
+    """Whether node ``name`` is an agent middleware's hook (`Tracker.path_of`)."""
+    return name.endswith(_HOOKS)

@@ -384,10 +384,13 @@ class ActiveRuns(NamedTuple):
 
 
 class Abandon(NamedTuple):
-    """Stop waiting for these runs (a drain that timed out): their steps are hung,
-    and their leases are left to run out."""
+    """Stop waiting for these runs (a drain that timed out): their steps are hung.
+    Give them back (released, ``queued``, fenced: the hung step can store nothing
+    more), one store call each; replies the run ids given back (the others are
+    left to their leases: the store could not be reached)."""
 
     run_ids: tuple[str, ...]
+    fences: tuple[Fence, ...] = ()
 
 
 LoopOp = ClaimRuns | Start | Wait | Renew | ActiveRuns | Abandon
@@ -421,8 +424,10 @@ def worker_loop(
 
     ``held`` is the worker's runs in flight, shared with `Worker.drain`: runs
     are added as they are claimed and removed as they end. A drain that has
-    waited ``drain_timeout`` for them abandons the rest (reported ``running``:
-    their leases run out and other workers take them over).
+    waited ``drain_timeout`` for them abandons the rest and gives them back
+    (``queued``, for another worker, one store call each); a run the store could
+    not take back is reported ``running``: its lease runs out and another worker
+    takes it over.
 
     ``drain_asked``: when the drain was asked for (``clock().monotonic``), so
     that a store call in flight then counts against ``drain_timeout`` (the loop
@@ -452,10 +457,12 @@ def worker_loop(
                 drain_began = clock().monotonic if asked is None else asked
             if clock().monotonic - drain_began >= settings.drain_timeout:
                 stuck = tuple(held)
+                fences = tuple(held[run_id].fence for run_id in stuck)
                 for run_id in stuck:
                     held.pop(run_id).abandon(settings.drain_timeout)
                     done[run_id] = "running"
-                yield Abandon(stuck)
+                for run_id in (yield Abandon(stuck, fences)) or ():
+                    done[run_id] = "queued"  # given back, for another worker
         if clock().monotonic >= next_beat:  # after the drain's check: none begun past it
             asked_runs = [h.fence for h in held.values() if not h.taken]
             if asked_runs:
@@ -543,5 +550,5 @@ class Held:
         self.abandoned = True
         self.lose(
             f"the drain waited {waited:.1f} s for its step, which still runs (a store "
-            "call that hangs?); its lease is left to run out"
+            "call that hangs?); the run is given back (or left to its lease)"
         )

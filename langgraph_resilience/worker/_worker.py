@@ -26,8 +26,10 @@ time-bounded lease and a fencing token that grows with every claim:
 - SIGTERM or SIGINT drains the worker: the steps in flight finish, their runs
   are released (queued again, nothing redone) and `run` returns. A drain waits
   at most ``drain_timeout`` (default ``lease_ttl``) for them: runs whose step is
-  still busy then (a store call that hangs) are abandoned to their lease, which
-  runs out within ``lease_ttl`` (another worker takes them over). The drain
+  still busy then (a store call that hangs) are given back (released, fenced:
+  the hung step can store nothing more) with one store call each, for another
+  worker to claim at once; one the store cannot take back (a partition) is left
+  to its lease, which runs out within ``lease_ttl``. The drain
   counts from the signal and no renewal begins past its end, so `run` returns
   within ``drain_timeout`` plus a poll and one store call of the loop, which the
   saver's store timeouts bound;
@@ -101,6 +103,8 @@ from langgraph_resilience.worker._steps import (
 __all__ = ["Worker"]
 
 logger = logging.getLogger("langgraph_resilience")
+# The stored outcome of a run a drain gave back while its step hung.
+_GIVEN_BACK = {"released": "the worker drained while its step hung: given back"}
 T = TypeVar("T")
 
 
@@ -294,6 +298,12 @@ class Worker(RunControls):
                     reply = self._call(leases.runs.renew, self.worker_id, op.fences, self.lease_ttl)
                 elif isinstance(op, Abandon):  # their daemon threads are left to themselves
                     futures = {f: r for f, r in futures.items() if r not in op.run_ids}
+                    blob = self._outcome_blob(_GIVEN_BACK)
+                    reply = [
+                        f.run_id
+                        for f in op.fences
+                        if self._call(leases.runs.finish, f, "queued", blob, None)
+                    ]
                 else:
                     reply = self._call(leases.active_runs)
 
@@ -390,6 +400,12 @@ class Worker(RunControls):
                         for task in [t for t, r in tasks.items() if r in op.run_ids]:
                             task.cancel()
                             del tasks[task]
+                        blob = self._outcome_blob(_GIVEN_BACK)
+                        reply = [
+                            f.run_id
+                            for f in op.fences
+                            if await self._acall(leases.runs.afinish, f, "queued", blob, None)
+                        ]
                     else:
                         reply = await self._acall(leases.aactive_runs)
 

@@ -14,6 +14,8 @@ MODE:
   in the wait before the third try (the second failure is stored by then);
 - ``email``: ``send_email`` SIGKILLs the process right after the email went
   out, before its outcome is stored;
+- ``model``: the model SIGKILLs the process in its call after ``search``
+  answered (the checkpoint after the search is stored: ``durability="sync"``);
 - ``resume``: resumes THREAD (``invoke(None)``) and prints the last message;
 - ``worker``: runs a `Worker` until idle (``--kill-after-email``: the first
   email sent anywhere SIGKILLs its process).
@@ -107,6 +109,21 @@ class ScriptedModel(BaseChatModel):
         )
         answer = self.plan[min(turn, len(self.plan) - 1)].model_copy()
         return ChatResult(generations=[ChatGeneration(message=answer)])
+
+
+class DyingModel(ScriptedModel):
+    """`ScriptedModel` that SIGKILLs its process in the call after a tool answered."""
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if any(isinstance(m, ToolMessage) for m in messages):
+            die()
+        return super()._generate(messages, stop, run_manager, **kwargs)
 
 
 def append(path: Path, line: str) -> None:
@@ -238,6 +255,9 @@ async def main() -> int:
         elif args.mode == "email":
             agent = research_agent(saver, service, on_email=die, marked=args.marked)
             await asyncio.to_thread(agent.invoke, question, config)
+        elif args.mode == "model":
+            agent = research_agent(saver, service, chat_model=DyingModel(plan=PLAN))
+            await asyncio.to_thread(agent.invoke, question, config, durability="sync")
         elif args.mode == "resume":
             agent = research_agent(saver, service, marked=args.marked)
             out = await asyncio.to_thread(agent.invoke, None, config)

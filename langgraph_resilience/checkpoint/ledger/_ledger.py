@@ -368,18 +368,13 @@ def record_outcome(d: Dialect, thread_id: str, key: str, fields: OutcomeFields) 
     (with its checksum), in a write of its own as the call returns.
 
     Every effect's, except those with ``defer_outcome=True``, which write it
-    behind (`PendingOutcomes`). It is committed without waiting for the disk (Postgres
-    ``synchronous_commit`` off for this transaction; SQLite's driver lowers
-    ``synchronous`` around it): a process crash keeps it. A server crash can
-    lose it while the node runs on, so the saver keeps it
-    (`PendingOutcomes.relaxed`) until its next durable write, which stores it
-    again where the intent is still open (`store_outcomes` ``again``); a durable
-    commit also makes every earlier one durable. Lost with this process too (the
-    server and the client gone before that write), the intent stays without
-    outcome, which ``reconcile`` (or a call with the same idempotency key) settles.
+    behind (`PendingOutcomes`). It is a durable commit (the server's own
+    ``synchronous_commit``, SQLite's ``synchronous``): when control returns to
+    the node the outcome is on disk, so the store and this process dying
+    together (one host's crash) cannot turn it back into an open intent that
+    ``reexecute`` calls again. The fsync this costs is small beside the call.
     """
-    relax = "" if d.relax_commit is None else f" AND {d.relax_commit}"  # in the one statement
-    yield Stmt(d.sql(_OUTCOME + relax), _outcome_params(thread_id, key, fields))
+    yield Stmt(d.sql(_OUTCOME), _outcome_params(thread_id, key, fields))
 
 
 def store_outcomes(
@@ -410,8 +405,9 @@ class PendingOutcomes:
 
     waiting: dict[tuple[str, str], OutcomeFields] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    # Outcomes committed without waiting for the disk (`record_outcome`, or riders
-    # of such a write). A server crash before its next durable commit loses them
+    # Outcomes committed without waiting for the disk: riders (written behind) of a
+    # relaxed write, such as a limit's release (`record_outcome` itself is durable).
+    # A server crash before its next durable commit loses them
     # (the intent is back without outcome, though the node ran on), so the saver's
     # next durable write stores them again where the intent is still open (a no-op
     # otherwise: `store_outcomes` ``again``) and forgets them once it committed.

@@ -8,7 +8,7 @@ values LangGraph would inline that Postgres cannot store.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from typing import Any, TypeVar, cast
 
 try:
@@ -333,11 +333,33 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
             ConfigError: the database was migrated by a newer langgraph-resilience.
             StoreUnavailable: the server could not be reached within the retry window.
         """
-        self._call(lambda: super(ResilientPostgresSaver, self).setup())
-        self._transact(
-            lambda: _schema.migrate(POSTGRES, where="this Postgres database"), check=False
-        )
+        with self._setup_lock():  # one process at a time (LangGraph's migrations race)
+            self._call(lambda: super(ResilientPostgresSaver, self).setup())
+            self._transact(
+                lambda: _schema.migrate(POSTGRES, where="this Postgres database"), check=False
+            )
         self._state.schema_checked = True
+
+    @contextmanager
+    def _setup_lock(self) -> Iterator[None]:
+        """`_schema.SETUP_LOCK` held around ``setup()``: on the saver's own
+        connection, or on one opened for it beside a pool (whose connections
+        LangGraph's setup takes)."""
+        pool, read = self.conn, self._timeouts.read_timeout
+        own = not isinstance(pool, ConnectionPool)
+        conn: Any = pool
+        if isinstance(pool, ConnectionPool):
+            conn = self._call(lambda: _network.connect_beside(pool, read))
+        try:
+            self._call(lambda: conn.execute(_schema.SETUP_LOCK).fetchone())
+            try:
+                yield
+            finally:
+                with suppress(Exception):  # a lost connection has let go of it
+                    conn.execute(_schema.SETUP_UNLOCK).fetchone()
+        finally:
+            if not own:
+                conn.close()
 
     # -- the connection of a try ---------------------------------------------------
 
@@ -351,7 +373,10 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
             try:
                 if isinstance(self.conn, ConnectionPool):
                     with _network.pooled(
-                        self.conn, suspect=state.suspect, read=self._timeouts.read_timeout
+                        self.conn,
+                        suspect=state.suspect,
+                        read=self._timeouts.read_timeout,
+                        checkout=self._timeouts.checkout_timeout,
                     ) as conn:
                         yield conn
                 else:

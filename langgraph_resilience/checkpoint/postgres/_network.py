@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import re
@@ -49,8 +50,10 @@ __all__ = [
     "Conn",
     "PgTimeouts",
     "aconnect",
+    "aconnect_beside",
     "apooled",
     "connect",
+    "connect_beside",
     "give_up",
     "live_conninfo",
     "needs_new_connection",
@@ -117,7 +120,9 @@ class PgTimeouts:
     unacknowledged for ``tcp_user_timeout`` drops the connection. Client side:
     connecting takes at most ``connect`` per address, and no wait for a reply
     lasts longer than ``read`` (the connection is then closed and the try retried
-    on another).
+    on another). On a pool's connections, which it did not open, the saver
+    bounds the wait for a connection (``checkout``, whatever the pool's own
+    ``timeout``) and every wait for a reply (``read``).
 
     Args:
         connect: libpq ``connect_timeout`` (whole seconds, at least 2).
@@ -125,6 +130,8 @@ class PgTimeouts:
         lock: ``lock_timeout``.
         idle_in_transaction: ``idle_in_transaction_session_timeout``.
         read: the longest one wait for the server may last; more than ``statement``.
+        checkout: the longest wait for a connection of a pool (None: the pool's
+            own ``timeout``, 30 s by default in psycopg_pool).
         keepalives_idle: idle time before the first TCP keepalive probe (None: no
             keepalive settings).
         keepalives_interval: time between probes.
@@ -147,6 +154,7 @@ class PgTimeouts:
     keepalives_interval: float | timedelta = 2.0
     keepalives_count: int = 3
     tcp_user_timeout: float | timedelta | None = 10.0
+    checkout: float | timedelta | None = 5.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -173,6 +181,11 @@ class PgTimeouts:
     def read_timeout(self) -> float | None:
         """``read`` in seconds (what a `BoundedConnection` takes)."""
         return _s(self.read)
+
+    @property
+    def checkout_timeout(self) -> float | None:
+        """``checkout`` in seconds (what `pooled` takes)."""
+        return _s(self.checkout)
 
     def parameters(self) -> dict[str, str]:
         """The libpq connection parameters (whole seconds; ``tcp_user_timeout`` in ms)."""
@@ -367,6 +380,35 @@ async def aconnect(conninfo: str, read: float | None) -> AsyncBoundedConnection[
     return conn
 
 
+def connect_beside(pool: ConnectionPool[Any], read: float | None) -> BoundedConnection[DictRow]:
+    """A connection of its own to ``pool``'s server (its conninfo and kwargs, either
+    may be a callable), not one of the pool's: for a session lock held while the
+    pool's connections serve the work."""
+    conninfo: Any = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+    kwargs: Any = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
+    conn = BoundedConnection[DictRow].connect(conninfo, **{**(kwargs or {}), **CONNECT_KWARGS})
+    conn.read_timeout = read
+    return conn
+
+
+async def aconnect_beside(
+    pool: AsyncConnectionPool[Any], read: float | None
+) -> AsyncBoundedConnection[DictRow]:
+    """Async twin of `connect_beside` (a callable may return an awaitable)."""
+    conninfo: Any = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+    kwargs: Any = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
+    conninfo, kwargs = await _awaited(conninfo), await _awaited(kwargs)
+    conn = await AsyncBoundedConnection[DictRow].connect(
+        conninfo, **{**(kwargs or {}), **CONNECT_KWARGS}
+    )
+    conn.read_timeout = read
+    return conn
+
+
+async def _awaited(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
 def _bound(conn: Connection[Any] | AsyncConnection[Any], read: float | None) -> None:
     """Bound every wait of a pooled connection by ``read``, whatever pool it came
     from: one of psycopg's own class (a pool built without ``connection_class``)
@@ -382,19 +424,20 @@ def _bound(conn: Connection[Any] | AsyncConnection[Any], read: float | None) -> 
 
 @contextmanager
 def pooled(
-    pool: ConnectionPool[Any], *, suspect: bool, read: float | None
+    pool: ConnectionPool[Any], *, suspect: bool, read: float | None, checkout: float | None = None
 ) -> Iterator[Connection[Any]]:
     """A connection of ``pool`` for one try, returned afterwards (as
     ``pool.connection()`` does). After a failed try (``suspect``), one the server
     closed meanwhile goes back (the pool drops it and opens another) and the next
     is taken, up to the pool's size: after an outage a try does not spend itself
-    on every dead connection in turn."""
-    conn = pool.getconn()
+    on every dead connection in turn. Each wait for a connection lasts at most
+    ``checkout`` (None: the pool's own ``timeout``)."""
+    conn = pool.getconn(checkout)
     for _ in range(pool.max_size if suspect else 0):
         if not peer_closed(conn):
             break
         pool.putconn(conn)
-        conn = pool.getconn()
+        conn = pool.getconn(checkout)
     _bound(conn, read)
     try:
         with conn:
@@ -405,15 +448,19 @@ def pooled(
 
 @asynccontextmanager
 async def apooled(
-    pool: AsyncConnectionPool[Any], *, suspect: bool, read: float | None
+    pool: AsyncConnectionPool[Any],
+    *,
+    suspect: bool,
+    read: float | None,
+    checkout: float | None = None,
 ) -> AsyncIterator[AsyncConnection[Any]]:
     """Async twin of `pooled`."""
-    conn = await pool.getconn()
+    conn = await pool.getconn(checkout)
     for _ in range(pool.max_size if suspect else 0):
         if not peer_closed(conn):
             break
         await pool.putconn(conn)
-        conn = await pool.getconn()
+        conn = await pool.getconn(checkout)
     _bound(conn, read)
     try:
         async with conn:

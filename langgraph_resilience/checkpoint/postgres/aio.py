@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager, nullcontext, suppress
 from typing import Any, TypeVar, cast
 
 import psycopg
@@ -152,11 +152,35 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
             ConfigError: the database was migrated by a newer langgraph-resilience.
             StoreUnavailable: the server could not be reached within the retry window.
         """
-        await self._call(lambda: super(AsyncResilientPostgresSaver, self).setup())
-        await self._transact(
-            lambda: _schema.migrate(POSTGRES, where="this Postgres database"), check=False
-        )
+        async with self._setup_lock():  # one process at a time (LangGraph's migrations race)
+            await self._call(lambda: super(AsyncResilientPostgresSaver, self).setup())
+            await self._transact(
+                lambda: _schema.migrate(POSTGRES, where="this Postgres database"), check=False
+            )
         self._state.schema_checked = True
+
+    @asynccontextmanager
+    async def _setup_lock(self) -> AsyncIterator[None]:
+        """Async twin of `ResilientPostgresSaver._setup_lock`."""
+        pool, read = self.conn, self._timeouts.read_timeout
+        own = not isinstance(pool, AsyncConnectionPool)
+        conn: Any = pool
+        if isinstance(pool, AsyncConnectionPool):
+            conn = await self._call(lambda: _network.aconnect_beside(pool, read))
+
+        async def lock(sql: str) -> None:
+            await (await conn.execute(sql)).fetchone()
+
+        try:
+            await self._call(lambda: lock(_schema.SETUP_LOCK))
+            try:
+                yield
+            finally:
+                with suppress(Exception):  # a lost connection has let go of it
+                    await lock(_schema.SETUP_UNLOCK)
+        finally:
+            if not own:
+                await conn.close()
 
     async def alist(
         self,
@@ -201,7 +225,10 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
             try:
                 if isinstance(self.conn, AsyncConnectionPool):
                     async with _network.apooled(
-                        self.conn, suspect=state.suspect, read=self._timeouts.read_timeout
+                        self.conn,
+                        suspect=state.suspect,
+                        read=self._timeouts.read_timeout,
+                        checkout=self._timeouts.checkout_timeout,
                     ) as conn:
                         yield conn
                 else:

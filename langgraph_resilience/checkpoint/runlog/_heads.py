@@ -11,6 +11,14 @@ Postgres keeps primitives inline (the edges' triggers among them) and other
 values as blobs, which are not read here: a head whose pending ``Send``\\ s sit
 in a blob says so (`Head.sends_in_blob`), and its reader reads that thread in
 full.
+
+Beside each head, two facts of the ledger: the paths of the steps its newest
+run degraded (top level), and the names of the side effects recorded at its
+head (a top-level task's: a nested graph's have checkpoints of their own) by
+the tasks that will run again (a task whose only writes are its
+interrupt, its error or a resume value; LangGraph re-runs it from its first
+line, replaying its effects by key). Each is one more statement over the same
+threads.
 """
 
 from __future__ import annotations
@@ -19,8 +27,13 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from langgraph_resilience._langgraph import TASKS_CHANNEL
-from langgraph_resilience.checkpoint.store._schema import RUN_LOG, SUM
+from langgraph_resilience._langgraph import (
+    ERROR_CHANNEL,
+    INTERRUPT_CHANNEL,
+    RESUME_CHANNEL,
+    TASKS_CHANNEL,
+)
+from langgraph_resilience.checkpoint.store._schema import EFFECTS, RUN_LOG, STEPS, SUM
 from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
 from langgraph_resilience.checkpoint.store._sums import checkpoint_sum, pg_checkpoint_sum, verify
 
@@ -38,6 +51,8 @@ class Head(NamedTuple):
     failed_step: str | None  # the failed step's path (a partial result)
     checkpoint: dict[str, Any]
     metadata: dict[str, Any]
+    degraded: tuple[str, ...] = ()  # the paths of the steps its newest run degraded
+    effects: tuple[str, ...] = ()  # the effects recorded by the tasks that run again
 
     @property
     def sends_in_blob(self) -> bool:
@@ -66,6 +81,28 @@ _POSTGRES = _HEADS.format(
 )
 
 
+_NEWEST = f"(SELECT MAX(r2.run) FROM {RUN_LOG.name} r2 WHERE r2.thread_id = r.thread_id)"
+_DEGRADED = f"""
+SELECT s.thread_id, s.path FROM {STEPS.name} s
+JOIN {RUN_LOG.name} r ON r.thread_id = s.thread_id AND r.run = s.run
+WHERE s.status = 'degraded' AND s.checkpoint_ns = '' AND r.status IN (?, ?, ?)
+  AND r.run = {_NEWEST}
+"""
+_EFFECTS = """
+SELECT DISTINCT e.thread_id, e.name FROM {effects} e
+JOIN {runs} r ON r.thread_id = e.thread_id
+WHERE r.status IN (?, ?, ?) AND r.run = {newest}
+  AND e.checkpoint_id = (
+      SELECT MAX(c2.checkpoint_id) FROM checkpoints c2
+      WHERE c2.thread_id = e.thread_id AND c2.checkpoint_ns = '')
+  AND NOT EXISTS (
+      SELECT 1 FROM {writes} w WHERE w.thread_id = e.thread_id AND w.checkpoint_ns = ''
+      AND w.checkpoint_id = e.checkpoint_id AND w.task_id = e.task_id
+      AND w.channel NOT IN (?, ?, ?))
+"""
+_RERUN = (INTERRUPT_CHANNEL, ERROR_CHANNEL, RESUME_CHANNEL)  # a task with only these re-runs
+
+
 def read_heads(
     d: Dialect, loads_typed: Callable[[tuple[str, bytes]], Any]
 ) -> Statements[list[Head]]:
@@ -76,6 +113,15 @@ def read_heads(
     """
     sql = _POSTGRES if d.procedures else _SQLITE
     rows = yield Stmt(d.sql(sql), IN_FLIGHT, fetch=True)
+    degraded: dict[str, list[str]] = {}
+    for thread, path in (yield Stmt(d.sql(_DEGRADED), IN_FLIGHT, fetch=True)):
+        degraded.setdefault(str(thread), []).append(str(path))
+    effects: dict[str, list[str]] = {}
+    sql = _EFFECTS.format(
+        effects=EFFECTS.name, runs=RUN_LOG.name, newest=_NEWEST, writes=d.writes.name
+    )
+    for thread, name in (yield Stmt(d.sql(sql), (*IN_FLIGHT, *_RERUN), fetch=True)):
+        effects.setdefault(str(thread), []).append(str(name))
     heads = []
     for row in rows:
         thread, status, failed, checkpoint_id, type_, blob, metadata, stored = row[:8]
@@ -89,9 +135,16 @@ def read_heads(
             verify(stored, actual, where, "the checkpoint row (its state or metadata)")
             checkpoint = loads_typed((type_, blob))
             meta = json.loads(metadata) if metadata is not None else {}
+        thread = str(thread)
         heads.append(
             Head(
-                str(thread), str(status), None if failed is None else str(failed), checkpoint, meta
+                thread,
+                str(status),
+                None if failed is None else str(failed),
+                checkpoint,
+                meta,
+                tuple(degraded.get(thread, ())),
+                tuple(effects.get(thread, ())),
             )
         )
     return heads

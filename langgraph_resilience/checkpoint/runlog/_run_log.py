@@ -44,7 +44,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.graph import START
 
-from langgraph_resilience._keys import WORKER_KEY
+from langgraph_resilience._keys import GRAPH_VERSION_META, SERVER_RUN_KEY, WORKER_KEY
 from langgraph_resilience._langgraph import (
     ERROR_CHANNEL,
     INTERRUPT_CHANNEL,
@@ -218,10 +218,13 @@ def _run_row(
     usage: str | None = None,
 ) -> tuple[Any, ...]:
     """A run row, in the table's column order (its Worker run and worker from
-    the config a `Worker` gives the run)."""
+    the config a `Worker` gives the run, or for a run of Agent Server the server's
+    run id; its graph version from the metadata a versioned graph gives every run,
+    as the run's checkpoints carry it)."""
     configurable = config.get("configurable") or {}
     fence = fence_of(config)
     worker = configurable.get(WORKER_KEY)
+    version = (config.get("metadata") or {}).get(GRAPH_VERSION_META)
     now = time.time()
     return (
         str(configurable["thread_id"]),
@@ -235,12 +238,19 @@ def _run_row(
         now,
         failed_step,
         usage,
-        fence.run_id if fence is not None else None,
+        fence.run_id if fence is not None else _server_run(config),
         None if worker is None else str(worker),
         None,  # paused_for
         None,  # error
-        None,  # graph_version
+        None if version is None else str(version),
     )
+
+
+def _server_run(config: RunnableConfig) -> str | None:
+    """The run id Agent Server gave the run (its configurable or metadata), if any."""
+    found = (config.get("configurable") or {}).get(SERVER_RUN_KEY)
+    found = found or (config.get("metadata") or {}).get(SERVER_RUN_KEY)
+    return None if found is None else str(found)
 
 
 class WriteLedger(NamedTuple):
@@ -265,6 +275,11 @@ class WriteLedger(NamedTuple):
     #: (a plain ``StateGraph``: a supervisor's, a swarm's) that ended short: the
     #: parent's run ends ``partial_complete`` naming it.
     nested_failed: str | None = None
+    #: The step row's run is the one the checkpoint belongs to (a functional
+    #: task's step: its record does not know its run's number).
+    run_at: bool = False
+    #: A top-level task raised (an entrypoint whose task failed for good).
+    failed_entrypoint: bool = False
 
 
 def ledger_of_writes(
@@ -294,9 +309,13 @@ def ledger_of_writes(
             paused = _paused_for(v, paused)
         elif channel == ERROR_CHANNEL:
             failed = True
-    if handed is not None and value is None and not failed:
-        value = handed
+    if handed is not None and value is None and (not failed or handed.get("functional")):
+        value = handed  # a functional task's failed step is the run's failed step
     if not isinstance(value, Mapping) and not resumed and paused is None:
+        if failed and handed is None and _top_level(config):
+            configurable = config.get("configurable") or {}
+            thread, at = str(configurable["thread_id"]), str(configurable.get("checkpoint_id"))
+            return WriteLedger(thread, "", at, task_id=task_id, failed_entrypoint=True)
         return None
     configurable = config.get("configurable") or {}
     thread_id = str(configurable["thread_id"])
@@ -348,15 +367,16 @@ def ledger_of_writes(
         ns,
         checkpoint_id,
         step=row,
-        run=run,
+        run=None if value.get("functional") else run,
         status=status if status in ("success", "partial_complete", "running") else None,
         failed_step=_path_of(value.get("failed_step")),
-        cleared=bool(value.get("clear")),
+        cleared=bool(value.get("clear") or value.get("cleared")),
         resumed=resumed,
         start=start,
         task_id=task_id,
         clear=tuple(str(p) for p in value.get("clear") or ()),
         paused_for=paused,
+        run_at=bool(value.get("functional")),
     )
 
 
@@ -396,6 +416,21 @@ _STEP = (
 _NESTED_STEP = (
     f"INSERT INTO {STEPS.name} ({_STEP_NAMES}) VALUES (?, ?, ?, ?, coalesce({RUN_AT}, ?), "
     f"{', '.join('?' for _ in STEPS.names[5:])}) ON CONFLICT DO NOTHING"
+)
+# A functional task's step (`graph._functional`): its run is the checkpoint's,
+# and a resumed task that failed before replaces its failed row.
+_TASK_STEP = _NESTED_STEP.replace(
+    "ON CONFLICT DO NOTHING",
+    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id) DO UPDATE SET "
+    "status = excluded.status, attempts = excluded.attempts, kinds = excluded.kinds, "
+    "ended_at = excluded.ended_at",
+)
+# An entrypoint that raised after one of its tasks failed for good (the run's
+# failed step): the run ends partial_complete, naming it; retry_failed re-runs it.
+_FAILED_ENTRYPOINT = (
+    f"UPDATE {RUN_LOG.name} SET status = 'partial_complete', ended_at = coalesce(ended_at, ?), "
+    "updated_at = ? WHERE thread_id = ? AND status = 'running' AND failed_step IS NOT NULL "
+    f"AND run = {RUN_AT}"
 )
 _UPDATE_RUN = (
     f"UPDATE {RUN_LOG.name} SET status = coalesce(?, status), "
@@ -492,10 +527,10 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
     if led.start is not None:
         yield Stmt(d.sql(OPEN_RUN), led.start)
     if led.step is not None:
-        if led.ns:
+        if led.ns or led.run_at:
             step = led.step
             nested = (*step[:4], led.thread_id, led.checkpoint_id, step[4], *step[5:])
-            yield Stmt(d.sql(_NESTED_STEP), nested)
+            yield Stmt(d.sql(_TASK_STEP if led.run_at else _NESTED_STEP), nested)
         else:
             yield Stmt(d.sql(_STEP), led.step)
     if led.status is not None or led.failed_step is not None or led.cleared:
@@ -515,6 +550,9 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         yield Stmt(d.sql(_OWN_END), (led.own_end, now, now, *at, led.thread_id))
     if led.nested_failed is not None:
         yield Stmt(d.sql(NESTED_FAILED), (led.nested_failed, time.time(), *at))
+    if led.failed_entrypoint:
+        now = time.time()
+        yield Stmt(d.sql(_FAILED_ENTRYPOINT), (now, now, *at))
     if led.paused_for is not None:
         yield Stmt(d.sql(PAUSED_FOR), (led.paused_for, led.paused_for, *at))
     if led.resumed:
@@ -573,6 +611,11 @@ def fail_run(
     now = time.time()
     said = None if error is None else error[:1000]
     yield Stmt(d.sql(_FAILED), (now, now, said, thread_id, thread_id, since, continued, since))
+
+
+def _top_level(config: RunnableConfig) -> bool:
+    configurable = config.get("configurable") or {}
+    return not configurable.get("checkpoint_ns") and configurable.get("thread_id") is not None
 
 
 def _path_of(failed: Any) -> str | None:

@@ -17,6 +17,11 @@ copies the key into every task's config and into the config of each
   invoke that goes on with a run (a resume, `retry_failed`, a takeover) loads
   them once from the run's step rows (`load`): the rows are the truth, a crash
   loses nothing of them; a new run starts empty (``fresh``).
+
+An ``@entrypoint`` has no driver of ours, so no scope: a `@task` under a
+policy (`graph._functional`) hands its step's record to the process's
+`TASK_STEPS` instead (`hand_task`), keyed by its task id, which ``take``
+reads when the config has no scope.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 
 from langgraph_resilience._keys import SCOPE_KEY
 
-__all__ = ["RunScope", "Tally", "landed", "scope_of", "take"]
+__all__ = ["RunScope", "Tally", "hand_task", "landed", "scope_of", "take"]
 
 
 class Tally:
@@ -162,8 +167,24 @@ def landed(config: Mapping[str, Any], task_id: str) -> None:
         scope.landed(task_id)
 
 
+#: The step records of functional tasks, by task id, until their writes land.
+TASK_STEPS: dict[str, dict[str, Any]] = {}
+_TASK_LOCK = threading.Lock()
+
+
+def hand_task(task_id: str, log: dict[str, Any]) -> None:
+    """A functional task's step record, for its ``put_writes`` (see module doc)."""
+    with _TASK_LOCK:
+        TASK_STEPS[task_id] = log
+
+
 def take(config: Mapping[str, Any], task_id: str) -> dict[str, Any] | None:
-    """The run-log entry a task's node handed to its invoke's scope, removed
-    (None: no scope, or none handed)."""
+    """The run-log entry a task's node handed to its invoke's scope (or a
+    functional task to `TASK_STEPS`), removed (None: none was)."""
     scope = scope_of(config)
-    return scope.take(task_id) if scope is not None else None
+    if scope is not None:
+        return scope.take(task_id)
+    if not TASK_STEPS:
+        return None
+    with _TASK_LOCK:
+        return TASK_STEPS.pop(task_id, None)

@@ -138,7 +138,7 @@ class AsyncResilience(Hooks, AsyncArchival):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """As LangGraph's `aget_tuple`; an undecodable row raises `CheckpointCorrupt`."""
-        _base.check_config_thread(config)  # a NUL in the id: ConfigError, not a driver's
+        config = _base.check_config_thread(config)  # a bad id: ConfigError, not a driver's
         try:
             found = await self._call(lambda: super(AsyncResilience, self).aget_tuple(config))
             if found is None and await self._arestored(config):  # was archived: read again
@@ -162,6 +162,8 @@ class AsyncResilience(Hooks, AsyncArchival):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """As LangGraph's `alist`; an undecodable row raises `CheckpointCorrupt`."""
+        if config is not None:
+            config = _base.check_config_thread(config)
         listed = cast(
             AsyncGenerator[CheckpointTuple, None],
             super().alist(config, filter=filter, before=before, limit=limit),

@@ -7,9 +7,10 @@ import asyncio
 import base64
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -176,42 +177,75 @@ def thread_key(config: RunnableConfig) -> tuple[str, str, str | None]:
             '{"configurable": {"thread_id": "job-42"}}'
         )
     return (
-        check_thread_id(str(configurable["thread_id"])),
+        check_thread_id(configurable["thread_id"]),
         str(configurable.get("checkpoint_ns") or ""),
         configurable.get("checkpoint_id"),
     )
 
 
-def check_thread_id(thread_id: str) -> str:
-    """Refuse a thread id a dialect cannot store, so that both refuse it alike.
+#: The longest thread id, in bytes of UTF-8, that every backend stores and indexes.
+MAX_THREAD_ID_BYTES = 1024
 
-    Postgres text cannot hold a NUL, and no driver binds a lone surrogate. SQLite
-    would store a NUL, but a thread only one dialect can hold is one a move to the
-    other would lose, so both refuse it at its first read or write. (A thread an
-    older version stored on SQLite under such an id is still deleted whole:
-    `Dialect.list_param`.)
+
+def check_thread_id(thread_id: Any) -> str:
+    """The thread id as the store keeps it, or a `ConfigError`: one rule on every backend.
+
+    A thread id is text (``str``); an ``int`` (not a bool) or a ``uuid.UUID`` is
+    taken as its ``str()``, everywhere alike (so ``42`` and ``"42"`` are one
+    thread). At most `MAX_THREAD_ID_BYTES` bytes of UTF-8, with no NUL character
+    and no lone surrogate: Postgres text cannot hold a NUL or index a long key,
+    and SQLite would read a lone surrogate back changed. A thread only one backend
+    can hold is one a move to the other would lose, so every backend refuses it,
+    before any write and at a read. (A thread an older version stored on SQLite
+    under such an id is still deleted whole: `Dialect.list_param`.)
     """
+    if isinstance(thread_id, str):
+        text = thread_id
+    elif isinstance(thread_id, (int, uuid.UUID)) and not isinstance(thread_id, bool):
+        text = str(thread_id)
+    else:
+        raise ConfigError(
+            f"thread id {thread_id!r} is a {type(thread_id).__name__}: a thread id is text "
+            "(str; an int or a uuid.UUID is taken as its str()), e.g. a uuid or 'job-42'"
+        )
     problem = None
-    if "\x00" in thread_id:
-        problem = f"holds a NUL character at index {thread_id.index(chr(0))}"
+    if "\x00" in text:
+        problem = f"holds a NUL character at index {text.index(chr(0))}"
     else:
         try:
-            thread_id.encode("utf-8")
+            size = len(text.encode("utf-8"))
         except UnicodeEncodeError as exc:
             problem = f"is not valid Unicode text ({exc.reason} at index {exc.start})"
+        else:
+            if size > MAX_THREAD_ID_BYTES:
+                problem = f"is {size} bytes long (UTF-8), over the {MAX_THREAD_ID_BYTES} allowed"
     if problem is not None:
+        shown = repr(text) if len(text) <= 80 else repr(text[:60]) + f"... ({len(text)} characters)"
         raise ConfigError(
-            f"thread id {thread_id!r} {problem}, which the Postgres checkpointer cannot "
-            "store. Use printable text for thread ids, e.g. a uuid or 'job-42'."
+            f"thread id {shown} {problem}. Thread ids are text of at most "
+            f"{MAX_THREAD_ID_BYTES} bytes without NUL characters or lone surrogates, on "
+            "every backend: use e.g. a uuid or 'job-42'."
         )
-    return thread_id
+    return text
 
 
-def check_config_thread(config: RunnableConfig | None) -> None:
-    """`check_thread_id` on a config's thread id, if it has one (a read's config)."""
-    thread_id = ((config or {}).get("configurable") or {}).get("thread_id")
-    if thread_id is not None:
-        check_thread_id(str(thread_id))
+def check_config_thread(config: RunnableConfig) -> RunnableConfig:
+    """`check_thread_id` on a config's thread id, if it has one (a read's config):
+    the config with the id as the store keeps it (an ``int`` as its text)."""
+    configurable = config.get("configurable") or {}
+    thread_id = configurable.get("thread_id")
+    if thread_id is None:
+        return config
+    text = check_thread_id(thread_id)
+    if text is thread_id:
+        return config
+    return cast(RunnableConfig, {**config, "configurable": {**configurable, "thread_id": text}})
+
+
+def thread_checked(config: RunnableConfig | None) -> RunnableConfig | None:
+    """`check_config_thread` on a call's config, if it has one (a graph's entry:
+    refused there before any write, an ``int`` id as its text for every read)."""
+    return None if config is None else check_config_thread(config)
 
 
 def corrupt(

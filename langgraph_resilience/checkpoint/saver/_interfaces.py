@@ -110,13 +110,10 @@ class Effects(_Part):
         d = self._saver._dialect
         outcome = _ledger.record_outcome
         try:
-            self._io._write(
-                lambda: outcome(d, thread_id, key, fields), fence=fence, pipeline=True, relaxed=True
-            )
+            self._io._write(lambda: outcome(d, thread_id, key, fields), fence=fence, pipeline=True)
         except Exception as exc:
             self._held_back(thread_id, key, fields, exc)
             raise
-        self._saver._state.outcomes.committed_relaxed({(thread_id, key): fields})
 
     def defer(self, thread_id: str, key: str, fields: OutcomeFields) -> None:
         """Store an effect's outcome with the saver's next write (no I/O now).
@@ -178,12 +175,11 @@ class AsyncEffects(Effects, _AsyncPart):
         outcome = _ledger.record_outcome
         try:
             await self._saver._write(
-                lambda: outcome(d, thread_id, key, fields), fence=fence, pipeline=True, relaxed=True
+                lambda: outcome(d, thread_id, key, fields), fence=fence, pipeline=True
             )
         except Exception as exc:
             self._held_back(thread_id, key, fields, exc)
             raise
-        self._saver._state.outcomes.committed_relaxed({(thread_id, key): fields})
 
 
 # -- node attempts -------------------------------------------------------------------------

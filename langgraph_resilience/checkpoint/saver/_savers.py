@@ -302,7 +302,7 @@ class SyncResilience(Hooks, SyncArchival):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """As LangGraph's `get_tuple`; an undecodable row raises `CheckpointCorrupt`."""
-        _base.check_config_thread(config)  # a NUL in the id: ConfigError, not a driver's
+        config = _base.check_config_thread(config)  # a bad id: ConfigError, not a driver's
         try:
             found = self._call(lambda: super(SyncResilience, self).get_tuple(config))
             if found is None and self._restored(config):  # was archived: read it again
@@ -324,6 +324,8 @@ class SyncResilience(Hooks, SyncArchival):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """As LangGraph's `list`; an undecodable row raises `CheckpointCorrupt`."""
+        if config is not None:
+            config = _base.check_config_thread(config)
         listed = cast(
             Generator[CheckpointTuple, None, None],
             super().list(config, filter=filter, before=before, limit=limit),

@@ -43,6 +43,8 @@ __all__ = [
     "RUN_LOG",
     "STEPS",
     "SCHEMA_VERSION",
+    "SETUP_LOCK",
+    "SETUP_UNLOCK",
     "check_schema",
     "migrate",
     "migrations",
@@ -562,6 +564,13 @@ MIGRATIONS: tuple[Migration, ...] = (
     # ``Migration.both(*TABLE.added(version))``).
 )
 SCHEMA_VERSION = len(MIGRATIONS) - 1
+
+# Postgres: one process's setup() at a time, LangGraph's migrations and ours (its
+# CREATE TABLE IF NOT EXISTS checkpoint_migrations races: a UniqueViolation). A
+# session lock, on a connection of its own, so LangGraph's statements may run on
+# any connection; its key is not the migration's (`Dialect.migration_lock`).
+SETUP_LOCK = "SELECT pg_advisory_lock(hashtext('resilience_setup'))"
+SETUP_UNLOCK = "SELECT pg_advisory_unlock(hashtext('resilience_setup'))"
 
 
 def migrations(d: Dialect) -> tuple[tuple[str, ...], ...]:

@@ -1,0 +1,240 @@
+"""`ResilientRedisSaver`: a LangGraph checkpointer on plain Redis >= 7 (no modules).
+
+``aio``: its async twin, `AsyncResilientRedisSaver`. The rooms: ``_keys`` (the
+key schema: one hash tag per thread), ``_scripts`` (the Lua that stores and
+reads a thread atomically), ``_records`` (a checkpoint or write in a hash
+field, with its checksum), ``_ops`` (every operation, written once for both
+twins), ``_driver`` (pipelines, retries, script reloads), ``_durability`` (what
+the server keeps on disk), ``_tier`` (demotion to the cold tier and restore),
+``_common`` (options, setup checks, refusals).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import redis
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from langgraph_resilience.checkpoint.archive._moves import ArchiveReport
+from langgraph_resilience.checkpoint.archive._objects import Archive
+from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES
+from langgraph_resilience.checkpoint.redis import _ops
+from langgraph_resilience.checkpoint.redis._common import (
+    DEFAULT_TTL,
+    RedisCommon,
+    check_version,
+    config_reply,
+    judge,
+)
+from langgraph_resilience.checkpoint.redis._driver import drive
+from langgraph_resilience.checkpoint.redis._durability import Durability
+from langgraph_resilience.checkpoint.redis._ops import Ops, T
+from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
+from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
+from langgraph_resilience.errors import ArchiveError
+from langgraph_resilience.policy import Backoff
+
+__all__ = ["ResilientRedisSaver"]
+
+
+class ResilientRedisSaver(RedisCommon):
+    """A checkpointer on plain Redis: atomic checkpoints and writes (Lua), a
+    second put of a checkpoint a no-op, no silent forks (`CheckpointConflict`),
+    checksums on every read, a TTL on each thread renewed by every write.
+
+    Args:
+        conn: a ``redis.Redis`` client (bytes replies: ``decode_responses=False``).
+        prefix: the first part of every key (docs/redis.md, the key schema).
+        ttl: how long a thread's keys live after its last write (None: forever).
+        store_retry: how a transient Redis error is retried.
+        serde: LangGraph's serializer (default: ``JsonPlusSerializer``).
+        archive: the cold tier (an `Archive` or its URL): keys then never expire,
+            and `archive_idle` demotes threads idle past ``ttl`` (`_tier`).
+        warn_checkpoint_bytes: the size budget, as the SQL savers': a warning
+            (naming the largest channels) above this many bytes.
+        max_checkpoint_bytes: a refusal (`ConfigError`, nothing stored) above this.
+
+    Example:
+        >>> with ResilientRedisSaver.from_conn_string("redis://127.0.0.1:6379/0") as saver:
+        ...     saver.setup()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        conn: redis.Redis,
+        *,
+        prefix: str = "lgr",
+        ttl: float | timedelta | None = DEFAULT_TTL,
+        store_retry: Backoff | None = None,
+        serde: SerializerProtocol | None = None,
+        archive: Archive | str | None = None,
+        warn_checkpoint_bytes: int | None = DEFAULT_WARN_BYTES,
+        max_checkpoint_bytes: int | None = None,
+    ) -> None:
+        super().__init__(
+            conn,
+            prefix=prefix,
+            ttl=ttl,
+            store_retry=store_retry,
+            serde=serde,
+            archive=archive,
+            warn_checkpoint_bytes=warn_checkpoint_bytes,
+            max_checkpoint_bytes=max_checkpoint_bytes,
+        )
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[ResilientRedisSaver]:
+        """A saver on a new client for ``redis://`` (or ``rediss://``, ``unix://``) URL."""
+        conn = redis.Redis.from_url(conn_string, decode_responses=False)
+        try:
+            yield cls(conn, **kwargs)
+        finally:
+            conn.close()
+
+    def _run(self, op: Ops[T]) -> T:
+        return drive(self.conn, op, self.backoff, self.target)
+
+    def _drive(self, make: Callable[[], Ops[T]]) -> T:
+        """Run an operation; on a thread in the cold tier, restore it and run again."""
+        while True:
+            try:
+                return self._run(make())
+            except Archived as found:
+                self._restore(found.thread_id)
+
+    def _restore(self, thread_id: str) -> None:
+        key = self._run(_ops.archived_object(self.place, thread_id))
+        if key is not None:  # else another client restored it meanwhile
+            archive = self._archive_for(thread_id)
+            try:
+                body = archive.read(key)
+            except ArchiveError:
+                if self._run(_ops.archived_object(self.place, thread_id)) != key:
+                    return  # another client restored it (and dropped the object) first
+                raise
+            if self._run(_ops.restore(self.place, thread_id, unpack_dumps(body))):
+                archive.drop([key])
+
+    def archive_idle(
+        self,
+        older_than: float | timedelta | None = None,
+        *,
+        limit: int = 1000,
+        thread_ids: Sequence[str] = (),
+    ) -> ArchiveReport:
+        """Demote threads to the cold tier: those idle for ``older_than`` (default:
+        the saver's ``ttl``; at most ``limit``), or the given ``thread_ids``. A
+        thread written while it is being moved stays hot (``skipped``); one whose
+        object could not be stored stays hot too (``failed``).
+
+        Example:
+            >>> saver.archive_idle(older_than=3600).archived  # doctest: +SKIP
+            ['job-41', 'job-42']
+        """
+        idle = self._idle_ms(older_than)
+        archive = self._archive_for("")
+        threads = list(thread_ids) or self._run(_ops.idle_threads(self.place, idle, limit))
+        report = ArchiveReport(archived=[], skipped=[], failed={})
+        for thread_id in threads:
+            dumps = self._run(_ops.dump_thread(self.place, thread_id))
+            if dumps is None:
+                continue
+            key = self._object_key(thread_id)
+            try:
+                archive.put_new(key, pack_dumps(dumps))
+            except ArchiveError as exc:
+                report.failed[thread_id] = exc
+                continue
+            if self._run(_ops.demote(self.place, thread_id, key, dumps)):
+                report.archived.append(thread_id)
+            else:  # written meanwhile: it stays hot
+                report.skipped.append(thread_id)
+                archive.drop([key])
+        return report
+
+    def restore_thread(self, thread_id: str) -> bool:
+        """Bring a demoted thread back now (reads and writes do it themselves);
+        False: it was not in the cold tier."""
+        if self._run(_ops.archived_object(self.place, thread_id)) is None:
+            return False
+        self._restore(thread_id)
+        return True
+
+    def setup(self) -> Durability:
+        """Check the server (Redis >= 7), load the scripts, and say what it keeps on
+        disk (warns once when a crash of the server would lose checkpoints)."""
+        check_version(self.conn.info("server"), self.target)
+        for script in SCRIPTS:
+            self.conn.script_load(script.source)
+        try:
+            config = config_reply(self.conn.config_get("append*") | self.conn.config_get("save"))
+        except redis.ResponseError:
+            config = None
+        self.durability = judge(config, self.target)
+        return self.durability
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._drive(lambda: _ops.get_tuple(self.place, self.serde, config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        op = lambda: _ops.list_(  # noqa: E731
+            self.place, self.serde, config, filter=filter, before=before, limit=limit
+        )
+        yield from self._drive(op)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._drive(
+            lambda: _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
+        )
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._drive(
+            lambda: _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path)
+        )
+
+    def delete_thread(self, thread_id: str) -> None:
+        demoted = self._drive(lambda: _ops.delete_thread(self.place, str(thread_id)))
+        if demoted is not None and self.archive is not None:
+            self.archive.drop([demoted])
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._drive(lambda: _ops.delete_for_runs(self.place, run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._drive(
+            lambda: _ops.copy_thread(self.place, str(source_thread_id), str(target_thread_id))
+        )
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._drive(lambda: _ops.prune(self.place, thread_ids, strategy))

@@ -1,0 +1,156 @@
+"""What the Redis twins share besides their operations: options, the setup
+checks (server version, durability), versions, and the features refused.
+
+Refused on Redis, with `ConfigError` (the docs' "What Redis does not keep"):
+the effect ledger, the run ledger and its readers, leases for the `Worker`
+and `Limit`s. They live in the SQL savers' own transactions;
+on Redis they are not built yet, and a weaker copy would break their promises
+silently. A graph that needs them (``@side_effect``, a `Worker`, ``run_report``)
+refuses a Redis saver at once, as it refuses any non-resilient checkpointer.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from datetime import timedelta
+from typing import Any, NoReturn
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from langgraph_resilience.checkpoint.archive._objects import Archive, archive_of
+from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES, SizeBudget
+from langgraph_resilience.checkpoint.redis._durability import Durability, durability
+from langgraph_resilience.checkpoint.redis._ops import Place
+from langgraph_resilience.checkpoint.redis._tier import object_key
+from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.policy import Backoff
+
+__all__ = ["DEFAULT_REDIS_RETRY", "DEFAULT_TTL", "RedisCommon"]
+
+#: A thread's keys live a day after its last write unless written again.
+DEFAULT_TTL = timedelta(hours=24)
+
+#: A restart from the AOF: ten tries, waits capped at 0.05 ... 2 s (~9 s in all).
+DEFAULT_REDIS_RETRY = Backoff(
+    max_attempts=10, initial_interval=0.05, backoff_factor=2.0, max_interval=2.0, jitter="none"
+)
+
+#: Servers already warned about (one warning per server and process).
+_WARNED: set[str] = set()
+
+
+def _ttl_ms(ttl: float | timedelta | None, *, zero: bool = False) -> int:
+    if ttl is None:
+        return 0
+    seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
+    if seconds < 0 or (seconds == 0 and not zero):
+        raise ConfigError(f"ttl={ttl!r}: give a positive duration, or None for no TTL")
+    return int(seconds * 1000) if zero else max(1, int(seconds * 1000))
+
+
+def redis_target(conn: Any) -> str:
+    """Host:port/db of a client, without its password (named in errors)."""
+    kw = getattr(getattr(conn, "connection_pool", None), "connection_kwargs", {}) or {}
+    if "path" in kw:
+        return f"unix:{kw['path']}"
+    return f"{kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"
+
+
+def check_version(info: dict[str, Any], target: str) -> None:
+    version = str(info.get("redis_version", "0"))
+    if int(version.split(".")[0] or 0) < 7:
+        raise ConfigError(f"Redis at {target} is {version}: the Redis savers need Redis >= 7")
+
+
+def config_reply(reply: Any) -> dict[str, str] | None:
+    if not isinstance(reply, dict):
+        return None
+    return {
+        (k.decode() if isinstance(k, bytes) else str(k)): (
+            v.decode() if isinstance(v, bytes) else str(v)
+        )
+        for k, v in reply.items()
+    }
+
+
+def judge(config: dict[str, str] | None, target: str) -> Durability:
+    """The durability verdict, warned about once per server (`_durability`)."""
+    verdict = durability(config, target)
+    if verdict.warn and target not in _WARNED:
+        _WARNED.add(target)
+        warnings.warn(verdict.message, RuntimeWarning, stacklevel=3)
+    return verdict
+
+
+class RedisCommon(BaseCheckpointSaver[str]):
+    """Options and refusals both twins share."""
+
+    place: Place
+    backoff: Backoff
+    target: str
+    durability: Durability | None
+
+    def __init__(
+        self,
+        conn: Any,
+        *,
+        prefix: str,
+        ttl: float | timedelta | None,
+        store_retry: Backoff | None,
+        serde: SerializerProtocol | None,
+        archive: Archive | str | None,
+        warn_checkpoint_bytes: int | None = DEFAULT_WARN_BYTES,
+        max_checkpoint_bytes: int | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        if store_retry is not None and not isinstance(store_retry, Backoff):
+            raise ConfigError(f"store_retry must be a Backoff, got {type(store_retry).__name__}")
+        self.conn = conn
+        self.archive = archive_of(archive)
+        ttl_ms = _ttl_ms(ttl)
+        # with a cold tier, keys never expire: idle threads are demoted instead (`_tier`)
+        self.idle_ms = ttl_ms or _ttl_ms(DEFAULT_TTL)
+        sizes = SizeBudget(warn_bytes=warn_checkpoint_bytes, max_bytes=max_checkpoint_bytes)
+        self.place = Place(prefix, 0 if self.archive is not None else ttl_ms, sizes)
+        self.backoff = store_retry or DEFAULT_REDIS_RETRY
+        self.target = redis_target(conn)
+        self.durability = None
+
+    def _object_key(self, thread_id: str) -> str:
+        return object_key(self.place.prefix, thread_id)
+
+    def _archive_for(self, thread_id: str) -> Archive:
+        if self.archive is None:
+            raise ConfigError(
+                f"thread {thread_id!r} is in the cold tier: open the saver with the archive "
+                "it was demoted to (archive=...)"
+            )
+        return self.archive
+
+    def _idle_ms(self, older_than: float | timedelta | None) -> int:
+        if self.archive is None:
+            raise ConfigError("archive_idle needs a cold tier: pass archive=Archive(...) or a URL")
+        return self.idle_ms if older_than is None else _ttl_ms(older_than, zero=True)
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """As LangGraph's SQL savers: a zero-padded counter and a random tail."""
+        current_v = 0 if current is None else int(str(current).split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    def _refuse(self, what: str) -> NoReturn:
+        raise ConfigError(
+            f"{what} is not kept by the Redis savers yet (docs/redis.md, 'What Redis does "
+            "not keep'): use ResilientSqliteSaver or ResilientPostgresSaver for the effect "
+            "ledger, the run ledger, leases and limits."
+        )
+
+    def step_history(self, thread_id: str, *, run: int | None = None) -> NoReturn:
+        self._refuse("step_history")
+
+    def list_runs(self, statuses: Any = ()) -> NoReturn:
+        self._refuse("list_runs")
+
+    def list_effects(self, thread_id: str) -> NoReturn:
+        self._refuse("list_effects")

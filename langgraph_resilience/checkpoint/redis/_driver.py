@@ -1,0 +1,107 @@
+"""Drive an operation (`_ops`) against a client: each batch in one pipeline,
+a batch retried after a transient error (every batch is idempotent), and the
+scripts loaded again when the server forgot them (a restart, ``SCRIPT FLUSH``).
+
+The twins differ only in their ``await``s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any, TypeVar
+
+from redis import exceptions as rx
+
+from langgraph_resilience.checkpoint.redis._ops import Command, Ops
+from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
+from langgraph_resilience.errors import StoreUnavailable
+from langgraph_resilience.policy import Backoff
+
+__all__ = ["adrive", "drive", "transient"]
+
+T = TypeVar("T")
+
+
+def transient(exc: BaseException) -> bool:
+    """A lost or refused connection, a timeout, a server still loading its AOF."""
+    return isinstance(exc, (rx.ConnectionError, rx.TimeoutError, rx.TryAgainError))
+
+
+def _load_commands() -> list[Command]:
+    return [("SCRIPT", "LOAD", s.source) for s in SCRIPTS]
+
+
+def _unavailable(target: str, attempts: int, exc: BaseException) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"Redis at {target} unreachable after {attempts} tries: {exc}",
+        target=target,
+        attempts=attempts,
+    )
+
+
+def _run(conn: Any, batch: list[Command]) -> list[Any]:
+    pipe = conn.pipeline(transaction=False)
+    for command in batch:
+        pipe.execute_command(*command)
+    return list(pipe.execute())
+
+
+def _send(conn: Any, batch: list[Command], backoff: Backoff, target: str) -> list[Any]:
+    attempt = 1
+    while True:
+        try:
+            return _run(conn, batch)
+        except rx.NoScriptError:
+            _run(conn, _load_commands())
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            if attempt >= backoff.max_attempts:
+                raise _unavailable(target, attempt, exc) from exc
+            time.sleep(backoff.delay(attempt, random.random()))
+            attempt += 1
+
+
+def drive(conn: Any, op: Ops[T], backoff: Backoff, target: str) -> T:
+    reply: list[Any] | None = None
+    while True:
+        try:
+            batch = op.send(reply) if reply is not None else next(op)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        reply = _send(conn, batch, backoff, target)
+
+
+async def _arun(conn: Any, batch: list[Command]) -> list[Any]:
+    pipe = conn.pipeline(transaction=False)
+    for command in batch:
+        pipe.execute_command(*command)
+    return list(await pipe.execute())
+
+
+async def _asend(conn: Any, batch: list[Command], backoff: Backoff, target: str) -> list[Any]:
+    attempt = 1
+    while True:
+        try:
+            return await _arun(conn, batch)
+        except rx.NoScriptError:
+            await _arun(conn, _load_commands())
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            if attempt >= backoff.max_attempts:
+                raise _unavailable(target, attempt, exc) from exc
+            await asyncio.sleep(backoff.delay(attempt, random.random()))
+            attempt += 1
+
+
+async def adrive(conn: Any, op: Ops[T], backoff: Backoff, target: str) -> T:
+    reply: list[Any] | None = None
+    while True:
+        try:
+            batch = op.send(reply) if reply is not None else next(op)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        reply = await _asend(conn, batch, backoff, target)

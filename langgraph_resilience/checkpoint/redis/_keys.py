@@ -1,0 +1,77 @@
+"""The key schema: every key of a thread under one hash tag, found without
+``KEYS`` or ``SCAN``.
+
+For a prefix ``P`` (default ``lgr``) and a thread ``T``:
+
+- ``P:{T}:cp`` (hash): ``<ns>\\0<checkpoint_id>`` -> the checkpoint record (`_records`);
+- ``P:{T}:ix`` (sorted set): ``<ns>\\0<checkpoint_id>``, score 0, so lexical order is id
+  order and a namespace's latest is one ``ZREVRANGEBYLEX``;
+- ``P:{T}:w`` (hash): ``<ns>\\0<checkpoint_id>\\0<task_id>\\0<idx>`` -> a write record;
+- ``P:{T}:wx`` (hash): ``<ns>\\0<checkpoint_id>`` -> its writes' ``<task_id>\\0<idx>``,
+  one a line;
+- ``P:{T}:ns`` (set): the thread's namespaces;
+- ``P:{T}:byrun`` (hash): run id -> the run's checkpoints (``<ns>\\0<id>``, one a line);
+- ``P:{T}:archived`` (string, no TTL): the thread is in the cold tier, under this
+  archive key (`_tier`); every script refuses to act on it until it is restored;
+- ``P:run:{R}`` (set): the threads run ``R`` wrote (for ``delete_for_runs``);
+- ``P:threads`` (sorted set): thread ids, scored by their last write (ms since the
+  epoch), for ``list(None)`` and ``archive_idle``.
+
+A thread's seven keys share the hash tag ``{T}``, so its Lua scripts touch one
+slot and the layout works on Redis Cluster; the run index and the thread
+registry live in their own slots and are written beside the script (they only
+find threads, and a stale entry finds nothing).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from langgraph_resilience.errors import ConfigError
+
+__all__ = ["ThreadKeys", "check_prefix", "member", "run_key", "threads_key", "thread_keys"]
+
+SEP = "\0"
+
+
+class ThreadKeys(NamedTuple):
+    cp: str
+    ix: str
+    w: str
+    wx: str
+    ns: str
+    byrun: str
+    archived: str
+
+
+def check_prefix(prefix: str) -> str:
+    if not prefix or any(c in prefix for c in "{}\0"):
+        raise ConfigError(
+            f"key prefix {prefix!r}: use a non-empty prefix without braces or NUL "
+            "(the braces are the thread's hash tag), e.g. prefix='lgr'"
+        )
+    return prefix
+
+
+def thread_keys(prefix: str, thread_id: str) -> ThreadKeys:
+    base = f"{prefix}:{{{thread_id}}}"
+    return ThreadKeys(*(f"{base}:{part}" for part in ThreadKeys._fields))
+
+
+def run_key(prefix: str, run_id: str) -> str:
+    return f"{prefix}:run:{{{run_id}}}"
+
+
+def threads_key(prefix: str) -> str:
+    return f"{prefix}:threads"
+
+
+def member(ns: str, checkpoint_id: str) -> str:
+    """A checkpoint's field in ``cp`` and member of ``ix``."""
+    return f"{ns}{SEP}{checkpoint_id}"
+
+
+def split_member(value: bytes | str) -> tuple[str, str]:
+    text = value.decode() if isinstance(value, bytes) else value
+    ns, _, checkpoint_id = text.partition(SEP)
+    return ns, checkpoint_id

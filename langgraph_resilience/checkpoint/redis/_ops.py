@@ -1,0 +1,347 @@
+"""Every saver operation on Redis, written once for both twins.
+
+An operation is a generator: it yields a batch of commands (sent in one
+pipeline, one round trip) and receives their replies; the sync and async savers
+only drive it (`_driver`). Decisions (the fork check's verdict, what a list
+returns, which errors are worth another try) are made here, apart from I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Generator, Iterator, Sequence
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from langgraph_resilience.checkpoint.archive._sizes import SizeBudget, channel_sizes
+from langgraph_resilience.checkpoint.redis._keys import (
+    ThreadKeys,
+    check_prefix,
+    member,
+    run_key,
+    split_member,
+    thread_keys,
+    threads_key,
+)
+from langgraph_resilience.checkpoint.redis._records import pack_checkpoint, pack_write, read_tuple
+from langgraph_resilience.checkpoint.redis._scripts import (
+    ARCHIVED,
+    DELETE_RUN,
+    DEMOTE,
+    GET,
+    PRUNE,
+    PUT,
+    PUT_WRITES,
+    RESTORE,
+    Script,
+)
+from langgraph_resilience.checkpoint.redis._tier import Archived
+from langgraph_resilience.checkpoint.saver import _base, _threads
+
+__all__ = ["Command", "Ops", "Place"]
+
+T = TypeVar("T")
+Command = tuple[Any, ...]
+Ops = Generator[list[Command], list[Any], T]
+
+#: Checkpoints fetched per round trip by ``list``.
+LIST_BATCH = 64
+
+
+class Place:
+    """Where a saver keeps its keys and for how long (``ttl_ms`` 0: no TTL)."""
+
+    def __init__(self, prefix: str, ttl_ms: int, sizes: SizeBudget | None = None) -> None:
+        self.prefix = check_prefix(prefix)
+        self.ttl_ms = ttl_ms
+        self.sizes = sizes or SizeBudget()
+
+    def keys(self, thread_id: str) -> ThreadKeys:
+        return thread_keys(self.prefix, thread_id)
+
+    def registered(self, thread_id: str) -> Command:
+        """The thread was written now (the registry's score: its last write, ms)."""
+        return ("ZADD", threads_key(self.prefix), int(time.time() * 1000), thread_id)
+
+
+def _hot(reply: Any, thread_id: str) -> Any:
+    """A script's reply, or `Archived` when the thread is in the cold tier."""
+    if isinstance(reply, int) and reply == ARCHIVED:
+        raise Archived(thread_id)
+    return reply
+
+
+def run(script: Script, keys: Sequence[str], *args: Any) -> Command:
+    return ("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
+def put(
+    place: Place,
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+) -> Ops[RunnableConfig]:
+    del new_versions  # the whole checkpoint is one record, as SqliteSaver keeps it
+    thread_id, ns, parent_id = _base.thread_key(config)
+    type_, blob = serde.dumps_typed(checkpoint)
+    meta_dict = get_checkpoint_metadata(config, metadata)
+    meta = json.dumps(meta_dict, ensure_ascii=False).encode("utf-8", "ignore")
+    cid = checkpoint["id"]
+    check = _threads.continues_head(thread_id, ns, parent_id)
+    record = pack_checkpoint(cid, parent_id, type_, blob, meta)
+    place.sizes.check(
+        len(record),
+        lambda: f"checkpoint {cid} of thread {thread_id!r}",
+        lambda: channel_sizes(checkpoint.get("channel_values", {}), serde.dumps_typed),
+        lambda counter: None,  # no save counters on Redis (docs/redis.md)
+    )
+    run_id = str(meta_dict.get("run_id") or "")
+    keys = place.keys(thread_id)
+    batch = [
+        run(
+            PUT,
+            keys,
+            member(ns, cid),
+            record,
+            ns,
+            int(check),
+            parent_id or "",
+            cid,
+            run_id,
+            place.ttl_ms,
+        ),
+        place.registered(thread_id),
+    ]
+    if run_id:
+        batch.append(("SADD", run_key(place.prefix, run_id), thread_id))
+    reply = _hot((yield batch)[0], thread_id)
+    if int(reply[0]) == 2:
+        head = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+        raise _threads.PutCheckpoint(thread_id, ns, cid, parent_id, True, ()).conflict(head)
+    _threads.wrote_head(_threads.PutCheckpoint(thread_id, ns, cid, parent_id, check, ()))
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+
+def put_writes(
+    place: Place,
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    task_path: str,
+) -> Ops[None]:
+    thread_id, ns, cid = _base.thread_key(config)
+    if cid is None or not writes:
+        return
+    replace = all(w[0] in WRITES_IDX_MAP for w in writes)
+    args: list[Any] = []
+    for i, (channel, value) in enumerate(writes):
+        idx = WRITES_IDX_MAP.get(channel, i)
+        type_, blob = serde.dumps_typed(value)
+        args += [
+            f"{task_id}\0{idx}",
+            pack_write(cid, task_id, task_path, idx, channel, type_, blob),
+        ]
+    keys = place.keys(thread_id)
+    replies = yield [
+        run(PUT_WRITES, keys, member(ns, cid), int(replace), place.ttl_ms, *args),
+        place.registered(thread_id),
+    ]
+    _hot(replies[0], thread_id)
+
+
+def _fetch(
+    place: Place, serde: SerializerProtocol, thread_id: str, ns: str, checkpoint_id: str
+) -> Command:
+    return run(GET, place.keys(thread_id), ns, checkpoint_id)
+
+
+def _tuple(serde: SerializerProtocol, thread_id: str, reply: Any) -> CheckpointTuple | None:
+    if not _hot(reply, thread_id):
+        return None
+    ns, cid = split_member(reply[0])
+    return read_tuple(serde, thread_id, ns, cid, reply)
+
+
+def get_tuple(
+    place: Place, serde: SerializerProtocol, config: RunnableConfig
+) -> Ops[CheckpointTuple | None]:
+    configurable = config["configurable"]
+    thread_id = str(configurable["thread_id"])
+    ns = str(configurable.get("checkpoint_ns") or "")
+    cid = get_checkpoint_id(config) or ""
+    reply = (yield [_fetch(place, serde, thread_id, ns, cid)])[0]
+    return _threads.saw_latest(config, _tuple(serde, thread_id, reply))
+
+
+def _matches(found: CheckpointTuple, filter: dict[str, Any] | None) -> bool:
+    return all(found.metadata.get(k) == v for k, v in (filter or {}).items())
+
+
+def list_(
+    place: Place,
+    serde: SerializerProtocol,
+    config: RunnableConfig | None,
+    *,
+    filter: dict[str, Any] | None = None,
+    before: RunnableConfig | None = None,
+    limit: int | None = None,
+) -> Ops[list[CheckpointTuple]]:
+    configurable = (config or {}).get("configurable") or {}
+    if configurable.get("thread_id") is not None:
+        threads = [str(configurable["thread_id"])]
+    else:
+        key = threads_key(place.prefix)
+        batch: list[Command] = [("ZRANGE", key, 0, -1)]
+        if place.ttl_ms:  # expired threads leave the registry when it is listed
+            expired = int(time.time() * 1000) - place.ttl_ms
+            batch.insert(0, ("ZREMRANGEBYSCORE", key, "-inf", expired))
+        threads = sorted(t.decode() for t in (yield batch)[-1])
+    wanted_ns = configurable.get("checkpoint_ns")
+    wanted_id = configurable.get("checkpoint_id")
+    before_id = get_checkpoint_id(before) if before else None
+    replies = yield [
+        c
+        for t in threads
+        for c in (("EXISTS", place.keys(t).archived), ("ZRANGE", place.keys(t).ix, 0, -1))
+    ]
+    for thread_id, archived in zip(threads, replies[0::2], strict=True):
+        if archived:
+            raise Archived(thread_id)
+    candidates: list[tuple[str, str, str]] = []
+    for thread_id, listed in zip(threads, replies[1::2], strict=True):
+        for m in listed:
+            ns, cid = split_member(m)
+            if wanted_ns is not None and ns != wanted_ns:
+                continue
+            if (wanted_id and cid != wanted_id) or (before_id and cid >= before_id):
+                continue
+            candidates.append((thread_id, ns, cid))
+    candidates.sort(key=lambda c: (c[0], c[2]), reverse=True)
+    out: list[CheckpointTuple] = []
+    for batch in _batches(candidates, LIST_BATCH):
+        replies = yield [_fetch(place, serde, *c) for c in batch]
+        for (thread_id, _, _), reply in zip(batch, replies, strict=True):
+            found = _tuple(serde, thread_id, reply)
+            if found is not None and _matches(found, filter):
+                out.append(found)
+                if limit is not None and len(out) >= limit:
+                    return out
+    return out
+
+
+def _batches(items: list[T], size: int) -> Iterator[list[T]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def delete_thread(place: Place, thread_id: str) -> Ops[str | None]:
+    """Drop the thread; returns its cold-tier object, if it was demoted."""
+    keys = place.keys(thread_id)
+    replies = yield [
+        ("GET", keys.archived),
+        ("DEL", *keys),
+        ("ZREM", threads_key(place.prefix), thread_id),
+    ]
+    return None if replies[0] is None else replies[0].decode()
+
+
+def delete_for_runs(place: Place, run_ids: Sequence[str]) -> Ops[None]:
+    run_ids = [str(r) for r in run_ids]
+    if not run_ids:
+        return
+    threads = yield [("SMEMBERS", run_key(place.prefix, r)) for r in run_ids]
+    batch: list[Command] = []
+    touched: list[str] = []
+    for run_id, members in zip(run_ids, threads, strict=True):
+        for t in members:
+            batch.append(run(DELETE_RUN, place.keys(t.decode()), run_id))
+            touched.append(t.decode())
+    for thread_id, reply in zip(touched, (yield batch), strict=True):
+        _hot(reply, thread_id)
+    yield [("DEL", *(run_key(place.prefix, r) for r in run_ids))]
+
+
+def copy_thread(place: Place, source: str, target: str) -> Ops[None]:
+    src, dst = place.keys(source), place.keys(target)
+    dumps = yield [("DUMP", k) for k in src[:6]] + [("EXISTS", src.archived), ("HKEYS", src.byrun)]
+    if dumps[6]:
+        raise Archived(source)  # copied from its hot keys, once restored
+    if not any(dumps[:6]):
+        return
+    batch: list[Command] = []
+    for key, dumped in zip(dst[:6], dumps[:6], strict=True):
+        if dumped is not None:
+            batch.append(("RESTORE", key, place.ttl_ms, dumped, "REPLACE"))
+    batch.append(place.registered(target))
+    batch += [("SADD", run_key(place.prefix, r.decode()), target) for r in dumps[-1]]
+    yield batch
+
+
+def prune(place: Place, thread_ids: Sequence[str], strategy: str) -> Ops[None]:
+    threads = _threads.check_prune_args(thread_ids, strategy)
+    if strategy in _threads.DELETE_STRATEGIES:
+        yield [("DEL", *place.keys(t)) for t in threads] + (
+            [("ZREM", threads_key(place.prefix), *threads)] if threads else []
+        )
+    elif threads:
+        for thread_id, reply in zip(
+            threads, (yield [run(PRUNE, place.keys(t)) for t in threads]), strict=True
+        ):
+            _hot(reply, thread_id)
+
+
+# -- the cold tier (`_tier`) -------------------------------------------------------------
+
+
+def idle_threads(place: Place, older_than_ms: int, limit: int) -> Ops[list[str]]:
+    """Threads whose last write is older than ``older_than_ms`` (the oldest first)."""
+    before = int(time.time() * 1000) - older_than_ms
+    key = threads_key(place.prefix)
+    found = (yield [("ZRANGEBYSCORE", key, "-inf", before, "LIMIT", 0, limit)])[0]
+    return [t.decode() for t in found]
+
+
+def dump_thread(place: Place, thread_id: str) -> Ops[list[bytes | None] | None]:
+    """The DUMP of a hot thread's six keys (None: nothing hot to demote)."""
+    keys = place.keys(thread_id)
+    dumps = yield [("EXISTS", keys.archived), *(("DUMP", k) for k in keys[:6])]
+    if dumps[0] or not any(dumps[1:]):
+        return None
+    return list(dumps[1:])
+
+
+def demote(place: Place, thread_id: str, object_key: str, dumps: list[bytes | None]) -> Ops[bool]:
+    """Drop the hot copy (its object is stored), unless written since the dump."""
+    keys = place.keys(thread_id)
+    reply = yield [run(DEMOTE, keys, object_key, *(d or b"" for d in dumps))]
+    if reply[0]:
+        yield [("ZREM", threads_key(place.prefix), thread_id)]
+    return bool(reply[0])
+
+
+def archived_object(place: Place, thread_id: str) -> Ops[str | None]:
+    reply = (yield [("GET", place.keys(thread_id).archived)])[0]
+    return None if reply is None else reply.decode()
+
+
+def restore(place: Place, thread_id: str, dumps: list[bytes | None]) -> Ops[bool]:
+    """The thread hot again, in one script (no write lands in between); False:
+    another client restored it first."""
+    keys = place.keys(thread_id)
+    replies = yield [run(RESTORE, keys, *(d or b"" for d in dumps)), place.registered(thread_id)]
+    return bool(replies[0])

@@ -1,0 +1,211 @@
+"""The Lua scripts: each stores or reads one thread atomically (its six keys,
+`_keys.ThreadKeys`, in that order, are every script's KEYS).
+
+Redis runs a script as one command: nothing interleaves, and under
+``appendfsync always`` its effects are on disk before the reply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import NamedTuple
+
+__all__ = [
+    "ARCHIVED",
+    "DELETE_RUN",
+    "DEMOTE",
+    "GET",
+    "PRUNE",
+    "PUT",
+    "PUT_WRITES",
+    "SCRIPTS",
+    "Script",
+]
+
+
+class Script(NamedTuple):
+    name: str
+    source: str
+
+    @property
+    def sha(self) -> str:
+        return hashlib.sha1(self.source.encode()).hexdigest()
+
+
+#: What a script returns for a thread in the cold tier.
+ARCHIVED = -7
+
+_GUARD = r"""
+if redis.call('EXISTS', KEYS[7]) == 1 then return -7 end
+"""
+
+# Renew the TTL (ms, ARGV[ttl_at]; 0: keys never expire) of a thread's keys.
+_RENEW = r"""
+local function renew(ttl)
+  if tonumber(ttl) > 0 then
+    for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ttl) end
+  end
+end
+"""
+
+_DROP = r"""
+local function drop(m)
+  redis.call('HDEL', KEYS[1], m)
+  redis.call('ZREM', KEYS[2], m)
+  local listed = redis.call('HGET', KEYS[4], m)
+  if listed then
+    for s in string.gmatch(listed, '[^\n]+') do redis.call('HDEL', KEYS[3], m .. '\0' .. s) end
+    redis.call('HDEL', KEYS[4], m)
+  end
+end
+"""
+
+#: ARGV: member, record, ns, check_fork (1/0), parent_id, checkpoint_id, run_id, ttl_ms.
+#: Returns {0} (already stored: a no-op), {1} (stored), {2, head_id} (a fork refused).
+PUT = Script(
+    "put",
+    _RENEW
+    + _GUARD
+    + r"""
+local m = ARGV[1]
+if redis.call('HEXISTS', KEYS[1], m) == 1 then renew(ARGV[8]) return {0} end
+if ARGV[4] == '1' then
+  local ns = ARGV[3]
+  local newer = redis.call('ZREVRANGEBYLEX', KEYS[2], '(' .. ns .. '\1',
+                           '(' .. ns .. '\0' .. ARGV[5], 'LIMIT', 0, 2)
+  for _, h in ipairs(newer) do
+    local hid = string.sub(h, #ns + 2)
+    if hid ~= ARGV[6] then return {2, hid} end
+  end
+end
+redis.call('HSET', KEYS[1], m, ARGV[2])
+redis.call('ZADD', KEYS[2], 0, m)
+redis.call('SADD', KEYS[5], ARGV[3])
+if ARGV[7] ~= '' then
+  local runs = redis.call('HGET', KEYS[6], ARGV[7])
+  redis.call('HSET', KEYS[6], ARGV[7], runs and (runs .. '\n' .. m) or m)
+end
+renew(ARGV[8])
+return {1}
+""",
+)
+
+#: ARGV: member, replace (1: special channels, replaced; 0: first kept), ttl_ms,
+#: then (task_id\0idx, record) pairs. Returns how many writes were new.
+PUT_WRITES = Script(
+    "put_writes",
+    _RENEW
+    + _GUARD
+    + r"""
+local m = ARGV[1]
+local added = {}
+for i = 4, #ARGV, 2 do
+  local field = m .. '\0' .. ARGV[i]
+  local new
+  if ARGV[2] == '1' then new = redis.call('HSET', KEYS[3], field, ARGV[i + 1]) == 1
+  else new = redis.call('HSETNX', KEYS[3], field, ARGV[i + 1]) == 1 end
+  if new then table.insert(added, ARGV[i]) end
+end
+if #added > 0 then
+  local listed = redis.call('HGET', KEYS[4], m)
+  local joined = table.concat(added, '\n')
+  redis.call('HSET', KEYS[4], m, listed and (listed .. '\n' .. joined) or joined)
+end
+renew(ARGV[3])
+return #added
+""",
+)
+
+#: ARGV: ns, checkpoint_id ('' for the namespace's latest). Returns false, or
+#: {member, record, suffix1, write1, suffix2, write2, ...}.
+GET = Script(
+    "get",
+    _GUARD
+    + r"""
+local m
+if ARGV[2] == '' then
+  local head = redis.call('ZREVRANGEBYLEX', KEYS[2], '(' .. ARGV[1] .. '\1',
+                          '[' .. ARGV[1] .. '\0', 'LIMIT', 0, 1)
+  if #head == 0 then return false end
+  m = head[1]
+else
+  m = ARGV[1] .. '\0' .. ARGV[2]
+end
+local rec = redis.call('HGET', KEYS[1], m)
+if not rec then return false end
+local out = {m, rec}
+local listed = redis.call('HGET', KEYS[4], m)
+if listed then
+  for s in string.gmatch(listed, '[^\n]+') do
+    local v = redis.call('HGET', KEYS[3], m .. '\0' .. s)
+    if v then table.insert(out, s) table.insert(out, v) end
+  end
+end
+return out
+""",
+)
+
+#: Keep each namespace's latest checkpoint (and its writes), drop the rest.
+PRUNE = Script(
+    "prune",
+    _GUARD
+    + _DROP
+    + r"""
+local members = redis.call('ZRANGE', KEYS[2], 0, -1)
+local dropped = 0
+for i, m in ipairs(members) do
+  local nxt = members[i + 1]
+  local ns = string.sub(m, 1, string.find(m, '\0', 1, true))
+  if nxt and string.sub(nxt, 1, #ns) == ns then drop(m) dropped = dropped + 1 end
+end
+return dropped
+""",
+)
+
+#: ARGV: run_id. Drop the run's checkpoints (and their writes) from this thread.
+DELETE_RUN = Script(
+    "delete_run",
+    _GUARD
+    + _DROP
+    + r"""
+local listed = redis.call('HGET', KEYS[6], ARGV[1])
+if not listed then return 0 end
+local n = 0
+for m in string.gmatch(listed, '[^\n]+') do drop(m) n = n + 1 end
+redis.call('HDEL', KEYS[6], ARGV[1])
+return n
+""",
+)
+
+#: ARGV: the archive key, then the DUMP of the six keys as read before archiving
+#: ('' for a missing key). Drops them and sets the marker, unless the thread was
+#: written since (returns 0: it stays hot).
+DEMOTE = Script(
+    "demote",
+    r"""
+for i = 1, 6 do
+  local now = redis.call('DUMP', KEYS[i]) or ''
+  if now ~= ARGV[i + 1] then return 0 end
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+redis.call('SET', KEYS[7], ARGV[1])
+return 1
+""",
+)
+
+#: ARGV: the DUMP of the six keys ('' for a missing key). Puts them back and
+#: drops the marker, unless another client restored the thread first (returns 0:
+#: the thread may have been written since, and must not be overwritten).
+RESTORE = Script(
+    "restore",
+    r"""
+if redis.call('EXISTS', KEYS[7]) == 0 then return 0 end
+for i = 1, 6 do
+  if ARGV[i] ~= '' then redis.call('RESTORE', KEYS[i], 0, ARGV[i], 'REPLACE') end
+end
+redis.call('DEL', KEYS[7])
+return 1
+""",
+)
+
+SCRIPTS = (PUT, PUT_WRITES, GET, PRUNE, DELETE_RUN, DEMOTE, RESTORE)

@@ -1,0 +1,270 @@
+"""`AsyncResilientRedisSaver`: the async twin of `ResilientRedisSaver` (the same
+operations, `_ops`, driven with ``await``; the sync methods bridge to its loop,
+as LangGraph's async savers do)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import redis
+import redis.asyncio as aredis
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from langgraph_resilience.checkpoint.archive._moves import ArchiveReport
+from langgraph_resilience.checkpoint.archive._objects import Archive
+from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES
+from langgraph_resilience.checkpoint.redis import _ops
+from langgraph_resilience.checkpoint.redis._common import (
+    DEFAULT_TTL,
+    RedisCommon,
+    check_version,
+    config_reply,
+    judge,
+)
+from langgraph_resilience.checkpoint.redis._driver import adrive
+from langgraph_resilience.checkpoint.redis._durability import Durability
+from langgraph_resilience.checkpoint.redis._ops import Ops, T
+from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
+from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
+from langgraph_resilience.errors import ArchiveError
+from langgraph_resilience.policy import Backoff
+
+__all__ = ["AsyncResilientRedisSaver"]
+
+
+class AsyncResilientRedisSaver(RedisCommon):
+    """The async twin of `ResilientRedisSaver` (same arguments; ``conn`` is a
+    ``redis.asyncio.Redis``).
+
+    Example:
+        >>> async with AsyncResilientRedisSaver.from_conn_string("redis://127.0.0.1") as s:
+        ...     await s.setup()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        conn: aredis.Redis,
+        *,
+        prefix: str = "lgr",
+        ttl: float | timedelta | None = DEFAULT_TTL,
+        store_retry: Backoff | None = None,
+        serde: SerializerProtocol | None = None,
+        archive: Archive | str | None = None,
+        warn_checkpoint_bytes: int | None = DEFAULT_WARN_BYTES,
+        max_checkpoint_bytes: int | None = None,
+    ) -> None:
+        super().__init__(
+            conn,
+            prefix=prefix,
+            ttl=ttl,
+            store_retry=store_retry,
+            serde=serde,
+            archive=archive,
+            warn_checkpoint_bytes=warn_checkpoint_bytes,
+            max_checkpoint_bytes=max_checkpoint_bytes,
+        )
+        self.loop = asyncio.get_running_loop()
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls, conn_string: str, **kwargs: Any
+    ) -> AsyncIterator[AsyncResilientRedisSaver]:
+        """A saver on a new client for a ``redis://`` URL."""
+        conn = aredis.Redis.from_url(conn_string, decode_responses=False)
+        try:
+            yield cls(conn, **kwargs)
+        finally:
+            await conn.aclose()
+
+    async def _run(self, op: Ops[T]) -> T:
+        return await adrive(self.conn, op, self.backoff, self.target)
+
+    async def _drive(self, make: Callable[[], Ops[T]]) -> T:
+        """As `ResilientRedisSaver._drive`."""
+        while True:
+            try:
+                return await self._run(make())
+            except Archived as found:
+                await self._restore(found.thread_id)
+
+    async def _restore(self, thread_id: str) -> None:
+        key = await self._run(_ops.archived_object(self.place, thread_id))
+        if key is not None:
+            archive = self._archive_for(thread_id)
+            try:
+                body = await archive.aread(key)
+            except ArchiveError:
+                if await self._run(_ops.archived_object(self.place, thread_id)) != key:
+                    return  # another client restored it (and dropped the object) first
+                raise
+            if await self._run(_ops.restore(self.place, thread_id, unpack_dumps(body))):
+                await archive.adrop([key])
+
+    async def aarchive_idle(
+        self,
+        older_than: float | timedelta | None = None,
+        *,
+        limit: int = 1000,
+        thread_ids: Sequence[str] = (),
+    ) -> ArchiveReport:
+        """As `ResilientRedisSaver.archive_idle`."""
+        idle = self._idle_ms(older_than)
+        archive = self._archive_for("")
+        threads = list(thread_ids) or await self._run(_ops.idle_threads(self.place, idle, limit))
+        report = ArchiveReport(archived=[], skipped=[], failed={})
+        for thread_id in threads:
+            dumps = await self._run(_ops.dump_thread(self.place, thread_id))
+            if dumps is None:
+                continue
+            key = self._object_key(thread_id)
+            try:
+                await archive.aput_new(key, pack_dumps(dumps))
+            except ArchiveError as exc:
+                report.failed[thread_id] = exc
+                continue
+            if await self._run(_ops.demote(self.place, thread_id, key, dumps)):
+                report.archived.append(thread_id)
+            else:  # written meanwhile: it stays hot
+                report.skipped.append(thread_id)
+                await archive.adrop([key])
+        return report
+
+    async def arestore_thread(self, thread_id: str) -> bool:
+        """Bring a demoted thread back now (reads and writes do it themselves);
+        False: it was not in the cold tier."""
+        if await self._run(_ops.archived_object(self.place, thread_id)) is None:
+            return False
+        await self._restore(thread_id)
+        return True
+
+    async def setup(self) -> Durability:
+        """As `ResilientRedisSaver.setup`."""
+        check_version(await self.conn.info("server"), self.target)
+        for script in SCRIPTS:
+            await self.conn.script_load(script.source)
+        try:
+            config = config_reply(
+                await self.conn.config_get("append*") | await self.conn.config_get("save")
+            )
+        except redis.ResponseError:
+            config = None
+        self.durability = judge(config, self.target)
+        return self.durability
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._drive(lambda: _ops.get_tuple(self.place, self.serde, config))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        op = lambda: _ops.list_(  # noqa: E731
+            self.place, self.serde, config, filter=filter, before=before, limit=limit
+        )
+        for found in await self._drive(op):
+            yield found
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._drive(
+            lambda: _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
+        )
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._drive(
+            lambda: _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path)
+        )
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        demoted = await self._drive(lambda: _ops.delete_thread(self.place, str(thread_id)))
+        if demoted is not None and self.archive is not None:
+            await self.archive.adrop([demoted])
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._drive(lambda: _ops.delete_for_runs(self.place, run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._drive(
+            lambda: _ops.copy_thread(self.place, str(source_thread_id), str(target_thread_id))
+        )
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._drive(lambda: _ops.prune(self.place, thread_ids, strategy))
+
+    # -- the sync methods, on the saver's loop (from another thread) -------------------
+
+    def _bridge(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            if asyncio.get_running_loop() is self.loop:
+                coro.close()
+                raise asyncio.InvalidStateError(
+                    "synchronous calls to AsyncResilientRedisSaver are only allowed from "
+                    "another thread than its event loop's; use the a-prefixed methods"
+                )
+        except RuntimeError:
+            pass
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._bridge(self.aget_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        op = lambda: _ops.list_(  # noqa: E731
+            self.place, self.serde, config, filter=filter, before=before, limit=limit
+        )
+        yield from self._bridge(self._drive(op))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._bridge(self.aput(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._bridge(self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._bridge(self.adelete_thread(thread_id))
