@@ -98,3 +98,37 @@ async def test_an_error_past_the_policies_is_named_as_raised(checkpointer: Any) 
     broken["yes"] = False  # fix the cause, then follow the advice
     out = await h.invoke(graph, None, config)
     assert out["n"] == 1
+
+
+def test_show_prints_the_runs_error_and_input(tmp_path: Any) -> None:
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+    db = str(tmp_path / "show.db")
+
+    class Sync:
+        is_async = False
+        id = "sqlite"
+
+    with ResilientSqliteSaver.from_conn_string(db) as saver:
+        h = Sync()
+        h.saver = saver  # type: ignore[attr-defined]
+        graph = _loop(h, until=8)
+        config: dict[str, Any] = {"configurable": {"thread_id": "shown"}, "recursion_limit": 3}
+        with contextlib.suppress(Exception):
+            graph.invoke({"n": 0, "question": "find the cheapest flight to Lisbon"}, config)
+    import subprocess
+
+    cli = _Path(__file__).parent.parent / "langgraph_resilience" / "cli" / "__main__.py"
+    done = subprocess.run(
+        [_sys.executable, "-m", "langgraph_resilience.cli", "show", "shown", "--db", db],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(cli.parent.parent.parent),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "error: GraphRecursionError: Recursion limit of 3" in done.stdout
+    assert "input: {'n': 0, 'question': 'find the cheapest flight to Lisbon'}" in done.stdout
