@@ -241,12 +241,14 @@ def timeline_of(run: ThreadRun, attempts: Sequence[StoredAttempt]) -> tuple[TryE
         )
     for rec in run.recoveries:
         redid = ", ".join(str(s.get("path")) for s in rec.redone)
+        asked = ", ".join(rec.paths)  # retry_failed: the steps it re-runs
+        said = f"redid {redid}" if redid else f"re-runs {asked}" if asked else None
         entries.append(
             TryEntry(
                 at=rec.at,
                 event="recovery",
                 kind=rec.kind,
-                error=f"redid {redid}" if redid else None,
+                error=said,
                 worker=rec.owner,
             )
         )
