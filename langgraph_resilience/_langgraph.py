@@ -37,7 +37,9 @@ What each is for:
   (LangGraph's ``ensure_config``: the config a run sees, with the configurable's
   ``run_id`` copied into its metadata, which LangGraph's re-entry rule reads);
 - a compiled node's writers (the writes of its output and of the edges out of
-  it): `hold_writes` makes a node whose output is a given marker write nothing
+  it): `hold_writes` makes a node whose output is a given marker write nothing;
+  a compiled node's tags: `hide_node` tags it ``langsmith:hidden``, which keeps
+  its output out of ``stream_mode="updates"`` (as LangGraph's own ``__start__``)
   and fire none of its edges (a step that did not run: `graph._drivers.NOT_RUN`);
 - private attributes and hooks of LangGraph's classes: `default_cache_policy`
   (a builder's ``set_node_defaults(cache_policy=...)``), `DefaultsHook` (a
@@ -67,6 +69,7 @@ from langgraph._internal._runnable import RunnableCallable, coerce_to_runnable
 from langgraph.cache.base import BaseCache
 from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions
 from langgraph.checkpoint.serde.types import _DeltaSnapshot as DeltaSnapshot
+from langgraph.constants import TAG_HIDDEN
 from langgraph.graph import StateGraph
 from langgraph.graph._node import StateNodeSpec
 from langgraph.graph.state import _CHANNEL_BRANCH_TO, CompiledStateGraph
@@ -112,6 +115,7 @@ __all__ = [
     "langgraph_config",
     "dump_pg_blobs",
     "dump_pg_writes",
+    "hide_node",
     "hold_writes",
     "pull_task_id",
     "route_cursor",
@@ -251,6 +255,17 @@ def _held(writer: Any, held: object) -> Any:
 
 
 _NOT_A_WRITER = object()
+
+
+def hide_node(graph: CompiledStateGraph[Any, Any, Any, Any], name: str) -> None:
+    """Keep node ``name`` of the compiled ``graph`` out of the streamed updates
+    and interrupts of ``"*"`` (LangGraph's hidden tag); its writes are stored as
+    any node's."""
+    node = graph.nodes.get(name)
+    if node is not None:
+        node.tags = [*(node.tags or ()), TAG_HIDDEN]
+        for cached in ("node",):  # LangGraph's cached property of it
+            node.__dict__.pop(cached, None)
 
 
 def hold_writes(

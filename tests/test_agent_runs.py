@@ -227,6 +227,8 @@ async def test_retry_failed_after_a_tool_ended_the_run_keeps_one_result_per_call
     assert out["resilience"]["status"] == "partial_complete"
     assert results_per_call(out["messages"]) == {"call-search": 1, "call-email": 1}
     failed_at = kinds(out["messages"])
+    [advice] = out["resilience"]["recovery_suggestions"]
+    assert "retry_failed(agent, config)" in advice  # followed below
     down[0] = False  # the cause fixed
     if checkpointer.is_async:
         out = await aretry_failed(agent, config)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import signal
 import time
 import uuid
@@ -452,3 +453,27 @@ async def test_a_release_no_write_carries_is_stored_within_the_bound(checkpointe
             await asyncio.sleep(0.01)
         assert time.monotonic() - ended < 1.0
         del saver._transact
+
+
+def test_a_paused_limit_is_logged_once_not_once_per_branch(
+    store: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    from langgraph.types import Send
+
+    limit = Limit(name(), concurrency=1)
+    policy = NodePolicy(retry=Backoff(max_attempts=2, max_wait=0.2), limits=[limit])
+    g = ResilientStateGraph(State)
+    g.add_node("work", lambda state: {"n": 1}, policy=policy)
+    g.add_conditional_edges("__start__", lambda s: [Send("work", {"n": i}) for i in range(5)])
+    g.set_finish_point("work")
+    with ExitStack() as stack:
+        saver = saver_of(*store, stack)
+        pause(saver, limit, 30)
+        graph = g.compile(checkpointer=saver)
+        with caplog.at_level(logging.DEBUG, logger="langgraph_resilience"):
+            out = graph.invoke({"n": 0}, {"configurable": {"thread_id": name()}})
+    assert out["resilience"]["status"] == "partial_complete"
+    busy = [r for r in caplog.records if getattr(r, "event", None) == "limit_busy"]
+    assert len(busy) >= 5  # every branch met the pause (each still told, at DEBUG)
+    loud = [r for r in busy if r.levelno >= logging.WARNING]
+    assert len(loud) == 1 and "is paused for" in loud[0].getMessage()

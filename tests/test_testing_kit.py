@@ -191,6 +191,22 @@ def test_a_crash_before_a_step_stops_the_run_before_its_body(tmp_path: Path) -> 
     assert len(mailer.sent) == 1
 
 
+def test_a_crashed_saver_says_a_new_saver_is_needed_and_following_it_works(
+    tmp_path: Path,
+) -> None:
+    mailer, path = Mailer(), str(tmp_path / "s.db")
+    build = pipeline(mailer)
+    with ResilientSqliteSaver.from_conn_string(path) as saver:
+        with pytest.raises(SimulatedCrash):
+            FaultPlan().crash("c", when="before").apply(build(saver)).invoke(
+                {"done": []}, config("t")
+            )
+        with pytest.raises(SimulatedCrash, match="Open a new saver on the same store"):
+            build(saver).invoke({"done": []}, config("other"))  # a second graph on it
+    with ResilientSqliteSaver.from_conn_string(path) as saver:  # as the error says
+        assert build(saver).invoke(None, config("t"))["done"] == STEPS
+
+
 def test_a_failed_checkpoint_write_stops_the_run_and_the_resume_redoes_nothing(
     tmp_path: Path,
 ) -> None:

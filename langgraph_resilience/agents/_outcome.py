@@ -113,7 +113,10 @@ def _suggestion(where: str, gave_up: GaveUp) -> str:
     text = f"{where} failed for good ({error_text(gave_up.error)}): {_NEXT[gave_up.failure.kind]}"
     if gave_up.retry_after is not None:
         text += f"; the service asked to wait {gave_up.retry_after:.0f} s before a retry"
-    return text + ". Then start a new turn on the thread, or submit it again."
+    return text + (
+        ". Then retry_failed(agent, config) makes the failed call again on the thread "
+        "(calls that have their result are not made again), or start a new turn."
+    )
 
 
 def partial_log(

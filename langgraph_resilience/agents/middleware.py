@@ -240,7 +240,9 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
     of this package's savers (their attempt and side-effect ledgers are where the
     tries and tool outcomes are kept; with another saver retries still work, in
     memory, and ``effects`` raise `ConfigError`). Put it before LangChain's own
-    middleware in the list to make it the outermost layer.
+    middleware in the list to make it the outermost layer, except after
+    ``ModelFallbackMiddleware``: listed after it, the primary model's failures
+    are retried and recorded before the fallback answers (docs/agents.md).
 
     Args:
         model: how model calls are retried and given up on; ``on_failure`` is

@@ -139,6 +139,7 @@ def print_metrics(store: Store, since: str | None, graph: Any, *, as_json: bool)
     out.print(
         f"waste: {m.steps_redone} steps, {m.seconds_redone:.2f} s and {m.tokens_redone:g} "
         f"tokens redone; {m.effects_replayed} side effects replayed from the ledger "
-        "instead of called again",
+        f"instead of called again, {m.effects_reexecuted} called again under their key "
+        "(outcome never recorded)",
         soft_wrap=True,
     )

@@ -31,6 +31,7 @@ def outcome_fields(
                 f"({type(op.value).__name__}: {exc})",
                 "Return something storable from it (str, numbers, lists, dicts, pydantic "
                 "models, dataclasses).",
+                op.how,
             )
         if len(blob) > spec.max_outcome_bytes:
             return _unstorable(
@@ -39,24 +40,30 @@ def outcome_fields(
                 f"max_outcome_bytes ({spec.max_outcome_bytes:,})",
                 "Return a reference to a large result (an id, a URL) instead, or raise "
                 "max_outcome_bytes.",
+                op.how,
             )
         return OutcomeFields(
-            status="done", at=time.time(), outcome_type=type_, outcome=blob, error=None
+            status="done", at=time.time(), outcome_type=type_, outcome=blob, error=None, how=op.how
         )
     error = describe(op.error)[:1000] if op.error is not None else "None"
     return OutcomeFields(
-        status="failed", at=time.time(), outcome_type=None, outcome=None, error=error
+        status="failed", at=time.time(), outcome_type=None, outcome=None, error=error, how=op.how
     )
 
 
-def _unstorable(spec: EffectSpec, what: str, fix: str) -> OutcomeFields:
+def _unstorable(spec: EffectSpec, what: str, fix: str, how: str) -> OutcomeFields:
     """An effect that happened, recorded as done without its value."""
     error = (
         f"side effect {spec.name!r} {what}. It ran once and is recorded as done without "
         f"its value, so it is not called again. {fix}"
     )
     return OutcomeFields(
-        status="done", at=time.time(), outcome_type=UNSTORABLE, outcome=None, error=error[:1000]
+        status="done",
+        at=time.time(),
+        outcome_type=UNSTORABLE,
+        outcome=None,
+        error=error[:1000],
+        how=how,
     )
 
 

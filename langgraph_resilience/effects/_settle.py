@@ -140,5 +140,10 @@ def _settled(
             "str, number, list, dict, pydantic model or dataclass"
         ) from exc
     return OutcomeFields(
-        status="done", at=time.time(), outcome_type=type_, outcome=blob, error=None
+        status="done",
+        at=time.time(),
+        outcome_type=type_,
+        outcome=blob,
+        error=None,
+        how="reconciled",
     )

@@ -135,11 +135,13 @@ class CallEffect(NamedTuple):
 
 
 class Settle(NamedTuple):
-    """Store the outcome: ``done`` with the call's value, or ``failed`` with its error."""
+    """Store the outcome: ``done`` with the call's value, or ``failed`` with its error;
+    ``how`` it came about (`EffectRecord.how`)."""
 
     status: str  # done | failed
     value: Any = None
     error: BaseException | None = None
+    how: str = "called"  # called | reconciled | reexecuted
 
 
 class Replay(NamedTuple):
@@ -180,7 +182,7 @@ def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[EffectOp,
         if spec.reconcile is not None:
             happened = yield Reconcile()
             if happened is not None:
-                yield Settle("done", happened)
+                yield Settle("done", happened, how="reconciled")
                 return happened
         elif spec.on_unknown == "raise" and prior.status == "intent":
             raise EffectOutcomeUnknown(
@@ -193,10 +195,12 @@ def effect_steps(spec: EffectSpec, key: str, fresh: bool) -> Generator[EffectOp,
                 effect=spec.name,
                 idempotency_key=key,
             )
+    # an intent without outcome: the first call may have happened, this one repeats it
+    how = "reexecuted" if prior is not None and prior.status == "intent" else "called"
     result = yield CallEffect()
     if isinstance(result, Settle):  # the call raised
-        yield result
+        yield result._replace(how=how)
         assert result.error is not None
         raise result.error
-    yield Settle("done", result)
+    yield Settle("done", result, how=how)
     return result

@@ -35,7 +35,7 @@ from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.checkpoint.ledger._runs import fence_of
 from langgraph_resilience.checkpoint.runlog._scope import RunScope
-from langgraph_resilience.errors import CheckpointConflict, LeaseLost
+from langgraph_resilience.errors import CheckpointConflict, LeaseLost, describe
 from langgraph_resilience.graph._lifecycle import nested
 from langgraph_resilience.graph._tally import with_usage
 
@@ -244,7 +244,7 @@ def failed(
         return
     thread, saver = driven
     try:
-        saver.history.fail_run(thread, since, _continued(input))
+        saver.history.fail_run(thread, since, _continued(input), describe(exc))
     except Exception as err:
         logger.warning("could not store that run of thread %s raised: %s", thread, err)
 
@@ -258,6 +258,6 @@ async def afailed(
         return
     thread, saver = driven
     try:
-        await saver.history.afail_run(thread, since, _continued(input))
+        await saver.history.afail_run(thread, since, _continued(input), describe(exc))
     except Exception as err:
         logger.warning("could not store that run of thread %s raised: %s", thread, err)

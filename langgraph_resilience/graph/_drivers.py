@@ -38,7 +38,14 @@ from langgraph_resilience.graph._tries import (
 from langgraph_resilience.limits._admit import Admit, Held, Release
 from langgraph_resilience.limits._drive import admit_async, admit_sync, release_async, release_sync
 from langgraph_resilience.policy import Attempt, seconds_of
-from langgraph_resilience.telemetry._emit import TryRun, begin_try, failed_try, try_config
+from langgraph_resilience.telemetry._emit import (
+    TryRun,
+    aannounce,
+    announce,
+    begin_try,
+    failed_try,
+    try_config,
+)
 
 __all__ = ["NOT_RUN", "is_async", "run_async", "run_sync", "wrap"]
 
@@ -97,6 +104,7 @@ def run_sync(
     loop = try_loop(what, state, arg, task)
     watched = task if what.watched else None  # the task whose tries are runs of their own
     tr: TryRun | None = None  # the try in progress, when someone watches it
+    number = 0  # the try last started, when someone watches it (0: none yet)
     held: Any = None  # what the try holds of its shared limits
     reply: Any = None
     while True:
@@ -105,6 +113,8 @@ def run_sync(
         except StopIteration as stop:
             if tr is not None:
                 tr.end_sync(stop.value, None, None)
+            if watched is not None and number:
+                announce("try_ended", watched.config, node=what.name, attempt=number)
             return stop.value
         except BaseException as exc:
             if tr is not None:
@@ -112,7 +122,9 @@ def run_sync(
             raise
         if isinstance(op, Call):
             if watched is not None:
-                tr = begin_try(what.name, op.attempt.number, watched.config)
+                number = op.attempt.number
+                announce("try_started", watched.config, node=what.name, attempt=number)
+                tr = begin_try(what.name, number, watched.config)
                 if tr is not None:
                     tr.start_sync(op.arg)
             try:
@@ -143,6 +155,7 @@ def run_sync(
                 tr = failed_try(tr, what.name, number, config, op.started_at)
                 tr.end_sync(None, op.error, op.record.kind)
             tr = reply = None
+            number = 0  # that try ended (failed)
         else:
             sleep(op.seconds)
             reply = None
@@ -163,12 +176,24 @@ async def _call_async(
     stops: list[Mapping[str, Any]] = []
     nested = NESTED_STOPS.set(stops)
     started = time.monotonic()
+    own: list[BaseException] = []  # a TimeoutError the node raised itself
+
+    async def guarded(value: Any) -> Any:
+        try:
+            return await call(value)
+        except asyncio.TimeoutError as exc:
+            own.append(exc)
+            raise
+
     with Meter() if metered else _UNMETERED as meter:
         try:
-            output = await asyncio.wait_for(call(arg), timeout)
+            output = await asyncio.wait_for(guarded(arg), timeout)
         except asyncio.TimeoutError as exc:
-            error = TimeoutError(f"{name} took longer than {timeout}s")
-            error.__cause__ = exc
+            if own or timeout is None:  # the user's, shown as raised
+                error = exc
+            else:
+                error = TimeoutError(f"{name} took longer than {timeout}s")
+                error.__cause__ = exc
         except Exception as exc:
             error = exc
         finally:
@@ -191,6 +216,7 @@ async def run_async(
     loop = try_loop(what, state, arg, task)
     watched = task if what.watched else None  # the task whose tries are runs of their own
     tr: TryRun | None = None  # the try in progress, when someone watches it
+    number = 0  # the try last started, when someone watches it (0: none yet)
     held: Any = None  # what the try holds of its shared limits
     reply: Any = None
     while True:
@@ -199,6 +225,8 @@ async def run_async(
         except StopIteration as stop:
             if tr is not None:
                 await tr.end_async(stop.value, None, None)
+            if watched is not None and number:
+                await aannounce("try_ended", watched.config, node=what.name, attempt=number)
             return stop.value
         except BaseException as exc:
             if tr is not None:
@@ -206,7 +234,9 @@ async def run_async(
             raise
         if isinstance(op, Call):
             if watched is not None:
-                tr = begin_try(what.name, op.attempt.number, watched.config)
+                number = op.attempt.number
+                await aannounce("try_started", watched.config, node=what.name, attempt=number)
+                tr = begin_try(what.name, number, watched.config)
                 if tr is not None:
                     await tr.start_async(op.arg)
             try:
@@ -238,6 +268,7 @@ async def run_async(
                 tr = failed_try(tr, what.name, number, config, op.started_at)
                 await tr.end_async(None, op.error, op.record.kind)
             tr = reply = None
+            number = 0  # that try ended (failed)
         else:
             await sleep(op.seconds)
             reply = None

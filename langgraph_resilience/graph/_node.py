@@ -40,6 +40,7 @@ from langgraph_resilience.graph._routes import (
     partial_outcome,
     route_of,
     routing,
+    send_suggestion,
     suggestion,
 )
 from langgraph_resilience.graph._step_log import (
@@ -218,6 +219,8 @@ class NodeContext(Tries):
         )
         route["path"] = step_path(self.name, task, log_of(state))
         route["send"] = task.send_index is not None
+        if route["send"] and gave.failure.kind.value == "permanent":
+            route["suggestion"] = send_suggestion(route["suggestion"], route["path"])
         route["run_id"] = task.fence.run_id if task.fence is not None else None
         if isinstance(exc, SubgraphStopped):  # name the inner step, as it failed
             inner = exc.failed

@@ -108,6 +108,28 @@ def not_run(
     return list(dict.fromkeys(due))
 
 
+_KEEP = object()  # payload=: the Send branch's own payload, as it was sent
+
+
+def _with_payload(
+    steps: list[Mapping[str, Any]], payload: Any, thread: str
+) -> list[Mapping[str, Any]]:
+    """The steps to re-run, the failed `Send` branch given ``payload`` instead of
+    the payload it was sent (``_KEEP``: as sent)."""
+    if payload is _KEEP:
+        return steps
+    sends = [f for f in steps if "send" in f]
+    if len(steps) != 1 or len(sends) != 1:
+        paths = ", ".join(repr(f.get("path")) for f in steps)
+        raise ConfigError(
+            f"thread {thread!r}: payload= replaces the payload of one failed Send branch; "
+            f"the steps to re-run are {paths or 'none'}"
+            + ("" if sends else " (none of them a Send branch)")
+            + ": name the branch with step='node[i]'"
+        )
+    return [{**steps[0], "send": payload}]
+
+
 def _retry_command(
     steps: list[Mapping[str, Any]], update: Mapping[str, Any] | None, due: list[str]
 ) -> Command[Any]:
@@ -279,6 +301,7 @@ def retry_failed(
     *,
     update: Mapping[str, Any] | None = None,
     step: str | None = None,
+    payload: Any = _KEEP,
 ) -> dict[str, Any] | Any:
     """Re-run the step that ended a run with a partial result, and go on from there.
 
@@ -286,10 +309,14 @@ def retry_failed(
     ``update`` to correct the state first (the fix for a PERMANENT failure).
     Every step that failed for good is re-run (each failed `Send` branch with
     its own payload); ``step=`` names one failed or degraded step's path
-    (``state["resilience"]["degraded_steps"]``) to re-run instead.
+    (``state["resilience"]["degraded_steps"]``) to re-run instead. A failed
+    `Send` branch re-runs with the payload it was sent, kept as it was;
+    ``payload`` gives it a corrected one (``step=`` names the branch when
+    several steps failed).
 
     Raises:
         RunStateError: the thread did not end with a partial result.
+        ConfigError: ``payload`` for steps that are not one `Send` branch.
 
     Example:
         >>> out = retry_failed(graph, config, update={"query": "fixed"})  # doctest: +SKIP
@@ -304,7 +331,7 @@ def retry_failed(
         return graph.invoke(None, _going_on(config))
     _require_compiled(graph)
     head = graph.get_state(config)
-    steps = _to_retry(head.values, thread, step)
+    steps = _with_payload(_to_retry(head.values, thread, step), payload, thread)
     recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)
     inner = _inner_retry(graph, config, steps)
     if inner is not None:  # re-enter the subgraph at its failed step
@@ -325,6 +352,7 @@ async def aretry_failed(
     *,
     update: Mapping[str, Any] | None = None,
     step: str | None = None,
+    payload: Any = _KEEP,
 ) -> dict[str, Any] | Any:
     """Async twin of `retry_failed`."""
     thread = _thread_of(config)
@@ -334,7 +362,7 @@ async def aretry_failed(
         return await graph.ainvoke(None, _going_on(config))
     _require_compiled(graph)
     head = await graph.aget_state(config)
-    steps = _to_retry(head.values, thread, step)
+    steps = _with_payload(_to_retry(head.values, thread, step), payload, thread)
     recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)
     inner = _inner_retry(graph, config, steps)
     if inner is not None:  # re-enter the subgraph at its failed step

@@ -52,6 +52,7 @@ from langgraph_resilience.telemetry._emit import emit
 __all__ = [
     "PARTIAL_RESULT",
     "ROUTES_NODE",
+    "send_suggestion",
     "ResilienceRoute",
     "aerror_handler",
     "error_handler",
@@ -187,6 +188,17 @@ def route_of(
         "suggestion": suggestion(node, failure, exc, attempts, retry_after=decision.retry_after),
         "task": task,
     }
+
+
+def send_suggestion(text: str, path: str) -> str:
+    """A failed `Send` branch's suggestion: its payload is kept as sent (``update=``
+    changes the state, not the payload), and ``payload=`` replaces it."""
+    return text.replace(
+        "retry_failed(graph, config, update={...}) with corrected state",
+        f"retry_failed(graph, config, step={path!r}, payload={{...}}) with the corrected "
+        "payload (a Send branch re-runs with the payload it was sent, kept as it was: "
+        "update= changes the state, not the payload)",
+    )
 
 
 def error_text(exc: BaseException) -> str:

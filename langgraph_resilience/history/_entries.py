@@ -83,7 +83,10 @@ class EffectEntry:
 
     ``replayed``: a step that ran again found its outcome in the ledger and did
     not call again; ``reconciled``: its intent was made before a recovery and
-    settled after it (looked up or called by the step that ran again).
+    settled after it (looked up or called by the step that ran again). ``how``
+    its outcome came about: ``"called"``, ``"replayed"``, ``"reconciled"`` or
+    ``"reexecuted"`` (called again under the same key: the first call's outcome
+    was never recorded, so the outside system may have seen it twice).
     """
 
     key: str
@@ -95,13 +98,23 @@ class EffectEntry:
     error: str | None = None
     replayed: bool = False
     reconciled: bool = False
+    how: str | None = None
 
     def describe(self) -> str:
-        marks = [
-            m for m, on in (("replayed", self.replayed), ("reconciled", self.reconciled)) if on
-        ]
-        extra = f" ({', '.join(marks)})" if marks else ""
+        extra = f" ({self.how})" if self.how and self.how != "called" else ""
         return f"{self.name} [{self.path or '?'}] {self.status}{extra} key={self.key}"
+
+
+def effect_how(e: EffectRecord, replayed: bool, reconciled: bool) -> str | None:
+    """How an effect's outcome came about: as stored (`EffectRecord.how`), where
+    it says more than a plain call; else as the run's recoveries show (pure)."""
+    if e.how in ("reexecuted", "reconciled"):
+        return e.how
+    if replayed:
+        return "replayed"
+    if reconciled and e.how is None:  # stored before schema 2
+        return "reconciled"
+    return e.how or ("called" if e.status != "intent" else None)
 
 
 def _redone_counts(run: ThreadRun) -> dict[int, int]:
@@ -228,12 +241,14 @@ def timeline_of(run: ThreadRun, attempts: Sequence[StoredAttempt]) -> tuple[TryE
         )
     for rec in run.recoveries:
         redid = ", ".join(str(s.get("path")) for s in rec.redone)
+        asked = ", ".join(rec.paths)  # retry_failed: the steps it re-runs
+        said = f"redid {redid}" if redid else f"re-runs {asked}" if asked else None
         entries.append(
             TryEntry(
                 at=rec.at,
                 event="recovery",
                 kind=rec.kind,
-                error=f"redid {redid}" if redid else None,
+                error=said,
                 worker=rec.owner,
             )
         )
@@ -271,6 +286,8 @@ def effect_entries(run: ThreadRun, effects: Sequence[EffectRecord]) -> tuple[Eff
                     replayed = True
                 elif rec.at is not None and e.intent_at < rec.at and (e.outcome_at or 0) >= rec.at:
                     reconciled = True
+        how = effect_how(e, replayed, reconciled)
+        replayed, reconciled = how == "replayed", how == "reconciled"
         entries.append(
             EffectEntry(
                 key=e.idempotency_key,
@@ -282,9 +299,26 @@ def effect_entries(run: ThreadRun, effects: Sequence[EffectRecord]) -> tuple[Eff
                 error=e.error,
                 replayed=replayed,
                 reconciled=reconciled,
+                how=how,
             )
         )
     return tuple(entries)
+
+
+def error_advice(error: str | None) -> str:
+    """What to do about a run that ended ``error`` on ``error`` (``Type: message``)."""
+    said = f" ({error.splitlines()[0]})" if error else ""
+    if error and error.startswith("GraphRecursionError"):
+        return (
+            f"the run ended with an error{said}: it took more steps than its recursion "
+            "limit. If the loop is meant to go on, graph.invoke(None, {**config, "
+            '"recursion_limit": <more>}) goes on from its last checkpoint; if not, fix the '
+            "edge that loops"
+        )
+    return (
+        f"the run ended with an error{said}: fix its cause, then graph.invoke(None, config) "
+        "goes on from its last checkpoint, re-running the step that raised"
+    )
 
 
 def suggestions_for(
@@ -318,8 +352,5 @@ def suggestions_for(
             "graph.invoke(None, config) resumes it from its last checkpoint"
         )
     elif run.status == "error":
-        found.append(
-            "the run ended with an error: read it in the Worker run's outcome or the "
-            "timeline; fix the cause and submit the thread again"
-        )
+        found.append(error_advice(run.error))
     return tuple(found)

@@ -108,6 +108,8 @@ class ThreadRun:
     claims: int = 0
     updated_at: float | None = None
     budget: tuple[str, bytes] | None = None  # a Worker run's, as stored
+    error: str | None = None  # what a run that ended ``error`` raised
+    task_spec: tuple[str, bytes] | None = None  # its input, as stored
     graph_version: str | None = None
 
     @property
@@ -188,6 +190,7 @@ def _replayed(rec: Recovery, run: ThreadRun, effects: Sequence[EffectRecord]) ->
             and e.task_id in tasks
             and e.outcome_at is not None
             and e.outcome_at < end
+            and (e.how or "called") in ("called", "replayed")
         )
     return count
 
@@ -202,8 +205,11 @@ def _run_of(record: Any, worker: RunRecord | None) -> ThreadRun:
         checkpoint_id=record.checkpoint_id,
         run_id=record.run_id,
         updated_at=record.updated_at,
+        error=record.error,
         graph_version=record.graph_version,
     )
+    if record.task_spec_type is not None and record.task_spec is not None:
+        run.task_spec = (record.task_spec_type, bytes(record.task_spec))
     if worker is not None:
         run.owner, run.claims = worker.owner, worker.attempts
         run.updated_at = max(record.updated_at, worker.updated_at)

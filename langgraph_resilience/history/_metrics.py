@@ -125,6 +125,7 @@ COUNTS = (
     "recoveries",
     "steps_redone",
     "effects_replayed",
+    "effects_reexecuted",
 )
 
 
@@ -177,6 +178,9 @@ class RecoveryMetrics:
         tokens_redone: model tokens the redone executions used.
         effects_replayed: side effects a redone step found recorded as done in
             the ledger and replayed instead of calling again.
+        effects_reexecuted: side effects a redone step called again under the
+            same idempotency key, their first call's outcome never recorded
+            (a ``side_effect`` without ``reconcile`` that stopped mid-call).
         since: epoch seconds the figures start at (None: all).
         graph: the node names the runs were narrowed to (None: every run).
         serde_events: LangGraph's msgpack allowlist events this process saw
@@ -212,6 +216,7 @@ class RecoveryMetrics:
     seconds_redone: float = 0.0
     tokens_redone: float = 0.0
     effects_replayed: int = 0
+    effects_reexecuted: int = 0
     since: float | None = None
     graph: list[str] | None = None
     serde_events: dict[str, int] = field(default_factory=dict)
@@ -312,6 +317,7 @@ def _metrics(since: float | None, nodes: frozenset[str] | None) -> Reads[Recover
         "recoveries": recoveries,
         "steps_redone": steps_redone,
         "effects_replayed": sum(k.effects for k in kinds.values()),
+        "effects_reexecuted": sum(k.reexecuted for k in kinds.values()),
     }
     return RecoveryMetrics.of_counts(
         counts,

@@ -18,7 +18,7 @@ from langchain_core.runnables import RunnableConfig
 import langgraph_resilience.history._render as render
 from langgraph_resilience.checkpoint.runlog import _reads as reads
 from langgraph_resilience.checkpoint.runlog._reads import Reads, SaverOrGraph
-from langgraph_resilience.errors import ConfigError, UnknownThread
+from langgraph_resilience.errors import ConfigError, UnknownThread, repr_of
 from langgraph_resilience.graph._routes import PARTIAL_RESULT
 from langgraph_resilience.history._entries import (
     EffectEntry,
@@ -69,6 +69,9 @@ class RunReport:
         failed_steps / degraded_steps: what ended the run short (each a
             `FailedStep`), and the paths of the steps skipped or replaced.
         suggestions: what to do next.
+        error: for a run that ended ``error``, what it raised (``Type: message``).
+        task_spec: the run's input, verbatim as it was given (its task
+            specification; None when not stored).
         runs_on_thread: how many runs the thread has had.
         graph_version: the graph version the run started on, as text (None: an
             unversioned graph, or a run stored before versions).
@@ -93,6 +96,8 @@ class RunReport:
     degraded_steps: tuple[str, ...] = ()
     suggestions: tuple[str, ...] = ()
     runs_on_thread: int = 1
+    error: str | None = None
+    task_spec: Any = None
     graph_version: str | None = None
 
     def __post_init__(self) -> None:
@@ -160,7 +165,12 @@ def _text(r: RunReport) -> str:
     head += f" · {r.status} · {len(r.steps)} steps · {render.seconds(r.duration)}"
     if r.owner:
         head += f" · worker {r.owner}"
-    lines = [head, "", "steps:"]
+    lines = [head]
+    if r.error:
+        lines.append(f"error: {r.error}")
+    if r.task_spec is not None:
+        lines.append(f"input: {_one_line(r.task_spec)}")
+    lines += ["", "steps:"]
     for s in r.steps:
         redone = f" · redone {s.redone}x" if s.redone else ""
         lines.append(
@@ -187,6 +197,12 @@ def _text(r: RunReport) -> str:
     if r.suggestions:
         lines += ["", "next:"] + [f"  - {s}" for s in r.suggestions]
     return "\n".join(lines) + "\n"
+
+
+def _one_line(value: Any, limit: int = 400) -> str:
+    """A run's input on one line, cut at ``limit`` characters."""
+    text = " ".join(repr_of(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _chosen(runs: Sequence[ThreadRun], run: int | str | None, thread: str) -> ThreadRun:
@@ -248,8 +264,20 @@ def _report(
             keeps_log=isinstance(values, Mapping) and "resilience" in values,
         ),
         runs_on_thread=len([r for r in runs if r.run > 0]) or 1,
+        error=chosen.error,
+        task_spec=_task_spec(chosen, loads),
         graph_version=chosen.graph_version,
     )
+
+
+def _task_spec(run: ThreadRun, loads: Callable[[tuple[str, bytes]], Any]) -> Any:
+    """The run's input as it was given (None when not stored or not decodable here)."""
+    if run.task_spec is None:
+        return None
+    try:
+        return loads(run.task_spec)
+    except Exception:  # an input this process cannot decode: not reported
+        return None
 
 
 def _worker_budget(

@@ -32,6 +32,7 @@ class RunSummary:
         recoveries: recoveries of the run (see `RecoveryMetrics`).
         owner: the `Worker` holding it now (None when none does).
         updated: epoch seconds of the last thing known to happen to it.
+        error: for a run that ended ``error``, what it raised (``Type: message``).
     """
 
     thread_id: str
@@ -42,6 +43,7 @@ class RunSummary:
     recoveries: int
     owner: str | None
     updated: float | None
+    error: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in _STATUSES:
@@ -52,7 +54,7 @@ class RunSummary:
 
 
 def _summary(row: tuple[Any, ...]) -> RunSummary:
-    thread, run, run_id, status, claims, recoveries, owner, updated = row
+    thread, run, run_id, status, claims, recoveries, owner, updated, error = row
     return RunSummary(
         thread_id=str(thread),
         run=int(run),
@@ -62,6 +64,7 @@ def _summary(row: tuple[Any, ...]) -> RunSummary:
         recoveries=int(recoveries),
         owner=None if owner is None else str(owner),
         updated=None if updated is None else float(updated),
+        error=None if error is None else str(error),
     )
 
 

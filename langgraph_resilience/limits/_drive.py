@@ -93,13 +93,31 @@ def _renewing(held: Held) -> None:
                 _beat[:] = [os.getpid(), every(LEASE / 3, _renew_live)]
 
 
+#: A paused limit's pause, once logged (limit -> until when, this process's
+#: clock): the branches that meet the same pause log it at DEBUG, not each one.
+_pauses_told: dict[str, float] = {}
+_pauses_lock = threading.Lock()
+
+
+def busy_level(busy: LimitBusy, now: float) -> int:
+    """The log level of a try turned away by a busy limit: WARNING, except for a
+    pause already logged (one line per pause, not per branch)."""
+    if busy.why != "paused":
+        return logging.WARNING
+    with _pauses_lock:
+        if _pauses_told.get(busy.limit, 0.0) > now:
+            return logging.DEBUG
+        _pauses_told[busy.limit] = now + float(busy.retry_after or 0.0)
+    return logging.WARNING
+
+
 def _told(name: str, op: Admit, held: Held | LimitBusy, waited: float) -> None:
     """Log and count a wait for limits (nothing when the try waited for none)."""
     limits = ",".join(x.name for x in op.limits)
     if isinstance(held, LimitBusy):
         emit(
             "limit_busy",
-            logging.WARNING,
+            busy_level(held, time.monotonic()),
             "%s: %s",
             name,
             held,

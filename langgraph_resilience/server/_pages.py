@@ -307,7 +307,7 @@ def run_page(
     token = token or ""
     effects = []
     for e in report.effects:
-        how = "replayed" if e.replayed else "reconciled" if e.reconciled else ""
+        how = e.how if e.how and e.how != "called" else ""
         settle = ""
         if actions and e.status in ("pending", "unknown", "intent"):
             fields = {"thread": report.thread_id, "run": str(report.run), "key": e.key}

@@ -9,8 +9,16 @@ call (`emit`) to:
   ``run``, ``graph``, ``path``, ``node``, ``attempt``, ``kind``, ``wait`` ...);
 - LangGraph's ``custom`` stream mode, as ``{"resilience": {"event": ..., ...}}``
   (inside a node; elsewhere there is no stream to write to);
+- LangChain callbacks, as a custom event named ``resilience.<event>`` with the
+  same fields (``astream_events(version="v2")`` yields it as
+  ``on_custom_event``), when the run has callback handlers;
 - OpenTelemetry counters (`_otel`), when the ``otel`` extra is installed and
   the application set a meter provider.
+
+Callbacks also get ``resilience.try_started`` as each try of a watched node
+starts and ``resilience.try_ended`` as it succeeds (a try that fails ends with
+``resilience.try_failed``): ``astream_events`` has no error event, so a failed
+try's own callback run shows no end there; these close it.
 
 Each try of a node with a policy is also a LangChain callback run of its own
 once the node has failed a try (`TryRun`): the failed try is reported as a
@@ -32,6 +40,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForChainRun, CallbackManagerForChainRun
+from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import (
     get_async_callback_manager_for_config,
@@ -46,6 +55,8 @@ from langgraph_resilience._keys import GRAPH_KEY, TRY_ATTEMPT_META, TRY_NODE_MET
 
 __all__ = [
     "TryRun",
+    "announce",
+    "aannounce",
     "begin_try",
     "checkpoint_write",
     "effect_event",
@@ -84,8 +95,36 @@ def emit(event: str, level: int, message: str, *args: Any, **fields: Any) -> Non
     if logger.isEnabledFor(level):
         logger.log(level, message, *args, extra={"event": event, **fields})
     _stream({"event": event, **fields})
+    announce(event, var_child_runnable_config.get(), **fields)
     if otel.AVAILABLE:
         _count(event, fields)
+
+
+#: The prefix of the custom events resilience dispatches to callbacks.
+CUSTOM_EVENT = "resilience."
+
+
+def announce(event: str, config: RunnableConfig | None, **fields: Any) -> None:
+    """Dispatch ``resilience.<event>`` to the callbacks of ``config`` (a node's
+    run), if it has any: nothing to do on a run nobody watches."""
+    if config is None or not has_callbacks(config):
+        return
+    try:
+        dispatch_custom_event(CUSTOM_EVENT + event, {"event": event, **fields}, config=config)
+    except Exception:  # no parent run to hang it on; a handler that failed
+        logger.debug("could not dispatch %s to the run's callbacks", event, exc_info=True)
+
+
+async def aannounce(event: str, config: RunnableConfig | None, **fields: Any) -> None:
+    """Async twin of `announce`."""
+    if config is None or not has_callbacks(config):
+        return
+    try:
+        await adispatch_custom_event(
+            CUSTOM_EVENT + event, {"event": event, **fields}, config=config
+        )
+    except Exception:  # no parent run to hang it on; a handler that failed
+        logger.debug("could not dispatch %s to the run's callbacks", event, exc_info=True)
 
 
 def _stream(payload: dict[str, Any]) -> None:

@@ -243,7 +243,12 @@ class Session:
 
     def refuse_if_dead(self) -> None:
         if self.dead:
-            raise SimulatedCrash("the process crashed: it writes nothing more")
+            raise SimulatedCrash(
+                "this saver belongs to a process that FaultPlan crashed: it writes nothing "
+                "more, as a killed process would. Open a new saver on the same store (as a "
+                "restarted process does) and use the graph without the plan, e.g. "
+                "build(ResilientSqliteSaver.from_conn_string(path)).invoke(None, config)"
+            )
 
     def store_error(self, target: str, where: str, path: str | None = None) -> None:
         for fault in self.plan.store_faults():

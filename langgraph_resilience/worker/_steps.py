@@ -438,10 +438,13 @@ def worker_loop(
     beat = settings.lease_ttl / 3
     next_beat = clock().monotonic + beat
     drain_began: float | None = None
+    reachable = True  # whether the store answered the loop's last call
     while True:
         room = 0 if draining() else settings.concurrency - len(held)
         sent = clock()
-        claimed: list[RunRecord] = ((yield ClaimRuns(room)) or []) if room > 0 else []
+        got = (yield ClaimRuns(room)) if room > 0 else []
+        reachable = got is not None if room > 0 else reachable
+        claimed: list[RunRecord] = got or []
         for record in claimed:
             proof = Proof(deadline=sent.after(settings.lease_ttl), margin=settings.margin)
             run = held[record.run_id] = Held(record, proof=proof)
@@ -461,13 +464,18 @@ def worker_loop(
                 for run_id in stuck:
                     held.pop(run_id).abandon(settings.drain_timeout)
                     done[run_id] = "running"
-                for run_id in (yield Abandon(stuck, fences)) or ():
+                # Give them back only through a store last seen answering: after a
+                # failed store call (a partition) one more would only add its
+                # bound to the drain; the leases run out instead.
+                given = (yield Abandon(stuck, fences if reachable else ())) or ()
+                for run_id in given:
                     done[run_id] = "queued"  # given back, for another worker
         if clock().monotonic >= next_beat:  # after the drain's check: none begun past it
             asked_runs = [h.fence for h in held.values() if not h.taken]
             if asked_runs:
                 sent = clock()
                 kept = yield Renew(asked_runs)
+                reachable = kept is not None
                 renewed(held, kept, asked_runs, sent, clock(), settings.lease_ttl)
             next_beat = clock().monotonic + beat
         if held or claimed:

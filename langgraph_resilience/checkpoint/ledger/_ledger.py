@@ -125,6 +125,12 @@ class EffectRecord:
             seconds); the owner renews it while the call runs.
         fencing_token: the owner's fencing token when it ran under a `Worker`:
             a worker that took the run over (a higher token) takes the claim too.
+        how: how the stored outcome came about: ``"called"`` (the call made
+            once), ``"reconciled"`` (``reconcile`` or `settle_effect` found it
+            happened), ``"reexecuted"`` (called again under the same key: the
+            first call's outcome was never recorded) or ``"replayed"`` (a later
+            try found it recorded and returned it without calling). None for an
+            intent, or a record stored before schema 2.
     """
 
     idempotency_key: str
@@ -141,6 +147,7 @@ class EffectRecord:
     owner: str | None = None
     lease_until: float | None = None
     fencing_token: int | None = None
+    how: str | None = None
 
 
 class OutcomeFields(NamedTuple):
@@ -151,13 +158,14 @@ class OutcomeFields(NamedTuple):
     outcome_type: str | None
     outcome: bytes | None
     error: str | None
+    how: str | None = None  # called | reconciled | reexecuted (`EffectRecord.how`)
 
 
 # A record is read with its outcome's sum last (`_checked` strips it).
 _EFFECT_COLUMNS = f"{select_list(EffectRecord)}, outcome_sum"
 _OUTCOME = (
     f"UPDATE {EFFECTS.name} SET status = ?, outcome_at = ?, outcome_type = ?, "
-    "outcome = ?, error = ?, outcome_sum = ? WHERE thread_id = ? AND idempotency_key = ?"
+    "outcome = ?, error = ?, how = ?, outcome_sum = ? WHERE thread_id = ? AND idempotency_key = ?"
 )
 
 

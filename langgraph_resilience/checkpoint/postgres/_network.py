@@ -422,6 +422,13 @@ def _bound(conn: Connection[Any] | AsyncConnection[Any], read: float | None) -> 
         conn.read_timeout = read
 
 
+def _checkout(pool_timeout: float | None, checkout: float | None) -> float | None:
+    """The wait for a pool's connection: the saver's bound, or the pool's own
+    ``timeout`` when that is shorter (a caller who set a short one keeps it)."""
+    known = [t for t in (pool_timeout, checkout) if t is not None]
+    return min(known) if known else None
+
+
 @contextmanager
 def pooled(
     pool: ConnectionPool[Any], *, suspect: bool, read: float | None, checkout: float | None = None
@@ -431,7 +438,8 @@ def pooled(
     closed meanwhile goes back (the pool drops it and opens another) and the next
     is taken, up to the pool's size: after an outage a try does not spend itself
     on every dead connection in turn. Each wait for a connection lasts at most
-    ``checkout`` (None: the pool's own ``timeout``)."""
+    ``checkout`` or the pool's own ``timeout``, the shorter (`_checkout`)."""
+    checkout = _checkout(pool.timeout, checkout)
     conn = pool.getconn(checkout)
     for _ in range(pool.max_size if suspect else 0):
         if not peer_closed(conn):
@@ -455,6 +463,7 @@ async def apooled(
     checkout: float | None = None,
 ) -> AsyncIterator[AsyncConnection[Any]]:
     """Async twin of `pooled`."""
+    checkout = _checkout(pool.timeout, checkout)
     conn = await pool.getconn(checkout)
     for _ in range(pool.max_size if suspect else 0):
         if not peer_closed(conn):

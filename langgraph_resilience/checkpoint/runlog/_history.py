@@ -121,11 +121,13 @@ class History(_Part):
         close = _run_log.close_run
         self._io._write(lambda: close(d, thread_id, run, status, usage, started_at), pipeline=True)
 
-    def fail_run(self, thread_id: str, since: float, continued: bool) -> None:
-        """A run's driver raised (`_run_log.fail_run`)."""
+    def fail_run(
+        self, thread_id: str, since: float, continued: bool, error: str | None = None
+    ) -> None:
+        """A run's driver raised ``error`` (`_run_log.fail_run`)."""
         d = self._saver._dialect
         fail = _run_log.fail_run
-        self._io._write(lambda: fail(d, thread_id, since, continued), pipeline=True)
+        self._io._write(lambda: fail(d, thread_id, since, continued, error), pipeline=True)
 
 
 class AsyncHistory(History, _AsyncPart):
@@ -214,8 +216,11 @@ class AsyncHistory(History, _AsyncPart):
         write = lambda: close(d, thread_id, run, status, usage, started_at)  # noqa: E731
         await self._saver._write(write, pipeline=True)
 
-    async def afail_run(self, thread_id: str, since: float, continued: bool) -> None:
+    async def afail_run(
+        self, thread_id: str, since: float, continued: bool, error: str | None = None
+    ) -> None:
         """Async twin of `History.fail_run`."""
         d = self._saver._dialect
         fail = _run_log.fail_run
-        await self._saver._write(lambda: fail(d, thread_id, since, continued), pipeline=True)
+        write = lambda: fail(d, thread_id, since, continued, error)  # noqa: E731
+        await self._saver._write(write, pipeline=True)

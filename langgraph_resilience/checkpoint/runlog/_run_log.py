@@ -590,23 +590,27 @@ def close_run(
 
 
 _FAILED = (
-    f"UPDATE {RUN_LOG.name} SET status = 'error', ended_at = ?, updated_at = ? "
+    f"UPDATE {RUN_LOG.name} SET status = 'error', ended_at = ?, updated_at = ?, error = ? "
     f"WHERE thread_id = ? AND run = (SELECT max(run) FROM {RUN_LOG.name} WHERE thread_id = ?) "
     "AND ((status = 'running' AND (started_at >= ? OR ?)) "
     "OR (status = 'success' AND ended_at >= ?))"
 )
 
 
-def fail_run(d: Dialect, thread_id: str, since: float, continued: bool) -> Statements[None]:
+def fail_run(
+    d: Dialect, thread_id: str, since: float, continued: bool, error: str | None = None
+) -> Statements[None]:
     """A top-level ``invoke`` / ``stream`` called at ``since`` raised (not under a
     `Worker`, which stores its runs' ends): the thread's latest run ends ``error``
     if it is the call's: one it started, one it went on with (``continued``: a
     resume, a retry) still ``running``, or one a step wrote ``success`` for
     during the call (a fan-out whose other branch failed unrecovered: LangGraph
     ran on to the end, then raised). A run that ended before the call, or an
-    earlier run when the call failed before its input was stored, stays as it is."""
+    earlier run when the call failed before its input was stored, stays as it is.
+    ``error``: what it raised (``Type: message``), kept as the run's ``error``."""
     now = time.time()
-    yield Stmt(d.sql(_FAILED), (now, now, thread_id, thread_id, since, continued, since))
+    said = None if error is None else error[:1000]
+    yield Stmt(d.sql(_FAILED), (now, now, said, thread_id, thread_id, since, continued, since))
 
 
 def _top_level(config: RunnableConfig) -> bool:

@@ -58,6 +58,7 @@ class Redone:
     seconds: float = 0.0
     tokens: float = 0.0
     effects: int = 0
+    reexecuted: int = 0  # effects called again under their key (`EffectRecord.how`)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -185,8 +186,11 @@ def read_metrics(
     # (its effects and attempts are keyed by that try's task): a retry_failed's
     # replays are the effects of the tries of its node that failed at the
     # checkpoint of the failed step's row.
-    replayed = (
+    # Replayed: called once before (``how`` called, or unset before schema 2);
+    # re-executed: called again under its key (`EffectRecord.how`).
+    replayed, reexecuted = (
         f"(SELECT count(*) FROM {EFFECTS.name} e WHERE e.thread_id = x.thread_id "
+        f"AND {how} "
         "AND e.status = 'done' AND e.outcome_at < x.ended_at AND (e.task_id = x.task_id "
         f"OR (x.kind = 'retry_failed' AND EXISTS (SELECT 1 FROM {_S} f "
         f"JOIN {ATTEMPTS.name} a ON a.thread_id = f.thread_id "
@@ -194,22 +198,26 @@ def read_metrics(
         f"AND a.node = {node_sql(d, 'f')} WHERE f.thread_id = x.thread_id AND f.run = x.run "
         "AND f.path = x.path AND f.ended_at < x.rec_at AND a.task_id = e.task_id "
         "AND a.checkpoint_id = e.checkpoint_id))))"
+        for how in (
+            "coalesce(e.how, 'called') IN ('called', 'replayed')",
+            "e.how = 'reexecuted'",
+        )
     )
     seconds = "CASE WHEN x.ended_at > x.started_at THEN x.ended_at - x.started_at ELSE 0 END"
     rows = yield Stmt(
         d.sql(
             f"WITH rec AS ({recs}), retried AS ({retried}), redone AS ({redone}) "
             "SELECT y.kind, count(*) AS n, sum(y.seconds) AS seconds, sum(y.tokens) AS tokens, "
-            "sum(y.effects) AS effects FROM ("
+            "sum(y.effects) AS effects, sum(y.again) AS again FROM ("
             f"SELECT x.kind, {seconds} AS seconds, {_tokens(d, 'x.usage')} AS tokens, "
-            f"{replayed} AS effects FROM redone x) y GROUP BY y.kind"
+            f"{replayed} AS effects, {reexecuted} AS again FROM redone x) y GROUP BY y.kind"
         ),
         (*rec_params, *runs_params),
         fetch=True,
     )
     steps = {
-        str(k): (int(n), float(sec or 0), float(tok or 0), int(eff or 0))
-        for k, n, sec, tok, eff in rows
+        str(k): (int(n), float(sec or 0), float(tok or 0), int(eff or 0), int(again or 0))
+        for k, n, sec, tok, eff, again in rows
     }
     rows = yield Stmt(
         d.sql(f"WITH rec AS ({recs}) SELECT rec.kind, count(*) FROM rec GROUP BY rec.kind"),
@@ -218,8 +226,13 @@ def read_metrics(
     )
     by_kind = {}
     for kind, n in rows:
-        n_steps, sec, tok, eff = steps.get(str(kind), (0, 0.0, 0.0, 0))
+        n_steps, sec, tok, eff, again = steps.get(str(kind), (0, 0.0, 0.0, 0, 0))
         by_kind[str(kind)] = Redone(
-            recoveries=int(n), steps=n_steps, seconds=sec, tokens=tok, effects=eff
+            recoveries=int(n),
+            steps=n_steps,
+            seconds=sec,
+            tokens=tok,
+            effects=eff,
+            reexecuted=again,
         )
     return RunCounts(by_status=by_status, resumed_by_status=resumed, by_kind=by_kind)

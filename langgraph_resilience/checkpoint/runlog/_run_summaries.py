@@ -39,12 +39,12 @@ _STATUS = (
 _LEDGER = (
     f"SELECT r.thread_id, r.run, r.run_id, {_STATUS}, w.attempts, "
     f"(SELECT count(*) FROM {RECOVERIES.name} c WHERE c.thread_id = r.thread_id "
-    "AND c.run = r.run), w.owner, r.updated_at "
+    "AND c.run = r.run), w.owner, r.updated_at, r.error "
     f"FROM {RUN_LOG.name} r LEFT JOIN {RUNS.name} w ON w.run_id = r.run_id "
     "{where}ORDER BY r.updated_at DESC, r.thread_id DESC, r.run DESC LIMIT ?"
 )
 _UNSTARTED = (
-    "SELECT w.thread_id, 0, w.run_id, w.status, w.attempts, 0, w.owner, w.updated_at "
+    "SELECT w.thread_id, 0, w.run_id, w.status, w.attempts, 0, w.owner, w.updated_at, NULL "
     f"FROM {RUNS.name} w WHERE NOT EXISTS (SELECT 1 FROM {RUN_LOG.name} r "
     "WHERE r.run_id = w.run_id) {where}ORDER BY w.updated_at DESC LIMIT ?"
 )
@@ -54,7 +54,7 @@ def list_summaries(
     d: Dialect, statuses: Sequence[str] | None, limit: int
 ) -> Statements[list[tuple[Any, ...]]]:
     """Up to ``limit`` runs, newest first: (thread, run, run id, status, claims,
-    recoveries, owner, updated); a `Worker` run that never started is run 0."""
+    recoveries, owner, updated, error); a `Worker` run that never started is run 0."""
     found: list[tuple[Any, ...]] = []
     for sql, status in ((_LEDGER, _STATUS), (_UNSTARTED, "w.status")):
         where, params = "", tuple[Any, ...]()
