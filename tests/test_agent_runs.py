@@ -249,3 +249,19 @@ async def test_retry_failed_after_a_tool_ended_the_run_keeps_one_result_per_call
 
 def kinds(messages: Sequence[BaseMessage]) -> list[str]:
     return [type(m).__name__ for m in messages]
+
+
+async def test_usage_steps_counts_every_step_of_an_agent_run(
+    checkpointer: Harness, tmp_path: Path
+) -> None:
+    # Before: 3 (the model's calls only) for this 5-step map.
+    agent = research_agent(checkpointer.saver, tmp_path)
+    thread = uuid.uuid4().hex
+    await checkpointer.invoke(
+        agent,
+        {"messages": [("user", "Research resilience.")]},
+        {"configurable": {"thread_id": thread}},
+    )
+    shown = await report(checkpointer, thread)
+    assert [s.path for s in shown.steps] == AGENT_STEPS
+    assert shown.usage["steps"] == len(AGENT_STEPS) == 5

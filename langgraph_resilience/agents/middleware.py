@@ -470,9 +470,10 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         result, end = tried
         call = request.tool_call
         name, call_id = call["name"], call["id"] or ""
-        # Cost (and tokens) the tool reported with report_usage, for the run's budget.
+        # Cost (and tokens) the tool reported with report_usage, for the run's budget;
+        # the call is a step of the run, as the model's call is (usage.steps).
         spent = {k: v for k, v in meter.usage(0.0).items() if k != "seconds" and v}
-        log: dict[str, Any] = {"usage": spent} if spent else {}
+        log: dict[str, Any] = {"usage": {**spent, "steps": 1}}
         policy = self._tool_policy(name)
         state = request.state if isinstance(request.state, Mapping) else {}
         short = nested_short(result, name, call_id, state.get("messages", []))
