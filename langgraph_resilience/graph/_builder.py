@@ -52,7 +52,6 @@ from langgraph_resilience._langgraph import (
     RunDefaults,
     coerce_to_runnable,
     default_cache_policy,
-    hide_node,
     hold_writes,
 )
 from langgraph_resilience.budget import Budget
@@ -574,7 +573,9 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
                     self.nodes[name].cache_policy = keyed_without_run_log(default_cache)
         compiled = super().compile(checkpointer, **kwargs)
         hold_writes(compiled, list(self._policies), NOT_RUN)  # a step not run writes nothing
-        hide_node(compiled, ROUTES_NODE)  # ours: not in the user's streamed updates
+        # Not hidden yet (`hide_node`): a parent that streams a nested graph's
+        # "updates" reads the nested run's failed step from this node's chunk
+        # (tests/test_status_from_facts.py); hiding it loses the step's path.
         compiled.__class__ = ResilientCompiledStateGraph
         resilient = cast(ResilientCompiledStateGraph[StateT, ContextT, InputT, OutputT], compiled)
         defaults: dict[str, Any] = {
