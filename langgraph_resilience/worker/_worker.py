@@ -63,7 +63,12 @@ from langgraph.graph.state import CompiledStateGraph
 
 from langgraph_resilience._keys import RUN_META
 from langgraph_resilience.budget import Budget
-from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver, RunRecord
+from langgraph_resilience.checkpoint import (
+    AsyncResilientSaver,
+    AsyncRunQueueSaver,
+    ResilientSaver,
+    RunRecord,
+)
 from langgraph_resilience.checkpoint.archive._schedule import aarchiving, archiving, schedule_of
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.graph._lifecycle import unrecovered_steps
@@ -183,7 +188,8 @@ class Worker(RunControls):
         self.graph = bind(graph, checkpointer)
         self.saver = resilient_saver(self.graph)
         # Kept, as a protocol check probes every method; None: `arun` cannot run.
-        self._async_saver = self.saver if isinstance(self.saver, AsyncResilientSaver) else None
+        queue = (AsyncResilientSaver, AsyncRunQueueSaver)
+        self._async_saver = cast(Any, self.saver) if isinstance(self.saver, queue) else None
         self._held: dict[str, Held] = {}
         self._draining = threading.Event()
         self._drain_asked: float | None = None  # Instant.now().monotonic of the first drain

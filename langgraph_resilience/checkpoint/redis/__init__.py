@@ -40,6 +40,7 @@ from langgraph_resilience.checkpoint.redis._common import (
 from langgraph_resilience.checkpoint.redis._driver import drive
 from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
+from langgraph_resilience.checkpoint.redis._runs_saver import RunsSaver
 from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
 from langgraph_resilience.errors import ArchiveError
@@ -48,7 +49,7 @@ from langgraph_resilience.policy import Backoff
 __all__ = ["ResilientRedisSaver"]
 
 
-class ResilientRedisSaver(RedisCommon):
+class ResilientRedisSaver(RunsSaver, RedisCommon):
     """A checkpointer on plain Redis: atomic checkpoints and writes (Lua), a
     second put of a checkpoint a no-op, no silent forks (`CheckpointConflict`),
     checksums on every read, a TTL on each thread renewed by every write.

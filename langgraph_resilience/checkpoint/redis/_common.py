@@ -149,8 +149,5 @@ class RedisCommon(BaseCheckpointSaver[str]):
     def step_history(self, thread_id: str, *, run: int | None = None) -> NoReturn:
         self._refuse("step_history")
 
-    def list_runs(self, statuses: Any = ()) -> NoReturn:
-        self._refuse("list_runs")
-
     def list_effects(self, thread_id: str) -> NoReturn:
         self._refuse("list_effects")

@@ -35,6 +35,7 @@ from langgraph_resilience.checkpoint.redis._common import (
 from langgraph_resilience.checkpoint.redis._driver import adrive
 from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
+from langgraph_resilience.checkpoint.redis._runs_saver import AsyncRunsSaver
 from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
 from langgraph_resilience.errors import ArchiveError
@@ -43,7 +44,7 @@ from langgraph_resilience.policy import Backoff
 __all__ = ["AsyncResilientRedisSaver"]
 
 
-class AsyncResilientRedisSaver(RedisCommon):
+class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
     """The async twin of `ResilientRedisSaver` (same arguments; ``conn`` is a
     ``redis.asyncio.Redis``).
 
