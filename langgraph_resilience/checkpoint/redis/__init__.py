@@ -6,7 +6,10 @@ reads a thread atomically), ``_records`` (a checkpoint or write in a hash
 field, with its checksum), ``_ops`` (every operation, written once for both
 twins), ``_driver`` (pipelines, retries, script reloads), ``_durability`` (what
 the server keeps on disk), ``_tier`` (demotion to the cold tier and restore),
-``_common`` (options, setup checks, refusals).
+``_common`` (options, setup checks, refusals). The run queue under leases, for
+the `Worker`: ``_runs`` (its operations and keys), ``_runs_scripts`` (its Lua),
+``_runs_fence`` (fenced writes), ``_runs_parts`` (``saver.runs``) and
+``_runs_saver`` (what the twins add: ``runs``, ``read_run``, ``list_runs``).
 """
 
 from __future__ import annotations

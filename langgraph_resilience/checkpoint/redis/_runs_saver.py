@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
+import langgraph_resilience.checkpoint.redis._runs as _runs
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
-from langgraph_resilience.checkpoint.redis import _runs
 from langgraph_resilience.checkpoint.redis._ops import Ops, Place
 from langgraph_resilience.checkpoint.redis._runs_parts import AsyncRedisRuns, RedisRuns
 
