@@ -29,6 +29,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+import langgraph_resilience.checkpoint.redis._runs as _runs
 from langgraph_resilience.checkpoint.archive._moves import ArchiveReport
 from langgraph_resilience.checkpoint.archive._objects import Archive
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES
@@ -46,6 +47,7 @@ from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._runs_saver import RunsSaver
 from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
+from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.errors import ArchiveError
 from langgraph_resilience.policy import Backoff
 
@@ -228,6 +230,7 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         )
 
     def delete_thread(self, thread_id: str) -> None:
+        self._run(_runs.drop_threads(self.place, [str(thread_id)]))  # its runs first
         demoted = self._drive(lambda: _ops.delete_thread(self.place, str(thread_id)))
         if demoted is not None and self.archive is not None:
             self.archive.drop([demoted])
@@ -241,4 +244,8 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         )
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy in _threads.DELETE_STRATEGIES:
+            self._run(
+                _runs.drop_threads(self.place, _threads.check_prune_args(thread_ids, strategy))
+            )
         self._drive(lambda: _ops.prune(self.place, thread_ids, strategy))

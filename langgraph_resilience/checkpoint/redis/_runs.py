@@ -442,3 +442,26 @@ def active_runs(place: Place) -> Ops[int]:
         ):
             count += 1
     return count
+
+
+def drop_threads(place: Place, thread_ids: Sequence[str]) -> Ops[None]:
+    """Delete the threads' runs and takeovers, and their queue entries (as the SQL
+    savers' ``delete_thread`` deletes their rows)."""
+    threads = [str(t) for t in thread_ids]
+    if not threads:
+        return
+    listed = yield [("HKEYS", runs_key(place.prefix, t)) for t in threads]
+    batch: list[Command] = []
+    for thread_id, found in zip(threads, listed, strict=True):
+        runs = [f.decode() for f in found if not f.startswith(SEP.encode())]
+        if runs:
+            held = [_member(thread_id, r) for r in runs]
+            batch += [
+                ("HDEL", _ids(place.prefix), *runs),
+                ("ZREM", _queued(place.prefix), *held),
+                ("ZREM", _leased(place.prefix), *held),
+            ]
+        batch.append(
+            ("DEL", runs_key(place.prefix, thread_id), recoveries_key(place.prefix, thread_id))
+        )
+    yield batch
