@@ -135,6 +135,6 @@ def test_a_run_is_fenced_in_its_threads_slot(saver: ResilientRedisSaver) -> None
     }
     from langgraph.checkpoint.base import empty_checkpoint
 
-    with pytest.raises(LeaseLost, match="fencing token 1.*token is now 2"):
+    with pytest.raises(LeaseLost, match=r"fencing token 1.*token is now 2"):
         saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
     assert saver.get_tuple({"configurable": {"thread_id": "job-7"}}) is None
