@@ -149,8 +149,9 @@ class Harness:
 
 
 async def open_saver(backend: str, is_async: bool, target: str, stack: AsyncExitStack) -> Any:
-    if backend == "redis":  # target: a key prefix to open (kept), or "redis" (a new one)
-        return await open_redis(is_async, stack, None if target == "redis" else target)
+    if backend == "redis":  # target: "redis" (a new key prefix), or [URL#]prefix (kept)
+        url, _, prefix = target.rpartition("#")
+        return await open_redis(is_async, stack, None if target == "redis" else prefix, url)
     if backend == "sqlite":
         if is_async:
             from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
@@ -176,9 +177,12 @@ async def open_saver(backend: str, is_async: bool, target: str, stack: AsyncExit
     return saver
 
 
-async def open_redis(is_async: bool, stack: AsyncExitStack, prefix: str | None = None) -> Any:
+async def open_redis(
+    is_async: bool, stack: AsyncExitStack, prefix: str | None = None, url: str = ""
+) -> Any:
     """A Redis saver on the machine's Redis under a key prefix of its own, flushed
-    when ``stack`` closes (`redis_servers`); or under ``prefix``, kept."""
+    when ``stack`` closes (`redis_servers`); or under ``prefix``, kept (on ``url``:
+    a private server's)."""
     import warnings
 
     from redis_servers import REDIS_DOWN, REDIS_URL, flush_prefix
@@ -186,21 +190,20 @@ async def open_redis(is_async: bool, stack: AsyncExitStack, prefix: str | None =
     from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
     from langgraph_resilience.checkpoint.redis.aio import AsyncResilientRedisSaver
 
-    if REDIS_DOWN is not None:
+    if REDIS_DOWN is not None and not url:
         pytest.skip(REDIS_DOWN)
+    url = url or REDIS_URL
     if prefix is None:
         prefix = f"t{uuid.uuid4().hex[:12]}"
         stack.callback(flush_prefix, prefix)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the machine's Redis keeps no disk
         if is_async:
-            cm = AsyncResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix)
+            cm = AsyncResilientRedisSaver.from_conn_string(url, prefix=prefix)
             saver: Any = await stack.enter_async_context(cm)
             await saver.setup()
         else:
-            saver = stack.enter_context(
-                ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix)
-            )
+            saver = stack.enter_context(ResilientRedisSaver.from_conn_string(url, prefix=prefix))
             saver.setup()
     return saver
 

@@ -167,3 +167,51 @@ def test_a_worker_killed_on_this_machine_is_taken_over_on_redis_at_the_next_poll
     assert int(str(record(store, run_id)["recoveries"])) == 1
     by_peer = [s for _, s, what, p, _ in steps(tmp_path) if what == "start" and p == peer.pid]
     assert by_peer and by_peer[0] in ("s2", "s3")  # resumed, not started over
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_worker_rides_out_its_redis_sigkilled_and_restarted_from_its_aof(
+    tmp_path: Path, mode: str
+) -> None:
+    """A private ``redis-server`` (``appendfsync always``) SIGKILLed while a Worker
+    runs a run, and started again from its AOF: the worker's calls are retried
+    until it answers, the run ends ``success``, and every step ran once."""
+    import shutil
+
+    from redis_servers import PrivateRedis
+
+    from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("no redis-server on PATH")
+    (tmp_path / "redis").mkdir()
+    server = PrivateRedis(tmp_path / "redis")
+    server.start()
+    try:
+        store = ("redis", f"{server.url}#aof")
+        [run_id] = submit(store, tmp_path, 1, "aof")
+        extra = ["--async"] if mode == "async" else []
+        worker = work(store, tmp_path, "--lease-ttl", "5", "--step-sleep", "0.3", *extra)
+        wait_for(
+            lambda: any(s == "s3" and what == "start" for _, s, what, *_ in steps(tmp_path)),
+            what="the worker to reach s3",
+        )
+        server.kill()
+        killed = time.time()
+        time.sleep(0.5)
+        server.start()  # replays its AOF
+        assert result(worker) == {run_id: "success"}
+        # Mid-run: its steps s3..s5 ended (and were stored) after the kill.
+        assert {s for _, s, what, _, at in steps(tmp_path) if what == "end" and at > killed} >= {
+            "s4",
+            "s5",
+        }
+        ended = [s for _, s, what, *_ in steps(tmp_path) if what == "end"]
+        assert sorted(ended) == sorted(STEPS)  # each step once: none redone
+        assert sorted(calls(tmp_path)) == sorted(f"aof-0:{s}" for s in STEPS)
+        with ResilientRedisSaver.from_conn_string(server.url, prefix="aof") as saver:
+            found = saver.read_run(run_id)
+            assert found is not None and (found.status, found.recoveries) == ("success", 0)
+    finally:
+        server.kill()
