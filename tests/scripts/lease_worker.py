@@ -49,7 +49,6 @@ from langgraph_resilience import (
     Worker,
     side_effect,
 )
-from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
 
 STEPS = ("s1", "s2", "s3", "s4", "s5")
 
@@ -171,7 +170,7 @@ async def main() -> int:
                 slow,
                 args.die_at,
                 args.stop_after_intent,
-                ledger=isinstance(saver, (ResilientSaver, AsyncResilientSaver)),
+                ledger=hasattr(type(saver), "effects"),  # not on Redis yet
             ),
             checkpointer=saver,
             lease_ttl=args.lease_ttl,
