@@ -271,7 +271,9 @@ return 1
 """,
 )
 
-#: The thread scripts a fenced write runs: their fenced twins, by the plain one's sha.
+#: The thread scripts a fenced write runs: their fenced twins, by the plain one's sha
+#: (`_runs_fence.fence_command` looks them up; another ledger's fenced writes, the
+#: effect ledger's, add their scripts here, so the driver loads their twins too).
 FENCED = {s.sha: fenced(s) for s in (PUT, PUT_WRITES)}
 
 RUN_SCRIPTS = (SUBMIT, CLAIM, RENEW, FINISH, REQUEUE, SETTLE, CANCEL, REINDEX, *FENCED.values())
