@@ -113,14 +113,22 @@ def put(
     )
     run_id = str(meta_dict.get("run_id") or "")
     keys = place.keys(thread_id)
-    command = run(
-        PUT, keys, member(ns, cid), record, ns, int(check), parent_id or "", cid, run_id,
-        place.ttl_ms,
-    )  # fmt: skip
     batch = [
-        fence_command(place.prefix, thread_id, command, fence_of(config)),
+        run(
+            PUT,
+            keys,
+            member(ns, cid),
+            record,
+            ns,
+            int(check),
+            parent_id or "",
+            cid,
+            run_id,
+            place.ttl_ms,
+        ),
         place.registered(thread_id),
     ]
+    batch[0] = fence_command(place.prefix, thread_id, batch[0], fence_of(config))
     if run_id:
         batch.append(("SADD", run_key(place.prefix, run_id), thread_id))
     reply = _hot((yield batch)[0], thread_id)
