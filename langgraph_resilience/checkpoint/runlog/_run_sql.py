@@ -90,21 +90,26 @@ _SET_STATUS = (
 )
 
 
-def finish_worker_run(d: Dialect, fence: Fence, status: str) -> Statements[None]:
+def finish_worker_run(
+    d: Dialect, fence: Fence, status: str, error: str | None = None
+) -> Statements[None]:
     """A `Worker` ends or pauses its run (in `_runs.finish_run`'s transaction,
     before the run's own row): the ledger's row of that run says so, with the
-    worker that held it. A released run (queued again) goes on: nothing changes."""
+    worker that held it, and for a run that ended ``error`` the error it ended
+    on (``Type: message``, as a plain invoke's row keeps it: `_run_log.fail_run`).
+    A released run (queued again) goes on: nothing changes."""
     if status not in STATUSES:
         return
     now = time.time()
+    said = error[:1000] if error is not None and status == "error" else None
     yield Stmt(
         d.sql(
-            f"UPDATE {RUN_LOG.name} SET {_SET_STATUS}, "
+            f"UPDATE {RUN_LOG.name} SET {_SET_STATUS}, error = coalesce(?, error), "
             f"worker = coalesce(worker, (SELECT owner FROM {RUNS.name} WHERE run_id = ?)), "
             f"updated_at = ? WHERE run_id = ? AND EXISTS (SELECT 1 FROM {RUNS.name} "
             "WHERE run_id = ? AND fencing_token = ? AND status = 'running')"
         ),
-        (status, status, now, fence.run_id, now, fence.run_id, fence.run_id, fence.token),
+        (status, status, now, said, fence.run_id, now, fence.run_id, fence.run_id, fence.token),
     )
 
 
