@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from langgraph_resilience._util._process import process_id
 from langgraph_resilience.checkpoint.ledger._runs import Fence
 from langgraph_resilience.checkpoint.runlog._run_log_reads import ENDED, STATUSES
 from langgraph_resilience.checkpoint.store._schema import RUN_LOG, RUNS
@@ -23,6 +24,7 @@ __all__ = [
     "START_RUN",
     "cancel_worker_run",
     "finish_worker_run",
+    "hold_run",
 ]
 
 _ENDED_SQL = ", ".join(repr(s) for s in ENDED)
@@ -81,6 +83,21 @@ NESTED_FAILED = (
     f"UPDATE {RUN_LOG.name} SET failed_step = coalesce(failed_step, ?), updated_at = ? "
     f"WHERE thread_id = ? AND status = 'running' AND run = {RUN_AT}"
 )
+
+
+# A run that goes on in a process (a resume, a retry_failed, a resume after a
+# crash) is held by it from now: the thread's latest run, if a process (not a
+# Worker) holds it. Params: holder, now, then the thread twice.
+_HELD_RUN = (
+    f"UPDATE {RUN_LOG.name} SET holder = ?, seen_at = ? WHERE thread_id = ? "
+    f"AND status = 'running' AND holder IS NOT NULL AND run = (SELECT max(m.run) "
+    f"FROM {RUN_LOG.name} m WHERE m.thread_id = ?)"
+)
+
+
+def hold_run(d: Dialect, thread_id: str) -> Statements[None]:
+    """This process goes on with the thread's latest run (`_HELD_RUN`)."""
+    yield Stmt(d.sql(_HELD_RUN), (process_id(), time.time(), thread_id, thread_id))
 
 
 # A status a run's driver or Worker saw (params: status, status, now): an ended
