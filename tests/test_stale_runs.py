@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from helpers import read_ledger, wait_until
+from langgraph.types import Command, interrupt
 from plain_run import graph_of
 from spawn import spawn
 from starlette.testclient import TestClient
@@ -100,6 +101,30 @@ def test_a_plain_run_whose_process_was_killed_is_stale(
         assert [(s.status, s.stale) for s in seen] == [("running", False)]
         assert saver.history.run_row(thread, 1).holder == process_id()
         assert _listed(saver, thread).stale is False
+
+
+def test_a_paused_run_resumed_in_another_process_is_held_by_it(
+    store: tuple[str, bool, str], tmp_path: Path
+) -> None:
+    """Its first process paused it and exited; resumed here, it is this process's."""
+    backend, is_async, target = store
+    thread = f"asked-{backend}-{int(is_async)}"
+    flags = ["--async"] if is_async else []
+    child = spawn(SCRIPT, backend, target, thread, str(tmp_path / "ledger.txt"), "--ask", *flags)
+    assert child.wait(timeout=60) == 0, child.communicate()
+    with _cls(backend).from_conn_string(target) as saver:
+        assert _listed(saver, thread).status == "paused"
+        seen: list[Any] = []
+
+        def watching(name: str) -> None:
+            if name == "slow":
+                interrupt("go on?")
+                seen.append(_listed(saver, thread))
+
+        graph = graph_of(watching).compile(checkpointer=saver)
+        out = graph.invoke(Command(resume="yes"), {"configurable": {"thread_id": thread}})
+        assert out["done"] == ["fast", "slow"]
+        assert [(s.status, s.stale) for s in seen] == [("running", False)]
 
 
 def _runs_command(target: str) -> tuple[str, str]:

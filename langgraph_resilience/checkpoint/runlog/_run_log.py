@@ -564,13 +564,13 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         yield Stmt(d.sql(_FAILED_ENTRYPOINT), (now, now, *at))
     if led.paused_for is not None:
         yield Stmt(d.sql(PAUSED_FOR), (led.paused_for, led.paused_for, *at))
-    if led.resumed or led.status == "running":  # this process goes on with the run
-        yield from hold_run(d, led.thread_id)
     if led.resumed:
         now = time.time()
         key = f"resume:{led.checkpoint_id}"
         yield Stmt(d.sql(_RESUME_RECOVERY), (key, led.checkpoint_id, now, *at))
         yield Stmt(d.sql(_RESUMED), (now, *at))
+    if led.resumed or led.status == "running":  # this process goes on with the run
+        yield from hold_run(d, led.thread_id)
     if led.clear:
         key = f"retry_failed:{led.checkpoint_id}"  # one a checkpoint
         yield Stmt(d.sql(_RETRY_RECOVERY), (key, led.checkpoint_id, time.time(), *at))
