@@ -153,6 +153,7 @@ def test_a_holder_on_another_machine_is_stale_only_when_not_seen_for_long() -> N
     rebooted = "myhost~boot-before~ns|123|456|"
     assert plain_run_stale("running", rebooted, seen, 1001.0, never, here=here)
     assert not plain_run_stale("running", "myhost~boot-now~other|1|2|", seen, 1001.0, never, here)
+    assert not plain_run_stale("running", "myhost~|1|2|", seen, 1001.0, never, here)  # not Linux
     # This machine: the process's own verdict wins.
     assert plain_run_stale("running", other, seen, 1001.0, lambda h: False)
     assert not plain_run_stale("running", other, seen, 10**9, lambda h: True)

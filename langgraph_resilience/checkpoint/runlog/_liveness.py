@@ -31,7 +31,9 @@ Alive = Callable[[str], bool | None]
 def _rebooted(holder: str, here: str) -> bool:
     """Whether ``holder`` ran on this host in an earlier boot (it is gone)."""
     theirs, ours = holder.split("|", 1)[0].split("~"), here.split("~")
-    return len(theirs) >= 2 and len(ours) >= 2 and theirs[0] == ours[0] and theirs[1] != ours[1]
+    if len(theirs) < 2 or len(ours) < 2 or not (theirs[1] and ours[1]):
+        return False  # a boot not known (not Linux): no sure answer
+    return theirs[0] == ours[0] and theirs[1] != ours[1]
 
 
 def plain_run_stale(
