@@ -363,7 +363,9 @@ class Worker(RunControls):
                     time.sleep(op.seconds)
                 else:
                     blob = self._outcome_blob(op.outcome)
-                    reply = self._call(leases.runs.finish, held.fence, op.status, blob, op.wait)
+                    reply = self._call(
+                        leases.runs.finish, held.fence, op.status, blob, op.wait, op.error
+                    )
 
     # -- async -----------------------------------------------------------------------
 
@@ -470,5 +472,5 @@ class Worker(RunControls):
                 else:
                     blob = self._outcome_blob(op.outcome)
                     reply = await self._acall(
-                        leases.runs.afinish, held.fence, op.status, blob, op.wait
+                        leases.runs.afinish, held.fence, op.status, blob, op.wait, op.error
                     )
