@@ -542,3 +542,28 @@ def test_the_fields_a_state_schema_requires() -> None:
     assert required_fields(Ticketed) == {"ticket"}
     assert required_fields(Total) == frozenset() and required_fields(State) == frozenset()
     assert required_fields(Data) == {"ticket"} and required_fields(Model) == {"ticket"}
+
+
+def test_an_effect_name_stays_defined_while_one_of_its_definitions_lives() -> None:
+    # Before: the registry kept one function per name, so a second definition of
+    # 'notify' (another graph, another test) dying forgot the first, still alive:
+    # check_deploy then blocked threads on a "renamed" effect that was not.
+    import gc
+
+    from langgraph_resilience import side_effect
+    from langgraph_resilience.graph._versions import defined_effects
+
+    @side_effect(name="registry-probe")
+    def first(to: str) -> str:
+        return to
+
+    @side_effect(name="registry-probe")
+    def second(to: str) -> str:
+        return to
+
+    del second
+    gc.collect()
+    assert "registry-probe" in defined_effects()
+    del first
+    gc.collect()
+    assert "registry-probe" not in defined_effects()

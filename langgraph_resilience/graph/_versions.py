@@ -293,20 +293,22 @@ def node_of(path: str) -> str:
     return path.split("/", 1)[0].split("[", 1)[0].split("#", 1)[0]
 
 
-#: Side effect name -> its decorated function, while it lives: the side effects
+#: Side effect name -> its decorated functions, while they live: the side effects
 #: of the code this process imported (`side_effect` adds each). A recorded
-#: effect's name that is none of them was renamed (or removed) by a deploy.
-_DEFINED: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+#: effect's name that is none of them was renamed (or removed) by a deploy. A set
+#: per name, not one function: two definitions may share a name (two versions of
+#: a graph built side by side), and one of them dying must not forget the other.
+_DEFINED: dict[str, weakref.WeakSet[Any]] = {}
 
 
 def define_effect(name: str, fn: Any) -> None:
     """Note a side effect defined under ``name`` (`side_effect` calls it)."""
-    _DEFINED[name] = fn
+    _DEFINED.setdefault(name, weakref.WeakSet()).add(fn)
 
 
 def defined_effects() -> frozenset[str]:
     """The names of the side effects defined by the code this process imported."""
-    return frozenset(_DEFINED.keys())
+    return frozenset(name for name, fns in list(_DEFINED.items()) if len(fns))
 
 
 def required_fields(schema: Any) -> frozenset[str]:
