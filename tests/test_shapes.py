@@ -53,7 +53,7 @@ from langgraph_resilience import (
     run_report,
 )
 from langgraph_resilience.agents import CallPolicy, ResilienceMiddleware
-from langgraph_resilience.errors import RunStateError
+from langgraph_resilience.errors import ConfigError, RunStateError
 from langgraph_resilience.history import alist_runs, list_runs
 
 
@@ -109,9 +109,10 @@ def ending_policy() -> ResilienceMiddleware:
     return ResilienceMiddleware(tools={"send_email": once})
 
 
-def supervisor(harness: Harness, failures: list[int]) -> Any:
+def supervisor(harness: Harness, failures: list[int], sent: list[str] | None = None) -> Any:
     """A supervisor that hands off to ``researcher`` (``search``), then to
-    ``mailer`` (``send_email``, failing while ``failures`` holds a count)."""
+    ``mailer`` (``send_email``, failing while ``failures`` holds a count; each
+    email sent is appended to ``sent``)."""
 
     @tool
     def search(q: str) -> str:
@@ -124,6 +125,8 @@ def supervisor(harness: Harness, failures: list[int]) -> Any:
         if failures and failures[0] > 0:
             failures[0] -= 1
             raise ValueError("the mail server rejected the message")
+        if sent is not None:
+            sent.append(to)
         return f"sent to {to}"
 
     researcher = create_agent(
@@ -142,6 +145,18 @@ def supervisor(harness: Harness, failures: list[int]) -> Any:
     return create_supervisor([researcher, mailer], model=boss).compile(checkpointer=harness.saver)
 
 
+async def retry(harness: Harness, graph: Any, config: Any, **kwargs: Any) -> Any:
+    if harness.is_async:
+        return await aretry_failed(graph, config, **kwargs)
+    return await asyncio.to_thread(retry_failed, graph, config, **kwargs)
+
+
+def tool_results(out: Any, name: str) -> list[str]:
+    return [
+        str(m.content) for m in out["messages"] if isinstance(m, ToolMessage) and m.name == name
+    ]
+
+
 async def test_a_supervisor_turn_is_one_run_ended_with_its_true_status(
     checkpointer: Harness,
 ) -> None:
@@ -157,19 +172,68 @@ async def test_a_supervisor_turn_is_one_run_ended_with_its_true_status(
     shown = await report(checkpointer, thread)
     assert (shown.run, shown.status, shown.runs_on_thread) == (1, "partial_complete", 1)
     assert "researcher/tools/search[0]" in [s.path for s in shown.steps]
-    # its advice is one that works: not retry_failed, which cannot re-run it
-    assert shown.suggestions and not any("retry_failed(graph" in s for s in shown.suggestions)
-    assert any("invoke the turn again" in s for s in shown.suggestions)
-    # The parent went on past the agent that ended short: retry_failed says so
-    # and why, rather than re-running nothing.
-    with pytest.raises(RunStateError, match="keeps no run log"):
-        if checkpointer.is_async:
-            await aretry_failed(graph, config)
-        else:
-            await asyncio.to_thread(retry_failed, graph, config)
     # The next turn (the mail server is back) is run 2, and succeeds.
     await checkpointer.invoke(graph, {"messages": [("user", "again")]}, config)
     assert await thread_runs(checkpointer, thread) == [(1, "partial_complete"), (2, "success")]
+
+
+async def test_retry_failed_on_a_supervisor_re_runs_the_failed_agent_call(
+    checkpointer: Harness,
+) -> None:
+    # Before: retry_failed(graph, config) refused ("keeps no run log") though
+    # the report named the failed step; the only way on was a new turn.
+    failures, sent = [1], []
+    graph = supervisor(checkpointer, failures, sent)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    out = await checkpointer.invoke(graph, {"messages": [("user", "research, then mail")]}, config)
+    assert sent == [] and "resilience" not in out
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert (row.status, row.failed_step) == ("partial_complete", "mailer/tools/send_email")
+    shown = await report(checkpointer, thread)
+    assert any("retry_failed(graph, config)" in s for s in shown.suggestions)
+    # The mail server is back: following the advice re-runs the mailer's call.
+    out = await retry(checkpointer, graph, config)
+    assert sent == ["boss"]
+    assert out["messages"][-1].content == "done"  # the supervisor answered after the mail
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert (row.status, row.failed_step) == ("success", None)
+    assert row.ended_at is not None and row.ended_at >= row.started_at
+    shown = await report(checkpointer, thread)
+    assert (shown.run, shown.status, shown.runs_on_thread) == (1, "success", 1)
+    assert [r["kind"] for r in shown.recoveries] == ["retry_failed"]
+    assert "mailer/tools/send_email[0]" in [s.path for s in shown.steps]
+    # the run ended: there is nothing left to retry
+    with pytest.raises(RunStateError, match="no failed step to retry"):
+        await retry(checkpointer, graph, config)
+    # the head is the retried branch's: the next turn is run 2
+    await checkpointer.invoke(graph, {"messages": [("user", "thanks")]}, config)
+    assert await thread_runs(checkpointer, thread) == [(1, "success"), (2, "success")]
+
+
+async def test_retry_failed_on_a_supervisor_whose_agent_fails_again_ends_short_again(
+    checkpointer: Harness,
+) -> None:
+    failures, sent = [2], []
+    graph = supervisor(checkpointer, failures, sent)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    await checkpointer.invoke(graph, {"messages": [("user", "research, then mail")]}, config)
+    await retry(checkpointer, graph, config)  # the cause not fixed: it fails again
+    assert sent == []
+    assert await thread_runs(checkpointer, thread) == [(1, "partial_complete")]
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert row.failed_step == "mailer/tools/send_email"
+    out = await retry(checkpointer, graph, config)
+    assert sent == ["boss"]
+    assert tool_results(out, "transfer_back_to_supervisor")
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    shown = await report(checkpointer, thread)
+    assert [r["kind"] for r in shown.recoveries] == ["retry_failed", "retry_failed"]
+    # update= and payload= correct a ResilientStateGraph's state: refused here
+    with pytest.raises(ConfigError, match="keeps no run log"):
+        await retry(checkpointer, graph, config, update={"messages": []})
 
 
 def swarm(harness: Harness) -> Any:
@@ -200,6 +264,60 @@ async def test_a_swarm_handoff_ends_the_turns_run(checkpointer: Harness) -> None
     assert await thread_runs(checkpointer, thread) == [(1, "success"), (2, "success")]
     shown = await report(checkpointer, thread)
     assert (shown.run, shown.status, shown.runs_on_thread) == (2, "success", 2)
+
+
+def mailing_swarm(harness: Harness, failures: list[int], sent: list[str]) -> Any:
+    """``alice`` hands off to ``bob``, whose ``send_email`` fails while
+    ``failures`` holds a count (`ending_policy`: his call ends short)."""
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email."""
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise ValueError("the mail server rejected the message")
+        sent.append(to)
+        return f"sent to {to}"
+
+    alice = create_agent(
+        Fake(steps=[("transfer_to_bob", {})]),
+        tools=[create_handoff_tool(agent_name="bob")],
+        middleware=[ResilienceMiddleware()],
+        name="alice",
+    )
+    bob = create_agent(
+        Fake(steps=[("send_email", {"to": "boss"})]),
+        tools=[send_email],
+        middleware=[ending_policy()],
+        name="bob",
+    )
+    return create_swarm([alice, bob], default_active_agent="alice").compile(
+        checkpointer=harness.saver
+    )
+
+
+async def test_retry_failed_on_a_swarm_re_runs_the_agent_handed_off_to(
+    checkpointer: Harness,
+) -> None:
+    # Before: retry_failed refused ("keeps no run log"): bob's failed email
+    # could not be sent but by a new turn, which alice would take.
+    failures, sent = [1], []
+    graph = mailing_swarm(checkpointer, failures, sent)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    out = await checkpointer.invoke(graph, {"messages": [("user", "mail the boss")]}, config)
+    assert out["active_agent"] == "bob" and sent == []
+    assert await thread_runs(checkpointer, thread) == [(1, "partial_complete")]
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert row.failed_step == "bob/tools/send_email"
+    out = await retry(checkpointer, graph, config)
+    assert sent == ["boss"]
+    assert tool_results(out, "send_email") == ["sent to boss"]
+    assert out["messages"][-1].content == "done"
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    shown = await report(checkpointer, thread)
+    assert (shown.status, shown.runs_on_thread) == ("success", 1)
+    assert [r["kind"] for r in shown.recoveries] == ["retry_failed"]
 
 
 def workflow(harness: Harness, calls: list[str]) -> Any:

@@ -85,6 +85,7 @@ __all__ = [
     "ledger_of_put",
     "ledger_of_writes",
     "put_statements",
+    "reopen_run",
     "tried_task",
     "write_statements",
 ]
@@ -346,7 +347,7 @@ def ledger_of_writes(
             return None
         short = None
         if value.get("status") == "partial_complete" and scope_of(config) is None:
-            short = _path_of(value.get("failed_step"))
+            short = _nested_path(ns, _path_of(value.get("failed_step")))
         return WriteLedger(
             thread_id,
             ns,
@@ -589,6 +590,38 @@ def close_run(
     yield Stmt(d.sql(_ENDED_RUN), (*row, None, None, None, None, None))
 
 
+# A run of a graph that keeps no run log (a plain ``StateGraph`` parent) that
+# ended short, taken up again by `retry_failed` from a fork of its history: the
+# row goes on (``running``, no failed step, no end) and the recovery is stored,
+# once a key, with the paths it re-runs. The run then ends as its steps do, at
+# its first checkpoint that leaves nothing to run (`SETTLED_RUN`, `NESTED_FAILED`).
+_REOPEN = (
+    f"UPDATE {RUN_LOG.name} SET status = 'running', ended_at = NULL, failed_step = NULL, "
+    "updated_at = ? WHERE thread_id = ? AND run = ? AND status = 'partial_complete'"
+)
+_REOPEN_RECOVERY = (
+    f"INSERT INTO {RECOVERIES.name} (thread_id, key, kind, run_id, owner, checkpoint_id, at, run) "
+    f"SELECT r.thread_id, ?, 'retry_failed', r.run_id, NULL, ?, ?, r.run FROM {RUN_LOG.name} r "
+    "WHERE r.thread_id = ? AND r.run = ? ON CONFLICT (thread_id, key) DO NOTHING"
+)
+
+
+def reopen_run(
+    d: Dialect, thread_id: str, run: int, checkpoint_id: str, paths: Sequence[str]
+) -> Statements[None]:
+    """`retry_failed` takes up run ``run`` of a plain parent that ended
+    ``partial_complete`` again, from the fork ``checkpoint_id`` of its history:
+    the row is running again, its failed step cleared, and a ``retry_failed``
+    recovery naming ``paths`` is stored (once per fork)."""
+    now = time.time()
+    key = f"retry_failed:{checkpoint_id}"
+    yield Stmt(d.sql(_REOPEN_RECOVERY), (key, checkpoint_id, now, thread_id, int(run)))
+    rows = [(thread_id, key, p) for p in dict.fromkeys(paths)]
+    if rows:
+        yield Stmt(d.sql(_RETRY_PATHS), rows, many=True)
+    yield Stmt(d.sql(_REOPEN), (now, thread_id, int(run)))
+
+
 _FAILED = (
     f"UPDATE {RUN_LOG.name} SET status = 'error', ended_at = ?, updated_at = ?, error = ? "
     f"WHERE thread_id = ? AND run = (SELECT max(run) FROM {RUN_LOG.name} WHERE thread_id = ?) "
@@ -621,6 +654,16 @@ def _top_level(config: RunnableConfig) -> bool:
 def _path_of(failed: Any) -> str | None:
     """The path of a run log's failed step (None if none)."""
     return str(failed["path"]) if isinstance(failed, Mapping) and failed.get("path") else None
+
+
+def _nested_path(ns: str, path: str | None) -> str | None:
+    """A nested graph's step path as its top-level parent names it: led by the
+    nodes of its namespace (``mailer:<task>`` + ``tools/send_email`` ->
+    ``mailer/tools/send_email``), the path `retry_failed` reads its node from."""
+    if path is None:
+        return None
+    prefix = "/".join(part.split(":", 1)[0] for part in ns.split("|") if part)
+    return path if not prefix or path.startswith(prefix + "/") else f"{prefix}/{path}"
 
 
 def _json(usage: Mapping[str, float] | None) -> str | None:
