@@ -13,10 +13,11 @@ ids are random (uuid), as real providers' are. Every backend, sync and async.
 from __future__ import annotations
 
 import asyncio
+import operator
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 
@@ -32,7 +33,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.func import entrypoint, task
-from langgraph.graph import END, START
+from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 from langgraph_supervisor import create_supervisor
@@ -317,6 +318,90 @@ async def test_retry_failed_on_a_swarm_re_runs_the_agent_handed_off_to(
     assert await thread_runs(checkpointer, thread) == [(1, "success")]
     shown = await report(checkpointer, thread)
     assert (shown.status, shown.runs_on_thread) == ("success", 1)
+    assert [r["kind"] for r in shown.recoveries] == ["retry_failed"]
+
+
+class Done(ResilientState, total=False):
+    done: Annotated[list[str], operator.add]
+
+
+class PlainDone(TypedDict, total=False):
+    done: Annotated[list[str], operator.add]
+
+
+def plain_parent(harness: Harness, schema: Any, failures: list[int], calls: list[str]) -> Any:
+    """A plain ``StateGraph`` (of ``schema``: a `ResilientState`, or a
+    ``TypedDict`` of its own) whose ``research`` node is a `ResilientStateGraph`
+    (``plan`` then ``fetch``, failing for good while ``failures`` holds a
+    count), then ``report``."""
+
+    def plan(state: Done) -> Done:
+        calls.append("plan")
+        return {"done": []}
+
+    def fetch(state: Done) -> Done:
+        calls.append("fetch")
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise ValueError("the source rejected the query")
+        return {"done": ["fetched"]}
+
+    def report(state: Any) -> Any:
+        calls.append("report")
+        return {"done": []}
+
+    inner = ResilientStateGraph(Done)
+    inner.add_node("plan", plan)
+    inner.add_node("fetch", fetch)
+    inner.add_edge(START, "plan")
+    inner.add_edge("plan", "fetch")
+    inner.add_edge("fetch", END)
+    parent = StateGraph(schema)
+    parent.add_node("research", inner.compile())
+    parent.add_node("report", report)
+    parent.add_edge(START, "research")
+    parent.add_edge("research", "report")
+    parent.add_edge("report", END)
+    return parent.compile(checkpointer=harness.saver)
+
+
+@pytest.mark.parametrize("schema", [Done, PlainDone], ids=["resilient_state", "own_state"])
+async def test_a_plain_parent_of_a_resilient_graph_is_one_run_per_invoke(
+    checkpointer: Harness, schema: Any
+) -> None:
+    # Before (a ResilientState parent): the second invoke took run 1's number
+    # again, so one row said partial_complete for two invokes, the first's
+    # success gone; retry_failed tried to route the parent to the inner node.
+    failures, calls = [0], []
+    graph = plain_parent(checkpointer, schema, failures, calls)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    out = await checkpointer.invoke(graph, {"done": []}, config)
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    failures[0] = 1
+    out = await checkpointer.invoke(graph, {"done": []}, config)
+    assert await thread_runs(checkpointer, thread) == [(1, "success"), (2, "partial_complete")]
+    shown = await report(checkpointer, thread)
+    assert (shown.run, shown.status, shown.runs_on_thread) == (2, "partial_complete", 2)
+    row = await checkpointer.call("history.run_row", thread, 2)
+    assert row.failed_step is not None and row.failed_step.startswith("research/fetch")
+    if schema is Done:  # the state and the output say what the run row says
+        assert out["resilience"]["status"] == "partial_complete"
+        if checkpointer.is_async:
+            state = await graph.aget_state(config)
+        else:
+            state = await asyncio.to_thread(graph.get_state, config)
+        assert state.values["resilience"]["status"] == "partial_complete"
+    # retry_failed re-runs the nested graph's call, then report runs again
+    calls.clear()
+    out = await retry(checkpointer, graph, config)
+    assert calls == ["plan", "fetch", "report"]
+    assert "fetched" in out["done"]
+    assert await thread_runs(checkpointer, thread) == [(1, "success"), (2, "success")]
+    if schema is Done:
+        assert out["resilience"]["status"] == "success"
+    shown = await report(checkpointer, thread)
+    assert (shown.run, shown.status) == (2, "success")
     assert [r["kind"] for r in shown.recoveries] == ["retry_failed"]
 
 

@@ -138,11 +138,13 @@ def ledger_of_put(
         return None  # a nested run: part of its parent's
     values = checkpoint.get("channel_values") or {}
     known = values.get(CHANNEL)
+    own = _own_log(config, known)
     if metadata.get("source") != "input":
-        if known is None and metadata.get("source") == "loop" and triggers_none(checkpoint):
+        if own is None and metadata.get("source") == "loop" and triggers_none(checkpoint):
             return PutLedger(settle=(str(configurable["thread_id"]), checkpoint["id"]))
-        if CHANNEL not in new_versions or not isinstance(known, Mapping):
+        if CHANNEL not in new_versions or own is None:
             return None
+        known = own
         status = known.get("status")
         if status not in ("success", "partial_complete"):
             return None
@@ -160,7 +162,7 @@ def ledger_of_put(
     given = values.get(START)
     marker = given.get(CHANNEL) if isinstance(given, Mapping) else None
     if not isinstance(marker, Mapping) or marker.get("new_run") is None:
-        return _unmarked_start(config, checkpoint, given, known, dumps)
+        return _unmarked_start(config, checkpoint, given, own, dumps)
     assert isinstance(given, Mapping)
     previous = int(known.get("run") or 0) if isinstance(known, Mapping) else 0
     spec_type, spec = dumps({k: v for k, v in given.items() if k != CHANNEL})
@@ -168,6 +170,19 @@ def ledger_of_put(
     return PutLedger(
         start=_run_row(config, previous + 1, started, checkpoint["id"], spec_type, spec)
     )
+
+
+def _own_log(config: RunnableConfig, known: Any) -> Mapping[str, Any] | None:
+    """The checkpoint's run log if it is the graph's own, else None: none, or
+    one a graph nested in a plain parent of the same state schema (a
+    `ResilientState` ``StateGraph`` no driver of ours runs) handed up with its
+    output, which numbers no run (a nested run log never does): the parent's
+    runs are then the saver's, as a plain parent's are."""
+    if not isinstance(known, Mapping):
+        return None
+    if known.get("run") is None and scope_of(config) is None:
+        return None
+    return known
 
 
 def _unmarked_start(
