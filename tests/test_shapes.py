@@ -32,6 +32,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
+from langgraph.errors import GraphRecursionError
 from langgraph.func import entrypoint, task
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -265,6 +266,23 @@ async def test_a_swarm_handoff_ends_the_turns_run(checkpointer: Harness) -> None
     assert await thread_runs(checkpointer, thread) == [(1, "success"), (2, "success")]
     shown = await report(checkpointer, thread)
     assert (shown.run, shown.status, shown.runs_on_thread) == (2, "success", 2)
+
+
+async def test_retry_failed_on_a_supervisor_that_raises_ends_its_run_error(
+    checkpointer: Harness,
+) -> None:
+    # The reopened run is this call's to end: a retry that raises (here past
+    # its recursion limit) ends it `error`, not `running` for ever.
+    failures, sent = [1], []
+    graph = supervisor(checkpointer, failures, sent)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    await checkpointer.invoke(graph, {"messages": [("user", "research, then mail")]}, config)
+    with pytest.raises(GraphRecursionError):
+        await retry(checkpointer, graph, {**config, "recursion_limit": 1})
+    assert await thread_runs(checkpointer, thread) == [(1, "error")]
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert row.error is not None and "GraphRecursionError" in row.error
 
 
 def mailing_swarm(harness: Harness, failures: list[int], sent: list[str]) -> Any:

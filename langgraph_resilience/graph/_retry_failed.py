@@ -16,6 +16,7 @@ declares no destinations may be either: it is left to the re-run step's edges.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -24,6 +25,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
 from langgraph.types import Command, Send, StateSnapshot
 
+import langgraph_resilience.graph._closing as _closing
 import langgraph_resilience.graph._retry_parent as _parent
 from langgraph_resilience._keys import EFFECT_SCOPE_KEY, RETRY_FAILED_KEY
 from langgraph_resilience._langgraph import ERROR_HANDLER_PREFIX, SEND_PATH
@@ -330,7 +332,12 @@ def _retry_parent(
     fork = graph.update_state(at.config, None, as_node=_parent.COPY)
     history.reopen_run(thread, run, str(fork["configurable"]["checkpoint_id"]), [path])
     recovery_event("retry_failed", thread, [path], graph.name)
-    return graph.invoke(None, _parent.parent_retry_config(config, fork))
+    since = time.time()
+    try:
+        return graph.invoke(None, _parent.parent_retry_config(config, fork))
+    except Exception as exc:  # no driver of ours ends the reopened run: this call does
+        _closing.failed(graph, None, config, since, exc)
+        raise
 
 
 async def _aretry_parent(
@@ -353,7 +360,12 @@ async def _aretry_parent(
     fork = await graph.aupdate_state(at.config, None, as_node=_parent.COPY)
     await history.areopen_run(thread, run, str(fork["configurable"]["checkpoint_id"]), [path])
     recovery_event("retry_failed", thread, [path], graph.name)
-    return await graph.ainvoke(None, _parent.parent_retry_config(config, fork))
+    since = time.time()
+    try:
+        return await graph.ainvoke(None, _parent.parent_retry_config(config, fork))
+    except Exception as exc:  # no driver of ours ends the reopened run: this call does
+        await _closing.afailed(graph, None, config, since, exc)
+        raise
 
 
 def retry_failed(
