@@ -423,6 +423,68 @@ async def test_a_plain_parent_of_a_resilient_graph_is_one_run_per_invoke(
     assert [r["kind"] for r in shown.recoveries] == ["retry_failed"]
 
 
+def raising(harness: Harness, shape: str, failures: list[int]) -> Any:
+    """A graph no driver of ours runs whose second step raises while
+    ``failures`` holds a count: a plain ``StateGraph``, or an ``@entrypoint``
+    of LangGraph's own ``@task``s."""
+
+    def second(n: int) -> int:
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise ValueError("the service is down")
+        return n * 2
+
+    if shape == "entrypoint":
+
+        @task
+        def one(n: int) -> int:
+            return n
+
+        @task
+        def two(n: int) -> int:
+            return second(n)
+
+        @entrypoint(checkpointer=harness.saver)
+        def flow(n: int) -> int:
+            return two(one(n).result()).result()
+
+        return flow
+    builder = StateGraph(PlainDone)
+    builder.add_node("a", lambda state: {"done": ["a"]})
+    builder.add_node("b", lambda state: {"done": [str(second(1))]})
+    builder.add_edge(START, "a")
+    builder.add_edge("a", "b")
+    builder.add_edge("b", END)
+    return builder.compile(checkpointer=harness.saver)
+
+
+@pytest.mark.parametrize("shape", ["state_graph", "entrypoint"])
+async def test_a_run_no_driver_of_ours_runs_that_raises_ends_error(
+    checkpointer: Harness, shape: str
+) -> None:
+    # Before: the row stayed `running`, and the report advised resuming a run
+    # whose process died, though the invoke had raised to its caller.
+    failures = [1]
+    graph = raising(checkpointer, shape, failures)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    given = 3 if shape == "entrypoint" else {"done": []}
+    with pytest.raises(ValueError, match="the service is down"):
+        await checkpointer.invoke(graph, given, config)
+    assert await thread_runs(checkpointer, thread) == [(1, "error")]
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert row.error == "ValueError: the service is down" and row.ended_at is not None
+    shown = await report(checkpointer, thread)
+    assert shown.status == "error"
+    assert not any("process died" in s for s in shown.suggestions)
+    # its advice, followed once the service is back, ends the same run
+    out = await checkpointer.invoke(graph, None, config)
+    assert out == 6 if shape == "entrypoint" else out["done"] == ["a", "2"]
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert row.error is None
+
+
 def workflow(harness: Harness, calls: list[str]) -> Any:
     @task
     def fetch(n: int) -> int:

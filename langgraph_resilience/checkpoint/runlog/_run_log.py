@@ -74,7 +74,7 @@ from langgraph_resilience.checkpoint.store._schema import (
 )
 from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
 from langgraph_resilience.classify import FailureKind
-from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.errors import ConfigError, describe
 
 __all__ = [
     "PutLedger",
@@ -296,6 +296,10 @@ class WriteLedger(NamedTuple):
     run_at: bool = False
     #: A top-level task raised (an entrypoint whose task failed for good).
     failed_entrypoint: bool = False
+    #: What it raised, for a run no driver of ours nor a `Worker` runs (a plain
+    #: ``StateGraph``, an ``@entrypoint``, an agent), whose run then ends
+    #: ``error`` unless a failed step ends it short (`_RAISED`).
+    raised: str | None = None
 
 
 def ledger_of_writes(
@@ -316,6 +320,7 @@ def ledger_of_writes(
     resumed = False
     paused: str | None = None
     failed = False
+    raised: str | None = None
     for channel, v in writes:
         if channel == CHANNEL:
             value = v
@@ -325,13 +330,22 @@ def ledger_of_writes(
             paused = _paused_for(v, paused)
         elif channel == ERROR_CHANNEL:
             failed = True
+            raised = describe(v) if isinstance(v, BaseException) else str(v)
     if handed is not None and value is None and (not failed or handed.get("functional")):
         value = handed  # a functional task's failed step is the run's failed step
     if not isinstance(value, Mapping) and not resumed and paused is None:
         if failed and handed is None and _top_level(config):
             configurable = config.get("configurable") or {}
             thread, at = str(configurable["thread_id"]), str(configurable.get("checkpoint_id"))
-            return WriteLedger(thread, "", at, task_id=task_id, failed_entrypoint=True)
+            undriven = scope_of(config) is None and fence_of(config) is None
+            return WriteLedger(
+                thread,
+                "",
+                at,
+                task_id=task_id,
+                failed_entrypoint=True,
+                raised=raised[:1000] if undriven and raised is not None else None,
+            )
         return None
     configurable = config.get("configurable") or {}
     thread_id = str(configurable["thread_id"])
@@ -448,6 +462,16 @@ _FAILED_ENTRYPOINT = (
     "updated_at = ? WHERE thread_id = ? AND status = 'running' AND failed_step IS NOT NULL "
     f"AND run = {RUN_AT}"
 )
+# A top-level task of a run no driver of ours runs raised, and no failed step
+# ends the run short (`_FAILED_ENTRYPOINT`): LangGraph raises it to the caller,
+# so the run ends ``error`` with it, as a driver's `fail_run` would end its own.
+# Going on from its last checkpoint (``invoke(None)``) settles it again
+# (`SETTLED_RUN`).
+_RAISED = (
+    f"UPDATE {RUN_LOG.name} SET status = 'error', ended_at = coalesce(ended_at, ?), "
+    "updated_at = ?, error = ? WHERE thread_id = ? AND status = 'running' "
+    f"AND failed_step IS NULL AND run = {RUN_AT}"
+)
 _UPDATE_RUN = (
     f"UPDATE {RUN_LOG.name} SET status = coalesce(?, status), "
     f"ended_at = CASE WHEN ? IN ({_ENDED_SQL}) THEN ? WHEN ? = 'running' THEN NULL "
@@ -532,7 +556,7 @@ def put_statements(d: Dialect, led: PutLedger | None) -> Statements[None]:
     if led.settle is not None:
         thread, checkpoint_id = led.settle
         now = time.time()
-        yield Stmt(d.sql(SETTLED_RUN), (now, now, thread, thread, checkpoint_id))
+        yield Stmt(d.sql(SETTLED_RUN), (now, now, now, thread, thread, checkpoint_id))
 
 
 def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
@@ -569,6 +593,9 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
     if led.failed_entrypoint:
         now = time.time()
         yield Stmt(d.sql(_FAILED_ENTRYPOINT), (now, now, *at))
+    if led.raised is not None:
+        now = time.time()
+        yield Stmt(d.sql(_RAISED), (now, now, led.raised, *at))
     if led.paused_for is not None:
         yield Stmt(d.sql(PAUSED_FOR), (led.paused_for, led.paused_for, *at))
     if led.resumed:
