@@ -13,10 +13,11 @@ ids are random (uuid), as real providers' are. Every backend, sync and async.
 from __future__ import annotations
 
 import asyncio
+import operator
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 
@@ -31,8 +32,9 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
+from langgraph.errors import GraphRecursionError
 from langgraph.func import entrypoint, task
-from langgraph.graph import END, START
+from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 from langgraph_supervisor import create_supervisor
@@ -53,7 +55,7 @@ from langgraph_resilience import (
     run_report,
 )
 from langgraph_resilience.agents import CallPolicy, ResilienceMiddleware
-from langgraph_resilience.errors import RunStateError
+from langgraph_resilience.errors import ConfigError, RunStateError
 from langgraph_resilience.history import alist_runs, list_runs
 
 
@@ -109,9 +111,10 @@ def ending_policy() -> ResilienceMiddleware:
     return ResilienceMiddleware(tools={"send_email": once})
 
 
-def supervisor(harness: Harness, failures: list[int]) -> Any:
+def supervisor(harness: Harness, failures: list[int], sent: list[str] | None = None) -> Any:
     """A supervisor that hands off to ``researcher`` (``search``), then to
-    ``mailer`` (``send_email``, failing while ``failures`` holds a count)."""
+    ``mailer`` (``send_email``, failing while ``failures`` holds a count; each
+    email sent is appended to ``sent``)."""
 
     @tool
     def search(q: str) -> str:
@@ -124,6 +127,8 @@ def supervisor(harness: Harness, failures: list[int]) -> Any:
         if failures and failures[0] > 0:
             failures[0] -= 1
             raise ValueError("the mail server rejected the message")
+        if sent is not None:
+            sent.append(to)
         return f"sent to {to}"
 
     researcher = create_agent(
@@ -142,6 +147,18 @@ def supervisor(harness: Harness, failures: list[int]) -> Any:
     return create_supervisor([researcher, mailer], model=boss).compile(checkpointer=harness.saver)
 
 
+async def retry(harness: Harness, graph: Any, config: Any, **kwargs: Any) -> Any:
+    if harness.is_async:
+        return await aretry_failed(graph, config, **kwargs)
+    return await asyncio.to_thread(retry_failed, graph, config, **kwargs)
+
+
+def tool_results(out: Any, name: str) -> list[str]:
+    return [
+        str(m.content) for m in out["messages"] if isinstance(m, ToolMessage) and m.name == name
+    ]
+
+
 async def test_a_supervisor_turn_is_one_run_ended_with_its_true_status(
     checkpointer: Harness,
 ) -> None:
@@ -157,19 +174,68 @@ async def test_a_supervisor_turn_is_one_run_ended_with_its_true_status(
     shown = await report(checkpointer, thread)
     assert (shown.run, shown.status, shown.runs_on_thread) == (1, "partial_complete", 1)
     assert "researcher/tools/search[0]" in [s.path for s in shown.steps]
-    # its advice is one that works: not retry_failed, which cannot re-run it
-    assert shown.suggestions and not any("retry_failed(graph" in s for s in shown.suggestions)
-    assert any("invoke the turn again" in s for s in shown.suggestions)
-    # The parent went on past the agent that ended short: retry_failed says so
-    # and why, rather than re-running nothing.
-    with pytest.raises(RunStateError, match="keeps no run log"):
-        if checkpointer.is_async:
-            await aretry_failed(graph, config)
-        else:
-            await asyncio.to_thread(retry_failed, graph, config)
     # The next turn (the mail server is back) is run 2, and succeeds.
     await checkpointer.invoke(graph, {"messages": [("user", "again")]}, config)
     assert await thread_runs(checkpointer, thread) == [(1, "partial_complete"), (2, "success")]
+
+
+async def test_retry_failed_on_a_supervisor_re_runs_the_failed_agent_call(
+    checkpointer: Harness,
+) -> None:
+    # Before: retry_failed(graph, config) refused ("keeps no run log") though
+    # the report named the failed step; the only way on was a new turn.
+    failures, sent = [1], []
+    graph = supervisor(checkpointer, failures, sent)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    out = await checkpointer.invoke(graph, {"messages": [("user", "research, then mail")]}, config)
+    assert sent == [] and "resilience" not in out
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert (row.status, row.failed_step) == ("partial_complete", "mailer/tools/send_email")
+    shown = await report(checkpointer, thread)
+    assert any("retry_failed(graph, config)" in s for s in shown.suggestions)
+    # The mail server is back: following the advice re-runs the mailer's call.
+    out = await retry(checkpointer, graph, config)
+    assert sent == ["boss"]
+    assert out["messages"][-1].content == "done"  # the supervisor answered after the mail
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert (row.status, row.failed_step) == ("success", None)
+    assert row.ended_at is not None and row.ended_at >= row.started_at
+    shown = await report(checkpointer, thread)
+    assert (shown.run, shown.status, shown.runs_on_thread) == (1, "success", 1)
+    assert [r["kind"] for r in shown.recoveries] == ["retry_failed"]
+    assert "mailer/tools/send_email[0]" in [s.path for s in shown.steps]
+    # the run ended: there is nothing left to retry
+    with pytest.raises(RunStateError, match="no failed step to retry"):
+        await retry(checkpointer, graph, config)
+    # the head is the retried branch's: the next turn is run 2
+    await checkpointer.invoke(graph, {"messages": [("user", "thanks")]}, config)
+    assert await thread_runs(checkpointer, thread) == [(1, "success"), (2, "success")]
+
+
+async def test_retry_failed_on_a_supervisor_whose_agent_fails_again_ends_short_again(
+    checkpointer: Harness,
+) -> None:
+    failures, sent = [2], []
+    graph = supervisor(checkpointer, failures, sent)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    await checkpointer.invoke(graph, {"messages": [("user", "research, then mail")]}, config)
+    await retry(checkpointer, graph, config)  # the cause not fixed: it fails again
+    assert sent == []
+    assert await thread_runs(checkpointer, thread) == [(1, "partial_complete")]
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert row.failed_step == "mailer/tools/send_email"
+    out = await retry(checkpointer, graph, config)
+    assert sent == ["boss"]
+    assert tool_results(out, "transfer_back_to_supervisor")
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    shown = await report(checkpointer, thread)
+    assert [r["kind"] for r in shown.recoveries] == ["retry_failed", "retry_failed"]
+    # update= and payload= correct a ResilientStateGraph's state: refused here
+    with pytest.raises(ConfigError, match="keeps no run log"):
+        await retry(checkpointer, graph, config, update={"messages": []})
 
 
 def swarm(harness: Harness) -> Any:
@@ -200,6 +266,223 @@ async def test_a_swarm_handoff_ends_the_turns_run(checkpointer: Harness) -> None
     assert await thread_runs(checkpointer, thread) == [(1, "success"), (2, "success")]
     shown = await report(checkpointer, thread)
     assert (shown.run, shown.status, shown.runs_on_thread) == (2, "success", 2)
+
+
+async def test_retry_failed_on_a_supervisor_that_raises_ends_its_run_error(
+    checkpointer: Harness,
+) -> None:
+    # The reopened run is this call's to end: a retry that raises (here past
+    # its recursion limit) ends it `error`, not `running` for ever.
+    failures, sent = [1], []
+    graph = supervisor(checkpointer, failures, sent)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    await checkpointer.invoke(graph, {"messages": [("user", "research, then mail")]}, config)
+    with pytest.raises(GraphRecursionError):
+        await retry(checkpointer, graph, {**config, "recursion_limit": 1})
+    assert await thread_runs(checkpointer, thread) == [(1, "error")]
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert row.error is not None and "GraphRecursionError" in row.error
+
+
+def mailing_swarm(harness: Harness, failures: list[int], sent: list[str]) -> Any:
+    """``alice`` hands off to ``bob``, whose ``send_email`` fails while
+    ``failures`` holds a count (`ending_policy`: his call ends short)."""
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email."""
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise ValueError("the mail server rejected the message")
+        sent.append(to)
+        return f"sent to {to}"
+
+    alice = create_agent(
+        Fake(steps=[("transfer_to_bob", {})]),
+        tools=[create_handoff_tool(agent_name="bob")],
+        middleware=[ResilienceMiddleware()],
+        name="alice",
+    )
+    bob = create_agent(
+        Fake(steps=[("send_email", {"to": "boss"})]),
+        tools=[send_email],
+        middleware=[ending_policy()],
+        name="bob",
+    )
+    return create_swarm([alice, bob], default_active_agent="alice").compile(
+        checkpointer=harness.saver
+    )
+
+
+async def test_retry_failed_on_a_swarm_re_runs_the_agent_handed_off_to(
+    checkpointer: Harness,
+) -> None:
+    # Before: retry_failed refused ("keeps no run log"): bob's failed email
+    # could not be sent but by a new turn, which alice would take.
+    failures, sent = [1], []
+    graph = mailing_swarm(checkpointer, failures, sent)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    out = await checkpointer.invoke(graph, {"messages": [("user", "mail the boss")]}, config)
+    assert out["active_agent"] == "bob" and sent == []
+    assert await thread_runs(checkpointer, thread) == [(1, "partial_complete")]
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert row.failed_step == "bob/tools/send_email"
+    out = await retry(checkpointer, graph, config)
+    assert sent == ["boss"]
+    assert tool_results(out, "send_email") == ["sent to boss"]
+    assert out["messages"][-1].content == "done"
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    shown = await report(checkpointer, thread)
+    assert (shown.status, shown.runs_on_thread) == ("success", 1)
+    assert [r["kind"] for r in shown.recoveries] == ["retry_failed"]
+
+
+class Done(ResilientState, total=False):
+    done: Annotated[list[str], operator.add]
+
+
+class PlainDone(TypedDict, total=False):
+    done: Annotated[list[str], operator.add]
+
+
+def plain_parent(harness: Harness, schema: Any, failures: list[int], calls: list[str]) -> Any:
+    """A plain ``StateGraph`` (of ``schema``: a `ResilientState`, or a
+    ``TypedDict`` of its own) whose ``research`` node is a `ResilientStateGraph`
+    (``plan`` then ``fetch``, failing for good while ``failures`` holds a
+    count), then ``report``."""
+
+    def plan(state: Done) -> Done:
+        calls.append("plan")
+        return {"done": []}
+
+    def fetch(state: Done) -> Done:
+        calls.append("fetch")
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise ValueError("the source rejected the query")
+        return {"done": ["fetched"]}
+
+    def report(state: Any) -> Any:
+        calls.append("report")
+        return {"done": []}
+
+    inner = ResilientStateGraph(Done)
+    inner.add_node("plan", plan)
+    inner.add_node("fetch", fetch)
+    inner.add_edge(START, "plan")
+    inner.add_edge("plan", "fetch")
+    inner.add_edge("fetch", END)
+    parent = StateGraph(schema)
+    parent.add_node("research", inner.compile())
+    parent.add_node("report", report)
+    parent.add_edge(START, "research")
+    parent.add_edge("research", "report")
+    parent.add_edge("report", END)
+    return parent.compile(checkpointer=harness.saver)
+
+
+@pytest.mark.parametrize("schema", [Done, PlainDone], ids=["resilient_state", "own_state"])
+async def test_a_plain_parent_of_a_resilient_graph_is_one_run_per_invoke(
+    checkpointer: Harness, schema: Any
+) -> None:
+    # Before (a ResilientState parent): the second invoke took run 1's number
+    # again, so one row said partial_complete for two invokes, the first's
+    # success gone; retry_failed tried to route the parent to the inner node.
+    failures, calls = [0], []
+    graph = plain_parent(checkpointer, schema, failures, calls)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    out = await checkpointer.invoke(graph, {"done": []}, config)
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    failures[0] = 1
+    out = await checkpointer.invoke(graph, {"done": []}, config)
+    assert await thread_runs(checkpointer, thread) == [(1, "success"), (2, "partial_complete")]
+    shown = await report(checkpointer, thread)
+    assert (shown.run, shown.status, shown.runs_on_thread) == (2, "partial_complete", 2)
+    row = await checkpointer.call("history.run_row", thread, 2)
+    assert row.failed_step is not None and row.failed_step.startswith("research/fetch")
+    if schema is Done:  # the state and the output say what the run row says
+        assert out["resilience"]["status"] == "partial_complete"
+        if checkpointer.is_async:
+            state = await graph.aget_state(config)
+        else:
+            state = await asyncio.to_thread(graph.get_state, config)
+        assert state.values["resilience"]["status"] == "partial_complete"
+    # retry_failed re-runs the nested graph's call, then report runs again
+    calls.clear()
+    out = await retry(checkpointer, graph, config)
+    assert calls == ["plan", "fetch", "report"]
+    assert "fetched" in out["done"]
+    assert await thread_runs(checkpointer, thread) == [(1, "success"), (2, "success")]
+    if schema is Done:
+        assert out["resilience"]["status"] == "success"
+    shown = await report(checkpointer, thread)
+    assert (shown.run, shown.status) == (2, "success")
+    assert [r["kind"] for r in shown.recoveries] == ["retry_failed"]
+
+
+def raising(harness: Harness, shape: str, failures: list[int]) -> Any:
+    """A graph no driver of ours runs whose second step raises while
+    ``failures`` holds a count: a plain ``StateGraph``, or an ``@entrypoint``
+    of LangGraph's own ``@task``s."""
+
+    def second(n: int) -> int:
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise ValueError("the service is down")
+        return n * 2
+
+    if shape == "entrypoint":
+
+        @task
+        def one(n: int) -> int:
+            return n
+
+        @task
+        def two(n: int) -> int:
+            return second(n)
+
+        @entrypoint(checkpointer=harness.saver)
+        def flow(n: int) -> int:
+            return two(one(n).result()).result()
+
+        return flow
+    builder = StateGraph(PlainDone)
+    builder.add_node("a", lambda state: {"done": ["a"]})
+    builder.add_node("b", lambda state: {"done": [str(second(1))]})
+    builder.add_edge(START, "a")
+    builder.add_edge("a", "b")
+    builder.add_edge("b", END)
+    return builder.compile(checkpointer=harness.saver)
+
+
+@pytest.mark.parametrize("shape", ["state_graph", "entrypoint"])
+async def test_a_run_no_driver_of_ours_runs_that_raises_ends_error(
+    checkpointer: Harness, shape: str
+) -> None:
+    # Before: the row stayed `running`, and the report advised resuming a run
+    # whose process died, though the invoke had raised to its caller.
+    failures = [1]
+    graph = raising(checkpointer, shape, failures)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    given = 3 if shape == "entrypoint" else {"done": []}
+    with pytest.raises(ValueError, match="the service is down"):
+        await checkpointer.invoke(graph, given, config)
+    assert await thread_runs(checkpointer, thread) == [(1, "error")]
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert row.error == "ValueError: the service is down" and row.ended_at is not None
+    shown = await report(checkpointer, thread)
+    assert shown.status == "error"
+    assert not any("process died" in s for s in shown.suggestions)
+    # its advice, followed once the service is back, ends the same run
+    out = await checkpointer.invoke(graph, None, config)
+    assert out == 6 if shape == "entrypoint" else out["done"] == ["a", "2"]
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+    row = await checkpointer.call("history.run_row", thread, 1)
+    assert row.error is None
 
 
 def workflow(harness: Harness, calls: list[str]) -> Any:

@@ -4,7 +4,9 @@ The builder (`_builder`) wraps each node in its try loop (`_node`: the pure loop
 `_drivers`: its sync and async drivers and the node wrapper), routes a node that
 gave up (`_routes`), records each step (`_step_log`), tells where a run begins
 and when it reads success (`_lifecycle`), compresses a context that overflowed
-(`_compress`) and re-runs a failed step (`_retry_failed`). `_task` is what a
+(`_compress`) and re-runs a failed step (`_retry_failed`; of a plain parent, such
+as a supervisor's, from a copy of the checkpoint its agent call began at:
+`_retry_parent`). `_task` is what a
 node's task knows of itself. `_tries` is the one try loop (a node's tries and an
 agent's calls), `_tally` a run's loop counts and usage per invoke, `_closing`
 how a top-level run returned (told by its driver), `_slots` the node limit of a

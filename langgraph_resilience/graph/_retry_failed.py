@@ -16,6 +16,7 @@ declares no destinations may be either: it is left to the re-run step's edges.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -24,8 +25,11 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
 from langgraph.types import Command, Send, StateSnapshot
 
+import langgraph_resilience.graph._closing as _closing
+import langgraph_resilience.graph._retry_parent as _parent
 from langgraph_resilience._keys import EFFECT_SCOPE_KEY, RETRY_FAILED_KEY
 from langgraph_resilience._langgraph import ERROR_HANDLER_PREFIX, SEND_PATH
+from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.errors import ConfigError, RunStateError
 from langgraph_resilience.graph._routes import PARTIAL_RESULT
 from langgraph_resilience.graph._task import nested_task
@@ -295,6 +299,75 @@ def _thread_of(config: RunnableConfig) -> str:
     return str(thread)
 
 
+def _keeps_run_log(values: Any) -> bool:
+    """Whether the thread's state is a run log of its graph's own (one that
+    numbers its runs); a plain parent has none, or one a resilient graph
+    nested in it handed up with its output (its schema a `ResilientState`)."""
+    log = values.get("resilience") if isinstance(values, Mapping) else None
+    return isinstance(log, Mapping) and log.get("run") is not None
+
+
+def _ledgered(graph: Any) -> bool:
+    """Whether ``graph``'s saver keeps a run ledger (its runs' rows)."""
+    return isinstance(graph.checkpointer, (ResilientSaver, AsyncResilientSaver))
+
+
+def _retry_parent(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    config: RunnableConfig,
+    thread: str,
+    update: Mapping[str, Any] | None,
+    step: str | None,
+    payload_given: bool,
+) -> Any:
+    """A plain parent's failed agent call, re-run from a copy of the checkpoint
+    it began at (`_retry_parent`)."""
+    _parent.refuse_options(thread, update, payload_given)
+    history = graph.checkpointer.history  # type: ignore[union-attr]
+    rows = history.run_rows(thread, limit=1)
+    run, path = _parent.failed_run(thread, rows[0] if rows else None, step)
+    node = _parent.top_node(path)
+    since = rows[0].checkpoint_id
+    at = _parent.fork_point(thread, graph.get_state_history(config), node, since)
+    fork = graph.update_state(at.config, None, as_node=_parent.COPY)
+    history.reopen_run(thread, run, str(fork["configurable"]["checkpoint_id"]), [path])
+    recovery_event("retry_failed", thread, [path], graph.name)
+    since = time.time()
+    try:
+        return graph.invoke(None, _parent.parent_retry_config(config, fork))
+    except Exception as exc:  # no driver of ours ends the reopened run: this call does
+        _closing.failed(graph, None, config, since, exc)
+        raise
+
+
+async def _aretry_parent(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    config: RunnableConfig,
+    thread: str,
+    update: Mapping[str, Any] | None,
+    step: str | None,
+    payload_given: bool,
+) -> Any:
+    """Async twin of `_retry_parent`."""
+    _parent.refuse_options(thread, update, payload_given)
+    history = graph.checkpointer.history  # type: ignore[union-attr]
+    rows = await history.arun_rows(thread, limit=1)
+    run, path = _parent.failed_run(thread, rows[0] if rows else None, step)
+    node = _parent.top_node(path)
+    since = rows[0].checkpoint_id
+    snapshots = [s async for s in graph.aget_state_history(config)]
+    at = _parent.fork_point(thread, snapshots, node, since)
+    fork = await graph.aupdate_state(at.config, None, as_node=_parent.COPY)
+    await history.areopen_run(thread, run, str(fork["configurable"]["checkpoint_id"]), [path])
+    recovery_event("retry_failed", thread, [path], graph.name)
+    since = time.time()
+    try:
+        return await graph.ainvoke(None, _parent.parent_retry_config(config, fork))
+    except Exception as exc:  # no driver of ours ends the reopened run: this call does
+        await _closing.afailed(graph, None, config, since, exc)
+        raise
+
+
 def retry_failed(
     graph: CompiledStateGraph[Any, Any, Any, Any],
     config: RunnableConfig,
@@ -331,6 +404,8 @@ def retry_failed(
         return graph.invoke(None, _going_on(config))
     _require_compiled(graph)
     head = graph.get_state(config)
+    if not _keeps_run_log(head.values) and _ledgered(graph):
+        return _retry_parent(graph, config, thread, update, step, payload is not _KEEP)
     steps = _with_payload(_to_retry(head.values, thread, step), payload, thread)
     recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)
     inner = _inner_retry(graph, config, steps)
@@ -362,6 +437,8 @@ async def aretry_failed(
         return await graph.ainvoke(None, _going_on(config))
     _require_compiled(graph)
     head = await graph.aget_state(config)
+    if not _keeps_run_log(head.values) and _ledgered(graph):
+        return await _aretry_parent(graph, config, thread, update, step, payload is not _KEEP)
     steps = _with_payload(_to_retry(head.values, thread, step), payload, thread)
     recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)
     inner = _inner_retry(graph, config, steps)

@@ -326,15 +326,15 @@ def suggestions_for(
 ) -> tuple[str, ...]:
     """What to do next: the run log's own suggestions, and the run's state
     (``keeps_log``: the thread's graph keeps a run log in its state; a plain
-    ``StateGraph`` parent went on past its failed step, which `retry_failed`
-    cannot re-run alone)."""
+    ``StateGraph`` parent went on past its failed step: `retry_failed` re-runs
+    that agent call from a copy of the checkpoint it began at)."""
     found = [str(s) for s in stored]
     if run.status == "partial_complete" and not found and not keeps_log:
         found.append(
             "an agent nested in the graph ended short and the graph (a plain StateGraph, "
             "such as create_supervisor's or create_swarm's) went on without it: fix the "
-            "cause, then invoke the turn again; add the agents as nodes of a "
-            "ResilientStateGraph to stop the run there and retry_failed it"
+            "cause, then retry_failed(graph, config) re-runs the agent's call from the "
+            "checkpoint it began at and goes on from there"
         )
     if run.status == "partial_complete" and not found:
         found.append(

@@ -121,6 +121,14 @@ class History(_Part):
         close = _run_log.close_run
         self._io._write(lambda: close(d, thread_id, run, status, usage, started_at), pipeline=True)
 
+    def reopen_run(
+        self, thread_id: str, run: int, checkpoint_id: str, paths: Sequence[str]
+    ) -> None:
+        """`retry_failed` takes up a plain parent's run again (`_run_log.reopen_run`)."""
+        d = self._saver._dialect
+        reopen = _run_log.reopen_run
+        self._io._write(lambda: reopen(d, thread_id, run, checkpoint_id, paths), pipeline=True)
+
     def fail_run(
         self, thread_id: str, since: float, continued: bool, error: str | None = None
     ) -> None:
@@ -214,6 +222,15 @@ class AsyncHistory(History, _AsyncPart):
         d = self._saver._dialect
         close = _run_log.close_run
         write = lambda: close(d, thread_id, run, status, usage, started_at)  # noqa: E731
+        await self._saver._write(write, pipeline=True)
+
+    async def areopen_run(
+        self, thread_id: str, run: int, checkpoint_id: str, paths: Sequence[str]
+    ) -> None:
+        """Async twin of `History.reopen_run`."""
+        d = self._saver._dialect
+        reopen = _run_log.reopen_run
+        write = lambda: reopen(d, thread_id, run, checkpoint_id, paths)  # noqa: E731
         await self._saver._write(write, pipeline=True)
 
     async def afail_run(

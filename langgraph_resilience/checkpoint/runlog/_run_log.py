@@ -76,7 +76,7 @@ from langgraph_resilience.checkpoint.store._schema import (
 )
 from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt
 from langgraph_resilience.classify import FailureKind
-from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.errors import ConfigError, describe
 
 __all__ = [
     "PutLedger",
@@ -87,6 +87,7 @@ __all__ = [
     "ledger_of_put",
     "ledger_of_writes",
     "put_statements",
+    "reopen_run",
     "tried_task",
     "write_statements",
 ]
@@ -139,11 +140,13 @@ def ledger_of_put(
         return None  # a nested run: part of its parent's
     values = checkpoint.get("channel_values") or {}
     known = values.get(CHANNEL)
+    own = _own_log(config, known)
     if metadata.get("source") != "input":
-        if known is None and metadata.get("source") == "loop" and triggers_none(checkpoint):
+        if own is None and metadata.get("source") == "loop" and triggers_none(checkpoint):
             return PutLedger(settle=(str(configurable["thread_id"]), checkpoint["id"]))
-        if CHANNEL not in new_versions or not isinstance(known, Mapping):
+        if CHANNEL not in new_versions or own is None:
             return None
+        known = own
         status = known.get("status")
         if status not in ("success", "partial_complete"):
             return None
@@ -161,7 +164,7 @@ def ledger_of_put(
     given = values.get(START)
     marker = given.get(CHANNEL) if isinstance(given, Mapping) else None
     if not isinstance(marker, Mapping) or marker.get("new_run") is None:
-        return _unmarked_start(config, checkpoint, given, known, dumps)
+        return _unmarked_start(config, checkpoint, given, own, dumps)
     assert isinstance(given, Mapping)
     previous = int(known.get("run") or 0) if isinstance(known, Mapping) else 0
     spec_type, spec = dumps({k: v for k, v in given.items() if k != CHANNEL})
@@ -169,6 +172,19 @@ def ledger_of_put(
     return PutLedger(
         start=_run_row(config, previous + 1, started, checkpoint["id"], spec_type, spec)
     )
+
+
+def _own_log(config: RunnableConfig, known: Any) -> Mapping[str, Any] | None:
+    """The checkpoint's run log if it is the graph's own, else None: none, or
+    one a graph nested in a plain parent of the same state schema (a
+    `ResilientState` ``StateGraph`` no driver of ours runs) handed up with its
+    output, which numbers no run (a nested run log never does): the parent's
+    runs are then the saver's, as a plain parent's are."""
+    if not isinstance(known, Mapping):
+        return None
+    if known.get("run") is None and scope_of(config) is None:
+        return None
+    return known
 
 
 def _unmarked_start(
@@ -289,6 +305,10 @@ class WriteLedger(NamedTuple):
     run_at: bool = False
     #: A top-level task raised (an entrypoint whose task failed for good).
     failed_entrypoint: bool = False
+    #: What it raised, for a run no driver of ours nor a `Worker` runs (a plain
+    #: ``StateGraph``, an ``@entrypoint``, an agent), whose run then ends
+    #: ``error`` unless a failed step ends it short (`_RAISED`).
+    raised: str | None = None
 
 
 def ledger_of_writes(
@@ -309,6 +329,7 @@ def ledger_of_writes(
     resumed = False
     paused: str | None = None
     failed = False
+    raised: str | None = None
     for channel, v in writes:
         if channel == CHANNEL:
             value = v
@@ -318,13 +339,22 @@ def ledger_of_writes(
             paused = _paused_for(v, paused)
         elif channel == ERROR_CHANNEL:
             failed = True
+            raised = describe(v) if isinstance(v, BaseException) else str(v)
     if handed is not None and value is None and (not failed or handed.get("functional")):
         value = handed  # a functional task's failed step is the run's failed step
     if not isinstance(value, Mapping) and not resumed and paused is None:
         if failed and handed is None and _top_level(config):
             configurable = config.get("configurable") or {}
             thread, at = str(configurable["thread_id"]), str(configurable.get("checkpoint_id"))
-            return WriteLedger(thread, "", at, task_id=task_id, failed_entrypoint=True)
+            undriven = scope_of(config) is None and fence_of(config) is None
+            return WriteLedger(
+                thread,
+                "",
+                at,
+                task_id=task_id,
+                failed_entrypoint=True,
+                raised=raised[:1000] if undriven and raised is not None else None,
+            )
         return None
     configurable = config.get("configurable") or {}
     thread_id = str(configurable["thread_id"])
@@ -355,7 +385,7 @@ def ledger_of_writes(
             return None
         short = None
         if value.get("status") == "partial_complete" and scope_of(config) is None:
-            short = _path_of(value.get("failed_step"))
+            short = _nested_path(ns, _path_of(value.get("failed_step")))
         return WriteLedger(
             thread_id,
             ns,
@@ -441,6 +471,16 @@ _FAILED_ENTRYPOINT = (
     "updated_at = ? WHERE thread_id = ? AND status = 'running' AND failed_step IS NOT NULL "
     f"AND run = {RUN_AT}"
 )
+# A top-level task of a run no driver of ours runs raised, and no failed step
+# ends the run short (`_FAILED_ENTRYPOINT`): LangGraph raises it to the caller,
+# so the run ends ``error`` with it, as a driver's `fail_run` would end its own.
+# Going on from its last checkpoint (``invoke(None)``) settles it again
+# (`SETTLED_RUN`).
+_RAISED = (
+    f"UPDATE {RUN_LOG.name} SET status = 'error', ended_at = coalesce(ended_at, ?), "
+    "updated_at = ?, error = ? WHERE thread_id = ? AND status = 'running' "
+    f"AND failed_step IS NULL AND run = {RUN_AT}"
+)
 _UPDATE_RUN = (
     f"UPDATE {RUN_LOG.name} SET status = coalesce(?, status), "
     f"ended_at = CASE WHEN ? IN ({_ENDED_SQL}) THEN ? WHEN ? = 'running' THEN NULL "
@@ -525,7 +565,7 @@ def put_statements(d: Dialect, led: PutLedger | None) -> Statements[None]:
     if led.settle is not None:
         thread, checkpoint_id = led.settle
         now = time.time()
-        yield Stmt(d.sql(SETTLED_RUN), (now, now, thread, thread, checkpoint_id))
+        yield Stmt(d.sql(SETTLED_RUN), (now, now, now, thread, thread, checkpoint_id))
 
 
 def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
@@ -562,6 +602,9 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
     if led.failed_entrypoint:
         now = time.time()
         yield Stmt(d.sql(_FAILED_ENTRYPOINT), (now, now, *at))
+    if led.raised is not None:
+        now = time.time()
+        yield Stmt(d.sql(_RAISED), (now, now, led.raised, *at))
     if led.paused_for is not None:
         yield Stmt(d.sql(PAUSED_FOR), (led.paused_for, led.paused_for, *at))
     if led.resumed:
@@ -600,6 +643,38 @@ def close_run(
     yield Stmt(d.sql(_ENDED_RUN), (*row, None, None, None, None, None, None, None))
 
 
+# A run of a graph that keeps no run log (a plain ``StateGraph`` parent) that
+# ended short, taken up again by `retry_failed` from a fork of its history: the
+# row goes on (``running``, no failed step, no end) and the recovery is stored,
+# once a key, with the paths it re-runs. The run then ends as its steps do, at
+# its first checkpoint that leaves nothing to run (`SETTLED_RUN`, `NESTED_FAILED`).
+_REOPEN = (
+    f"UPDATE {RUN_LOG.name} SET status = 'running', ended_at = NULL, failed_step = NULL, "
+    "updated_at = ? WHERE thread_id = ? AND run = ? AND status = 'partial_complete'"
+)
+_REOPEN_RECOVERY = (
+    f"INSERT INTO {RECOVERIES.name} (thread_id, key, kind, run_id, owner, checkpoint_id, at, run) "
+    f"SELECT r.thread_id, ?, 'retry_failed', r.run_id, NULL, ?, ?, r.run FROM {RUN_LOG.name} r "
+    "WHERE r.thread_id = ? AND r.run = ? ON CONFLICT (thread_id, key) DO NOTHING"
+)
+
+
+def reopen_run(
+    d: Dialect, thread_id: str, run: int, checkpoint_id: str, paths: Sequence[str]
+) -> Statements[None]:
+    """`retry_failed` takes up run ``run`` of a plain parent that ended
+    ``partial_complete`` again, from the fork ``checkpoint_id`` of its history:
+    the row is running again, its failed step cleared, and a ``retry_failed``
+    recovery naming ``paths`` is stored (once per fork)."""
+    now = time.time()
+    key = f"retry_failed:{checkpoint_id}"
+    yield Stmt(d.sql(_REOPEN_RECOVERY), (key, checkpoint_id, now, thread_id, int(run)))
+    rows = [(thread_id, key, p) for p in dict.fromkeys(paths)]
+    if rows:
+        yield Stmt(d.sql(_RETRY_PATHS), rows, many=True)
+    yield Stmt(d.sql(_REOPEN), (now, thread_id, int(run)))
+
+
 _FAILED = (
     f"UPDATE {RUN_LOG.name} SET status = 'error', ended_at = ?, updated_at = ?, error = ? "
     f"WHERE thread_id = ? AND run = (SELECT max(run) FROM {RUN_LOG.name} WHERE thread_id = ?) "
@@ -632,6 +707,16 @@ def _top_level(config: RunnableConfig) -> bool:
 def _path_of(failed: Any) -> str | None:
     """The path of a run log's failed step (None if none)."""
     return str(failed["path"]) if isinstance(failed, Mapping) and failed.get("path") else None
+
+
+def _nested_path(ns: str, path: str | None) -> str | None:
+    """A nested graph's step path as its top-level parent names it: led by the
+    nodes of its namespace (``mailer:<task>`` + ``tools/send_email`` ->
+    ``mailer/tools/send_email``), the path `retry_failed` reads its node from."""
+    if path is None:
+        return None
+    prefix = "/".join(part.split(":", 1)[0] for part in ns.split("|") if part)
+    return path if not prefix or path.startswith(prefix + "/") else f"{prefix}/{path}"
 
 
 def _json(usage: Mapping[str, float] | None) -> str | None:

@@ -68,7 +68,8 @@ OPEN_RUN = (
 # A run of a graph that keeps no run log (`ledger_of_put`): it starts numbered
 # after the thread's latest run, and ends at its first checkpoint that leaves no
 # task to run, ``partial_complete`` if a graph nested in it ended short
-# (`NESTED_FAILED`), else ``success``.
+# (`NESTED_FAILED`), else ``success`` (also after it raised, `_run_log._RAISED`,
+# and went on: its error is then no longer its end).
 START_NEXT_RUN = (
     f"INSERT INTO {RUN_LOG.name} ({', '.join(RUN_LOG.names)}) SELECT ?, "
     f"coalesce((SELECT max(r.run) FROM {RUN_LOG.name} r WHERE r.thread_id = ?), 0) + 1, "
@@ -76,8 +77,10 @@ START_NEXT_RUN = (
 )
 SETTLED_RUN = (
     f"UPDATE {RUN_LOG.name} SET status = CASE WHEN failed_step IS NULL THEN 'success' "
-    "ELSE 'partial_complete' END, ended_at = coalesce(ended_at, ?), updated_at = ? "
-    f"WHERE thread_id = ? AND status IN ('running', 'paused') AND run = {RUN_AT}"
+    "ELSE 'partial_complete' END, "
+    "ended_at = CASE WHEN status = 'error' THEN ? ELSE coalesce(ended_at, ?) END, "
+    "error = NULL, updated_at = ? "
+    f"WHERE thread_id = ? AND status IN ('running', 'paused', 'error') AND run = {RUN_AT}"
 )
 NESTED_FAILED = (
     f"UPDATE {RUN_LOG.name} SET failed_step = coalesce(failed_step, ?), updated_at = ? "
