@@ -1,16 +1,18 @@
 """`list_runs`: the runs of the store, newest first, for the ``runs`` command:
-a page of the run ledger's rows (`checkpoint.runlog._run_summaries`)."""
+a page of the run ledger's rows (`checkpoint.runlog._run_summaries`), a paused
+run with what it asks (`_questions`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from langgraph_resilience.checkpoint.runlog import _reads as reads
 from langgraph_resilience.checkpoint.runlog._reads import Reads, SaverOrGraph
 from langgraph_resilience.checkpoint.runlog._run_log_reads import STATUSES
 from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.history._questions import questions_of
 
 __all__ = ["RunSummary", "alist_runs", "list_runs"]
 
@@ -33,6 +35,8 @@ class RunSummary:
         owner: the `Worker` holding it now (None when none does).
         updated: epoch seconds of the last thing known to happen to it.
         error: for a run that ended ``error``, what it raised (``Type: message``).
+        questions: for a paused run, what it asks: the values of the
+            ``interrupt()`` calls it waits on (a node's, or a tool's in an agent).
     """
 
     thread_id: str
@@ -44,6 +48,7 @@ class RunSummary:
     owner: str | None
     updated: float | None
     error: str | None = None
+    questions: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if self.status not in _STATUSES:
@@ -82,7 +87,13 @@ def _statuses(status: str | Sequence[str] | None) -> frozenset[str] | None:
 
 def _listed(wanted: frozenset[str] | None, limit: int) -> Reads[list[RunSummary]]:
     rows = yield reads.summaries(sorted(wanted) if wanted is not None else None, limit)
-    return [_summary(r) for r in rows]
+    found = [_summary(r) for r in rows]
+    for i, r in enumerate(found):
+        if r.status == "paused":  # what it asks, from its thread's latest checkpoint
+            latest = yield reads.checkpoint({"configurable": {"thread_id": r.thread_id}})
+            if latest is not None:
+                found[i] = replace(r, questions=questions_of(latest.pending_writes))
+    return found
 
 
 def _limit(limit: int) -> int:

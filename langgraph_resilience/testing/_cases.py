@@ -360,8 +360,9 @@ class _Repeats:
     #: per side effect, calls under an idempotency key not called before,
     #: beyond the reference's (a new intent: its key changed on the rerun)
     new_key: Mapping[str, int] = field(default_factory=dict)
-    #: the steps that moved the counter again in a resumed run
+    #: the steps that moved the counter again (in a resumed run when ``resumed``)
     rerun_by: tuple[str, ...] = ()
+    resumed: bool = True  # else: called again within the faulted run (a retry)
 
     @property
     def excused(self) -> int:
@@ -380,11 +381,11 @@ class _Repeats:
         """Why each extra call happened, one line per reason."""
         lines = []
         steps = ", ".join(repr(p) for p in self.rerun_by) or "a step"
+        when = "after a resume" if self.resumed else "in the same run (a step retried)"
         for effect, n in sorted(self.same_key.items()):
             again = (
-                f"  +{n}: side effect {effect!r} was reexecuted with the same idempotency "
-                "key after a resume (the crash left its outcome unknown, so it was called "
-                "again)"
+                f"  +{n}: side effect {effect!r} was called again with the same idempotency "
+                f"key {when} (reexecuted: the failure left its outcome unknown)"
             )
             if effect in self.dedupe:
                 lines.append(
@@ -400,7 +401,7 @@ class _Repeats:
         for effect, n in sorted(self.new_key.items()):
             lines.append(
                 f"  +{n}: side effect {effect!r} was called again under a new idempotency "
-                f"key after a resume ({steps} ran again and the key changed: it comes from "
+                f"key {when} ({steps} ran again and the key changed: it comes from "
                 "a value that differs on the rerun, such as a random id or a time in the "
                 "arguments or the business key); the ledger saw a new intent, so even a "
                 "service that deduplicates by key sends it twice: derive the key from what "
@@ -408,7 +409,7 @@ class _Repeats:
             )
         if self.unkeyed:
             lines.append(
-                f"  +{self.unkeyed}: called again outside the effect ledger after a resume "
+                f"  +{self.unkeyed}: called again outside the effect ledger {when} "
                 f"({steps} ran again; the call is not made through a side_effect, so it "
                 "has no idempotency key and no recorded outcome): the pipeline sends it "
                 "twice; wrap the call in @side_effect"
@@ -438,9 +439,9 @@ def _repeats(effects: Mapping[str, int], tracker: Tracker, ref: _Reference) -> d
             for (c, e), n in tracker.fresh.items()
             if c == counter and n > ref.fresh.get((c, e), 0)
         }
-        rerun_by = _deepest(
-            e.path for e in tracker.executions if e.run > 1 and e.effects.get(counter)
-        )
+        movers = [e for e in tracker.executions if e.effects.get(counter)]
+        resumed = any(e.run > 1 for e in movers)
+        rerun_by = _deepest(e.path for e in movers if e.run > 1 or not resumed)
         found[counter] = _Repeats(
             extra=extra,
             same_key=same_key,
@@ -448,6 +449,7 @@ def _repeats(effects: Mapping[str, int], tracker: Tracker, ref: _Reference) -> d
             dedupe=ref.dedupe,
             new_key=new_key,
             rerun_by=rerun_by,
+            resumed=resumed,
         )
     return found
 
