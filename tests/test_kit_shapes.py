@@ -149,12 +149,12 @@ async def test_a_safe_supervisor_passes_the_suite(store: tuple[str, str]) -> Non
     # fired"): a safe supervisor never passed assert_ok().
     sent: list[str] = []
     report = await suite(store, supervisor(sent), effects={"email": sent}, dedupe_effects={"email"})
+    report.assert_ok()
     handoffs = [c for c in report.cases if "handed off" in c.name]
     assert {c.name for c in handoffs} == {
         "crash after step 'supervisor' handed off, its handoff stored",
         "crash after step 'supervisor#2' handed off, its handoff stored",
     }
-    report.assert_ok()
 
 
 class Route(TypedDict, total=False):
