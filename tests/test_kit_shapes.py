@@ -16,8 +16,8 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -39,8 +39,15 @@ from test_shapes import Chat, Fake
 from langgraph_resilience import side_effect
 from langgraph_resilience.agents import ResilienceMiddleware
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
-from langgraph_resilience.testing import FaultPlan, RecoverySuiteReport, recovery_suite
+from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+from langgraph_resilience.testing import (
+    FaultPlan,
+    RecoverySuiteReport,
+    arecovery_suite,
+    recovery_suite,
+)
 
 
 @contextmanager
@@ -208,7 +215,7 @@ def test_a_double_crash_case_that_fired_one_crash_is_no_pass(tmp_path: Path) -> 
 # -- an agent inside a node or a tool, its email outside the ledger ------------------
 
 
-def in_a_node(outbox: Path) -> Any:
+def in_a_node(outbox: Path, *, is_async: bool = False) -> Any:
     """A plain node invoking a ``create_agent`` agent whose ``send_email``
     writes a line to ``outbox`` (the outside world), outside the effect ledger."""
 
@@ -231,8 +238,12 @@ def in_a_node(outbox: Path) -> Any:
             out = mailer.invoke({"messages": state["messages"]})
             return {"messages": out["messages"][-1:]}
 
+        async def awork(state: Chat) -> Chat:
+            out = await mailer.ainvoke({"messages": state["messages"]})
+            return {"messages": out["messages"][-1:]}
+
         g = StateGraph(Chat)
-        g.add_node("work", work)
+        g.add_node("work", awork if is_async else work)
         g.add_edge(START, "work")
         g.add_edge("work", END)
         return g.compile(checkpointer=saver)
@@ -262,6 +273,35 @@ async def test_an_email_outside_the_ledger_in_an_agent_invoked_in_a_node_is_foun
         for line in case.evidence
     ), case.evidence
     assert not report.ok
+
+
+@asynccontextmanager
+async def _aopened(cm: Any) -> AsyncIterator[Any]:
+    async with cm as saver:
+        await saver.setup()
+        yield saver
+
+
+async def test_the_async_suite_finds_it_too(store: tuple[str, str], tmp_path: Path) -> None:
+    backend, target = store
+    if backend == "postgres":
+        factory: Any = lambda: _aopened(AsyncResilientPostgresSaver.from_conn_string(target))  # noqa: E731
+    else:
+        factory = lambda: AsyncResilientSqliteSaver.from_conn_string(target)  # noqa: E731
+    outbox = tmp_path / "outbox"
+    report = await arecovery_suite(
+        in_a_node(outbox, is_async=True),
+        {"messages": [("user", "go")]},
+        checkpointer_factory=factory,
+        effects={"email": lambda: _lines(outbox)},
+        compare=messages,
+        durability="sync",
+        max_cases=0,
+    )
+    (case,) = [
+        c for c in report.family("step_crash") if c.name == "crash after step 'work/tools[0]'"
+    ]
+    assert not case.passed and case.effects_unkeyed == {"email": 1}
 
 
 def test_the_crash_point_in_a_nested_agent_is_what_a_sigkill_leaves(
