@@ -12,6 +12,7 @@ from rich.table import Table
 
 from langgraph_resilience.cli._render import out_console, print_json, print_table, when
 from langgraph_resilience.cli._store import CliError, Store
+from langgraph_resilience.errors import repr_of
 from langgraph_resilience.history._metrics import METRICS, RecoveryMetrics, recovery_metrics
 from langgraph_resilience.history._report import RunReport, list_runs, run_report
 
@@ -68,7 +69,17 @@ def run_of(text: str | None) -> int | str | None:
 
 # -- runs ------------------------------------------------------------------------------
 
-_RUN_COLUMNS = ("thread", "run", "run id", "status", "attempts", "recoveries", "owner", "updated")
+_RUN_COLUMNS = (
+    "thread",
+    "run",
+    "run id",
+    "status",
+    "attempts",
+    "recoveries",
+    "owner",
+    "updated",
+    "asks",
+)
 
 
 def print_runs(store: Store, statuses: Sequence[str], limit: int, *, as_json: bool) -> None:
@@ -78,19 +89,22 @@ def print_runs(store: Store, statuses: Sequence[str], limit: int, *, as_json: bo
         return
     rows = [
         (
-            r.thread_id,
-            r.run,
-            r.run_id,
+            *(r.thread_id, r.run, r.run_id),
             f"{r.status} (stale)" if r.stale else r.status,
-            r.attempts,
-            r.recoveries,
-            r.owner,
+            *(r.attempts, r.recoveries, r.owner),
             when(r.updated),
+            "; ".join(_asked(q) for q in r.questions) or None,
         )
         for r in found
     ]
     title = f"{len(found)} run(s) in {store.where}, newest first"
     print_table(title, _RUN_COLUMNS, rows)
+
+
+def _asked(question: Any, limit: int = 60) -> str:
+    """A paused run's question on one line, cut at ``limit`` characters."""
+    text = " ".join(repr_of(question).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # -- show ------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """What happened, read back from the store: `recovery_metrics`, `run_report`, `list_runs`.
 
-All of it is read from the run ledger's rows, never from LangGraph's writes.
+All of it is read from the run ledger's rows, never from LangGraph's writes,
+but a paused run's questions (`_questions`: the interrupts pending on its
+thread's latest checkpoint).
 `_ledger_runs` folds one thread's rows into its runs and what each recovery
 redid, `_metrics` reads the recovery metrics (`METRICS`: the one list the API,
 the command line and the console show), `_report` and `_entries` build one

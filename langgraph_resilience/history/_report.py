@@ -30,6 +30,7 @@ from langgraph_resilience.history._entries import (
     timeline_of,
 )
 from langgraph_resilience.history._ledger_runs import ThreadRun, ledger_runs
+from langgraph_resilience.history._questions import questions_of
 from langgraph_resilience.history._runs import (
     RunSummary,
     alist_runs,
@@ -75,6 +76,8 @@ class RunReport:
         runs_on_thread: how many runs the thread has had.
         graph_version: the graph version the run started on, as text (None: an
             unversioned graph, or a run stored before versions).
+        questions: for a paused run, what it asks: the values of the
+            ``interrupt()`` calls it waits on (a node's, or a tool's in an agent).
     """
 
     thread_id: str
@@ -99,6 +102,7 @@ class RunReport:
     error: str | None = None
     task_spec: Any = None
     graph_version: str | None = None
+    questions: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.thread_id, str) or not self.thread_id:
@@ -170,6 +174,7 @@ def _text(r: RunReport) -> str:
         lines.append(f"error: {r.error}")
     if r.task_spec is not None:
         lines.append(f"input: {_one_line(r.task_spec)}")
+    lines += [f"asks: {_one_line(q)}" for q in r.questions]
     lines += ["", "steps:"]
     for s in r.steps:
         redone = f" · redone {s.redone}x" if s.redone else ""
@@ -267,6 +272,9 @@ def _report(
         error=chosen.error,
         task_spec=_task_spec(chosen, loads),
         graph_version=chosen.graph_version,
+        questions=questions_of(tuple_.pending_writes)
+        if chosen.status == "paused" and tuple_ is not None
+        else (),
     )
 
 

@@ -1,11 +1,12 @@
 """`list_runs`: the runs of the store, newest first, for the ``runs`` command:
-a page of the run ledger's rows (`checkpoint.runlog._run_summaries`)."""
+a page of the run ledger's rows (`checkpoint.runlog._run_summaries`), a paused
+run with what it asks (`_questions`)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from langgraph_resilience.checkpoint.runlog import _reads as reads
@@ -13,6 +14,7 @@ from langgraph_resilience.checkpoint.runlog._liveness import plain_run_stale, wo
 from langgraph_resilience.checkpoint.runlog._reads import Reads, SaverOrGraph
 from langgraph_resilience.checkpoint.runlog._run_log_reads import STATUSES
 from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.history._questions import questions_of
 
 __all__ = ["RunSummary", "alist_runs", "list_runs"]
 
@@ -38,6 +40,8 @@ class RunSummary:
         stale: a ``running`` run whose process is gone: its `Worker`'s lease ran
             out or its holder died, or the process driving a plain ``invoke``
             was killed (`checkpoint.runlog._liveness`). Nobody runs it now.
+        questions: for a paused run, what it asks: the values of the
+            ``interrupt()`` calls it waits on (a node's, or a tool's in an agent).
     """
 
     thread_id: str
@@ -50,6 +54,7 @@ class RunSummary:
     updated: float | None
     error: str | None = None
     stale: bool = False
+    questions: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if self.status not in _STATUSES:
@@ -98,7 +103,13 @@ def _statuses(status: str | Sequence[str] | None) -> frozenset[str] | None:
 def _listed(wanted: frozenset[str] | None, limit: int) -> Reads[list[RunSummary]]:
     rows = yield reads.summaries(sorted(wanted) if wanted is not None else None, limit)
     now = time.time()
-    return [_summary(r, now) for r in rows]
+    found = [_summary(r, now) for r in rows]
+    for i, r in enumerate(found):
+        if r.status == "paused":  # what it asks, from its thread's latest checkpoint
+            latest = yield reads.checkpoint({"configurable": {"thread_id": r.thread_id}})
+            if latest is not None:
+                found[i] = replace(r, questions=questions_of(latest.pending_writes))
+    return found
 
 
 def _limit(limit: int) -> int:

@@ -17,12 +17,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langgraph_resilience._langgraph import BRANCH_PREFIX, INTERRUPT_CHANNEL
+from langgraph_resilience._langgraph import BRANCH_PREFIX
 from langgraph_resilience._util._process import executor_alive
 from langgraph_resilience.checkpoint.runlog._liveness import plain_run_stale, worker_run_stale
 from langgraph_resilience.checkpoint.runlog._run_log_reads import RunLogRecord
 from langgraph_resilience.history import RunReport
 from langgraph_resilience.history._deploy import check_deploy
+from langgraph_resilience.history._questions import questions_of
 
 __all__ = ["RunFacts", "is_stale", "run_facts", "run_marks"]
 
@@ -135,11 +136,7 @@ def run_facts(saver: Any, report: RunReport, graph: Any) -> RunFacts:
         else:
             found = saver.get_tuple(config)
             if found is not None:
-                pending = found.pending_writes or []
-                for _, channel, value in pending:
-                    if channel == INTERRUPT_CHANNEL:
-                        items = value if isinstance(value, list | tuple) else [value]
-                        questions += tuple(getattr(i, "value", i) for i in items)
+                questions = questions_of(found.pending_writes)
                 waiting = _waiting(found.checkpoint) if questions else ()
     blocked = _blocked(saver, graph, [report.status]).get(report.thread_id, ())
     if row is None:

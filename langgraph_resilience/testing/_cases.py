@@ -12,13 +12,14 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections import Counter
-from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from langchain_core.messages import BaseMessage
 
 from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.testing._faults import CrashFault
 from langgraph_resilience.testing._plan import FaultPlan
 from langgraph_resilience.testing._report import CaseResult, Family, RecoverySuiteReport
 from langgraph_resilience.testing._taps import Execution, Tracker
@@ -124,6 +125,7 @@ def suite_steps(spec: SuiteSpec) -> Generator[Run, RunResult, RecoverySuiteRepor
         outside=_outside(ref_effects, ref_tracker),
         executions=list(ref_tracker.executions),
         effect_calls=dict(ref_tracker.effect_calls),
+        fresh=dict(ref_tracker.fresh),
         puts=ref_tracker.puts.get(1, 0),
         state=spec.compare(ref.values),
         dedupe=spec.dedupe,
@@ -153,7 +155,9 @@ def suite_steps(spec: SuiteSpec) -> Generator[Run, RunResult, RecoverySuiteRepor
             )
             runs.append(replace((yield settle), settled=tuple(sorted(lost))))
         effects = _delta(before, tracker.read_counters())
-        results.append(judge(family, name, runs, tracker, effects, reference, spec.compare))
+        results.append(
+            judge(family, name, runs, tracker, effects, reference, spec.compare, plan=plan)
+        )
     return RecoverySuiteReport(
         cases=tuple(results),
         reference_steps=tuple(reference.paths),
@@ -169,6 +173,7 @@ class _Reference:
     outside: dict[str, int]  # counter moves outside any side effect's call
     executions: list[Execution]
     effect_calls: dict[str, int]
+    fresh: dict[tuple[str, str], int]  # (counter, effect) moves under new keys
     puts: int
     state: Any
     dedupe: frozenset[str] = frozenset()
@@ -190,7 +195,18 @@ def _cases(ref: _Reference, limit: int) -> tuple[list[tuple[Family, str, FaultPl
         planned.extend((family, name, plan) for name, plan in chosen)
         left.extend(name for name, _ in rest)
 
-    add("step_crash", [(f"crash after step {p!r}", FaultPlan().crash(p)) for p in paths])
+    crashes = [(f"crash after step {p!r}", FaultPlan().crash(p)) for p in paths]
+    # A handoff (Command(graph=PARENT)) is crashed where it happens: after the
+    # step's body handed off (above) and once the handoff is stored.
+    handoffs = dict.fromkeys(e.path for e in ref.executions if e.handoff)
+    crashes += [
+        (
+            f"crash after step {p!r} handed off, its handoff stored",
+            FaultPlan().crash(p, when="stored"),
+        )
+        for p in handoffs
+    ]
+    add("step_crash", crashes)
     writes = [
         (f"checkpoint write {i} of {ref.puts} fails", FaultPlan().fail_checkpoint_write(at=i))
         for i in range(1, ref.puts + 1)
@@ -249,16 +265,17 @@ def judge(
     effects: Mapping[str, int],
     ref: _Reference,
     compare: Callable[[Any], Any],
+    *,
+    plan: FaultPlan | None = None,
 ) -> CaseResult:
     """One case's verdict and evidence, against the reference run."""
     evidence = [_run_line(i, r) for i, r in enumerate(runs, 1)]
     final = runs[-1]
-    fired = bool(tracker.crashes or tracker.store_failures)
+    faults = plan.faults if plan is not None else ()
+    silent = [f for f in faults if not tracker.fired(f)]
+    fired = bool(tracker.crashes or tracker.store_failures) and not silent
     if not fired:
-        evidence.append(
-            "the fault never fired: the run did not reach its step (it took "
-            "another path than the reference run)"
-        )
+        evidence.append(_not_fired(faults, silent))
     recovered = final.outcome == "completed"
     if not recovered:
         evidence.append(f"did not recover after {len(runs)} runs")
@@ -322,6 +339,7 @@ def judge(
         effects_duplicated=duplicated,
         effects_same_key={k: n for k, r in repeats.items() if (n := r.unexcused_same_key)},
         effects_unkeyed={k: r.unkeyed for k, r in repeats.items() if r.unkeyed},
+        effects_new_key={k: n for k, r in repeats.items() if (n := sum(r.new_key.values()))},
         effects_deduplicated={k: r.excused for k, r in repeats.items() if r.excused},
         effects_missing=missing,
         state_matches=state_matches,
@@ -339,6 +357,12 @@ class _Repeats:
     same_key: Mapping[str, int]
     unkeyed: int
     dedupe: frozenset[str]
+    #: per side effect, calls under an idempotency key not called before,
+    #: beyond the reference's (a new intent: its key changed on the rerun)
+    new_key: Mapping[str, int] = field(default_factory=dict)
+    #: the steps that moved the counter again (in a resumed run when ``resumed``)
+    rerun_by: tuple[str, ...] = ()
+    resumed: bool = True  # else: called again within the faulted run (a retry)
 
     @property
     def excused(self) -> int:
@@ -354,12 +378,14 @@ class _Repeats:
         return sum(n for e, n in self.same_key.items() if e not in self.dedupe)
 
     def said(self) -> list[str]:
-        """What the evidence says about where the extra calls came from."""
+        """Why each extra call happened, one line per reason."""
         lines = []
+        steps = ", ".join(repr(p) for p in self.rerun_by) or "a step"
+        when = "after a resume" if self.resumed else "in the same run (a step retried)"
         for effect, n in sorted(self.same_key.items()):
             again = (
                 f"  +{n}: side effect {effect!r} was called again with the same idempotency "
-                "key (the crash left its outcome unknown)"
+                f"key {when} (reexecuted: the failure left its outcome unknown)"
             )
             if effect in self.dedupe:
                 lines.append(
@@ -372,11 +398,28 @@ class _Repeats:
                     f"declare it: recovery_suite(..., dedupe_effects={{{effect!r}}})); "
                     "side_effect(reconcile=...) closes this window"
                 )
+        for effect, n in sorted(self.new_key.items()):
+            lines.append(
+                f"  +{n}: side effect {effect!r} was called again under a new idempotency "
+                f"key {when} ({steps} ran again and the key changed: it comes from "
+                "a value that differs on the rerun, such as a random id or a time in the "
+                "arguments or the business key); the ledger saw a new intent, so even a "
+                "service that deduplicates by key sends it twice: derive the key from what "
+                "identifies the call"
+            )
         if self.unkeyed:
             lines.append(
-                f"  +{self.unkeyed}: called outside the effect ledger (not through a "
-                "side_effect, so without an idempotency key): the pipeline sends it twice; "
-                "wrap the call in @side_effect"
+                f"  +{self.unkeyed}: called again outside the effect ledger {when} "
+                f"({steps} ran again; the call is not made through a side_effect, so it "
+                "has no idempotency key and no recorded outcome): the pipeline sends it "
+                "twice; wrap the call in @side_effect"
+            )
+        rest = self.extra - sum(self.same_key.values()) - sum(self.new_key.values())
+        rest -= self.unkeyed
+        if rest > 0:
+            lines.append(
+                f"  +{rest}: the count moved while no step this suite ran was calling it "
+                "(counted outside the graph's steps, or by another thread)"
             )
         return lines
 
@@ -391,10 +434,31 @@ def _repeats(effects: Mapping[str, int], tracker: Tracker, ref: _Reference) -> d
             continue
         same_key = {e: n for (c, e), n in tracker.resent.items() if c == counter and n}
         unkeyed = min(extra, max(0, outside[counter] - ref.outside.get(counter, 0)))
+        new_key = {
+            e: n - ref.fresh.get((c, e), 0)
+            for (c, e), n in tracker.fresh.items()
+            if c == counter and n > ref.fresh.get((c, e), 0)
+        }
+        movers = [e for e in tracker.executions if e.effects.get(counter)]
+        resumed = any(e.run > 1 for e in movers)
+        rerun_by = _deepest(e.path for e in movers if e.run > 1 or not resumed)
         found[counter] = _Repeats(
-            extra=extra, same_key=same_key, unkeyed=unkeyed, dedupe=ref.dedupe
+            extra=extra,
+            same_key=same_key,
+            unkeyed=unkeyed,
+            dedupe=ref.dedupe,
+            new_key=new_key,
+            rerun_by=rerun_by,
+            resumed=resumed,
         )
     return found
+
+
+def _deepest(paths: Iterable[str]) -> tuple[str, ...]:
+    """The steps among ``paths`` no other one is nested in (``work/tools[0]``,
+    not ``work``): the ones that made the call."""
+    found = list(dict.fromkeys(paths))
+    return tuple(p for p in found if not any(o.startswith(f"{p}/") for o in found))
 
 
 def _went_back(runs: list[RunResult]) -> str | None:
@@ -419,6 +483,27 @@ def _left_for_a_person(result: RunResult, tracker: Tracker) -> dict[str, Any]:
     if not isinstance(failed, Mapping) or failed.get("error_type") != "EffectOutcomeUnknown":
         return {}
     return dict(tracker.lost_outcomes)
+
+
+def _not_fired(faults: Sequence[object], silent: Sequence[object]) -> str:
+    """Why a case whose faults did not all fire is not a pass."""
+    why = "the run did not reach its step (it took another path than the reference run)"
+    if len(faults) < 2 or len(silent) == len(faults):
+        return f"the fault never fired: {why}"
+    return (
+        f"only {len(faults) - len(silent)} of the {len(faults)} planned faults fired "
+        f"({'; '.join(_fault_name(f) for f in silent)} did not: {why}), so this case "
+        "did not test what it names"
+    )
+
+
+def _fault_name(fault: object) -> str:
+    path, effect = getattr(fault, "path", None), getattr(fault, "effect", None)
+    if effect is not None:
+        return f"the crash after effect {effect!r} call {getattr(fault, 'call', 1)}"
+    if isinstance(fault, CrashFault):
+        return f"the crash {fault.when} step {path!r}"
+    return f"the store fault at {path or getattr(fault, 'at', '?')!r}"
 
 
 def _run_line(i: int, r: RunResult) -> str:

@@ -27,7 +27,7 @@ __all__ = [
     "try_numbers",
 ]
 
-CrashWhen = Literal["before", "after"]
+CrashWhen = Literal["before", "after", "stored"]
 StoreTarget = Literal["checkpoint", "writes"]
 
 
@@ -74,9 +74,10 @@ class CrashFault:
                 "a crash is aimed at a step (path='draft') or an effect (effect='send_report'),"
                 " exactly one of them"
             )
-        if self.when not in ("before", "after"):
+        if self.when not in ("before", "after", "stored"):
             raise ConfigError(
-                f"when must be 'before' or 'after' the step's body, got {self.when!r}"
+                "when must be 'before' or 'after' the step's body, or 'stored' (after its "
+                f"writes were stored), got {self.when!r}"
             )
         try_numbers(self.call)
 

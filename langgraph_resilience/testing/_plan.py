@@ -84,7 +84,10 @@ class FaultPlan:
     def crash(self, path: str, *, when: CrashWhen = "after", kill: bool = False) -> FaultPlan:
         """Crash the run at the step at ``path``: ``"after"`` its body ran and
         before its writes are stored (the worst moment: its work is done and
-        lost), or ``"before"`` the body starts.
+        lost), ``"before"`` the body starts, or ``"stored"`` right after its
+        writes were stored, before the next step runs (for a handoff,
+        ``Command(graph=Command.PARENT)``: the handoff is stored, the next agent
+        has not started).
 
         ``kill=False`` raises `SimulatedCrash` and cuts the saver off, leaving the
         store as a kill would; ``kill=True`` sends this process SIGKILL (run the

@@ -43,6 +43,10 @@ class CaseResult:
             deduplicates by that key; ``reconcile`` closes the window.
         effects_unkeyed: per effect, the duplicated calls made outside the
             effect ledger (not through a `side_effect`: no key, sent twice).
+        effects_new_key: per effect, the duplicated calls that called a
+            `side_effect` again under a new idempotency key after a resume (its
+            key changed on the rerun: a new intent, sent twice even by a
+            deduplicating service).
         effects_deduplicated: per effect, same-key re-calls of side effects
             declared deduplicating (``dedupe_effects``): not duplicates.
         state_matches: the final state equals the reference's (after ``compare``).
@@ -57,6 +61,7 @@ class CaseResult:
     effects_duplicated: Mapping[str, int] = field(default_factory=dict)
     effects_same_key: Mapping[str, int] = field(default_factory=dict)
     effects_unkeyed: Mapping[str, int] = field(default_factory=dict)
+    effects_new_key: Mapping[str, int] = field(default_factory=dict)
     effects_deduplicated: Mapping[str, int] = field(default_factory=dict)
     effects_missing: Mapping[str, int] = field(default_factory=dict)
     state_matches: bool = True
@@ -171,6 +176,7 @@ class RecoverySuiteReport:
                     "effects_duplicated": dict(c.effects_duplicated),
                     "effects_same_key": dict(c.effects_same_key),
                     "effects_unkeyed": dict(c.effects_unkeyed),
+                    "effects_new_key": dict(c.effects_new_key),
                     "effects_deduplicated": dict(c.effects_deduplicated),
                     "effects_missing": dict(c.effects_missing),
                     "state_matches": c.state_matches,

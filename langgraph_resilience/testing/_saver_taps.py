@@ -44,41 +44,47 @@ def tap_saver(saver: BaseCheckpointSaver[Any], s: Session) -> None:
     put, aput = _untapped(saver, "put"), _untapped(saver, "aput")
     put_writes, aput_writes = _untapped(saver, "put_writes"), _untapped(saver, "aput_writes")
 
-    def before_put() -> None:
+    def before_put(config: Any, checkpoint: Any, metadata: Any) -> None:
         s.refuse_if_dead()
         s.puts += 1
         s.tracker.puts[s.run] = s.puts
         s.store_error("checkpoint", f"checkpoint write {s.puts}")
+        ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
+        step = (metadata or {}).get("step", -1)
+        s.tracker.checkpoint_put(s.run, ns, str(checkpoint.get("id")), int(step))
 
-    def before_writes(writes: Sequence[tuple[str, Any]], task_id: str) -> bool:
+    def before_writes(
+        config: Any, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> bool:
         s.refuse_if_dead()
         if all(channel in _ERROR_CHANNELS for channel, _ in writes):
             return False
+        s.writing(config, task_id, task_path, writes)
         path = s.tracker.path_of_task(task_id)
         s.store_error("writes", f"writes of step {path!r}", path)
         return True
 
     def tapped_put(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        before_put()
+        before_put(config, checkpoint, metadata)
         return put(config, checkpoint, metadata, new_versions)
 
     async def tapped_aput(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        before_put()
+        before_put(config, checkpoint, metadata)
         return await aput(config, checkpoint, metadata, new_versions)
 
     def tapped_put_writes(config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
-        output = before_writes(writes, task_id)
+        output = before_writes(config, writes, task_id, task_path)
         put_writes(config, writes, task_id, task_path)
         if output:
-            s.tracker.stored(task_id)
+            s.stored(task_id)
 
     async def tapped_aput_writes(
         config: Any, writes: Any, task_id: str, task_path: str = ""
     ) -> None:
-        output = before_writes(writes, task_id)
+        output = before_writes(config, writes, task_id, task_path)
         await aput_writes(config, writes, task_id, task_path)
         if output:
-            s.tracker.stored(task_id)
+            s.stored(task_id)
 
     d.update(
         put=tapped_put,

@@ -25,9 +25,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from langchain_core.runnables import Runnable, RunnableConfig
+from langgraph.errors import ParentCommand
 from langgraph.pregel import Pregel
 
-from langgraph_resilience._langgraph import NS_END, NS_SEP, RunnableCallable, coerce_to_runnable
+from langgraph_resilience._langgraph import (
+    NS_END,
+    NS_SEP,
+    SEND_PATH,
+    TASKS_CHANNEL,
+    RunnableCallable,
+    coerce_to_runnable,
+)
 from langgraph_resilience.errors import SimulatedCrash
 from langgraph_resilience.graph._builder import ResilientStateGraph
 from langgraph_resilience.graph._drivers import is_async
@@ -64,7 +72,14 @@ class Execution:
     run: int
     finished: bool = False
     stored: bool = False
+    #: It ended by handing off (``Command(graph=Command.PARENT)``, a swarm's or
+    #: supervisor's handoff): its write is the command's update.
+    handoff: bool = False
+    #: Seen by the saver only (its writes stored), not by a node tap: a step of
+    #: a graph invoked inside a node or a tool (an agent called in a node).
+    nested: bool = False
     effects: dict[str, int] = field(default_factory=dict)  # counter moves while it ran
+    counters: dict[str, int] = field(default_factory=dict)  # the counters when it started
 
 
 class Tracker:
@@ -95,7 +110,13 @@ class Tracker:
         #: Counter moves while a side effect was called again with an idempotency
         #: key called before, per (counter, effect name).
         self.resent: dict[tuple[str, str], int] = {}
+        #: Counter moves while a side effect was called under an idempotency key
+        #: not called before (a new intent), per (counter, effect name).
+        self.fresh: dict[tuple[str, str], int] = {}
         self._by_task: dict[str, Execution] = {}
+        self._steps: dict[str, int] = {}  # checkpoint id -> its step (nested graphs')
+        self._sends: dict[str, tuple[str, list[str]]] = {}  # ns -> (checkpoint id, Send nodes)
+        self._marks: dict[str, tuple[int, dict[str, int]]] = {}  # ns -> (run, counters)
         #: The outcomes a crash right after an effect's call kept from the store
         #: (idempotency key -> OutcomeFields): what the outside system would show.
         self.lost_outcomes: dict[str, Any] = {}
@@ -160,23 +181,103 @@ class Tracker:
             namespace=_parent(task.checkpoint_ns),
             step=task.step or 0,
             run=self.run,
-            effects=self.read_counters(),
+            counters=self.read_counters(),
         )
         with self.lock:
             self.executions.append(e)
             self._by_task[e.task_id] = e
         return e
 
-    def finished(self, e: Execution) -> None:
+    def finished(self, e: Execution, *, handoff: bool = False) -> None:
         after = self.read_counters()
-        e.effects = {k: after[k] - v for k, v in e.effects.items() if after[k] != v}
+        e.effects = {k: after[k] - v for k, v in e.counters.items() if after[k] != v}
         e.finished = True
+        e.handoff = handoff
+
+    def fired(self, fault: object) -> bool:
+        """Whether a crash of the case's plan has fired."""
+        with self.lock:
+            return id(fault) in self._fired or id(fault) in self._spent
 
     def stored(self, task_id: str) -> None:
         with self.lock:
             e = self._by_task.get(task_id)
         if e is not None:
             e.stored = True
+
+    # -- steps seen by the saver only (a graph invoked inside a node or a tool) --------
+
+    def checkpoint_put(self, run: int, ns: str, checkpoint_id: str, step: int) -> None:
+        """A checkpoint of the graph at ``ns``: its tasks start from here."""
+        counters = self.read_counters()
+        with self.lock:
+            self._steps[checkpoint_id] = step
+            self._marks[ns] = (run, counters)
+
+    def nested_write(
+        self,
+        run: int,
+        at_start: Mapping[str, int],
+        config: Mapping[str, Any],
+        task_id: str,
+        task_path: str,
+        writes: Any,
+    ) -> Execution | None:
+        """The execution of a step whose writes the saver is storing and no node
+        tap saw (a step of an agent invoked inside a node or a tool), recorded
+        now (its body ran); None for a step the taps know or an input write."""
+        conf = config.get("configurable") or {}
+        ns, checkpoint_id = str(conf.get("checkpoint_ns") or ""), str(conf.get("checkpoint_id"))
+        counters = self.read_counters()
+        with self.lock:
+            seen, sends = self._by_task.get(task_id), self._sends.get(ns)
+            # a node tap's, or this run's (the same task id comes back on a resume)
+            known = seen is not None and (not seen.nested or seen.run == run)
+            mine = [
+                getattr(v, "node", "?") for c, v in writes if c == TASKS_CHANNEL
+            ]  # the Sends it makes, for the push tasks of the next step
+            if mine:
+                held = sends[1] if sends and sends[0] == checkpoint_id else []
+                self._sends[ns] = (checkpoint_id, held + mine)
+            if known or not ns:
+                return None
+            parts = [p.strip() for p in task_path.lstrip("~").split(",")]
+            index: int | None = None
+            if parts[0] == SEND_PATH and len(parts) > 1 and parts[1].isdigit():
+                index = int(parts[1])
+                name = sends[1][index] if sends and index < len(sends[1]) else "push"
+            else:
+                name = parts[-1]
+            if not name or name.startswith("__"):
+                return None
+            parent = self._by_task.get(ns.split(NS_SEP)[-1].partition(NS_END)[2])
+            base = f"{parent.path}/{name}" if parent is not None else name
+            if index is not None:
+                base += f"[{index}]"
+            key = (base, 0, checkpoint_id)
+            path = self._paths.get(key)
+            if path is None:
+                visits = self._seen[base] = self._seen.get(base, 0) + 1
+                path = self._paths[key] = base if visits == 1 else f"{base}#{visits}"
+            mark_run, mark = self._marks.get(ns, (0, {}))
+            before = mark if mark_run == run else at_start
+            e = Execution(
+                path=path,
+                node=name,
+                task_id=task_id,
+                namespace=ns,
+                step=self._steps.get(checkpoint_id, -1) + 1,
+                run=run,
+                finished=True,
+                nested=True,
+                effects={k: v - before.get(k, v) for k, v in counters.items()},
+                counters=counters,
+            )
+            e.effects = {k: v for k, v in e.effects.items() if v}
+            self._marks[ns] = (run, counters)
+            self.executions.append(e)
+            self._by_task[task_id] = e
+        return e
 
     def path_of_task(self, task_id: str) -> str | None:
         with self.lock:
@@ -205,9 +306,9 @@ class Tracker:
                 moved = value - before.get(counter, value)
                 if moved > 0:
                     self.in_ledger[counter] = self.in_ledger.get(counter, 0) + moved
-                    if again:
-                        slot = (counter, name)
-                        self.resent[slot] = self.resent.get(slot, 0) + moved
+                    slot = (counter, name)
+                    calls = self.resent if again else self.fresh
+                    calls[slot] = calls.get(slot, 0) + moved
         return name, n
 
 
@@ -226,6 +327,7 @@ class Session:
         self._on_crash: list[Callable[[], None]] = []
         tracker.run += 1
         self.run = tracker.run
+        self.at_start = tracker.read_counters()
 
     def crash(self, fault: CrashFault, where: str) -> None:
         """Die here: SIGKILL, or stop every later write of this run's saver."""
@@ -265,15 +367,31 @@ class Session:
     # -- around a node ---------------------------------------------------------------
 
     def before(self, name: str, state: Any, config: RunnableConfig) -> Execution:
+        self.refuse_if_dead()  # a killed process runs no more steps
         task = TaskContext(config=config)
         path = self.tracker.path_of(name, task, state)
         e = self.tracker.started(path, name, task)
         self._crash_at(path, "before")
         return e
 
-    def after(self, e: Execution) -> None:
-        self.tracker.finished(e)
+    def after(self, e: Execution, *, handoff: bool = False) -> None:
+        self.tracker.finished(e, handoff=handoff)
         self._crash_at(e.path, "after")
+
+    def writing(self, config: Mapping[str, Any], task_id: str, task_path: str, writes: Any) -> None:
+        """A step's writes are about to be stored: a step no node tap saw (of an
+        agent invoked inside a node or a tool) is recorded, and crashed here
+        when the plan crashes it after its body ran (its work done, not stored)."""
+        e = self.tracker.nested_write(self.run, self.at_start, config, task_id, task_path, writes)
+        if e is not None:
+            self._crash_at(e.path, "after")
+
+    def stored(self, task_id: str) -> None:
+        """The step's writes were stored: crash here if the plan says so."""
+        self.tracker.stored(task_id)
+        path = self.tracker.path_of_task(task_id)
+        if path is not None:
+            self._crash_at(path, "stored")
 
     def _crash_at(self, path: str, when: CrashWhen) -> None:
         fault = self.plan.crash_at(path, when)
@@ -325,7 +443,11 @@ def _tap(name: str, inner: Runnable[Any, Any], s: Session, inside: bool) -> Runn
         e = s.before(name, state, config)
         if not inside:
             s.inject(name, state, config, TaskContext(config=config).node_attempt)
-        out = inner.invoke(state, config)
+        try:
+            out = inner.invoke(state, config)
+        except ParentCommand:  # a handoff: the step's body ran, its write is the command
+            s.after(e, handoff=True)
+            raise
         s.after(e)
         return out
 
@@ -333,7 +455,11 @@ def _tap(name: str, inner: Runnable[Any, Any], s: Session, inside: bool) -> Runn
         e = s.before(name, state, config)
         if not inside:
             s.inject(name, state, config, TaskContext(config=config).node_attempt)
-        out = await inner.ainvoke(state, config)
+        try:
+            out = await inner.ainvoke(state, config)
+        except ParentCommand:
+            s.after(e, handoff=True)
+            raise
         s.after(e)
         return out
 

@@ -1,0 +1,438 @@
+"""The test kit (`recovery_suite`) on the shapes users compose with LangGraph's
+own libraries: a ``langgraph-swarm`` handoff and a ``langgraph-supervisor``
+(steps that hand off with ``Command(graph=Command.PARENT)``), an agent invoked
+inside a node function, a ``deepagents`` subagent invoked inside its ``task``
+tool. Handoffs are crashed where they happen, a safe graph passes
+`assert_ok()`, an email sent outside the effect ledger by a nested agent is
+found (and the crash point is the one a real SIGKILL leaves), a case whose
+faults did not all fire is no pass, and every extra call says why. Fake chat
+models with random (uuid) tool-call ids; SQLite and Postgres.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph_supervisor")
+pytest.importorskip("langgraph_swarm")
+pytest.importorskip("deepagents")
+
+from deepagents import create_deep_agent
+from langchain.agents import create_agent
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import tool
+from langgraph.graph import END, START, StateGraph
+from langgraph_supervisor import create_supervisor
+from langgraph_swarm import create_handoff_tool, create_swarm
+from test_shapes import Chat, Fake
+
+from langgraph_resilience import side_effect
+from langgraph_resilience.agents import ResilienceMiddleware
+from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
+from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+from langgraph_resilience.testing import (
+    FaultPlan,
+    RecoverySuiteReport,
+    arecovery_suite,
+    recovery_suite,
+)
+
+
+@contextmanager
+def _opened(cm: Any) -> Iterator[Any]:
+    with cm as saver:
+        saver.setup()
+        yield saver
+
+
+def _factory(store: tuple[str, str]) -> Any:
+    backend, target = store
+    if backend == "postgres":
+        return lambda: _opened(ResilientPostgresSaver.from_conn_string(target))
+    return lambda: ResilientSqliteSaver.from_conn_string(target)
+
+
+def messages(values: Any) -> Any:
+    return [(m.type, m.content) for m in values["messages"]]
+
+
+async def suite(store: tuple[str, str], build: Any, **options: Any) -> RecoverySuiteReport:
+    options = {"compare": messages, "max_cases": 0, "durability": "sync", **options}
+    return await asyncio.to_thread(
+        recovery_suite,
+        build,
+        {"messages": [("user", "go")]},
+        checkpointer_factory=_factory(store),
+        **options,
+    )
+
+
+# -- handoffs ------------------------------------------------------------------------
+
+
+def swarm(saver: Any) -> Any:
+    alice = create_agent(
+        Fake(steps=[("transfer_to_bob", {})]),
+        tools=[create_handoff_tool(agent_name="bob")],
+        middleware=[ResilienceMiddleware()],
+        name="alice",
+    )
+    bob = create_agent(Fake(steps=[]), tools=[], middleware=[ResilienceMiddleware()], name="bob")
+    return create_swarm([alice, bob], default_active_agent="alice").compile(checkpointer=saver)
+
+
+async def test_a_safe_swarm_passes_with_its_handoff_crashed_where_it_happens(
+    store: tuple[str, str],
+) -> None:
+    # Before: "crash after step 'alice'" (her handoff) never fired, and a bogus
+    # "which calls email" case was added for it: the suite could not pass.
+    sent: list[str] = []
+    report = await suite(store, swarm, effects={"email": sent})
+    names = [c.name for c in report.cases]
+    assert not [c for c in report.cases if "which calls" in c.name], names
+    handoff = [c for c in report.cases if c.name.startswith("crash after step 'alice'")]
+    assert [c.name for c in handoff] == [
+        "crash after step 'alice'",
+        "crash after step 'alice' handed off, its handoff stored",
+    ]
+    for case in handoff:
+        assert case.evidence[0] == "run 1: started, crashed", case
+    # the body's handoff was lost: alice's turn runs again; once stored: bob's
+    assert "alice" in handoff[0].steps_redone
+    assert "alice" not in handoff[1].steps_redone
+    report.assert_ok()
+
+
+def supervisor(sent: list[str]) -> Any:
+    @side_effect(name="email")
+    def deliver(to: str) -> str:
+        sent.append(to)
+        return "ok"
+
+    def build(saver: Any) -> Any:
+        @tool
+        def search(q: str) -> str:
+            """Search the web."""
+            return f"found {q}"
+
+        @tool
+        def send_email(to: str) -> str:
+            """Send an email."""
+            deliver(to)
+            return f"sent to {to}"
+
+        researcher = create_agent(
+            Fake(steps=[("search", {"q": "x"})]),
+            tools=[search],
+            middleware=[ResilienceMiddleware()],
+            name="researcher",
+        )
+        mailer = create_agent(
+            Fake(steps=[("send_email", {"to": "boss"})]),
+            tools=[send_email],
+            middleware=[ResilienceMiddleware()],
+            name="mailer",
+        )
+        boss = Fake(steps=[("transfer_to_researcher", {}), ("transfer_to_mailer", {})])
+        return create_supervisor([researcher, mailer], model=boss).compile(checkpointer=saver)
+
+    return build
+
+
+async def test_a_safe_supervisor_passes_the_suite(store: tuple[str, str]) -> None:
+    # Before: the supervisor's handoffs could not be crashed ("the fault never
+    # fired"): a safe supervisor never passed assert_ok().
+    sent: list[str] = []
+    report = await suite(store, supervisor(sent), effects={"email": sent}, dedupe_effects={"email"})
+    report.assert_ok()
+    handoffs = [c for c in report.cases if "handed off" in c.name]
+    assert {c.name for c in handoffs} == {
+        "crash after step 'supervisor' handed off, its handoff stored",
+        "crash after step 'supervisor#2' handed off, its handoff stored",
+    }
+
+
+class Route(TypedDict, total=False):
+    done: list[str]
+
+
+def detour(visited: set[str]) -> Any:
+    """``a`` then ``b``; when ``a`` runs again on a thread (a resume), ``c``."""
+
+    def build(saver: Any) -> Any:
+        def a(state: Route, config: RunnableConfig) -> Route:
+            thread = config["configurable"]["thread_id"]
+            again = thread in visited
+            visited.add(thread)
+            return {"done": ["a", "again" if again else "first"]}
+
+        def route(state: Route) -> str:
+            return "c" if "again" in state["done"] else "b"
+
+        g = StateGraph(Route)
+        g.add_node("a", a)
+        g.add_node("b", lambda s: {"done": [*s["done"], "b"]})
+        g.add_node("c", lambda s: {"done": [*s["done"], "c"]})
+        g.add_edge(START, "a")
+        g.add_conditional_edges("a", route, ["b", "c"])
+        g.add_edge("b", END)
+        g.add_edge("c", END)
+        return g.compile(checkpointer=saver)
+
+    return build
+
+
+def test_a_double_crash_case_that_fired_one_crash_is_no_pass(tmp_path: Path) -> None:
+    # Before: "crash after 'a', then after 'b'" passed with the second crash
+    # never fired (the resumed run took another path).
+    report = recovery_suite(
+        detour(set()),
+        {"done": []},
+        checkpointer_factory=lambda: ResilientSqliteSaver.from_conn_string(str(tmp_path / "s.db")),
+        compare=lambda v: None,
+        max_cases=0,
+    )
+    (case,) = [c for c in report.family("double_recovery") if c.name.startswith("crash after 'a'")]
+    assert not case.passed
+    assert any(
+        "only 1 of the 2 planned faults fired (the crash after step 'b' did not" in line
+        for line in case.evidence
+    ), case.evidence
+
+
+# -- an agent inside a node or a tool, its email outside the ledger ------------------
+
+
+def in_a_node(outbox: Path, *, is_async: bool = False) -> Any:
+    """A plain node invoking a ``create_agent`` agent whose ``send_email``
+    writes a line to ``outbox`` (the outside world), outside the effect ledger."""
+
+    def build(saver: Any) -> Any:
+        @tool
+        def send_email(to: str) -> str:
+            """Send an email."""
+            with outbox.open("a") as f:
+                f.write(f"{to}\n")
+            return f"sent to {to}"
+
+        mailer = create_agent(
+            Fake(steps=[("send_email", {"to": "boss"})]),
+            tools=[send_email],
+            middleware=[ResilienceMiddleware()],
+            name="mailer",
+        )
+
+        def work(state: Chat) -> Chat:
+            out = mailer.invoke({"messages": state["messages"]})
+            return {"messages": out["messages"][-1:]}
+
+        async def awork(state: Chat) -> Chat:
+            out = await mailer.ainvoke({"messages": state["messages"]})
+            return {"messages": out["messages"][-1:]}
+
+        g = StateGraph(Chat)
+        g.add_node("work", awork if is_async else work)
+        g.add_edge(START, "work")
+        g.add_edge("work", END)
+        return g.compile(checkpointer=saver)
+
+    return build
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+async def test_an_email_outside_the_ledger_in_an_agent_invoked_in_a_node_is_found(
+    store: tuple[str, str], tmp_path: Path
+) -> None:
+    # Before: the agent was one opaque step: "passed: 15/15".
+    outbox = tmp_path / "outbox"
+    report = await suite(store, in_a_node(outbox), effects={"email": lambda: _lines(outbox)})
+    assert "work/tools[0]" in report.reference_steps
+    (case,) = [
+        c for c in report.family("step_crash") if c.name == "crash after step 'work/tools[0]'"
+    ]
+    assert not case.passed
+    assert case.effects_unkeyed == {"email": 1}
+    assert any(
+        "+1: called again outside the effect ledger after a resume ('work/tools[0]' ran again"
+        in line
+        for line in case.evidence
+    ), case.evidence
+    assert not report.ok
+
+
+@asynccontextmanager
+async def _aopened(cm: Any) -> AsyncIterator[Any]:
+    async with cm as saver:
+        await saver.setup()
+        yield saver
+
+
+async def test_the_async_suite_finds_it_too(store: tuple[str, str], tmp_path: Path) -> None:
+    backend, target = store
+    if backend == "postgres":
+        factory: Any = lambda: _aopened(AsyncResilientPostgresSaver.from_conn_string(target))  # noqa: E731
+    else:
+        factory = lambda: AsyncResilientSqliteSaver.from_conn_string(target)  # noqa: E731
+    outbox = tmp_path / "outbox"
+    report = await arecovery_suite(
+        in_a_node(outbox, is_async=True),
+        {"messages": [("user", "go")]},
+        checkpointer_factory=factory,
+        effects={"email": lambda: _lines(outbox)},
+        compare=messages,
+        durability="sync",
+        max_cases=0,
+    )
+    (case,) = [
+        c for c in report.family("step_crash") if c.name == "crash after step 'work/tools[0]'"
+    ]
+    assert not case.passed and case.effects_unkeyed == {"email": 1}
+
+
+def test_the_crash_point_in_a_nested_agent_is_what_a_sigkill_leaves(
+    store: tuple[str, str], tmp_path: Path
+) -> None:
+    """A real SIGKILL at the suite's crash point (the agent's tool ran, its
+    writes not stored), then a resume in this process: the email is sent twice,
+    as the suite reports."""
+    outbox = tmp_path / "outbox"
+    factory = _factory(store)
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    with factory():  # set the store up before forking
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: runs until the plan kills it
+        try:
+            with factory() as saver:
+                plan = FaultPlan().crash("work/tools[0]", kill=True)
+                graph = plan.apply(in_a_node(outbox)(saver))
+                graph.invoke({"messages": [("user", "go")]}, config, durability="sync")
+        finally:
+            os._exit(3)  # not killed: the test fails below
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert _lines(outbox) == 1  # the tool sent it, then the process died
+    with factory() as saver:
+        out = in_a_node(outbox)(saver).invoke(None, config, durability="sync")
+    assert out["messages"][-1].content == "done"
+    assert _lines(outbox) == 2
+
+
+async def test_a_deepagents_subagents_email_outside_the_ledger_is_found(
+    store: tuple[str, str], tmp_path: Path
+) -> None:
+    outbox = tmp_path / "outbox"
+
+    def build(saver: Any) -> Any:
+        @tool
+        def send_email(to: str) -> str:
+            """Send an email."""
+            with outbox.open("a") as f:
+                f.write(f"{to}\n")
+            return f"sent to {to}"
+
+        mailer = {
+            "name": "mailer",
+            "description": "Sends email.",
+            "system_prompt": "Send the email you are asked to.",
+            "tools": [send_email],
+            "model": Fake(steps=[("send_email", {"to": "boss"})]),
+        }
+        boss = Fake(steps=[("task", {"description": "mail the boss", "subagent_type": "mailer"})])
+        return create_deep_agent(
+            model=boss,
+            subagents=[mailer],
+            middleware=[ResilienceMiddleware()],
+            checkpointer=saver,
+        )
+
+    report = await suite(store, build, effects={"email": lambda: _lines(outbox)})
+    # the subagent's steps are steps of the run, under the main agent's tool call
+    assert "tools[0]/tools[0]" in report.reference_steps
+    (case,) = [c for c in report.family("step_crash") if c.name.endswith("'tools[0]/tools[0]'")]
+    assert not case.passed and case.effects_unkeyed == {"email": 1}
+    assert any("('tools[0]/tools[0]' ran again" in line for line in case.evidence), case
+    assert not report.ok
+
+
+# -- every +1 says why -----------------------------------------------------------------
+
+
+class Send(TypedDict, total=False):
+    to: str
+    sent: str
+
+
+def mailing(sent: list[str], *, random_key: bool) -> Any:
+    """``send`` calls its side effect under a key made of a fresh random id
+    (``random_key``), else of its address."""
+
+    @side_effect(name="email", key=lambda to, nonce: nonce if random_key else to)
+    def deliver(to: str, nonce: str) -> str:
+        sent.append(to)
+        return "ok"
+
+    def build(saver: Any) -> Any:
+        g = StateGraph(Send)
+        g.add_node("send", lambda s: {"sent": deliver(s["to"], uuid.uuid4().hex)})
+        g.add_node("log", lambda s: {})
+        g.add_edge(START, "send")
+        g.add_edge("send", "log")
+        g.add_edge("log", END)
+        return g.compile(checkpointer=saver)
+
+    return build
+
+
+async def test_every_extra_call_says_why(store: tuple[str, str]) -> None:
+    # Before: a +1 under a new idempotency key had no reason at all.
+    async def run(random_key: bool) -> RecoverySuiteReport:
+        sent: list[str] = []
+        return await asyncio.to_thread(
+            recovery_suite,
+            mailing(sent, random_key=random_key),
+            {"to": "boss"},
+            checkpointer_factory=_factory(store),
+            effects={"email": sent},
+            compare=lambda v: v.get("to"),
+            max_cases=0,
+        )
+
+    report = await run(random_key=True)
+    (fresh,) = [c for c in report.family("step_crash") if c.name == "crash after step 'send'"]
+    assert fresh.effects_new_key == {"email": 1}
+    assert any(
+        "+1: side effect 'email' was called again under a new idempotency key after a "
+        "resume ('send' ran again and the key changed" in line
+        for line in fresh.evidence
+    ), fresh.evidence
+    stable = await run(random_key=False)
+    (same,) = [c for c in stable.family("effect_replay") if c.name.startswith("crash right after")]
+    assert same.effects_same_key == {"email": 1}
+    assert any(
+        "+1: side effect 'email' was called again with the same idempotency key after a "
+        "resume (reexecuted" in line
+        for line in same.evidence
+    ), same.evidence
+    # every extra call of every case has a line saying why
+    for case in (*report.cases, *stable.cases):
+        for n in case.effects_duplicated.values():
+            reasons = [line for line in case.evidence if line.startswith("  +")]
+            assert sum(int(line.split(":")[0].strip()[1:]) for line in reasons) >= n, case
