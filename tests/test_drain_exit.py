@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 from faults import PgServer, TcpProxy
-from helpers import assert_no_fork, private_db, read_ledger, sql, wait_until
+from helpers import assert_no_fork, in_thread, private_db, read_ledger, sql, wait_until
 
 from langgraph_resilience import Worker
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
@@ -197,3 +197,116 @@ def test_a_partition_that_heals_during_the_drain_gives_the_run_back_queued(
     assert row(db, run_id)[:2] == ("success", token + 1)
     assert_effect_once(tmp_path, first_pid)
     assert_no_fork("postgres", db, thread)
+
+
+# -- 3. a Worker embedded in a program: a bounded return ---------------------------------------
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_embedded_worker_returns_within_its_drain_timeout_while_partitioned(
+    pg_server: PgServer, db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """`run` / `arun` (the library: no ``os._exit``) return within ``drain_timeout``
+    + `SLACK` of `drain` while the store is blackholed, say what they left behind,
+    and leave the run to its lease; healed, another worker ends it, effect once."""
+    import asyncio
+
+    from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
+
+    monkeypatch.setenv("LGR_DRAIN_SLOW", "6")  # the stale step ends soon after the test
+    run_id, thread = submit(db, tmp_path, monkeypatch)
+    import drain_graph
+
+    lease = 2.0
+    with TcpProxy(pg_server.port) as proxy:
+        left: dict[str, str] = {}
+        behind: tuple[str, ...] = ()
+
+        def drain_when_in_b(worker: Worker) -> float:
+            wait_until(lambda: (tmp_path / "slow-b").exists(), 60, "the worker to reach step b")
+            proxy.blackhole()
+            time.sleep(0.3)
+            worker.drain("test: SIGTERM")
+            return time.monotonic()
+
+        if mode == "sync":
+            with ResilientPostgresSaver.from_conn_string(proxy.dsn(db)) as saver:
+                worker = Worker(
+                    drain_graph.builder, checkpointer=saver, lease_ttl=lease,
+                    drain_timeout=DRAIN_TIMEOUT, poll_interval=0.05,
+                )  # fmt: skip
+                drainer, asked = in_thread(drain_when_in_b, worker)
+                left = worker.run()
+                drainer.join(5)
+                took = time.monotonic() - asked["result"]
+                assert took <= DRAIN_TIMEOUT + SLACK, f"run returned {took:.2f} s after drain()"
+                behind = worker.left_behind
+                proxy.heal()  # the saver's close flushes through it
+        else:
+
+            async def main() -> float:
+                nonlocal left, behind
+                async with AsyncResilientPostgresSaver.from_conn_string(proxy.dsn(db)) as saver:
+                    worker = Worker(
+                        drain_graph.builder, checkpointer=saver, lease_ttl=lease,
+                        drain_timeout=DRAIN_TIMEOUT, poll_interval=0.05,
+                    )  # fmt: skip
+                    asked = asyncio.get_running_loop().run_in_executor(
+                        None, drain_when_in_b, worker
+                    )
+                    left = await worker.arun()
+                    took = time.monotonic() - await asked
+                    assert took <= DRAIN_TIMEOUT + SLACK, (
+                        f"arun returned {took:.2f} s after drain()"
+                    )
+                    behind = worker.left_behind
+                    proxy.heal()
+                    return took
+
+            took = asyncio.run(main())
+        report(f"{mode}: run returned {took:.2f} s after drain(), left behind {behind}")
+        assert took <= DRAIN_TIMEOUT + SLACK, took
+        assert left == {run_id: "running"}
+        assert f"run {run_id}" in behind
+        assert row(db, run_id)[:2] == ("running", 1)
+    with ResilientPostgresSaver.from_conn_string(db) as direct:
+        second = Worker(
+            drain_graph.builder, checkpointer=direct, lease_ttl=lease, poll_interval=0.05
+        )
+        assert second.run() == {run_id: "success"}
+    assert row(db, run_id) == ("success", 2, 1)
+    assert len(read_ledger(tmp_path / "calls.log")) == 1
+    assert_no_fork("postgres", db, thread)
+
+
+# -- the pure parts ----------------------------------------------------------------------------
+
+
+def test_the_loop_stops_waiting_for_a_store_call_at_the_drains_end_after_a_grace() -> None:
+    from langgraph_resilience.worker._steps import ANSWER_GRACE, STORE_SLICE, store_wait
+
+    assert store_wait(100.0, 0.0, None) == STORE_SLICE  # no drain: wait on
+    assert store_wait(10.0, 0.0, 10.5) == STORE_SLICE
+    assert store_wait(10.45, 0.0, 10.5) == pytest.approx(0.05)
+    assert store_wait(10.5, 0.0, 10.5) is None  # the drain's end: stop waiting
+    # begun just before the drain's end: still given ANSWER_GRACE to answer
+    assert store_wait(10.5, 10.4, 10.5) == STORE_SLICE
+    assert store_wait(10.4 + ANSWER_GRACE, 10.4, 10.5) is None
+
+
+def test_exit_bound_is_the_drain_timeout_a_poll_and_one_store_call(db: str) -> None:
+    from langgraph_resilience.checkpoint.postgres import PgTimeouts
+    from langgraph_resilience.policy import Backoff
+
+    sys.path.insert(0, str(HERE / "scripts"))
+    import drain_graph
+
+    timeouts = PgTimeouts(connect=2, statement=0.5, read=1.0)
+    retry = Backoff(max_attempts=2, initial_interval=0.1, max_interval=0.1, jitter="none")
+    with ResilientPostgresSaver.from_conn_string(db, timeouts=timeouts, store_retry=retry) as s:
+        worker = Worker(
+            drain_graph.builder, checkpointer=s, drain_timeout=2, poll_interval=0.5
+        )  # 2 + 0.5 + two tries of (5 s checkout or 2 s connect, + 1 s read), 0.1 s apart
+        assert worker.exit_bound == pytest.approx(2 + 0.5 + 2 * (5 + 1) + 0.1)

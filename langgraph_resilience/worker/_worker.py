@@ -296,7 +296,10 @@ class Worker(RunControls):
         ``until_idle=False`` polls on and takes it up when it is due.
 
         Runs this worker lost to another (its lease expired) are not in the result;
-        runs a drain abandoned (see ``drain_timeout``) are, as ``running``.
+        runs a drain abandoned (see ``drain_timeout``) are, as ``queued`` (given
+        back) or ``running`` (the store could not be reached: left to its lease).
+        After a drain it returns within `exit_bound`; what it did not wait for is
+        in `left_behind`.
 
         Raises:
             StoreUnavailable: the store could not be reached as the worker started.
