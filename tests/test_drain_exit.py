@@ -310,3 +310,32 @@ def test_exit_bound_is_the_drain_timeout_a_poll_and_one_store_call(db: str) -> N
             drain_graph.builder, checkpointer=s, drain_timeout=2, poll_interval=0.5
         )  # 2 + 0.5 + two tries of (5 s checkout or 2 s connect, + 1 s read), 0.1 s apart
         assert worker.exit_bound == pytest.approx(2 + 0.5 + 2 * (5 + 1) + 0.1)
+
+
+def test_the_watchdog_ends_a_process_still_running_past_its_exit_bound(tmp_path: Path) -> None:
+    """The ``worker`` command's last resort: past ``exit_bound`` + `GRACE` after a
+    drain was asked for, its process exits with code 75, whatever it waits for."""
+    script = tmp_path / "stuck.py"
+    script.write_text(
+        "import threading, time\n"
+        "from langgraph_resilience.cli._exit import watchdog\n"
+        "class Stuck:\n"
+        "    worker_id = 'stuck'\n"
+        "    exit_bound = 0.5\n"
+        "    def wait_for_drain(self, timeout=None):\n"
+        "        return True\n"
+        "threading.Thread(target=time.sleep, args=(60,)).start()  # joined at exit\n"
+        "with watchdog(Stuck()):\n"
+        "    time.sleep(60)\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == LEFT_BEHIND, done.stderr
+    assert took < 30, took  # not the 60 s it waited for (the interpreter's start included)
