@@ -138,8 +138,9 @@ class Worker(RunControls):
             ``min(1, lease_ttl / 10)``).
         max_recoveries: takeovers after which a run is given up as ``error``.
         drain_timeout: seconds a drain (SIGTERM, `drain`) waits for the steps in
-            flight before it abandons their runs to their leases (default
-            ``lease_ttl``).
+            flight before it gives their runs back (``queued``; left to their
+            leases when the store cannot be reached) and returns (default
+            ``lease_ttl``; see `exit_bound`).
         archive_idle: move threads idle this long to the saver's archive while
             the worker runs (None: never; see ``saver.archive_idle``).
         archive_every: how often (seconds or timedelta) it looks for them.
