@@ -9,6 +9,7 @@ reason, except under ``CI=true``, where they fail.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import uuid
@@ -85,6 +86,21 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
     return "sqlite", str(tmp_path / "store.db")
 
 
+class RedisOpener:
+    """``from_conn_string(prefix)``: a sync Redis saver on the tests' Redis under the
+    key prefix a `Harness` names as its target."""
+
+    @staticmethod
+    @contextlib.contextmanager
+    def from_conn_string(prefix: str, **kwargs: Any) -> Iterator[Any]:
+        from redis_servers import REDIS_URL
+
+        from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
+
+        with ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix, **kwargs) as saver:
+            yield saver
+
+
 @dataclass
 class Harness:
     """A saver of one backend, with calls that read the same for sync and async."""
@@ -106,6 +122,8 @@ class Harness:
         from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
         from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
+        if self.backend == "redis":
+            return RedisOpener
         return ResilientSqliteSaver if self.backend == "sqlite" else ResilientPostgresSaver
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -131,8 +149,9 @@ class Harness:
 
 
 async def open_saver(backend: str, is_async: bool, target: str, stack: AsyncExitStack) -> Any:
-    if backend == "redis":
-        return await open_redis(is_async, stack)
+    if backend == "redis":  # target: "redis" (a new key prefix), or [URL#]prefix (kept)
+        url, _, prefix = target.rpartition("#")
+        return await open_redis(is_async, stack, None if target == "redis" else prefix, url)
     if backend == "sqlite":
         if is_async:
             from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
@@ -158,9 +177,12 @@ async def open_saver(backend: str, is_async: bool, target: str, stack: AsyncExit
     return saver
 
 
-async def open_redis(is_async: bool, stack: AsyncExitStack) -> Any:
+async def open_redis(
+    is_async: bool, stack: AsyncExitStack, prefix: str | None = None, url: str = ""
+) -> Any:
     """A Redis saver on the machine's Redis under a key prefix of its own, flushed
-    when ``stack`` closes (`redis_servers`)."""
+    when ``stack`` closes (`redis_servers`); or under ``prefix``, kept (on ``url``:
+    a private server's)."""
     import warnings
 
     from redis_servers import REDIS_DOWN, REDIS_URL, flush_prefix
@@ -168,20 +190,20 @@ async def open_redis(is_async: bool, stack: AsyncExitStack) -> Any:
     from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
     from langgraph_resilience.checkpoint.redis.aio import AsyncResilientRedisSaver
 
-    if REDIS_DOWN is not None:
+    if REDIS_DOWN is not None and not url:
         pytest.skip(REDIS_DOWN)
-    prefix = f"t{uuid.uuid4().hex[:12]}"
-    stack.callback(flush_prefix, prefix)
+    url = url or REDIS_URL
+    if prefix is None:
+        prefix = f"t{uuid.uuid4().hex[:12]}"
+        stack.callback(flush_prefix, prefix)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the machine's Redis keeps no disk
         if is_async:
-            cm = AsyncResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix)
+            cm = AsyncResilientRedisSaver.from_conn_string(url, prefix=prefix)
             saver: Any = await stack.enter_async_context(cm)
             await saver.setup()
         else:
-            saver = stack.enter_context(
-                ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix)
-            )
+            saver = stack.enter_context(ResilientRedisSaver.from_conn_string(url, prefix=prefix))
             saver.setup()
     return saver
 
@@ -251,6 +273,8 @@ async def harness(
         saver = await open_pg_variant(is_async, variant, target, stack)
     else:
         saver = await open_saver(backend, is_async, target, stack)
+    if backend == "redis":
+        target = saver.place.prefix  # the saver's keys (tests' helpers read them)
     return Harness(backend, is_async, saver, target, variant)
 
 

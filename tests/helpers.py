@@ -40,6 +40,8 @@ def sql(
     backend: str, target: str, query: str, params: tuple[Any, ...] = ()
 ) -> list[tuple[Any, ...]]:
     """Run one statement on the store through a separate connection."""
+    if backend == "redis":
+        raise NotImplementedError(f"no SQL on Redis (a test's SQL: {query!r})")
     if backend == "sqlite":
         conn = sqlite3.connect(target)
         try:
@@ -56,7 +58,12 @@ def sql(
 def expire_lease(backend: str, target: str, run_id: str) -> None:
     """Let a run's lease run out now, as if its worker had stopped renewing it an hour
     ago (the lease clock is the database's, or on SQLite the boot clock it names, so
-    the store is where time passes)."""
+    the store is where time passes). On Redis ``target`` is the saver's key prefix."""
+    if backend == "redis":
+        from redis_servers import expire_run_lease
+
+        expire_run_lease(target, run_id)
+        return
     sql(
         backend,
         target,
@@ -103,6 +110,13 @@ def resilience_counts(backend: str, target: str, thread_id: str) -> dict[str, in
 
 def assert_no_fork(backend: str, target: str, thread_id: str) -> None:
     """No checkpoint of the thread has two children in the same namespace."""
+    if backend == "redis":
+        from redis_servers import checkpoint_parents
+
+        parents = [p for p in checkpoint_parents(target, thread_id).values() if p]
+        twins = {k: n for k, n in Counter(parents).items() if n > 1}
+        assert twins == {}, f"forked history in thread {thread_id!r}: {twins}"
+        return
     rows = sql(
         backend,
         target,

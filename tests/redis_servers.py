@@ -80,3 +80,78 @@ class PrivateRedis:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+
+
+# -- a test's look into the saver's keys (the key schema: docs/redis.md) ----------------
+
+
+def _client() -> redis.Redis:
+    return redis.Redis.from_url(REDIS_URL)
+
+
+def run_record(prefix: str, run_id: str) -> tuple[str, dict[str, object]] | None:
+    """(thread, record as stored) of a run of the Redis saver under ``prefix``."""
+    import json
+
+    client = _client()
+    try:
+        thread = client.hget(f"{prefix}:runs:ids", run_id)
+        if thread is None:
+            return None
+        raw = client.hget(f"{prefix}:{{{thread.decode()}}}:runs", run_id)
+        return None if raw is None else (thread.decode(), json.loads(raw))
+    finally:
+        client.close()
+
+
+def patch_run(prefix: str, run_id: str, **changes: object) -> None:
+    """Change a stored run record (as another worker's claim would), and its lease
+    index entry when its lease end moves."""
+    import json
+
+    found = run_record(prefix, run_id)
+    assert found is not None, f"no run {run_id!r} under {prefix!r}"
+    thread, record = found
+    record.update(changes)
+    client = _client()
+    try:
+        client.hset(f"{prefix}:{{{thread}}}:runs", run_id, json.dumps(record))
+        ends = record.get("lease_expires_at")
+        if record.get("status") == "running" and isinstance(ends, (int, float)):
+            client.zadd(f"{prefix}:runs:leased", {f"{thread}\0{run_id}": int(ends * 1000)})
+    finally:
+        client.close()
+
+
+def expire_run_lease(prefix: str, run_id: str) -> None:
+    """The run's lease ended an hour ago."""
+    found = run_record(prefix, run_id)
+    assert found is not None
+    ends = found[1]["lease_expires_at"]
+    assert isinstance(ends, (int, float))
+    patch_run(prefix, run_id, lease_expires_at=ends - 3600)
+
+
+def checkpoint_parents(prefix: str, thread_id: str, ns: str = "") -> dict[str, str | None]:
+    """The thread's checkpoints in ``ns``: id -> parent id."""
+    import json
+
+    client = _client()
+    try:
+        stored = client.hgetall(f"{prefix}:{{{thread_id}}}:cp")
+    finally:
+        client.close()
+    out: dict[str, str | None] = {}
+    for field, record in stored.items():
+        found_ns, _, checkpoint_id = field.decode().partition("\0")
+        if found_ns == ns:
+            out[checkpoint_id] = json.loads(record.partition(b"\n")[0])["p"]
+    return out
+
+
+def write_count(prefix: str, thread_id: str) -> int:
+    client = _client()
+    try:
+        return int(client.hlen(f"{prefix}:{{{thread_id}}}:w"))
+    finally:
+        client.close()

@@ -87,11 +87,6 @@ async def test_a_policy_timeout_still_names_the_timeout(tmp_path: Path) -> None:
         assert "search took longer than 0.05s" in str(out["resilience"]["failed_steps"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 38, open: hiding the error handler from 'updates' loses a nested "
-    "graph's failed step for a parent that streams it (test_status_from_facts)",
-)
 async def test_no_internal_node_in_streamed_updates(tmp_path: Path) -> None:
     """Every chunk of ``stream_mode="updates"`` is from a node the user added (or
     the documented ``partial_result``), never our error handler."""

@@ -249,7 +249,6 @@ async def test_an_async_resilient_graph_retries_on_redis(asaver: AsyncResilientR
 def test_what_redis_does_not_keep_is_refused_clearly(saver: ResilientRedisSaver) -> None:
     for call in (
         lambda: saver.step_history("t"),
-        lambda: saver.list_runs(),
         lambda: saver.list_effects("t"),
     ):
         with pytest.raises(ConfigError, match="not kept by the Redis savers"):

@@ -132,3 +132,36 @@ def test_show_prints_the_runs_error_and_input(tmp_path: Any) -> None:
     assert done.returncode == 0, done.stderr
     assert "error: GraphRecursionError: Recursion limit of 3" in done.stdout
     assert "input: {'n': 0, 'question': 'find the cheapest flight to Lisbon'}" in done.stdout
+
+
+async def test_a_worker_run_that_ends_error_names_its_error(checkpointer: Any) -> None:
+    """A run under a `Worker` that hits its recursion limit (an error past the
+    policies) names it in its report and in `list_runs`, as a plain invoke does."""
+    from helpers import sql
+
+    from langgraph_resilience import Worker
+
+    h = checkpointer
+    if h.backend == "postgres":  # a worker waits for every open run of the database
+        sql(h.backend, h.target, "DELETE FROM resilience_runs")
+    g = ResilientStateGraph(State)
+    g.add_node("step", lambda s: {"n": s.get("n", 0) + 1})
+    g.add_edge(START, "step")
+    g.add_edge("step", "step")  # loops for ever: the recursion limit ends it
+    worker = Worker(g, checkpointer=h.saver, worker_id="w-err")
+    thread = f"wloop-{h.id}-{uuid.uuid4().hex[:6]}"
+    if h.is_async:
+        run_id = await worker.asubmit({"n": 0}, thread_id=thread)
+        done = await worker.arun()
+    else:
+        run_id = await asyncio.to_thread(worker.submit, {"n": 0}, thread_id=thread)
+        done = await asyncio.to_thread(worker.run)
+    assert done == {run_id: "error"}
+    report = await _report(h, thread)
+    assert report.status == "error"
+    assert report.error is not None and report.error.startswith("GraphRecursionError: ")
+    assert f"error: {report.error.splitlines()[0]}" in report.to_text()
+    [advice] = report.suggestions
+    assert "recursion_limit" in advice and "Worker run's outcome" not in advice
+    listed = await _listed(h, thread)
+    assert (listed.status, listed.error, listed.run_id) == ("error", report.error, run_id)

@@ -111,13 +111,20 @@ def test_version_two_adds_columns_only() -> None:
     assert {s.split()[5] for s in migrations(SQLITE)[2]} == {"how", "error", "graph_version"}
 
 
+def test_version_three_adds_columns_only() -> None:
+    # 3: the process driving a plain run and when it was last seen; columns only.
+    for stmt in (*migrations(SQLITE)[3], *migrations(POSTGRES)[3]):
+        assert stmt.startswith("ALTER TABLE resilience_run_log ADD COLUMN ")
+    assert {s.split()[5] for s in migrations(SQLITE)[3]} == {"holder", "seen_at"}
+
+
 def test_one_migration_list_for_both_dialects() -> None:
     assert len(MIGRATIONS) == SCHEMA_VERSION + 1
     assert len(migrations(SQLITE)) == len(migrations(POSTGRES)) == len(MIGRATIONS)
     assert all(isinstance(m, Migration) for m in MIGRATIONS)
     # One first schema (version 1): every table and index on both dialects; the
     # stored functions on Postgres only (SQLite checks in Python), one of each.
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     sqlite, postgres = migrations(SQLITE)[1], migrations(POSTGRES)[1]
     functions = [s for s in postgres if s.lstrip().startswith("CREATE OR REPLACE FUNCTION")]
     names = [s.split("FUNCTION", 1)[1].split("(", 1)[0].strip() for s in functions]

@@ -26,7 +26,12 @@ package needs of a saver.
 
 from __future__ import annotations
 
-from langgraph_resilience.checkpoint._protocol import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint._protocol import (
+    AsyncResilientSaver,
+    AsyncRunQueueSaver,
+    ResilientSaver,
+    RunQueueSaver,
+)
 from langgraph_resilience.checkpoint.ledger._ledger import (
     AttemptKey,
     AttemptRecord,
@@ -39,6 +44,7 @@ from langgraph_resilience.checkpoint.runlog._run_log_reads import RunLogRecord
 
 __all__ = [
     "AsyncResilientSaver",
+    "AsyncRunQueueSaver",
     "AttemptKey",
     "AttemptRecord",
     "EffectRecord",
@@ -46,6 +52,7 @@ __all__ = [
     "IntentVerdict",
     "OutcomeFields",
     "ResilientSaver",
+    "RunQueueSaver",
     "RunLogRecord",
     "RunRecord",
 ]

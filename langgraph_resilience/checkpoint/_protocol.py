@@ -32,7 +32,7 @@ from langgraph_resilience.checkpoint.saver._interfaces import (
     Runs,
 )
 
-__all__ = ["AsyncResilientSaver", "ResilientSaver"]
+__all__ = ["AsyncResilientSaver", "AsyncRunQueueSaver", "ResilientSaver", "RunQueueSaver"]
 
 
 @runtime_checkable
@@ -109,3 +109,41 @@ class AsyncResilientSaver(Protocol):
     async def aactive_runs(self) -> int: ...
 
     def alease_saver(self) -> AbstractAsyncContextManager[AsyncResilientSaver]: ...
+
+
+@runtime_checkable
+class RunQueueSaver(Protocol):
+    """What a `Worker` needs of its saver: the run queue under leases (``runs``)
+    and its reads. The Redis savers keep it, not yet the other ledgers: a graph
+    runs on them as on a plain checkpointer, its writes fenced by the saver."""
+
+    serde: SerializerProtocol
+
+    @property
+    def runs(self) -> Any: ...
+
+    def read_run(self, run_id: str) -> RunRecord | None: ...
+
+    def list_runs(self, statuses: Sequence[str] = ()) -> Sequence[RunRecord]: ...
+
+    def active_runs(self) -> int: ...
+
+    def lease_saver(self) -> AbstractContextManager[Any]: ...
+
+
+@runtime_checkable
+class AsyncRunQueueSaver(Protocol):
+    """The async twin of `RunQueueSaver`."""
+
+    serde: SerializerProtocol
+
+    @property
+    def runs(self) -> Any: ...
+
+    async def aread_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def alist_runs(self, statuses: Sequence[str] = ()) -> Sequence[RunRecord]: ...
+
+    async def aactive_runs(self) -> int: ...
+
+    def alease_saver(self) -> AbstractAsyncContextManager[Any]: ...

@@ -77,7 +77,16 @@ def print_runs(store: Store, statuses: Sequence[str], limit: int, *, as_json: bo
         print_json([r.to_dict() for r in found])
         return
     rows = [
-        (r.thread_id, r.run, r.run_id, r.status, r.attempts, r.recoveries, r.owner, when(r.updated))
+        (
+            r.thread_id,
+            r.run,
+            r.run_id,
+            f"{r.status} (stale)" if r.stale else r.status,
+            r.attempts,
+            r.recoveries,
+            r.owner,
+            when(r.updated),
+        )
         for r in found
     ]
     title = f"{len(found)} run(s) in {store.where}, newest first"

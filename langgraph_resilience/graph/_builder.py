@@ -52,6 +52,7 @@ from langgraph_resilience._langgraph import (
     RunDefaults,
     coerce_to_runnable,
     default_cache_policy,
+    hide_node,
     hold_writes,
 )
 from langgraph_resilience.budget import Budget
@@ -573,9 +574,9 @@ class ResilientStateGraph(StateGraph[StateT, ContextT, InputT, OutputT]):
                     self.nodes[name].cache_policy = keyed_without_run_log(default_cache)
         compiled = super().compile(checkpointer, **kwargs)
         hold_writes(compiled, list(self._policies), NOT_RUN)  # a step not run writes nothing
-        # Not hidden yet (`hide_node`): a parent that streams a nested graph's
-        # "updates" reads the nested run's failed step from this node's chunk
-        # (tests/test_status_from_facts.py); hiding it loses the step's path.
+        # Ours: not in the user's streamed updates. A parent streaming this
+        # graph's "updates" learns its failed step from `partial_result`'s.
+        hide_node(compiled, ROUTES_NODE)
         compiled.__class__ = ResilientCompiledStateGraph
         resilient = cast(ResilientCompiledStateGraph[StateT, ContextT, InputT, OutputT], compiled)
         defaults: dict[str, Any] = {

@@ -53,7 +53,12 @@ from langgraph_resilience._langgraph import (
     INTERRUPT_CHANNEL,
     langgraph_config,
 )
-from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint import (
+    AsyncResilientSaver,
+    AsyncRunQueueSaver,
+    ResilientSaver,
+    RunQueueSaver,
+)
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
 from langgraph_resilience.errors import message_of
 from langgraph_resilience.graph._step_log import nested_stop
@@ -401,7 +406,7 @@ def settle_by_hand(graph: Any, input: Any, config: RunnableConfig | None) -> Non
     once, not at the thread's next submit. Never fails the run."""
     thread = _by_hand(input, config)
     saver = getattr(graph, "checkpointer", None)
-    if thread is None or not isinstance(saver, ResilientSaver):
+    if thread is None or not isinstance(saver, (ResilientSaver, RunQueueSaver)):
         return
     try:
         found = saver.list_runs(("paused",))
@@ -420,7 +425,7 @@ async def asettle_by_hand(graph: Any, input: Any, config: RunnableConfig | None)
     """Async twin of `settle_by_hand`."""
     thread = _by_hand(input, config)
     saver = getattr(graph, "checkpointer", None)
-    if thread is None or not isinstance(saver, AsyncResilientSaver):
+    if thread is None or not isinstance(saver, (AsyncResilientSaver, AsyncRunQueueSaver)):
         return
     try:
         found = await saver.alist_runs(("paused",))

@@ -419,6 +419,11 @@ def partial_outcome(
         "partial_output": {k: v for k, v in state.items() if k != "resilience"},
         "recovery_suggestions": list(log.get("recovery_suggestions") or []),
     }
+    if log.get("failed_step"):
+        # Said again (the state has it: a no-op there), so that the step's
+        # "updates" chunk names it: the error handler's own chunk is hidden
+        # (`hide_node`), and a parent streaming this graph reads it here.
+        outcome["failed_step"] = log["failed_step"]
     if history is not None:  # every completed step of the run
         done = [brief(s) for s in history if s.get("status") == "completed"]
         # Steps of this invoke whose writes are still on their way to the store

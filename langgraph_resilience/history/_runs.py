@@ -3,11 +3,13 @@ a page of the run ledger's rows (`checkpoint.runlog._run_summaries`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from langgraph_resilience.checkpoint.runlog import _reads as reads
+from langgraph_resilience.checkpoint.runlog._liveness import plain_run_stale, worker_run_stale
 from langgraph_resilience.checkpoint.runlog._reads import Reads, SaverOrGraph
 from langgraph_resilience.checkpoint.runlog._run_log_reads import STATUSES
 from langgraph_resilience.errors import ConfigError
@@ -33,6 +35,9 @@ class RunSummary:
         owner: the `Worker` holding it now (None when none does).
         updated: epoch seconds of the last thing known to happen to it.
         error: for a run that ended ``error``, what it raised (``Type: message``).
+        stale: a ``running`` run whose process is gone: its `Worker`'s lease ran
+            out or its holder died, or the process driving a plain ``invoke``
+            was killed (`checkpoint.runlog._liveness`). Nobody runs it now.
     """
 
     thread_id: str
@@ -44,6 +49,7 @@ class RunSummary:
     owner: str | None
     updated: float | None
     error: str | None = None
+    stale: bool = False
 
     def __post_init__(self) -> None:
         if self.status not in _STATUSES:
@@ -53,8 +59,16 @@ class RunSummary:
         return asdict(self)
 
 
-def _summary(row: tuple[Any, ...]) -> RunSummary:
-    thread, run, run_id, status, claims, recoveries, owner, updated, error = row
+def _stale(status: str, row: tuple[Any, ...], now: float) -> bool:
+    """Whether a listed run is ``running`` with its process gone (`_liveness`)."""
+    lease, worker_holder, holder, seen, stepped = row[9:14]
+    if row[2] is not None and (lease is not None or worker_holder is not None):
+        return worker_run_stale(status, lease, worker_holder, now)
+    return plain_run_stale(status, holder, (seen, row[7], stepped), now)
+
+
+def _summary(row: tuple[Any, ...], now: float) -> RunSummary:
+    thread, run, run_id, status, claims, recoveries, owner, updated, error = row[:9]
     return RunSummary(
         thread_id=str(thread),
         run=int(run),
@@ -65,6 +79,7 @@ def _summary(row: tuple[Any, ...]) -> RunSummary:
         owner=None if owner is None else str(owner),
         updated=None if updated is None else float(updated),
         error=None if error is None else str(error),
+        stale=_stale(str(status), row, now),
     )
 
 
@@ -82,7 +97,8 @@ def _statuses(status: str | Sequence[str] | None) -> frozenset[str] | None:
 
 def _listed(wanted: frozenset[str] | None, limit: int) -> Reads[list[RunSummary]]:
     rows = yield reads.summaries(sorted(wanted) if wanted is not None else None, limit)
-    return [_summary(r) for r in rows]
+    now = time.time()
+    return [_summary(r, now) for r in rows]
 
 
 def _limit(limit: int) -> int:

@@ -2,11 +2,12 @@
 input, error and graph version, a paused run's questions and waiting nodes, and
 the marks of the runs list (recovered, degraded, stale, blocked).
 
-``stale``: a `Worker` run the store says ``running`` whose lease ran out or whose
-holder process is known gone (`_process.executor_alive`). A plain ``invoke``'s
-run holds no lease and names no process, so the store cannot tell it stale: it
-is never marked. ``blocked``: only when the console knows the graph (`check_deploy`
-against it); without one, each run's version is shown and nothing is marked.
+``stale``: a run the store says ``running`` whose process is gone
+(`checkpoint.runlog._liveness`): a `Worker` run whose lease ran out or whose
+holder is known gone, or a plain ``invoke``'s run whose process (its row's
+``holder``) was killed, or was last seen too long ago on another machine.
+``blocked``: only when the console knows the graph (`check_deploy` against it);
+without one, each run's version is shown and nothing is marked.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from langgraph_resilience._langgraph import BRANCH_PREFIX, INTERRUPT_CHANNEL
 from langgraph_resilience._util._process import executor_alive
+from langgraph_resilience.checkpoint.runlog._liveness import plain_run_stale, worker_run_stale
 from langgraph_resilience.checkpoint.runlog._run_log_reads import RunLogRecord
 from langgraph_resilience.history import RunReport
 from langgraph_resilience.history._deploy import check_deploy
@@ -55,12 +57,24 @@ def is_stale(
 ) -> bool:
     """A ``running`` run whose process is gone: its `Worker` run's lease ran out,
     or its holder is known dead (pure but for ``alive``)."""
-    if status != "running" or worker_run is None or worker_run.status != "running":
+    if status != "running" or worker_run is None:
         return False
-    lease = worker_run.lease_expires_at
-    if lease is not None and float(lease) < now:
-        return True
-    return worker_run.holder is not None and alive(str(worker_run.holder)) is False
+    return worker_run_stale(
+        worker_run.status, worker_run.lease_expires_at, worker_run.holder, now, alive
+    )
+
+
+def _row_stale(saver: Any, r: RunLogRecord, steps: Iterable[Mapping[str, Any]], now: float) -> bool:
+    """Whether a listed run is ``running`` with its process gone: by its `Worker`
+    run if it has one, else by the process its row names (its steps' ends are
+    signs of it too)."""
+    if r.status != "running":
+        return False
+    worker_run = saver.read_run(r.run_id) if r.run_id else None
+    if worker_run is not None:
+        return is_stale(r.status, worker_run, now)
+    ends = [s.get("ended_at") for s in steps if s.get("run") == r.run]
+    return plain_run_stale(r.status, r.holder, (r.seen_at, r.updated_at, *ends), now)
 
 
 # The statuses of a thread in flight: the only ones `check_deploy` may block.
@@ -79,7 +93,7 @@ def run_marks(
     saver: Any, rows: Sequence[RunLogRecord], graph: Any, now: float | None = None
 ) -> dict[tuple[str, int], tuple[str, ...]]:
     """Each listed run's marks: ``recovered``, ``degraded``, ``stale``, ``blocked``
-    (one ledger read per thread listed, one run read per `Worker` run running)."""
+    (one ledger read per thread listed, one run read per run running with a run id)."""
     now = time.time() if now is None else now
     blocked = _blocked(saver, graph, (r.status for r in rows))
     ledgers = {t: saver.history.thread_ledger(t) for t in {r.thread_id for r in rows}}
@@ -94,7 +108,7 @@ def run_marks(
             s.get("run") == r.run and s.get("status") in ("degraded", "fallback") for s in led.steps
         ):
             found.append("degraded")
-        if r.status == "running" and r.run_id and is_stale(r.status, saver.read_run(r.run_id), now):
+        if _row_stale(saver, r, led.steps, now):
             found.append("stale")
         if r.thread_id in blocked and newest.get(r.thread_id) == r.run:
             found.append("blocked")

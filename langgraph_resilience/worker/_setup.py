@@ -10,14 +10,14 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from langgraph_resilience._store_errors import is_store_error
-from langgraph_resilience.checkpoint import ResilientSaver, RunRecord
+from langgraph_resilience.checkpoint import ResilientSaver, RunQueueSaver, RunRecord
 from langgraph_resilience.checkpoint.store._store_retry import retry_window
 from langgraph_resilience.errors import ConfigError, StoreUnavailable
 
@@ -117,10 +117,14 @@ def bind(
 def resilient_saver(graph: CompiledStateGraph[Any, Any, Any, Any]) -> ResilientSaver:
     """The saver that holds the runs: the graph's, which must be a resilient one."""
     saver = graph.checkpointer
+    if not isinstance(saver, ResilientSaver) and isinstance(saver, RunQueueSaver):
+        # A Redis saver: the worker uses only its run queue and reads of runs.
+        return cast(ResilientSaver, saver)
     if not isinstance(saver, ResilientSaver):
         raise ConfigError(
             "Worker needs a resilient saver to keep its runs and leases in: pass "
-            "checkpointer=ResilientSqliteSaver(...) or ResilientPostgresSaver(...) (or "
+            "checkpointer=ResilientSqliteSaver(...), ResilientPostgresSaver(...) or "
+            "ResilientRedisSaver(...) (or "
             "their async twins for arun), or compile the graph with one; got "
             f"{type(saver).__name__}."
         )

@@ -126,6 +126,15 @@ class Finish(NamedTuple):
     outcome: dict[str, Any]
     wait: float | None = None  # a released run waits this long before a claim
 
+    @property
+    def error(self) -> str | None:
+        """What a run that ends ``error`` ended on (its outcome's ``error`` or
+        ``conflict``), kept in its run row too; None for any other end."""
+        if self.status != "error":
+            return None
+        said = self.outcome.get("error") or self.outcome.get("conflict")
+        return None if said is None else str(said)
+
 
 class Pause(NamedTuple):
     """Wait before trying again (the store was unreachable)."""

@@ -68,7 +68,12 @@ from langgraph.graph.state import CompiledStateGraph
 
 from langgraph_resilience._keys import RUN_META
 from langgraph_resilience.budget import Budget
-from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver, RunRecord
+from langgraph_resilience.checkpoint import (
+    AsyncResilientSaver,
+    AsyncRunQueueSaver,
+    ResilientSaver,
+    RunRecord,
+)
 from langgraph_resilience.checkpoint.archive._schedule import aarchiving, archiving, schedule_of
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.graph._lifecycle import unrecovered_steps
@@ -191,7 +196,8 @@ class Worker(RunControls):
         self.graph = bind(graph, checkpointer)
         self.saver = resilient_saver(self.graph)
         # Kept, as a protocol check probes every method; None: `arun` cannot run.
-        self._async_saver = self.saver if isinstance(self.saver, AsyncResilientSaver) else None
+        queue = (AsyncResilientSaver, AsyncRunQueueSaver)
+        self._async_saver = cast(Any, self.saver) if isinstance(self.saver, queue) else None
         self._held: dict[str, Held] = {}
         self._draining = threading.Event()
         self._drain_asked: float | None = None  # Instant.now().monotonic of the first drain
@@ -424,7 +430,9 @@ class Worker(RunControls):
                     time.sleep(op.seconds)
                 else:
                     blob = self._outcome_blob(op.outcome)
-                    reply = self._call(leases.runs.finish, held.fence, op.status, blob, op.wait)
+                    reply = self._call(
+                        leases.runs.finish, held.fence, op.status, blob, op.wait, op.error
+                    )
 
     # -- async -----------------------------------------------------------------------
 
@@ -545,5 +553,5 @@ class Worker(RunControls):
                 else:
                     blob = self._outcome_blob(op.outcome)
                     reply = await self._acall(
-                        leases.runs.afinish, held.fence, op.status, blob, op.wait
+                        leases.runs.afinish, held.fence, op.status, blob, op.wait, op.error
                     )

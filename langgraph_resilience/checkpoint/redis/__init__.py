@@ -6,7 +6,10 @@ reads a thread atomically), ``_records`` (a checkpoint or write in a hash
 field, with its checksum), ``_ops`` (every operation, written once for both
 twins), ``_driver`` (pipelines, retries, script reloads), ``_durability`` (what
 the server keeps on disk), ``_tier`` (demotion to the cold tier and restore),
-``_common`` (options, setup checks, refusals).
+``_common`` (options, setup checks, refusals). The run queue under leases, for
+the `Worker`: ``_runs`` (its operations and keys), ``_runs_scripts`` (its Lua),
+``_runs_fence`` (fenced writes), ``_runs_parts`` (``saver.runs``) and
+``_runs_saver`` (what the twins add: ``runs``, ``read_run``, ``list_runs``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+import langgraph_resilience.checkpoint.redis._runs as _runs
 from langgraph_resilience.checkpoint.archive._moves import ArchiveReport
 from langgraph_resilience.checkpoint.archive._objects import Archive
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES
@@ -40,15 +44,17 @@ from langgraph_resilience.checkpoint.redis._common import (
 from langgraph_resilience.checkpoint.redis._driver import drive
 from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
+from langgraph_resilience.checkpoint.redis._runs_saver import RunsSaver
 from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
+from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.errors import ArchiveError
 from langgraph_resilience.policy import Backoff
 
 __all__ = ["ResilientRedisSaver"]
 
 
-class ResilientRedisSaver(RedisCommon):
+class ResilientRedisSaver(RunsSaver, RedisCommon):
     """A checkpointer on plain Redis: atomic checkpoints and writes (Lua), a
     second put of a checkpoint a no-op, no silent forks (`CheckpointConflict`),
     checksums on every read, a TTL on each thread renewed by every write.
@@ -224,6 +230,7 @@ class ResilientRedisSaver(RedisCommon):
         )
 
     def delete_thread(self, thread_id: str) -> None:
+        self._run(_runs.drop_threads(self.place, [str(thread_id)]))  # its runs first
         demoted = self._drive(lambda: _ops.delete_thread(self.place, str(thread_id)))
         if demoted is not None and self.archive is not None:
             self.archive.drop([demoted])
@@ -237,4 +244,8 @@ class ResilientRedisSaver(RedisCommon):
         )
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy in _threads.DELETE_STRATEGIES:
+            self._run(
+                _runs.drop_threads(self.place, _threads.check_prune_args(thread_ids, strategy))
+            )
         self._drive(lambda: _ops.prune(self.place, thread_ids, strategy))

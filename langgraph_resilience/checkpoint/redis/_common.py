@@ -2,11 +2,12 @@
 checks (server version, durability), versions, and the features refused.
 
 Refused on Redis, with `ConfigError` (the docs' "What Redis does not keep"):
-the effect ledger, the run ledger and its readers, leases for the `Worker`
-and `Limit`s. They live in the SQL savers' own transactions;
-on Redis they are not built yet, and a weaker copy would break their promises
-silently. A graph that needs them (``@side_effect``, a `Worker`, ``run_report``)
-refuses a Redis saver at once, as it refuses any non-resilient checkpointer.
+the effect ledger, the run ledger and its readers, and `Limit`s. They live in
+the SQL savers' own transactions; on Redis they are not built yet, and a weaker
+copy would break their promises silently. A graph that needs them
+(``@side_effect``, ``run_report``) refuses a Redis saver at once, as it refuses
+any non-resilient checkpointer. The run queue under leases is kept
+(`_runs`): a `Worker` runs on a Redis saver, its writes fenced.
 """
 
 from __future__ import annotations
@@ -148,9 +149,6 @@ class RedisCommon(BaseCheckpointSaver[str]):
 
     def step_history(self, thread_id: str, *, run: int | None = None) -> NoReturn:
         self._refuse("step_history")
-
-    def list_runs(self, statuses: Any = ()) -> NoReturn:
-        self._refuse("list_runs")
 
     def list_effects(self, thread_id: str) -> NoReturn:
         self._refuse("list_effects")

@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 from redis import exceptions as rx
 
 from langgraph_resilience.checkpoint.redis._ops import Command, Ops
+from langgraph_resilience.checkpoint.redis._runs_fence import lease_lost_of
+from langgraph_resilience.checkpoint.redis._runs_scripts import RUN_SCRIPTS
 from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
 from langgraph_resilience.errors import StoreUnavailable
 from langgraph_resilience.policy import Backoff
@@ -30,7 +32,7 @@ def transient(exc: BaseException) -> bool:
 
 
 def _load_commands() -> list[Command]:
-    return [("SCRIPT", "LOAD", s.source) for s in SCRIPTS]
+    return [("SCRIPT", "LOAD", s.source) for s in (*SCRIPTS, *RUN_SCRIPTS)]
 
 
 def _unavailable(target: str, attempts: int, exc: BaseException) -> StoreUnavailable:
@@ -56,6 +58,8 @@ def _send(conn: Any, batch: list[Command], backoff: Backoff, target: str) -> lis
         except rx.NoScriptError:
             _run(conn, _load_commands())
         except Exception as exc:
+            if isinstance(exc, rx.ResponseError) and (lost := lease_lost_of(exc)):
+                raise lost from None  # a fenced write refused
             if not transient(exc):
                 raise
             if attempt >= backoff.max_attempts:
@@ -89,6 +93,8 @@ async def _asend(conn: Any, batch: list[Command], backoff: Backoff, target: str)
         except rx.NoScriptError:
             await _arun(conn, _load_commands())
         except Exception as exc:
+            if isinstance(exc, rx.ResponseError) and (lost := lease_lost_of(exc)):
+                raise lost from None  # a fenced write refused
             if not transient(exc):
                 raise
             if attempt >= backoff.max_attempts:

@@ -26,6 +26,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_resilience.checkpoint.archive._sizes import SizeBudget, channel_sizes
+from langgraph_resilience.checkpoint.ledger._runs import fence_of
 from langgraph_resilience.checkpoint.redis._keys import (
     ThreadKeys,
     check_prefix,
@@ -36,6 +37,7 @@ from langgraph_resilience.checkpoint.redis._keys import (
     threads_key,
 )
 from langgraph_resilience.checkpoint.redis._records import pack_checkpoint, pack_write, read_tuple
+from langgraph_resilience.checkpoint.redis._runs_fence import fence_command
 from langgraph_resilience.checkpoint.redis._scripts import (
     ARCHIVED,
     DELETE_RUN,
@@ -126,6 +128,7 @@ def put(
         ),
         place.registered(thread_id),
     ]
+    batch[0] = fence_command(place.prefix, thread_id, batch[0], fence_of(config))
     if run_id:
         batch.append(("SADD", run_key(place.prefix, run_id), thread_id))
     reply = _hot((yield batch)[0], thread_id)
@@ -157,8 +160,9 @@ def put_writes(
             pack_write(cid, task_id, task_path, idx, channel, type_, blob),
         ]
     keys = place.keys(thread_id)
+    command = run(PUT_WRITES, keys, member(ns, cid), int(replace), place.ttl_ms, *args)
     replies = yield [
-        run(PUT_WRITES, keys, member(ns, cid), int(replace), place.ttl_ms, *args),
+        fence_command(place.prefix, thread_id, command, fence_of(config)),
         place.registered(thread_id),
     ]
     _hot(replies[0], thread_id)

@@ -21,6 +21,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+import langgraph_resilience.checkpoint.redis._runs as _runs
 from langgraph_resilience.checkpoint.archive._moves import ArchiveReport
 from langgraph_resilience.checkpoint.archive._objects import Archive
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES
@@ -35,15 +36,17 @@ from langgraph_resilience.checkpoint.redis._common import (
 from langgraph_resilience.checkpoint.redis._driver import adrive
 from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
+from langgraph_resilience.checkpoint.redis._runs_saver import AsyncRunsSaver
 from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
+from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.errors import ArchiveError
 from langgraph_resilience.policy import Backoff
 
 __all__ = ["AsyncResilientRedisSaver"]
 
 
-class AsyncResilientRedisSaver(RedisCommon):
+class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
     """The async twin of `ResilientRedisSaver` (same arguments; ``conn`` is a
     ``redis.asyncio.Redis``).
 
@@ -203,6 +206,7 @@ class AsyncResilientRedisSaver(RedisCommon):
         )
 
     async def adelete_thread(self, thread_id: str) -> None:
+        await self._run(_runs.drop_threads(self.place, [str(thread_id)]))  # its runs first
         demoted = await self._drive(lambda: _ops.delete_thread(self.place, str(thread_id)))
         if demoted is not None and self.archive is not None:
             await self.archive.adrop([demoted])
@@ -216,6 +220,10 @@ class AsyncResilientRedisSaver(RedisCommon):
         )
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy in _threads.DELETE_STRATEGIES:
+            await self._run(
+                _runs.drop_threads(self.place, _threads.check_prune_args(thread_ids, strategy))
+            )
         await self._drive(lambda: _ops.prune(self.place, thread_ids, strategy))
 
     # -- the sync methods, on the saver's loop (from another thread) -------------------

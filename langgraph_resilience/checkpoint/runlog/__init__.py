@@ -7,6 +7,7 @@
 - ``_scope``: one top-level run's scope in memory (the step records its nodes hand the saver).
 - ``_run_log_reads``: the records of runs and steps, read back.
 - ``_run_summaries``: what ``list_runs`` and ``run_report`` read.
+- ``_liveness``: whether a ``running`` run's process is gone (stale).
 - ``_run_metrics``: the SQL aggregates behind ``recovery_metrics``.
 - ``_events``: recoveries and attempts as the reports read them.
 - ``_history``: the saver's ``history`` part.

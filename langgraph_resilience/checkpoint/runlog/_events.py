@@ -17,6 +17,7 @@ from typing import Any
 
 from langgraph_resilience.checkpoint.ledger._lease_judge import Claimant, dead_holders, taken_over
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord, claim_runs
+from langgraph_resilience.checkpoint.runlog._run_sql import hold_run
 from langgraph_resilience.checkpoint.store._schema import ATTEMPTS, RECOVERIES, RUN_LOG, RUNS
 from langgraph_resilience.checkpoint.store._store import (
     Dialect,
@@ -132,8 +133,11 @@ def claim_noting(
 def note_recovery(
     d: Dialect, thread_id: str, key: str, kind: str, owner: str | None = None
 ) -> Statements[None]:
-    """Store one recovery of a thread (once per ``key``) that ``owner`` made."""
+    """Store one recovery of a thread (once per ``key``) that ``owner`` made; a
+    resume after a crash is this process going on with the run (`hold_run`)."""
     yield Stmt(d.sql(_NOTE), (thread_id, key, kind, None, owner, thread_id, None, thread_id))
+    if kind == "crash":
+        yield from hold_run(d, thread_id)
 
 
 def read_recoveries(d: Dialect, thread_id: str | None = None) -> Statements[list[RecoveryRecord]]:

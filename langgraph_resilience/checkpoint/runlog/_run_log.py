@@ -51,6 +51,7 @@ from langgraph_resilience._langgraph import (
     RESUME_CHANNEL,
     triggers_none,
 )
+from langgraph_resilience._util._process import process_id
 from langgraph_resilience.checkpoint.ledger._runs import fence_of
 from langgraph_resilience.checkpoint.runlog._run_log_reads import CHANNEL, ENDED, STATUSES
 from langgraph_resilience.checkpoint.runlog._run_sql import (
@@ -63,6 +64,7 @@ from langgraph_resilience.checkpoint.runlog._run_sql import (
     START_RUN,
     cancel_worker_run,
     finish_worker_run,
+    hold_run,
 )
 from langgraph_resilience.checkpoint.runlog._scope import scope_of
 from langgraph_resilience.checkpoint.runlog._step_rows import step_row
@@ -243,7 +245,14 @@ def _run_row(
         None,  # paused_for
         None,  # error
         None if version is None else str(version),
+        *_held_by(fence),
     )
+
+
+def _held_by(fence: Any) -> tuple[str | None, float | None]:
+    """(holder, seen_at) of a run row: this process, now, for a run no `Worker`
+    holds (a Worker's run is judged by its lease and its claim's holder)."""
+    return (None, None) if fence is not None else (process_id(), time.time())
 
 
 def _server_run(config: RunnableConfig) -> str | None:
@@ -560,6 +569,8 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         key = f"resume:{led.checkpoint_id}"
         yield Stmt(d.sql(_RESUME_RECOVERY), (key, led.checkpoint_id, now, *at))
         yield Stmt(d.sql(_RESUMED), (now, *at))
+    if led.resumed or led.status == "running":  # this process goes on with the run
+        yield from hold_run(d, led.thread_id)
     if led.clear:
         key = f"retry_failed:{led.checkpoint_id}"  # one a checkpoint
         yield Stmt(d.sql(_RETRY_RECOVERY), (key, led.checkpoint_id, time.time(), *at))
@@ -586,7 +597,7 @@ def close_run(
     ended = now if status in ENDED else None
     began = now if started_at is None else float(started_at)
     row = (thread_id, int(run), status, None, None, None, began, ended, now, None, _json(usage))
-    yield Stmt(d.sql(_ENDED_RUN), (*row, None, None, None, None, None))
+    yield Stmt(d.sql(_ENDED_RUN), (*row, None, None, None, None, None, None, None))
 
 
 _FAILED = (

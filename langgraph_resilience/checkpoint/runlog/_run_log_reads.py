@@ -72,6 +72,10 @@ class RunLogRecord:
             when it goes on); None if it never paused.
         error: the error a run that ended ``error`` ended on (``Type: message``).
         graph_version: the `ResilientStateGraph` ``version`` it ran on (as text).
+        holder / seen_at: the process driving a run no `Worker` holds
+            (`_process.process_id`) and when it was last seen doing so (epoch
+            seconds: its start, a resume, a retry); None for a `Worker` run
+            and for rows stored before schema version 3.
     """
 
     thread_id: str
@@ -90,6 +94,8 @@ class RunLogRecord:
     paused_for: str | None = None
     error: str | None = None
     graph_version: str | None = None
+    holder: str | None = None
+    seen_at: float | None = None
 
     def used(self) -> dict[str, float]:
         """``usage`` decoded (empty when not known)."""

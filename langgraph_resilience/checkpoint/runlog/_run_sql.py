@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from langgraph_resilience._util._process import process_id
 from langgraph_resilience.checkpoint.ledger._runs import Fence
 from langgraph_resilience.checkpoint.runlog._run_log_reads import ENDED, STATUSES
 from langgraph_resilience.checkpoint.store._schema import RUN_LOG, RUNS
@@ -23,6 +24,7 @@ __all__ = [
     "START_RUN",
     "cancel_worker_run",
     "finish_worker_run",
+    "hold_run",
 ]
 
 _ENDED_SQL = ", ".join(repr(s) for s in ENDED)
@@ -83,6 +85,21 @@ NESTED_FAILED = (
 )
 
 
+# A run that goes on in a process (a resume, a retry_failed, a resume after a
+# crash) is held by it from now: the thread's latest run, if a process (not a
+# Worker) holds it. Params: holder, now, then the thread twice.
+_HELD_RUN = (
+    f"UPDATE {RUN_LOG.name} SET holder = ?, seen_at = ? WHERE thread_id = ? "
+    f"AND status = 'running' AND holder IS NOT NULL AND run = (SELECT max(m.run) "
+    f"FROM {RUN_LOG.name} m WHERE m.thread_id = ?)"
+)
+
+
+def hold_run(d: Dialect, thread_id: str) -> Statements[None]:
+    """This process goes on with the thread's latest run (`_HELD_RUN`)."""
+    yield Stmt(d.sql(_HELD_RUN), (process_id(), time.time(), thread_id, thread_id))
+
+
 # A status a run's driver or Worker saw (params: status, status, now): an ended
 # run keeps the time it ended first; an open one has none.
 _SET_STATUS = (
@@ -90,21 +107,26 @@ _SET_STATUS = (
 )
 
 
-def finish_worker_run(d: Dialect, fence: Fence, status: str) -> Statements[None]:
+def finish_worker_run(
+    d: Dialect, fence: Fence, status: str, error: str | None = None
+) -> Statements[None]:
     """A `Worker` ends or pauses its run (in `_runs.finish_run`'s transaction,
     before the run's own row): the ledger's row of that run says so, with the
-    worker that held it. A released run (queued again) goes on: nothing changes."""
+    worker that held it, and for a run that ended ``error`` the error it ended
+    on (``Type: message``, as a plain invoke's row keeps it: `_run_log.fail_run`).
+    A released run (queued again) goes on: nothing changes."""
     if status not in STATUSES:
         return
     now = time.time()
+    said = error[:1000] if error is not None and status == "error" else None
     yield Stmt(
         d.sql(
-            f"UPDATE {RUN_LOG.name} SET {_SET_STATUS}, "
+            f"UPDATE {RUN_LOG.name} SET {_SET_STATUS}, error = coalesce(?, error), "
             f"worker = coalesce(worker, (SELECT owner FROM {RUNS.name} WHERE run_id = ?)), "
             f"updated_at = ? WHERE run_id = ? AND EXISTS (SELECT 1 FROM {RUNS.name} "
             "WHERE run_id = ? AND fencing_token = ? AND status = 'running')"
         ),
-        (status, status, now, fence.run_id, now, fence.run_id, fence.run_id, fence.token),
+        (status, status, now, said, fence.run_id, now, fence.run_id, fence.run_id, fence.token),
     )
 
 

@@ -39,12 +39,18 @@ _STATUS = (
 _LEDGER = (
     f"SELECT r.thread_id, r.run, r.run_id, {_STATUS}, w.attempts, "
     f"(SELECT count(*) FROM {RECOVERIES.name} c WHERE c.thread_id = r.thread_id "
-    "AND c.run = r.run), w.owner, r.updated_at, r.error "
+    "AND c.run = r.run), w.owner, r.updated_at, r.error, w.lease_expires_at AS lease_end, "
+    "w.holder AS worker_holder, r.holder AS run_holder, r.seen_at AS seen_at, "
+    "CASE WHEN r.status = 'running' AND r.holder IS NOT NULL THEN "
+    f"(SELECT max(s.ended_at) FROM {STEPS.name} s WHERE s.thread_id = r.thread_id "
+    "AND s.run = r.run) END AS stepped "
     f"FROM {RUN_LOG.name} r LEFT JOIN {RUNS.name} w ON w.run_id = r.run_id "
     "{where}ORDER BY r.updated_at DESC, r.thread_id DESC, r.run DESC LIMIT ?"
 )
 _UNSTARTED = (
-    "SELECT w.thread_id, 0, w.run_id, w.status, w.attempts, 0, w.owner, w.updated_at, NULL "
+    "SELECT w.thread_id, 0, w.run_id, w.status, w.attempts, 0, w.owner, w.updated_at, "
+    "NULL AS error, w.lease_expires_at AS lease_end, w.holder AS worker_holder, "
+    "NULL AS run_holder, NULL AS seen_at, NULL AS stepped "
     f"FROM {RUNS.name} w WHERE NOT EXISTS (SELECT 1 FROM {RUN_LOG.name} r "
     "WHERE r.run_id = w.run_id) {where}ORDER BY w.updated_at DESC LIMIT ?"
 )
@@ -54,7 +60,10 @@ def list_summaries(
     d: Dialect, statuses: Sequence[str] | None, limit: int
 ) -> Statements[list[tuple[Any, ...]]]:
     """Up to ``limit`` runs, newest first: (thread, run, run id, status, claims,
-    recoveries, owner, updated, error); a `Worker` run that never started is run 0."""
+    recoveries, owner, updated, error, lease end, Worker holder, holder, seen at,
+    latest step end); a `Worker` run that never started is run 0. The last five
+    tell whether a ``running`` run's process is gone (`_liveness`); the step end
+    is read for a running run no Worker holds only."""
     found: list[tuple[Any, ...]] = []
     for sql, status in ((_LEDGER, _STATUS), (_UNSTARTED, "w.status")):
         where, params = "", tuple[Any, ...]()

@@ -266,12 +266,18 @@ class Runs(_Part):
         return self._io._write(lambda: _runs.renew_leases(d, owner, fences, lease_ttl))
 
     def finish(
-        self, fence: Fence, status: str, outcome: Blob | None, wait: float | None = None
+        self,
+        fence: Fence,
+        status: str,
+        outcome: Blob | None,
+        wait: float | None = None,
+        error: str | None = None,
     ) -> bool:
         """End, pause or release a held run (``wait``: seconds before a released run
-        may be claimed again); False if its lease was lost."""
+        may be claimed again; ``error``: what a run that ends ``error`` ended on,
+        kept in its run row); False if its lease was lost."""
         d = self._saver._dialect
-        return self._io._write(lambda: _finish(d, fence, status, outcome, wait))
+        return self._io._write(lambda: _finish(d, fence, status, outcome, wait, error))
 
     def requeue(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
         """Queue a paused run again, with a new budget if given."""
@@ -290,10 +296,15 @@ class Runs(_Part):
 
 
 def _finish(
-    d: Dialect, fence: Fence, status: str, outcome: Blob | None, wait: float | None
+    d: Dialect,
+    fence: Fence,
+    status: str,
+    outcome: Blob | None,
+    wait: float | None,
+    error: str | None = None,
 ) -> Statements[bool]:
     """`_runs.finish_run`, the run ledger's row of the run told first (same transaction)."""
-    yield from _run_log.finish_worker_run(d, fence, status)
+    yield from _run_log.finish_worker_run(d, fence, status, error)
     return (yield from _runs.finish_run(d, fence, status, outcome, wait))
 
 
@@ -334,11 +345,16 @@ class AsyncRuns(Runs, _AsyncPart):
         return await self._saver._write(lambda: _runs.renew_leases(d, owner, fences, lease_ttl))
 
     async def afinish(
-        self, fence: Fence, status: str, outcome: Blob | None, wait: float | None = None
+        self,
+        fence: Fence,
+        status: str,
+        outcome: Blob | None,
+        wait: float | None = None,
+        error: str | None = None,
     ) -> bool:
         """Async twin of `Runs.finish`."""
         d = self._saver._dialect
-        return await self._saver._write(lambda: _finish(d, fence, status, outcome, wait))
+        return await self._saver._write(lambda: _finish(d, fence, status, outcome, wait, error))
 
     async def arequeue(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
         """Async twin of `Runs.requeue`."""

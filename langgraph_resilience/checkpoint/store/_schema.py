@@ -381,6 +381,11 @@ RUN_LOG = Table(
         # graph version it ran on (`ResilientStateGraph(version=)`).
         Column("error", "TEXT", since=2),
         Column("graph_version", "TEXT", since=2),
+        # The process driving a run no `Worker` holds (`_process.process_id`),
+        # and when it was last seen doing so (its start, a resume, a retry):
+        # readers tell a ``running`` run whose process is gone (`_liveness`).
+        Column("holder", "TEXT", since=3),
+        Column("seen_at", "REAL_T", since=3),
     ),
     primary_key=("thread_id", "run"),
     since=1,
@@ -559,6 +564,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     # 2: how an effect's outcome came about; a run's error and graph version.
     Migration.both(*EFFECTS.added(2), *RUN_LOG.added(2)),
+    # 3: the process driving a plain run, and when it was last seen.
+    Migration.both(*RUN_LOG.added(3)),
     # Append here: never edit or reorder an entry above (a new column: add it to
     # its table with ``since=`` the new version, and append
     # ``Migration.both(*TABLE.added(version))``).
