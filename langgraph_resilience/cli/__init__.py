@@ -14,8 +14,11 @@ Subcommands (``--db``: a SQLite file path or a Postgres DSN, or env ``LGR_DB``):
   checkpoint (after a crash), ``--value`` answering a pause;
 - ``retry THREAD... --graph module:attr [--step PATH] [--update JSON]``:
   `retry_failed` on threads that ended with a partial result;
-- ``worker --graph module:attr [--concurrency N]``: run a `Worker` until
-  SIGTERM/SIGINT (it drains: steps in flight finish, their runs are released);
+- ``worker --graph module:attr [--concurrency N] [--drain-timeout S]``: run a
+  `Worker` until SIGTERM/SIGINT (it drains: steps in flight finish, their runs
+  are released; a step still busy after ``--drain-timeout`` is given back, or
+  left to its lease when the store cannot be reached, and the process exits
+  without it, code 75: `_exit`);
 - ``cancel RUN [--reason TEXT]``: end a queued, running or paused run;
 - ``archive --archive URL [--older-than 24h]``: move idle threads to the cold
   tier (``LGR_ARCHIVE`` names it for every subcommand: archived threads are
@@ -30,11 +33,14 @@ Subcommands (``--db``: a SQLite file path or a Postgres DSN, or env ``LGR_DB``):
 ``--json`` prints machine-readable output. Exit codes: 0 done; 1 a thread or
 the demo did not end as it should (a partial result, a pause, an error); 2 the
 command could not act: usage, an unknown thread or run, a store that cannot be
-reached or is not set up (one line on stderr).
+reached or is not set up (one line on stderr); 75 a drained worker exited
+without waiting for a hung step or store call (its runs: given back, or left
+to their leases).
 
 The rooms: ``_store`` (the store and the graph a subcommand names), ``_reports``
 (``runs``, ``show``, ``metrics``), ``_actions`` (resume, retry, cancel),
-``_limits`` (``limits``), ``_ui`` (``ui``: the console), ``_render`` (JSON,
+``_limits`` (``limits``), ``_exit`` (how a drained ``worker`` process ends),
+``_ui`` (``ui``: the console), ``_render`` (JSON,
 tables, progress, errors), ``__main__`` (``python -m langgraph_resilience.cli``),
 ``demo/`` (the demo).
 """
@@ -60,6 +66,7 @@ from langgraph_resilience.cli._actions import (
     resume_thread,
     retry_thread,
 )
+from langgraph_resilience.cli._exit import LEFT_BEHIND, exit_now, watchdog
 from langgraph_resilience.cli._limits import limits
 from langgraph_resilience.cli._render import (
     err_console,
@@ -473,6 +480,13 @@ def prune(
     help="Seconds a claim lasts unrenewed: a dead worker's runs are taken over after it.",
 )
 @click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True), default=None)
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds a drain (SIGTERM) waits for the steps in flight before it gives "
+    "their runs back (default: the lease).",
+)
 @click.option("--worker-id", default=None, help="This worker's name (default host:pid:random).")
 @click.option("--until-idle", is_flag=True, help="Exit once no run is queued or running.")
 @click.option(
@@ -488,6 +502,7 @@ def worker(
     concurrency: int,
     lease_ttl: float,
     poll_interval: float | None,
+    drain_timeout: float | None,
     worker_id: str | None,
     until_idle: bool,
     log_level: str,
@@ -497,7 +512,10 @@ def worker(
     """Run a Worker: claim runs, run them under a lease, take over dead workers' runs.
 
     SIGTERM or SIGINT drains it: steps in flight finish, their runs go back to
-    the queue, and it exits 0.
+    the queue, and it exits 0. A step still busy after --drain-timeout (a store
+    call that hangs) is given back, or left to its lease when the store cannot
+    be reached; the process then exits at once without it, with code 75, within
+    the drain timeout plus one store call.
     """
     _log_to_stderr(log_level)
     with open_store(db) as store:
@@ -509,17 +527,29 @@ def worker(
             worker_id=worker_id,
             concurrency=concurrency,
             poll_interval=poll_interval,
+            drain_timeout=drain_timeout,
         )
         err_console().print(
             f"worker {w.worker_id} on {store.where}: concurrency {concurrency}, lease "
             f"{lease_ttl:g} s; SIGTERM or Ctrl-C drains it"
         )
-        done = w.run(until_idle=until_idle)
+        with watchdog(w):
+            done = w.run(until_idle=until_idle)
+            if w.left_behind:  # hung threads, and a store that may not answer a flush
+                _print_done(w, done, as_json)
+                logging.getLogger("langgraph_resilience").warning(
+                    "worker %s: exiting without %s", w.worker_id, ", ".join(w.left_behind)
+                )
+                exit_now(LEFT_BEHIND)
+    _print_done(w, done, as_json)
+    return 0
+
+
+def _print_done(w: Worker, done: dict[str, str], as_json: bool) -> None:
     if as_json:
         print_json({"worker_id": w.worker_id, "runs": done})
     elif done:
         print_table(f"runs worker {w.worker_id} left", ["run", "status"], sorted(done.items()))
-    return 0
 
 
 def _log_to_stderr(level: str) -> None:

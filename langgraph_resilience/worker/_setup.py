@@ -1,6 +1,6 @@
 """What the `Worker` needs around its runs: its id, its graph bound to the saver
-that holds the runs, threads that do not outlive a drain, and the messages of
-run-state errors."""
+that holds the runs, threads that do not outlive a drain, how long one store
+call of its saver may last, and the messages of run-state errors."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience.checkpoint import ResilientSaver, RunQueueSaver, RunRecord
+from langgraph_resilience.checkpoint.store._store_retry import retry_window
 from langgraph_resilience.errors import ConfigError, StoreUnavailable
 
 __all__ = [
@@ -28,11 +29,14 @@ __all__ = [
     "not_paused",
     "positive",
     "resilient_saver",
+    "store_call_bound",
     "store_down",
     "stored_value",
 ]
 
 T = TypeVar("T")
+#: How long one try of a SQLite saver waits for a lock (``sqlite3.connect``'s default).
+SQLITE_TRY = 5.0
 
 
 def default_worker_id() -> str:
@@ -73,6 +77,22 @@ def in_thread(name: str, fn: Callable[..., T], *args: Any) -> concurrent.futures
 
     threading.Thread(target=target, name=name, daemon=True).start()
     return future
+
+
+def store_call_bound(saver: ResilientSaver) -> float:
+    """The longest one store call of ``saver`` may last, in seconds: each of its
+    ``store_retry.max_attempts`` tries bounded (a Postgres saver's
+    `PgTimeouts.try_bound`, a SQLite lock wait), plus the waits between them
+    (`retry_window`). ``inf`` when a try is unbounded (``timeouts.read=None``)."""
+    options: dict[str, Any] = getattr(saver, "_own_options", dict)()
+    backoff = options.get("store_retry")
+    if backoff is None:
+        return float("inf")
+    timeouts = options.get("timeouts")
+    per_try = SQLITE_TRY if timeouts is None else timeouts.try_bound
+    if per_try is None:
+        return float("inf")
+    return float(backoff.max_attempts * per_try + retry_window(backoff))
 
 
 def store_down(exc: BaseException) -> bool:

@@ -70,6 +70,7 @@ __all__ = [
     "run_steps",
     "settled_by_hand",
     "store_unreachable",
+    "store_wait",
     "unrecovered_reason",
     "wait_left",
     "where_of",
@@ -493,6 +494,25 @@ def worker_loop(
             return done
         if settings.until_idle and (yield ActiveRuns()) == 0:
             return done
+
+
+#: A store call of the loop begun this little before a drain's end is still given
+#: this long to answer: a store that answers is not taken for one that does not.
+ANSWER_GRACE = 1.0
+#: How often a driver looks again at a store call of the loop it waits for.
+STORE_SLICE = 0.1
+
+
+def store_wait(now: float, began: float, drain_end: float | None) -> float | None:
+    """How long a driver waits (at most) for the loop's store call begun at
+    ``began`` before it looks again, or None: it stops waiting (the drain's end,
+    ``drain_end``, has passed, and the call had `ANSWER_GRACE` to answer). The
+    call then counts as the store not answering, and is left to itself: the loop
+    returns within ``drain_timeout`` whatever a store call in flight does."""
+    if drain_end is None:
+        return STORE_SLICE
+    left = max(drain_end, began + ANSWER_GRACE) - now
+    return None if left <= 0 else min(STORE_SLICE, left)
 
 
 def renewed(

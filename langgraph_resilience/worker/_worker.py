@@ -29,10 +29,15 @@ time-bounded lease and a fencing token that grows with every claim:
   still busy then (a store call that hangs) are given back (released, fenced:
   the hung step can store nothing more) with one store call each, for another
   worker to claim at once; one the store cannot take back (a partition) is left
-  to its lease, which runs out within ``lease_ttl``. The drain
-  counts from the signal and no renewal begins past its end, so `run` returns
-  within ``drain_timeout`` plus a poll and one store call of the loop, which the
-  saver's store timeouts bound;
+  to its lease, which runs out within ``lease_ttl``, and is then taken over
+  (fenced: the stale worker can write nothing, nor call an effect). The drain
+  counts from the signal; the loop's store calls run in a thread of their own
+  and the loop stops waiting for one still unanswered at the drain's end (the
+  store counts as unreachable), so `run` returns within ``drain_timeout`` plus
+  a poll and the one give-back call (`exit_bound`, which the saver's store
+  timeouts bound). What it did not wait for is in `left_behind`: their threads
+  still run, and Python waits for LangGraph's at exit; the command line's
+  ``worker`` exits without them (code 75);
 - a run whose worker's process is known gone (on this machine: the claim names
   it) is taken over at the next poll, not after its lease;
 - a run claimed after more than ``max_recoveries`` takeovers (it keeps killing
@@ -80,6 +85,7 @@ from langgraph_resilience.worker._setup import (
     in_thread,
     positive,
     resilient_saver,
+    store_call_bound,
     store_down,
     stored_value,
 )
@@ -101,6 +107,7 @@ from langgraph_resilience.worker._steps import (
     invoked,
     released_waits,
     run_steps,
+    store_wait,
     where_of,
     worker_loop,
 )
@@ -136,8 +143,9 @@ class Worker(RunControls):
             ``min(1, lease_ttl / 10)``).
         max_recoveries: takeovers after which a run is given up as ``error``.
         drain_timeout: seconds a drain (SIGTERM, `drain`) waits for the steps in
-            flight before it abandons their runs to their leases (default
-            ``lease_ttl``).
+            flight before it gives their runs back (``queued``; left to their
+            leases when the store cannot be reached) and returns (default
+            ``lease_ttl``; see `exit_bound`).
         archive_idle: move threads idle this long to the saver's archive while
             the worker runs (None: never; see ``saver.archive_idle``).
         archive_every: how often (seconds or timedelta) it looks for them.
@@ -193,6 +201,7 @@ class Worker(RunControls):
         self._held: dict[str, Held] = {}
         self._draining = threading.Event()
         self._drain_asked: float | None = None  # Instant.now().monotonic of the first drain
+        self._left: list[str] = []  # what the last run returned without waiting for
 
     # -- draining --------------------------------------------------------------------
 
@@ -203,6 +212,33 @@ class Worker(RunControls):
         self._draining.set()
         for held in list(self._held.values()):
             held.control.request_drain(reason)
+
+    def wait_for_drain(self, timeout: float | None = None) -> bool:
+        """Block until a drain is asked for (SIGTERM, SIGINT, `drain`), at most
+        ``timeout`` seconds; whether one was."""
+        return self._draining.wait(timeout)
+
+    @property
+    def exit_bound(self) -> float:
+        """Seconds from a drain's start within which `run` returns, whatever the
+        store does: ``drain_timeout``, a poll, and one store call of the saver
+        (the give-back of runs whose steps hang; `store_call_bound`: its tries'
+        timeouts and retry waits). ``inf`` for a saver whose waits are unbounded."""
+        return self.drain_timeout + self.poll_interval + store_call_bound(self.saver)
+
+    @property
+    def left_behind(self) -> tuple[str, ...]:
+        """What the last `run` (or `arun`) returned without waiting for: ``run
+        <id>`` for each run whose step a drain abandoned, ``store call <name>``
+        for a store call of the loop unanswered at the drain's end. Their threads
+        still run, each until its step or store call ends (Python waits for
+        LangGraph's executor threads as it exits). A process that owns the worker
+        may exit without them (``os._exit``), as the ``worker`` command does."""
+        return tuple(self._left)
+
+    def _drain_end(self) -> float | None:
+        asked = self._drain_asked
+        return None if asked is None else asked + self.drain_timeout
 
     @contextmanager
     def _signals(self) -> Iterator[None]:
@@ -267,11 +303,15 @@ class Worker(RunControls):
         ``until_idle=False`` polls on and takes it up when it is due.
 
         Runs this worker lost to another (its lease expired) are not in the result;
-        runs a drain abandoned (see ``drain_timeout``) are, as ``running``.
+        runs a drain abandoned (see ``drain_timeout``) are, as ``queued`` (given
+        back) or ``running`` (the store could not be reached: left to its lease).
+        After a drain it returns within `exit_bound`; what it did not wait for is
+        in `left_behind`.
 
         Raises:
             StoreUnavailable: the store could not be reached as the worker started.
         """
+        self._left = []
         loop = self._loop(until_idle)
         futures: dict[concurrent.futures.Future[str | None], str] = {}
         reply: Any = None
@@ -288,7 +328,8 @@ class Worker(RunControls):
                     return done
                 reply = None
                 if isinstance(op, ClaimRuns):
-                    reply = self._call(leases.runs.claim, self.worker_id, op.room, self.lease_ttl)
+                    claim = leases.runs.claim
+                    reply = self._loop_call(claim, self.worker_id, op.room, self.lease_ttl)
                 elif isinstance(op, Start):
                     name = f"lgr-run-{op.held.record.run_id}"
                     futures[in_thread(name, self._execute, op.held, leases)] = op.held.record.run_id
@@ -301,9 +342,11 @@ class Worker(RunControls):
                     )
                     reply = [(futures.pop(f), f.result()) for f in finished]
                 elif isinstance(op, Renew):
-                    reply = self._call(leases.runs.renew, self.worker_id, op.fences, self.lease_ttl)
+                    renew = leases.runs.renew
+                    reply = self._loop_call(renew, self.worker_id, op.fences, self.lease_ttl)
                 elif isinstance(op, Abandon):  # their daemon threads are left to themselves
                     futures = {f: r for f, r in futures.items() if r not in op.run_ids}
+                    self._left.extend(f"run {r}" for r in op.run_ids)
                     blob = self._outcome_blob(_GIVEN_BACK)
                     reply = [
                         f.run_id
@@ -311,7 +354,31 @@ class Worker(RunControls):
                         if self._call(leases.runs.finish, f, "queued", blob, None)
                     ]
                 else:
-                    reply = self._call(leases.active_runs)
+                    reply = self._loop_call(leases.active_runs)
+
+    def _loop_call(self, method: Callable[..., Any], *args: Any) -> Any:
+        """A store call of the loop (`_call`), in a thread of its own: the loop
+        stops waiting for it at the drain's end (`store_wait`); it then counts as
+        the store not answering (None) and its thread is left to itself."""
+        future = in_thread(f"lgr-store-{method.__name__}", self._call, method, *args)
+        began = Instant.now().monotonic
+        while not future.done():
+            wait = store_wait(Instant.now().monotonic, began, self._drain_end())
+            if wait is None:
+                return self._left_unanswered(method)
+            concurrent.futures.wait([future], timeout=wait)
+        return future.result()
+
+    def _left_unanswered(self, method: Callable[..., Any]) -> None:
+        self._left.append(f"store call {method.__name__}")
+        logger.warning(
+            "worker %s: %s still unanswered at the drain's end (%.1f s): the store counts "
+            "as unreachable and the call is left to itself",
+            self.worker_id,
+            method.__name__,
+            self.drain_timeout,
+        )
+        return None
 
     def _call(self, method: Callable[..., Any], *args: Any) -> Any:
         """A store call of the loop; a store that is down is tried again next round."""
@@ -373,6 +440,7 @@ class Worker(RunControls):
         """Async twin of `run`: runs are asyncio tasks on this event loop (a drain
         that times out cancels the tasks it abandons)."""
         saver = self._asaver()
+        self._left = []
         loop = self._loop(until_idle)
         tasks: dict[asyncio.Task[str | None], str] = {}
         reply: Any = None
@@ -386,7 +454,7 @@ class Worker(RunControls):
                         return done
                     reply = None
                     if isinstance(op, ClaimRuns):
-                        reply = await self._acall(
+                        reply = await self._aloop_call(
                             leases.runs.aclaim, self.worker_id, op.room, self.lease_ttl
                         )
                     elif isinstance(op, Start):
@@ -401,13 +469,14 @@ class Worker(RunControls):
                         )
                         reply = [(tasks.pop(t), t.result()) for t in finished]
                     elif isinstance(op, Renew):
-                        reply = await self._acall(
+                        reply = await self._aloop_call(
                             leases.runs.arenew, self.worker_id, op.fences, self.lease_ttl
                         )
                     elif isinstance(op, Abandon):
                         for task in [t for t, r in tasks.items() if r in op.run_ids]:
                             task.cancel()
                             del tasks[task]
+                        self._left.extend(f"run {r}" for r in op.run_ids)
                         blob = self._outcome_blob(_GIVEN_BACK)
                         reply = [
                             f.run_id
@@ -415,7 +484,19 @@ class Worker(RunControls):
                             if await self._acall(leases.runs.afinish, f, "queued", blob, None)
                         ]
                     else:
-                        reply = await self._acall(leases.aactive_runs)
+                        reply = await self._aloop_call(leases.aactive_runs)
+
+    async def _aloop_call(self, method: Callable[..., Any], *args: Any) -> Any:
+        """Async twin of `_loop_call`: the call is a task, cancelled at the drain's end."""
+        task = asyncio.ensure_future(self._acall(method, *args))
+        began = Instant.now().monotonic
+        while not task.done():
+            wait = store_wait(Instant.now().monotonic, began, self._drain_end())
+            if wait is None:
+                task.cancel()
+                return self._left_unanswered(method)
+            await asyncio.wait({task}, timeout=wait)
+        return task.result()
 
     async def _acall(self, method: Callable[..., Any], *args: Any) -> Any:
         try:

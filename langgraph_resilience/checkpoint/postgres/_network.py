@@ -187,6 +187,16 @@ class PgTimeouts:
         """``checkout`` in seconds (what `pooled` takes)."""
         return _s(self.checkout)
 
+    @property
+    def try_bound(self) -> float | None:
+        """The longest one try on a connection may last, in seconds: getting the
+        connection (``connect``, or a pool's ``checkout``) and one wait for the
+        reply (``read``); None: unbounded."""
+        read = _s(self.read)
+        if read is None or self.connect is None:
+            return None
+        return max(float(_whole(self.connect)), _s(self.checkout) or 0.0) + read
+
     def parameters(self) -> dict[str, str]:
         """The libpq connection parameters (whole seconds; ``tcp_user_timeout`` in ms)."""
         params: dict[str, str] = {}
