@@ -1,0 +1,132 @@
+"""A step's records are keyed by the step that ran, through `retry_failed`.
+
+A failed `Send` branch re-run by `retry_failed` is that branch's next try: its
+records are keyed ``work[2]`` (not the re-run's own ``work[0]#2``), so the step
+map shows it completed and redone, and the recovery names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import uuid
+from typing import Annotated, Any
+
+from langgraph.types import Send
+
+from langgraph_resilience import (
+    NodePolicy,
+    ResilientState,
+    ResilientStateGraph,
+    aretry_failed,
+    arun_report,
+    retry_failed,
+    run_report,
+)
+
+
+class Fan(ResilientState, total=False):
+    items: list[int]
+    done: Annotated[list[int], operator.add]
+
+
+def _fan_out(h: Any, broken: set[int]) -> Any:
+    def work(item: dict[str, Any]) -> dict[str, Any]:
+        if item["i"] in broken:
+            raise ValueError(f"item {item['i']} is bad")
+        return {"done": [item["i"]]}
+
+    g = ResilientStateGraph(Fan)
+    g.add_node("work", work, policy=NodePolicy())
+    g.add_conditional_edges(
+        "__start__", lambda s: [Send("work", {"i": i}) for i in s["items"]], ["work"]
+    )
+    g.set_finish_point("work")
+    return g.compile(checkpointer=h.saver)
+
+
+def _config(h: Any, label: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": f"{label}-{h.id}-{uuid.uuid4().hex[:6]}"}}
+
+
+async def _retry(h: Any, graph: Any, config: Any, **kw: Any) -> Any:
+    if h.is_async:
+        return await aretry_failed(graph, config, **kw)
+    return await asyncio.to_thread(lambda: retry_failed(graph, config, **kw))
+
+
+async def _report(h: Any, config: Any) -> Any:
+    thread = config["configurable"]["thread_id"]
+    if h.is_async:
+        return await arun_report(h.saver, thread)
+    return await asyncio.to_thread(run_report, h.saver, thread)
+
+
+async def _rows(h: Any, config: Any) -> list[tuple[str, str]]:
+    rows = await h.call("step_history", config["configurable"]["thread_id"])
+    return [(r["path"], r["status"]) for r in rows]
+
+
+def _assert_redone(report: Any, paths: list[str]) -> None:
+    """The step map shows each re-run branch completed (its tries added up) and
+    redone; the recovery names them; the console marks their node redone."""
+    assert report.status == "success"
+    steps = {s.path: s for s in report.steps}
+    assert not [p for p in steps if "#" in p]  # no branch recorded as another's loop
+    for path in paths:
+        assert (steps[path].status, steps[path].attempts, steps[path].redone) == (
+            "completed",
+            2,
+            1,
+        ), steps[path]
+    [recovery] = report.recoveries
+    assert sorted(recovery["redone_paths"]) == sorted(paths)
+    [line] = [t.describe() for t in report.timeline if t.event == "recovery"]
+    assert all(p in line for p in paths), line
+    assert {s.path for s in report.steps if s.redone} == set(paths)
+    assert "failed" not in report.node_statuses().values()
+
+
+async def test_a_retried_send_branch_is_that_branch_s_next_try(checkpointer: Any) -> None:
+    h = checkpointer
+    broken = {2}
+    graph, config = _fan_out(h, broken), _config(h, "branch")
+    out = await h.invoke(graph, {"items": [0, 1, 2], "done": []}, config)
+    assert [f["path"] for f in out["resilience"]["failed_steps"]] == ["work[2]"]
+    broken.clear()
+    out = await _retry(h, graph, config)
+    assert out["resilience"]["status"] == "success"
+    assert sorted(out["done"]) == [0, 1, 2]
+    assert await _rows(h, config) == [
+        ("work[0]", "completed"),
+        ("work[1]", "completed"),
+        ("work[2]", "failed"),
+        ("work[2]", "completed"),
+    ]
+    _assert_redone(await _report(h, config), ["work[2]"])
+
+
+async def test_each_retried_branch_keeps_its_own_index(checkpointer: Any) -> None:
+    """Two failed branches re-run side by side: each is recorded as itself, not
+    as the re-run's Sends 0 and 1 (which would name two other branches)."""
+    h = checkpointer
+    broken = {1, 3}
+    graph, config = _fan_out(h, broken), _config(h, "branches")
+    await h.invoke(graph, {"items": [0, 1, 2, 3], "done": []}, config)
+    broken.clear()
+    out = await _retry(h, graph, config)
+    assert sorted(out["done"]) == [0, 1, 2, 3]
+    rows = await _rows(h, config)
+    assert sorted(rows[-2:]) == [("work[1]", "completed"), ("work[3]", "completed")]
+    assert rows.count(("work[0]", "completed")) == 1
+    _assert_redone(await _report(h, config), ["work[1]", "work[3]"])
+
+
+async def test_a_branch_retried_with_a_new_payload_is_that_branch(checkpointer: Any) -> None:
+    h = checkpointer
+    graph, config = _fan_out(h, {2}), _config(h, "payload")
+    await h.invoke(graph, {"items": [0, 1, 2], "done": []}, config)
+    out = await _retry(h, graph, config, step="work[2]", payload={"i": 20})
+    assert sorted(out["done"]) == [0, 1, 20]
+    assert (await _rows(h, config))[-1] == ("work[2]", "completed")
+    _assert_redone(await _report(h, config), ["work[2]"])
