@@ -228,6 +228,10 @@ class NodeContext(Tries):
                 {k: inner[k] for k in ("kind", "reason", "error_type", "message") if k in inner}
             )
             route["path"] = str(inner.get("path") or route["path"])
+            # The failure is the inner step's: what it says to do, its one failed row.
+            route["nested"] = True
+            if inner.get("suggestions"):
+                route["suggestion"] = str(inner["suggestions"][0])
         return route
 
 

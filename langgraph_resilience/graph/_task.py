@@ -300,7 +300,9 @@ class TaskContext:
         ns = self._configurable.get("checkpoint_ns") or ""
         if NS_SEP not in ns:  # a root task (``node:<task id>``), every step of a flat graph
             return ""
-        parts = [seg.split(NS_END, 1)[0] for seg in ns.split(NS_SEP) if seg]
+        # A numeric segment (``research:<id>|1|fetch:<id>``: the subgraph's second
+        # call in its task, a retry of its node) is no level of the path.
+        parts = [seg.split(NS_END, 1)[0] for seg in ns.split(NS_SEP) if seg and not seg.isdigit()]
         return "".join(f"{p}/" for p in parts[:-1])
 
     @property
