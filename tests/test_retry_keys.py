@@ -1,8 +1,11 @@
-"""A step's records are keyed by the step that ran, through `retry_failed`.
+"""A step's records are keyed by the step that ran, through every recovery.
 
 A failed `Send` branch re-run by `retry_failed` is that branch's next try: its
 records are keyed ``work[2]`` (not the re-run's own ``work[0]#2``), so the step
-map shows it completed and redone, and the recovery names it.
+map shows it completed and redone, and the recovery names it. A step inside a
+subgraph node counts its own tries once: the parent's wrapper error
+(`SubgraphStopped`) is not a try of it, nor a second failed row, nor what the
+suggestion is about; a subgraph its parent calls again is at the same path.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ from typing import Annotated, Any
 from langgraph.types import Send
 
 from langgraph_resilience import (
+    Backoff,
     NodePolicy,
+    PermanentError,
     ResilientState,
     ResilientStateGraph,
+    TransientError,
     aretry_failed,
     arun_report,
     retry_failed,
@@ -130,3 +136,89 @@ async def test_a_branch_retried_with_a_new_payload_is_that_branch(checkpointer: 
     assert sorted(out["done"]) == [0, 1, 20]
     assert (await _rows(h, config))[-1] == ("work[2]", "completed")
     _assert_redone(await _report(h, config), ["work[2]"])
+
+
+class Research(ResilientState, total=False):
+    q: str
+    found: str
+
+
+_QUICK = Backoff(max_attempts=3, initial_interval=0.01, jitter="none")
+
+
+def _research(h: Any, error: Exception, *, inner_policy: bool = True) -> Any:
+    """A parent whose node ``research`` is a compiled subgraph; its node ``fetch``
+    raises ``error`` on its first call only."""
+    calls = []
+
+    def fetch(state: dict[str, Any]) -> dict[str, Any]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise error
+        return {"found": "it"}
+
+    sub = ResilientStateGraph(Research)
+    sub.add_node("fetch", fetch, policy=NodePolicy(retry=_QUICK) if inner_policy else None)
+    sub.set_entry_point("fetch")
+    sub.set_finish_point("fetch")
+    g = ResilientStateGraph(Research)
+    g.add_node("research", sub.compile(), policy=NodePolicy(retry=_QUICK))
+    g.add_node("write", lambda s: {"q": s["q"] + "!"})
+    g.set_entry_point("research")
+    g.add_edge("research", "write")
+    g.set_finish_point("write")
+    return g.compile(checkpointer=h.saver)
+
+
+def _tries(report: Any) -> list[str]:
+    return [t.describe() for t in report.timeline if t.event == "failed"]
+
+
+async def test_a_subgraph_step_that_failed_for_good_is_told_as_itself(checkpointer: Any) -> None:
+    """The inner step failed once for good, then `retry_failed` re-ran it: one
+    failed row, its own error in its suggestion, two tries (not three)."""
+    h = checkpointer
+    graph, config = _research(h, PermanentError("401 bad key")), _config(h, "stopped")
+    out = await h.invoke(graph, {"q": "x"}, config)
+    log = out["resilience"]
+    assert log["status"] == "partial_complete"
+    assert [f["path"] for f in log["failed_steps"]] == ["research/fetch"]
+    [advice] = log["recovery_suggestions"]
+    assert "PermanentError: 401 bad key" in advice and "SubgraphStopped" not in advice
+    assert await _rows(h, config) == [("research/fetch", "failed")]
+    report = await _report(h, config)
+    assert [(s.path, s.status, s.attempts) for s in report.steps] == [
+        ("research/fetch", "failed", 1)
+    ]
+    assert [t for t in _tries(report) if "SubgraphStopped" in t] == []
+    assert all("SubgraphStopped" not in s for s in report.suggestions)
+
+    out = await _retry(h, graph, config)
+    assert out["resilience"]["status"] == "success"
+    assert await _rows(h, config) == [
+        ("research/fetch", "failed"),
+        ("research/fetch", "completed"),
+        ("write", "completed"),
+    ]
+    report = await _report(h, config)
+    fetch = {s.path: s for s in report.steps}["research/fetch"]
+    assert (fetch.status, fetch.attempts, fetch.redone) == ("completed", 2, 1)
+    [try_] = _tries(report)
+    assert try_.startswith("research/fetch try 1 failed (permanent: PermanentError: 401 bad key)")
+    assert report.node_statuses().get("research") != "failed"
+
+
+async def test_a_subgraph_its_parent_retries_keeps_its_steps_paths(checkpointer: Any) -> None:
+    """The inner node has no policy: its error fails the parent's node, which
+    retries the subgraph; the second call's steps are at ``research/fetch``
+    (not ``research/1/fetch``: LangGraph's numeric namespace segment)."""
+    h = checkpointer
+    graph = _research(h, TransientError("503 busy"), inner_policy=False)
+    config = _config(h, "outer")
+    out = await h.invoke(graph, {"q": "x"}, config)
+    assert out["resilience"]["status"] == "success"
+    assert await _rows(h, config) == [("research/fetch", "completed"), ("write", "completed")]
+    report = await _report(h, config)
+    assert [s.path for s in report.steps] == ["research/fetch", "write"]
+    [try_] = _tries(report)
+    assert try_.startswith("research try 1 failed (transient: TransientError: 503 busy)")
