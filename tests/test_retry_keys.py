@@ -217,8 +217,39 @@ async def test_a_subgraph_its_parent_retries_keeps_its_steps_paths(checkpointer:
     config = _config(h, "outer")
     out = await h.invoke(graph, {"q": "x"}, config)
     assert out["resilience"]["status"] == "success"
-    assert await _rows(h, config) == [("research/fetch", "completed"), ("write", "completed")]
+    assert sorted(await _rows(h, config)) == [
+        ("research", "completed"),
+        ("research/fetch", "completed"),
+        ("write", "completed"),
+    ]
     report = await _report(h, config)
-    assert [s.path for s in report.steps] == ["research/fetch", "write"]
+    steps = {s.path: s for s in report.steps}
+    assert sorted(steps) == ["research", "research/fetch", "write"]
+    # fetch ran twice: its failure was the parent's try 1 of research, then it completed
+    assert (steps["research"].attempts, steps["research/fetch"].attempts) == (2, 1)
     [try_] = _tries(report)
     assert try_.startswith("research try 1 failed (transient: TransientError: 503 busy)")
+    assert "research<br/><small>retried (2 tries)</small>" in report.to_mermaid()
+
+
+async def test_a_subgraph_node_re_run_by_retry_failed_is_completed(checkpointer: Any) -> None:
+    """The inner node has no policy: its error fails the parent's node for
+    good; `retry_failed` re-runs that node, which completes: the step map shows
+    ``research`` completed and redone, not ``failed`` under a ``success``."""
+    h = checkpointer
+    graph = _research(h, PermanentError("401 bad key"), inner_policy=False)
+    config = _config(h, "node")
+    out = await h.invoke(graph, {"q": "x"}, config)
+    assert [f["path"] for f in out["resilience"]["failed_steps"]] == ["research"]
+    out = await _retry(h, graph, config)
+    assert out["resilience"]["status"] == "success"
+    report = await _report(h, config)
+    steps = {s.path: s for s in report.steps}
+    assert (steps["research"].status, steps["research"].attempts, steps["research"].redone) == (
+        "completed",
+        2,
+        1,
+    )
+    assert steps["research/fetch"].status == "completed"
+    assert report.recoveries[0]["redone_paths"] == ["research"]
+    assert "failed" not in report.node_statuses().values()
