@@ -253,3 +253,41 @@ async def test_a_subgraph_node_re_run_by_retry_failed_is_completed(checkpointer:
     assert steps["research/fetch"].status == "completed"
     assert report.recoveries[0]["redone_paths"] == ["research"]
     assert "failed" not in report.node_statuses().values()
+
+
+async def test_a_retried_branch_inside_a_subgraph_is_that_branch(checkpointer: Any) -> None:
+    """A fan-out inside a subgraph node: `retry_failed` re-enters the subgraph and
+    re-runs ``research/work[1]`` as that branch, not as ``research/work[0]``."""
+    h = checkpointer
+    broken = {1}
+
+    def work(item: dict[str, Any]) -> dict[str, Any]:
+        if item["i"] in broken:
+            raise ValueError(f"item {item['i']} is bad")
+        return {"done": [item["i"]]}
+
+    sub = ResilientStateGraph(Fan)
+    sub.add_node("work", work, policy=NodePolicy())
+    sub.add_conditional_edges(
+        "__start__", lambda s: [Send("work", {"i": i}) for i in s["items"]], ["work"]
+    )
+    sub.set_finish_point("work")
+    g = ResilientStateGraph(Fan)
+    g.add_node("research", sub.compile())
+    g.add_node("write", lambda s: {})
+    g.set_entry_point("research")
+    g.add_edge("research", "write")
+    g.set_finish_point("write")
+    graph, config = g.compile(checkpointer=h.saver), _config(h, "nested")
+    out = await h.invoke(graph, {"items": [0, 1, 2], "done": []}, config)
+    assert [f["path"] for f in out["resilience"]["failed_steps"]] == ["research/work[1]"]
+    broken.clear()
+    out = await _retry(h, graph, config)
+    assert sorted(out["done"]) == [0, 1, 2]
+    report = await _report(h, config)
+    steps = {s.path: s for s in report.steps}
+    assert (steps["research/work[0]"].attempts, steps["research/work[0]"].redone) == (1, 0)
+    fixed = steps["research/work[1]"]
+    assert (fixed.status, fixed.attempts, fixed.redone) == ("completed", 2, 1)
+    assert report.recoveries[0]["redone_paths"] == ["research/work[1]"]
+    assert [t for t in _tries(report) if "SubgraphStopped" in t] == []
