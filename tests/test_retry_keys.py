@@ -182,7 +182,12 @@ async def test_a_subgraph_step_that_failed_for_good_is_told_as_itself(checkpoint
     out = await h.invoke(graph, {"q": "x"}, config)
     log = out["resilience"]
     assert log["status"] == "partial_complete"
-    assert [f["path"] for f in log["failed_steps"]] == ["research/fetch"]
+    [failed] = log["failed_steps"]
+    assert (failed["path"], failed["error_type"], failed["attempts"]) == (
+        "research/fetch",
+        "PermanentError",
+        1,
+    )
     [advice] = log["recovery_suggestions"]
     assert "PermanentError: 401 bad key" in advice and "SubgraphStopped" not in advice
     assert await _rows(h, config) == [("research/fetch", "failed")]
@@ -291,3 +296,30 @@ async def test_a_retried_branch_inside_a_subgraph_is_that_branch(checkpointer: A
     assert (fixed.status, fixed.attempts, fixed.redone) == ("completed", 2, 1)
     assert report.recoveries[0]["redone_paths"] == ["research/work[1]"]
     assert [t for t in _tries(report) if "SubgraphStopped" in t] == []
+
+
+async def test_a_subgraph_step_that_ran_out_of_tries_names_them(checkpointer: Any) -> None:
+    """The inner step failed three tries: the run's failed step says 3 (not the
+    parent's one try of the subgraph node), as the step map does."""
+    h = checkpointer
+
+    def fetch(state: dict[str, Any]) -> dict[str, Any]:
+        raise TransientError("503 busy")
+
+    sub = ResilientStateGraph(Research)
+    sub.add_node("fetch", fetch, policy=NodePolicy(retry=_QUICK))
+    sub.set_entry_point("fetch")
+    sub.set_finish_point("fetch")
+    g = ResilientStateGraph(Research)
+    g.add_node("research", sub.compile(), policy=NodePolicy(retry=_QUICK))
+    g.set_entry_point("research")
+    g.set_finish_point("research")
+    graph, config = g.compile(checkpointer=h.saver), _config(h, "tries")
+    out = await h.invoke(graph, {"q": "x"}, config)
+    failed = out["resilience"]["failed_step"]
+    assert (failed["path"], failed["attempts"]) == ("research/fetch", 3)
+    report = await _report(h, config)
+    assert [(s.path, s.status, s.attempts) for s in report.steps] == [
+        ("research/fetch", "failed", 3)
+    ]
+    assert len(_tries(report)) == 3

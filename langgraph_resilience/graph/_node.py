@@ -228,7 +228,11 @@ class NodeContext(Tries):
         if isinstance(exc, SubgraphStopped):  # name the inner step, as it failed
             inner = exc.failed
             route.update(
-                {k: inner[k] for k in ("kind", "reason", "error_type", "message") if k in inner}
+                {
+                    k: inner[k]
+                    for k in ("kind", "reason", "error_type", "message", "attempts")
+                    if k in inner
+                }
             )
             route["path"] = str(inner.get("path") or route["path"])
             # The failure is the inner step's: what it says to do, its one failed row.
