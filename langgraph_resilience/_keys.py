@@ -17,6 +17,7 @@ __all__ = [
     "MIGRATED_META",
     "RENAMED_SCOPES_KEY",
     "REPLAYED_SCOPES_KEY",
+    "RETRIED_SENDS_KEY",
     "RETRY_FAILED_KEY",
     "RUN_META",
     "SCOPE_KEY",
@@ -38,6 +39,11 @@ RENAMED_SCOPES_KEY = "__lgr_renamed_scopes"
 #: A run from an older checkpoint (`graph._travel`): ``{"step", "scopes": {task
 #: path: effect scope}}``, the scopes the steps it replays had (their effect keys).
 REPLAYED_SCOPES_KEY = "__lgr_replayed_scopes"
+#: The failed `Send` branches a `retry_failed` re-runs, each its own next try:
+#: ``{"step", "ns", "sends": [[node, index], ...]}``; the i-th `Send` task of
+#: step ``step`` in the graph at namespace ``ns`` is the branch ``node[index]``
+#: (LangGraph numbers the re-run's Sends anew, from 0: `graph._task`).
+RETRIED_SENDS_KEY = "__lgr_retried_sends"
 #: The parent graph goes on after a subgraph's `retry_failed`.
 RETRY_FAILED_KEY = "lgr_retry_failed"
 #: A run level's node slots (`graph._slots.Level`).

@@ -135,6 +135,9 @@ class NodeContext(Tries):
         if lean is not None and _keeps_rows(lean[0], task):  # a top-level step's
             task_id = task.task_id
             lean[0].finished(task_id, log["step"])  # until its writes land
+            nested = output.get("resilience") if type(output) is dict else None
+            if isinstance(nested, Mapping):  # a subgraph's run log: the record rides in it
+                return {**output, "resilience": {**nested, **log}}
             if _hand(log, output):
                 lean[0].hand(task_id, log)
                 return output
@@ -225,9 +228,17 @@ class NodeContext(Tries):
         if isinstance(exc, SubgraphStopped):  # name the inner step, as it failed
             inner = exc.failed
             route.update(
-                {k: inner[k] for k in ("kind", "reason", "error_type", "message") if k in inner}
+                {
+                    k: inner[k]
+                    for k in ("kind", "reason", "error_type", "message", "attempts")
+                    if k in inner
+                }
             )
             route["path"] = str(inner.get("path") or route["path"])
+            # The failure is the inner step's: what it says to do, its one failed row.
+            route["nested"] = True
+            if inner.get("suggestions"):
+                route["suggestion"] = str(inner["suggestions"][0])
         return route
 
 

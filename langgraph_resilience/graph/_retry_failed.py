@@ -16,6 +16,7 @@ declares no destinations may be either: it is left to the re-run step's edges.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -27,7 +28,7 @@ from langgraph.types import Command, Send, StateSnapshot
 
 import langgraph_resilience.graph._closing as _closing
 import langgraph_resilience.graph._retry_parent as _parent
-from langgraph_resilience._keys import EFFECT_SCOPE_KEY, RETRY_FAILED_KEY
+from langgraph_resilience._keys import EFFECT_SCOPE_KEY, RETRIED_SENDS_KEY, RETRY_FAILED_KEY
 from langgraph_resilience._langgraph import ERROR_HANDLER_PREFIX, SEND_PATH
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.errors import ConfigError, RunStateError
@@ -35,7 +36,14 @@ from langgraph_resilience.graph._routes import PARTIAL_RESULT
 from langgraph_resilience.graph._task import nested_task
 from langgraph_resilience.telemetry._emit import recovery_event
 
-__all__ = ["RetryPlan", "aretry_failed", "innermost_node", "retry_failed", "retry_plan"]
+__all__ = [
+    "RetryPlan",
+    "aretry_failed",
+    "innermost_node",
+    "retried_sends",
+    "retry_failed",
+    "retry_plan",
+]
 
 
 def _to_retry(values: Mapping[str, Any], thread: str, step: str | None) -> list[Mapping[str, Any]]:
@@ -148,13 +156,45 @@ def _retry_command(
     return Command(goto=gotos, update={**(update or {}), "resilience": reset})
 
 
-def _with_effect_scope(config: RunnableConfig, steps: list[Mapping[str, Any]]) -> RunnableConfig:
-    """The config for re-running a failed step: its side effects keep their keys."""
+def _retry_keys(steps: list[Mapping[str, Any]], head_step: Any, ns: str) -> dict[str, Any]:
+    """The configurable keys for re-running failed steps: a failed step's side
+    effects keep their keys, a failed `Send` branch re-runs as its own next try."""
+    keys = retried_sends(steps, head_step, ns)
     tasks = [f for f in steps if f.get("task")]
-    if len(tasks) != 1:  # several branches of one node: each keys its effects anew
-        return config
-    scope = {"node": tasks[0]["node"], "task": tasks[0]["task"]}
-    return {**config, "configurable": {**config.get("configurable", {}), EFFECT_SCOPE_KEY: scope}}
+    if len(tasks) == 1:  # several branches of one node: each keys its effects anew
+        keys[EFFECT_SCOPE_KEY] = {"node": tasks[0]["node"], "task": tasks[0]["task"]}
+    return keys
+
+
+def _retry_config(
+    config: RunnableConfig, steps: list[Mapping[str, Any]], head: StateSnapshot
+) -> RunnableConfig:
+    """The config for re-running ``steps`` from the thread's ``head``."""
+    configurable = config.get("configurable") or {}
+    ns = str(configurable.get("checkpoint_ns") or "")
+    keys = _retry_keys(steps, (head.metadata or {}).get("step"), ns)
+    return {**config, "configurable": {**configurable, **keys}} if keys else config
+
+
+_BRANCH = re.compile(r"\[(\d+)\](?:#\d+)?$")
+
+
+def retried_sends(steps: list[Mapping[str, Any]], head_step: Any, ns: str = "") -> dict[str, Any]:
+    """The configurable key under which the failed `Send` branches re-run as
+    their own next tries (``work[2]``, not the re-run's ``work[0]``): each
+    branch's node and index, in the order `_retry_command` sends them, at the
+    step after the head's (``head_step``), in the graph at namespace ``ns``
+    (none: no branch, or the head's step unknown)."""
+    sends = [f for f in steps if "send" in f]
+    if not sends or not isinstance(head_step, int):
+        return {}
+    branches = []
+    for f in sends:
+        found = _BRANCH.search(str(f.get("path") or ""))
+        if found is None:  # not named as a branch: numbered as LangGraph numbers it
+            return {}
+        branches.append([str(f["node"]), int(found.group(1))])
+    return {RETRIED_SENDS_KEY: {"step": head_step + 1, "ns": ns, "sends": branches}}
 
 
 def _inner_retry(
@@ -224,6 +264,7 @@ def retry_plan(
     update: Mapping[str, Any] | None = None,
     step: str | None = None,
     due: Sequence[str] = (),
+    head_step: int | None = None,
 ) -> RetryPlan:
     """`retry_failed`'s run, from the thread's state ``values``, without running it.
 
@@ -232,7 +273,9 @@ def retry_plan(
     ``due``: nodes that were due beside the failed step when the run stopped
     short and that the re-run steps do not lead to (`not_run`, which needs the
     compiled graph); without them only the failed steps and what their edges
-    lead to run.
+    lead to run. ``head_step``: the step of the thread's head checkpoint (its
+    metadata's ``step``), so that a failed `Send` branch re-runs as its own next
+    try (``work[2]``); without it the re-run is recorded as LangGraph numbers it.
 
     Raises:
         RunStateError: nothing to retry, or the step failed inside a subgraph.
@@ -245,7 +288,7 @@ def retry_plan(
             "with retry_failed(graph, config) on the compiled graph, which re-enters "
             "the subgraph at its own checkpoint"
         )
-    scoped = _with_effect_scope({}, steps).get("configurable") or {}
+    scoped = _retry_keys(steps, head_step, "")
     return RetryPlan(
         steps=steps, command=_retry_command(steps, update, list(due)), configurable=scoped
     )
@@ -418,7 +461,7 @@ def retry_failed(
         return graph.invoke(None, _going_on(config))
     before = graph.get_state(head.parent_config) if head.parent_config else None
     command = _retry_command(steps, update, not_run(graph, before, steps))
-    return graph.invoke(command, _with_effect_scope(config, steps))
+    return graph.invoke(command, _retry_config(config, steps, head))
 
 
 async def aretry_failed(
@@ -451,4 +494,4 @@ async def aretry_failed(
         return await graph.ainvoke(None, _going_on(config))
     before = await graph.aget_state(head.parent_config) if head.parent_config else None
     command = _retry_command(steps, update, not_run(graph, before, steps))
-    return await graph.ainvoke(command, _with_effect_scope(config, steps))
+    return await graph.ainvoke(command, _retry_config(config, steps, head))

@@ -374,7 +374,8 @@ def routes_node(
 
 def failure_log(route: Mapping[str, Any], state: Any) -> dict[str, Any]:
     """The run-log update of a step that gave up (``state``: the failed task's
-    input, a `Send` branch's own payload)."""
+    input, a `Send` branch's own payload); a step inside a nested graph that
+    failed (``route["nested"]``) is recorded by that graph, not again here."""
     status = "fallback" if route["route"] == Action.FALLBACK.value else "failed"
     path = str(route.get("path") or route["node"])
     known = state.get("resilience") if isinstance(state, Mapping) else None
@@ -391,7 +392,9 @@ def failure_log(route: Mapping[str, Any], state: Any) -> dict[str, Any]:
     }
     if route.get("run_id"):  # it ran under a Worker's lease
         step["run_id"] = route["run_id"]
-    log: dict[str, Any] = {"step": step}
+    # A nested graph's step that failed (``nested``) has its failed row, stored
+    # by its own graph: the node that ran the graph stores none of it again.
+    log: dict[str, Any] = {} if route.get("nested") and status == "failed" else {"step": step}
     if status == "fallback":
         log["degraded_steps"] = [path]
         return log

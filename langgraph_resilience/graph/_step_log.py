@@ -180,8 +180,7 @@ def nested_stop(output: Any) -> None:
     log = output.get("resilience") if isinstance(output, Mapping) else None
     if stops is None or not isinstance(log, Mapping) or log.get("status") != "partial_complete":
         return
-    failed = log.get("failed_step")
-    stops.append(failed if isinstance(failed, Mapping) else {"message": "it stopped short"})
+    stops.append(_inner_failure(log))
 
 
 def nested_log(output: Any, state: Any) -> tuple[dict[str, float], Mapping[str, Any] | None]:
@@ -202,8 +201,18 @@ def nested_log(output: Any, state: Any) -> tuple[dict[str, float], Mapping[str, 
         for k, v in (inner.get("usage") or {}).items()
         if k != "seconds" and v > before.get(k, 0)
     }
-    failed = inner.get("failed_step") if inner.get("status") == "partial_complete" else None
-    return delta, failed if isinstance(failed, Mapping) else None
+    return delta, _inner_failure(inner) if inner.get("status") == "partial_complete" else None
+
+
+def _inner_failure(log: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The failed step of a nested run log that stopped short, with what it
+    suggests doing (``suggestions``): its parent's failure is that step's."""
+    failed = log.get("failed_step")
+    found = dict(failed) if isinstance(failed, Mapping) else {"message": "it stopped short"}
+    suggestions = log.get("recovery_suggestions")
+    if suggestions:
+        found["suggestions"] = [str(s) for s in suggestions]
+    return found
 
 
 _VERDICTS = {

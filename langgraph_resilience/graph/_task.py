@@ -38,6 +38,7 @@ from langgraph_resilience._keys import (
     FENCE_KEY,
     RENAMED_SCOPES_KEY,
     REPLAYED_SCOPES_KEY,
+    RETRIED_SENDS_KEY,
     SCOPE_KEY,
     WORKER_KEY,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "current_attempt",
     "in_parent_task",
     "nested_task",
+    "retried_index",
 ]
 
 
@@ -93,6 +95,20 @@ def nested_task(namespace: str, task_id: str) -> dict[str, str]:
     """The configurable keys under which a graph runs as the subgraph of a
     parent's task (``namespace``, ``task_id``): in that namespace's checkpoints."""
     return {"checkpoint_ns": namespace, TASK_ID_KEY: task_id}
+
+
+def retried_index(
+    retried: Mapping[str, Any], step: int | None, ns: str, node: str | None, index: int
+) -> int:
+    """The branch a `Send` task is (its index as first sent): a `retry_failed`
+    re-run of a failed branch (`RETRIED_SENDS_KEY`: its Sends, in the order the
+    re-run sends them, at its step in its graph's namespace) is that branch's
+    next try, not the re-run's ``index``-th Send; any other task keeps ``index``."""
+    sends = retried.get("sends") or ()
+    if step != retried.get("step") or ns != retried.get("ns") or index >= len(sends):
+        return index
+    sent_node, original = sends[index]
+    return int(original) if sent_node == node else index
 
 
 def current_attempt() -> Attempt:
@@ -268,7 +284,12 @@ class TaskContext:
         """The index of the `Send` that started this task, if one did."""
         path = self._metadata.get(PATH_KEY)
         if path and path[0] == SEND_PATH and len(path) >= 2 and isinstance(path[1], int):
-            return int(path[1])
+            retried = self._configurable.get(RETRIED_SENDS_KEY)
+            if retried is None:
+                return int(path[1])
+            # the namespace of the graph the task runs in ("" at the root)
+            ns = str(self._configurable.get("checkpoint_ns") or "").rpartition(NS_SEP)[0]
+            return retried_index(retried, self.step, ns, self.node, int(path[1]))
         return None
 
     @property
@@ -279,7 +300,9 @@ class TaskContext:
         ns = self._configurable.get("checkpoint_ns") or ""
         if NS_SEP not in ns:  # a root task (``node:<task id>``), every step of a flat graph
             return ""
-        parts = [seg.split(NS_END, 1)[0] for seg in ns.split(NS_SEP) if seg]
+        # A numeric segment (``research:<id>|1|fetch:<id>``: the subgraph's second
+        # call in its task, a retry of its node) is no level of the path.
+        parts = [seg.split(NS_END, 1)[0] for seg in ns.split(NS_SEP) if seg and not seg.isdigit()]
         return "".join(f"{p}/" for p in parts[:-1])
 
     @property

@@ -9,6 +9,7 @@ from typing import Any
 
 from langgraph_resilience.checkpoint import EffectRecord
 from langgraph_resilience.checkpoint.runlog._events import StoredAttempt
+from langgraph_resilience.graph._step_log import SubgraphStopped
 from langgraph_resilience.history._ledger_runs import Recovery, ThreadRun, step_tasks
 
 __all__ = [
@@ -203,12 +204,21 @@ def _in_run(run: ThreadRun, checkpoint_id: str) -> bool:
     return run.next_checkpoint is None or checkpoint_id < run.next_checkpoint
 
 
+#: The error of a try whose nested graph (a subgraph node's) stopped short: the
+#: node's wrapper, not a failure of its own (the inner step's tries are the failure).
+_WRAPPER_ERROR = SubgraphStopped.__name__
+
+
 def timeline_of(run: ThreadRun, attempts: Sequence[StoredAttempt]) -> tuple[TryEntry, ...]:
-    """Failed tries (the attempts ledger), step ends and recoveries, in time order."""
+    """Failed tries (the attempts ledger), step ends and recoveries, in time order;
+    a subgraph node's try that failed only because its subgraph stopped short is
+    not one (the subgraph's step that failed has its own tries and end)."""
     # Before any takeover, the run's steps ran under its first worker (when known).
     owner = _first_worker(run)
     entries = []
     for a in attempts:
+        if a.error_type == _WRAPPER_ERROR:
+            continue  # a nested graph's stop, told by its failed step's own tries
         step = _step_of(run, a)
         if step is None and not _in_run(run, a.checkpoint_id):
             continue  # another run's try

@@ -132,9 +132,11 @@ class RunReport:
         steps = [asdict(s) for s in self.steps]
         nodes, edges = render.drawn(graph) if graph is not None else render.seen(steps)
         tries: dict[str, int] = {}
+        own = {render.top_node(s.path) for s in self.steps if "/" not in s.path}
         for s in self.steps:
             name = render.top_node(s.path)
-            tries[name] = tries.get(name, 0) + s.attempts
+            if "/" not in s.path or name not in own:  # a subgraph node's own tries, if known
+                tries[name] = tries.get(name, 0) + s.attempts
         statuses = self.node_statuses()
         if self.status == "partial_complete":  # the run ended at the partial result
             statuses.setdefault(PARTIAL_RESULT, "failed")

@@ -170,7 +170,11 @@ async def retry(request: Request) -> JSONResponse:
         try:
             state = await _answer(api, "GET", f"/threads/{thread}/state")
             plan = retry_plan(
-                state.get("values") or {}, thread, update=body.get("update"), step=body.get("step")
+                state.get("values") or {},
+                thread,
+                update=body.get("update"),
+                step=body.get("step"),
+                head_step=(state.get("metadata") or {}).get("step"),
             )
             assistant = body.get("assistant_id") or await _assistant_of(api, thread)
             recovery_event("retry_failed", thread, [str(f.get("path")) for f in plan.steps], None)
