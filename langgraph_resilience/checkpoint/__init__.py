@@ -52,7 +52,7 @@ __all__ = [
     "IntentVerdict",
     "OutcomeFields",
     "ResilientSaver",
-    "RunQueueSaver",
     "RunLogRecord",
+    "RunQueueSaver",
     "RunRecord",
 ]

@@ -61,7 +61,8 @@ class RunSummary:
             raise ConfigError(f"RunSummary.status must be one of {_STATUSES}, got {self.status!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The summary as JSON-ready values (``questions`` a list)."""
+        return {**asdict(self), "questions": list(self.questions)}
 
 
 def _stale(status: str, row: tuple[Any, ...], now: float) -> bool:
