@@ -72,7 +72,7 @@ async def test_a_paused_agent_says_what_it_asks(checkpointer: Harness) -> None:
     assert f"asks: {QUESTION!r}" in shown.to_text()
     (row,) = await listed(checkpointer, thread)
     assert (row.status, row.questions) == ("paused", (QUESTION,))
-    assert row.to_dict()["questions"] == (QUESTION,)
+    assert row.to_dict()["questions"] == [QUESTION]
     if checkpointer.backend in ("sqlite", "postgres"):
         rows = json.loads(await asyncio.to_thread(cli_out, checkpointer.target, "runs", "--json"))
         assert [r["questions"] for r in rows if r["thread_id"] == thread] == [[QUESTION]]
