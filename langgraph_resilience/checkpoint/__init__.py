@@ -26,7 +26,12 @@ package needs of a saver.
 
 from __future__ import annotations
 
-from langgraph_resilience.checkpoint._protocol import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint._protocol import (
+    AsyncEffectLedger,
+    AsyncResilientSaver,
+    EffectLedger,
+    ResilientSaver,
+)
 from langgraph_resilience.checkpoint.ledger._ledger import (
     AttemptKey,
     AttemptRecord,
@@ -38,6 +43,7 @@ from langgraph_resilience.checkpoint.ledger._runs import Fence, RunRecord
 from langgraph_resilience.checkpoint.runlog._run_log_reads import RunLogRecord
 
 __all__ = [
+    "AsyncEffectLedger",
     "AsyncResilientSaver",
     "AttemptKey",
     "AttemptRecord",
@@ -45,6 +51,7 @@ __all__ = [
     "Fence",
     "IntentVerdict",
     "OutcomeFields",
+    "EffectLedger",
     "ResilientSaver",
     "RunLogRecord",
     "RunRecord",

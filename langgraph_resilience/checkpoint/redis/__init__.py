@@ -6,7 +6,9 @@ reads a thread atomically), ``_records`` (a checkpoint or write in a hash
 field, with its checksum), ``_ops`` (every operation, written once for both
 twins), ``_driver`` (pipelines, retries, script reloads), ``_durability`` (what
 the server keeps on disk), ``_tier`` (demotion to the cold tier and restore),
-``_common`` (options, setup checks, refusals).
+``_common`` (options, setup checks, refusals), and the ledgers: ``_effects``
+(the effect ledger), ``_attempts`` (a task's failed tries), ``_effects_lua``
+(their scripts), ``_effects_parts`` (``saver.effects``, ``saver.attempts``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
+from langgraph_resilience.checkpoint.saver._base import flush_quietly
 from langgraph_resilience.errors import ArchiveError
 from langgraph_resilience.policy import Backoff
 
@@ -99,7 +102,9 @@ class ResilientRedisSaver(RedisCommon):
         """A saver on a new client for ``redis://`` (or ``rediss://``, ``unix://``) URL."""
         conn = redis.Redis.from_url(conn_string, decode_responses=False)
         try:
-            yield cls(conn, **kwargs)
+            saver = cls(conn, **kwargs)
+            yield saver
+            flush_quietly(saver._state, saver.effects.flush)  # outcomes written behind
         finally:
             conn.close()
 
@@ -209,7 +214,9 @@ class ResilientRedisSaver(RedisCommon):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         return self._drive(
-            lambda: _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
+            lambda: self._riding(
+                _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
+            )
         )
 
     def put_writes(
@@ -220,7 +227,9 @@ class ResilientRedisSaver(RedisCommon):
         task_path: str = "",
     ) -> None:
         self._drive(
-            lambda: _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path)
+            lambda: self._riding(
+                _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path)
+            )
         )
 
     def delete_thread(self, thread_id: str) -> None:

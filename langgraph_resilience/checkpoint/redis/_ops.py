@@ -278,13 +278,14 @@ def delete_for_runs(place: Place, run_ids: Sequence[str]) -> Ops[None]:
 
 def copy_thread(place: Place, source: str, target: str) -> Ops[None]:
     src, dst = place.keys(source), place.keys(target)
-    dumps = yield [("DUMP", k) for k in src[:6]] + [("EXISTS", src.archived), ("HKEYS", src.byrun)]
-    if dumps[6]:
+    n = len(src.data)
+    dumps = yield [("DUMP", k) for k in src.data] + [("EXISTS", src.archived), ("HKEYS", src.byrun)]
+    if dumps[n]:
         raise Archived(source)  # copied from its hot keys, once restored
-    if not any(dumps[:6]):
+    if not any(dumps[:n]):
         return
     batch: list[Command] = []
-    for key, dumped in zip(dst[:6], dumps[:6], strict=True):
+    for key, dumped in zip(dst.data, dumps[:n], strict=True):
         if dumped is not None:
             batch.append(("RESTORE", key, place.ttl_ms, dumped, "REPLACE"))
     batch.append(place.registered(target))
@@ -317,9 +318,9 @@ def idle_threads(place: Place, older_than_ms: int, limit: int) -> Ops[list[str]]
 
 
 def dump_thread(place: Place, thread_id: str) -> Ops[list[bytes | None] | None]:
-    """The DUMP of a hot thread's six keys (None: nothing hot to demote)."""
+    """The DUMP of a hot thread's data keys (None: nothing hot to demote)."""
     keys = place.keys(thread_id)
-    dumps = yield [("EXISTS", keys.archived), *(("DUMP", k) for k in keys[:6])]
+    dumps = yield [("EXISTS", keys.archived), *(("DUMP", k) for k in keys.data)]
     if dumps[0] or not any(dumps[1:]):
         return None
     return list(dumps[1:])

@@ -24,6 +24,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph_resilience.checkpoint.archive._moves import ArchiveReport
 from langgraph_resilience.checkpoint.archive._objects import Archive
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES
+from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.redis import _ops
 from langgraph_resilience.checkpoint.redis._common import (
     DEFAULT_TTL,
@@ -34,9 +35,14 @@ from langgraph_resilience.checkpoint.redis._common import (
 )
 from langgraph_resilience.checkpoint.redis._driver import adrive
 from langgraph_resilience.checkpoint.redis._durability import Durability
+from langgraph_resilience.checkpoint.redis._effects_parts import (
+    AsyncRedisAttempts,
+    AsyncRedisEffects,
+)
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
+from langgraph_resilience.checkpoint.saver._base import aflush_quietly
 from langgraph_resilience.errors import ArchiveError
 from langgraph_resilience.policy import Backoff
 
@@ -84,9 +90,25 @@ class AsyncResilientRedisSaver(RedisCommon):
         """A saver on a new client for a ``redis://`` URL."""
         conn = aredis.Redis.from_url(conn_string, decode_responses=False)
         try:
-            yield cls(conn, **kwargs)
+            saver = cls(conn, **kwargs)
+            yield saver
+            await aflush_quietly(saver._state, saver.effects.aflush)  # outcomes written behind
         finally:
             await conn.aclose()
+
+    @property
+    def effects(self) -> AsyncRedisEffects:
+        """The side-effect ledger, with the a-prefixed methods."""
+        return AsyncRedisEffects(self)
+
+    @property
+    def attempts(self) -> AsyncRedisAttempts:
+        """The failed tries of tasks, with the a-prefixed methods."""
+        return AsyncRedisAttempts(self)
+
+    async def alist_effects(self, thread_id: str) -> Sequence[EffectRecord]:
+        """Async twin of `list_effects`."""
+        return await self.effects.alisted(str(thread_id))
 
     async def _run(self, op: Ops[T]) -> T:
         return await adrive(self.conn, op, self.backoff, self.target)
@@ -188,7 +210,9 @@ class AsyncResilientRedisSaver(RedisCommon):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         return await self._drive(
-            lambda: _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
+            lambda: self._riding(
+                _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
+            )
         )
 
     async def aput_writes(
@@ -199,7 +223,9 @@ class AsyncResilientRedisSaver(RedisCommon):
         task_path: str = "",
     ) -> None:
         await self._drive(
-            lambda: _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path)
+            lambda: self._riding(
+                _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path)
+            )
         )
 
     async def adelete_thread(self, thread_id: str) -> None:
