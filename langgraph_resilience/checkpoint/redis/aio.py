@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import redis
 import redis.asyncio as aredis
@@ -96,15 +96,18 @@ class AsyncResilientRedisSaver(RedisCommon):
         finally:
             await conn.aclose()
 
+    _effects_type: ClassVar[type[AsyncRedisEffects]] = AsyncRedisEffects
+    _attempts_type: ClassVar[type[AsyncRedisAttempts]] = AsyncRedisAttempts
+
     @property
     def effects(self) -> AsyncRedisEffects:
         """The side-effect ledger, with the a-prefixed methods."""
-        return AsyncRedisEffects(self)
+        return self._effects_type(self)
 
     @property
     def attempts(self) -> AsyncRedisAttempts:
         """The failed tries of tasks, with the a-prefixed methods."""
-        return AsyncRedisAttempts(self)
+        return self._attempts_type(self)
 
     async def alist_effects(self, thread_id: str) -> Sequence[EffectRecord]:
         """Async twin of `list_effects`."""
