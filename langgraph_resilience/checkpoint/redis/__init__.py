@@ -39,10 +39,9 @@ from langgraph_resilience.checkpoint.redis._common import (
     config_reply,
     judge,
 )
-from langgraph_resilience.checkpoint.redis._driver import drive
+from langgraph_resilience.checkpoint.redis._driver import ALL_SCRIPTS, drive
 from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
-from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
 from langgraph_resilience.checkpoint.saver._base import flush_quietly
 from langgraph_resilience.errors import ArchiveError
@@ -181,7 +180,7 @@ class ResilientRedisSaver(RedisCommon):
         """Check the server (Redis >= 7), load the scripts, and say what it keeps on
         disk (warns once when a crash of the server would lose checkpoints)."""
         check_version(self.conn.info("server"), self.target)
-        for script in SCRIPTS:
+        for script in ALL_SCRIPTS:
             self.conn.script_load(script.source)
         try:
             config = config_reply(self.conn.config_get("append*") | self.conn.config_get("save"))

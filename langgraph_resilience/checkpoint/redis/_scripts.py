@@ -1,7 +1,7 @@
 """The Lua scripts: each stores or reads one thread atomically (its keys,
 `_keys.ThreadKeys`, in that order, are every script's KEYS: the 7th is the
 cold-tier marker, the others its data). The ledgers' scripts are in
-`_effects_lua`, loaded with these.
+`_effects_lua`; `_driver.ALL_SCRIPTS` are those a server is given.
 
 Redis runs a script as one command: nothing interleaves, and under
 ``appendfsync always`` its effects are on disk before the reply.
@@ -218,7 +218,4 @@ return 1
 """,
 )
 
-# the ledgers' scripts (they use `Script`, defined above)
-from langgraph_resilience.checkpoint.redis._effects_lua import LEDGER_SCRIPTS  # noqa: E402
-
-SCRIPTS = (PUT, PUT_WRITES, GET, PRUNE, DELETE_RUN, DEMOTE, RESTORE, *LEDGER_SCRIPTS)
+SCRIPTS = (PUT, PUT_WRITES, GET, PRUNE, DELETE_RUN, DEMOTE, RESTORE)

@@ -33,14 +33,13 @@ from langgraph_resilience.checkpoint.redis._common import (
     config_reply,
     judge,
 )
-from langgraph_resilience.checkpoint.redis._driver import adrive
+from langgraph_resilience.checkpoint.redis._driver import ALL_SCRIPTS, adrive
 from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._effects_parts import (
     AsyncRedisAttempts,
     AsyncRedisEffects,
 )
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
-from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
 from langgraph_resilience.checkpoint.saver._base import aflush_quietly
 from langgraph_resilience.errors import ArchiveError
@@ -177,7 +176,7 @@ class AsyncResilientRedisSaver(RedisCommon):
     async def setup(self) -> Durability:
         """As `ResilientRedisSaver.setup`."""
         check_version(await self.conn.info("server"), self.target)
-        for script in SCRIPTS:
+        for script in ALL_SCRIPTS:
             await self.conn.script_load(script.source)
         try:
             config = config_reply(
