@@ -199,3 +199,32 @@ def test_an_effect_survives_its_process_and_its_redis_sigkilled(
     assert len(read_ledger(charges)) == 1  # the charge was made once
     ran = [line[0] for line in read_ledger(ledger)]
     assert ran == ["s1", "s2", "s3", "s4", "s4", "s5", "s6", "s7"]  # s4 again, replaying
+
+
+@needs_redis
+def test_a_prune_drops_the_ledger_of_the_checkpoints_it_drops(prefix: str) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    def intent(key: str, checkpoint_id: str) -> EffectRecord:
+        return EffectRecord(
+            idempotency_key=key,
+            name="email",
+            status="intent",
+            intent_at=time.time(),
+            checkpoint_id=checkpoint_id,
+        )
+
+    with _saver(prefix) as saver:
+        config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        ids = []
+        for _ in range(2):
+            config = saver.put(config, empty_checkpoint(), {}, {})
+            ids.append(config["configurable"]["checkpoint_id"])
+        for i, cid in enumerate(ids):
+            saver.effects.claim("t", intent(f"k{i}", cid), None, 30.0)
+            record = AttemptRecord(attempt=1, node="n")
+            saver.attempts.record(("t", "", cid, "task"), record, time.time())
+        saver.prune(["t"], strategy="keep_latest")
+        assert [e.idempotency_key for e in saver.list_effects("t")] == ["k1"]
+        assert saver.attempts.read(("t", "", ids[0], "task")) == []
+        assert len(saver.attempts.read(("t", "", ids[1], "task"))) == 1

@@ -17,6 +17,7 @@ __all__ = [
     "ATTEMPT",
     "CLAIM",
     "LEDGER_SCRIPTS",
+    "ORPHANS",
     "OUTCOMES",
     "RENEW",
     "TAKE",
@@ -134,4 +135,33 @@ return 1
 """,
 )
 
-LEDGER_SCRIPTS: tuple[Script, ...] = (CLAIM, TAKE, RENEW, OUTCOMES, ATTEMPT)
+#: After a prune or a run's deletion: drop the effects and the tries whose
+#: checkpoint is gone, as the SQL savers' ``delete_orphans``. Returns how many.
+ORPHANS = Script(
+    "ledger_orphans",
+    _GUARD
+    + r"""
+local n = 0
+local fx = redis.call('HGETALL', KEYS[8])
+for i = 1, #fx, 2 do
+  local rec = cjson.decode(fx[i + 1])
+  local ns, cid = rec.checkpoint_ns, rec.checkpoint_id
+  if type(ns) ~= 'string' then ns = '' end
+  if type(cid) ~= 'string' then cid = '' end
+  if redis.call('HEXISTS', KEYS[1], ns .. '\0' .. cid) == 0 then
+    redis.call('HDEL', KEYS[8], fx[i])
+    n = n + 1
+  end
+end
+for _, f in ipairs(redis.call('HKEYS', KEYS[9])) do
+  local task_at = string.find(f, '%z[^%z]*$')
+  if redis.call('HEXISTS', KEYS[1], string.sub(f, 1, task_at - 1)) == 0 then
+    redis.call('HDEL', KEYS[9], f)
+    n = n + 1
+  end
+end
+return n
+""",
+)
+
+LEDGER_SCRIPTS: tuple[Script, ...] = (CLAIM, TAKE, RENEW, OUTCOMES, ATTEMPT, ORPHANS)

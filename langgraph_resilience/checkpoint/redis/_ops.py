@@ -26,6 +26,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_resilience.checkpoint.archive._sizes import SizeBudget, channel_sizes
+from langgraph_resilience.checkpoint.redis._effects_lua import ORPHANS
 from langgraph_resilience.checkpoint.redis._keys import (
     ThreadKeys,
     check_prefix,
@@ -269,8 +270,9 @@ def delete_for_runs(place: Place, run_ids: Sequence[str]) -> Ops[None]:
     touched: list[str] = []
     for run_id, members in zip(run_ids, threads, strict=True):
         for t in members:
-            batch.append(run(DELETE_RUN, place.keys(t.decode()), run_id))
-            touched.append(t.decode())
+            batch += [run(DELETE_RUN, place.keys(t.decode()), run_id)]
+            batch += [run(ORPHANS, place.keys(t.decode()))]  # the ledger's, as on SQL
+            touched += [t.decode(), t.decode()]
     for thread_id, reply in zip(touched, (yield batch), strict=True):
         _hot(reply, thread_id)
     yield [("DEL", *(run_key(place.prefix, r) for r in run_ids))]
@@ -300,8 +302,11 @@ def prune(place: Place, thread_ids: Sequence[str], strategy: str) -> Ops[None]:
             [("ZREM", threads_key(place.prefix), *threads)] if threads else []
         )
     elif threads:
+        batch = [
+            c for t in threads for c in (run(PRUNE, place.keys(t)), run(ORPHANS, place.keys(t)))
+        ]
         for thread_id, reply in zip(
-            threads, (yield [run(PRUNE, place.keys(t)) for t in threads]), strict=True
+            [t for t in threads for _ in (0, 1)], (yield batch), strict=True
         ):
             _hot(reply, thread_id)
 
