@@ -173,15 +173,18 @@ def test_an_effect_survives_its_process_and_its_redis_sigkilled(
     private_redis: PrivateRedis, tmp_path: Path, trial: int
 ) -> None:
     """A seven-step pipeline charging a card in step 4; its process SIGKILLed right
-    after the charge returned, the Redis server SIGKILLed and restarted from its
-    AOF; the resume replays the charge: called once, the run a success. Odd
-    trials run the async saver."""
+    after the charge returned (or, every other pair of trials, during the call,
+    after the outside system charged: before the outcome is stored), the Redis
+    server SIGKILLed and restarted from its AOF; the resume replays the charge
+    (or reconciles it): called once, the run a success. Odd trials run the async
+    saver."""
     from helpers import read_ledger
     from spawn import spawn
 
     script = str(Path(__file__).parent / "scripts" / "redis_effect_pipeline.py")
     ledger, charges = tmp_path / "ledger", tmp_path / "charges"
-    mode = ["--async"] if trial % 2 else []
+    in_call = bool(trial // 2 % 2)
+    mode = (["--async"] if trial % 2 else []) + (["--in-call"] if in_call else [])
     proc = spawn(script, private_redis.url, "job", str(ledger), str(charges), *mode)
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL  # killed itself right after the charge
@@ -195,7 +198,7 @@ def test_an_effect_survives_its_process_and_its_redis_sigkilled(
     result = json.loads(out.strip().splitlines()[-1])
     steps = [f"s{i}" for i in range(1, 8)]
     assert result["status"] == "success" and result["done"] == steps
-    assert result["effects"] == [["charge", "done", "called"]]
+    assert result["effects"] == [["charge", "done", "reconciled" if in_call else "called"]]
     assert len(read_ledger(charges)) == 1  # the charge was made once
     ran = [line[0] for line in read_ledger(ledger)]
     assert ran == ["s1", "s2", "s3", "s4", "s4", "s5", "s6", "s7"]  # s4 again, replaying
@@ -228,3 +231,19 @@ def test_a_prune_drops_the_ledger_of_the_checkpoints_it_drops(prefix: str) -> No
         assert [e.idempotency_key for e in saver.list_effects("t")] == ["k1"]
         assert saver.attempts.read(("t", "", ids[0], "task")) == []
         assert len(saver.attempts.read(("t", "", ids[1], "task"))) == 1
+
+
+@needs_redis
+def test_an_outcome_written_behind_rides_with_the_next_write_or_the_close(prefix: str) -> None:
+    with _saver(prefix) as saver:
+        saver.effects.claim("t", _intent("k1"), None, 30.0)
+        saver.effects.defer("t", "k1", _done())
+        with _saver(prefix) as other:  # not stored yet: another saver sees the intent
+            assert [e.status for e in other.list_effects("t")] == ["intent"]
+        assert saver.effects.read("t", "k1").status == "done"  # type: ignore[union-attr]
+        saver.effects.claim("t", _intent("k2"), None, 30.0)  # the next write carries it
+        with _saver(prefix) as other:
+            assert [e.status for e in other.list_effects("t")] == ["done", "intent"]
+        saver.effects.defer("t", "k2", _done())
+    with _saver(prefix) as other:  # closing the saver stored the last one
+        assert [e.status for e in other.list_effects("t")] == ["done", "done"]

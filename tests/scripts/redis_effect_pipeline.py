@@ -1,14 +1,17 @@
 """A process for the Redis effect crash test: a seven-step resilient pipeline on
 a Redis saver whose fourth step charges a card through ``@side_effect``.
 
-    python tests/scripts/redis_effect_pipeline.py URL THREAD LEDGER CHARGES [--async] [--resume]
+    python tests/scripts/redis_effect_pipeline.py URL THREAD LEDGER CHARGES
+        [--async] [--in-call] [--resume]
 
 Each node appends ``<node> <pid>`` to LEDGER (fsynced) when it starts; the
 charge appends ``charge <key> <pid>`` to CHARGES (the outside system: fsynced
 before it returns). Without ``--resume`` the process SIGKILLs itself right
 after the charge returned to the node (its outcome stored, nothing else of
-the step). Prints one JSON line: the run's status, the steps done and the
-thread's effects as stored (name, status, how).
+the step), or with ``--in-call`` right after the outside system charged,
+before the outcome is stored: the resume reconciles it from CHARGES. Prints
+one JSON line: the run's status, the steps done and the thread's effects as
+stored (name, status, how).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ def _args() -> argparse.Namespace:
     for name in ("url", "thread", "ledger", "charges"):
         parser.add_argument(name)
     parser.add_argument("--async", dest="is_async", action="store_true")
+    parser.add_argument("--in-call", action="store_true")
     parser.add_argument("--resume", action="store_true")
     return parser.parse_args()
 
@@ -52,7 +56,14 @@ def _args() -> argparse.Namespace:
 def _graph(args: argparse.Namespace) -> Any:
     def charged(key: str) -> str:
         append(args.charges, f"charge {key} {os.getpid()}")
+        if args.in_call and not args.resume:  # killed before the outcome is stored
+            os.kill(os.getpid(), signal.SIGKILL)
         return f"receipt-{key[-6:]}"
+
+    def reconcile(key: str) -> str | None:
+        """Ask the outside system whether the charge was made (CHARGES)."""
+        made = Path(args.charges).exists() and key in Path(args.charges).read_text().split()
+        return f"receipt-{key[-6:]}" if made else None
 
     def after_charge() -> None:
         if not args.resume:  # killed right after the effect returned
@@ -60,7 +71,7 @@ def _graph(args: argparse.Namespace) -> Any:
 
     if args.is_async:
 
-        @side_effect(name="charge")
+        @side_effect(name="charge", reconcile=reconcile)
         async def acharge(*, idempotency_key: str) -> str:
             return charged(idempotency_key)
 
@@ -77,7 +88,7 @@ def _graph(args: argparse.Namespace) -> Any:
 
         return chain(ResilientStateGraph(State), STEPS, amake)
 
-    @side_effect(name="charge")
+    @side_effect(name="charge", reconcile=reconcile)
     def charge(*, idempotency_key: str) -> str:
         return charged(idempotency_key)
 
