@@ -69,9 +69,16 @@ class RedisRuns:
         return self._sync(self._renew(owner, fences, lease_ttl))
 
     def finish(
-        self, fence: Fence, status: str, outcome: Blob | None, wait: float | None = None
+        self,
+        fence: Fence,
+        status: str,
+        outcome: Blob | None,
+        wait: float | None = None,
+        error: str | None = None,
     ) -> bool:
-        """End, pause or release a held run; False if its lease was lost."""
+        """End, pause or release a held run; False if its lease was lost. ``error``
+        (what a run that ends ``error`` ended on) goes to the SQL savers' run log,
+        not kept on Redis yet."""
         return self._sync(_runs.finish(self._saver.place, fence, status, outcome, wait))
 
     def requeue(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
@@ -110,7 +117,12 @@ class AsyncRedisRuns(RedisRuns):
         return await self._async(self._renew(owner, fences, lease_ttl))
 
     async def afinish(
-        self, fence: Fence, status: str, outcome: Blob | None, wait: float | None = None
+        self,
+        fence: Fence,
+        status: str,
+        outcome: Blob | None,
+        wait: float | None = None,
+        error: str | None = None,
     ) -> bool:
         """Async twin of `RedisRuns.finish`."""
         return await self._async(_runs.finish(self._saver.place, fence, status, outcome, wait))
