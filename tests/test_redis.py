@@ -252,6 +252,14 @@ def test_what_redis_does_not_keep_is_refused_clearly(saver: ResilientRedisSaver)
     # the effect ledger is kept (test_redis_effects.py), the run queue (test_redis_runs.py)
 
 
+@needs_redis
+async def test_what_async_redis_does_not_keep_is_refused_clearly(
+    asaver: AsyncResilientRedisSaver,
+) -> None:
+    with pytest.raises(ConfigError, match="not kept by the Redis savers"):
+        await asaver.astep_history("t")
+
+
 # -- a private Redis with an AOF, SIGKILLed -----------------------------------------------
 
 

@@ -179,3 +179,6 @@ class RedisCommon(BaseCheckpointSaver[str]):
 
     def step_history(self, thread_id: str, *, run: int | None = None) -> NoReturn:
         self._refuse("step_history")
+
+    async def astep_history(self, thread_id: str, *, run: int | None = None) -> NoReturn:
+        self._refuse("astep_history")
