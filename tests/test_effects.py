@@ -131,6 +131,17 @@ def cfg(h: Any, label: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": f"{label}-{h.id}-{uuid.uuid4().hex[:6]}"}}
 
 
+def stored_effects(h: Any, thread: str) -> list[tuple[str, str, str]]:
+    """A Redis saver's effects of ``thread`` as stored: (name, status, key), read
+    by a saver of its own (none of this one's outcomes waiting to be stored)."""
+    from redis_servers import REDIS_URL
+
+    from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
+
+    with ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=h.saver.place.prefix) as other:
+        return [(r.name, r.status, r.idempotency_key) for r in other.list_effects(thread)]
+
+
 async def list_effects(h: Any, thread: str) -> list[Any]:
     return list(await h.call("list_effects", thread))
 
@@ -361,24 +372,23 @@ async def test_an_outcome_is_stored_as_the_call_returns_unless_deferred(
     h = checkpointer
     seen: dict[str, Any] = {}
 
-    def stored() -> dict[str, str]:  # through a separate connection
-        rows = sql(
+    def rows() -> list[tuple[str, str, str]]:  # (name, status, key), through a separate connection
+        if h.backend == "redis":
+            return stored_effects(h, thread)
+        return sql(
             h.backend,
             h.target,
-            "SELECT name, status FROM resilience_effects WHERE thread_id = ? "
+            "SELECT name, status, idempotency_key FROM resilience_effects WHERE thread_id = ? "
             "ORDER BY intent_at, idempotency_key",
             (thread,),
         )
-        return {f"{name}{i}": status for i, (name, status) in enumerate(rows)}
+
+    def stored() -> dict[str, str]:
+        return {f"{name}{i}": status for i, (name, status, _) in enumerate(rows())}
 
     def look(label: str) -> None:
         seen[label] = stored()
-        emails = sql(
-            h.backend,
-            h.target,
-            "SELECT idempotency_key FROM resilience_effects WHERE thread_id = ? AND name = ?",
-            (thread, "email"),
-        )
+        emails = [(key,) for name, _, key in rows() if name == "email"]
         if emails and not h.is_async:  # the saver's own read, from inside the node
             record = h.saver.effects.read(thread, emails[0][0])
             seen[label + " read"] = record.status

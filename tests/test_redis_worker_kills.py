@@ -2,13 +2,12 @@
 the test's own): a worker SIGKILLed mid-run is taken over after its lease, the
 steps it finished are not run again, and a SIGSTOPped worker (a zombie) whose
 run was taken over can no longer write when it wakes (its fenced writes are
-refused by the saver's scripts: `LeaseLost`).
+refused by the saver's scripts: `LeaseLost`), its effects and failed tries as
+its checkpoints.
 
 The worker is ``tests/scripts/lease_worker.py`` (five steps, one outside call
-each). The Redis savers keep no effect ledger yet (docs/redis.md), so its call
-is a plain one there: a step redone would call twice. What is asserted is that
-no finished step is redone (so its call is made once), not the effect ledger's
-promise for the step in flight.
+each, a ``side_effect`` on the Redis savers' effect ledger): every call is made
+once, the step in flight when its worker died too, and no finished step is redone.
 """
 
 from __future__ import annotations
@@ -18,14 +17,13 @@ import os
 import signal
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import assert_no_fork
 from lease_worker import STEPS
-from redis_servers import REDIS_DOWN, flush_prefix, run_record
+from redis_servers import REDIS_DOWN, REDIS_URL, expire_run_lease, flush_prefix, run_record
 from test_worker_crash import (
     POLL,
     TTL,
@@ -38,6 +36,11 @@ from test_worker_crash import (
     work,
 )
 
+from langgraph_resilience.checkpoint import AttemptRecord, EffectRecord, Fence, OutcomeFields
+from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
+from langgraph_resilience.checkpoint.redis.aio import AsyncResilientRedisSaver
+from langgraph_resilience.errors import LeaseLost
+
 pytestmark = [pytest.mark.crash, pytest.mark.skipif(REDIS_DOWN is not None, reason=str(REDIS_DOWN))]
 
 
@@ -49,15 +52,6 @@ def store() -> Iterator[tuple[str, str]]:
         yield "redis", prefix
     finally:
         flush_prefix(prefix)
-
-
-def effects_kept() -> bool:
-    """Whether the Redis savers keep the effect ledger (then lease_worker's call is
-    a ``side_effect``, keyed by its idempotency key; else a plain call, keyed
-    ``<thread>:<step>``)."""
-    from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
-
-    return hasattr(ResilientRedisSaver, "effects")
 
 
 def record(store: tuple[str, str], run_id: str) -> dict[str, object]:
@@ -103,11 +97,7 @@ def test_a_killed_workers_run_is_taken_over_on_redis_and_its_steps_not_redone(
     assert {"s1", "s2"} <= by_victim  # it died in s3
     assert len(by_victim & set(by_peer)) <= 1  # at most the step in flight, again
     assert len(by_peer) == len(set(by_peer)) and by_victim | set(by_peer) == set(STEPS)
-    if effects_kept():
-        assert_each_effect_once(tmp_path, [f"kill-{i}" for i in range(runs)])
-    else:  # the steps finished before the kill made their calls once
-        counted = Counter(calls(tmp_path))
-        assert all(counted[f"{thread}:{s}"] == 1 for s in by_victim - set(by_peer)), counted
+    assert_each_effect_once(tmp_path, [f"kill-{i}" for i in range(runs)])  # s3's too
     for i in range(runs):
         assert_no_fork(*store, f"kill-{i}")
 
@@ -148,6 +138,7 @@ def test_a_zombie_worker_cannot_write_on_redis_after_its_run_was_taken_over(
             by_step.setdefault(s, []).append(p)
     assert rescuer.pid in by_step["s2"] and by_step["s2"].count(zombie.pid) <= 1
     assert all(by_step[s] == [rescuer.pid] for s in ("s3", "s4", "s5"))
+    assert_each_effect_once(tmp_path, [thread])  # s2's call, made by the zombie, not again
     assert_no_fork(*store, thread)
 
 
@@ -230,12 +221,115 @@ def test_a_worker_rides_out_its_redis_sigkilled_and_restarted_from_its_aof(
         }
         ended = [s for _, s, what, *_ in steps(tmp_path) if what == "end"]
         assert sorted(ended) == sorted(STEPS)  # each step once: none redone
-        if effects_kept():
-            assert_each_effect_once(tmp_path, ["aof-0"])
-        else:
-            assert sorted(calls(tmp_path)) == sorted(f"aof-0:{s}" for s in STEPS)
+        assert_each_effect_once(tmp_path, ["aof-0"])
         with ResilientRedisSaver.from_conn_string(server.url, prefix="aof") as saver:
             found = saver.read_run(run_id)
             assert found is not None and (found.status, found.recoveries) == ("success", 0)
     finally:
         server.kill()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_worker_stalled_after_an_intent_on_redis_does_not_call_once_taken_over(
+    store: tuple[str, str], tmp_path: Path, mode: str
+) -> None:
+    """As test_worker_faults': a worker SIGSTOPped right after it stored s2's intent
+    loses its run; a peer takes it over and settles the effect; the first, woken,
+    does not call: every effect once."""
+    from test_worker_faults import stopped
+
+    extra = ["--async"] if mode == "async" else []
+    [run_id] = submit(store, tmp_path, 1, "stall")
+    stalled = work(store, tmp_path, "--stop-after-intent", "s2", *extra)
+    try:
+        wait_for(
+            lambda: (tmp_path / "stopped.log").exists() and stopped(stalled.pid),
+            what="the worker to stop right after s2's intent",
+        )
+        rescuer = work(store, tmp_path, *extra)  # claims the run once its lease ran out
+        assert result(rescuer) == {run_id: "success"}
+    finally:
+        os.kill(stalled.pid, signal.SIGCONT)
+    out, err = stalled.communicate(timeout=60)
+    assert stalled.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == {}  # it finished nothing
+    assert f"run {run_id} lost by this worker" in err, err
+    assert_each_effect_once(tmp_path, ["stall-0"])
+
+
+# -- a stale worker's effects and failed tries, refused by the fence -----------------------
+
+TRY = ("job", "", "c1", "task")
+
+
+def _intent(key: str) -> EffectRecord:
+    return EffectRecord(idempotency_key=key, name="charge", status="intent", intent_at=time.time())
+
+
+def _done() -> OutcomeFields:
+    return OutcomeFields("done", time.time(), "json", b'"charged"', None, "called")
+
+
+def _failed() -> AttemptRecord:
+    return AttemptRecord(attempt=1, node="n", finished_at=time.time())
+
+
+def test_a_stale_workers_effects_and_failed_tries_are_refused_on_redis(
+    store: tuple[str, str],
+) -> None:
+    """A worker whose run was taken over (its lease ran out, a peer claimed it: the
+    token is now 2) can store no intent, no outcome and no failed try under its
+    old fence: each is refused in the script that would write it, nothing stored;
+    the new holder's are stored."""
+    with ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=store[1]) as saver:
+        saver.runs.submit("r1", "job", None, None)
+        [held] = saver.runs.claim("w1", 1, 30.0)
+        stale = Fence(run_id="r1", token=held.fencing_token)
+        assert saver.effects.claim("job", _intent("k1"), None, 30.0, fence=stale).verdict == "new"
+        expire_run_lease(store[1], "r1")
+        [taken] = saver.runs.claim("w2", 1, 30.0)
+        fresh = Fence(run_id="r1", token=taken.fencing_token)
+        assert fresh.token == stale.token + 1
+        with pytest.raises(LeaseLost, match=r"fencing token 1.*token is now 2"):
+            saver.effects.record("job", "k1", _done(), fence=stale)
+        with pytest.raises(LeaseLost):
+            saver.effects.claim("job", _intent("k2"), None, 30.0, fence=stale)
+        with pytest.raises(LeaseLost):
+            saver.attempts.record(TRY, _failed(), time.time(), fence=stale)
+        found = saver.effects.read("job", "k1")
+        assert found is not None and found.status == "intent"  # the stale outcome: not stored
+        assert saver.effects.read("job", "k2") is None and saver.attempts.read(TRY) == []
+        saver.effects.record("job", "k1", _done(), fence=fresh)
+        saver.attempts.record(TRY, _failed(), time.time(), fence=fresh)
+        found = saver.effects.read("job", "k1")
+        assert found is not None and found.status == "done"
+        assert [a.attempt for a in saver.attempts.read(TRY)] == [1]
+
+
+async def test_a_stale_workers_effects_and_failed_tries_are_refused_on_async_redis(
+    store: tuple[str, str],
+) -> None:
+    async with AsyncResilientRedisSaver.from_conn_string(REDIS_URL, prefix=store[1]) as saver:
+        await saver.runs.asubmit("r1", "job", None, None)
+        [held] = await saver.runs.aclaim("w1", 1, 30.0)
+        stale = Fence(run_id="r1", token=held.fencing_token)
+        verdict = await saver.effects.aclaim("job", _intent("k1"), None, 30.0, fence=stale)
+        assert verdict.verdict == "new"
+        expire_run_lease(store[1], "r1")
+        [taken] = await saver.runs.aclaim("w2", 1, 30.0)
+        fresh = Fence(run_id="r1", token=taken.fencing_token)
+        with pytest.raises(LeaseLost, match=r"fencing token 1.*token is now 2"):
+            await saver.effects.arecord("job", "k1", _done(), fence=stale)
+        with pytest.raises(LeaseLost):
+            await saver.effects.aclaim("job", _intent("k2"), None, 30.0, fence=stale)
+        with pytest.raises(LeaseLost):
+            await saver.attempts.arecord(TRY, _failed(), time.time(), fence=stale)
+        found = await saver.effects.aread("job", "k1")
+        assert found is not None and found.status == "intent"
+        assert await saver.effects.aread("job", "k2") is None
+        assert await saver.attempts.aread(TRY) == []
+        await saver.effects.arecord("job", "k1", _done(), fence=fresh)
+        await saver.attempts.arecord(TRY, _failed(), time.time(), fence=fresh)
+        found = await saver.effects.aread("job", "k1")
+        assert found is not None and found.status == "done"

@@ -101,7 +101,7 @@ def tool_once_sync(
 ) -> Any:
     """``call(key)`` at most once for this tool call (a stored outcome is returned)."""
     effect, found = _tool_call(spec, call_id, task)
-    saver = found.saver
+    saver = found.ledger
     if saver is None:
         raise _no_saver(spec, found)
     return drive_sync(effect, saver, call)
@@ -115,7 +115,7 @@ async def tool_once_async(
 ) -> Any:
     """The async twin of `tool_once_sync`."""
     effect, found = _tool_call(spec, call_id, task)
-    saver = found.async_saver
+    saver = found.async_ledger
     if saver is None:
         raise _no_saver(spec, found)
     return await drive_async(effect, saver, call)

@@ -27,8 +27,10 @@ package needs of a saver.
 from __future__ import annotations
 
 from langgraph_resilience.checkpoint._protocol import (
+    AsyncEffectLedger,
     AsyncResilientSaver,
     AsyncRunQueueSaver,
+    EffectLedger,
     ResilientSaver,
     RunQueueSaver,
 )
@@ -43,10 +45,12 @@ from langgraph_resilience.checkpoint.ledger._runs import Fence, RunRecord
 from langgraph_resilience.checkpoint.runlog._run_log_reads import RunLogRecord
 
 __all__ = [
+    "AsyncEffectLedger",
     "AsyncResilientSaver",
     "AsyncRunQueueSaver",
     "AttemptKey",
     "AttemptRecord",
+    "EffectLedger",
     "EffectRecord",
     "Fence",
     "IntentVerdict",

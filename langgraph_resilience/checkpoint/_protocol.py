@@ -32,13 +32,21 @@ from langgraph_resilience.checkpoint.saver._interfaces import (
     Runs,
 )
 
-__all__ = ["AsyncResilientSaver", "AsyncRunQueueSaver", "ResilientSaver", "RunQueueSaver"]
+__all__ = [
+    "AsyncEffectLedger",
+    "AsyncResilientSaver",
+    "AsyncRunQueueSaver",
+    "EffectLedger",
+    "ResilientSaver",
+    "RunQueueSaver",
+]
 
 
 @runtime_checkable
-class ResilientSaver(Protocol):
-    """A checkpointer that also keeps the resilience ledgers: side effects, node
-    attempts, runs under leases and their history (the sync methods)."""
+class EffectLedger(Protocol):
+    """A checkpointer that keeps the step ledger: side effects and node attempts
+    (what `side_effect` and the node wrapper need; the Redis savers keep these
+    without the run ledger, docs/redis.md)."""
 
     serde: SerializerProtocol
 
@@ -48,6 +56,29 @@ class ResilientSaver(Protocol):
     @property
     def attempts(self) -> Attempts: ...
 
+    def list_effects(self, thread_id: str) -> Sequence[EffectRecord]: ...
+
+
+@runtime_checkable
+class AsyncEffectLedger(Protocol):
+    """The async twin of `EffectLedger`."""
+
+    serde: SerializerProtocol
+
+    @property
+    def effects(self) -> AsyncEffects: ...
+
+    @property
+    def attempts(self) -> AsyncAttempts: ...
+
+    async def alist_effects(self, thread_id: str) -> Sequence[EffectRecord]: ...
+
+
+@runtime_checkable
+class ResilientSaver(EffectLedger, Protocol):
+    """A checkpointer that also keeps the resilience ledgers: side effects, node
+    attempts, runs under leases and their history (the sync methods)."""
+
     @property
     def runs(self) -> Runs: ...
 
@@ -55,8 +86,6 @@ class ResilientSaver(Protocol):
     def history(self) -> History: ...
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None: ...
-
-    def list_effects(self, thread_id: str) -> Sequence[EffectRecord]: ...
 
     def step_history(
         self, thread_id: str, *, run: int | None = None
@@ -74,17 +103,9 @@ class ResilientSaver(Protocol):
 
 
 @runtime_checkable
-class AsyncResilientSaver(Protocol):
+class AsyncResilientSaver(AsyncEffectLedger, Protocol):
     """The async twin of `ResilientSaver` (the a-prefixed methods; its interfaces
     have both)."""
-
-    serde: SerializerProtocol
-
-    @property
-    def effects(self) -> AsyncEffects: ...
-
-    @property
-    def attempts(self) -> AsyncAttempts: ...
 
     @property
     def runs(self) -> AsyncRuns: ...
@@ -93,8 +114,6 @@ class AsyncResilientSaver(Protocol):
     def history(self) -> AsyncHistory: ...
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None: ...
-
-    async def alist_effects(self, thread_id: str) -> Sequence[EffectRecord]: ...
 
     async def astep_history(
         self, thread_id: str, *, run: int | None = None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from langgraph_resilience.checkpoint import AsyncResilientSaver, OutcomeFields, ResilientSaver
+from langgraph_resilience.checkpoint import AsyncEffectLedger, EffectLedger, OutcomeFields
 from langgraph_resilience.effects._steps import EffectSpec, Replay, Settle
 from langgraph_resilience.errors import describe
 
@@ -19,7 +19,7 @@ UNSTORABLE = "lgr-unstorable"
 
 
 def outcome_fields(
-    spec: EffectSpec, saver: ResilientSaver | AsyncResilientSaver, op: Settle
+    spec: EffectSpec, saver: EffectLedger | AsyncEffectLedger, op: Settle
 ) -> OutcomeFields:
     if op.status == "done":
         try:
@@ -67,7 +67,7 @@ def _unstorable(spec: EffectSpec, what: str, fix: str, how: str) -> OutcomeField
     )
 
 
-def replayed(saver: ResilientSaver | AsyncResilientSaver, replay: Replay) -> Any:
+def replayed(saver: EffectLedger | AsyncEffectLedger, replay: Replay) -> Any:
     record = replay.record
     if record.outcome_type == UNSTORABLE:
         raise TypeError(record.error)

@@ -17,7 +17,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_resilience._util._process import executor_alive
 from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields
-from langgraph_resilience.checkpoint.runlog._reads import SaverOrGraph, async_saver_of, saver_of
+from langgraph_resilience.checkpoint.runlog._reads import SaverOrGraph, async_ledger_of, ledger_of
 from langgraph_resilience.errors import ConfigError, RunStateError
 
 __all__ = ["asettle_effect", "settle_effect"]
@@ -57,7 +57,7 @@ def settle_effect(
         >>> settle_effect(saver, "order-7", key, happened=True, result="po-981")  # doctest: +SKIP
         >>> retry_failed(graph, {"configurable": {"thread_id": "order-7"}})  # doctest: +SKIP
     """
-    saver = saver_of(checkpointer, _WHAT)
+    saver = ledger_of(checkpointer, _WHAT)
     found = saver.effects.read(thread_id, idempotency_key)
     fields = _settled(found, thread_id, idempotency_key, happened, result, saver.serde)
     saver.effects.record(thread_id, idempotency_key, fields)
@@ -75,7 +75,7 @@ async def asettle_effect(
     result: Any = None,
 ) -> EffectRecord:
     """Async twin of `settle_effect`, for the async savers."""
-    saver = async_saver_of(checkpointer, _WHAT)
+    saver = async_ledger_of(checkpointer, _WHAT)
     found = await saver.effects.aread(thread_id, idempotency_key)
     fields = _settled(found, thread_id, idempotency_key, happened, result, saver.serde)
     await saver.effects.arecord(thread_id, idempotency_key, fields)

@@ -68,10 +68,10 @@ from typing import Any, NamedTuple, TypeVar, overload
 from langgraph_resilience._util._heartbeat import Beat, every
 from langgraph_resilience._util._process import executing, executor_id
 from langgraph_resilience.checkpoint import (
-    AsyncResilientSaver,
+    AsyncEffectLedger,
+    EffectLedger,
     EffectRecord,
     Fence,
-    ResilientSaver,
 )
 from langgraph_resilience.effects._outcome import outcome_fields, raise_unstorable, replayed
 from langgraph_resilience.effects._steps import (
@@ -126,7 +126,7 @@ def _no_saver(spec: EffectSpec, task: TaskContext) -> ConfigError:
     return ConfigError(
         f"side effect {spec.name!r} needs a resilient saver to record it, but the graph "
         f"uses {task.saver_type}. Compile with one of "
-        "langgraph_resilience.checkpoint's savers (ResilientSqliteSaver, "
+        "langgraph_resilience.checkpoint's savers (ResilientSqliteSaver, ResilientRedisSaver, "
         "ResilientPostgresSaver or their async twins)."
     )
 
@@ -172,7 +172,7 @@ def _intent(spec: EffectSpec, task: TaskContext, key: str, fence: Fence | None) 
 
 
 def _renewing(
-    saver: ResilientSaver | AsyncResilientSaver, thread: str, spec: EffectSpec, intent: EffectRecord
+    saver: EffectLedger | AsyncEffectLedger, thread: str, spec: EffectSpec, intent: EffectRecord
 ) -> Beat:
     """Renew the claim every third of its lease while the call runs (the async
     savers' sync methods run on their event loop, which the call leaves free)."""
@@ -181,9 +181,7 @@ def _renewing(
     return every(spec.lease / 3, lambda: saver.effects.renew(thread, key, owner, spec.lease))
 
 
-def _release(
-    saver: ResilientSaver | AsyncResilientSaver, thread: str, intent: EffectRecord
-) -> None:
+def _release(saver: EffectLedger | AsyncEffectLedger, thread: str, intent: EffectRecord) -> None:
     """Let a claim go that this call will not settle (it raised before calling):
     its lease ends now, so the next try need not wait it out."""
     with contextlib.suppress(Exception):  # if not, the lease runs out on its own
@@ -229,7 +227,7 @@ class EffectCall(NamedTuple):
     digest: str | None
 
 
-def drive_sync(call: EffectCall, saver: ResilientSaver, invoke: Callable[[str], Any]) -> Any:
+def drive_sync(call: EffectCall, saver: EffectLedger, invoke: Callable[[str], Any]) -> Any:
     """Make ``invoke(key)`` at most once for ``call`` (a recorded outcome is
     replayed instead); the I/O of `effect_steps`, sync."""
     spec, thread, key, fence = call.spec, call.thread, call.key, call.task.fence
@@ -281,7 +279,7 @@ def drive_sync(call: EffectCall, saver: ResilientSaver, invoke: Callable[[str], 
 
 
 async def drive_async(
-    call: EffectCall, saver: AsyncResilientSaver, invoke: Callable[[str], Awaitable[Any]]
+    call: EffectCall, saver: AsyncEffectLedger, invoke: Callable[[str], Awaitable[Any]]
 ) -> Any:
     """The async twin of `drive_sync`."""
     spec, thread, key, fence = call.spec, call.thread, call.key, call.task.fence
@@ -335,7 +333,7 @@ async def drive_async(
             raise
 
 
-def _result(saver: ResilientSaver | AsyncResilientSaver, call: EffectCall, value: Any) -> Any:
+def _result(saver: EffectLedger | AsyncEffectLedger, call: EffectCall, value: Any) -> Any:
     """What a call returns once its steps are done: the call's value, or the
     recorded outcome it replays."""
     if not isinstance(value, Replay):
@@ -363,7 +361,7 @@ def _effect_sync(
     spec: EffectSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     call, kwargs = _side_effect_call(spec, args, kwargs)
-    saver = call.task.saver
+    saver = call.task.ledger
     if saver is None:
         raise _no_saver(spec, call.task)
     return drive_sync(call, saver, lambda key: fn(*args, **kwargs))
@@ -373,7 +371,7 @@ async def _effect_async(
     spec: EffectSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     call, kwargs = _side_effect_call(spec, args, kwargs)
-    saver = call.task.async_saver
+    saver = call.task.async_ledger
     if saver is None:
         raise _no_saver(spec, call.task)
     return await drive_async(call, saver, lambda key: fn(*args, **kwargs))

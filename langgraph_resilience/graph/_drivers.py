@@ -142,11 +142,11 @@ def run_sync(
             release_sync(op)
             held = None
         elif isinstance(op, LoadAttempts):
-            saver = task.saver if task is not None else None
+            saver = task.ledger if task is not None else None
             key = task.attempt_key if task is not None else None
             reply = saver.attempts.read(key) if saver is not None and key is not None else []
         elif isinstance(op, RecordAttempt):
-            saver = task.saver if task is not None else None
+            saver = task.ledger if task is not None else None
             key = task.attempt_key if task is not None else None
             if saver is not None and key is not None and task is not None:
                 saver.attempts.record(key, op.record, op.started_at, task.fence)
@@ -255,14 +255,16 @@ async def run_async(
             await release_async(op)
             held = None
         elif isinstance(op, LoadAttempts):
-            saver = task.async_saver if task is not None else None
+            ledger = task.async_ledger if task is not None else None
             key = task.attempt_key if task is not None else None
-            reply = await saver.attempts.aread(key) if saver is not None and key is not None else []
+            reply = (
+                await ledger.attempts.aread(key) if ledger is not None and key is not None else []
+            )
         elif isinstance(op, RecordAttempt):
-            saver = task.async_saver if task is not None else None
+            ledger = task.async_ledger if task is not None else None
             key = task.attempt_key if task is not None else None
-            if saver is not None and key is not None and task is not None:
-                await saver.attempts.arecord(key, op.record, op.started_at, task.fence)
+            if ledger is not None and key is not None and task is not None:
+                await ledger.attempts.arecord(key, op.record, op.started_at, task.fence)
             if watched is not None:
                 number, config = op.record.attempt, watched.config
                 tr = failed_try(tr, what.name, number, config, op.started_at)

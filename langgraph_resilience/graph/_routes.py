@@ -297,7 +297,7 @@ def error_handler(
         route = carried_route(_not_lost(error))
         task = TaskContext.current() if route is None else None  # the failed task's
         key = task.attempt_key if task is not None else None
-        if task is not None and key is not None and (saver := task.saver) is not None:
+        if task is not None and key is not None and (saver := task.ledger) is not None:
             route = ledger_route(saver.attempts.read(key), error.node)
         return _follow(give_ups, state, error, route)
 
@@ -314,7 +314,7 @@ def aerror_handler(
         route = carried_route(_not_lost(error))
         task = TaskContext.current() if route is None else None
         key = task.attempt_key if task is not None else None
-        if task is not None and key is not None and (saver := task.async_saver) is not None:
+        if task is not None and key is not None and (saver := task.async_ledger) is not None:
             route = ledger_route(await saver.attempts.aread(key), error.node)
         return _follow(give_ups, state, error, route)
 

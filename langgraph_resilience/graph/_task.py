@@ -57,8 +57,10 @@ from langgraph_resilience._langgraph import (
 )
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import (
+    AsyncEffectLedger,
     AsyncResilientSaver,
     AttemptKey,
+    EffectLedger,
     Fence,
     ResilientSaver,
 )
@@ -272,6 +274,21 @@ class TaskContext:
         found = self._configurable.get(CHECKPOINTER_KEY)
         if _conforms(found, AsyncResilientSaver):
             return cast(AsyncResilientSaver, found)
+        return None
+
+    @property
+    def ledger(self) -> EffectLedger | None:
+        """The graph's saver, if it keeps the step ledger (side effects, attempts;
+        every resilient saver, the Redis savers too), sync methods."""
+        found = self._configurable.get(CHECKPOINTER_KEY)
+        return cast(EffectLedger, found) if _conforms(found, EffectLedger) else None
+
+    @property
+    def async_ledger(self) -> AsyncEffectLedger | None:
+        """`ledger`, async methods."""
+        found = self._configurable.get(CHECKPOINTER_KEY)
+        if _conforms(found, AsyncEffectLedger):
+            return cast(AsyncEffectLedger, found)
         return None
 
     @property

@@ -98,14 +98,17 @@ def tap_saver(saver: BaseCheckpointSaver[Any], s: Session) -> None:
 def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> None:
     """The resilient saver's own writes: refused after a crash; a crash right
     after an effect's call, before its outcome is stored."""
-    if not hasattr(cls, "_transact") or not hasattr(cls, "_effects_type"):
+    # the SQL savers' writes go through ``_transact``, the Redis savers' operations
+    # through ``_run`` (reads too: a killed process reads nothing either)
+    io = next((n for n in ("_transact", "_run") if hasattr(cls, n)), None)
+    if io is None or not hasattr(cls, "_effects_type"):
         return  # a saver without the ledger: only its put/put_writes are tapped
-    transact = _untapped(saver, "_transact")
+    transact = _untapped(saver, io)
     state = getattr(saver, "_state", None)
     if state is not None:
         s.on_crash(state.outcomes.take_all)  # outcomes not yet stored die with the process
 
-    if inspect.iscoroutinefunction(cls._transact):  # the async savers' I/O
+    if inspect.iscoroutinefunction(getattr(cls, io)):  # the async savers' I/O
 
         async def atransact(statements: Any, **options: Any) -> Any:
             if s.dead and options.get("flush"):
@@ -113,7 +116,7 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
             s.refuse_if_dead()
             return await transact(statements, **options)
 
-        d["_transact"] = atransact
+        d[io] = atransact
     else:
 
         def stransact(statements: Any, **options: Any) -> Any:
@@ -122,7 +125,7 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
             s.refuse_if_dead()
             return transact(statements, **options)
 
-        d["_transact"] = stransact
+        d[io] = stransact
     # The class's own (never a tapped one): a saver used by run after run is tapped
     # again for each, and a dead run's taps must not stay in the way.
     d["_effects_type"] = _tapped_effects(cls._effects_type, s)

@@ -95,8 +95,8 @@ def build(
         append(service / "calls.log", f"{idempotency_key} {os.getpid()} {time.time()}")
         return f"receipt:{idempotency_key}"
 
-    # On a saver without the effect ledger (Redis, for now) the call is a plain one,
-    # keyed by its step, so the tests can still count it.
+    # On a saver without the effect ledger (a plain checkpointer) the call is a plain
+    # one, keyed by its step, so the tests can still count it.
     deliver = side_effect(name="deliver", reconcile=lookup)(call) if ledger else None
 
     def called(thread: str, step: str) -> str:
@@ -170,7 +170,7 @@ async def main() -> int:
                 slow,
                 args.die_at,
                 args.stop_after_intent,
-                ledger=hasattr(type(saver), "effects"),  # not on Redis yet
+                ledger=hasattr(type(saver), "effects"),  # SQL and Redis savers keep it
             ),
             checkpointer=saver,
             lease_ttl=args.lease_ttl,

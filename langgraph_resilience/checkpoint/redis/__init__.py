@@ -10,6 +10,9 @@ the server keeps on disk), ``_tier`` (demotion to the cold tier and restore),
 the `Worker`: ``_runs`` (its operations and keys), ``_runs_scripts`` (its Lua),
 ``_runs_fence`` (fenced writes), ``_runs_parts`` (``saver.runs``) and
 ``_runs_saver`` (what the twins add: ``runs``, ``read_run``, ``list_runs``).
+The ledgers: ``_effects`` (the effect ledger), ``_attempts`` (a task's failed
+tries), ``_effects_lua`` (their scripts), ``_effects_parts`` (``saver.effects``,
+``saver.attempts``).
 """
 
 from __future__ import annotations
@@ -41,13 +44,13 @@ from langgraph_resilience.checkpoint.redis._common import (
     config_reply,
     judge,
 )
-from langgraph_resilience.checkpoint.redis._driver import drive
+from langgraph_resilience.checkpoint.redis._driver import ALL_SCRIPTS, drive
 from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._runs_saver import RunsSaver
-from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
 from langgraph_resilience.checkpoint.saver import _threads
+from langgraph_resilience.checkpoint.saver._base import flush_quietly
 from langgraph_resilience.errors import ArchiveError
 from langgraph_resilience.policy import Backoff
 
@@ -105,7 +108,9 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         """A saver on a new client for ``redis://`` (or ``rediss://``, ``unix://``) URL."""
         conn = redis.Redis.from_url(conn_string, decode_responses=False)
         try:
-            yield cls(conn, **kwargs)
+            saver = cls(conn, **kwargs)
+            yield saver
+            flush_quietly(saver._state, saver.effects.flush)  # outcomes written behind
         finally:
             conn.close()
 
@@ -182,7 +187,7 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         """Check the server (Redis >= 7), load the scripts, and say what it keeps on
         disk (warns once when a crash of the server would lose checkpoints)."""
         check_version(self.conn.info("server"), self.target)
-        for script in SCRIPTS:
+        for script in ALL_SCRIPTS:
             self.conn.script_load(script.source)
         try:
             config = config_reply(self.conn.config_get("append*") | self.conn.config_get("save"))
@@ -215,7 +220,9 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         return self._drive(
-            lambda: _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
+            lambda: self._riding(
+                _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
+            )
         )
 
     def put_writes(
@@ -226,7 +233,9 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         task_path: str = "",
     ) -> None:
         self._drive(
-            lambda: _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path)
+            lambda: self._riding(
+                _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path)
+            )
         )
 
     def delete_thread(self, thread_id: str) -> None:

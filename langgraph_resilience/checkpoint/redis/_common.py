@@ -1,30 +1,37 @@
 """What the Redis twins share besides their operations: options, the setup
 checks (server version, durability), versions, and the features refused.
 
-Refused on Redis, with `ConfigError` (the docs' "What Redis does not keep"):
-the effect ledger, the run ledger and its readers, and `Limit`s. They live in
-the SQL savers' own transactions; on Redis they are not built yet, and a weaker
-copy would break their promises silently. A graph that needs them
-(``@side_effect``, ``run_report``) refuses a Redis saver at once, as it refuses
-any non-resilient checkpointer. The run queue under leases is kept
-(`_runs`): a `Worker` runs on a Redis saver, its writes fenced.
+Kept on Redis besides the checkpoints: the effect ledger and the attempts
+ledger (``saver.effects``, ``saver.attempts``: `_effects_parts`), so
+``@side_effect`` works in a graph on a Redis saver, and the run queue under
+leases (`_runs`): a `Worker` runs on a Redis saver, its writes fenced (its
+checkpoints, writes, effects and failed tries). Refused, with `ConfigError`
+(the docs' "What Redis does not keep"): the run log and its readers, and
+`Limit`s. They live in the SQL savers' own transactions; on Redis they are not
+built yet, and a weaker copy would break their promises silently. What needs
+them (``run_report``, a `Limit`) refuses a Redis saver at once.
 """
 
 from __future__ import annotations
 
 import random
 import warnings
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_resilience.checkpoint.archive._objects import Archive, archive_of
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES, SizeBudget
+from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.redis._durability import Durability, durability
-from langgraph_resilience.checkpoint.redis._ops import Place
+from langgraph_resilience.checkpoint.redis._effects import riding
+from langgraph_resilience.checkpoint.redis._effects_parts import RedisAttempts, RedisEffects
+from langgraph_resilience.checkpoint.redis._ops import Ops, Place, T
 from langgraph_resilience.checkpoint.redis._tier import object_key
+from langgraph_resilience.checkpoint.saver._base import SaverState
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.policy import Backoff
 
@@ -92,6 +99,9 @@ class RedisCommon(BaseCheckpointSaver[str]):
     backoff: Backoff
     target: str
     durability: Durability | None
+    #: The classes of ``effects`` and ``attempts`` (the async twin's have a-methods).
+    _effects_type: ClassVar[type[RedisEffects]] = RedisEffects
+    _attempts_type: ClassVar[type[RedisAttempts]] = RedisAttempts
 
     def __init__(
         self,
@@ -118,6 +128,26 @@ class RedisCommon(BaseCheckpointSaver[str]):
         self.backoff = store_retry or DEFAULT_REDIS_RETRY
         self.target = redis_target(conn)
         self.durability = None
+        # shared by copies (``compile()`` may ``copy.copy`` a saver): outcomes written behind
+        self._state = SaverState()
+
+    @property
+    def effects(self) -> RedisEffects:
+        """The side-effect ledger (`saver._interfaces.Effects`), on Redis."""
+        return self._effects_type(self)
+
+    @property
+    def attempts(self) -> RedisAttempts:
+        """The failed tries of tasks (`saver._interfaces.Attempts`), on Redis."""
+        return self._attempts_type(self)
+
+    def _riding(self, op: Ops[T]) -> Ops[T]:
+        """``op`` carrying the outcomes written behind (`_effects.riding`)."""
+        return riding(self._state.outcomes, self.place, op)
+
+    def list_effects(self, thread_id: str) -> Sequence[EffectRecord]:
+        """A thread's side effects: key, name, intent and outcome times, status."""
+        return self.effects.listed(str(thread_id))
 
     def _object_key(self, thread_id: str) -> str:
         return object_key(self.place.prefix, thread_id)
@@ -143,12 +173,12 @@ class RedisCommon(BaseCheckpointSaver[str]):
     def _refuse(self, what: str) -> NoReturn:
         raise ConfigError(
             f"{what} is not kept by the Redis savers yet (docs/redis.md, 'What Redis does "
-            "not keep'): use ResilientSqliteSaver or ResilientPostgresSaver for the effect "
-            "ledger, the run ledger, leases and limits."
+            "not keep'): use ResilientSqliteSaver or ResilientPostgresSaver for the run "
+            "log and its readers, and limits."
         )
 
     def step_history(self, thread_id: str, *, run: int | None = None) -> NoReturn:
         self._refuse("step_history")
 
-    def list_effects(self, thread_id: str) -> NoReturn:
-        self._refuse("list_effects")
+    async def astep_history(self, thread_id: str, *, run: int | None = None) -> NoReturn:
+        self._refuse("astep_history")

@@ -14,16 +14,20 @@ from typing import Any, TypeVar
 
 from redis import exceptions as rx
 
+from langgraph_resilience.checkpoint.redis._effects_lua import LEDGER_SCRIPTS
 from langgraph_resilience.checkpoint.redis._ops import Command, Ops
 from langgraph_resilience.checkpoint.redis._runs_fence import lease_lost_of
 from langgraph_resilience.checkpoint.redis._runs_scripts import RUN_SCRIPTS
-from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
+from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS, Script
 from langgraph_resilience.errors import StoreUnavailable
 from langgraph_resilience.policy import Backoff
 
-__all__ = ["adrive", "drive", "transient"]
+__all__ = ["ALL_SCRIPTS", "adrive", "drive", "transient"]
 
 T = TypeVar("T")
+
+#: Every script the savers run: loaded by ``setup()`` and again when forgotten.
+ALL_SCRIPTS: tuple[Script, ...] = (*SCRIPTS, *RUN_SCRIPTS, *LEDGER_SCRIPTS)
 
 
 def transient(exc: BaseException) -> bool:
@@ -32,7 +36,7 @@ def transient(exc: BaseException) -> bool:
 
 
 def _load_commands() -> list[Command]:
-    return [("SCRIPT", "LOAD", s.source) for s in (*SCRIPTS, *RUN_SCRIPTS)]
+    return [("SCRIPT", "LOAD", s.source) for s in ALL_SCRIPTS]
 
 
 def _unavailable(target: str, attempts: int, exc: BaseException) -> StoreUnavailable:

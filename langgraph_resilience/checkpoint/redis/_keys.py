@@ -13,14 +13,19 @@ For a prefix ``P`` (default ``lgr``) and a thread ``T``:
 - ``P:{T}:byrun`` (hash): run id -> the run's checkpoints (``<ns>\\0<id>``, one a line);
 - ``P:{T}:archived`` (string, no TTL): the thread is in the cold tier, under this
   archive key (`_tier`); every script refuses to act on it until it is restored;
+- ``P:{T}:fx`` (hash): idempotency key -> the side effect's record (`_effects`);
+- ``P:{T}:at`` (hash): ``<ns>\\0<checkpoint_id>\\0<task_id>`` -> the task's failed
+  tries (`_attempts`);
 - ``P:run:{R}`` (set): the threads run ``R`` wrote (for ``delete_for_runs``);
 - ``P:threads`` (sorted set): thread ids, scored by their last write (ms since the
   epoch), for ``list(None)`` and ``archive_idle``.
 
-A thread's seven keys share the hash tag ``{T}``, so its Lua scripts touch one
+A thread's nine keys share the hash tag ``{T}``, so its Lua scripts touch one
 slot and the layout works on Redis Cluster; the run index and the thread
 registry live in their own slots and are written beside the script (they only
-find threads, and a stale entry finds nothing).
+find threads, and a stale entry finds nothing). Every key but ``archived`` holds
+the thread's data (`ThreadKeys.data`): the TTL, demotion, restore and copies
+move them together, so a thread's ledger never outlives it nor is lost before it.
 """
 
 from __future__ import annotations
@@ -42,6 +47,14 @@ class ThreadKeys(NamedTuple):
     ns: str
     byrun: str
     archived: str
+    fx: str
+    at: str
+
+    @property
+    def data(self) -> tuple[str, ...]:
+        """The keys holding the thread's data (all but the cold-tier marker), in
+        the order of the scripts' KEYS without the 7th (`_scripts`)."""
+        return (*self[:6], *self[7:])
 
 
 def check_prefix(prefix: str) -> str:

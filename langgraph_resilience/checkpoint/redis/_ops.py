@@ -27,6 +27,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_resilience.checkpoint.archive._sizes import SizeBudget, channel_sizes
 from langgraph_resilience.checkpoint.ledger._runs import fence_of
+from langgraph_resilience.checkpoint.redis._effects_lua import ORPHANS
 from langgraph_resilience.checkpoint.redis._keys import (
     ThreadKeys,
     check_prefix,
@@ -273,8 +274,9 @@ def delete_for_runs(place: Place, run_ids: Sequence[str]) -> Ops[None]:
     touched: list[str] = []
     for run_id, members in zip(run_ids, threads, strict=True):
         for t in members:
-            batch.append(run(DELETE_RUN, place.keys(t.decode()), run_id))
-            touched.append(t.decode())
+            batch += [run(DELETE_RUN, place.keys(t.decode()), run_id)]
+            batch += [run(ORPHANS, place.keys(t.decode()))]  # the ledger's, as on SQL
+            touched += [t.decode(), t.decode()]
     for thread_id, reply in zip(touched, (yield batch), strict=True):
         _hot(reply, thread_id)
     yield [("DEL", *(run_key(place.prefix, r) for r in run_ids))]
@@ -282,13 +284,14 @@ def delete_for_runs(place: Place, run_ids: Sequence[str]) -> Ops[None]:
 
 def copy_thread(place: Place, source: str, target: str) -> Ops[None]:
     src, dst = place.keys(source), place.keys(target)
-    dumps = yield [("DUMP", k) for k in src[:6]] + [("EXISTS", src.archived), ("HKEYS", src.byrun)]
-    if dumps[6]:
+    n = len(src.data)
+    dumps = yield [("DUMP", k) for k in src.data] + [("EXISTS", src.archived), ("HKEYS", src.byrun)]
+    if dumps[n]:
         raise Archived(source)  # copied from its hot keys, once restored
-    if not any(dumps[:6]):
+    if not any(dumps[:n]):
         return
     batch: list[Command] = []
-    for key, dumped in zip(dst[:6], dumps[:6], strict=True):
+    for key, dumped in zip(dst.data, dumps[:n], strict=True):
         if dumped is not None:
             batch.append(("RESTORE", key, place.ttl_ms, dumped, "REPLACE"))
     batch.append(place.registered(target))
@@ -303,8 +306,11 @@ def prune(place: Place, thread_ids: Sequence[str], strategy: str) -> Ops[None]:
             [("ZREM", threads_key(place.prefix), *threads)] if threads else []
         )
     elif threads:
+        batch = [
+            c for t in threads for c in (run(PRUNE, place.keys(t)), run(ORPHANS, place.keys(t)))
+        ]
         for thread_id, reply in zip(
-            threads, (yield [run(PRUNE, place.keys(t)) for t in threads]), strict=True
+            [t for t in threads for _ in (0, 1)], (yield batch), strict=True
         ):
             _hot(reply, thread_id)
 
@@ -321,9 +327,9 @@ def idle_threads(place: Place, older_than_ms: int, limit: int) -> Ops[list[str]]
 
 
 def dump_thread(place: Place, thread_id: str) -> Ops[list[bytes | None] | None]:
-    """The DUMP of a hot thread's six keys (None: nothing hot to demote)."""
+    """The DUMP of a hot thread's data keys (None: nothing hot to demote)."""
     keys = place.keys(thread_id)
-    dumps = yield [("EXISTS", keys.archived), *(("DUMP", k) for k in keys[:6])]
+    dumps = yield [("EXISTS", keys.archived), *(("DUMP", k) for k in keys.data)]
     if dumps[0] or not any(dumps[1:]):
         return None
     return list(dumps[1:])

@@ -77,8 +77,8 @@ class RedisRuns:
         error: str | None = None,
     ) -> bool:
         """End, pause or release a held run; False if its lease was lost. ``error``
-        is the run ledger's copy of what an ``error`` run raised: Redis keeps no run
-        ledger yet, and the outcome already holds it."""
+        (what a run that ends ``error`` ended on) goes to the SQL savers' run log,
+        not kept on Redis yet."""
         return self._sync(_runs.finish(self._saver.place, fence, status, outcome, wait))
 
     def requeue(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:

@@ -11,6 +11,8 @@ arguments the run and its token; a stale token is refused with a
 
 from __future__ import annotations
 
+from langgraph_resilience.checkpoint.redis._effects_lua import ATTEMPT, OUTCOMES, TAKE
+from langgraph_resilience.checkpoint.redis._effects_lua import CLAIM as EFFECT_CLAIM
 from langgraph_resilience.checkpoint.redis._scripts import PUT, PUT_WRITES, Script
 
 __all__ = [
@@ -272,8 +274,8 @@ return 1
 )
 
 #: The thread scripts a fenced write runs: their fenced twins, by the plain one's sha
-#: (`_runs_fence.fence_command` looks them up; another ledger's fenced writes, the
-#: effect ledger's, add their scripts here, so the driver loads their twins too).
-FENCED = {s.sha: fenced(s) for s in (PUT, PUT_WRITES)}
+#: (`_runs_fence.fence_command` looks them up; the driver loads them all): the
+#: checkpoints and writes, an effect's claim, takeover and outcome, a failed try.
+FENCED = {s.sha: fenced(s) for s in (PUT, PUT_WRITES, EFFECT_CLAIM, TAKE, OUTCOMES, ATTEMPT)}
 
 RUN_SCRIPTS = (SUBMIT, CLAIM, RENEW, FINISH, REQUEUE, SETTLE, CANCEL, REINDEX, *FENCED.values())

@@ -1,5 +1,7 @@
-"""The Lua scripts: each stores or reads one thread atomically (its six keys,
-`_keys.ThreadKeys`, in that order, are every script's KEYS).
+"""The Lua scripts: each stores or reads one thread atomically (its keys,
+`_keys.ThreadKeys`, in that order, are every script's KEYS: the 7th is the
+cold-tier marker, the others its data). The ledgers' scripts are in
+`_effects_lua`; `_driver.ALL_SCRIPTS` are those a server is given.
 
 Redis runs a script as one command: nothing interleaves, and under
 ``appendfsync always`` its effects are on disk before the reply.
@@ -39,13 +41,19 @@ _GUARD = r"""
 if redis.call('EXISTS', KEYS[7]) == 1 then return -7 end
 """
 
-# Renew the TTL (ms, ARGV[ttl_at]; 0: keys never expire) of a thread's keys.
+# Renew the TTL (ms, ARGV[ttl_at]; 0: keys never expire) of a thread's data keys.
 _RENEW = r"""
 local function renew(ttl)
   if tonumber(ttl) > 0 then
-    for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ttl) end
+    for i = 1, #KEYS do if i ~= 7 then redis.call('PEXPIRE', KEYS[i], ttl) end end
   end
 end
+"""
+
+# The thread's data keys: every key but the marker (KEYS[7]).
+_DATA = r"""
+local data = {}
+for i = 1, #KEYS do if i ~= 7 then table.insert(data, KEYS[i]) end end
 """
 
 _DROP = r"""
@@ -177,31 +185,33 @@ return n
 """,
 )
 
-#: ARGV: the archive key, then the DUMP of the six keys as read before archiving
+#: ARGV: the archive key, then the DUMP of the data keys as read before archiving
 #: ('' for a missing key). Drops them and sets the marker, unless the thread was
 #: written since (returns 0: it stays hot).
 DEMOTE = Script(
     "demote",
-    r"""
-for i = 1, 6 do
-  local now = redis.call('DUMP', KEYS[i]) or ''
+    _DATA
+    + r"""
+for i, key in ipairs(data) do
+  local now = redis.call('DUMP', key) or ''
   if now ~= ARGV[i + 1] then return 0 end
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+redis.call('DEL', unpack(data))
 redis.call('SET', KEYS[7], ARGV[1])
 return 1
 """,
 )
 
-#: ARGV: the DUMP of the six keys ('' for a missing key). Puts them back and
+#: ARGV: the DUMP of the data keys ('' for a missing key). Puts them back and
 #: drops the marker, unless another client restored the thread first (returns 0:
 #: the thread may have been written since, and must not be overwritten).
 RESTORE = Script(
     "restore",
-    r"""
+    _DATA
+    + r"""
 if redis.call('EXISTS', KEYS[7]) == 0 then return 0 end
-for i = 1, 6 do
-  if ARGV[i] ~= '' then redis.call('RESTORE', KEYS[i], 0, ARGV[i], 'REPLACE') end
+for i, key in ipairs(data) do
+  if ARGV[i] and ARGV[i] ~= '' then redis.call('RESTORE', key, 0, ARGV[i], 'REPLACE') end
 end
 redis.call('DEL', KEYS[7])
 return 1

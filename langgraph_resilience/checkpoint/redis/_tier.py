@@ -1,9 +1,10 @@
 """The cold tier on Redis: a thread demoted to an `Archive` object, and restored
 when it is read or written again (the operations are in `_ops`).
 
-A thread's object holds the ``DUMP`` of its six keys (Redis's own
+A thread's object holds the ``DUMP`` of its data keys (Redis's own
 serialization, restored with ``RESTORE``: the same server major version, or a
-newer one, reads it back), under ``redis/<prefix>/<thread>/<demotion>`` in the
+newer one, reads it back; an object of the six keys before the ledgers' is
+restored as it is), under ``redis/<prefix>/<thread>/<demotion>`` in the
 archive: each demotion writes an object of its own, so two sweepers never
 overwrite each other's, and the marker names the one that holds the thread
 (dropped once the thread is restored or deleted).

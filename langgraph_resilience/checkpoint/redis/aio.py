@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import redis
 import redis.asyncio as aredis
@@ -25,6 +25,7 @@ import langgraph_resilience.checkpoint.redis._runs as _runs
 from langgraph_resilience.checkpoint.archive._moves import ArchiveReport
 from langgraph_resilience.checkpoint.archive._objects import Archive
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES
+from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.redis import _ops
 from langgraph_resilience.checkpoint.redis._common import (
     DEFAULT_TTL,
@@ -33,13 +34,17 @@ from langgraph_resilience.checkpoint.redis._common import (
     config_reply,
     judge,
 )
-from langgraph_resilience.checkpoint.redis._driver import adrive
+from langgraph_resilience.checkpoint.redis._driver import ALL_SCRIPTS, adrive
 from langgraph_resilience.checkpoint.redis._durability import Durability
+from langgraph_resilience.checkpoint.redis._effects_parts import (
+    AsyncRedisAttempts,
+    AsyncRedisEffects,
+)
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._runs_saver import AsyncRunsSaver
-from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
 from langgraph_resilience.checkpoint.saver import _threads
+from langgraph_resilience.checkpoint.saver._base import aflush_quietly
 from langgraph_resilience.errors import ArchiveError
 from langgraph_resilience.policy import Backoff
 
@@ -87,9 +92,28 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         """A saver on a new client for a ``redis://`` URL."""
         conn = aredis.Redis.from_url(conn_string, decode_responses=False)
         try:
-            yield cls(conn, **kwargs)
+            saver = cls(conn, **kwargs)
+            yield saver
+            await aflush_quietly(saver._state, saver.effects.aflush)  # outcomes written behind
         finally:
             await conn.aclose()
+
+    _effects_type: ClassVar[type[AsyncRedisEffects]] = AsyncRedisEffects
+    _attempts_type: ClassVar[type[AsyncRedisAttempts]] = AsyncRedisAttempts
+
+    @property
+    def effects(self) -> AsyncRedisEffects:
+        """The side-effect ledger, with the a-prefixed methods."""
+        return self._effects_type(self)
+
+    @property
+    def attempts(self) -> AsyncRedisAttempts:
+        """The failed tries of tasks, with the a-prefixed methods."""
+        return self._attempts_type(self)
+
+    async def alist_effects(self, thread_id: str) -> Sequence[EffectRecord]:
+        """Async twin of `list_effects`."""
+        return await self.effects.alisted(str(thread_id))
 
     async def _run(self, op: Ops[T]) -> T:
         return await adrive(self.conn, op, self.backoff, self.target)
@@ -155,7 +179,7 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
     async def setup(self) -> Durability:
         """As `ResilientRedisSaver.setup`."""
         check_version(await self.conn.info("server"), self.target)
-        for script in SCRIPTS:
+        for script in ALL_SCRIPTS:
             await self.conn.script_load(script.source)
         try:
             config = config_reply(
@@ -191,7 +215,9 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         return await self._drive(
-            lambda: _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
+            lambda: self._riding(
+                _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
+            )
         )
 
     async def aput_writes(
@@ -202,7 +228,9 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         task_path: str = "",
     ) -> None:
         await self._drive(
-            lambda: _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path)
+            lambda: self._riding(
+                _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path)
+            )
         )
 
     async def adelete_thread(self, thread_id: str) -> None:

@@ -17,7 +17,12 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.pregel import Pregel
 
-from langgraph_resilience.checkpoint._protocol import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint._protocol import (
+    AsyncEffectLedger,
+    AsyncResilientSaver,
+    EffectLedger,
+    ResilientSaver,
+)
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
 from langgraph_resilience.checkpoint.runlog._events import StoredAttempt
@@ -154,6 +159,21 @@ def async_saver_of(target: object, what: str) -> AsyncResilientSaver:
     saver = _checkpointer(target)
     if not isinstance(saver, AsyncResilientSaver):
         raise _wrong(target, what, "AsyncResilientSqliteSaver or AsyncResilientPostgresSaver")
+    return saver
+
+
+def ledger_of(target: object, what: str) -> EffectLedger:
+    """As `saver_of`, for what needs only the step ledger (the Redis savers too)."""
+    saver = _checkpointer(target)
+    if not isinstance(saver, EffectLedger):
+        raise _wrong(target, what, "a resilient saver (SQLite, Postgres or Redis)")
+    return saver
+
+
+def async_ledger_of(target: object, what: str) -> AsyncEffectLedger:
+    saver = _checkpointer(target)
+    if not isinstance(saver, AsyncEffectLedger):
+        raise _wrong(target, what, "an async resilient saver (SQLite, Postgres or Redis)")
     return saver
 
 
