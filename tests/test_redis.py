@@ -247,17 +247,86 @@ async def test_an_async_resilient_graph_retries_on_redis(asaver: AsyncResilientR
 
 @needs_redis
 def test_what_redis_does_not_keep_is_refused_clearly(saver: ResilientRedisSaver) -> None:
-    with pytest.raises(ConfigError, match="not kept by the Redis savers"):
-        saver.step_history("t")
-    # the effect ledger is kept (test_redis_effects.py), the run queue (test_redis_runs.py)
+    from langgraph_resilience import recovery_metrics, run_report
+
+    for call in (lambda: run_report(saver, "t"), lambda: recovery_metrics(saver)):
+        with pytest.raises(ConfigError, match="ResilientSqliteSaver or ResilientPostgresSaver"):
+            call()
+    # kept: the effect ledger (test_redis_effects.py), the run queue (test_redis_runs.py),
+    # the run log's step rows (test_step_history_on_redis_lists_what_sqlite_lists)
+
+
+SEVEN = ["a", "b", "c", "d", "e", "f", "g"]
+
+
+def _seven(fails: dict[str, int]) -> Any:
+    def behaviour(name: str) -> None:
+        if fails.get(name, 0) > 0:
+            fails[name] -= 1
+            raise TransientError(f"{name} down")
+
+    g = ResilientStateGraph(DoneState)
+    chain(g, SEVEN, appending(behaviour))
+    return g
+
+
+def _steps_seen(records: Any) -> list[tuple[Any, ...]]:
+    """What a step record says, less its times and ids (which differ run to run)."""
+    return [
+        (r["run"], r["path"], r["node"], r["status"], r["attempts"], r["kinds"], r["summary"])
+        for r in records
+    ]
+
+
+def _two_runs(checkpointer: Any, thread: str) -> None:
+    config = {"configurable": {"thread_id": thread}}
+    _seven({"b": 2}).compile(checkpointer=checkpointer).invoke({"done": []}, config)
+    _seven({}).compile(checkpointer=checkpointer).invoke({"done": []}, config)  # run 2
+
+
+async def _two_aruns(checkpointer: Any, thread: str) -> None:
+    config = {"configurable": {"thread_id": thread}}
+    await _seven({"b": 2}).compile(checkpointer=checkpointer).ainvoke({"done": []}, config)
+    await _seven({}).compile(checkpointer=checkpointer).ainvoke({"done": []}, config)
 
 
 @needs_redis
-async def test_what_async_redis_does_not_keep_is_refused_clearly(
-    asaver: AsyncResilientRedisSaver,
+def test_step_history_on_redis_lists_what_sqlite_lists(
+    saver: ResilientRedisSaver, tmp_path: Path
 ) -> None:
-    with pytest.raises(ConfigError, match="not kept by the Redis savers"):
-        await asaver.astep_history("t")
+    from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+    with ResilientSqliteSaver.from_conn_string(str(tmp_path / "s.db")) as sqlite:
+        _two_runs(sqlite, "job")
+        expected = sqlite.step_history("job")
+        second = sqlite.step_history("job", run=2)
+    _two_runs(saver, "job")
+    found = saver.step_history("job")
+    assert len(expected) == 14  # seven steps a run
+    assert _steps_seen(found) == _steps_seen(expected)
+    assert [r["path"] for r in found if r["run"] == 1] == SEVEN
+    assert [r["attempts"] for r in found if r["run"] == 1] == [1, 3, 1, 1, 1, 1, 1]
+    assert _steps_seen(saver.step_history("job", run=2)) == _steps_seen(second)
+    assert set(found[0]) == set(expected[0])  # the same fields
+    tasks = {(r["checkpoint_ns"], r["checkpoint_id"], r["task_id"]) for r in found}
+    assert len(tasks) == len(found)  # a row per task, stored once
+    assert all(r["started_at"] <= r["ended_at"] for r in found)
+    assert saver.step_history("nothing") == []
+
+
+@needs_redis
+async def test_step_history_on_async_redis_lists_what_sqlite_lists(
+    asaver: AsyncResilientRedisSaver, tmp_path: Path
+) -> None:
+    from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+
+    async with AsyncResilientSqliteSaver.from_conn_string(str(tmp_path / "s.db")) as sqlite:
+        await _two_aruns(sqlite, "job")
+        expected = await sqlite.astep_history("job")
+    assert len(expected) == 14
+    await _two_aruns(asaver, "job")
+    assert _steps_seen(await asaver.astep_history("job")) == _steps_seen(expected)
+    assert _steps_seen(await asaver.astep_history("job", run=1)) == _steps_seen(expected[:7])
 
 
 # -- a private Redis with an AOF, SIGKILLed -----------------------------------------------

@@ -36,9 +36,11 @@ __all__ = [
     "AsyncEffectLedger",
     "AsyncResilientSaver",
     "AsyncRunQueueSaver",
+    "AsyncStepLog",
     "EffectLedger",
     "ResilientSaver",
     "RunQueueSaver",
+    "StepLog",
 ]
 
 
@@ -72,6 +74,44 @@ class AsyncEffectLedger(Protocol):
     def attempts(self) -> AsyncAttempts: ...
 
     async def alist_effects(self, thread_id: str) -> Sequence[EffectRecord]: ...
+
+
+class StepTally(Protocol):
+    """A run's loop counts and usage, from its top-level step rows."""
+
+    def tally(self, thread_id: str, run: int) -> tuple[dict[str, int], dict[str, float]]: ...
+
+
+class AsyncStepTally(Protocol):
+    """The async twin of `StepTally`."""
+
+    async def atally(self, thread_id: str, run: int) -> tuple[dict[str, int], dict[str, float]]: ...
+
+
+@runtime_checkable
+class StepLog(Protocol):
+    """A checkpointer that keeps the run log's step rows (a node hands it its step
+    record, `_scope.hand`): ``step_history`` and the run's tally. Every resilient
+    saver, and the Redis savers, which keep no run rows (docs/redis.md)."""
+
+    @property
+    def history(self) -> StepTally: ...
+
+    def step_history(
+        self, thread_id: str, *, run: int | None = None
+    ) -> Sequence[dict[str, Any]]: ...
+
+
+@runtime_checkable
+class AsyncStepLog(Protocol):
+    """The async twin of `StepLog`."""
+
+    @property
+    def history(self) -> AsyncStepTally: ...
+
+    async def astep_history(
+        self, thread_id: str, *, run: int | None = None
+    ) -> Sequence[dict[str, Any]]: ...
 
 
 @runtime_checkable

@@ -83,8 +83,8 @@ def _hand(end: Ended, status: str, gave: GaveUp | None) -> None:
     task = end.task
     if task is None or not task.task_id or task.node is None:
         return
-    if task.saver is None and task.async_saver is None:
-        return  # no resilient saver to take it: nothing would, it would stay
+    if task.step_log is None and task.async_step_log is None:
+        return  # no saver keeping step rows to take it: nothing would, it would stay
     path = task.node
     kinds = [r.kind for r in end.tries if r.kind]
     step: dict[str, Any] = {

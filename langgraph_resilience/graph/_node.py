@@ -279,10 +279,10 @@ def _hand(log: dict[str, Any], output: Any) -> bool:
 
 
 def _keeps_rows(scope: RunScope, task: Any) -> bool:
-    """Whether the invoke's saver stores step rows (a resilient saver; the same
-    for all the invoke's steps, asked once)."""
+    """Whether the invoke's saver stores step rows (a `StepLog`: a resilient or a
+    Redis saver; the same for all the invoke's steps, asked once)."""
     if scope.keeps_rows is None:
-        scope.keeps_rows = task.saver is not None or task.async_saver is not None
+        scope.keeps_rows = task.step_log is not None or task.async_step_log is not None
     return scope.keeps_rows
 
 

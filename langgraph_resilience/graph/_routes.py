@@ -471,14 +471,14 @@ def _run_of(state: Any) -> int:
 
 def _partial_sync(state: Any, config: RunnableConfig) -> dict[str, Any]:
     task = ensure(config, state)
-    saver, thread = task.saver, task.thread_id
+    saver, thread = task.step_log, task.thread_id
     found = saver.step_history(thread, run=_run_of(state)) if saver and thread else None
     return {"resilience": partial_outcome(state, found, task)}
 
 
 async def _partial_async(state: Any, config: RunnableConfig) -> dict[str, Any]:
     task = await aensure(config, state)
-    saver, thread = task.async_saver, task.thread_id
+    saver, thread = task.async_step_log, task.thread_id
     found = await saver.astep_history(thread, run=_run_of(state)) if saver and thread else None
     return {"resilience": partial_outcome(state, found, task)}
 

@@ -66,7 +66,7 @@ def ensure(config: RunnableConfig, state: Any) -> TaskContext:
         return task
     scope, run, tally = due
     if tally is None:
-        saver, thread = task.saver, task.thread_id
+        saver, thread = task.step_log, task.thread_id
         counts, usage = saver.history.tally(thread, run) if saver and thread else ({}, {})
         tally = scope.load(run, counts, usage)
     return TaskContext(config=config, lean=(scope, tally))
@@ -80,7 +80,7 @@ async def aensure(config: RunnableConfig, state: Any) -> TaskContext:
         return task
     scope, run, tally = due
     if tally is None:
-        saver, thread = task.async_saver, task.thread_id
+        saver, thread = task.async_step_log, task.thread_id
         if saver is not None and thread:
             counts, usage = await saver.history.atally(thread, run)
         else:

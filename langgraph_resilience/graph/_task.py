@@ -64,6 +64,7 @@ from langgraph_resilience.checkpoint import (
     Fence,
     ResilientSaver,
 )
+from langgraph_resilience.checkpoint._protocol import AsyncStepLog, StepLog
 from langgraph_resilience.checkpoint.ledger._runs import fence_of
 from langgraph_resilience.checkpoint.runlog._scope import RunScope, Tally
 from langgraph_resilience.errors import ConfigError
@@ -275,6 +276,19 @@ class TaskContext:
         if _conforms(found, AsyncResilientSaver):
             return cast(AsyncResilientSaver, found)
         return None
+
+    @property
+    def step_log(self) -> StepLog | None:
+        """The graph's saver, if it keeps the run log's step rows (every resilient
+        saver, the Redis savers too), sync methods."""
+        found = self._configurable.get(CHECKPOINTER_KEY)
+        return cast(StepLog, found) if _conforms(found, StepLog) else None
+
+    @property
+    def async_step_log(self) -> AsyncStepLog | None:
+        """The graph's saver, if it keeps the run log's step rows, async methods."""
+        found = self._configurable.get(CHECKPOINTER_KEY)
+        return cast(AsyncStepLog, found) if _conforms(found, AsyncStepLog) else None
 
     @property
     def ledger(self) -> EffectLedger | None:

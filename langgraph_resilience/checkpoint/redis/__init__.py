@@ -12,7 +12,8 @@ the `Worker`: ``_runs`` (its operations and keys), ``_runs_scripts`` (its Lua),
 ``_runs_saver`` (what the twins add: ``runs``, ``read_run``, ``list_runs``).
 The ledgers: ``_effects`` (the effect ledger), ``_attempts`` (a task's failed
 tries), ``_effects_lua`` (their scripts), ``_effects_parts`` (``saver.effects``,
-``saver.attempts``).
+``saver.attempts``). The run log's step rows: ``_steps`` (stored with a task's
+writes; ``step_history`` and ``history.tally``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import langgraph_resilience.checkpoint.redis._runs as _runs
 from langgraph_resilience.checkpoint.archive._moves import ArchiveReport
 from langgraph_resilience.checkpoint.archive._objects import Archive
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES
-from langgraph_resilience.checkpoint.redis import _ops
+from langgraph_resilience.checkpoint.redis import _ops, _steps
 from langgraph_resilience.checkpoint.redis._common import (
     DEFAULT_TTL,
     RedisCommon,
@@ -232,11 +233,28 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._drive(
-            lambda: self._riding(
-                _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path)
+        step = _steps.step_of_writes(config, writes, task_id, self.serde)
+        try:
+            self._drive(
+                lambda: self._riding(
+                    _ops.put_writes(
+                        self.place, self.serde, config, writes, task_id, task_path, step
+                    )
+                )
             )
-        )
+        finally:
+            _steps.landed(config, task_id)  # its step, if any, is the store's to list
+
+    @property
+    def history(self) -> _steps.StepTally:
+        """The run log's reads the nodes need: a run's tally
+        (`checkpoint._protocol.StepLog`)."""
+        return _steps.StepTally(self.place, self._drive)
+
+    def step_history(self, thread_id: str, *, run: int | None = None) -> Sequence[dict[str, Any]]:
+        """Every step record of a thread's top-level runs, by run then start (one
+        run's with ``run=``), as the SQL savers list them (`_steps`)."""
+        return self._drive(lambda: _steps.step_history(self.place, str(thread_id), run))
 
     def delete_thread(self, thread_id: str) -> None:
         self._run(_runs.drop_threads(self.place, [str(thread_id)]))  # its runs first

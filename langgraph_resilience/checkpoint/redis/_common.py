@@ -6,7 +6,8 @@ ledger (``saver.effects``, ``saver.attempts``: `_effects_parts`), so
 ``@side_effect`` works in a graph on a Redis saver, and the run queue under
 leases (`_runs`): a `Worker` runs on a Redis saver, its writes fenced (its
 checkpoints, writes, effects and failed tries). Refused, with `ConfigError`
-(the docs' "What Redis does not keep"): the run log and its readers, and
+(the docs' "What Redis does not keep"): the run log's run rows and their
+readers (the step rows are kept: `_steps`), and
 `Limit`s. They live in the SQL savers' own transactions; on Redis they are not
 built yet, and a weaker copy would break their promises silently. What needs
 them (``run_report``, a `Limit`) refuses a Redis saver at once.
@@ -18,7 +19,7 @@ import random
 import warnings
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -169,16 +170,3 @@ class RedisCommon(BaseCheckpointSaver[str]):
         """As LangGraph's SQL savers: a zero-padded counter and a random tail."""
         current_v = 0 if current is None else int(str(current).split(".")[0])
         return f"{current_v + 1:032}.{random.random():016}"
-
-    def _refuse(self, what: str) -> NoReturn:
-        raise ConfigError(
-            f"{what} is not kept by the Redis savers yet (docs/redis.md, 'What Redis does "
-            "not keep'): use ResilientSqliteSaver or ResilientPostgresSaver for the run "
-            "log and its readers, and limits."
-        )
-
-    def step_history(self, thread_id: str, *, run: int | None = None) -> NoReturn:
-        self._refuse("step_history")
-
-    async def astep_history(self, thread_id: str, *, run: int | None = None) -> NoReturn:
-        self._refuse("astep_history")

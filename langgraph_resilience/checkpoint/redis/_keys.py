@@ -16,11 +16,13 @@ For a prefix ``P`` (default ``lgr``) and a thread ``T``:
 - ``P:{T}:fx`` (hash): idempotency key -> the side effect's record (`_effects`);
 - ``P:{T}:at`` (hash): ``<ns>\\0<checkpoint_id>\\0<task_id>`` -> the task's failed
   tries (`_attempts`);
+- ``P:{T}:st`` (hash): ``<ns>\0<checkpoint_id>\0<task_id>`` -> the step's row of the
+  run log (`_steps`: JSON, the SQL step row's columns), stored with the task's writes;
 - ``P:run:{R}`` (set): the threads run ``R`` wrote (for ``delete_for_runs``);
 - ``P:threads`` (sorted set): thread ids, scored by their last write (ms since the
   epoch), for ``list(None)`` and ``archive_idle``.
 
-A thread's nine keys share the hash tag ``{T}``, so its Lua scripts touch one
+A thread's ten keys share the hash tag ``{T}``, so its Lua scripts touch one
 slot and the layout works on Redis Cluster; the run index and the thread
 registry live in their own slots and are written beside the script (they only
 find threads, and a stale entry finds nothing). Every key but ``archived`` holds
@@ -49,6 +51,7 @@ class ThreadKeys(NamedTuple):
     archived: str
     fx: str
     at: str
+    st: str
 
     @property
     def data(self) -> tuple[str, ...]:

@@ -147,7 +147,10 @@ def put_writes(
     writes: Sequence[tuple[str, Any]],
     task_id: str,
     task_path: str,
+    step: tuple[str, str] | None = None,
 ) -> Ops[None]:
+    """A task's writes, and its step's row of the run log (``step``: its field and
+    row, `_steps.step_of_writes`), in one script."""
     thread_id, ns, cid = _base.thread_key(config)
     if cid is None or not writes:
         return
@@ -161,7 +164,8 @@ def put_writes(
             pack_write(cid, task_id, task_path, idx, channel, type_, blob),
         ]
     keys = place.keys(thread_id)
-    command = run(PUT_WRITES, keys, member(ns, cid), int(replace), place.ttl_ms, *args)
+    field, row = step or ("", "")
+    command = run(PUT_WRITES, keys, member(ns, cid), int(replace), place.ttl_ms, field, row, *args)
     replies = yield [
         fence_command(place.prefix, thread_id, command, fence_of(config)),
         place.registered(thread_id),

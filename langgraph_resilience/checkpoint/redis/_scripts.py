@@ -99,7 +99,8 @@ return {1}
 )
 
 #: ARGV: member, replace (1: special channels, replaced; 0: first kept), ttl_ms,
-#: then (task_id\0idx, record) pairs. Returns how many writes were new.
+#: the step row's field in ``st`` ('' for none) and its row, then (task_id\0idx,
+#: record) pairs. Returns how many writes were new. A step row is stored once.
 PUT_WRITES = Script(
     "put_writes",
     _RENEW
@@ -107,7 +108,8 @@ PUT_WRITES = Script(
     + r"""
 local m = ARGV[1]
 local added = {}
-for i = 4, #ARGV, 2 do
+if ARGV[4] ~= '' then redis.call('HSETNX', KEYS[10], ARGV[4], ARGV[5]) end
+for i = 6, #ARGV, 2 do
   local field = m .. '\0' .. ARGV[i]
   local new
   if ARGV[2] == '1' then new = redis.call('HSET', KEYS[3], field, ARGV[i + 1]) == 1

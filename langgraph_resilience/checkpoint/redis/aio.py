@@ -26,7 +26,7 @@ from langgraph_resilience.checkpoint.archive._moves import ArchiveReport
 from langgraph_resilience.checkpoint.archive._objects import Archive
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
-from langgraph_resilience.checkpoint.redis import _ops
+from langgraph_resilience.checkpoint.redis import _ops, _steps
 from langgraph_resilience.checkpoint.redis._common import (
     DEFAULT_TTL,
     RedisCommon,
@@ -227,11 +227,32 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await self._drive(
-            lambda: self._riding(
-                _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path)
+        step = _steps.step_of_writes(config, writes, task_id, self.serde)
+        try:
+            await self._drive(
+                lambda: self._riding(
+                    _ops.put_writes(
+                        self.place, self.serde, config, writes, task_id, task_path, step
+                    )
+                )
             )
-        )
+        finally:
+            _steps.landed(config, task_id)  # its step, if any, is the store's to list
+
+    @property
+    def history(self) -> _steps.AsyncStepTally:
+        """The run log's reads the nodes need: a run's tally
+        (`checkpoint._protocol.AsyncStepLog`)."""
+        return _steps.AsyncStepTally(self.place, self._drive, self._bridge)
+
+    async def astep_history(
+        self, thread_id: str, *, run: int | None = None
+    ) -> Sequence[dict[str, Any]]:
+        """Async twin of `step_history`."""
+        return await self._drive(lambda: _steps.step_history(self.place, str(thread_id), run))
+
+    def step_history(self, thread_id: str, *, run: int | None = None) -> Sequence[dict[str, Any]]:
+        return self._bridge(self.astep_history(thread_id, run=run))
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._run(_runs.drop_threads(self.place, [str(thread_id)]))  # its runs first

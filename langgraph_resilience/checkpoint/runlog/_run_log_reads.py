@@ -6,7 +6,7 @@ paged newest first, and the step records of a thread, in the form
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ __all__ = [
     "read_steps",
     "read_tally",
     "step_order",
+    "tally_rows",
 ]
 
 #: The run-log channel of a `ResilientState`.
@@ -166,6 +167,12 @@ def read_tally(
         (thread_id, int(run)),
         fetch=True,
     )
+    return tally_rows(rows)
+
+
+def tally_rows(rows: Iterable[Sequence[Any]]) -> tuple[dict[str, int], dict[str, float]]:
+    """`read_tally`'s sums, from (path, status, usage, seconds) of a run's
+    top-level step rows (the Redis savers' too, `redis._steps`)."""
     counts: dict[str, int] = {}
     usage: dict[str, float] = {}
     for path, status, used, seconds in rows:
