@@ -252,6 +252,10 @@ def test_what_redis_does_not_keep_is_refused_clearly(saver: ResilientRedisSaver)
     for call in (lambda: run_report(saver, "t"), lambda: recovery_metrics(saver)):
         with pytest.raises(ConfigError, match="ResilientSqliteSaver or ResilientPostgresSaver"):
             call()
+    from langgraph_resilience.server import console_app
+
+    with pytest.raises(ConfigError, match="ResilientSqliteSaver or ResilientPostgresSaver"):
+        console_app(saver)  # refused when built, not a 500 on the first page
     # kept: the effect ledger (test_redis_effects.py), the run queue (test_redis_runs.py),
     # the run log's step rows (test_step_history_on_redis_lists_what_sqlite_lists)
 

@@ -156,7 +156,14 @@ def console_app(
     the ``Host`` values it answers (`_guard.served_hosts`; None: any, for an app
     that guards its own, as the Agent Server's does)."""
     secret = secrets.token_bytes(32)
-    store: Callable[[], Any] = (lambda: saver) if hasattr(saver, "history") else saver
+    history = getattr(saver, "history", None)
+    if history is not None and not hasattr(history, "run_rows"):
+        raise ConfigError(
+            f"the console reads the run ledger, which a {type(saver).__name__} does not keep "
+            "(a Redis saver keeps no run rows yet): give it a ResilientSqliteSaver or "
+            "ResilientPostgresSaver"
+        )
+    store: Callable[[], Any] = (lambda: saver) if history is not None else saver
 
     def session_of(request: Request) -> str:
         """The session's id: its cookie, or a new one `html` sets."""
