@@ -9,8 +9,9 @@ background threads (or tasks) that race; under a plan a checkpoint is stored
 only once the saver is done with every write the loop handed it before (stored,
 refused or crashed at), so a crash after a step's body or after its writes are
 stored lands before the next checkpoint, and the counters a checkpoint notes
-(what a nested step's effects are counted from) are read after the step before. Intents claimed under a plan name an executor that is gone, so a
-later claim in this same process settles them at once, as after a real kill.
+(what a nested step's effects are counted from) are read after the step
+before. Intents claimed under a plan name an executor that is gone, so a later
+claim in this same process settles them at once, as after a real kill.
 The effect ledger is tapped by a subclass of the saver's ``effects`` interface,
 put on the saver (``_effects_type``).
 """
