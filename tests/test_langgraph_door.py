@@ -13,6 +13,7 @@ upgrade has one module to check.
 from __future__ import annotations
 
 import ast
+import asyncio
 import importlib
 import inspect
 import operator
@@ -246,6 +247,16 @@ def test_a_checkpoint_save_sees_the_writes_the_loop_handed_before_it() -> None:
     seen.clear()
     graph.invoke({}, {"configurable": {"thread_id": "exit"}}, durability="exit")
     assert seen == [None]  # durability "exit": the writes go with the one save
+
+    class AsyncSaver(InMemorySaver):
+        async def aput(self, config: Any, checkpoint: Any, metadata: Any, versions: Any) -> Any:
+            seen.append(door.handed_writes())
+            return await super().aput(config, checkpoint, metadata, versions)
+
+    seen.clear()
+    agraph = g.compile(checkpointer=AsyncSaver())
+    asyncio.run(agraph.ainvoke({}, {"configurable": {"thread_id": "a"}}, durability="sync"))
+    assert {ids["a"], ids["b"]} <= (seen[-1] or set()) and ids["b"] not in (seen[-2] or {""})
 
 
 def test_the_postgres_connection_types_are_langgraphs() -> None:
