@@ -48,7 +48,11 @@ What each is for:
   `check_pg_rows` (each row a Postgres saver reads: its ``_load_checkpoint_tuple``),
   `dump_pg_blobs` and `dump_pg_writes` (the rows `PostgresSaver` stores);
 - `pull_task_id`: the id LangGraph gives a node's task of a checkpoint's next
-  step (how a renamed node keeps the effect keys of its old name's task).
+  step (how a renamed node keeps the effect keys of its old name's task);
+- `handed_writes`: in a checkpoint save LangGraph's loop runs in the background
+  (``_checkpointer_put_after_previous``), the tasks whose writes the loop has
+  handed to its saver so far (``PregelLoop._written_task_ids``): the test kit
+  holds the save until those writes are stored, as LangGraph does not.
 
 A hook LangGraph calls by a private name is overridden here, once, and handed on
 under a name of ours (`DefaultsHook._run_defaults`, a saver's ``_open_cursor``),
@@ -59,6 +63,7 @@ from __future__ import annotations
 
 import binascii
 import inspect
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -75,6 +80,7 @@ from langgraph.graph._node import StateNodeSpec
 from langgraph.graph.state import _CHANNEL_BRANCH_TO, CompiledStateGraph
 from langgraph.pregel import _algo as lg_algo
 from langgraph.pregel import _write as lg_write
+from langgraph.pregel._loop import PregelLoop
 from langgraph.store.base import BaseStore
 from langgraph.types import CachePolicy, Durability
 from langgraph.typing import ContextT, InputT, OutputT, StateT
@@ -116,6 +122,7 @@ __all__ = [
     "dump_pg_blobs",
     "dump_pg_writes",
     "hide_node",
+    "handed_writes",
     "hold_writes",
     "pull_task_id",
     "route_cursor",
@@ -358,3 +365,26 @@ def pull_task_id(
     task_ns = f"{ns}{NS_SEP}{name}" if ns else name
     raw = binascii.unhexlify(str(checkpoint["id"]).replace("-", ""))
     return func(raw, task_ns, str(step), name, _constants.PULL, *sorted(triggers))
+
+
+#: The loop's method that saves a checkpoint in the background (after the previous one).
+_PUT_AFTER_PREVIOUS = "_checkpointer_put_after_previous"
+
+
+def handed_writes() -> frozenset[str] | None:
+    """Called inside a saver's ``put``/``aput``: when LangGraph's loop makes the
+    call (its background save), the ids of the tasks whose writes it has handed
+    to the saver's ``put_writes`` so far in this run (each handed to a
+    background thread or task, not necessarily stored yet); None for a put made
+    another way, or under durability ``"exit"`` (its writes go with the last save)."""
+    frame = sys._getframe(1)
+    for _ in range(16):  # the save's frame is a few calls up (the saver's own wrappers)
+        if frame.f_code.co_name == _PUT_AFTER_PREVIOUS:
+            loop = frame.f_locals.get("self")
+            if isinstance(loop, PregelLoop) and loop.durability != "exit":
+                return frozenset(loop._written_task_ids)
+            return None
+        if frame.f_back is None:
+            return None
+        frame = frame.f_back
+    return None

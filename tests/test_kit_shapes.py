@@ -15,6 +15,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -275,6 +276,40 @@ async def test_an_email_outside_the_ledger_in_an_agent_invoked_in_a_node_is_foun
     assert not report.ok
 
 
+async def test_a_nested_steps_crash_lands_before_the_next_checkpoint_however_the_threads_run(
+    store: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LangGraph stores a step's writes and the next checkpoint in background
+    threads that race. Here every writes job starts late (0.1 s), so the
+    checkpoint after the agent's tool step would be stored first; the kit
+    holds that checkpoint until the step's writes are done with, so the crash
+    after 'work/tools[0]' still leaves the tool's writes and everything after
+    unstored, and the email is found sent twice."""
+    # Before: "crash after step 'work/tools[0]'" passed (the resume started after the tool).
+    from langgraph.pregel._executor import BackgroundExecutor
+
+    submit = BackgroundExecutor.submit
+
+    def late_writes(self: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if "put_writes" in getattr(fn, "__name__", ""):
+            job = fn
+
+            def fn(*a: Any, **k: Any) -> Any:
+                time.sleep(0.1)
+                return job(*a, **k)
+
+        return submit(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(BackgroundExecutor, "submit", late_writes)
+    outbox = tmp_path / "outbox"
+    report = await suite(store, in_a_node(outbox), effects={"email": lambda: _lines(outbox)})
+    (case,) = [
+        c for c in report.family("step_crash") if c.name == "crash after step 'work/tools[0]'"
+    ]
+    assert not case.passed and case.effects_unkeyed == {"email": 1}, case
+    assert "work/tools[0]" in case.steps_redone, case
+
+
 @asynccontextmanager
 async def _aopened(cm: Any) -> AsyncIterator[Any]:
     async with cm as saver:
@@ -425,7 +460,7 @@ async def test_every_extra_call_says_why(store: tuple[str, str]) -> None:
     ), fresh.evidence
     stable = await run(random_key=False)
     (same,) = [c for c in stable.family("effect_replay") if c.name.startswith("crash right after")]
-    assert same.effects_same_key == {"email": 1}
+    assert same.effects_same_key == {"email": 1}, same
     assert any(
         "+1: side effect 'email' was called again with the same idempotency key after a "
         "resume (reexecuted" in line

@@ -13,6 +13,7 @@ upgrade has one module to check.
 from __future__ import annotations
 
 import ast
+import asyncio
 import importlib
 import inspect
 import operator
@@ -212,6 +213,50 @@ def test_a_task_namespace_is_split_as_the_door_says() -> None:
     ]
     assert [level[0] for level in levels] == ["sub", "inner"]
     assert levels[-1][1] == configurable[door.TASK_ID_KEY]
+
+
+def test_a_checkpoint_save_sees_the_writes_the_loop_handed_before_it() -> None:
+    """`handed_writes`, in a saver's put made by LangGraph's background save: the
+    tasks whose writes the loop gave ``put_writes`` so far; None elsewhere."""
+    ids: dict[str, str] = {}
+    seen: list[frozenset[str] | None] = []
+
+    class Saver(InMemorySaver):
+        def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+            seen.append(door.handed_writes())
+            return super().put(config, checkpoint, metadata, new_versions)
+
+    def node(name: str) -> Any:
+        def run(state: _State) -> dict[str, Any]:
+            ids[name] = get_config()["configurable"][door.TASK_ID_KEY]
+            return {}
+
+        return run
+
+    g = StateGraph(_State)
+    g.add_node("a", node("a"))
+    g.add_node("b", node("b"))
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    graph = g.compile(checkpointer=Saver())
+    graph.invoke({}, {"configurable": {"thread_id": "handed"}}, durability="sync")
+    assert all(found is not None for found in seen)
+    assert ids["a"] in seen[-2] and ids["b"] not in seen[-2]  # the save after a's step
+    assert {ids["a"], ids["b"]} <= seen[-1]  # the save after b's step
+    assert door.handed_writes() is None  # not inside a save
+    seen.clear()
+    graph.invoke({}, {"configurable": {"thread_id": "exit"}}, durability="exit")
+    assert seen == [None]  # durability "exit": the writes go with the one save
+
+    class AsyncSaver(InMemorySaver):
+        async def aput(self, config: Any, checkpoint: Any, metadata: Any, versions: Any) -> Any:
+            seen.append(door.handed_writes())
+            return await super().aput(config, checkpoint, metadata, versions)
+
+    seen.clear()
+    agraph = g.compile(checkpointer=AsyncSaver())
+    asyncio.run(agraph.ainvoke({}, {"configurable": {"thread_id": "a"}}, durability="sync"))
+    assert {ids["a"], ids["b"]} <= (seen[-1] or set()) and ids["b"] not in (seen[-2] or {""})
 
 
 def test_the_postgres_connection_types_are_langgraphs() -> None:

@@ -4,27 +4,43 @@ Instance attributes on the run's saver (`tap_saver`): count checkpoint writes
 and fail the ones the plan names, note which tasks' writes were stored, crash
 right after an effect's call returned, and, once the run crashed, refuse every
 write and forget effect outcomes not yet stored, as a killed process stores
-nothing more. Intents claimed under a plan name an executor that is gone, so a
-later claim in this same process settles them at once, as after a real kill.
+nothing more. LangGraph stores a step's writes and the next checkpoint in
+background threads (or tasks) that race; under a plan a checkpoint is stored
+only once the saver is done with every write the loop handed it before (stored,
+refused or crashed at), so a crash after a step's body or after its writes are
+stored lands before the next checkpoint, and the counters a checkpoint notes
+(what a nested step's effects are counted from) are read after the step
+before. Intents claimed under a plan name an executor that is gone, so a later
+claim in this same process settles them at once, as after a real kill.
 The effect ledger is tapped by a subclass of the saver's ``effects`` interface,
 put on the saver (``_effects_type``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from langgraph_resilience._langgraph import ERROR_CHANNEL, INTERRUPT_CHANNEL, RESUME_CHANNEL
+from langgraph_resilience._langgraph import (
+    ERROR_CHANNEL,
+    INTERRUPT_CHANNEL,
+    RESUME_CHANNEL,
+    handed_writes,
+)
 from langgraph_resilience.testing._taps import Session
 
 __all__ = ["tap_saver"]
 
 _ERROR_CHANNELS = frozenset({ERROR_CHANNEL, INTERRUPT_CHANNEL, RESUME_CHANNEL})
+#: How long a checkpoint save waits for the writes handed before it (a bound, not
+#: a timing: each arrives as soon as its background thread runs).
+_LANDING_TIMEOUT = 30.0
 
 
 def _untapped(saver: Any, name: str) -> Any:
@@ -65,26 +81,40 @@ def tap_saver(saver: BaseCheckpointSaver[Any], s: Session) -> None:
         return True
 
     def tapped_put(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        handed = handed_writes()
+        if handed:
+            s.wait_landed(handed, _LANDING_TIMEOUT)
         before_put(config, checkpoint, metadata)
         return put(config, checkpoint, metadata, new_versions)
 
     async def tapped_aput(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        handed = handed_writes()
+        if handed:
+            deadline = time.monotonic() + _LANDING_TIMEOUT
+            while not s.all_landed(handed) and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)  # the writes' tasks run on this event loop
         before_put(config, checkpoint, metadata)
         return await aput(config, checkpoint, metadata, new_versions)
 
     def tapped_put_writes(config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
-        output = before_writes(config, writes, task_id, task_path)
-        put_writes(config, writes, task_id, task_path)
-        if output:
-            s.stored(task_id)
+        try:
+            output = before_writes(config, writes, task_id, task_path)
+            put_writes(config, writes, task_id, task_path)
+            if output:
+                s.stored(task_id)
+        finally:
+            s.landed(task_id)
 
     async def tapped_aput_writes(
         config: Any, writes: Any, task_id: str, task_path: str = ""
     ) -> None:
-        output = before_writes(config, writes, task_id, task_path)
-        await aput_writes(config, writes, task_id, task_path)
-        if output:
-            s.stored(task_id)
+        try:
+            output = before_writes(config, writes, task_id, task_path)
+            await aput_writes(config, writes, task_id, task_path)
+            if output:
+                s.stored(task_id)
+        finally:
+            s.landed(task_id)
 
     d.update(
         put=tapped_put,

@@ -325,6 +325,10 @@ class Session:
         self.dead = False
         self.puts = 0
         self._on_crash: list[Callable[[], None]] = []
+        #: The tasks whose writes this run's saver has taken (stored, refused or
+        #: failed), and a condition a checkpoint save waits on for them (`landed`).
+        self._landed: set[str] = set()
+        self._landing = threading.Condition()
         tracker.run += 1
         self.run = tracker.run
         self.at_start = tracker.read_counters()
@@ -385,6 +389,22 @@ class Session:
         e = self.tracker.nested_write(self.run, self.at_start, config, task_id, task_path, writes)
         if e is not None:
             self._crash_at(e.path, "after")
+
+    def landed(self, task_id: str) -> None:
+        """The saver is done with the task's writes (stored, refused, or failed)."""
+        with self._landing:
+            self._landed.add(task_id)
+            self._landing.notify_all()
+
+    def all_landed(self, task_ids: frozenset[str]) -> bool:
+        with self._landing:
+            return task_ids <= self._landed
+
+    def wait_landed(self, task_ids: frozenset[str], timeout: float) -> None:
+        """Block until the saver is done with the writes of ``task_ids`` (see
+        `_saver_taps`: a checkpoint is stored after its step's writes)."""
+        with self._landing:
+            self._landing.wait_for(lambda: task_ids <= self._landed, timeout)
 
     def stored(self, task_id: str) -> None:
         """The step's writes were stored: crash here if the plan says so."""
