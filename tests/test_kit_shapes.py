@@ -286,6 +286,8 @@ async def test_a_nested_steps_crash_lands_before_the_next_checkpoint_however_the
     after 'work/tools[0]' still leaves the tool's writes and everything after
     unstored, and the email is found sent twice."""
     # Before: "crash after step 'work/tools[0]'" passed (the resume started after the tool).
+    if store[0] == "postgres" and not os.environ.get("LGR_ALL_SAVERS"):
+        pytest.skip("~50 s a store under delayed writes: LGR_ALL_SAVERS=1 runs Postgres")
     from langgraph.pregel._executor import BackgroundExecutor
 
     submit = BackgroundExecutor.submit
