@@ -148,7 +148,9 @@ async def test_a_worker_run_that_ends_error_names_its_error(checkpointer: Any) -
     g.add_node("step", lambda s: {"n": s.get("n", 0) + 1})
     g.add_edge(START, "step")
     g.add_edge("step", "step")  # loops for ever: the recursion limit ends it
-    worker = Worker(g, checkpointer=h.saver, worker_id="w-err")
+    # LangGraph's default recursion limit is 10,007 steps: a small one keeps the test short
+    looping = g.compile(checkpointer=h.saver).with_config(recursion_limit=5)
+    worker = Worker(looping, checkpointer=h.saver, worker_id="w-err", poll_interval=0.05)
     thread = f"wloop-{h.id}-{uuid.uuid4().hex[:6]}"
     if h.is_async:
         run_id = await worker.asubmit({"n": 0}, thread_id=thread)
