@@ -40,12 +40,9 @@ from langgraph_resilience.errors import (
     TransientError,
     ValidationFailed,
 )
-from langgraph_resilience.graph._builder import (
-    ResilientStateGraph,
-    aretry_failed,
-    current_attempt,
-    retry_failed,
-)
+from langgraph_resilience.graph._builder import ResilientStateGraph
+from langgraph_resilience.graph._retry_failed import aretry_failed, retry_failed
+from langgraph_resilience.graph._task import current_attempt
 from langgraph_resilience.history._deploy import DeployReport, acheck_deploy, check_deploy
 from langgraph_resilience.history._metrics import (
     RecoveryMetrics,

@@ -22,6 +22,7 @@ MODULES = [
     "langgraph_resilience.policy",
     "langgraph_resilience.classify",
     "langgraph_resilience.state",
+    "langgraph_resilience.graph",
     "langgraph_resilience.graph._builder",
     "langgraph_resilience.worker._worker",
     "langgraph_resilience.effects._side_effect",

@@ -17,7 +17,7 @@ from langgraph.types import Command
 from langgraph_resilience.checkpoint import ResilientSaver
 from langgraph_resilience.cli._store import one_line
 from langgraph_resilience.errors import RunStateError
-from langgraph_resilience.graph._builder import retry_failed
+from langgraph_resilience.graph._retry_failed import retry_failed
 from langgraph_resilience.worker._controls import RunControls
 
 __all__ = ["Acted", "cancel_run", "resume_thread", "retry_thread", "thread_status"]

@@ -20,15 +20,11 @@ LangGraph's ``@task`` under a `NodePolicy` (an ``@entrypoint``'s steps).
 
 from __future__ import annotations
 
-from langgraph_resilience.graph._builder import (
-    PARTIAL_RESULT,
-    ResilientCompiledStateGraph,
-    ResilientStateGraph,
-    aretry_failed,
-    current_attempt,
-    retry_failed,
-)
+from langgraph_resilience.graph._builder import ResilientCompiledStateGraph, ResilientStateGraph
 from langgraph_resilience.graph._functional import task
+from langgraph_resilience.graph._retry_failed import aretry_failed, retry_failed
+from langgraph_resilience.graph._routes import PARTIAL_RESULT
+from langgraph_resilience.graph._task import current_attempt
 
 __all__ = [
     "PARTIAL_RESULT",

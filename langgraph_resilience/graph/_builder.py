@@ -64,7 +64,6 @@ from langgraph_resilience.graph._cache import RunLogFreeCache, keyed_without_run
 from langgraph_resilience.graph._drivers import NOT_RUN, is_async, wrap
 from langgraph_resilience.graph._nested_stream import awatched, watched
 from langgraph_resilience.graph._node import NodeAction, NodeContext
-from langgraph_resilience.graph._retry_failed import aretry_failed, retry_failed
 from langgraph_resilience.graph._routes import (
     PARTIAL_RESULT,
     ROUTES_NODE,
@@ -73,18 +72,10 @@ from langgraph_resilience.graph._routes import (
     routes_node,
 )
 from langgraph_resilience.graph._slots import take_over
-from langgraph_resilience.graph._task import current_attempt
 from langgraph_resilience.graph._versions import VERSION_KEY, Versioning
 from langgraph_resilience.policy import NodePolicy
 
-__all__ = [
-    "PARTIAL_RESULT",
-    "ResilientCompiledStateGraph",
-    "ResilientStateGraph",
-    "aretry_failed",
-    "current_attempt",
-    "retry_failed",
-]
+__all__ = ["ResilientCompiledStateGraph", "ResilientStateGraph"]
 
 _UNSET: Any = object()
 _DEFAULTS = Classifier()

@@ -44,7 +44,8 @@ from langgraph.graph import END, START
 
 from langgraph_resilience.effects._side_effect import side_effect
 from langgraph_resilience.errors import DegradableError, PermanentError, ValidationFailed
-from langgraph_resilience.graph._builder import ResilientStateGraph, current_attempt
+from langgraph_resilience.graph._builder import ResilientStateGraph
+from langgraph_resilience.graph._task import current_attempt
 from langgraph_resilience.policy import Attempt, Backoff, NodePolicy
 from langgraph_resilience.state import ResilientState
 

@@ -53,7 +53,7 @@ from langgraph_resilience.cli.demo.pipeline import (
     read_lines,
     steps_log,
 )
-from langgraph_resilience.graph._builder import retry_failed
+from langgraph_resilience.graph._retry_failed import retry_failed
 from langgraph_resilience.history._metrics import recovery_metrics
 from langgraph_resilience.history._report import run_report
 from langgraph_resilience.worker._worker import Worker
