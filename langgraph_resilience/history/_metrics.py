@@ -51,19 +51,23 @@ class Metric:
     counts (``numerator`` / ``denominator``; None when the denominator is 0).
 
     Attributes:
-        name: the field (``partial_completion_rate``).
-        title: how a table or a plot names it.
+        name: the field (``partial_completion_rate``); its `title`, how a table
+            or a plot names it, is the name in words.
         numerator / denominator: the count fields it is made of.
         numerator_says / denominator_says: what each count is, in a sentence
             (``3 partial / 10 ended``).
     """
 
     name: str
-    title: str
     numerator: str
     denominator: str
     numerator_says: str
     denominator_says: str
+
+    @property
+    def title(self) -> str:
+        """How a table or a plot names it: ``partial completion rate``."""
+        return self.name.replace("_", " ")
 
     def made_of(self, m: RecoveryMetrics) -> str:
         """The counts it is made of, in words."""
@@ -74,39 +78,32 @@ class Metric:
 #: The recovery metrics, in the order every reader shows them (the API's
 #: `RecoveryMetrics`, the ``metrics`` command, the console's plots): a new
 #: metric is a field of `RecoveryMetrics` and one entry here.
-METRICS = (
+METRICS = tuple(
     Metric(
-        name="partial_completion_rate",
-        title="partial completion rate",
-        numerator="runs_partial",
-        denominator="runs_ended",
-        numerator_says="partial",
-        denominator_says="ended",
-    ),
-    Metric(
-        name="checkpoint_save_success_rate",
-        title="checkpoint save success rate",
-        numerator="checkpoint_writes_succeeded",
-        denominator="checkpoint_writes_tried",
-        numerator_says="stored",
-        denominator_says="tried",
-    ),
-    Metric(
-        name="recovery_success_rate",
-        title="recovery success rate",
-        numerator="runs_resumed_succeeded",
-        denominator="runs_resumed_ended",
-        numerator_says="succeeded",
-        denominator_says="recovered and ended",
-    ),
-    Metric(
-        name="steps_redone_per_recovery",
-        title="steps redone per recovery",
-        numerator="steps_redone",
-        denominator="recoveries",
-        numerator_says="redone",
-        denominator_says="recoveries",
-    ),
+        name=name,
+        numerator=numerator,
+        denominator=denominator,
+        numerator_says=numerator_says,
+        denominator_says=denominator_says,
+    )
+    for name, numerator, numerator_says, denominator, denominator_says in (
+        ("partial_completion_rate", "runs_partial", "partial", "runs_ended", "ended"),
+        (
+            "checkpoint_save_success_rate",
+            "checkpoint_writes_succeeded",
+            "stored",
+            "checkpoint_writes_tried",
+            "tried",
+        ),
+        (
+            "recovery_success_rate",
+            "runs_resumed_succeeded",
+            "succeeded",
+            "runs_resumed_ended",
+            "recovered and ended",
+        ),
+        ("steps_redone_per_recovery", "steps_redone", "redone", "recoveries", "recoveries"),
+    )
 )
 #: The counts of `RecoveryMetrics` (whole numbers that add up over time: the
 #: console subtracts one bucket's from the next's).

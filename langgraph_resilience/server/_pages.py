@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 from langgraph_resilience.checkpoint.runlog._run_log_reads import RunLogRecord
 from langgraph_resilience.graph._routes import PARTIAL_RESULT
 from langgraph_resilience.history import RecoveryMetrics, RunReport
-from langgraph_resilience.history._metrics import METRICS
+from langgraph_resilience.history._metrics import COUNTS, METRICS
 from langgraph_resilience.history._render import clock, drawn, node_statuses, seen, top_node
 from langgraph_resilience.server._facts import RunFacts
 
@@ -425,6 +425,12 @@ def _plot(title: str, points: Sequence[tuple[str, float | None, int, int]], iden
     )
 
 
+#: The counts of `COUNTS` the metrics page's table leaves out (to keep it narrow).
+_NOT_IN_COUNTS_TABLE = frozenset(
+    {"checkpoint_writes_failed", "runs_resumed_ended", "effects_replayed", "effects_reexecuted"}
+)
+
+
 def metrics_page(buckets: Sequence[tuple[str, RecoveryMetrics]], *, base: str, per: str) -> str:
     """The four metrics per bucket (oldest first) as bar plots, and their counts."""
     pick = " ".join(
@@ -439,19 +445,7 @@ def metrics_page(buckets: Sequence[tuple[str, RecoveryMetrics]], *, base: str, p
             for label, m in buckets
         ]
         plots.append(_plot(metric.title, points, f"plot-{metric.name}"))
-    counts = [
-        "runs",
-        "runs_ended",
-        "runs_succeeded",
-        "runs_partial",
-        "runs_failed",
-        "checkpoint_writes_tried",
-        "checkpoint_writes_succeeded",
-        "runs_resumed",
-        "runs_resumed_succeeded",
-        "recoveries",
-        "steps_redone",
-    ]
+    counts = [c for c in COUNTS if c not in _NOT_IN_COUNTS_TABLE]
     rows = [[esc(label), *(esc(getattr(m, c)) for c in counts)] for label, m in buckets]
     return (
         f"<p>per {pick} (UTC, oldest first)</p>"
