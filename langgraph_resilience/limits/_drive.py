@@ -141,6 +141,19 @@ def _told(name: str, op: Admit, held: Held | LimitBusy, waited: float) -> None:
         )
 
 
+def _admitted(
+    name: str, op: Admit, io: Any, hold: str, busy: LimitBusy | None, waited: float
+) -> Held | LimitBusy:
+    """What the admission of ``op`` came to (``busy``: the `LimitBusy` it failed
+    with, else None), told and, when admitted, its lease kept renewed."""
+    found: Held | LimitBusy = busy if busy is not None else _held(op, io, hold)
+    if isinstance(found, Held):
+        found.waited = waited
+        _renewing(found)
+    _told(name, op, found, waited)
+    return found
+
+
 def admit_sync(
     saver: Any, name: str, op: Admit, sleep: Callable[[float], None] = time.sleep
 ) -> Held | LimitBusy:
@@ -161,13 +174,7 @@ def admit_sync(
             else:
                 reply = io.acquire(asks, hold, holder, LEASE, step.dead, step.blamed, step.waited)
     except StopIteration as stop:
-        busy: LimitBusy | None = stop.value
-    found: Held | LimitBusy = busy if busy is not None else _held(op, io, hold)
-    if isinstance(found, Held):
-        found.waited = waited
-        _renewing(found)
-    _told(name, op, found, waited)
-    return found
+        return _admitted(name, op, io, hold, stop.value, waited)
 
 
 async def admit_async(
@@ -196,13 +203,7 @@ async def admit_async(
                     asks, hold, holder, LEASE, step.dead, step.blamed, step.waited
                 )
     except StopIteration as stop:
-        busy: LimitBusy | None = stop.value
-    found: Held | LimitBusy = busy if busy is not None else _held(op, io, hold)
-    if isinstance(found, Held):
-        found.waited = waited
-        _renewing(found)
-    _told(name, op, found, waited)
-    return found
+        return _admitted(name, op, io, hold, stop.value, waited)
 
 
 def _letting_go(op: Release) -> float | None:
