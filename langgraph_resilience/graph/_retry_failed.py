@@ -368,13 +368,13 @@ def _retry_parent(
     _parent.refuse_options(thread, update, payload_given)
     history = graph.checkpointer.history  # type: ignore[union-attr]
     rows = history.run_rows(thread, limit=1)
-    run, path = _parent.failed_run(thread, rows[0] if rows else None, step)
-    node = _parent.top_node(path)
-    since = rows[0].checkpoint_id
-    at = _parent.fork_point(thread, graph.get_state_history(config), node, since)
+    failed = _parent.failed_run(thread, rows, step)
+    at = _parent.fork_point(thread, graph.get_state_history(config), failed.node, failed.since)
     fork = graph.update_state(at.config, None, as_node=_parent.COPY)
-    history.reopen_run(thread, run, str(fork["configurable"]["checkpoint_id"]), [path])
-    recovery_event("retry_failed", thread, [path], graph.name)
+    history.reopen_run(
+        thread, failed.run, str(fork["configurable"]["checkpoint_id"]), [failed.path]
+    )
+    recovery_event("retry_failed", thread, [failed.path], graph.name)
     since = time.time()
     try:
         return graph.invoke(None, _parent.parent_retry_config(config, fork))
@@ -395,14 +395,14 @@ async def _aretry_parent(
     _parent.refuse_options(thread, update, payload_given)
     history = graph.checkpointer.history  # type: ignore[union-attr]
     rows = await history.arun_rows(thread, limit=1)
-    run, path = _parent.failed_run(thread, rows[0] if rows else None, step)
-    node = _parent.top_node(path)
-    since = rows[0].checkpoint_id
+    failed = _parent.failed_run(thread, rows, step)
     snapshots = [s async for s in graph.aget_state_history(config)]
-    at = _parent.fork_point(thread, snapshots, node, since)
+    at = _parent.fork_point(thread, snapshots, failed.node, failed.since)
     fork = await graph.aupdate_state(at.config, None, as_node=_parent.COPY)
-    await history.areopen_run(thread, run, str(fork["configurable"]["checkpoint_id"]), [path])
-    recovery_event("retry_failed", thread, [path], graph.name)
+    await history.areopen_run(
+        thread, failed.run, str(fork["configurable"]["checkpoint_id"]), [failed.path]
+    )
+    recovery_event("retry_failed", thread, [failed.path], graph.name)
     since = time.time()
     try:
         return await graph.ainvoke(None, _parent.parent_retry_config(config, fork))

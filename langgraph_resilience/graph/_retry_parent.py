@@ -17,8 +17,8 @@ second failure ends it ``partial_complete`` again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import StateSnapshot
@@ -27,7 +27,7 @@ from langgraph_resilience._keys import RETRY_FAILED_KEY
 from langgraph_resilience.checkpoint.runlog._run_log_reads import RunLogRecord
 from langgraph_resilience.errors import ConfigError, RunStateError
 
-__all__ = ["failed_run", "fork_point", "parent_retry_config", "refuse_options"]
+__all__ = ["FailedRun", "failed_run", "fork_point", "parent_retry_config", "refuse_options"]
 
 COPY = "__copy__"  # LangGraph's `update_state` node name that copies a checkpoint
 
@@ -47,13 +47,23 @@ def refuse_options(thread: str, update: Any, payload_given: bool) -> None:
         )
 
 
-def failed_run(thread: str, row: RunLogRecord | None, step: str | None) -> tuple[int, str]:
-    """(run, failed step path) of the thread's latest run, if it ended short.
+class FailedRun(NamedTuple):
+    """The thread's latest run that ended short, as a retry re-runs it."""
+
+    run: int
+    path: str  # the failed step's path (``mailer/tools/send_email``)
+    node: str  # the parent's node it starts with (``mailer``)
+    since: str | None  # the run's input checkpoint's id
+
+
+def failed_run(thread: str, rows: Sequence[RunLogRecord], step: str | None) -> FailedRun:
+    """The thread's latest run (``rows``: its newest run row, if any), if it ended short.
 
     Raises:
         RunStateError: no run, or its latest did not end ``partial_complete``
             naming a failed step (or not ``step``).
     """
+    row = rows[0] if rows else None
     if row is None:
         raise RunStateError(
             f"thread {thread!r}: the graph keeps no run log and the saver holds no run "
@@ -70,7 +80,7 @@ def failed_run(thread: str, row: RunLogRecord | None, step: str | None) -> tuple
             f"thread {thread!r} has no failed step {step!r} in its current run; steps "
             f"that can be re-run: {row.failed_step!r}"
         )
-    return row.run, row.failed_step
+    return FailedRun(row.run, row.failed_step, top_node(row.failed_step), row.checkpoint_id)
 
 
 def top_node(path: str) -> str:
