@@ -6,13 +6,19 @@ run on the snapshot change the rows as they change the SQLite store's."""
 from __future__ import annotations
 
 import sqlite3
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+import redis
+from redis.crc import key_slot
 from test_report import CONFIG, every_fate
 
 from langgraph_resilience import retry_failed
 from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
+from langgraph_resilience.checkpoint.redis import _runlog_store
 from langgraph_resilience.checkpoint.redis._runlog_rows import (
     LEDGER_TABLES,
     LedgerSnapshot,
@@ -20,6 +26,7 @@ from langgraph_resilience.checkpoint.redis._runlog_rows import (
     encode_row,
     row_field,
 )
+from langgraph_resilience.checkpoint.redis._tier import Archived
 from langgraph_resilience.checkpoint.runlog import _run_log
 from langgraph_resilience.checkpoint.runlog._run_metrics import read_metrics
 from langgraph_resilience.checkpoint.runlog._run_summaries import (
@@ -27,7 +34,7 @@ from langgraph_resilience.checkpoint.runlog._run_summaries import (
     read_thread_ledger,
 )
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
-from langgraph_resilience.checkpoint.store._schema import RUNS, STEPS
+from langgraph_resilience.checkpoint.store._schema import RUN_LOG, RUNS, STEPS
 from langgraph_resilience.checkpoint.store._store import SQLITE, Statements, Stmt, Table, execute
 
 
@@ -108,3 +115,112 @@ def test_a_ledger_write_on_the_snapshot_changes_the_row_as_on_sqlite(tmp_path: P
         "resilience_recoveries",
         "resilience_recovery_paths",
     }
+
+
+# -- on Redis (`_runlog_store`) ----------------------------------------------------------
+
+
+def _redis_saver(prefix: str) -> Any:
+    import warnings
+
+    from redis_servers import REDIS_URL
+
+    from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
+
+    cm = ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix)
+    saver = cm.__enter__()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        saver.setup()
+    return cm, saver
+
+
+@pytest.fixture
+def on_redis() -> Iterator[Any]:
+    from redis_servers import REDIS_DOWN, flush_prefix
+
+    if REDIS_DOWN is not None:
+        pytest.skip(REDIS_DOWN)
+    prefix = f"rl{uuid.uuid4().hex[:12]}"
+    cm, saver = _redis_saver(prefix)
+    yield saver
+    cm.__exit__(None, None, None)
+    flush_prefix(prefix)
+
+
+def test_a_run_row_stored_on_redis_is_the_row_sqlite_stores(on_redis: Any, tmp_path: Path) -> None:
+    saver, snap = on_redis, LedgerSnapshot()
+    conn = sqlite3.connect(str(tmp_path / "twin.db"))
+    with ResilientSqliteSaver.from_conn_string(str(tmp_path / "twin.db")) as twin:
+        twin.setup()
+    writes = [
+        lambda: _run_log.close_run(SQLITE, "t1", 1, "running", None, started_at=100.0),
+        lambda: _run_log.close_run(SQLITE, "t1", 1, "success", {"tokens": 7.0}),
+        lambda: _run_log.close_run(SQLITE, "t1", 2, "paused", None, started_at=200.0),
+    ]
+    for write in writes:
+        saver._run(_runlog_store.apply(saver.place, snap, "t1", write))
+        execute(conn.cursor(), write())
+    conn.commit()
+    version, held = saver._run(_runlog_store.read_ledger(saver.place, "t1"))
+    assert version == "3"  # one version a write
+    sql_rows = {row_field(RUN_LOG, r): r for r in _rows(conn, RUN_LOG)}
+    redis_rows = {f: decode_row(raw) for f, raw in held[RUN_LOG.name].items()}
+    assert set(redis_rows) == set(sql_rows) == {"1", "2"}
+    for field, row in redis_rows.items():
+        want = sql_rows[field]
+        named = dict(zip(RUN_LOG.names, row, strict=True))
+        wanted = dict(zip(RUN_LOG.names, want, strict=True))
+        for clock in ("ended_at", "updated_at"):  # each store's own now
+            assert (named.pop(clock) is None) == (wanted.pop(clock) is None)
+        assert named == wanted
+    keys = _runlog_store.ledger_keys(saver.place, "t1")
+    assert len({key_slot(k.encode()) for k in keys}) == 1  # one slot: Redis Cluster works
+    client = redis.Redis.from_url(__import__("redis_servers").REDIS_URL)
+    assert 0 < client.pttl(keys.rl) <= saver.place.ttl_ms  # the thread's TTL, renewed
+
+
+def test_a_ledger_write_raced_by_another_decides_again_and_loses_neither(on_redis: Any) -> None:
+    saver, snap = on_redis, LedgerSnapshot()
+    place = saver.place
+    first = _runlog_store.apply(
+        place, snap, "t2", lambda: _run_log.close_run(SQLITE, "t2", 1, "running", None, 1.0)
+    )
+    read = _pipe(saver.conn, next(first))  # it read the ledger (no version yet) ...
+    # ... another writer stores run 2 in between ...
+    saver._run(
+        _runlog_store.apply(
+            place, snap, "t2", lambda: _run_log.close_run(SQLITE, "t2", 2, "running", None, 2.0)
+        )
+    )
+    store = first.send(read)  # its compare-and-set, on the stale version
+    refused = _pipe(saver.conn, store)
+    assert refused == [0]
+    batch = first.send(refused)  # it reads again, decides again, stores
+    while True:
+        try:
+            batch = first.send(_pipe(saver.conn, batch))
+        except StopIteration:
+            break
+    _, held = saver._run(_runlog_store.read_ledger(place, "t2"))
+    assert set(held[RUN_LOG.name]) == {"1", "2"}
+
+
+def _pipe(conn: Any, batch: list[Any]) -> list[Any]:
+    pipe = conn.pipeline(transaction=False)
+    for command in batch:
+        pipe.execute_command(*command)
+    return list(pipe.execute())
+
+
+def test_a_ledger_write_on_a_thread_in_the_cold_tier_is_refused(on_redis: Any) -> None:
+    saver, snap = on_redis, LedgerSnapshot()
+    keys = _runlog_store.ledger_keys(saver.place, "t3")
+    saver.conn.set(keys.archived, "somewhere")
+    with pytest.raises(Archived):
+        saver._run(
+            _runlog_store.apply(
+                saver.place, snap, "t3", lambda: _run_log.close_run(SQLITE, "t3", 1, "running")
+            )
+        )
+    assert not saver.conn.exists(keys.rl)

@@ -117,6 +117,10 @@ class LedgerSnapshot:
         sql = f"INSERT INTO {table.name} ({', '.join(table.names)}) VALUES ({places})"
         self._conn.executemany(sql, [tuple(r) for r in rows])
 
+    def load_encoded(self, table: Table, rows: Iterable[str | bytes]) -> None:
+        """Add rows as Redis keeps them (`encode_row`)."""
+        self.load(table, (decode_row(raw) for raw in rows))
+
     def load_interrupts(self, thread_id: str, tasks: Iterable[tuple[str, str]]) -> None:
         """The top-level tasks that wrote an interrupt, ``(checkpoint_id, task_id)``
         (what `_run_summaries.read_thread_ledger` reads of LangGraph's writes)."""
