@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+from langgraph.checkpoint.base import empty_checkpoint
 from redis.crc import key_slot
 from test_report import CONFIG, every_fate
 
@@ -174,7 +175,7 @@ def test_a_run_row_stored_on_redis_is_the_row_sqlite_stores(on_redis: Any, tmp_p
         for clock in ("ended_at", "updated_at"):  # each store's own now
             assert (named.pop(clock) is None) == (wanted.pop(clock) is None)
         assert named == wanted
-    keys = _runlog_store.ledger_keys(saver.place, "t1")
+    keys = saver.place.keys("t1")
     assert len({key_slot(k.encode()) for k in keys}) == 1  # one slot: Redis Cluster works
     client = redis.Redis.from_url(__import__("redis_servers").REDIS_URL)
     assert 0 < client.pttl(keys.rl) <= saver.place.ttl_ms  # the thread's TTL, renewed
@@ -215,7 +216,7 @@ def _pipe(conn: Any, batch: list[Any]) -> list[Any]:
 
 def test_a_ledger_write_on_a_thread_in_the_cold_tier_is_refused(on_redis: Any) -> None:
     saver, snap = on_redis, LedgerSnapshot()
-    keys = _runlog_store.ledger_keys(saver.place, "t3")
+    keys = saver.place.keys("t3")
     saver.conn.set(keys.archived, "somewhere")
     with pytest.raises(Archived):
         saver._run(
@@ -224,3 +225,39 @@ def test_a_ledger_write_on_a_thread_in_the_cold_tier_is_refused(on_redis: Any) -
             )
         )
     assert not saver.conn.exists(keys.rl)
+
+
+def test_the_ledger_rows_go_to_the_cold_tier_and_back_and_are_copied_and_deleted_with_the_thread(
+    tmp_path: Path,
+) -> None:
+    from redis_servers import REDIS_DOWN, REDIS_URL, flush_prefix
+
+    from langgraph_resilience import Archive
+    from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
+
+    if REDIS_DOWN is not None:
+        pytest.skip(REDIS_DOWN)
+    prefix, snap = f"rl{uuid.uuid4().hex[:12]}", LedgerSnapshot()
+    archive = Archive(f"file://{tmp_path}/cold")
+    try:
+        with ResilientRedisSaver.from_conn_string(
+            REDIS_URL, prefix=prefix, archive=archive
+        ) as saver:
+            config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            saver.put(config, empty_checkpoint(), {}, {})
+            write = lambda: _run_log.close_run(SQLITE, "t", 1, "success", None, 1.0)  # noqa: E731
+            saver._run(_runlog_store.apply(saver.place, snap, "t", write))
+            rows = saver._run(_runlog_store.read_ledger(saver.place, "t"))
+            assert saver.archive_idle(thread_ids=["t"]).archived == ["t"]
+            assert not saver.conn.exists(saver.place.keys("t").rl)  # demoted with the thread
+            with pytest.raises(Archived):
+                saver._run(_runlog_store.read_ledger(saver.place, "t"))
+            assert saver.restore_thread("t")
+            assert saver._run(_runlog_store.read_ledger(saver.place, "t")) == rows
+            saver.copy_thread("t", "u")
+            _, copied = saver._run(_runlog_store.read_ledger(saver.place, "u"))
+            assert set(copied[RUN_LOG.name]) == {"1"}  # (the row still names thread t)
+            saver.delete_thread("t")
+            assert not saver.conn.exists(saver.place.keys("t").rl)
+    finally:
+        flush_prefix(prefix)
