@@ -256,7 +256,13 @@ def test_the_ledger_rows_go_to_the_cold_tier_and_back_and_are_copied_and_deleted
             assert saver._run(_runlog_store.read_ledger(saver.place, "t")) == rows
             saver.copy_thread("t", "u")
             _, copied = saver._run(_runlog_store.read_ledger(saver.place, "u"))
-            assert set(copied[RUN_LOG.name]) == {"1"}  # (the row still names thread t)
+            assert set(copied[RUN_LOG.name]) == {"1"}
+            # A write on the copy decides on rows of the copy: its run 1 goes on there.
+            again = lambda: _run_log.close_run(SQLITE, "u", 1, "paused", None)  # noqa: E731
+            saver._run(_runlog_store.apply(saver.place, snap, "u", again))
+            _, copied = saver._run(_runlog_store.read_ledger(saver.place, "u"))
+            (row,) = (decode_row(r) for r in copied[RUN_LOG.name].values())
+            assert (row[0], row[1], row[2], row[6]) == ("u", 1, "paused", 1.0)  # its start kept
             saver.delete_thread("t")
             assert not saver.conn.exists(saver.place.keys("t").rl)
     finally:

@@ -15,7 +15,8 @@ A row is kept on Redis as the JSON list of its columns in the table's order
 thread's hash of that table (`row_field`: the table's key columns but the
 thread, joined by NUL).
 
-Not wired into the Redis savers yet: see docs/redis.md, "The run log on Redis".
+Not wired into the Redis savers' writes and readers yet: see docs/redis.md,
+"The run log on Redis".
 """
 
 from __future__ import annotations
@@ -117,9 +118,12 @@ class LedgerSnapshot:
         sql = f"INSERT INTO {table.name} ({', '.join(table.names)}) VALUES ({places})"
         self._conn.executemany(sql, [tuple(r) for r in rows])
 
-    def load_encoded(self, table: Table, rows: Iterable[str | bytes]) -> None:
-        """Add rows as Redis keeps them (`encode_row`)."""
-        self.load(table, (decode_row(raw) for raw in rows))
+    def load_encoded(self, table: Table, rows: Iterable[str | bytes], thread_id: str) -> None:
+        """Add one thread's rows as Redis keeps them (`encode_row`): a row of the
+        thread's hash is the thread's, whatever it says (a copied thread's rows
+        name their source until written again)."""
+        assert table.names[0] == "thread_id"
+        self.load(table, ((thread_id, *decode_row(raw)[1:]) for raw in rows))
 
     def load_interrupts(self, thread_id: str, tasks: Iterable[tuple[str, str]]) -> None:
         """The top-level tasks that wrote an interrupt, ``(checkpoint_id, task_id)``

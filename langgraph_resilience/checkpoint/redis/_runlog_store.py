@@ -95,7 +95,7 @@ def apply(
         with snapshot.lock:
             snapshot.clear()
             for table in LEDGER_TABLES:
-                snapshot.load_encoded(table, held[table.name].values())
+                snapshot.load_encoded(table, held[table.name].values(), thread_id)
             result: T = snapshot.run(statements())
             changed = snapshot.changes(held, thread_id)
             snapshot.clear()
