@@ -5,6 +5,7 @@ run on the snapshot change the rows as they change the SQLite store's."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -267,3 +268,41 @@ def test_the_ledger_rows_go_to_the_cold_tier_and_back_and_are_copied_and_deleted
             assert not saver.conn.exists(saver.place.keys("t").rl)
     finally:
         flush_prefix(prefix)
+
+
+def test_a_thread_read_on_redis_gives_the_report_rows_sqlite_gives(
+    on_redis: Any, tmp_path: Path
+) -> None:
+    from langgraph_resilience.checkpoint.runlog._run_log_reads import read_run_row
+
+    db = str(tmp_path / "ledger.db")
+    fixed = {"e": False}
+    with ResilientSqliteSaver.from_conn_string(db) as twin:
+        graph = every_fate(twin, fixed)
+        graph.invoke({"done": []}, CONFIG)
+        fixed["e"] = True
+        retry_failed(graph, CONFIG)
+    conn, saver = sqlite3.connect(db), on_redis
+    keys = saver.place.keys("fates")
+    for table, key in ((LEDGER_TABLES[0], keys.rl), (LEDGER_TABLES[1], keys.rc)):
+        for row in _rows(conn, table):
+            saver.conn.hset(key, row_field(table, row), encode_row(row))
+    for row in _rows(conn, LEDGER_TABLES[2]):
+        saver.conn.hset(keys.rp, row_field(LEDGER_TABLES[2], row), encode_row(row))
+    for row in _rows(conn, STEPS):
+        named = dict(zip(STEPS.names, row, strict=True))
+        saver.conn.hset(keys.st, row_field(STEPS, row), json.dumps(named))
+    snap = LedgerSnapshot()
+    for reads in (
+        lambda: read_thread_ledger(SQLITE, "fates"),
+        lambda: read_run_row(SQLITE, "fates", 1),
+    ):
+        want = execute(conn.cursor(), reads())
+        assert saver._run(_runlog_store.read_thread(saver.place, snap, "fates", reads)) == want
+    ledger = saver._run(
+        _runlog_store.read_thread(
+            saver.place, snap, "fates", lambda: read_thread_ledger(SQLITE, "fates")
+        )
+    )
+    assert {s["path"] for s in ledger.steps} >= {"a", "b", "e"}
+    assert [r.kind for r in ledger.recoveries] == ["retry_failed"]

@@ -13,21 +13,29 @@ Not wired into the savers yet (docs/redis.md, "The run log on Redis").
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from langgraph_resilience.checkpoint.redis._keys import ThreadKeys
+from langgraph.checkpoint.base import WRITES_IDX_MAP
+
+from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
+from langgraph_resilience.checkpoint.redis._keys import SEP, ThreadKeys
 from langgraph_resilience.checkpoint.redis._ops import Ops, Place, run
 from langgraph_resilience.checkpoint.redis._runlog_rows import LEDGER_TABLES, LedgerSnapshot
 from langgraph_resilience.checkpoint.redis._scripts import _GUARD, _RENEW, ARCHIVED, Script
 from langgraph_resilience.checkpoint.redis._tier import Archived
+from langgraph_resilience.checkpoint.store._schema import STEPS
 from langgraph_resilience.checkpoint.store._store import Statements
 
-__all__ = ["RUNLOG_SCRIPTS", "STORE_LEDGER", "apply", "read_ledger"]
+__all__ = ["RUNLOG_SCRIPTS", "STORE_LEDGER", "apply", "read_ledger", "read_thread"]
 
 T = TypeVar("T")
 
 VERSION = "\0v"
+
+#: A ledger write's (or a reader's) statements, made anew for each try.
+Writes = Callable[[], Statements[T]]
 
 
 #: The ledger's keys among the thread's (`_keys.ThreadKeys`: every script's KEYS).
@@ -80,12 +88,7 @@ def read_ledger(place: Place, thread_id: str) -> Ops[tuple[str, dict[str, dict[s
     return version, held
 
 
-def apply(
-    place: Place,
-    snapshot: LedgerSnapshot,
-    thread_id: str,
-    statements: Callable[[], Statements[T]],
-) -> Ops[T]:
+def apply(place: Place, snapshot: LedgerSnapshot, thread_id: str, statements: Writes[T]) -> Ops[T]:
     """Run a ledger write's ``statements`` on the thread's rows and store what
     they changed, atomically (again from the start when another writer's rows
     landed in between)."""
@@ -108,3 +111,36 @@ def apply(
             raise Archived(thread_id)
         if stored == 1:
             return result
+
+
+def _interrupted(fields: list[Any]) -> list[tuple[str, str]]:
+    """The top-level tasks that wrote an interrupt, from the thread's write
+    fields (``<ns> NUL <checkpoint_id> NUL <task_id> NUL <idx>``: an interrupt's
+    idx is LangGraph's own, `WRITES_IDX_MAP`), their values never read."""
+    idx = str(WRITES_IDX_MAP[INTERRUPT_CHANNEL])
+    found = []
+    for raw in fields:
+        ns, checkpoint_id, task_id, at = _text(raw).split(SEP)
+        if ns == "" and at == idx:
+            found.append((checkpoint_id, task_id))
+    return found
+
+
+def read_thread(place: Place, snapshot: LedgerSnapshot, thread_id: str, reads: Writes[T]) -> Ops[T]:
+    """Run a reader of one thread's ledger (`_run_summaries.read_thread_ledger`,
+    `_run_log_reads.read_run_row`, ``list_run_rows`` of the thread) on its
+    rows: its run rows, recoveries, step rows (`_steps`) and interrupts."""
+    keys = place.keys(thread_id)
+    version, held = yield from read_ledger(place, thread_id)
+    del version
+    steps, writes = yield [("HVALS", keys.st), ("HKEYS", keys.w)]
+    with snapshot.lock:
+        snapshot.clear()
+        for table in LEDGER_TABLES:
+            snapshot.load_encoded(table, held[table.name].values(), thread_id)
+        rows = (json.loads(raw) for raw in steps)
+        snapshot.load(STEPS, ((thread_id, *(r[c] for c in STEPS.names[1:])) for r in rows))
+        snapshot.load_interrupts(thread_id, _interrupted(writes))
+        found: T = snapshot.run(reads())
+        snapshot.clear()
+    return found
