@@ -13,10 +13,7 @@ the `Worker`: ``_runs`` (its operations and keys), ``_runs_scripts`` (its Lua),
 The ledgers: ``_effects`` (the effect ledger), ``_attempts`` (a task's failed
 tries), ``_effects_lua`` (their scripts), ``_effects_parts`` (``saver.effects``,
 ``saver.attempts``). The run log's step rows: ``_steps`` (stored with a task's
-writes; ``step_history`` and ``history.tally``). The run ledger's rows (not yet
-wired into the savers): ``_runlog_rows`` (a thread's rows as JSON, run in an
-in-memory SQLite copy of the store's schema) and ``_runlog_store`` (their Lua
-compare-and-set store and reads).
+writes; ``step_history`` and ``history.tally``).
 """
 
 from __future__ import annotations

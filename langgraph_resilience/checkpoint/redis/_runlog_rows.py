@@ -28,9 +28,6 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from langgraph.checkpoint.sqlite import SqliteSaver
-
-from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
 from langgraph_resilience.checkpoint.store._schema import (
     RECOVERIES,
     RECOVERY_PATHS,
@@ -100,6 +97,8 @@ class LedgerSnapshot:
     caller at a time (`lock`); ``clear`` empties it between uses."""
 
     def __init__(self) -> None:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
         self._conn = sqlite3.connect(":memory:", check_same_thread=False)
         SqliteSaver(self._conn).setup()  # LangGraph's tables, which the schema indexes
         cur = self._conn.cursor()
@@ -129,6 +128,8 @@ class LedgerSnapshot:
     def load_interrupts(self, thread_id: str, tasks: Iterable[tuple[str, str]]) -> None:
         """The top-level tasks that wrote an interrupt, ``(checkpoint_id, task_id)``
         (what `_run_summaries.read_thread_ledger` reads of LangGraph's writes)."""
+        from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
+
         self._conn.executemany(
             "INSERT OR IGNORE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, "
             "idx, channel, type, value) VALUES (?, '', ?, ?, 0, ?, NULL, NULL)",
