@@ -18,14 +18,11 @@ For a prefix ``P`` (default ``lgr``) and a thread ``T``:
   tries (`_attempts`);
 - ``P:{T}:st`` (hash): ``<ns>\0<checkpoint_id>\0<task_id>`` -> the step's row of the
   run log (`_steps`: JSON, the SQL step row's columns), stored with the task's writes;
-- ``P:{T}:rl``, ``P:{T}:rc``, ``P:{T}:rp`` (hashes): the run ledger's run rows (by
-  run; field ``\\0v``: the ledger's version), recoveries (by key) and recovery
-  paths (key NUL path), each the JSON of its SQL row (`_runlog_store`);
 - ``P:run:{R}`` (set): the threads run ``R`` wrote (for ``delete_for_runs``);
 - ``P:threads`` (sorted set): thread ids, scored by their last write (ms since the
   epoch), for ``list(None)`` and ``archive_idle``.
 
-A thread's thirteen keys share the hash tag ``{T}``, so its Lua scripts touch one
+A thread's ten keys share the hash tag ``{T}``, so its Lua scripts touch one
 slot and the layout works on Redis Cluster; the run index and the thread
 registry live in their own slots and are written beside the script (they only
 find threads, and a stale entry finds nothing). Every key but ``archived`` holds
@@ -55,9 +52,6 @@ class ThreadKeys(NamedTuple):
     fx: str
     at: str
     st: str
-    rl: str
-    rc: str
-    rp: str
 
     @property
     def data(self) -> tuple[str, ...]:
