@@ -78,32 +78,35 @@ class Metric:
 #: The recovery metrics, in the order every reader shows them (the API's
 #: `RecoveryMetrics`, the ``metrics`` command, the console's plots): a new
 #: metric is a field of `RecoveryMetrics` and one entry here.
-METRICS = tuple(
+METRICS = (
     Metric(
-        name=name,
-        numerator=numerator,
-        denominator=denominator,
-        numerator_says=numerator_says,
-        denominator_says=denominator_says,
-    )
-    for name, numerator, numerator_says, denominator, denominator_says in (
-        ("partial_completion_rate", "runs_partial", "partial", "runs_ended", "ended"),
-        (
-            "checkpoint_save_success_rate",
-            "checkpoint_writes_succeeded",
-            "stored",
-            "checkpoint_writes_tried",
-            "tried",
-        ),
-        (
-            "recovery_success_rate",
-            "runs_resumed_succeeded",
-            "succeeded",
-            "runs_resumed_ended",
-            "recovered and ended",
-        ),
-        ("steps_redone_per_recovery", "steps_redone", "redone", "recoveries", "recoveries"),
-    )
+        name="partial_completion_rate",
+        numerator="runs_partial",
+        denominator="runs_ended",
+        numerator_says="partial",
+        denominator_says="ended",
+    ),
+    Metric(
+        name="checkpoint_save_success_rate",
+        numerator="checkpoint_writes_succeeded",
+        denominator="checkpoint_writes_tried",
+        numerator_says="stored",
+        denominator_says="tried",
+    ),
+    Metric(
+        name="recovery_success_rate",
+        numerator="runs_resumed_succeeded",
+        denominator="runs_resumed_ended",
+        numerator_says="succeeded",
+        denominator_says="recovered and ended",
+    ),
+    Metric(
+        name="steps_redone_per_recovery",
+        numerator="steps_redone",
+        denominator="recoveries",
+        numerator_says="redone",
+        denominator_says="recoveries",
+    ),
 )
 #: The counts of `RecoveryMetrics` (whole numbers that add up over time: the
 #: console subtracts one bucket's from the next's).
