@@ -137,10 +137,13 @@ async def test_a_finished_branch_is_stored_while_its_siblings_wait_for_the_limit
     assert sorted(out["done"]) == list(range(6))
     assert most[0] == 2
     last_start = max(t for t, what, _ in events if what == "start")
-    # (the branch whose end let the last one start is stored just after it started)
-    ended_early = {i for t, what, i in events if what == "end" and t < last_start - 0.015}
+    # Decided by the order of events, not by how long a sleep took on a loaded
+    # machine: with two at once, at least four branches ended before the last
+    # one started; the latest of them let it start and may be stored just after.
+    ends = sorted((t, i) for t, what, i in events if what == "end" and t < last_start)
+    assert len(ends) >= 4
+    ended_early = {i for _, i in ends[:-1]}
     stored_early = {i for t, what, i in events if what == "stored" and t < last_start}
-    assert len(ended_early) >= 3
     assert ended_early <= stored_early, f"finished, not stored: {ended_early - stored_early}"
 
 
