@@ -203,9 +203,9 @@ def test_a_double_crash_case_that_fired_one_crash_is_no_pass(tmp_path: Path) -> 
         {"done": []},
         checkpointer_factory=lambda: ResilientSqliteSaver.from_conn_string(str(tmp_path / "s.db")),
         compare=lambda v: None,
-        max_cases=0,
+        cases={"crash after 'a', then after 'b'"},
     )
-    (case,) = [c for c in report.family("double_recovery") if c.name.startswith("crash after 'a'")]
+    (case,) = report.family("double_recovery")
     assert not case.passed
     assert any(
         "only 1 of the 2 planned faults fired (the crash after step 'b' did not" in line
@@ -252,6 +252,10 @@ def in_a_node(outbox: Path, *, is_async: bool = False) -> Any:
     return build
 
 
+#: The one case the nested-agent tests assert on (``recovery_suite(cases=)``).
+TOOL_CRASH = "crash after step 'work/tools[0]'"
+
+
 def _lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
@@ -261,11 +265,12 @@ async def test_an_email_outside_the_ledger_in_an_agent_invoked_in_a_node_is_foun
 ) -> None:
     # Before: the agent was one opaque step: "passed: 15/15".
     outbox = tmp_path / "outbox"
-    report = await suite(store, in_a_node(outbox), effects={"email": lambda: _lines(outbox)})
+    report = await suite(
+        store, in_a_node(outbox), effects={"email": lambda: _lines(outbox)}, cases={TOOL_CRASH}
+    )
     assert "work/tools[0]" in report.reference_steps
-    (case,) = [
-        c for c in report.family("step_crash") if c.name == "crash after step 'work/tools[0]'"
-    ]
+    (case,) = report.family("step_crash")
+    assert case.name == TOOL_CRASH
     assert not case.passed
     assert case.effects_unkeyed == {"email": 1}
     assert any(
@@ -286,8 +291,6 @@ async def test_a_nested_steps_crash_lands_before_the_next_checkpoint_however_the
     after 'work/tools[0]' still leaves the tool's writes and everything after
     unstored, and the email is found sent twice."""
     # Before: "crash after step 'work/tools[0]'" passed (the resume started after the tool).
-    if store[0] == "postgres" and not os.environ.get("LGR_ALL_SAVERS"):
-        pytest.skip("~50 s a store under delayed writes: LGR_ALL_SAVERS=1 runs Postgres")
     from langgraph.pregel._executor import BackgroundExecutor
 
     submit = BackgroundExecutor.submit
@@ -304,10 +307,11 @@ async def test_a_nested_steps_crash_lands_before_the_next_checkpoint_however_the
 
     monkeypatch.setattr(BackgroundExecutor, "submit", late_writes)
     outbox = tmp_path / "outbox"
-    report = await suite(store, in_a_node(outbox), effects={"email": lambda: _lines(outbox)})
-    (case,) = [
-        c for c in report.family("step_crash") if c.name == "crash after step 'work/tools[0]'"
-    ]
+    report = await suite(
+        store, in_a_node(outbox), effects={"email": lambda: _lines(outbox)}, cases={TOOL_CRASH}
+    )
+    (case,) = report.family("step_crash")
+    assert case.name == TOOL_CRASH
     assert not case.passed and case.effects_unkeyed == {"email": 1}, case
     assert "work/tools[0]" in case.steps_redone, case
 
@@ -333,11 +337,10 @@ async def test_the_async_suite_finds_it_too(store: tuple[str, str], tmp_path: Pa
         effects={"email": lambda: _lines(outbox)},
         compare=messages,
         durability="sync",
-        max_cases=0,
+        cases={TOOL_CRASH},
     )
-    (case,) = [
-        c for c in report.family("step_crash") if c.name == "crash after step 'work/tools[0]'"
-    ]
+    (case,) = report.family("step_crash")
+    assert case.name == TOOL_CRASH
     assert not case.passed and case.effects_unkeyed == {"email": 1}
 
 
@@ -400,10 +403,15 @@ async def test_a_deepagents_subagents_email_outside_the_ledger_is_found(
             checkpointer=saver,
         )
 
-    report = await suite(store, build, effects={"email": lambda: _lines(outbox)})
+    report = await suite(
+        store,
+        build,
+        effects={"email": lambda: _lines(outbox)},
+        cases={"crash after step 'tools[0]/tools[0]'"},
+    )
     # the subagent's steps are steps of the run, under the main agent's tool call
     assert "tools[0]/tools[0]" in report.reference_steps
-    (case,) = [c for c in report.family("step_crash") if c.name.endswith("'tools[0]/tools[0]'")]
+    (case,) = report.family("step_crash")
     assert not case.passed and case.effects_unkeyed == {"email": 1}
     assert any("('tools[0]/tools[0]' ran again" in line for line in case.evidence), case
     assert not report.ok

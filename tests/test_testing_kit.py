@@ -389,6 +389,38 @@ def test_the_suite_counts_mocks_and_functions_and_refuses_other_counters() -> No
         recovery_suite(lambda saver: pipeline(Mailer())(None), {"done": []})
 
 
+def test_the_suite_runs_only_the_cases_named_and_refuses_a_name_it_does_not_have() -> None:
+    mailer = Mailer()
+    full = recovery_suite(
+        pipeline(mailer, recorded=False), {"done": []}, effects={"email": mailer.sent}, max_cases=0
+    )
+    every = [c.name for c in full.cases]
+    chosen = {"crash after step 'c'", "crash after step 'c', which calls email"}
+    assert chosen < set(every) and not full.not_run
+    mailer = Mailer()
+    report = recovery_suite(
+        pipeline(mailer, recorded=False),
+        {"done": []},
+        effects={"email": mailer.sent},
+        cases=chosen,
+        max_cases=1,  # the names are run whatever the limit picks
+    )
+    assert [(c.family, c.name) for c in report.cases] == [
+        ("step_crash", "crash after step 'c'"),
+        ("effect_replay", "crash after step 'c', which calls email"),
+    ]
+    # the verdicts are the whole suite's: email sent outside the ledger, found twice
+    assert all(not c.passed and c.effects_duplicated == {"email": 1} for c in report.cases)
+    assert sorted(report.not_run) == sorted(n for n in every if n not in chosen)
+    assert "more cases not run" in str(report)
+    unknown = r"names \"crash after step 'z'\".*its cases: \"crash after step 'a'\""
+    with pytest.raises(ConfigError, match=unknown):
+        recovery_suite(pipeline(Mailer()), {"done": []}, cases={"crash after step 'z'"})
+    for bad in ("crash after step 'c'", set(), [1]):
+        with pytest.raises(ConfigError, match="cases takes the names of the cases"):
+            recovery_suite(pipeline(Mailer()), {"done": []}, cases=bad)  # type: ignore[arg-type]
+
+
 @contextmanager
 def _opened(cm: Any) -> Iterator[Any]:
     with cm as saver:

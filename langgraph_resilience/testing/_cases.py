@@ -71,6 +71,9 @@ class SuiteSpec:
     #: The side effects whose services deduplicate by idempotency key: a re-call
     #: with the same key is not a duplicate (``recovery_suite(dedupe_effects=)``).
     dedupe: frozenset[str] = frozenset()
+    #: Run only the cases of these names, whatever ``max_cases`` says
+    #: (``recovery_suite(cases=)``); None runs the cases ``max_cases`` picks.
+    only: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if self.max_cases < 0:
@@ -138,7 +141,7 @@ def suite_steps(spec: SuiteSpec) -> Generator[Run, RunResult, RecoverySuiteRepor
             f"called as a side_effect (its side effects: {called}); name side effects by "
             "their side_effect name (side_effect(name=...), default the function's name)"
         )
-    planned, not_run = _cases(reference, spec.max_cases)
+    planned, not_run = _cases(reference, spec.max_cases, spec.only)
     results: list[CaseResult] = []
     for n, (family, name, plan) in enumerate(planned):
         tracker = Tracker(spec.counters)
@@ -184,14 +187,25 @@ def _outside(effects: Mapping[str, int], tracker: Tracker) -> dict[str, int]:
     return {k: max(0, v - tracker.in_ledger.get(k, 0)) for k, v in effects.items()}
 
 
-def _cases(ref: _Reference, limit: int) -> tuple[list[tuple[Family, str, FaultPlan]], list[str]]:
-    """The cases to run (at most ``limit`` per family), and the names of those left out."""
+def _cases(
+    ref: _Reference, limit: int, only: frozenset[str] | None = None
+) -> tuple[list[tuple[Family, str, FaultPlan]], list[str]]:
+    """The cases to run (at most ``limit`` per family, or those named in ``only``),
+    and the names of those left out."""
+    if only is not None:
+        limit = 0  # the names are chosen among every case
     paths = list(dict.fromkeys(ref.paths))
     planned: list[tuple[Family, str, FaultPlan]] = []
     left: list[str] = []
+    every: list[str] = []
 
     def add(family: Family, items: list[tuple[str, FaultPlan]]) -> None:
-        chosen, rest = pick(items, limit)
+        every.extend(name for name, _ in items)
+        if only is None:
+            chosen, rest = pick(items, limit)
+        else:
+            chosen = [(name, plan) for name, plan in items if name in only]
+            rest = [(name, plan) for name, plan in items if name not in only]
         planned.extend((family, name, plan) for name, plan in chosen)
         left.extend(name for name, _ in rest)
 
@@ -238,6 +252,12 @@ def _cases(ref: _Reference, limit: int) -> tuple[list[tuple[Family, str, FaultPl
         for p in callers
     ]
     add("effect_replay", effect_cases)
+    unknown = sorted((only or frozenset()) - set(every))
+    if unknown:
+        raise ConfigError(
+            f"cases names {', '.join(map(repr, unknown))}, which this graph's suite does "
+            f"not have (its cases: {', '.join(map(repr, every))})"
+        )
     return planned, left
 
 

@@ -95,7 +95,7 @@ class RecoverySuiteReport:
         reference_steps: the steps of the clean run, in order.
         reference_effects: effect calls in the clean run, by name.
         not_run: cases left out by the case limit (``max_cases``,
-            ``LGR_RECOVERY_CASES``).
+            ``LGR_RECOVERY_CASES``) or not named in ``cases``.
 
     Example:
         >>> report = recovery_suite(build_graph, {"query": "q"})  # doctest: +SKIP
@@ -150,8 +150,8 @@ class RecoverySuiteReport:
             lines += [str(c) for c in cases]
         if self.not_run:
             lines.append(
-                f"  {len(self.not_run)} more cases not run (max_cases; set LGR_RECOVERY_CASES=0 "
-                "to run them all)"
+                f"  {len(self.not_run)} more cases not run (max_cases or cases; set "
+                "LGR_RECOVERY_CASES=0 and no cases= to run them all)"
             )
         return "\n".join(lines)
 

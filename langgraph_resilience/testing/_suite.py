@@ -66,12 +66,25 @@ def _dedupe(names: Collection[str] | None) -> frozenset[str]:
     return frozenset(names)
 
 
+def _only(names: Collection[str] | None) -> frozenset[str] | None:
+    if names is None:
+        return None
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names) or not names:
+        raise ConfigError(
+            "cases takes the names of the cases to run, as a non-empty set of str "
+            "as the report names them (e.g. cases={\"crash after step 'draft'\"}), "
+            f"got {names!r}"
+        )
+    return frozenset(names)
+
+
 def _spec(
     input: Any,
     effects: Mapping[str, Any] | None,
     compare: Callable[[Any], Any] | None,
     max_cases: int | None,
     dedupe_effects: Collection[str] | None = None,
+    cases: Collection[str] | None = None,
 ) -> SuiteSpec:
     if max_cases is None:
         raw = os.environ.get(CASES_ENV, str(_DEFAULT_CASES))
@@ -88,6 +101,7 @@ def _spec(
         compare=compare or comparable,
         max_cases=max_cases,
         dedupe=_dedupe(dedupe_effects),
+        only=_only(cases),
     )
 
 
@@ -212,6 +226,7 @@ def recovery_suite(
     max_cases: int | None = None,
     durability: Durability | None = None,
     dedupe_effects: Collection[str] | None = None,
+    cases: Collection[str] | None = None,
 ) -> RecoverySuiteReport:
     """Run the four recovery tests on your graph and report what each found.
 
@@ -255,15 +270,20 @@ def recovery_suite(
             services deduplicate by the idempotency key they are passed: a
             re-call with the same key is then not a duplicate (the case passes
             and says so). Calls outside the ledger are never excused.
+        cases: run only the cases of these names (as the report names them,
+            e.g. ``{"crash after step 'draft'"}``), whatever ``max_cases`` says;
+            the others are listed in ``not_run``. The clean run still runs first.
 
     Raises:
-        ConfigError: bad arguments, or the clean run does not complete.
+        ConfigError: bad arguments, a name in ``cases`` this graph's suite does
+            not have (the error lists the names it has), or the clean run does
+            not complete.
 
     Example:
         >>> report = recovery_suite(build, {"q": "..."}, effects={"email": sent})  # doctest: +SKIP
         >>> report.assert_ok()  # doctest: +SKIP
     """
-    spec = _spec(input, effects, compare, max_cases, dedupe_effects)
+    spec = _spec(input, effects, compare, max_cases, dedupe_effects, cases)
     runs = _Runs(build_graph=build_graph, config=config, durability=durability)
     with _default_store(checkpointer_factory, ResilientSqliteSaver) as factory:
 
@@ -307,6 +327,7 @@ async def arecovery_suite(
     max_cases: int | None = None,
     durability: Durability | None = None,
     dedupe_effects: Collection[str] | None = None,
+    cases: Collection[str] | None = None,
 ) -> RecoverySuiteReport:
     """`recovery_suite` for async graphs and savers (``ainvoke``); the default
     store is a temporary file under `AsyncResilientSqliteSaver`.
@@ -314,7 +335,7 @@ async def arecovery_suite(
     Example:
         >>> report = await arecovery_suite(build_graph, {"query": "q"})  # doctest: +SKIP
     """
-    spec = _spec(input, effects, compare, max_cases, dedupe_effects)
+    spec = _spec(input, effects, compare, max_cases, dedupe_effects, cases)
     runs = _Runs(build_graph=build_graph, config=config, durability=durability)
     with _default_store(checkpointer_factory, AsyncResilientSqliteSaver) as factory:
 
