@@ -17,8 +17,14 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/python -m langgraph_resilience.cli demo
 
+# The test files shared out to TEST_WORKERS processes (pytest-xdist), a file's tests
+# in one process (--dist loadfile: its module fixtures, one Postgres database, the
+# notebooks' one kernel run, set up once). TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PARALLEL)
 
 # Crash and chaos suites with many more cases than the default, and every test on
 # Postgres in pipeline mode and on a connection pool too.
@@ -45,7 +51,7 @@ STRICT_DESELECT := not test_retries_replay_recorded_outcomes \
 	and not test_resume_after_a_failure_does_not_repeat_effects \
 	and not test_parallel_branches_cancelled_by_a_failing_sibling_do_not_repeat
 test-strict: $(STAMP)
-	LANGGRAPH_STRICT_MSGPACK=true $(BIN)/pytest -q -m "not faults and not crash" \
+	LANGGRAPH_STRICT_MSGPACK=true $(BIN)/pytest -q $(PARALLEL) -m "not faults and not crash" \
 		-k "$(STRICT_DESELECT)" $(STRICT_TESTS)
 
 # LangGraph's own test suite (~3,066 saver-backed tests of the installed version's
