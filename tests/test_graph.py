@@ -94,6 +94,25 @@ class Script:
         return run
 
 
+def retried_node(h: Any, name: str, body: Body) -> ResilientStateGraph:
+    """A graph of one node, ``body`` as ``name``, retried by `FAST`."""
+    policy = NodePolicy(retry=FAST)
+    return one_node(ResilientStateGraph(State), name, node(h, body, name), policy=policy)
+
+
+def with_fallback(
+    h: Any, script: Script, name: str, fallback: str, error: BaseException
+) -> ResilientStateGraph:
+    """Nodes ``name`` (raising ``error`` each call, ``fallback`` its fallback) and
+    ``fallback``, both of ``script``; the edges are the test's."""
+    script.raises[name] = [error]
+    g = ResilientStateGraph(State)
+    policy = NodePolicy(retry=FAST, fallback=fallback)
+    g.add_node(name, node(h, script.body(name), name), policy=policy)
+    g.add_node(fallback, node(h, script.body(fallback), fallback))
+    return g
+
+
 def linear(
     h: Any,
     script: Script,
@@ -248,12 +267,7 @@ async def test_context_overflow_compresses_then_retries(checkpointer: Any) -> No
         assert isinstance(messages[0], SystemMessage)
         return {"draft": messages[-1].content}
 
-    g = one_node(
-        ResilientStateGraph(State),
-        "chat",
-        node(checkpointer, chat, "chat"),
-        policy=NodePolicy(retry=FAST),
-    )
+    g = retried_node(checkpointer, "chat", chat)
     graph = g.compile(checkpointer=checkpointer.saver)
     history = [SystemMessage("be brief")] + [HumanMessage(f"m{i}") for i in range(7)]
     out = await checkpointer.invoke(graph, {"messages": history}, cfg(checkpointer, "overflow"))
@@ -268,14 +282,7 @@ async def test_context_overflow_compresses_then_retries(checkpointer: Any) -> No
 
 async def test_degradable_goes_straight_to_the_fallback(checkpointer: Any) -> None:
     script = Script()
-    script.raises["live"] = [DegradableError("feed stale")]
-    g = ResilientStateGraph(State)
-    g.add_node(
-        "live",
-        node(checkpointer, script.body("live"), "live"),
-        policy=NodePolicy(retry=FAST, fallback="snapshot"),
-    )
-    g.add_node("snapshot", node(checkpointer, script.body("snapshot"), "snapshot"))
+    g = with_fallback(checkpointer, script, "live", "snapshot", DegradableError("feed stale"))
     g.add_edge(START, "live")
     g.add_edge("live", END)
     g.add_edge("snapshot", END)
@@ -468,12 +475,7 @@ async def test_retry_failed_applies_the_correction(checkpointer: Any) -> None:
             raise ZeroDivisionError("item is 0")
         return {"done": [f"1/{state['item']}"]}
 
-    g = one_node(
-        ResilientStateGraph(State),
-        "divide",
-        node(checkpointer, divide, "divide"),
-        policy=NodePolicy(retry=FAST),
-    )
+    g = retried_node(checkpointer, "divide", divide)
     graph = g.compile(checkpointer=checkpointer.saver)
     config = cfg(checkpointer, "correct")
     out = await checkpointer.invoke(graph, {"done": [], "item": 0}, config)
@@ -662,14 +664,7 @@ async def test_parallel_branch_routed_to_fallback_does_not_cancel_siblings(
 ) -> None:
     """The failing branch raises to its router while a sibling is still running."""
     script = Script()
-    script.raises["flaky"] = [PermanentError("no")]
-    g = ResilientStateGraph(State)
-    g.add_node(
-        "flaky",
-        node(checkpointer, script.body("flaky"), "flaky"),
-        policy=NodePolicy(retry=FAST, fallback="cache"),
-    )
-    g.add_node("cache", node(checkpointer, script.body("cache"), "cache"))
+    g = with_fallback(checkpointer, script, "flaky", "cache", PermanentError("no"))
     if checkpointer.is_async:
 
         async def slow(state: dict[str, Any]) -> dict[str, Any]:
