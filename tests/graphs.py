@@ -6,8 +6,13 @@ uses these instead of declaring its own ``State`` or chaining nodes by hand.
 - `OutState`: a state of one list, ``out``, replaced by each step;
 - `ReceiptsState`: steps that each collect a side effect's receipt;
 - `CountState`: a counter ``n`` (loops, resumes);
-- `chain`: nodes chained START -> ... -> END; `appending`: a node maker whose
-  nodes append their name to ``done``; `linear_graph`: a plain chain of them.
+- `quick`: a retry of quick tries, ``FAST`` its three;
+- `BranchState` (resilient) and `PlainBranchState` (a plain ``TypedDict``): a
+  fan-out's branches, each sent its index ``i``, collecting the indexes done;
+- `chain`: nodes chained START -> ... -> END (`one_node`: a graph of one);
+  `appending`: a node maker whose nodes append their name to ``done``
+  (`failing`: one of them raises first); `linear_graph`: a plain chain of them;
+  `pipeline`: a resilient a -> b -> c of one try each, for the workers' tests.
 """
 
 from __future__ import annotations
@@ -19,9 +24,17 @@ from typing import Annotated, Any, TypedDict, TypeVar
 
 from langgraph.graph import END, START, StateGraph
 
-from langgraph_resilience import ResilientState
+from langgraph_resilience import Backoff, NodePolicy, ResilientState, ResilientStateGraph
 
 G = TypeVar("G", bound=StateGraph)
+
+
+def quick(tries: int = 3) -> Backoff:
+    """A `Backoff` of ``tries`` tries a millisecond or so apart (at most 10 ms)."""
+    return Backoff(max_attempts=tries, initial_interval=0.001, max_interval=0.01)
+
+
+FAST = quick()
 
 
 class PipelineState(TypedDict):
@@ -47,6 +60,20 @@ class CountState(ResilientState, total=False):
     done: Annotated[list[str], operator.add]
 
 
+class BranchState(ResilientState, total=False):
+    """A fan-out's state: each branch is sent its index ``i`` and adds it to ``done``."""
+
+    done: Annotated[list[int], operator.add]
+    i: int
+
+
+class PlainBranchState(TypedDict, total=False):
+    """`BranchState` for a plain ``StateGraph``."""
+
+    done: Annotated[list[int], operator.add]
+    i: int
+
+
 class ReceiptsState(ResilientState, total=False):
     """A pipeline whose steps each collect a side effect's receipt."""
 
@@ -70,6 +97,14 @@ def chain(
     return graph
 
 
+def one_node(graph: G, name: str, node: Any, **options: Any) -> G:
+    """Add ``node`` as ``name``, START -> name -> END; ``options`` are ``add_node``'s."""
+    graph.add_node(name, node, **options)
+    graph.add_edge(START, name)
+    graph.add_edge(name, END)
+    return graph
+
+
 def appending(behaviour: Callable[[str], Any] | None = None) -> Callable[[str], Any]:
     """A node maker: each node runs ``behaviour(name)`` first (count calls, raise,
     sleep), then appends its name to ``done``."""
@@ -85,6 +120,39 @@ def appending(behaviour: Callable[[str], Any] | None = None) -> Callable[[str], 
     return make
 
 
+def failing(step: str, error: Callable[[], BaseException]) -> Callable[..., None]:
+    """A behaviour (for `appending` or `pipeline`): node ``step`` raises ``error()``
+    each time it runs; the other nodes do nothing."""
+
+    def behaviour(name: str, *state: Any) -> None:
+        if name == step:
+            raise error()
+
+    return behaviour
+
+
 def linear_graph(names: list[str], behaviour: Any = None) -> StateGraph:
     """A plain `StateGraph` START -> names[0] -> ... -> END (see `appending`)."""
     return chain(StateGraph(PipelineState), names, appending(behaviour))
+
+
+def pipeline(
+    behaviour: Callable[[str, Any], Any] | None = None,
+    *,
+    critical: bool = True,
+    schema: type = DoneState,
+) -> ResilientStateGraph:
+    """A resilient ``a -> b -> c`` of ``schema`` whose nodes each run once
+    (``NodePolicy(retry=None, critical=critical)``): ``behaviour(name, state)``
+    first, then append the node's name to ``done``."""
+
+    def make(name: str) -> Any:
+        def node(state: Any) -> dict[str, Any]:
+            if behaviour is not None:
+                behaviour(name, state)
+            return {"done": [name]}
+
+        return node
+
+    policy = NodePolicy(retry=None, critical=critical)
+    return chain(ResilientStateGraph(schema), ["a", "b", "c"], make, lambda _: {"policy": policy})

@@ -3,6 +3,8 @@ raw SQL on the store, history checks (the graphs and states: `graphs`)."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import os
 import sqlite3
 import threading
@@ -11,9 +13,37 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
+
+
+def script_parser(*positional: str, resume: bool = False) -> argparse.ArgumentParser:
+    """A worker script's arguments: ``positional`` (by default BACKEND TARGET THREAD
+    LEDGER), ``--async`` (``args.is_async``) and, with ``resume``, ``--resume``."""
+    parser = argparse.ArgumentParser()
+    for name in positional or ("backend", "target", "thread", "ledger"):
+        parser.add_argument(name)
+    if resume:
+        parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--async", dest="is_async", action="store_true")
+    return parser
+
+
+async def run_graph(graph: Any, value: Any, config: Any, is_async: bool, **kwargs: Any) -> Any:
+    """``graph.ainvoke``, or with a sync saver ``graph.invoke`` in a thread (a sync
+    saver's calls would block the event loop)."""
+    if is_async:
+        return await graph.ainvoke(value, config, **kwargs)
+    return await asyncio.to_thread(graph.invoke, value, config, **kwargs)
+
+
+async def run_worker(h: Any, worker: Any, **kwargs: Any) -> dict[str, str]:
+    """``worker.arun``, or on a sync saver ``worker.run`` in a thread (``h``: the
+    conftest's harness)."""
+    if h.is_async:
+        return cast("dict[str, str]", await worker.arun(**kwargs))
+    return cast("dict[str, str]", await asyncio.to_thread(worker.run, **kwargs))
 
 
 def append(path: str | Path, line: str) -> None:
@@ -97,6 +127,31 @@ def add_resilience_rows(backend: str, target: str, thread_id: str, checkpoint_id
         "VALUES (?, ?, 'success', ?, ?)",
         (f"run-{thread_id}-{checkpoint_id}", thread_id, now, now),
     )
+
+
+def emptied(store: tuple[str, str], *tables: str) -> tuple[str, str]:
+    """``store`` (a backend and its target) with ``tables`` emptied, by default the
+    runs: a module's tests share its Postgres database (set up here first), while a
+    SQLite store is a fresh file per test and is left as it is."""
+    backend, target = store
+    if backend == "postgres":
+        from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+
+        with ResilientPostgresSaver.from_conn_string(target) as saver:
+            saver.setup()
+        for table in tables or ("resilience_runs",):
+            sql(backend, target, f"DELETE FROM {table}")
+    return store
+
+
+def saver_for(store: tuple[str, str]) -> Any:
+    """A sync saver on ``store`` (a backend and its target), to open with ``with``."""
+    from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+    from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+
+    backend, target = store
+    cls = ResilientSqliteSaver if backend == "sqlite" else ResilientPostgresSaver
+    return cls.from_conn_string(target)
 
 
 def resilience_counts(backend: str, target: str, thread_id: str) -> dict[str, int]:

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import redis
@@ -80,6 +81,19 @@ class PrivateRedis:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+
+
+def private_redis_server(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A fixture's body: a started `PrivateRedis` in ``tmp_path``, killed once the test
+    is over; the test is skipped where there is no ``redis-server``."""
+    import pytest
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("no redis-server on PATH")
+    server = PrivateRedis(tmp_path)
+    server.start()
+    yield server
+    server.kill()
 
 
 # -- a test's look into the saver's keys (the key schema: docs/redis.md) ----------------

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import operator
 import threading
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
+from graphs import DoneState
 from helpers import sql
 from langgraph.graph import END, START
 from langgraph.types import Command, interrupt
@@ -25,7 +25,6 @@ from langgraph_resilience import (
     ConfigError,
     NodePolicy,
     PermanentError,
-    ResilientState,
     ResilientStateGraph,
     Worker,
     aretry_failed,
@@ -39,8 +38,7 @@ from langgraph_resilience.errors import (
 )
 
 
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
+class State(DoneState, total=False):
     answer: str
 
 

@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from graphs import DoneState, chain
+from graphs import DoneState, chain, one_node
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -201,10 +201,7 @@ def test_a_node_raising_budget_exhausted_uses_the_budget_it_is_resumed_with(
             raise BudgetExhausted("the provider says the quota is spent")
         return {"done": ["pay"]}
 
-    g = ResilientStateGraph(DoneState)
-    g.add_node("pay", pay, policy=NodePolicy())
-    g.add_edge(START, "pay")
-    g.add_edge("pay", END)
+    g = one_node(ResilientStateGraph(DoneState), "pay", pay, policy=NodePolicy())
     with ResilientSqliteSaver.from_conn_string(str(tmp_path / "b.db")) as saver:
         graph = g.compile(checkpointer=saver)
         config = {"configurable": {"thread_id": "quota"}}
@@ -218,10 +215,7 @@ def test_a_raised_and_a_spent_budget_pause_with_one_shape() -> None:
     def pay(state: DoneState) -> dict[str, Any]:
         raise BudgetExhausted("the provider says the quota is spent")
 
-    g = ResilientStateGraph(DoneState)
-    g.add_node("pay", pay, policy=NodePolicy())
-    g.add_edge(START, "pay")
-    g.add_edge("pay", END)
+    g = one_node(ResilientStateGraph(DoneState), "pay", pay, policy=NodePolicy())
     graph = g.compile(checkpointer=InMemorySaver())
     raised = pause_of(graph.invoke({"done": []}, {"configurable": {"thread_id": "raised"}}))
     ran = Counter[str]()

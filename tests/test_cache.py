@@ -25,10 +25,11 @@ from typing import Annotated, Any
 
 import psycopg
 import pytest
+from graphs import one_node
 from langgraph.cache.base import BaseCache, FullKey
 from langgraph.cache.memory import InMemoryCache
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import START, StateGraph
 from langgraph.types import CachePolicy
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from typing_extensions import TypedDict
@@ -233,10 +234,9 @@ def _one_cached_node(calls: list[int], cache: BaseCache[Any], ttl: int | None = 
         calls.append(state["value"])
         return {"value": state["value"] + 1}
 
-    builder = StateGraph(Value)
-    builder.add_node("cached_node", cached_node, cache_policy=CachePolicy(ttl=ttl))
-    builder.add_edge(START, "cached_node")
-    builder.add_edge("cached_node", END)
+    builder = one_node(
+        StateGraph(Value), "cached_node", cached_node, cache_policy=CachePolicy(ttl=ttl)
+    )
     return builder.compile(cache=cache)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from graphs import OutState as State
+from graphs import one_node as graph_of_one
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START
 from langgraph.types import RetryPolicy
@@ -24,11 +25,7 @@ from langgraph_resilience import (
 
 
 def one_node(node: Any, policy: NodePolicy | None, **kwargs: Any) -> ResilientStateGraph:
-    g = ResilientStateGraph(State)
-    g.add_node("work", node, policy=policy, **kwargs)
-    g.add_edge(START, "work")
-    g.add_edge("work", END)
-    return g
+    return graph_of_one(ResilientStateGraph(State), "work", node, policy=policy, **kwargs)
 
 
 def config() -> dict[str, Any]:

@@ -300,28 +300,11 @@ def test_an_unknown_effect_is_settled_from_its_run_page(tmp_path: Path) -> None:
             page = client.get("/run", params={"thread": "pay"}).text
             token = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
             assert token and "it happened" in page
-            done = client.post(
-                "/actions/settle",
-                data={
-                    "csrf": token[1],
-                    "thread": "pay",
-                    "run": "1",
-                    "key": bank[0],
-                    "happened": "1",
-                },
-            )
+            form = {"csrf": token[1], "thread": "pay", "run": "1", "key": bank[0], "happened": "1"}
+            done = client.post("/actions/settle", data=form)
             assert done.status_code == 200 and "settled: done" in done.text
             assert saver.effects.read("pay", bank[0]).status == "done"
-            again = client.post(
-                "/actions/settle",
-                data={
-                    "csrf": token[1],
-                    "thread": "pay",
-                    "run": "1",
-                    "key": bank[0],
-                    "happened": "1",
-                },
-            )
+            again = client.post("/actions/settle", data=form)
             assert "already has its outcome" in again.text  # refused, said on the page
 
 

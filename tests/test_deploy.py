@@ -10,16 +10,16 @@ state, ``publish`` never running.
 from __future__ import annotations
 
 import json
-import operator
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
 from conftest import Harness
+from graphs import DoneState
 from langgraph.graph import END, START
 from langgraph.types import Command, interrupt
 from typing_extensions import Required
@@ -38,8 +38,7 @@ from langgraph_resilience import (
 from langgraph_resilience.graph._versions import MIGRATED_KEY, VERSION_KEY
 
 
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
+class State(DoneState, total=False):
     priority: str
     owner: str
 

@@ -120,6 +120,39 @@ def sigterm_mid_run(
             child.communicate()
 
 
+def partitioned_drain(
+    pg_server: PgServer,
+    db: str,
+    service: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    lease: str,
+    heal_after: float | None,
+) -> tuple[str, str, subprocess.Popen[str], tuple[float, str, str], tuple[str, int, int]]:
+    """A run submitted, then a worker process (the command line, ``lease`` s leases)
+    behind a proxy, partitioned and SIGTERMed mid-run (`sigterm_mid_run`): the run,
+    its thread, the process, what `sigterm_mid_run` says, and the run's row read
+    past the proxy as the block ends (the partition goes on unless healed)."""
+    run_id, thread = submit(db, service, monkeypatch)
+    with TcpProxy(pg_server.port) as proxy:
+        child = cli(
+            service,
+            "--db", proxy.dsn(db), "--lease-ttl", lease, "--drain-timeout", str(DRAIN_TIMEOUT),
+        )  # fmt: skip
+        ended = sigterm_mid_run(proxy, child, service, heal_after)
+        return run_id, thread, child, ended, row(db, run_id)
+
+
+def ended_elsewhere_once(
+    db: str, service: Path, run_id: str, thread: str, lease: str, first_pid: int, trial: int
+) -> None:
+    """A second worker ends the run ``success``, the effect called once, by it."""
+    finished, done = finish_elsewhere(db, service, run_id, lease)
+    report(f"trial {trial}: the second worker ended it in {finished:.2f} s (lease {lease} s)")
+    assert done == {run_id: "success"}
+    assert_effect_once(service, first_pid)
+    assert_no_fork("postgres", db, thread)
+
+
 def finish_elsewhere(
     dsn: str, service: Path, run_id: str, lease: str
 ) -> tuple[float, dict[str, Any]]:
@@ -145,27 +178,17 @@ def test_a_partitioned_worker_exits_within_its_drain_timeout_and_its_run_is_take
     pg_server: PgServer, db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trial: int
 ) -> None:
     lease = "2"
-    run_id, thread = submit(db, tmp_path, monkeypatch)
-    with TcpProxy(pg_server.port) as proxy:
-        child = cli(
-            tmp_path,
-            "--db", proxy.dsn(db), "--lease-ttl", lease, "--drain-timeout", str(DRAIN_TIMEOUT),
-        )  # fmt: skip
-        took, out, err = sigterm_mid_run(proxy, child, tmp_path, heal_after=None)
-        left_status = row(db, run_id)  # read past the proxy: the partition goes on
+    run_id, thread, child, (took, out, err), left_status = partitioned_drain(
+        pg_server, db, tmp_path, monkeypatch, lease, heal_after=None
+    )
     report(f"trial {trial}: exit {took:.2f} s after SIGTERM (rc {child.returncode}), drain "
            f"timeout {DRAIN_TIMEOUT:g} s, bound {DRAIN_TIMEOUT + SLACK:g} s")  # fmt: skip
     assert child.returncode == LEFT_BEHIND, err[-2000:]
     assert took <= DRAIN_TIMEOUT + SLACK, f"exited {took:.2f} s after SIGTERM\n{err[-2000:]}"
     assert left_of(out) == {run_id: "running"}  # the store could not take it back
     assert left_status == ("running", 1, 0)  # left to its lease
-    first_pid = child.pid
-    finished, done = finish_elsewhere(db, tmp_path, run_id, lease)
-    report(f"trial {trial}: the second worker ended it in {finished:.2f} s (lease {lease} s)")
-    assert done == {run_id: "success"}
+    ended_elsewhere_once(db, tmp_path, run_id, thread, lease, child.pid, trial)
     assert row(db, run_id) == ("success", 2, 1)  # taken over, fenced: a new token
-    assert_effect_once(tmp_path, first_pid)
-    assert_no_fork("postgres", db, thread)
 
 
 @pytest.mark.faults
@@ -176,13 +199,9 @@ def test_a_partition_that_heals_during_the_drain_gives_the_run_back_queued(
     pg_server: PgServer, db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trial: int
 ) -> None:
     lease = "6"  # the lease outlives the partition: the run is given back, not expired
-    run_id, thread = submit(db, tmp_path, monkeypatch)
-    with TcpProxy(pg_server.port) as proxy:
-        child = cli(
-            tmp_path,
-            "--db", proxy.dsn(db), "--lease-ttl", lease, "--drain-timeout", str(DRAIN_TIMEOUT),
-        )  # fmt: skip
-        took, out, err = sigterm_mid_run(proxy, child, tmp_path, heal_after=DRAIN_TIMEOUT / 2)
+    run_id, thread, child, (took, out, err), _ = partitioned_drain(
+        pg_server, db, tmp_path, monkeypatch, lease, heal_after=DRAIN_TIMEOUT / 2
+    )
     report(f"trial {trial}: healed {DRAIN_TIMEOUT / 2:g} s into the drain; exit {took:.2f} s "
            f"after SIGTERM (rc {child.returncode})")  # fmt: skip
     assert child.returncode == LEFT_BEHIND, err[-2000:]  # its step b still slept
@@ -190,13 +209,8 @@ def test_a_partition_that_heals_during_the_drain_gives_the_run_back_queued(
     assert left_of(out) == {run_id: "queued"}, err[-2000:]
     status, token, recoveries = row(db, run_id)
     assert (status, recoveries) == ("queued", 0)  # given back: for another worker at once
-    first_pid = child.pid
-    finished, done = finish_elsewhere(db, tmp_path, run_id, lease)
-    report(f"trial {trial}: the second worker ended it in {finished:.2f} s (lease {lease} s)")
-    assert done == {run_id: "success"}
+    ended_elsewhere_once(db, tmp_path, run_id, thread, lease, child.pid, trial)
     assert row(db, run_id)[:2] == ("success", token + 1)
-    assert_effect_once(tmp_path, first_pid)
-    assert_no_fork("postgres", db, thread)
 
 
 # -- 3. a Worker embedded in a program: a bounded return ---------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from graphs import OutState as State
-from langgraph.graph import END, START
+from graphs import one_node
 
 from langgraph_resilience import Backoff, NodePolicy, ResilientStateGraph, side_effect
 from langgraph_resilience._util._process import executing, executor_alive, executor_id
@@ -171,10 +171,7 @@ async def test_a_call_longer_than_its_lease_keeps_its_claim(checkpointer: Any) -
         def node(state: State) -> dict[str, Any]:  # type: ignore[misc]
             return {"out": [slow()]}
 
-    g = ResilientStateGraph(State)
-    g.add_node("n", node)
-    g.add_edge(START, "n")
-    g.add_edge("n", END)
+    g = one_node(ResilientStateGraph(State), "n", node)
     graph = g.compile(checkpointer=h.saver)
     config = {"configurable": {"thread_id": thread}}
     run = asyncio.ensure_future(h.invoke(graph, {"out": []}, config))
@@ -221,10 +218,12 @@ async def test_a_second_executor_does_not_call_and_replays_once_recorded(
         await asyncio.sleep(0.3)
         await h.call("effects.record", thread, key, fields)
 
-    g = ResilientStateGraph(State)
-    g.add_node("n", node, policy=NodePolicy(retry=Backoff(max_attempts=5, initial_interval=0.01)))
-    g.add_edge(START, "n")
-    g.add_edge("n", END)
+    g = one_node(
+        ResilientStateGraph(State),
+        "n",
+        node,
+        policy=NodePolicy(retry=Backoff(max_attempts=5, initial_interval=0.01)),
+    )
     graph = g.compile(checkpointer=h.saver, interrupt_before=["n"])
     config = {"configurable": {"thread_id": thread}}
     await h.invoke(graph, {"out": []}, config)

@@ -14,10 +14,9 @@ import uuid
 from typing import Annotated, Any
 
 import pytest
-from langgraph.graph import END, START
+from graphs import FAST, one_node
 
 from langgraph_resilience import (
-    Backoff,
     NodePolicy,
     ResilientState,
     ResilientStateGraph,
@@ -27,8 +26,6 @@ from langgraph_resilience import (
     run_report,
     side_effect,
 )
-
-FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.01)
 
 
 class State(ResilientState, total=False):
@@ -74,10 +71,7 @@ def _graph(h: Any, reconcile: Any = None, fail_after: list[bool] | None = None) 
         def notify(state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
             return after([email("a@x")])
 
-    g = ResilientStateGraph(State)
-    g.add_node("notify", notify, policy=NodePolicy(retry=FAST))
-    g.add_edge(START, "notify")
-    g.add_edge("notify", END)
+    g = one_node(ResilientStateGraph(State), "notify", notify, policy=NodePolicy(retry=FAST))
     graph = g.compile(checkpointer=h.saver)
     graph.calls = calls  # type: ignore[attr-defined]
     return graph

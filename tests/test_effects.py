@@ -11,9 +11,11 @@ import dataclasses
 import operator
 import uuid
 from collections import Counter
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import pytest
+from graphs import FAST, one_node
 from helpers import sql
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START
@@ -21,7 +23,6 @@ from langgraph.types import Send
 from pydantic import BaseModel
 
 from langgraph_resilience import (
-    Backoff,
     ConfigError,
     NodePolicy,
     ResilientState,
@@ -30,8 +31,6 @@ from langgraph_resilience import (
     retry_failed,
     side_effect,
 )
-
-FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.01)
 
 
 class Receipt(BaseModel):
@@ -120,10 +119,7 @@ def node_calling(h: Any, email: Any, pay: Any, fail: list[BaseException | None])
 
 
 def graph_with(h: Any, node: Any, policy: NodePolicy | None) -> Any:
-    g = ResilientStateGraph(State)
-    g.add_node("notify", node, policy=policy)
-    g.add_edge(START, "notify")
-    g.add_edge("notify", END)
+    g = one_node(ResilientStateGraph(State), "notify", node, policy=policy)
     return g.compile(checkpointer=h.saver)
 
 
@@ -262,6 +258,9 @@ async def test_business_key_is_part_of_the_idempotency_key(checkpointer: Any) ->
 # -- unknown outcomes --------------------------------------------------------------------
 
 
+T = TypeVar("T")
+
+
 class Crash(BaseException):
     """Stands in for a process dying between the call and its outcome record."""
 
@@ -274,6 +273,20 @@ async def expect_crash(run: Any) -> None:
     raise AssertionError("the run should have crashed")
 
 
+def crashing_once(call: Callable[..., T]) -> Callable[..., T]:
+    """``call``, whose first call does its work and then raises `Crash` (the process
+    died between the call and its outcome record)."""
+    crash = {"once": True}
+
+    def once(*args: Any) -> T:
+        result = call(*args)
+        if crash.pop("once", False):
+            raise Crash()
+        return result
+
+    return once
+
+
 async def test_unknown_outcome_is_reconciled(checkpointer: Any) -> None:
     service = Service()
     asked: list[str] = []
@@ -282,13 +295,7 @@ async def test_unknown_outcome_is_reconciled(checkpointer: Any) -> None:
         asked.append(key)
         return service.done.get(key)
 
-    crash = {"once": True}
-
-    def deliver(to: str, key: str) -> Delivery:
-        result = service.deliver(to, key)
-        if crash.pop("once", False):
-            raise Crash()
-        return result
+    deliver = crashing_once(service.deliver)
 
     if checkpointer.is_async:
 
@@ -319,13 +326,7 @@ async def test_unknown_outcome_is_reconciled(checkpointer: Any) -> None:
 
 async def test_unknown_outcome_can_stop_the_run_for_a_human(checkpointer: Any) -> None:
     service = Service()
-    crash = {"once": True}
-
-    def charge(amount: int, key: str) -> Receipt:
-        result = service.charge(amount, key)
-        if crash.pop("once", False):
-            raise Crash()
-        return result
+    charge = crashing_once(service.charge)
 
     if checkpointer.is_async:
 

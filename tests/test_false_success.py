@@ -47,7 +47,7 @@ from typing import Any
 import pytest
 from faults import PgServer, TcpProxy
 from graphs import DoneState as State
-from graphs import chain
+from graphs import appending, chain, failing, one_node
 from helpers import append, in_thread, private_db, read_ledger, rest_of, sql, wait_until
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
@@ -409,10 +409,9 @@ def test_an_outcome_a_killed_server_lost_is_stored_again(
         sql("postgres", pg_server.dsn(), f"ALTER SYSTEM SET wal_writer_delay = '{delay}'")
         sql("postgres", pg_server.dsn(), "SELECT pg_reload_conf()")
 
-    builder = ResilientStateGraph(State)
-    builder.add_node("notify", notify, policy=NodePolicy(retry=None, critical=True))
-    builder.add_edge(START, "notify")
-    builder.add_edge("notify", END)
+    builder = one_node(
+        ResilientStateGraph(State), "notify", notify, policy=NodePolicy(retry=None, critical=True)
+    )
     slow_wal_writer("10s")
     try:
         with ExitStack() as stack:
@@ -604,14 +603,7 @@ def asking_graph() -> Any:
     def ask(state: State) -> dict[str, Any]:
         return {"done": [f"ask:{interrupt('go on?')}"]}
 
-    def make(step: str) -> Any:
-        def node(state: State) -> dict[str, Any]:
-            if step == "b":
-                raise ValueError("b broke")
-            return {"done": [step]}
-
-        return node
-
+    make = appending(failing("b", lambda: ValueError("b broke")))
     g = ResilientStateGraph(State)
     g.add_node("ask", ask)
     g.add_node("b", make("b"), policy=None, error_handler=reraise)

@@ -16,14 +16,13 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import pytest
-from graphs import chain
+from graphs import FAST, chain, one_node
 from helpers import sql
 from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from langgraph.graph import END, START
 from langgraph.types import Command, RetryPolicy, Send
 
 from langgraph_resilience import (
-    Backoff,
     BudgetExhausted,
     ConfigError,
     ContextOverflow,
@@ -42,8 +41,6 @@ from langgraph_resilience._langgraph import DURABILITY_KEY
 from langgraph_resilience.errors import (
     RunStateError,
 )
-
-FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.01)
 
 
 class State(ResilientState, total=False):
@@ -95,6 +92,25 @@ class Script:
             return output(state) if output else {"done": [name]}
 
         return run
+
+
+def retried_node(h: Any, name: str, body: Body) -> ResilientStateGraph:
+    """A graph of one node, ``body`` as ``name``, retried by `FAST`."""
+    policy = NodePolicy(retry=FAST)
+    return one_node(ResilientStateGraph(State), name, node(h, body, name), policy=policy)
+
+
+def with_fallback(
+    h: Any, script: Script, name: str, fallback: str, error: BaseException
+) -> ResilientStateGraph:
+    """Nodes ``name`` (raising ``error`` each call, ``fallback`` its fallback) and
+    ``fallback``, both of ``script``; the edges are the test's."""
+    script.raises[name] = [error]
+    g = ResilientStateGraph(State)
+    policy = NodePolicy(retry=FAST, fallback=fallback)
+    g.add_node(name, node(h, script.body(name), name), policy=policy)
+    g.add_node(fallback, node(h, script.body(fallback), fallback))
+    return g
 
 
 def linear(
@@ -251,10 +267,7 @@ async def test_context_overflow_compresses_then_retries(checkpointer: Any) -> No
         assert isinstance(messages[0], SystemMessage)
         return {"draft": messages[-1].content}
 
-    g = ResilientStateGraph(State)
-    g.add_node("chat", node(checkpointer, chat, "chat"), policy=NodePolicy(retry=FAST))
-    g.add_edge(START, "chat")
-    g.add_edge("chat", END)
+    g = retried_node(checkpointer, "chat", chat)
     graph = g.compile(checkpointer=checkpointer.saver)
     history = [SystemMessage("be brief")] + [HumanMessage(f"m{i}") for i in range(7)]
     out = await checkpointer.invoke(graph, {"messages": history}, cfg(checkpointer, "overflow"))
@@ -269,14 +282,7 @@ async def test_context_overflow_compresses_then_retries(checkpointer: Any) -> No
 
 async def test_degradable_goes_straight_to_the_fallback(checkpointer: Any) -> None:
     script = Script()
-    script.raises["live"] = [DegradableError("feed stale")]
-    g = ResilientStateGraph(State)
-    g.add_node(
-        "live",
-        node(checkpointer, script.body("live"), "live"),
-        policy=NodePolicy(retry=FAST, fallback="snapshot"),
-    )
-    g.add_node("snapshot", node(checkpointer, script.body("snapshot"), "snapshot"))
+    g = with_fallback(checkpointer, script, "live", "snapshot", DegradableError("feed stale"))
     g.add_edge(START, "live")
     g.add_edge("live", END)
     g.add_edge("snapshot", END)
@@ -469,10 +475,7 @@ async def test_retry_failed_applies_the_correction(checkpointer: Any) -> None:
             raise ZeroDivisionError("item is 0")
         return {"done": [f"1/{state['item']}"]}
 
-    g = ResilientStateGraph(State)
-    g.add_node("divide", node(checkpointer, divide, "divide"), policy=NodePolicy(retry=FAST))
-    g.add_edge(START, "divide")
-    g.add_edge("divide", END)
+    g = retried_node(checkpointer, "divide", divide)
     graph = g.compile(checkpointer=checkpointer.saver)
     config = cfg(checkpointer, "correct")
     out = await checkpointer.invoke(graph, {"done": [], "item": 0}, config)
@@ -543,14 +546,13 @@ async def test_send_fan_out_handles_one_failing_payload(checkpointer: Any) -> No
 async def test_subgraph_used_as_a_node_is_retried(checkpointer: Any) -> None:
     script = Script()
     script.raises["inner"] = [ConnectionError("blip"), None]
-    sub = ResilientStateGraph(State)
-    sub.add_node("inner", node(checkpointer, script.body("inner"), "inner"), policy=None)
-    sub.add_edge(START, "inner")
-    sub.add_edge("inner", END)
-    g = ResilientStateGraph(State)
-    g.add_node("outer", sub.compile(), policy=NodePolicy(retry=FAST))
-    g.add_edge(START, "outer")
-    g.add_edge("outer", END)
+    sub = one_node(
+        ResilientStateGraph(State),
+        "inner",
+        node(checkpointer, script.body("inner"), "inner"),
+        policy=None,
+    )
+    g = one_node(ResilientStateGraph(State), "outer", sub.compile(), policy=NodePolicy(retry=FAST))
     graph = g.compile(checkpointer=checkpointer.saver)
     config = cfg(checkpointer, "subgraph")
     out = await checkpointer.invoke(graph, {"done": []}, config)
@@ -662,14 +664,7 @@ async def test_parallel_branch_routed_to_fallback_does_not_cancel_siblings(
 ) -> None:
     """The failing branch raises to its router while a sibling is still running."""
     script = Script()
-    script.raises["flaky"] = [PermanentError("no")]
-    g = ResilientStateGraph(State)
-    g.add_node(
-        "flaky",
-        node(checkpointer, script.body("flaky"), "flaky"),
-        policy=NodePolicy(retry=FAST, fallback="cache"),
-    )
-    g.add_node("cache", node(checkpointer, script.body("cache"), "cache"))
+    g = with_fallback(checkpointer, script, "flaky", "cache", PermanentError("no"))
     if checkpointer.is_async:
 
         async def slow(state: dict[str, Any]) -> dict[str, Any]:
@@ -704,10 +699,12 @@ async def test_async_node_timeout_is_a_transient_failure(checkpointer: Any) -> N
             await asyncio.sleep(5)
         return {"done": ["ok"]}
 
-    g = ResilientStateGraph(State)
-    g.add_node("call", slow_then_fast, policy=NodePolicy(retry=FAST, timeout=0.05))
-    g.add_edge(START, "call")
-    g.add_edge("call", END)
+    g = one_node(
+        ResilientStateGraph(State),
+        "call",
+        slow_then_fast,
+        policy=NodePolicy(retry=FAST, timeout=0.05),
+    )
     graph = g.compile(checkpointer=checkpointer.saver)
     config = cfg(checkpointer, "timeout")
     out = await checkpointer.invoke(graph, {"done": []}, config)

@@ -3,14 +3,14 @@ compiling without a checkpointer, node caching, and xray drawings."""
 
 from __future__ import annotations
 
-import operator
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
+from graphs import DoneState, one_node
 from langgraph.cache.memory import InMemoryCache
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_config
@@ -20,14 +20,12 @@ from langgraph.types import CachePolicy
 from langgraph_resilience import (
     NodePolicy,
     PermanentError,
-    ResilientState,
     ResilientStateGraph,
 )
 from langgraph_resilience._langgraph import DURABILITY_KEY
 
 
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
+class State(DoneState, total=False):
     x: int
 
 
@@ -118,10 +116,9 @@ def test_the_budget_default_is_kept_without_a_checkpointer() -> None:
 
 
 def _subgraph(seen: list[Any], checkpointer: Any = None) -> Any:
-    sub = ResilientStateGraph(State)
-    sub.add_node("inner", durability_probe(seen, "inner"), policy=NodePolicy())
-    sub.add_edge(START, "inner")
-    sub.add_edge("inner", END)
+    sub = one_node(
+        ResilientStateGraph(State), "inner", durability_probe(seen, "inner"), policy=NodePolicy()
+    )
     return sub.compile(checkpointer=checkpointer)
 
 
@@ -230,10 +227,13 @@ def test_a_degraded_step_is_not_cached() -> None:
         calls["flaky"] += 1
         raise PermanentError("down")
 
-    g = ResilientStateGraph(State)
-    g.add_node("flaky", flaky, policy=NodePolicy(critical=False), cache_policy=CachePolicy())
-    g.add_edge(START, "flaky")
-    g.add_edge("flaky", END)
+    g = one_node(
+        ResilientStateGraph(State),
+        "flaky",
+        flaky,
+        policy=NodePolicy(critical=False),
+        cache_policy=CachePolicy(),
+    )
     graph = g.compile(checkpointer=InMemorySaver(), cache=InMemoryCache())
     graph.invoke({"done": []}, thread())
     graph.invoke({"done": []}, thread())

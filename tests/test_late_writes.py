@@ -14,11 +14,11 @@ import uuid
 from typing import Any
 
 import pytest
-from graphs import DoneState as State
+from graphs import failing
+from graphs import pipeline as one_try_pipeline
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START
 
-from langgraph_resilience import NodePolicy, PermanentError, ResilientStateGraph
+from langgraph_resilience import PermanentError
 from langgraph_resilience.checkpoint.runlog._scope import RunScope
 
 LATE = 0.4
@@ -27,22 +27,9 @@ LATE = 0.4
 def pipeline(h: Any) -> Any:
     """a -> b -> c; b fails for good (critical): the run ends with a partial result."""
 
-    def make(name: str) -> Any:
-        def node(state: State) -> dict[str, Any]:
-            if name == "b":
-                raise PermanentError("b is broken")
-            return {"done": [name]}
-
-        return node
-
-    g = ResilientStateGraph(State)
-    for name in "abc":
-        g.add_node(name, make(name), policy=NodePolicy(retry=None, critical=True))
-    g.add_edge(START, "a")
-    g.add_edge("a", "b")
-    g.add_edge("b", "c")
-    g.add_edge("c", END)
-    return g.compile(checkpointer=h.saver)
+    return one_try_pipeline(failing("b", lambda: PermanentError("b is broken"))).compile(
+        checkpointer=h.saver
+    )
 
 
 def delay_step_writes(h: Any) -> None:

@@ -29,7 +29,7 @@ import psycopg
 import pytest
 from conftest import open_saver
 from graphs import DoneState, chain
-from helpers import read_ledger, sql
+from helpers import emptied, read_ledger, saver_for
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.types import Command, interrupt
 from spawn import Process, spawn
@@ -75,19 +75,7 @@ _TABLES = (
 def fresh(store: tuple[str, str]) -> tuple[str, str]:
     """The store, empty: the metrics read all of it (the Postgres database is the
     module's, shared by its tests)."""
-    backend, target = store
-    if backend == "postgres":
-        with ResilientPostgresSaver.from_conn_string(target) as saver:
-            saver.setup()
-        for table in _TABLES:
-            sql(backend, target, f"DELETE FROM {table}")
-    return store
-
-
-def saver_for(store: tuple[str, str]) -> Any:
-    backend, target = store
-    cls = ResilientSqliteSaver if backend == "sqlite" else ResilientPostgresSaver
-    return cls.from_conn_string(target)
+    return emptied(store, *_TABLES)
 
 
 ONE_TRY = NodePolicy(retry=None)

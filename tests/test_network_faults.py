@@ -117,15 +117,14 @@ async def open_saver(
     is_async, is_pool = KINDS[kind]
     bounds = timeouts or PgTimeouts()
     options: dict[str, Any] = {"store_retry": store_retry, "timeouts": timeouts}
+    sized: dict[str, Any] = {"min_size": 1, "max_size": 2, "timeout": pool_timeout}
     if is_pool and is_async:
         apool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             bounds.conninfo(dsn),
-            min_size=1,
-            max_size=2,
-            timeout=pool_timeout,
             connection_class=AsyncBoundedConnection,
             kwargs=CONNECT_KWARGS,
             open=False,
+            **sized,
         )
         await apool.open(wait=True)
         stack.push_async_callback(apool.close, 5)
@@ -133,12 +132,10 @@ async def open_saver(
     if is_pool:
         pool: ConnectionPool[Any] = ConnectionPool(
             bounds.conninfo(dsn),
-            min_size=1,
-            max_size=2,
-            timeout=pool_timeout,
             connection_class=BoundedConnection,
             kwargs=CONNECT_KWARGS,
             open=True,
+            **sized,
         )
         pool.wait()
         stack.callback(pool.close, 5)

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import pytest
 from conftest import harness
+from graphs import one_node
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableLambda
 from langgraph.errors import NodeError
@@ -287,10 +288,12 @@ def plan_id(rec: Recorder, run: dict[str, Any]) -> Any:
 
 async def test_a_first_try_that_succeeds_adds_no_run(h: Any) -> None:
     rec = Recorder()
-    g = ResilientStateGraph(State)
-    g.add_node("only", _node(h.is_async, lambda s: {"trail": ["x"]}), policy=NodePolicy())
-    g.add_edge(START, "only")
-    g.add_edge("only", END)
+    g = one_node(
+        ResilientStateGraph(State),
+        "only",
+        _node(h.is_async, lambda s: {"trail": ["x"]}),
+        policy=NodePolicy(),
+    )
     graph = g.compile(checkpointer=h.saver)
     await h.invoke(graph, {"trail": []}, cfg("quiet", callbacks=[rec]))
     assert not [r for r in rec.runs.values() if "(try" in str(r["name"])]

@@ -44,7 +44,13 @@ from helpers import (
     sql,
     wait_until,
 )
-from partition_worker import STEPS, call_bound, partition_bounds, partition_graph
+from partition_worker import (
+    STEPS,
+    call_bound,
+    partition_bounds,
+    partition_graph,
+    worker_behind_proxy,
+)
 from spawn import spawn
 
 from langgraph_resilience import LeaseLost, Worker, side_effect
@@ -119,7 +125,6 @@ def test_partition_between_a_renewals_update_and_commit_does_not_block_takeover(
     """A's renewal gets its UPDATE's reply (the row is locked by A's session), then
     the proxy blackholes before the COMMIT: the session stalls idle in transaction.
     B must take the run over within lease_ttl + TAKEOVER_MARGIN of the cut."""
-    timeouts, retry = partition_bounds()
     state: dict[str, Any] = {"owner": None, "cut_at": None}
     armed = threading.Event()
     cut = threading.Event()
@@ -156,50 +161,33 @@ def test_partition_between_a_renewals_update_and_commit_does_not_block_takeover(
                 cut.wait(10)
 
         graph = partition_graph(service, 0.0, in_b)
-        with (
-            TcpProxy(pg_server.port) as proxy,
-            ResilientPostgresSaver.from_conn_string(db) as direct,
+        with worker_behind_proxy(pg_server.port, db, graph, LEASE_TTL, POLL) as (
+            proxy,
+            direct,
+            _saver_a,
+            worker_a,
         ):
             proxy_box["proxy"] = proxy
-            with ResilientPostgresSaver.from_conn_string(
-                proxy.dsn(db), timeouts=timeouts, store_retry=retry
-            ) as saver_a:
-                worker_a = Worker(
-                    graph, checkpointer=saver_a, lease_ttl=LEASE_TTL, poll_interval=POLL,
-                    drain_timeout=1.0,
-                )  # fmt: skip
-                state["owner"] = worker_a.worker_id
-                run_id = worker_a.submit({"done": []})
-                a_thread, a_out = in_thread(worker_a.run)
-                assert entered.wait(10), "worker A never reached step b"
-                armed.set()  # A's next renewal (within lease_ttl / 3) is cut
-                assert cut.wait(LEASE_TTL), "A did not renew while b ran"
-                cut_at = state["cut_at"]
-                time.sleep(0.2)
-                stalled = idle_in_transaction(db)
-                worker_b = Worker(
-                    graph, checkpointer=direct, lease_ttl=LEASE_TTL, poll_interval=POLL
-                )
-                b_thread, b_out = in_thread(worker_b.run)
-                taken_at = wait_until(
-                    lambda run_id=run_id: (
-                        run_row(db, run_id)[2] >= 2
-                    ),  # claimed again (B may be done)
-                    LEASE_TTL + 10,
-                    "B to take the run over",
-                )
-                delay = taken_at - cut_at
-                b_thread.join(15)
-                assert not b_thread.is_alive(), "worker B did not finish"
-                assert b_out == {"result": {run_id: "success"}}, b_out
-                proxy.heal()
-                worker_a.drain("test over")
-                a_thread.join(20)
-                assert not a_thread.is_alive(), "worker A did not stop once healed"
-                assert "error" not in a_out, a_out
-                assert run_id not in a_out.get("result", {}) or a_out["result"][run_id] != (
-                    "success"
-                )
+            state["owner"] = worker_a.worker_id
+            run_id = worker_a.submit({"done": []})
+            a_thread, a_out = in_thread(worker_a.run)
+            assert entered.wait(10), "worker A never reached step b"
+            armed.set()  # A's next renewal (within lease_ttl / 3) is cut
+            assert cut.wait(LEASE_TTL), "A did not renew while b ran"
+            cut_at = state["cut_at"]
+            time.sleep(0.2)
+            stalled = idle_in_transaction(db)
+            b_thread, b_out, taken_at = take_over(graph, direct, db, run_id)
+            delay = taken_at - cut_at
+            b_thread.join(15)
+            assert not b_thread.is_alive(), "worker B did not finish"
+            assert b_out == {"result": {run_id: "success"}}, b_out
+            proxy.heal()
+            worker_a.drain("test over")
+            a_thread.join(20)
+            assert not a_thread.is_alive(), "worker A did not stop once healed"
+            assert "error" not in a_out, a_out
+            assert run_id not in a_out.get("result", {}) or a_out["result"][run_id] != ("success")
             values = final_values(direct, run_id)
         report(
             f"renewal cut trial {trial}: stalled sessions {stalled}, takeover "
@@ -209,6 +197,17 @@ def test_partition_between_a_renewals_update_and_commit_does_not_block_takeover(
         assert delay <= LEASE_TTL + TAKEOVER_MARGIN, f"takeover took {delay:.2f} s"
         assert values["done"] == STEPS
         assert_no_fork("postgres", db, thread_of(db, run_id))
+
+
+def take_over(graph: Any, direct: Any, db: str, run_id: str) -> tuple[Any, Any, float]:
+    """Start worker B on ``direct``; once it has claimed the run again (it may be done
+    by then): its thread, its result box, and when that was seen."""
+    worker_b = Worker(graph, checkpointer=direct, lease_ttl=LEASE_TTL, poll_interval=POLL)
+    b_thread, b_out = in_thread(worker_b.run)
+    taken_at = wait_until(
+        lambda: run_row(db, run_id)[2] >= 2, LEASE_TTL + 10, "B to take the run over"
+    )
+    return b_thread, b_out, taken_at
 
 
 def thread_of(dsn: str, run_id: str) -> str:
@@ -232,8 +231,6 @@ def test_partition_right_after_an_intent_the_effect_is_performed_once(
     server) and the proxy drops every reply from that moment: A waits for the
     intent's reply while its lease runs out. B takes over and delivers; once B is
     done the proxy heals, A gets the intent's reply late and must not call."""
-    # read > the partition: A's wait for the intent's reply outlasts the takeover.
-    timeouts, retry = partition_bounds(read=8.0)
     armed = threading.Event()
     cut = threading.Event()
     proxy_box: dict[str, TcpProxy] = {}
@@ -287,59 +284,47 @@ def test_partition_right_after_an_intent_the_effect_is_performed_once(
                 raise
 
         graph = partition_graph(service, 0.0, in_b)
-        with (
-            TcpProxy(pg_server.port) as proxy,
-            ResilientPostgresSaver.from_conn_string(db) as direct,
-        ):
+        with worker_behind_proxy(
+            # read > the partition: A's wait for the intent's reply outlasts the takeover.
+            pg_server.port,
+            db,
+            graph,
+            LEASE_TTL,
+            POLL,
+            read=8.0,
+        ) as (proxy, direct, _saver_a, worker_a):
             proxy_box["proxy"] = proxy
-            with ResilientPostgresSaver.from_conn_string(
-                proxy.dsn(db), timeouts=timeouts, store_retry=retry
-            ) as saver_a:
-                worker_a = Worker(
-                    graph, checkpointer=saver_a, lease_ttl=LEASE_TTL, poll_interval=POLL,
-                    drain_timeout=1.0,
-                )  # fmt: skip
-                run_id = worker_a.submit({"done": []})
-                thread = thread_of(db, run_id)
-                a_thread, a_out = in_thread(worker_a.run)
-                assert cut.wait(10), "A never stored b's intent"
-                cut_at = state["cut_at"]
-                # The intent is in the database, committed, A's (its reply is held).
-                stored_at = wait_until(
-                    lambda thread=thread: (
-                        sql(
-                            "postgres",
-                            db,
-                            "SELECT count(*) FROM resilience_effects WHERE thread_id = ? "
-                            "AND owner = ? AND status = 'intent'",
-                            (thread, state["intent_owner"]),
-                        )[0][0]
-                        == 1
-                    ),
-                    5,
-                    "A's intent to be committed",
-                )
-                assert read_ledger(calls_log) == []  # A has not called: it awaits the reply
-                worker_b = Worker(
-                    graph, checkpointer=direct, lease_ttl=LEASE_TTL, poll_interval=POLL
-                )
-                b_thread, b_out = in_thread(worker_b.run)
-                taken_at = wait_until(
-                    lambda run_id=run_id: (
-                        run_row(db, run_id)[2] >= 2
-                    ),  # claimed again (B may be done)
-                    LEASE_TTL + 10,
-                    "B to take the run over",
-                )
-                b_thread.join(15)
-                assert not b_thread.is_alive(), "worker B did not finish"
-                healed_after = time.monotonic() - cut_at
-                proxy.heal()  # A gets the intent's reply now, its lease long gone
-                assert healed_after < 8.0, "healed after A's read timeout: scenario void"
-                worker_a.drain("test over")
-                a_thread.join(25)
-                assert not a_thread.is_alive(), "worker A did not stop once healed"
-                assert "error" not in a_out, a_out
+            run_id = worker_a.submit({"done": []})
+            thread = thread_of(db, run_id)
+            a_thread, a_out = in_thread(worker_a.run)
+            assert cut.wait(10), "A never stored b's intent"
+            cut_at = state["cut_at"]
+            # The intent is in the database, committed, A's (its reply is held).
+            stored_at = wait_until(
+                lambda thread=thread: (
+                    sql(
+                        "postgres",
+                        db,
+                        "SELECT count(*) FROM resilience_effects WHERE thread_id = ? "
+                        "AND owner = ? AND status = 'intent'",
+                        (thread, state["intent_owner"]),
+                    )[0][0]
+                    == 1
+                ),
+                5,
+                "A's intent to be committed",
+            )
+            assert read_ledger(calls_log) == []  # A has not called: it awaits the reply
+            b_thread, b_out, taken_at = take_over(graph, direct, db, run_id)
+            b_thread.join(15)
+            assert not b_thread.is_alive(), "worker B did not finish"
+            healed_after = time.monotonic() - cut_at
+            proxy.heal()  # A gets the intent's reply now, its lease long gone
+            assert healed_after < 8.0, "healed after A's read timeout: scenario void"
+            worker_a.drain("test over")
+            a_thread.join(25)
+            assert not a_thread.is_alive(), "worker A did not stop once healed"
+            assert "error" not in a_out, a_out
             values = final_values(direct, run_id)
         counted = Counter(parts[0] for parts in read_ledger(calls_log))
         report(

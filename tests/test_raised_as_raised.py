@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langgraph.graph import END, START
+from graphs import one_node, quick
 
 from langgraph_resilience import (
-    Backoff,
     NodePolicy,
     ResilientState,
     ResilientStateGraph,
@@ -22,7 +21,7 @@ from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
 
 MESSAGE = "read timed out after 10s from search.example"
 RAISED = f"TimeoutError: {MESSAGE}"
-FAST = Backoff(max_attempts=2, initial_interval=0.001, max_interval=0.01)
+FAST = quick(2)
 
 
 class State(ResilientState, total=False):
@@ -34,10 +33,9 @@ def _graph(saver: Any, timeout: float | None, slow: float = 0.0) -> Any:
         await asyncio.sleep(slow)
         raise TimeoutError(MESSAGE)
 
-    g = ResilientStateGraph(State)
-    g.add_node("search", search, policy=NodePolicy(retry=FAST, timeout=timeout))
-    g.add_edge(START, "search")
-    g.add_edge("search", END)
+    g = one_node(
+        ResilientStateGraph(State), "search", search, policy=NodePolicy(retry=FAST, timeout=timeout)
+    )
     return g.compile(checkpointer=saver)
 
 

@@ -8,7 +8,6 @@ durability ones.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import threading
 import time
@@ -23,7 +22,7 @@ import redis
 from graphs import DoneState, appending, chain
 from langgraph.checkpoint.base import empty_checkpoint
 from redis.crc import key_slot
-from redis_servers import REDIS_DOWN, REDIS_URL, PrivateRedis, flush_prefix
+from redis_servers import REDIS_DOWN, REDIS_URL, PrivateRedis, flush_prefix, private_redis_server
 
 from langgraph_resilience import ResilientStateGraph, TransientError
 from langgraph_resilience.checkpoint.redis import ResilientRedisSaver, _common
@@ -338,12 +337,7 @@ async def test_step_history_on_async_redis_lists_what_sqlite_lists(
 
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    if shutil.which("redis-server") is None:
-        pytest.skip("no redis-server on PATH")
-    server = PrivateRedis(tmp_path)
-    server.start()
-    yield server
-    server.kill()
+    yield from private_redis_server(tmp_path)
 
 
 def test_nothing_acknowledged_is_lost_when_the_server_is_sigkilled(

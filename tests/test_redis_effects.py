@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import time
 import uuid
@@ -23,7 +22,7 @@ import pytest
 import redis
 from graphs import DoneState
 from redis.crc import key_slot
-from redis_servers import REDIS_DOWN, REDIS_URL, PrivateRedis, flush_prefix
+from redis_servers import REDIS_DOWN, REDIS_URL, PrivateRedis, flush_prefix, private_redis_server
 
 from langgraph_resilience import NodePolicy, ResilientStateGraph, side_effect
 from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields
@@ -159,12 +158,7 @@ def test_an_outcome_changed_in_redis_is_reported_corrupt(prefix: str) -> None:
 
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    if shutil.which("redis-server") is None:
-        pytest.skip("no redis-server on PATH")
-    server = PrivateRedis(tmp_path)
-    server.start()
-    yield server
-    server.kill()
+    yield from private_redis_server(tmp_path)
 
 
 @pytest.mark.faults

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import open_saver
 from graphs import DoneState
-from helpers import sql
+from helpers import emptied, saver_for
 from langgraph.graph import END, START
 
 from langgraph_resilience import (
@@ -32,8 +32,6 @@ from langgraph_resilience import (
     run_report,
     side_effect,
 )
-from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
-from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.errors import (
     RunStateError,
     UnknownThread,
@@ -44,20 +42,8 @@ from langgraph_resilience.history._report import alist_runs, list_runs
 @pytest.fixture
 def fresh(store: tuple[str, str]) -> tuple[str, str]:
     """The store without the runs of earlier tests (Postgres is the module's)."""
-    backend, target = store
-    if backend == "postgres":
-        with ResilientPostgresSaver.from_conn_string(target) as saver:
-            saver.setup()
-        ledger = ("resilience_run_log", "resilience_steps", "resilience_recoveries")
-        for table in ("checkpoints", "checkpoint_writes", "resilience_runs", *ledger):
-            sql(backend, target, f"DELETE FROM {table}")
-    return store
-
-
-def saver_for(store: tuple[str, str]) -> Any:
-    backend, target = store
-    cls = ResilientSqliteSaver if backend == "sqlite" else ResilientPostgresSaver
-    return cls.from_conn_string(target)
+    ledger = ("resilience_run_log", "resilience_steps", "resilience_recoveries")
+    return emptied(store, "checkpoints", "checkpoint_writes", "resilience_runs", *ledger)
 
 
 def every_fate(saver: Any, fixed: dict[str, bool]) -> Any:

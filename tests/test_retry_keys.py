@@ -37,6 +37,12 @@ class Fan(ResilientState, total=False):
 
 
 def _fan_out(h: Any, broken: set[int]) -> Any:
+    return _fan_out_graph(broken).compile(checkpointer=h.saver)
+
+
+def _fan_out_graph(broken: set[int]) -> ResilientStateGraph:
+    """``work`` sent once per item (``{"i": item}``); the items in ``broken`` fail."""
+
     def work(item: dict[str, Any]) -> dict[str, Any]:
         if item["i"] in broken:
             raise ValueError(f"item {item['i']} is bad")
@@ -48,7 +54,7 @@ def _fan_out(h: Any, broken: set[int]) -> Any:
         "__start__", lambda s: [Send("work", {"i": i}) for i in s["items"]], ["work"]
     )
     g.set_finish_point("work")
-    return g.compile(checkpointer=h.saver)
+    return g
 
 
 def _config(h: Any, label: str) -> dict[str, Any]:
@@ -265,18 +271,7 @@ async def test_a_retried_branch_inside_a_subgraph_is_that_branch(checkpointer: A
     re-runs ``research/work[1]`` as that branch, not as ``research/work[0]``."""
     h = checkpointer
     broken = {1}
-
-    def work(item: dict[str, Any]) -> dict[str, Any]:
-        if item["i"] in broken:
-            raise ValueError(f"item {item['i']} is bad")
-        return {"done": [item["i"]]}
-
-    sub = ResilientStateGraph(Fan)
-    sub.add_node("work", work, policy=NodePolicy())
-    sub.add_conditional_edges(
-        "__start__", lambda s: [Send("work", {"i": i}) for i in s["items"]], ["work"]
-    )
-    sub.set_finish_point("work")
+    sub = _fan_out_graph(broken)
     g = ResilientStateGraph(Fan)
     g.add_node("research", sub.compile())
     g.add_node("write", lambda s: {})

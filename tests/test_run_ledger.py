@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import operator
 import signal
 import time
 import uuid
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
-from graphs import chain
+from graphs import DoneState, chain
 from helpers import sql, tasks_written
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START
@@ -27,15 +26,13 @@ from spawn import spawn
 from langgraph_resilience import (
     NodePolicy,
     PermanentError,
-    ResilientState,
     ResilientStateGraph,
     Worker,
 )
 from langgraph_resilience.history import alist_runs, list_runs
 
 
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
+class State(DoneState, total=False):
     topic: str
     spec: dict[str, Any]
     n: int

@@ -11,6 +11,7 @@ import uuid
 from typing import Annotated, Any
 
 import pytest
+from graphs import one_node, quick
 from langgraph.graph import END, START
 from langgraph.types import Send
 
@@ -27,7 +28,7 @@ from langgraph_resilience import (
     side_effect,
 )
 
-FAST = Backoff(max_attempts=2, initial_interval=0.001, max_interval=0.01)
+FAST = quick(2)
 
 
 class State(ResilientState, total=False):
@@ -152,10 +153,9 @@ async def test_a_new_input_on_a_thread_is_a_new_run(checkpointer: Any) -> None:
             raise PermanentError("first turn fails")
         return {"results": [f"answer:{state['topic']}"]}
 
-    g = ResilientStateGraph(State)
-    g.add_node("work", as_node(h, work), policy=NodePolicy(retry=None))
-    g.add_edge(START, "work")
-    g.add_edge("work", END)
+    g = one_node(
+        ResilientStateGraph(State), "work", as_node(h, work), policy=NodePolicy(retry=None)
+    )
     graph = g.compile(checkpointer=h.saver)
     config = cfg(h, "turns")
     first = await h.invoke(graph, {"topic": "one", "results": []}, config)
@@ -207,10 +207,7 @@ async def test_usage_inside_a_subgraph_is_counted_once(checkpointer: Any) -> Non
         report_usage(tokens=100)
         return {"results": ["spent"]}
 
-    sub = ResilientStateGraph(State)
-    sub.add_node("call", as_node(h, spend))
-    sub.add_edge(START, "call")
-    sub.add_edge("call", END)
+    sub = one_node(ResilientStateGraph(State), "call", as_node(h, spend))
     g = ResilientStateGraph(State)
     g.add_node("before", as_node(h, spend))
     g.add_node("inner", sub.compile())
@@ -321,14 +318,8 @@ async def test_model_tokens_inside_a_subgraph_are_counted_once(checkpointer: Any
         def call(state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
             return {"results": [model.invoke("hi").content]}
 
-    sub = ResilientStateGraph(State)
-    sub.add_node("call", call)
-    sub.add_edge(START, "call")
-    sub.add_edge("call", END)
-    g = ResilientStateGraph(State)
-    g.add_node("inner", sub.compile())
-    g.add_edge(START, "inner")
-    g.add_edge("inner", END)
+    sub = one_node(ResilientStateGraph(State), "call", call)
+    g = one_node(ResilientStateGraph(State), "inner", sub.compile())
     graph = g.compile(checkpointer=h.saver, budget=Budget(max_tokens=150))
     out = await h.invoke(graph, {"results": []}, cfg(h, "tokens"))
     assert out["resilience"]["usage"]["tokens"] == 100
@@ -404,10 +395,11 @@ async def test_an_unstorable_node_output_names_the_state_key(checkpointer: Any) 
     class LockState(ResilientState, total=False):
         client: Any
 
-    g = ResilientStateGraph(LockState)
-    g.add_node("connect", as_node(h, lambda s: {"client": threading.Lock()}))
-    g.add_edge(START, "connect")
-    g.add_edge("connect", END)
+    g = one_node(
+        ResilientStateGraph(LockState),
+        "connect",
+        as_node(h, lambda s: {"client": threading.Lock()}),
+    )
     graph = g.compile(checkpointer=h.saver)
     with pytest.raises(TypeError, match=r"'client'.*cannot store.*lock"):
         await h.invoke(graph, {}, cfg(h, "unstorable"))
@@ -446,10 +438,7 @@ async def test_an_effect_whose_result_cannot_be_stored_is_called_once(
             charge()
             return {"results": ["paid"]}
 
-    g = ResilientStateGraph(State)
-    g.add_node("pay", pay, policy=NodePolicy(retry=FAST))
-    g.add_edge(START, "pay")
-    g.add_edge("pay", END)
+    g = one_node(ResilientStateGraph(State), "pay", pay, policy=NodePolicy(retry=FAST))
     graph = g.compile(checkpointer=h.saver)
     config = cfg(h, "unstorable-effect")
     out = await h.invoke(graph, {"results": []}, config)

@@ -8,16 +8,14 @@ person records what the bank says, and `retry_failed` finishes the run.
 
 from __future__ import annotations
 
-import operator
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
-from langgraph.graph import END, START
+from graphs import ReceiptsState, one_node
 
 from langgraph_resilience import (
     ConfigError,
     NodePolicy,
-    ResilientState,
     ResilientStateGraph,
     aretry_failed,
     asettle_effect,
@@ -31,23 +29,18 @@ from langgraph_resilience.errors import (
 from langgraph_resilience.testing import FaultPlan, SimulatedCrash
 
 
-class State(ResilientState, total=False):
-    receipts: Annotated[list[str], operator.add]
-
-
 def payment_graph(h: Any, bank: list[str]) -> Any:
     @side_effect(name="pay", on_unknown="raise")
     def pay(amount: int, *, idempotency_key: str) -> str:
         bank.append(idempotency_key)
         return f"po-{len(bank)}"
 
-    def charge(state: State) -> dict[str, Any]:
+    def charge(state: ReceiptsState) -> dict[str, Any]:
         return {"receipts": [pay(42)]}
 
-    g = ResilientStateGraph(State)
-    g.add_node("charge", charge, policy=NodePolicy(retry=None))
-    g.add_edge(START, "charge")
-    g.add_edge("charge", END)
+    g = one_node(
+        ResilientStateGraph(ReceiptsState), "charge", charge, policy=NodePolicy(retry=None)
+    )
     return g.compile(checkpointer=h.saver)
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults import PgServer, TcpProxy
+from faults import PgServer
 from helpers import (
     append,
     assert_no_fork,
@@ -39,12 +39,11 @@ from helpers import (
     sql,
     wait_until,
 )
-from partition_worker import STEPS, partition_bounds, partition_graph
+from partition_worker import STEPS, partition_graph, worker_behind_proxy
 
 from langgraph_resilience import LeaseLost, Worker, side_effect
 from langgraph_resilience.checkpoint import EffectRecord, Fence
 from langgraph_resilience.checkpoint.ledger import _ledger
-from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 
 TRIALS = int(os.environ.get("LGR_FAULT_RUNS", "1"))
 LEASE_TTL = 3.0
@@ -85,7 +84,6 @@ def stalled_inserts(dsn: str) -> int:
 def test_a_stalled_intent_insert_of_a_live_worker_does_not_block_the_takeover(
     pg_server: PgServer, db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    timeouts, retry = partition_bounds(read=2.0)
     armed = threading.Event()
     cut = threading.Event()
     box: dict[str, Any] = {}
@@ -127,60 +125,53 @@ def test_a_stalled_intent_insert_of_a_live_worker_does_not_block_the_takeover(
             deliver()
 
         graph = partition_graph(service, 0.0, in_b)
-        with (
-            TcpProxy(pg_server.port) as proxy,
-            ResilientPostgresSaver.from_conn_string(db) as direct,
+        with worker_behind_proxy(pg_server.port, db, graph, LEASE_TTL, POLL, read=2.0) as (
+            proxy,
+            direct,
+            saver_a,
+            worker_a,
         ):
             box["proxy"] = proxy
-            with ResilientPostgresSaver.from_conn_string(
-                proxy.dsn(db), timeouts=timeouts, store_retry=retry
-            ) as saver_a:
-                worker_a = Worker(
-                    graph, checkpointer=saver_a, lease_ttl=LEASE_TTL, poll_interval=POLL,
-                    drain_timeout=1.0,
-                )  # fmt: skip
-                run_id = worker_a.submit({"done": []})
-                a_thread, _a_out = in_thread(worker_a.run)
-                assert cut.wait(15), "A never stored b's intent"
-                cut_at = box["cut_at"]
-                time.sleep(0.2)
-                still = stalled_inserts(db)
-                worker_b = Worker(
-                    graph, checkpointer=direct, lease_ttl=LEASE_TTL, poll_interval=POLL
+            run_id = worker_a.submit({"done": []})
+            a_thread, _a_out = in_thread(worker_a.run)
+            assert cut.wait(15), "A never stored b's intent"
+            cut_at = box["cut_at"]
+            time.sleep(0.2)
+            still = stalled_inserts(db)
+            worker_b = Worker(graph, checkpointer=direct, lease_ttl=LEASE_TTL, poll_interval=POLL)
+            b_thread, b_out = in_thread(worker_b.run)
+            try:
+                taken_at = wait_until(
+                    lambda run_id=run_id: token_of(db, run_id) >= 2,
+                    LEASE_TTL + 8,
+                    "B to take the run over",
                 )
-                b_thread, b_out = in_thread(worker_b.run)
-                try:
-                    taken_at = wait_until(
-                        lambda run_id=run_id: token_of(db, run_id) >= 2,
-                        LEASE_TTL + 8,
-                        "B to take the run over",
-                    )
-                finally:
-                    delay = time.monotonic() - cut_at
-                    print(
-                        f"\n[stall] trial {trial}: INSERT stalled on the server "
-                        f"(sessions {still}); takeover after {delay:.2f} s "
-                        f"(bound {LEASE_TTL + TAKEOVER_MARGIN:g} s)",
-                        end="",
-                    )
-                delay = taken_at - cut_at
-                b_thread.join(20)
-                assert not b_thread.is_alive(), "worker B did not finish"
-                proxy.heal()
-                # A's fenced writes are refused now: B holds the run (token 2).
-                thread = sql(
-                    "postgres", db, "SELECT thread_id FROM resilience_runs WHERE run_id = ?",
-                    (run_id,),
-                )[0][0]  # fmt: skip
-                intent = EffectRecord(
-                    idempotency_key=f"late-{trial}", name="deliver", status="intent",
-                    intent_at=time.time(),
-                )  # fmt: skip
-                with pytest.raises(LeaseLost, match="taken over"):
-                    saver_a.effects.claim(thread, intent, None, 30.0, Fence(run_id=run_id, token=1))
-                worker_a.drain("test over")
-                a_thread.join(30)
-                assert not a_thread.is_alive(), "worker A did not stop once healed"
+            finally:
+                delay = time.monotonic() - cut_at
+                print(
+                    f"\n[stall] trial {trial}: INSERT stalled on the server "
+                    f"(sessions {still}); takeover after {delay:.2f} s "
+                    f"(bound {LEASE_TTL + TAKEOVER_MARGIN:g} s)",
+                    end="",
+                )
+            delay = taken_at - cut_at
+            b_thread.join(20)
+            assert not b_thread.is_alive(), "worker B did not finish"
+            proxy.heal()
+            # A's fenced writes are refused now: B holds the run (token 2).
+            thread = sql(
+                "postgres", db, "SELECT thread_id FROM resilience_runs WHERE run_id = ?",
+                (run_id,),
+            )[0][0]  # fmt: skip
+            intent = EffectRecord(
+                idempotency_key=f"late-{trial}", name="deliver", status="intent",
+                intent_at=time.time(),
+            )  # fmt: skip
+            with pytest.raises(LeaseLost, match="taken over"):
+                saver_a.effects.claim(thread, intent, None, 30.0, Fence(run_id=run_id, token=1))
+            worker_a.drain("test over")
+            a_thread.join(30)
+            assert not a_thread.is_alive(), "worker A did not stop once healed"
             record = direct.read_run(run_id)
             values = direct.serde.loads_typed((record.outcome_type, record.outcome))["values"]
         assert still == 1, "the cut did not leave A's INSERT active on the server"

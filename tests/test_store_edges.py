@@ -29,6 +29,7 @@ from typing import Annotated, Any
 import pytest
 from conftest import IN_CI, Harness, harness
 from faults import TcpProxy
+from graphs import one_node
 from helpers import sql
 from langgraph.graph import END, START
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -320,10 +321,7 @@ async def test_a_full_disk_while_an_outcome_is_written_stops_the_run_clearly_the
     def charge(state: Channels) -> dict[str, Any]:
         return {"done": [pay("order-1")[:12]]}
 
-    g = ResilientStateGraph(Channels)
-    g.add_node("charge", charge)
-    g.add_edge(START, "charge")
-    g.add_edge("charge", END)
+    g = one_node(ResilientStateGraph(Channels), "charge", charge)
     path = str(small_disk / "store.db")
     config = {"configurable": {"thread_id": "full-disk"}}
     async with AsyncExitStack() as stack:

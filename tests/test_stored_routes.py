@@ -11,13 +11,11 @@ from typing import Any
 
 import pytest
 from conftest import Harness
-from graphs import DoneState, appending, chain
+from graphs import FAST, DoneState, appending, chain
 from helpers import sql
 
-from langgraph_resilience import Backoff, NodePolicy, ResilientStateGraph, TransientError
+from langgraph_resilience import NodePolicy, ResilientStateGraph, TransientError
 from langgraph_resilience.history._report import alist_runs, arun_report, list_runs, run_report
-
-FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.01)
 
 
 class Killed(BaseException):

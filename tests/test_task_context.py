@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
+from graphs import one_node
 from langgraph._internal import _constants as lg
 from langgraph.config import get_config
 from langgraph.graph import END, START, StateGraph
@@ -88,10 +89,7 @@ def test_our_keys_are_in_one_module_and_do_not_clash_with_langgraphs() -> None:
 
 
 def _graph(seen: Seen, saver: ResilientSqliteSaver) -> Any:
-    inner = StateGraph(State)
-    inner.add_node("inner", seen.node("inner"))
-    inner.add_edge(START, "inner")
-    inner.add_edge("inner", END)
+    inner = one_node(StateGraph(State), "inner", seen.node("inner"))
 
     g = ResilientStateGraph(State)
     g.add_node("top", seen.node("top"))
@@ -149,14 +147,8 @@ def test_side_effect_keys_use_the_tasks_scope(saver: ResilientSqliteSaver) -> No
         contexts.append(TaskContext(config=get_config()))
         return {"done": [notify("ops")]}
 
-    inner = StateGraph(State)
-    inner.add_node("inner", inner_node)
-    inner.add_edge(START, "inner")
-    inner.add_edge("inner", END)
-    g = ResilientStateGraph(State)
-    g.add_node("sub", inner.compile())
-    g.add_edge(START, "sub")
-    g.add_edge("sub", END)
+    inner = one_node(StateGraph(State), "inner", inner_node)
+    g = one_node(ResilientStateGraph(State), "sub", inner.compile())
     g.compile(checkpointer=saver).invoke({}, {"configurable": {"thread_id": "t-effect"}})
     ((task,),) = [contexts]
     (record,) = saver.list_effects("t-effect")
@@ -175,10 +167,7 @@ def test_a_resumed_task_knows_it_resumes(saver: ResilientSqliteSaver) -> None:
         contexts.append(TaskContext(config=get_config()))
         return {"done": [interrupt("proceed?")]}
 
-    g = ResilientStateGraph(State)
-    g.add_node("ask", ask)
-    g.add_edge(START, "ask")
-    g.add_edge("ask", END)
+    g = one_node(ResilientStateGraph(State), "ask", ask)
     graph = g.compile(checkpointer=saver)
     config = {"configurable": {"thread_id": "t-resume"}}
     graph.invoke({}, config)
@@ -224,10 +213,7 @@ async def test_an_async_saver_serves_both_twins(tmp_path: Path) -> None:
         contexts.append(TaskContext(config=get_config()))
         return {"done": ["node"]}
 
-    g = ResilientStateGraph(State)
-    g.add_node("node", node)
-    g.add_edge(START, "node")
-    g.add_edge("node", END)
+    g = one_node(ResilientStateGraph(State), "node", node)
     async with AsyncResilientSqliteSaver.from_conn_string(str(tmp_path / "a.db")) as saver:
         await g.compile(checkpointer=saver).ainvoke({}, {"configurable": {"thread_id": "t"}})
     ((task,),) = [contexts]

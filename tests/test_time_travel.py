@@ -17,6 +17,7 @@ import uuid
 from typing import Annotated, Any
 
 from conftest import Harness
+from graphs import one_node
 from langgraph.graph import END, START
 from langgraph.types import Send
 
@@ -81,12 +82,17 @@ async def effect_keys(h: Harness, thread: str) -> list[tuple[str, str]]:
     return sorted((e.key, e.status) for e in (await report(h, thread)).effects)
 
 
+def mailing(h: Harness, label: str, fan_out: int = 0) -> tuple[list[Any], Any, Any]:
+    """What `mail_graph` sent, it compiled on ``h``'s saver, and a thread's config."""
+    sent: list[Any] = []
+    return sent, mail_graph(sent, fan_out=fan_out).compile(checkpointer=h.saver), cfg(label, h)
+
+
 async def test_a_replay_from_before_an_effect_returns_its_outcome_under_the_same_key(
     checkpointer: Harness,
 ) -> None:
-    h, sent = checkpointer, []
-    graph = mail_graph(sent).compile(checkpointer=h.saver)
-    config = cfg("replay", h)
+    h = checkpointer
+    sent, graph, config = mailing(h, "replay")
     first = await h.invoke(graph, {"to": "ann@example.com"}, config)
     assert len(sent) == 1 and first["receipt"] == "receipt-1"
     keys = await effect_keys(h, config["configurable"]["thread_id"])
@@ -103,9 +109,8 @@ async def test_a_replay_from_before_an_effect_returns_its_outcome_under_the_same
 async def test_a_fork_with_a_changed_state_is_a_new_call_under_a_new_key(
     checkpointer: Harness,
 ) -> None:
-    h, sent = checkpointer, []
-    graph = mail_graph(sent).compile(checkpointer=h.saver)
-    config = cfg("fork", h)
+    h = checkpointer
+    sent, graph, config = mailing(h, "fork")
     await h.invoke(graph, {"to": "ann@example.com"}, config)
     older = await before_mail(h, graph, config)
     if h.is_async:
@@ -125,9 +130,8 @@ async def test_a_fork_with_a_changed_state_is_a_new_call_under_a_new_key(
 
 
 async def test_a_replayed_fan_out_keeps_each_branchs_key(checkpointer: Harness) -> None:
-    h, sent = checkpointer, []
-    graph = mail_graph(sent, fan_out=3).compile(checkpointer=h.saver)
-    config = cfg("fan", h)
+    h = checkpointer
+    sent, graph, config = mailing(h, "fan", fan_out=3)
     first = await h.invoke(graph, {"to": "team"}, config)
     assert len(sent) == 3
 
@@ -154,10 +158,7 @@ async def test_a_resume_after_a_failure_is_still_a_recovery(checkpointer: Harnes
             raise ConnectionError("the step dies after the send")
         return {"receipt": receipt}
 
-    g = ResilientStateGraph(MailState)
-    g.add_node("mail", mail, policy=None)
-    g.add_edge(START, "mail")
-    g.add_edge("mail", END)
+    g = one_node(ResilientStateGraph(MailState), "mail", mail, policy=None)
     graph = g.compile(checkpointer=h.saver)
     config = cfg("head", h)
     with contextlib.suppress(ConnectionError):

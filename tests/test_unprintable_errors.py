@@ -8,10 +8,10 @@ import uuid
 from typing import Any
 
 import pytest
+from graphs import FAST, one_node
 from langgraph.graph import END, START
 
 from langgraph_resilience import (
-    Backoff,
     NodePolicy,
     ResilientState,
     ResilientStateGraph,
@@ -19,8 +19,6 @@ from langgraph_resilience import (
     side_effect,
 )
 from langgraph_resilience.errors import describe, message_of, repr_of
-
-FAST = Backoff(max_attempts=3, initial_interval=0.001, max_interval=0.01)
 
 
 class Unprintable(ValueError):
@@ -129,10 +127,7 @@ async def test_an_effect_that_raises_an_unprintable_error_records_it(checkpointe
             raise Unprintable("secret")
 
         node = lambda state: {"out": pay_sync()}  # noqa: E731
-    g = ResilientStateGraph(State)
-    g.add_node("work", node, policy=None)
-    g.add_edge(START, "work")
-    g.add_edge("work", END)
+    g = one_node(ResilientStateGraph(State), "work", node, policy=None)
     config = cfg(h)
     with pytest.raises(Unprintable):
         await h.invoke(g.compile(checkpointer=h.saver), {}, config)

@@ -17,11 +17,11 @@ from typing import Annotated, Any
 import psycopg
 import pytest
 from graphs import CountState as State
-from graphs import chain
-from helpers import assert_no_fork, expire_lease, sql
+from graphs import one_node
+from graphs import pipeline as one_try_pipeline
+from helpers import assert_no_fork, expire_lease, run_worker, sql
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START
 from redis_servers import patch_run
 
 from langgraph_resilience import (
@@ -42,16 +42,7 @@ STEPS = ["a", "b", "c"]
 
 
 def pipeline(behaviour: Any = None, *, critical: bool = True) -> ResilientStateGraph:
-    def make(name: str) -> Any:
-        def node(state: State) -> dict[str, Any]:
-            if behaviour is not None:
-                behaviour(name, state)
-            return {"done": [name]}
-
-        return node
-
-    policy = NodePolicy(retry=None, critical=critical)
-    return chain(ResilientStateGraph(State), STEPS, make, lambda _: {"policy": policy})
+    return one_try_pipeline(behaviour, critical=critical, schema=State)
 
 
 @pytest.fixture
@@ -61,12 +52,6 @@ def h(checkpointer: Any) -> Any:
     if checkpointer.backend == "postgres":  # SQLite: a fresh file per test
         sql(checkpointer.backend, checkpointer.target, "DELETE FROM resilience_runs")
     return checkpointer
-
-
-async def run_worker(h: Any, worker: Worker, **kwargs: Any) -> dict[str, str]:
-    if h.is_async:
-        return await worker.arun(**kwargs)
-    return await asyncio.to_thread(worker.run, **kwargs)
 
 
 async def submit(h: Any, worker: Worker, value: Any, **kwargs: Any) -> str:
@@ -410,10 +395,7 @@ async def test_a_chat_thread_takes_one_run_per_turn_each_with_its_input(h: Any) 
     def answer(state: Chat) -> dict[str, Any]:
         return {"answers": [f"re: {state['question']}"]}
 
-    g = ResilientStateGraph(Chat)
-    g.add_node("answer", answer)
-    g.add_edge(START, "answer")
-    g.add_edge("answer", END)
+    g = one_node(ResilientStateGraph(Chat), "answer", answer)
     worker = Worker(g, checkpointer=h.saver, lease_ttl=5)
     thread = f"chat-{uuid.uuid4()}"
     for turn, question in enumerate(["hello", "and then?", "thanks"], start=1):
@@ -439,10 +421,7 @@ async def test_a_human_approval_under_a_worker_gets_the_value_resumed_with(h: An
         seen.append(answer)
         return {"decision": "shipped" if answer.get("approved") else "held"}
 
-    g = ResilientStateGraph(Approval)
-    g.add_node("approve", approve, policy=NodePolicy(retry=None))
-    g.add_edge(START, "approve")
-    g.add_edge("approve", END)
+    g = one_node(ResilientStateGraph(Approval), "approve", approve, policy=NodePolicy(retry=None))
     worker = Worker(g, checkpointer=h.saver, lease_ttl=5)
     run_id = await submit(h, worker, {"order": "A-17"})
     assert await run_worker(h, worker) == {run_id: "paused"}
@@ -508,25 +487,34 @@ async def test_cancel_ends_a_queued_a_paused_and_a_running_run(h: Any) -> None:
     assert "c" not in ran  # nothing ran after the step in flight
 
 
+async def resumed_by_hand(h: Any, ask: Any, answer: str) -> tuple[Worker, str, str, Any]:
+    """A run of ``pipeline(ask)`` its worker leaves paused at ``ask``'s interrupt,
+    then resumed by hand (not through the worker) with ``answer``: ``(worker,
+    thread, the paused run, the state the resume returned)``."""
+    from langgraph.types import Command
+
+    builder = pipeline(ask)
+    worker = Worker(builder, checkpointer=h.saver, lease_ttl=5)
+    thread = f"by-hand-{uuid.uuid4()}"
+    paused = await submit(h, worker, {"done": []}, thread_id=thread)
+    assert await run_worker(h, worker) == {paused: "paused"}
+    graph = builder.compile(checkpointer=h.saver)
+    config = {"configurable": {"thread_id": thread}}
+    return worker, thread, paused, await h.invoke(graph, Command(resume=answer), config)
+
+
 @pytest.mark.parametrize("ends", ["success", "partial_complete"])
 async def test_a_paused_run_resumed_by_hand_reads_how_it_ended_when_it_ends(
     h: Any, ends: str
 ) -> None:
     """Its record reads the thread's end at once, not at the thread's next submit."""
-    from langgraph.types import Command, interrupt
+    from langgraph.types import interrupt
 
     def ask(name: str, state: Any) -> None:
         if name == "b" and interrupt("approve?") == "no" and ends == "partial_complete":
             raise ValueError("refused")
 
-    builder = pipeline(ask)
-    worker = Worker(builder, checkpointer=h.saver, lease_ttl=5)
-    thread = f"by-hand-now-{uuid.uuid4()}"
-    paused = await submit(h, worker, {"done": []}, thread_id=thread)
-    assert await run_worker(h, worker) == {paused: "paused"}
-    graph = builder.compile(checkpointer=h.saver)
-    config = {"configurable": {"thread_id": thread}}
-    out = await h.invoke(graph, Command(resume="no"), config)
+    _, _, paused, out = await resumed_by_hand(h, ask, "no")
     assert out["resilience"]["status"] == ends
     record = await h.call("read_run", paused)
     assert record.status == ends
@@ -536,21 +524,13 @@ async def test_a_paused_run_resumed_by_hand_reads_how_it_ended_when_it_ends(
 async def test_a_paused_run_resumed_by_hand_ends_right_and_the_thread_takes_a_new_submit(
     h: Any,
 ) -> None:
-    from langgraph.types import Command, interrupt
+    from langgraph.types import interrupt
 
     def ask(name: str, state: Any) -> None:
         if name == "b":
             interrupt("approve?")
 
-    builder = pipeline(ask)
-    worker = Worker(builder, checkpointer=h.saver, lease_ttl=5)
-    thread = f"by-hand-{uuid.uuid4()}"
-    paused = await submit(h, worker, {"done": []}, thread_id=thread)
-    assert await run_worker(h, worker) == {paused: "paused"}
-    # Resumed by hand, not through the worker.
-    graph = builder.compile(checkpointer=h.saver)
-    config = {"configurable": {"thread_id": thread}}
-    out = await h.invoke(graph, Command(resume="yes"), config)
+    worker, thread, paused, out = await resumed_by_hand(h, ask, "yes")
     assert out["done"] == ["a", "b", "c"]
     # The thread takes a new submit; the paused record ended as its thread did.
     again = await submit(h, worker, {"done": []}, thread_id=thread)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import assert_no_fork, expire_lease, read_ledger, sql
+from helpers import assert_no_fork, emptied, expire_lease, read_ledger, sql
 from lease_worker import STEPS
 from spawn import Process, spawn
 
@@ -37,14 +37,7 @@ STEADY_TTL = "5"
 @pytest.fixture
 def fresh(store: tuple[str, str]) -> tuple[str, str]:
     """The store with no runs left by an earlier test (a worker waits on every open one)."""
-    backend, target = store
-    if backend == "postgres":
-        from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
-
-        with ResilientPostgresSaver.from_conn_string(target) as saver:
-            saver.setup()
-        sql(backend, target, "DELETE FROM resilience_runs")
-    return store
+    return emptied(store)
 
 
 def start(store: tuple[str, str], service: Path, *args: str) -> Process:
@@ -61,6 +54,15 @@ def submit(store: tuple[str, str], service: Path, n: int, prefix: str) -> list[s
 
 def work(store: tuple[str, str], service: Path, *options: str) -> Process:
     return start(store, service, "work", "--lease-ttl", str(TTL), "--poll", str(POLL), *options)
+
+
+def finished_nothing(proc: Process) -> str:
+    """Wait for a worker woken from SIGSTOP: it exits 0 having finished no run (its
+    last line of output, ``{}``). Its stderr, which says why."""
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == {}  # it finished nothing
+    return err
 
 
 def result(proc: Process, timeout: float = 90) -> dict[str, str]:
@@ -184,9 +186,7 @@ def test_a_zombie_worker_cannot_write_after_its_run_was_taken_over(
         assert result(rescuer) == {run_id: "success"}
     finally:
         os.kill(zombie.pid, signal.SIGCONT)
-    out, err = zombie.communicate(timeout=60)
-    assert zombie.returncode == 0, err
-    assert json.loads(out.strip().splitlines()[-1]) == {}  # it finished nothing
+    err = finished_nothing(zombie)
     # It says it lost the run (how it learnt it depends on when it woke: its lease's
     # renewal refused, or its step's effect check or write refused).
     assert "lost by this worker" in err or "LeaseLost" in err, err

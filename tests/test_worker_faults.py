@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import sqlite3
@@ -32,16 +31,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from graphs import DoneState as State
-from graphs import chain
-from helpers import sql
-from test_worker_crash import calls, result, submit, wait_for, work
+from graphs import pipeline
+from helpers import emptied, run_worker, sql
+from test_worker_crash import calls, finished_nothing, result, submit, wait_for, work
 
 from langgraph_resilience import (
     ConfigError,
     LeaseLost,
-    NodePolicy,
-    ResilientStateGraph,
     Worker,
     side_effect,
 )
@@ -75,30 +71,10 @@ TRIALS = int(os.environ.get("LGR_FAULT_TRIALS", "3"))
 STEPS = ["a", "b", "c"]
 
 
-def pipeline(behaviour: Any = None) -> ResilientStateGraph:
-    def make(name: str) -> Any:
-        def node(state: State) -> dict[str, Any]:
-            if behaviour is not None:
-                behaviour(name, state)
-            return {"done": [name]}
-
-        return node
-
-    policy = NodePolicy(retry=None, critical=True)
-    return chain(ResilientStateGraph(State), STEPS, make, lambda _: {"policy": policy})
-
-
 @pytest.fixture
 def fresh(store: tuple[str, str]) -> tuple[str, str]:
     """The store with no runs left by an earlier test (a worker waits on every open one)."""
-    backend, target = store
-    if backend == "postgres":
-        from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
-
-        with ResilientPostgresSaver.from_conn_string(target) as saver:
-            saver.setup()
-        sql(backend, target, "DELETE FROM resilience_runs")
-    return store
+    return emptied(store)
 
 
 @pytest.fixture
@@ -107,12 +83,6 @@ def h(checkpointer: Any) -> Any:
     if checkpointer.backend == "postgres":
         sql(checkpointer.backend, checkpointer.target, "DELETE FROM resilience_runs")
     return checkpointer
-
-
-async def run_worker(h: Any, worker: Worker, **kwargs: Any) -> dict[str, str]:
-    if h.is_async:
-        return await worker.arun(**kwargs)
-    return await asyncio.to_thread(worker.run, **kwargs)
 
 
 async def submit_to(h: Any, worker: Worker) -> str:
@@ -210,9 +180,7 @@ def test_a_worker_stalled_after_an_intent_does_not_call_once_its_run_was_taken_o
             assert result(rescuer) == {run_id: "success"}
         finally:
             os.kill(stalled.pid, signal.SIGCONT)
-        out, err = stalled.communicate(timeout=60)
-        assert stalled.returncode == 0, err
-        assert json.loads(out.strip().splitlines()[-1]) == {}  # it finished nothing
+        err = finished_nothing(stalled)
         assert f"run {run_id} lost by this worker" in err, err
         counted = Counter(calls(service))
         if any(n != 1 for n in counted.values()):

@@ -10,7 +10,6 @@ that second wait. Prints one JSON line with the run's outcome.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -22,6 +21,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: conftest, helpers
 
 from conftest import open_saver
+from helpers import run_graph, script_parser
 from langgraph.graph import END, START
 
 from langgraph_resilience import (
@@ -65,21 +65,14 @@ def build(ledger: str, is_async: bool) -> ResilientStateGraph:
 
 
 async def main() -> int:
-    parser = argparse.ArgumentParser()
-    for name in ("backend", "target", "thread", "ledger"):
-        parser.add_argument(name)
-    parser.add_argument("--resume", action="store_true")
-    parser.add_argument("--async", dest="is_async", action="store_true")
+    parser = script_parser(resume=True)
     args = parser.parse_args()
     config = {"configurable": {"thread_id": args.thread}}
     value = None if args.resume else {"done": []}
     async with AsyncExitStack() as stack:
         saver = await open_saver(args.backend, args.is_async, args.target, stack)
         graph = build(args.ledger, args.is_async).compile(checkpointer=saver)
-        if args.is_async:
-            out = await graph.ainvoke(value, config)
-        else:
-            out = await asyncio.to_thread(graph.invoke, value, config)
+        out = await run_graph(graph, value, config, args.is_async)
     print(
         json.dumps(
             {"status": out["resilience"]["status"], "failed_step": out["resilience"]["failed_step"]}

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: conftest, helpe
 
 from conftest import open_saver
 from graphs import linear_graph
-from helpers import append, read_ledger
+from helpers import append, read_ledger, run_graph, script_parser
 
 from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.errors import CheckpointConflict
@@ -75,13 +75,7 @@ def behaviour_for(args: argparse.Namespace) -> Any:
 
 
 async def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("backend")
-    parser.add_argument("target")
-    parser.add_argument("thread")
-    parser.add_argument("ledger")
-    parser.add_argument("--resume", action="store_true")
-    parser.add_argument("--async", dest="is_async", action="store_true")
+    parser = script_parser(resume=True)
     parser.add_argument("--kill-in-put", type=int, default=0)
     parser.add_argument("--barrier", type=lambda s: s.split(":"), default=None)
     parser.add_argument("--fail-once", default=None)
@@ -95,10 +89,7 @@ async def main() -> int:
         saver = await open_saver(args.backend, args.is_async, args.target, stack)
         graph = linear_graph(STEPS, behaviour_for(args)).compile(checkpointer=saver)
         try:
-            if args.is_async:
-                out = await graph.ainvoke(value, config, durability="sync")
-            else:
-                out = await asyncio.to_thread(graph.invoke, value, config, durability="sync")
+            out = await run_graph(graph, value, config, args.is_async, durability="sync")
         except CheckpointConflict as exc:
             print(json.dumps({"status": "conflict", "error": str(exc)}), flush=True)
             return 3

@@ -23,33 +23,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import operator
 import sys
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: conftest, helpers
 
 from conftest import open_saver
-from helpers import append, read_ledger
+from graphs import BranchState, PlainBranchState
+from helpers import append, read_ledger, run_graph, script_parser
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
-from langgraph_resilience import ResilientState, ResilientStateGraph
-
-
-class PlainState(TypedDict, total=False):
-    done: Annotated[list[int], operator.add]
-    i: int
-
-
-class State(ResilientState, total=False):
-    done: Annotated[list[int], operator.add]
-    i: int
+from langgraph_resilience import ResilientStateGraph
 
 
 def build(args: argparse.Namespace) -> StateGraph:
@@ -68,7 +58,7 @@ def build(args: argparse.Namespace) -> StateGraph:
         mark("end", state["i"])
         return {"done": [state["i"]]}
 
-    g: StateGraph = StateGraph(PlainState) if args.stock else ResilientStateGraph(State)
+    g: StateGraph = StateGraph(PlainBranchState) if args.stock else ResilientStateGraph(BranchState)
     g.add_node("fan", lambda state: {"done": []})
     g.add_node("branch", abranch if args.is_async else branch)
     g.add_edge(START, "fan")
@@ -146,13 +136,7 @@ def crash_and_resume(
 
 
 async def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("backend")
-    parser.add_argument("target")
-    parser.add_argument("thread")
-    parser.add_argument("ledger")
-    parser.add_argument("--resume", action="store_true")
-    parser.add_argument("--async", dest="is_async", action="store_true")
+    parser = script_parser(resume=True)
     parser.add_argument("--stock", action="store_true")
     parser.add_argument("--branches", type=int, default=20)
     parser.add_argument("--step", type=float, default=0.03)
@@ -163,10 +147,7 @@ async def main() -> int:
         opener = stock_saver if args.stock else open_saver
         saver = await opener(args.backend, args.is_async, args.target, stack)
         graph = build(args).compile(checkpointer=saver)
-        if args.is_async:
-            out = await graph.ainvoke(value, config)
-        else:
-            out = await asyncio.to_thread(graph.invoke, value, config)
+        out = await run_graph(graph, value, config, args.is_async)
     print(json.dumps({"done": sorted(out["done"])}), flush=True)
     return 0
 

@@ -22,17 +22,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import operator
 import sys
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: conftest, helpers
 
 from conftest import open_saver
-from helpers import append
+from graphs import BranchState
+from helpers import append, run_graph
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
@@ -40,15 +40,9 @@ from langgraph_resilience import (
     Backoff,
     Limit,
     NodePolicy,
-    ResilientState,
     ResilientStateGraph,
     current_attempt,
 )
-
-
-class State(ResilientState, total=False):
-    done: Annotated[list[int], operator.add]
-    i: int
 
 
 class RateLimited(Exception):
@@ -79,7 +73,7 @@ def build(args: argparse.Namespace) -> StateGraph:
     async def awork(state: dict[str, Any]) -> dict[str, Any]:
         return await asyncio.to_thread(work, state)
 
-    g: StateGraph = ResilientStateGraph(State)
+    g: StateGraph = ResilientStateGraph(BranchState)
     g.add_node("fan", lambda state: {"done": []})
     policy = NodePolicy(retry=Backoff(max_attempts=3, initial_interval=0.01), limits=[limit])
     g.add_node("work", awork if args.is_async else work, policy=policy)
@@ -122,10 +116,7 @@ async def main() -> None:
             await after_the_429(Path(args.ledger))
         graph = build(args).compile(checkpointer=saver)
         config = {"configurable": {"thread_id": f"limits-{args.proc}-{time.time()}"}}
-        if args.is_async:
-            out = await graph.ainvoke({"done": []}, config)
-        else:
-            out = await asyncio.to_thread(graph.invoke, {"done": []}, config)
+        out = await run_graph(graph, {"done": []}, config, args.is_async)
     print(json.dumps({"done": sorted(out["done"]), "status": out["resilience"]["status"]}))
 
 

@@ -13,7 +13,6 @@ kills the process there, and another worker takes the run over. Every step logs
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -27,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: conftest, helpe
 
 from conftest import open_saver
 from graphs import DoneState, chain
-from helpers import append
+from helpers import append, script_parser
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_resilience import NodePolicy, PermanentError, ResilientStateGraph, Worker
@@ -60,12 +59,9 @@ def build(service: Path, slow: str | None) -> Any:
 
 
 async def main() -> int:
-    parser = argparse.ArgumentParser()
-    for name in ("backend", "target", "service", "mode"):
-        parser.add_argument(name)
+    parser = script_parser("backend", "target", "service", "mode")
     parser.add_argument("threads", nargs="*")
     parser.add_argument("--slow", default=None)
-    parser.add_argument("--async", dest="is_async", action="store_true")
     args = parser.parse_args()
     service = Path(args.service)
     async with AsyncExitStack() as stack:

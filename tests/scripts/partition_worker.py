@@ -13,29 +13,25 @@ is the three-step pipeline of `partition_graph`; the first execution of step
 from __future__ import annotations
 
 import json
-import operator
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: conftest, helpers
 
-from graphs import chain
+from graphs import DoneState, chain
 from helpers import append
 from langchain_core.runnables import RunnableConfig
 
-from langgraph_resilience import NodePolicy, ResilientState, ResilientStateGraph, Worker
+from langgraph_resilience import NodePolicy, ResilientStateGraph, Worker
 from langgraph_resilience.checkpoint.postgres import PgTimeouts, ResilientPostgresSaver
 from langgraph_resilience.policy import Backoff
 
 STEPS = ["a", "b", "c"]
-
-
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
 
 
 def partition_bounds(read: float = 1.0) -> tuple[PgTimeouts, Backoff]:
@@ -60,7 +56,7 @@ def partition_graph(service: Path, slow_b: float, in_b: Callable[[], Any] | None
     every execution of b calls ``in_b()`` (the in-process tests' hook)."""
 
     def make(step: str) -> Any:
-        def node(state: State, config: RunnableConfig) -> dict[str, Any]:
+        def node(state: DoneState, config: RunnableConfig) -> dict[str, Any]:
             thread = config["configurable"]["thread_id"]
             append(service / "steps.log", f"{thread} {step} start {os.getpid()} {time.time()}")
             if step == "b":
@@ -77,7 +73,32 @@ def partition_graph(service: Path, slow_b: float, in_b: Callable[[], Any] | None
         return node
 
     policy = NodePolicy(retry=None, critical=True)
-    return chain(ResilientStateGraph(State), STEPS, make, lambda _: {"policy": policy})
+    return chain(ResilientStateGraph(DoneState), STEPS, make, lambda _: {"policy": policy})
+
+
+@contextmanager
+def worker_behind_proxy(
+    port: int, dsn: str, graph: Any, lease_ttl: float, poll: float, read: float = 1.0
+) -> Iterator[tuple[Any, ResilientPostgresSaver, ResilientPostgresSaver, Worker]]:
+    """``(proxy, direct, saver_a, worker_a)``: worker A (``drain_timeout`` 1 s) on
+    ``saver_a``, bounded by `partition_bounds` and behind a fresh `faults.TcpProxy`
+    to the server on ``port``; ``direct``, a saver on ``dsn`` itself (worker B's, and
+    the checks'). The savers close as the block ends, A's first."""
+    from faults import TcpProxy
+
+    timeouts, retry = partition_bounds(read)
+    with (
+        TcpProxy(port) as proxy,
+        ResilientPostgresSaver.from_conn_string(dsn) as direct,
+        ResilientPostgresSaver.from_conn_string(
+            proxy.dsn(dsn), timeouts=timeouts, store_retry=retry
+        ) as saver_a,
+    ):
+        worker_a = Worker(
+            graph, checkpointer=saver_a, lease_ttl=lease_ttl, poll_interval=poll,
+            drain_timeout=1.0,
+        )  # fmt: skip
+        yield proxy, direct, saver_a, worker_a
 
 
 def main() -> int:

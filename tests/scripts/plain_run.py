@@ -11,7 +11,6 @@ JSON line {"done": [...]} when the invoke returns.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -25,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: conftest, helpe
 
 from conftest import open_saver
 from graphs import DoneState, appending, chain
-from helpers import append
+from helpers import append, run_graph, script_parser
 from langgraph.types import interrupt
 
 from langgraph_resilience import ResilientStateGraph
@@ -49,22 +48,14 @@ def logging_to(ledger: str, ask: bool = False) -> Callable[[str], None]:
 
 
 async def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("backend")
-    parser.add_argument("target")
-    parser.add_argument("thread")
-    parser.add_argument("ledger")
-    parser.add_argument("--async", dest="is_async", action="store_true")
+    parser = script_parser()
     parser.add_argument("--ask", action="store_true")
     args = parser.parse_args()
     config = {"configurable": {"thread_id": args.thread}}
     async with AsyncExitStack() as stack:
         saver = await open_saver(args.backend, args.is_async, args.target, stack)
         graph = graph_of(logging_to(args.ledger, args.ask)).compile(checkpointer=saver)
-        if args.is_async:
-            out = await graph.ainvoke({"done": []}, config)
-        else:
-            out = await asyncio.to_thread(graph.invoke, {"done": []}, config)
+        out = await run_graph(graph, {"done": []}, config, args.is_async)
     print(json.dumps({"done": out.get("done", [])}), flush=True)
     return 0
 

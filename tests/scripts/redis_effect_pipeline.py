@@ -19,28 +19,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import operator
 import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: graphs, helpers
 
-from graphs import chain
+from graphs import DoneState, chain
 from helpers import append
 
-from langgraph_resilience import Backoff, ResilientState, ResilientStateGraph, side_effect
+from langgraph_resilience import Backoff, ResilientStateGraph, side_effect
 from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
 from langgraph_resilience.checkpoint.redis.aio import AsyncResilientRedisSaver
 
 STEPS = [f"s{i}" for i in range(1, 8)]
 RETRY = Backoff(max_attempts=60, initial_interval=0.1, max_interval=0.3, jitter="none")
-
-
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
 
 
 def _args() -> argparse.Namespace:
@@ -76,7 +71,7 @@ def _graph(args: argparse.Namespace) -> Any:
             return charged(idempotency_key)
 
         def amake(name: str) -> object:
-            async def node(state: State) -> dict[str, list[str]]:
+            async def node(state: DoneState) -> dict[str, list[str]]:
                 append(args.ledger, f"{name} {os.getpid()}")
                 if name == "s4":
                     await acharge()
@@ -86,14 +81,14 @@ def _graph(args: argparse.Namespace) -> Any:
 
             return node
 
-        return chain(ResilientStateGraph(State), STEPS, amake)
+        return chain(ResilientStateGraph(DoneState), STEPS, amake)
 
     @side_effect(name="charge", reconcile=reconcile)
     def charge(*, idempotency_key: str) -> str:
         return charged(idempotency_key)
 
     def make(name: str) -> object:
-        def node(state: State) -> dict[str, list[str]]:
+        def node(state: DoneState) -> dict[str, list[str]]:
             append(args.ledger, f"{name} {os.getpid()}")
             if name == "s4":
                 charge()
@@ -102,7 +97,7 @@ def _graph(args: argparse.Namespace) -> Any:
 
         return node
 
-    return chain(ResilientStateGraph(State), STEPS, make)
+    return chain(ResilientStateGraph(DoneState), STEPS, make)
 
 
 def _report(out: dict[str, Any], effects: Any) -> None:

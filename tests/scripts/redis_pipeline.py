@@ -11,26 +11,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import operator
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
 
 sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: graphs, helpers
 
-from graphs import chain
+from graphs import DoneState, chain
 from helpers import append
 
-from langgraph_resilience import Backoff, ResilientState, ResilientStateGraph
+from langgraph_resilience import Backoff, ResilientStateGraph
 from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
 
 STEPS = [f"s{i}" for i in range(1, 8)]
-
-
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
 
 
 def main() -> None:
@@ -42,14 +36,14 @@ def main() -> None:
     args = parser.parse_args()
 
     def make(name: str) -> object:
-        def node(state: State) -> dict[str, list[str]]:
+        def node(state: DoneState) -> dict[str, list[str]]:
             append(args.ledger, f"{name} {os.getpid()}")
             time.sleep(0.05)
             return {"done": [name]}
 
         return node
 
-    graph_builder = chain(ResilientStateGraph(State), STEPS, make)
+    graph_builder = chain(ResilientStateGraph(DoneState), STEPS, make)
     retry = Backoff(max_attempts=60, initial_interval=0.1, max_interval=0.3, jitter="none")
     with ResilientRedisSaver.from_conn_string(args.url, store_retry=retry) as saver:
         graph = graph_builder.compile(checkpointer=saver)

@@ -14,27 +14,22 @@ over and find nothing to run.
 from __future__ import annotations
 
 import asyncio
-import operator
 import os
 import signal
 import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: conftest, helpers
 
 from conftest import open_saver
-from graphs import chain
+from graphs import DoneState, appending, chain, failing
 from langgraph.errors import NodeError
 
-from langgraph_resilience import NodePolicy, ResilientState, ResilientStateGraph, Worker
+from langgraph_resilience import NodePolicy, ResilientStateGraph, Worker
 
 STEPS = ["a", "b", "c"]
-
-
-class State(ResilientState, total=False):
-    done: Annotated[list[str], operator.add]
 
 
 def reraise(state: Any, error: NodeError) -> Any:
@@ -45,20 +40,14 @@ def reraise(state: Any, error: NodeError) -> Any:
 def failing_graph() -> Any:
     """a -> b -> c; b always raises, its handler re-raises."""
 
-    def make(step: str) -> Any:
-        def node(state: State) -> dict[str, Any]:
-            if step == "b":
-                raise ValueError("b broke")
-            return {"done": [step]}
-
-        return node
+    make = appending(failing("b", lambda: ValueError("b broke")))
 
     def options(step: str) -> dict[str, Any]:
         if step == "b":
             return {"policy": None, "error_handler": reraise}
         return {"policy": NodePolicy(retry=None, critical=True)}
 
-    return chain(ResilientStateGraph(State), STEPS, make, options)
+    return chain(ResilientStateGraph(DoneState), STEPS, make, options)
 
 
 def die_after_the_step_after(saver: Any, step: int) -> None:
