@@ -7,6 +7,7 @@ values LangGraph would inline that Postgres cannot store.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from typing import Any, TypeVar, cast
@@ -195,6 +196,42 @@ def translation(translate: Translate | None) -> Translate:
     if translate is None:
         return missing_schema
     return lambda exc: translate(exc) or missing_schema(exc)
+
+
+L = TypeVar("L", bound=Callable[..., Iterator[CheckpointTuple]])
+
+#: What `retried_list` and its async twin say of the `list` they wrap.
+RETRIED_LIST_DOC = """As LangGraph's `list`, its query retried like any read (every row is read
+before the first is yielded); an undecodable row raises `CheckpointCorrupt`."""
+
+
+def retried_list(listing: L) -> L:
+    """``listing`` (the saver's `list` below the Postgres saver), its first row
+    fetched under the saver's retry (``_call``): LangGraph's query runs as the first
+    row is asked for, so that is where the store fails."""
+
+    @functools.wraps(listing)
+    def list_(
+        saver: Any, config: RunnableConfig | None, **options: Any
+    ) -> Iterator[CheckpointTuple]:
+        listed: Generator[CheckpointTuple, None, None] | None = None
+
+        def first() -> CheckpointTuple | None:
+            nonlocal listed
+            listed = cast(Generator[CheckpointTuple, None, None], listing(saver, config, **options))
+            return next(listed, None)
+
+        item = saver._call(first)
+        if item is None or listed is None:
+            return
+        try:
+            yield item
+            yield from listed
+        finally:
+            listed.close()  # a reader that stops early frees the saver's lock now
+
+    list_.__doc__ = RETRIED_LIST_DOC
+    return cast(L, list_)
 
 
 @route_cursor
@@ -519,33 +556,4 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
 
     # -- reads LangGraph runs --------------------------------------------------------
 
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        """As LangGraph's `list`, its query retried like any read (every row is read
-        before the first is yielded); an undecodable row raises `CheckpointCorrupt`."""
-        listed: Generator[CheckpointTuple, None, None] | None = None
-
-        def first() -> CheckpointTuple | None:
-            nonlocal listed
-            listed = cast(
-                Generator[CheckpointTuple, None, None],
-                super(ResilientPostgresSaver, self).list(
-                    config, filter=filter, before=before, limit=limit
-                ),
-            )
-            return next(listed, None)
-
-        item = self._call(first)
-        if item is None or listed is None:
-            return
-        try:
-            yield item
-            yield from listed
-        finally:
-            listed.close()  # a reader that stops early frees the saver's lock now
+    list = retried_list(SyncResilience.list)

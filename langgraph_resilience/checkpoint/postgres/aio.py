@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, nullcontext, suppress
 from typing import Any, TypeVar, cast
@@ -19,6 +20,7 @@ from langgraph_resilience._langgraph import check_pg_rows, route_cursor
 from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.postgres import (
+    RETRIED_LIST_DOC,
     _network,
     pg_put,
     pg_put_statements,
@@ -47,6 +49,37 @@ from langgraph_resilience.policy import Backoff
 __all__ = ["AsyncBoundedConnection", "AsyncResilientPostgresSaver"]
 
 T = TypeVar("T")
+
+
+AL = TypeVar("AL", bound=Callable[..., AsyncIterator[CheckpointTuple]])
+
+
+def aretried_list(listing: AL) -> AL:
+    """Async twin of `retried_list`."""
+
+    @functools.wraps(listing)
+    async def alist(
+        saver: Any, config: RunnableConfig | None, **options: Any
+    ) -> AsyncIterator[CheckpointTuple]:
+        listed: AsyncGenerator[CheckpointTuple, None] | None = None
+
+        async def first() -> CheckpointTuple | None:
+            nonlocal listed
+            listed = cast(AsyncGenerator[CheckpointTuple, None], listing(saver, config, **options))
+            return await anext(listed, None)
+
+        item = await saver._call(first)
+        if item is None or listed is None:
+            return
+        try:
+            yield item
+            async for item in listed:
+                yield item
+        finally:
+            await listed.aclose()  # a reader that stops early frees the saver's lock now
+
+    alist.__doc__ = RETRIED_LIST_DOC.replace("`list`", "`alist`")
+    return cast(AL, alist)
 
 
 @route_cursor
@@ -182,37 +215,7 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
             if not own:
                 await conn.close()
 
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """As LangGraph's `alist`, its query retried like any read (every row is read
-        before the first is yielded); an undecodable row raises `CheckpointCorrupt`."""
-        listed: AsyncGenerator[CheckpointTuple, None] | None = None
-
-        async def first() -> CheckpointTuple | None:
-            nonlocal listed
-            listed = cast(
-                AsyncGenerator[CheckpointTuple, None],
-                super(AsyncResilientPostgresSaver, self).alist(
-                    config, filter=filter, before=before, limit=limit
-                ),
-            )
-            return await anext(listed, None)
-
-        item = await self._call(first)
-        if item is None or listed is None:
-            return
-        try:
-            yield item
-            async for item in listed:
-                yield item
-        finally:
-            await listed.aclose()  # a reader that stops early frees the saver's lock now
+    alist = aretried_list(AsyncResilience.alist)
 
     # -- the connection of a try ---------------------------------------------------
 
