@@ -12,13 +12,12 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from typing import Any, TypeVar, cast
 
+from langgraph_resilience.errors import needs_extra
+
 try:
     import psycopg
 except ImportError as missing:  # the base install, without the `postgres` extra
-    raise ImportError(
-        f"the Postgres savers need the postgres extra ({missing}): "
-        "pip install 'langgraph-resilience[postgres]'"
-    ) from missing
+    raise ImportError(needs_extra("the Postgres savers need", "postgres", missing)) from missing
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
