@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
-from typing import Any, TypeVar, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 from langgraph_resilience.errors import needs_extra
 
@@ -34,6 +34,7 @@ from psycopg import Connection, Cursor, Pipeline
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from typing_extensions import Unpack
 
 from langgraph_resilience._langgraph import (
     DeltaSnapshot,
@@ -188,6 +189,40 @@ def missing_schema(exc: BaseException) -> ConfigError | None:
             "database before running graphs (LangGraph's Postgres savers need the same)."
         )
     return None
+
+
+class PgTransaction(TypedDict, total=False):
+    """The options of a Postgres saver's ``_transact`` (each absent one at its default)."""
+
+    #: maps a store error to the caller's own (then the missing-schema error: `translation`)
+    translate: Translate | None
+    #: the counter a success adds to, and the one each failed try adds to
+    ok: str | None
+    failed: str | None
+    #: store the counts that are due with this write
+    flush: bool
+    #: check the schema first, once per saver (default True)
+    check: bool
+    #: the statements fetch nothing: one round trip in an autocommit pipeline
+    pipeline: bool
+    #: a write that may skip waiting for the disk (Postgres relaxes in SQL: see
+    #: _ledger.record_outcome)
+    relaxed: bool
+    #: what is due rides along (default True; False for a read)
+    ride: bool
+    #: one statement: without riders it runs by itself, its own implicit transaction
+    alone: bool
+
+
+def riders_of(state: _base.SaverState, options: PgTransaction) -> _base.Riders:
+    """What rides along with one try of a transaction of these ``options``."""
+    return _base.Riders(
+        state,
+        options.get("ok"),
+        flush=options.get("flush", False),
+        ride=options.get("ride", True),
+        relaxed=options.get("relaxed", False),
+    )
 
 
 def translation(translate: Translate | None) -> Translate:
@@ -483,24 +518,18 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
     def _transact(
         self,
         statements: Callable[[], Statements[T]],
-        *,
-        translate: Translate | None = None,
-        ok: str | None = None,
-        failed: str | None = None,
-        flush: bool = False,
-        check: bool = True,
-        pipeline: bool = False,
-        relaxed: bool = False,  # Postgres relaxes in SQL: see _ledger.record_outcome
-        ride: bool = True,  # False for a read: nothing rides along
-        alone: bool = False,  # one statement: without riders it runs by itself
+        **options: Unpack[PgTransaction],
     ) -> T:
+        check = options.get("check", True)
+        pipeline, alone = options.get("pipeline", False), options.get("alone", False)
+
         def attempt() -> T:
             # Pipeline mode sends the whole transaction in one round trip, but it
             # can hand a fetch the rows of an earlier statement (after a NOTICE),
             # so only statement lists that fetch nothing use it.
             checked = self._state.schema_checked or not check
             with (
-                _base.Riders(self._state, ok, flush=flush, ride=ride, relaxed=relaxed) as riders,
+                riders_of(self._state, options) as riders,
                 self._transaction(pipeline and checked, alone and checked and not riders) as cur,
             ):
                 if not checked:
@@ -514,8 +543,8 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         return call_with_retry(
             attempt,
             backoff=self._state.backoff,
-            on_failure=self._on_failure(failed),
-            translate=translation(translate),
+            on_failure=self._on_failure(options.get("failed")),
+            translate=translation(options.get("translate")),
             give_up=self._give_up,
         )
 

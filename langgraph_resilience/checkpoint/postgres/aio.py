@@ -15,16 +15,19 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
+from typing_extensions import Unpack
 
 from langgraph_resilience._langgraph import check_pg_rows, route_cursor
 from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.postgres import (
     RETRIED_LIST_DOC,
+    PgTransaction,
     _network,
     pg_put,
     pg_put_statements,
     pg_write_rows,
+    riders_of,
     saver_target,
     saver_timeouts,
     translation,
@@ -41,7 +44,6 @@ from langgraph_resilience.checkpoint.store import _schema, _sums
 from langgraph_resilience.checkpoint.store._store import POSTGRES, Statements, aexecute
 from langgraph_resilience.checkpoint.store._store_retry import (
     DEFAULT_PG_STORE_RETRY,
-    Translate,
     acall_with_retry,
 )
 from langgraph_resilience.policy import Backoff
@@ -308,23 +310,15 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
     async def _transact(
         self,
         statements: Callable[[], Statements[T]],
-        *,
-        translate: Translate | None = None,
-        ok: str | None = None,
-        failed: str | None = None,
-        flush: bool = False,
-        check: bool = True,
-        pipeline: bool = False,
-        relaxed: bool = False,  # Postgres relaxes in SQL: see _ledger.record_outcome
-        ride: bool = True,  # False for a read: nothing rides along
-        alone: bool = False,  # one statement: without riders it runs by itself
+        **options: Unpack[PgTransaction],
     ) -> T:
+        check = options.get("check", True)
+        pipeline, alone = options.get("pipeline", False), options.get("alone", False)
+
         async def attempt() -> T:
-            # Pipeline mode sends the whole transaction in one round trip, but it
-            # can hand a fetch the rows of an earlier statement (after a NOTICE),
-            # so only statement lists that fetch nothing use it.
+            # As the sync twin's: a pipeline only for statements that fetch nothing.
             checked = self._state.schema_checked or not check
-            with _base.Riders(self._state, ok, flush=flush, ride=ride, relaxed=relaxed) as riders:
+            with riders_of(self._state, options) as riders:
                 async with self._transaction(
                     pipeline and checked, alone and checked and not riders
                 ) as cur:
@@ -339,8 +333,8 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         return await acall_with_retry(
             attempt,
             backoff=self._state.backoff,
-            on_failure=self._on_failure(failed),
-            translate=translation(translate),
+            on_failure=self._on_failure(options.get("failed")),
+            translate=translation(options.get("translate")),
             give_up=self._give_up,
         )
 
