@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
-from typing import Any, TypedDict, TypeVar, cast
+from typing import Any, Generic, TypedDict, TypeVar, cast
 
 from langgraph_resilience.errors import needs_extra
 
@@ -47,6 +47,7 @@ from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.postgres import _network, _values
 from langgraph_resilience.checkpoint.postgres._network import (
+    AsyncBoundedConnection,
     BoundedConnection,
     Conn,
     PgTimeouts,
@@ -268,9 +269,96 @@ def retried_list(listing: L) -> L:
     return cast(L, list_)
 
 
+ConnT = TypeVar("ConnT")
+PipeT = TypeVar("PipeT")
+
+
+class PgSaverBase(Generic[ConnT, PipeT]):
+    """What the two Postgres savers share but their I/O: how they are made, the
+    connection they keep in the shared state, the dialect's rows, and how a try
+    decides to replace the saver's own connection."""
+
+    _dialect = POSTGRES
+    SELECT_SQL = _sums.PG_SELECT  # with the sums (`_sums.pg_checked`)
+
+    _state: _base.SaverState
+    _timeouts: PgTimeouts
+    _target: str
+    pipe: PipeT | None
+
+    def __init__(
+        self,
+        conn: ConnT,
+        pipe: PipeT | None = None,
+        serde: SerializerProtocol | None = None,
+        *,
+        store_retry: Backoff | None = None,
+        archive: Archive | str | None = None,
+        warn_checkpoint_bytes: int | None = _base.WARN_BYTES,
+        max_checkpoint_bytes: int | None = None,
+        timeouts: PgTimeouts | None = None,
+    ) -> None:
+        self._state = _base.make_state(store_retry, DEFAULT_PG_STORE_RETRY)
+        _base.set_lifecycle(self._state, archive, warn_checkpoint_bytes, max_checkpoint_bytes)
+        self._timeouts = saver_timeouts(timeouts)
+        # LangGraph's (Async)PostgresSaver, further along the saver's MRO.
+        super().__init__(conn, pipe, serde)  # type: ignore[call-arg]
+        self._target, live = saver_target(conn)
+        if live is not None:
+            self._state.conninfo = self._timeouts.conninfo(live)
+        if isinstance(conn, (BoundedConnection, AsyncBoundedConnection)):
+            conn.read_timeout = self._timeouts.read_timeout
+
+    # The connection lives in the shared state, so a copy of this saver (made by
+    # compile() under strict msgpack) sees the fresh connection that replaced a
+    # broken one.
+    @property
+    def conn(self) -> ConnT:
+        return self._state.conn  # type: ignore[no-any-return]
+
+    @conn.setter
+    def conn(self, value: ConnT) -> None:
+        self._state.conn = value
+
+    def _replacement(self, conn: Any) -> str | None:
+        """The conninfo to open a fresh connection with, when the saver's own
+        ``conn`` must be replaced before a try (None: use it as it is)."""
+        conninfo = self._state.conninfo
+        if self.pipe is not None or conninfo is None:
+            return None
+        return (
+            conninfo if _network.needs_new_connection(conn, suspect=self._state.suspect) else None
+        )
+
+    def _give_up(self, exc: BaseException, attempts: int) -> BaseException | None:
+        return _network.give_up(self._target, self._state.backoff, exc, attempts)
+
+
+@contextmanager
+def connecting(conn_string: str) -> Iterator[None]:
+    """Opening the saver's connection: a failure raises `StoreUnavailable`, naming
+    the DSN without its password."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise _network.unavailable(target_of(conn_string), exc, 1, 0.0, connecting=True) from exc
+
+
+@contextmanager
+def suspecting(state: _base.SaverState) -> Iterator[None]:
+    """Around one try's connection: a transient failure makes the next try check
+    its connection before using it; a success clears the doubt."""
+    try:
+        yield
+    except Exception as exc:
+        state.suspect = state.suspect or is_transient_store_error(exc)
+        raise
+    state.suspect = False
+
+
 @route_cursor
 @check_pg_rows(_sums.pg_checked)
-class ResilientPostgresSaver(SyncResilience, PostgresSaver):
+class ResilientPostgresSaver(PgSaverBase[Conn, Pipeline], SyncResilience, PostgresSaver):
     """A drop-in `PostgresSaver` that survives store faults and refuses silent forks.
 
     On top of LangGraph's saver it:
@@ -323,42 +411,6 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         ...     saver.setup()
     """
 
-    _dialect = POSTGRES
-    SELECT_SQL = _sums.PG_SELECT  # with the sums (`_sums.pg_checked`)
-
-    def __init__(
-        self,
-        conn: Conn,
-        pipe: Pipeline | None = None,
-        serde: SerializerProtocol | None = None,
-        *,
-        store_retry: Backoff | None = None,
-        archive: Archive | str | None = None,
-        warn_checkpoint_bytes: int | None = _base.WARN_BYTES,
-        max_checkpoint_bytes: int | None = None,
-        timeouts: PgTimeouts | None = None,
-    ) -> None:
-        self._state = _base.make_state(store_retry, DEFAULT_PG_STORE_RETRY)
-        _base.set_lifecycle(self._state, archive, warn_checkpoint_bytes, max_checkpoint_bytes)
-        self._timeouts = saver_timeouts(timeouts)
-        super().__init__(conn, pipe, serde)
-        self._target, live = saver_target(conn)
-        if live is not None:
-            self._state.conninfo = self._timeouts.conninfo(live)
-        if isinstance(conn, BoundedConnection):
-            conn.read_timeout = self._timeouts.read_timeout
-
-    # The connection lives in the shared state, so a copy of this saver (made by
-    # compile() under strict msgpack) sees the fresh connection that replaced a
-    # broken one.
-    @property
-    def conn(self) -> Conn:
-        return self._state.conn  # type: ignore[no-any-return]
-
-    @conn.setter
-    def conn(self, value: Conn) -> None:
-        self._state.conn = value
-
     @classmethod
     @contextmanager
     def from_conn_string(
@@ -377,12 +429,8 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
                 DSN without its password).
         """
         bounds = saver_timeouts(timeouts)
-        try:
+        with connecting(conn_string):
             conn = _network.connect(bounds.conninfo(conn_string), bounds.read_timeout)
-        except psycopg.Error as exc:
-            raise _network.unavailable(
-                target_of(conn_string), exc, 1, 0.0, connecting=True
-            ) from exc
         saver = None
         try:
             with conn.pipeline() if pipeline else nullcontext() as pipe:
@@ -439,31 +487,18 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         """The connection one try runs on, under the saver's lock: its own one,
         replaced first if it is gone, or one of the pool's. A transient failure
         makes the next try check its connection before using it."""
-        state = self._state
-        with self.lock:
-            try:
-                if isinstance(self.conn, ConnectionPool):
-                    with _network.pooled(
-                        self.conn,
-                        suspect=state.suspect,
-                        read=self._timeouts.read_timeout,
-                        checkout=self._timeouts.checkout_timeout,
-                    ) as conn:
-                        yield conn
-                else:
-                    yield self._own_connection()
-            except Exception as exc:
-                state.suspect = state.suspect or is_transient_store_error(exc)
-                raise
-            state.suspect = False
+        with self.lock, suspecting(self._state):
+            if isinstance(self.conn, ConnectionPool):
+                with _network.pooled(self.conn, self._state.suspect, self._timeouts) as conn:
+                    yield conn
+            else:
+                yield self._own_connection()
 
     def _own_connection(self) -> Connection[DictRow]:
         conn = self.conn
         assert isinstance(conn, Connection)
-        conninfo = self._state.conninfo
-        if self.pipe is not None or conninfo is None:
-            return conn
-        if not _network.needs_new_connection(conn, suspect=self._state.suspect):
+        conninfo = self._replacement(conn)
+        if conninfo is None:
             return conn
         # Fails while the server is down: then this try fails, and the next one
         # reconnects again (not only the try right after the failure).
@@ -553,9 +588,6 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
             _base.count_failure(self._state, failed)
 
         return on_failure
-
-    def _give_up(self, exc: BaseException, attempts: int) -> BaseException | None:
-        return _network.give_up(self._target, self._state.backoff, exc, attempts)
 
     def _call(self, op: Callable[[], T]) -> T:
         return call_with_retry(
