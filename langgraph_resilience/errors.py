@@ -400,6 +400,19 @@ class SimulatedCrash(BaseException):
     """
 
 
+# -- a missing extra (internal) ----------------------------------------------------------
+
+
+def needs_extra(who: str, extra: str, missing: object, *, install: str = "") -> str:
+    """What an import that failed for want of an optional extra says: ``who``
+    (subject and verb) needs ``extra``, the import's own error ``missing``, and
+    the pip line (naming the extras ``install``, by default ``extra`` alone)."""
+    return (
+        f"{who} the {extra} extra ({missing}): "
+        f"pip install 'langgraph-resilience[{install or extra}]'"
+    )
+
+
 # -- quoting an error (internal) ------------------------------------------------------
 
 

@@ -28,13 +28,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
+from langgraph_resilience.errors import needs_extra
+
 try:
     import psycopg
 except ImportError as missing:  # the base install, without the `postgres` extra
-    raise ImportError(
-        f"PostgresCache needs the postgres extra ({missing}): "
-        "pip install 'langgraph-resilience[postgres]'"
-    ) from missing
+    raise ImportError(needs_extra("PostgresCache needs", "postgres", missing)) from missing
 
 from langgraph.cache.base import BaseCache, FullKey, Namespace, ValueT
 from langgraph.checkpoint.serde.base import SerializerProtocol

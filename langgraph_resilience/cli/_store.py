@@ -28,7 +28,7 @@ from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.store._schema import SCHEMA_VERSION, schema_version
 from langgraph_resilience.checkpoint.store._store import POSTGRES, SQLITE, execute, is_postgres
 from langgraph_resilience.checkpoint.store._sums import StoreCheck, check_store
-from langgraph_resilience.errors import ArchiveError, ConfigError, StoreUnavailable
+from langgraph_resilience.errors import ArchiveError, ConfigError, StoreUnavailable, needs_extra
 from langgraph_resilience.worker._setup import bind
 
 try:
@@ -38,8 +38,7 @@ try:
     _POSTGRES_MISSING: str | None = None
 except ImportError as missing:  # the base install, without the `postgres` extra
     _POSTGRES_MISSING = (
-        f"a Postgres DSN needs the postgres extra ({missing}): "
-        "pip install 'langgraph-resilience[postgres]', or pass a SQLite file path"
+        needs_extra("a Postgres DSN needs", "postgres", missing) + ", or pass a SQLite file path"
     )
 
 __all__ = [

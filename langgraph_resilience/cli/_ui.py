@@ -8,7 +8,7 @@ from typing import Any
 
 from langgraph_resilience.cli._actions import cancel_run, resume_thread, retry_thread
 from langgraph_resilience.cli._store import CliError, load_graph, open_store, thread_exists
-from langgraph_resilience.errors import RunStateError
+from langgraph_resilience.errors import RunStateError, needs_extra
 
 try:  # the `console` extra (starlette, uvicorn); the rest of the CLI runs without it
     import uvicorn
@@ -18,10 +18,7 @@ try:  # the `console` extra (starlette, uvicorn); the rest of the CLI runs witho
 
     _CONSOLE_MISSING: str | None = None
 except ImportError as missing:
-    _CONSOLE_MISSING = (
-        f"the console needs the console extra ({missing}): "
-        "pip install 'langgraph-resilience[console]'"
-    )
+    _CONSOLE_MISSING = needs_extra("the console needs", "console", missing)
 
 __all__ = ["serve_console"]
 

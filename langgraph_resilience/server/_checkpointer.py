@@ -22,7 +22,7 @@ from langgraph_resilience.checkpoint.saver import _base
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
 from langgraph_resilience.checkpoint.store._store import is_postgres
-from langgraph_resilience.errors import ConfigError
+from langgraph_resilience.errors import ConfigError, needs_extra
 
 try:
     from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -79,8 +79,12 @@ def _options() -> dict[str, Any]:
 async def _postgres(dsn: str, options: dict[str, Any]) -> AsyncIterator[AsyncResilientSaver]:
     if _POSTGRES_MISSING is not None:
         raise ConfigError(
-            f"{DB_ENV} names a Postgres DSN, which needs the postgres extra "
-            f"({_POSTGRES_MISSING}): pip install 'langgraph-resilience[postgres,server]'"
+            needs_extra(
+                f"{DB_ENV} names a Postgres DSN, which needs",
+                "postgres",
+                _POSTGRES_MISSING,
+                install="postgres,server",
+            )
         )
     timeouts = PgTimeouts()
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(

@@ -21,6 +21,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
 from langgraph.types import Durability, StateSnapshot
 
+from langgraph_resilience._util._plans import Plan
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
 from langgraph_resilience.effects._settle import asettle_effect, settle_effect
@@ -306,14 +307,10 @@ def recovery_suite(
                 values = graph.get_state(cfg).values
             return _ended(op, crashes, error, values, resumed_from)
 
-        steps = suite_steps(spec)
-        reply: Any = None
-        while True:
-            try:
-                op = steps.send(reply)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            reply = run(op)
+        steps = Plan(suite_steps(spec))
+        for op in steps:
+            steps.reply = run(op)
+        return steps.value
 
 
 async def arecovery_suite(
@@ -360,11 +357,7 @@ async def arecovery_suite(
                 values = (await graph.aget_state(cfg)).values
             return _ended(op, crashes, error, values, resumed_from)
 
-        steps = suite_steps(spec)
-        reply: Any = None
-        while True:
-            try:
-                op = steps.send(reply)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            reply = await run(op)
+        steps = Plan(suite_steps(spec))
+        for op in steps:
+            steps.reply = await run(op)
+        return steps.value

@@ -67,6 +67,7 @@ from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from langgraph_resilience._keys import RUN_META
+from langgraph_resilience._util._plans import Plan
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import (
     AsyncResilientSaver,
@@ -277,10 +278,12 @@ class Worker(RunControls):
     def _answer_of(self, record: RunRecord) -> Any:
         return stored_value(self.saver.serde, record.resume_type, record.resume, NO_ANSWER)
 
-    def _steps(self, held: Held, budget: Budget | None) -> Generator[RunOp, Any, str | None]:
+    def _steps(self, held: Held) -> tuple[Plan[RunOp, str | None], RunnableConfig]:
+        """A held run's steps, ready to drive, and the config its graph calls take."""
         record = held.record
+        budget = self._budget_of(record)
         ended = stored_value(self.saver.serde, record.outcome_type, record.outcome, None)
-        return run_steps(
+        steps = run_steps(
             held,
             self._input_of(record),
             budget,
@@ -288,6 +291,7 @@ class Worker(RunControls):
             self._answer_of(record),
             released=released_waits(ended),
         )
+        return Plan(steps), held.config(budget)
 
     def _budget_of(self, record: RunRecord) -> Budget | None:
         found = stored_value(self.saver.serde, record.budget_type, record.budget, None)
@@ -312,24 +316,17 @@ class Worker(RunControls):
             StoreUnavailable: the store could not be reached as the worker started.
         """
         self._left = []
-        loop = self._loop(until_idle)
+        loop = Plan(self._loop(until_idle))
         futures: dict[concurrent.futures.Future[str | None], str] = {}
-        reply: Any = None
         with (
             self._signals(),
             self.saver.lease_saver() as leases,
             archiving(self.saver, self._archive),
         ):
-            while True:
-                try:
-                    op = loop.send(reply)
-                except StopIteration as stop:
-                    done: dict[str, str] = stop.value
-                    return done
-                reply = None
+            for op in loop:
                 if isinstance(op, ClaimRuns):
                     claim = leases.runs.claim
-                    reply = self._loop_call(claim, self.worker_id, op.room, self.lease_ttl)
+                    loop.reply = self._loop_call(claim, self.worker_id, op.room, self.lease_ttl)
                 elif isinstance(op, Start):
                     name = f"lgr-run-{op.held.record.run_id}"
                     futures[in_thread(name, self._execute, op.held, leases)] = op.held.record.run_id
@@ -340,21 +337,22 @@ class Worker(RunControls):
                     finished, _ = concurrent.futures.wait(
                         futures, timeout=op.timeout, return_when=concurrent.futures.FIRST_COMPLETED
                     )
-                    reply = [(futures.pop(f), f.result()) for f in finished]
+                    loop.reply = [(futures.pop(f), f.result()) for f in finished]
                 elif isinstance(op, Renew):
                     renew = leases.runs.renew
-                    reply = self._loop_call(renew, self.worker_id, op.fences, self.lease_ttl)
+                    loop.reply = self._loop_call(renew, self.worker_id, op.fences, self.lease_ttl)
                 elif isinstance(op, Abandon):  # their daemon threads are left to themselves
                     futures = {f: r for f, r in futures.items() if r not in op.run_ids}
                     self._left.extend(f"run {r}" for r in op.run_ids)
                     blob = self._outcome_blob(_GIVEN_BACK)
-                    reply = [
+                    loop.reply = [
                         f.run_id
                         for f in op.fences
                         if self._call(leases.runs.finish, f, "queued", blob, None)
                     ]
                 else:
-                    reply = self._loop_call(leases.active_runs)
+                    loop.reply = self._loop_call(leases.active_runs)
+        return loop.value
 
     def _loop_call(self, method: Callable[..., Any], *args: Any) -> Any:
         """A store call of the loop (`_call`), in a thread of its own: the loop
@@ -391,28 +389,19 @@ class Worker(RunControls):
             return None
 
     def _execute(self, held: Held, leases: ResilientSaver) -> str | None:
-        budget = self._budget_of(held.record)
-        steps = self._steps(held, budget)
-        config = held.config(budget)
-        reply: Any = None
+        steps, config = self._steps(held)
         with LEASES.holding(held.fence, held.proof):
-            while True:
-                try:
-                    op = steps.send(reply)
-                except StopIteration as stop:
-                    status: str | None = stop.value
-                    return status
-                reply = None
+            for op in steps:
                 if isinstance(op, ThreadState):
                     try:
-                        reply = where_of(self.graph.get_state(config), held.record.run_id)
+                        steps.reply = where_of(self.graph.get_state(config), held.record.run_id)
                     except Exception as exc:
-                        reply = exc
+                        steps.reply = exc
                 elif isinstance(op, CurrentValues):
                     try:
-                        reply = dict(self.graph.get_state(config).values)
+                        steps.reply = dict(self.graph.get_state(config).values)
                     except Exception as exc:
-                        reply = exc
+                        steps.reply = exc
                 elif isinstance(op, Invoke):
                     try:
                         self.graph.invoke(op.value, config, control=held.control)
@@ -423,16 +412,17 @@ class Worker(RunControls):
                             if snapshot.next
                             else cast(BaseCheckpointSaver[Any], self.saver).list(where, filter=meta)
                         )
-                        reply = invoked(snapshot, unrecovered_steps(found))
+                        steps.reply = invoked(snapshot, unrecovered_steps(found))
                     except Exception as exc:
-                        reply = Invoked(error=exc)
+                        steps.reply = Invoked(error=exc)
                 elif isinstance(op, Pause):
                     time.sleep(op.seconds)
                 else:
                     blob = self._outcome_blob(op.outcome)
-                    reply = self._call(
+                    steps.reply = self._call(
                         leases.runs.finish, held.fence, op.status, blob, op.wait, op.error
                     )
+        return steps.value
 
     # -- async -----------------------------------------------------------------------
 
@@ -441,20 +431,13 @@ class Worker(RunControls):
         that times out cancels the tasks it abandons)."""
         saver = self._asaver()
         self._left = []
-        loop = self._loop(until_idle)
+        loop = Plan(self._loop(until_idle))
         tasks: dict[asyncio.Task[str | None], str] = {}
-        reply: Any = None
         with self._signals():
             async with saver.alease_saver() as leases, aarchiving(saver, self._archive):
-                while True:
-                    try:
-                        op = loop.send(reply)
-                    except StopIteration as stop:
-                        done: dict[str, str] = stop.value
-                        return done
-                    reply = None
+                for op in loop:
                     if isinstance(op, ClaimRuns):
-                        reply = await self._aloop_call(
+                        loop.reply = await self._aloop_call(
                             leases.runs.aclaim, self.worker_id, op.room, self.lease_ttl
                         )
                     elif isinstance(op, Start):
@@ -467,9 +450,9 @@ class Worker(RunControls):
                         finished, _ = await asyncio.wait(
                             tasks, timeout=op.timeout, return_when=asyncio.FIRST_COMPLETED
                         )
-                        reply = [(tasks.pop(t), t.result()) for t in finished]
+                        loop.reply = [(tasks.pop(t), t.result()) for t in finished]
                     elif isinstance(op, Renew):
-                        reply = await self._aloop_call(
+                        loop.reply = await self._aloop_call(
                             leases.runs.arenew, self.worker_id, op.fences, self.lease_ttl
                         )
                     elif isinstance(op, Abandon):
@@ -478,13 +461,14 @@ class Worker(RunControls):
                             del tasks[task]
                         self._left.extend(f"run {r}" for r in op.run_ids)
                         blob = self._outcome_blob(_GIVEN_BACK)
-                        reply = [
+                        loop.reply = [
                             f.run_id
                             for f in op.fences
                             if await self._acall(leases.runs.afinish, f, "queued", blob, None)
                         ]
                     else:
-                        reply = await self._aloop_call(leases.aactive_runs)
+                        loop.reply = await self._aloop_call(leases.aactive_runs)
+        return loop.value
 
     async def _aloop_call(self, method: Callable[..., Any], *args: Any) -> Any:
         """Async twin of `_loop_call`: the call is a task, cancelled at the drain's end."""
@@ -508,28 +492,21 @@ class Worker(RunControls):
             return None
 
     async def _aexecute(self, held: Held, leases: AsyncResilientSaver) -> str | None:
-        budget = self._budget_of(held.record)
-        steps = self._steps(held, budget)
-        config = held.config(budget)
-        reply: Any = None
+        steps, config = self._steps(held)
         with LEASES.holding(held.fence, held.proof):
-            while True:
-                try:
-                    op = steps.send(reply)
-                except StopIteration as stop:
-                    status: str | None = stop.value
-                    return status
-                reply = None
+            for op in steps:
                 if isinstance(op, ThreadState):
                     try:
-                        reply = where_of(await self.graph.aget_state(config), held.record.run_id)
+                        steps.reply = where_of(
+                            await self.graph.aget_state(config), held.record.run_id
+                        )
                     except Exception as exc:
-                        reply = exc
+                        steps.reply = exc
                 elif isinstance(op, CurrentValues):
                     try:
-                        reply = dict((await self.graph.aget_state(config)).values)
+                        steps.reply = dict((await self.graph.aget_state(config)).values)
                     except Exception as exc:
-                        reply = exc
+                        steps.reply = exc
                 elif isinstance(op, Invoke):
                     try:
                         await self.graph.ainvoke(op.value, config, control=held.control)
@@ -545,13 +522,14 @@ class Worker(RunControls):
                                 )
                             ]
                         )
-                        reply = invoked(snapshot, unrecovered_steps(found))
+                        steps.reply = invoked(snapshot, unrecovered_steps(found))
                     except Exception as exc:
-                        reply = Invoked(error=exc)
+                        steps.reply = Invoked(error=exc)
                 elif isinstance(op, Pause):
                     await asyncio.sleep(op.seconds)
                 else:
                     blob = self._outcome_blob(op.outcome)
-                    reply = await self._acall(
+                    steps.reply = await self._acall(
                         leases.runs.afinish, held.fence, op.status, blob, op.wait, op.error
                     )
+        return steps.value

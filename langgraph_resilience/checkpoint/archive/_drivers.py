@@ -3,10 +3,11 @@ sync and async (they differ only in the I/O lines)."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
+from langgraph_resilience._util._plans import Plan
 from langgraph_resilience.checkpoint.archive._codec import ArchivedCheckpoint
 from langgraph_resilience.checkpoint.archive._moves import (
     Drop,
@@ -61,76 +62,56 @@ def _listed(saver: Any, thread_id: str) -> list[Any]:
 
 def drive(saver: Any, archive: Archive | None, moves: Moves) -> Any:
     """Run the moves against a sync saver."""
-    send: Any = None
-    error: BaseException | None = None
-    while True:
-        op = _next(moves, send, error)
-        if isinstance(op, Done):
-            return op.value
-        send, error = None, None
+    plan: Plan[Any, Any] = Plan(moves)
+    for op in plan:
         try:
             match op:
                 case Sql(statements, write):
-                    send = saver._transact(statements) if write else saver._query(statements)
+                    plan.reply = saver._transact(statements) if write else saver._query(statements)
                 case Tuples(thread_id):
-                    send = _listed(saver, thread_id)
+                    plan.reply = _listed(saver, thread_id)
                 case Put(key, body):
-                    send = _need(archive).put_new(key, body)
+                    plan.reply = _need(archive).put_new(key, body)
                 case Overwrite(key, body):
                     _need(archive).overwrite(key, body)
                 case Fetch(key):
-                    send = _need(archive).read(key)
+                    plan.reply = _need(archive).read(key)
                 case Keys(prefix):
-                    send = _need(archive).keys(prefix)
+                    plan.reply = _need(archive).keys(prefix)
                 case Drop(keys):
                     _need(archive).drop(keys)
         except Exception as exc:
-            error = exc
+            plan.fail(exc)
+    return plan.value
 
 
 async def adrive(saver: Any, archive: Archive | None, moves: Moves) -> Any:
     """Async twin of `drive`."""
-    send: Any = None
-    error: BaseException | None = None
-    while True:
-        op = _next(moves, send, error)
-        if isinstance(op, Done):
-            return op.value
-        send, error = None, None
+    plan: Plan[Any, Any] = Plan(moves)
+    for op in plan:
         try:
             match op:
                 case Sql(statements, write):
                     if write:
-                        send = await saver._transact(statements)
+                        plan.reply = await saver._transact(statements)
                     else:
-                        send = await saver._query(statements)
+                        plan.reply = await saver._query(statements)
                 case Tuples(thread_id):
                     config = {"configurable": {"thread_id": thread_id}}
-                    send = [t async for t in saver.alist(config)]
+                    plan.reply = [t async for t in saver.alist(config)]
                 case Put(key, body):
-                    send = await _need(archive).aput_new(key, body)
+                    plan.reply = await _need(archive).aput_new(key, body)
                 case Overwrite(key, body):
                     await _need(archive).aoverwrite(key, body)
                 case Fetch(key):
-                    send = await _need(archive).aread(key)
+                    plan.reply = await _need(archive).aread(key)
                 case Keys(prefix):
-                    send = await _need(archive).akeys(prefix)
+                    plan.reply = await _need(archive).akeys(prefix)
                 case Drop(keys):
                     await _need(archive).adrop(keys)
         except Exception as exc:
-            error = exc
-
-
-class Done(NamedTuple):
-    value: Any
-
-
-def _next(moves: Moves, send: Any, error: BaseException | None) -> Any:
-    """The next operation (the reply or the error of the last one goes in), or `Done`."""
-    try:
-        return moves.throw(error) if error is not None else moves.send(send)
-    except StopIteration as stop:
-        return Done(stop.value)
+            plan.fail(exc)
+    return plan.value
 
 
 def _need(archive: Archive | None) -> Archive:

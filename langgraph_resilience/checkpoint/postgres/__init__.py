@@ -7,17 +7,17 @@ values LangGraph would inline that Postgres cannot store.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypedDict, TypeVar, cast
+
+from langgraph_resilience.errors import needs_extra
 
 try:
     import psycopg
 except ImportError as missing:  # the base install, without the `postgres` extra
-    raise ImportError(
-        f"the Postgres savers need the postgres extra ({missing}): "
-        "pip install 'langgraph-resilience[postgres]'"
-    ) from missing
+    raise ImportError(needs_extra("the Postgres savers need", "postgres", missing)) from missing
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -34,6 +34,7 @@ from psycopg import Connection, Cursor, Pipeline
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from typing_extensions import Unpack
 
 from langgraph_resilience._langgraph import (
     DeltaSnapshot,
@@ -46,6 +47,7 @@ from langgraph_resilience._store_errors import is_transient_store_error
 from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.postgres import _network, _values
 from langgraph_resilience.checkpoint.postgres._network import (
+    AsyncBoundedConnection,
     BoundedConnection,
     Conn,
     PgTimeouts,
@@ -190,6 +192,40 @@ def missing_schema(exc: BaseException) -> ConfigError | None:
     return None
 
 
+class PgTransaction(TypedDict, total=False):
+    """The options of a Postgres saver's ``_transact`` (each absent one at its default)."""
+
+    #: maps a store error to the caller's own (then the missing-schema error: `translation`)
+    translate: Translate | None
+    #: the counter a success adds to, and the one each failed try adds to
+    ok: str | None
+    failed: str | None
+    #: store the counts that are due with this write
+    flush: bool
+    #: check the schema first, once per saver (default True)
+    check: bool
+    #: the statements fetch nothing: one round trip in an autocommit pipeline
+    pipeline: bool
+    #: a write that may skip waiting for the disk (Postgres relaxes in SQL: see
+    #: _ledger.record_outcome)
+    relaxed: bool
+    #: what is due rides along (default True; False for a read)
+    ride: bool
+    #: one statement: without riders it runs by itself, its own implicit transaction
+    alone: bool
+
+
+def riders_of(state: _base.SaverState, options: PgTransaction) -> _base.Riders:
+    """What rides along with one try of a transaction of these ``options``."""
+    return _base.Riders(
+        state,
+        options.get("ok"),
+        flush=options.get("flush", False),
+        ride=options.get("ride", True),
+        relaxed=options.get("relaxed", False),
+    )
+
+
 def translation(translate: Translate | None) -> Translate:
     """``translate``, then the missing-schema error."""
     if translate is None:
@@ -197,9 +233,132 @@ def translation(translate: Translate | None) -> Translate:
     return lambda exc: translate(exc) or missing_schema(exc)
 
 
+L = TypeVar("L", bound=Callable[..., Iterator[CheckpointTuple]])
+
+#: What `retried_list` and its async twin say of the `list` they wrap.
+RETRIED_LIST_DOC = """As LangGraph's `list`, its query retried like any read (every row is read
+before the first is yielded); an undecodable row raises `CheckpointCorrupt`."""
+
+
+def retried_list(listing: L) -> L:
+    """``listing`` (the saver's `list` below the Postgres saver), its first row
+    fetched under the saver's retry (``_call``): LangGraph's query runs as the first
+    row is asked for, so that is where the store fails."""
+
+    @functools.wraps(listing)
+    def list_(
+        saver: Any, config: RunnableConfig | None, **options: Any
+    ) -> Iterator[CheckpointTuple]:
+        listed: Generator[CheckpointTuple, None, None] | None = None
+
+        def first() -> CheckpointTuple | None:
+            nonlocal listed
+            listed = cast(Generator[CheckpointTuple, None, None], listing(saver, config, **options))
+            return next(listed, None)
+
+        item = saver._call(first)
+        if item is None or listed is None:
+            return
+        try:
+            yield item
+            yield from listed
+        finally:
+            listed.close()  # a reader that stops early frees the saver's lock now
+
+    list_.__doc__ = RETRIED_LIST_DOC
+    return cast(L, list_)
+
+
+ConnT = TypeVar("ConnT")
+PipeT = TypeVar("PipeT")
+
+
+class PgSaverBase(Generic[ConnT, PipeT]):
+    """What the two Postgres savers share but their I/O: how they are made, the
+    connection they keep in the shared state, the dialect's rows, and how a try
+    decides to replace the saver's own connection."""
+
+    _dialect = POSTGRES
+    SELECT_SQL = _sums.PG_SELECT  # with the sums (`_sums.pg_checked`)
+
+    _state: _base.SaverState
+    _timeouts: PgTimeouts
+    _target: str
+    pipe: PipeT | None
+
+    def __init__(
+        self,
+        conn: ConnT,
+        pipe: PipeT | None = None,
+        serde: SerializerProtocol | None = None,
+        *,
+        store_retry: Backoff | None = None,
+        archive: Archive | str | None = None,
+        warn_checkpoint_bytes: int | None = _base.WARN_BYTES,
+        max_checkpoint_bytes: int | None = None,
+        timeouts: PgTimeouts | None = None,
+    ) -> None:
+        self._state = _base.make_state(store_retry, DEFAULT_PG_STORE_RETRY)
+        _base.set_lifecycle(self._state, archive, warn_checkpoint_bytes, max_checkpoint_bytes)
+        self._timeouts = saver_timeouts(timeouts)
+        # LangGraph's (Async)PostgresSaver, further along the saver's MRO.
+        super().__init__(conn, pipe, serde)  # type: ignore[call-arg]
+        self._target, live = saver_target(conn)
+        if live is not None:
+            self._state.conninfo = self._timeouts.conninfo(live)
+        if isinstance(conn, (BoundedConnection, AsyncBoundedConnection)):
+            conn.read_timeout = self._timeouts.read_timeout
+
+    # The connection lives in the shared state, so a copy of this saver (made by
+    # compile() under strict msgpack) sees the fresh connection that replaced a
+    # broken one.
+    @property
+    def conn(self) -> ConnT:
+        return self._state.conn  # type: ignore[no-any-return]
+
+    @conn.setter
+    def conn(self, value: ConnT) -> None:
+        self._state.conn = value
+
+    def _replacement(self, conn: Any) -> str | None:
+        """The conninfo to open a fresh connection with, when the saver's own
+        ``conn`` must be replaced before a try (None: use it as it is)."""
+        conninfo = self._state.conninfo
+        if self.pipe is not None or conninfo is None:
+            return None
+        return (
+            conninfo if _network.needs_new_connection(conn, suspect=self._state.suspect) else None
+        )
+
+    def _give_up(self, exc: BaseException, attempts: int) -> BaseException | None:
+        return _network.give_up(self._target, self._state.backoff, exc, attempts)
+
+
+@contextmanager
+def connecting(conn_string: str) -> Iterator[None]:
+    """Opening the saver's connection: a failure raises `StoreUnavailable`, naming
+    the DSN without its password."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise _network.unavailable(target_of(conn_string), exc, 1, 0.0, connecting=True) from exc
+
+
+@contextmanager
+def suspecting(state: _base.SaverState) -> Iterator[None]:
+    """Around one try's connection: a transient failure makes the next try check
+    its connection before using it; a success clears the doubt."""
+    try:
+        yield
+    except Exception as exc:
+        state.suspect = state.suspect or is_transient_store_error(exc)
+        raise
+    state.suspect = False
+
+
 @route_cursor
 @check_pg_rows(_sums.pg_checked)
-class ResilientPostgresSaver(SyncResilience, PostgresSaver):
+class ResilientPostgresSaver(PgSaverBase[Conn, Pipeline], SyncResilience, PostgresSaver):
     """A drop-in `PostgresSaver` that survives store faults and refuses silent forks.
 
     On top of LangGraph's saver it:
@@ -252,42 +411,6 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         ...     saver.setup()
     """
 
-    _dialect = POSTGRES
-    SELECT_SQL = _sums.PG_SELECT  # with the sums (`_sums.pg_checked`)
-
-    def __init__(
-        self,
-        conn: Conn,
-        pipe: Pipeline | None = None,
-        serde: SerializerProtocol | None = None,
-        *,
-        store_retry: Backoff | None = None,
-        archive: Archive | str | None = None,
-        warn_checkpoint_bytes: int | None = _base.WARN_BYTES,
-        max_checkpoint_bytes: int | None = None,
-        timeouts: PgTimeouts | None = None,
-    ) -> None:
-        self._state = _base.make_state(store_retry, DEFAULT_PG_STORE_RETRY)
-        _base.set_lifecycle(self._state, archive, warn_checkpoint_bytes, max_checkpoint_bytes)
-        self._timeouts = saver_timeouts(timeouts)
-        super().__init__(conn, pipe, serde)
-        self._target, live = saver_target(conn)
-        if live is not None:
-            self._state.conninfo = self._timeouts.conninfo(live)
-        if isinstance(conn, BoundedConnection):
-            conn.read_timeout = self._timeouts.read_timeout
-
-    # The connection lives in the shared state, so a copy of this saver (made by
-    # compile() under strict msgpack) sees the fresh connection that replaced a
-    # broken one.
-    @property
-    def conn(self) -> Conn:
-        return self._state.conn  # type: ignore[no-any-return]
-
-    @conn.setter
-    def conn(self, value: Conn) -> None:
-        self._state.conn = value
-
     @classmethod
     @contextmanager
     def from_conn_string(
@@ -306,12 +429,8 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
                 DSN without its password).
         """
         bounds = saver_timeouts(timeouts)
-        try:
+        with connecting(conn_string):
             conn = _network.connect(bounds.conninfo(conn_string), bounds.read_timeout)
-        except psycopg.Error as exc:
-            raise _network.unavailable(
-                target_of(conn_string), exc, 1, 0.0, connecting=True
-            ) from exc
         saver = None
         try:
             with conn.pipeline() if pipeline else nullcontext() as pipe:
@@ -368,31 +487,18 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         """The connection one try runs on, under the saver's lock: its own one,
         replaced first if it is gone, or one of the pool's. A transient failure
         makes the next try check its connection before using it."""
-        state = self._state
-        with self.lock:
-            try:
-                if isinstance(self.conn, ConnectionPool):
-                    with _network.pooled(
-                        self.conn,
-                        suspect=state.suspect,
-                        read=self._timeouts.read_timeout,
-                        checkout=self._timeouts.checkout_timeout,
-                    ) as conn:
-                        yield conn
-                else:
-                    yield self._own_connection()
-            except Exception as exc:
-                state.suspect = state.suspect or is_transient_store_error(exc)
-                raise
-            state.suspect = False
+        with self.lock, suspecting(self._state):
+            if isinstance(self.conn, ConnectionPool):
+                with _network.pooled(self.conn, self._state.suspect, self._timeouts) as conn:
+                    yield conn
+            else:
+                yield self._own_connection()
 
     def _own_connection(self) -> Connection[DictRow]:
         conn = self.conn
         assert isinstance(conn, Connection)
-        conninfo = self._state.conninfo
-        if self.pipe is not None or conninfo is None:
-            return conn
-        if not _network.needs_new_connection(conn, suspect=self._state.suspect):
+        conninfo = self._replacement(conn)
+        if conninfo is None:
             return conn
         # Fails while the server is down: then this try fails, and the next one
         # reconnects again (not only the try right after the failure).
@@ -447,24 +553,18 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
     def _transact(
         self,
         statements: Callable[[], Statements[T]],
-        *,
-        translate: Translate | None = None,
-        ok: str | None = None,
-        failed: str | None = None,
-        flush: bool = False,
-        check: bool = True,
-        pipeline: bool = False,
-        relaxed: bool = False,  # Postgres relaxes in SQL: see _ledger.record_outcome
-        ride: bool = True,  # False for a read: nothing rides along
-        alone: bool = False,  # one statement: without riders it runs by itself
+        **options: Unpack[PgTransaction],
     ) -> T:
+        check = options.get("check", True)
+        pipeline, alone = options.get("pipeline", False), options.get("alone", False)
+
         def attempt() -> T:
             # Pipeline mode sends the whole transaction in one round trip, but it
             # can hand a fetch the rows of an earlier statement (after a NOTICE),
             # so only statement lists that fetch nothing use it.
             checked = self._state.schema_checked or not check
             with (
-                _base.Riders(self._state, ok, flush=flush, ride=ride, relaxed=relaxed) as riders,
+                riders_of(self._state, options) as riders,
                 self._transaction(pipeline and checked, alone and checked and not riders) as cur,
             ):
                 if not checked:
@@ -478,8 +578,8 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
         return call_with_retry(
             attempt,
             backoff=self._state.backoff,
-            on_failure=self._on_failure(failed),
-            translate=translation(translate),
+            on_failure=self._on_failure(options.get("failed")),
+            translate=translation(options.get("translate")),
             give_up=self._give_up,
         )
 
@@ -488,9 +588,6 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
             _base.count_failure(self._state, failed)
 
         return on_failure
-
-    def _give_up(self, exc: BaseException, attempts: int) -> BaseException | None:
-        return _network.give_up(self._target, self._state.backoff, exc, attempts)
 
     def _call(self, op: Callable[[], T]) -> T:
         return call_with_retry(
@@ -519,33 +616,4 @@ class ResilientPostgresSaver(SyncResilience, PostgresSaver):
 
     # -- reads LangGraph runs --------------------------------------------------------
 
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        """As LangGraph's `list`, its query retried like any read (every row is read
-        before the first is yielded); an undecodable row raises `CheckpointCorrupt`."""
-        listed: Generator[CheckpointTuple, None, None] | None = None
-
-        def first() -> CheckpointTuple | None:
-            nonlocal listed
-            listed = cast(
-                Generator[CheckpointTuple, None, None],
-                super(ResilientPostgresSaver, self).list(
-                    config, filter=filter, before=before, limit=limit
-                ),
-            )
-            return next(listed, None)
-
-        item = self._call(first)
-        if item is None or listed is None:
-            return
-        try:
-            yield item
-            yield from listed
-        finally:
-            listed.close()  # a reader that stops early frees the saver's lock now
+    list = retried_list(SyncResilience.list)

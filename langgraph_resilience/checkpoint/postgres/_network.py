@@ -441,22 +441,23 @@ def _checkout(pool_timeout: float | None, checkout: float | None) -> float | Non
 
 @contextmanager
 def pooled(
-    pool: ConnectionPool[Any], *, suspect: bool, read: float | None, checkout: float | None = None
+    pool: ConnectionPool[Any], suspect: bool, timeouts: PgTimeouts
 ) -> Iterator[Connection[Any]]:
     """A connection of ``pool`` for one try, returned afterwards (as
     ``pool.connection()`` does). After a failed try (``suspect``), one the server
     closed meanwhile goes back (the pool drops it and opens another) and the next
     is taken, up to the pool's size: after an outage a try does not spend itself
     on every dead connection in turn. Each wait for a connection lasts at most
-    ``checkout`` or the pool's own ``timeout``, the shorter (`_checkout`)."""
-    checkout = _checkout(pool.timeout, checkout)
+    the saver's ``timeouts.checkout_timeout`` or the pool's own ``timeout``, the
+    shorter (`_checkout`); the connection's reads are bounded by ``timeouts.read_timeout``."""
+    checkout = _checkout(pool.timeout, timeouts.checkout_timeout)
     conn = pool.getconn(checkout)
     for _ in range(pool.max_size if suspect else 0):
         if not peer_closed(conn):
             break
         pool.putconn(conn)
         conn = pool.getconn(checkout)
-    _bound(conn, read)
+    _bound(conn, timeouts.read_timeout)
     try:
         with conn:
             yield conn
@@ -466,21 +467,17 @@ def pooled(
 
 @asynccontextmanager
 async def apooled(
-    pool: AsyncConnectionPool[Any],
-    *,
-    suspect: bool,
-    read: float | None,
-    checkout: float | None = None,
+    pool: AsyncConnectionPool[Any], suspect: bool, timeouts: PgTimeouts
 ) -> AsyncIterator[AsyncConnection[Any]]:
     """Async twin of `pooled`."""
-    checkout = _checkout(pool.timeout, checkout)
+    checkout = _checkout(pool.timeout, timeouts.checkout_timeout)
     conn = await pool.getconn(checkout)
     for _ in range(pool.max_size if suspect else 0):
         if not peer_closed(conn):
             break
         await pool.putconn(conn)
         conn = await pool.getconn(checkout)
-    _bound(conn, read)
+    _bound(conn, timeouts.read_timeout)
     try:
         async with conn:
             yield conn

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, nullcontext, suppress
 from typing import Any, TypeVar, cast
 
-import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
@@ -14,32 +14,33 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
+from typing_extensions import Unpack
 
 from langgraph_resilience._langgraph import check_pg_rows, route_cursor
-from langgraph_resilience._store_errors import is_transient_store_error
-from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.postgres import (
+    RETRIED_LIST_DOC,
+    PgSaverBase,
+    PgTransaction,
     _network,
+    connecting,
     pg_put,
     pg_put_statements,
     pg_write_rows,
-    saver_target,
+    riders_of,
     saver_timeouts,
+    suspecting,
     translation,
 )
 from langgraph_resilience.checkpoint.postgres._network import (
     AsyncBoundedConnection,
     AsyncConn,
     PgTimeouts,
-    target_of,
 )
 from langgraph_resilience.checkpoint.saver import _base, _threads
 from langgraph_resilience.checkpoint.saver._asavers import AsyncResilience
 from langgraph_resilience.checkpoint.store import _schema, _sums
 from langgraph_resilience.checkpoint.store._store import POSTGRES, Statements, aexecute
 from langgraph_resilience.checkpoint.store._store_retry import (
-    DEFAULT_PG_STORE_RETRY,
-    Translate,
     acall_with_retry,
 )
 from langgraph_resilience.policy import Backoff
@@ -49,9 +50,42 @@ __all__ = ["AsyncBoundedConnection", "AsyncResilientPostgresSaver"]
 T = TypeVar("T")
 
 
+AL = TypeVar("AL", bound=Callable[..., AsyncIterator[CheckpointTuple]])
+
+
+def aretried_list(listing: AL) -> AL:
+    """Async twin of `retried_list`."""
+
+    @functools.wraps(listing)
+    async def alist(
+        saver: Any, config: RunnableConfig | None, **options: Any
+    ) -> AsyncIterator[CheckpointTuple]:
+        listed: AsyncGenerator[CheckpointTuple, None] | None = None
+
+        async def first() -> CheckpointTuple | None:
+            nonlocal listed
+            listed = cast(AsyncGenerator[CheckpointTuple, None], listing(saver, config, **options))
+            return await anext(listed, None)
+
+        item = await saver._call(first)
+        if item is None or listed is None:
+            return
+        try:
+            yield item
+            async for item in listed:
+                yield item
+        finally:
+            await listed.aclose()  # a reader that stops early frees the saver's lock now
+
+    alist.__doc__ = RETRIED_LIST_DOC.replace("`list`", "`alist`")
+    return cast(AL, alist)
+
+
 @route_cursor
 @check_pg_rows(_sums.pg_checked)
-class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
+class AsyncResilientPostgresSaver(
+    PgSaverBase[AsyncConn, AsyncPipeline], AsyncResilience, AsyncPostgresSaver
+):
     """A drop-in `AsyncPostgresSaver` with the resilience store.
 
     The async twin of `ResilientPostgresSaver`: same tables, one transaction per
@@ -71,39 +105,6 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         ...         await saver.setup()
     """
 
-    _dialect = POSTGRES
-    SELECT_SQL = _sums.PG_SELECT  # with the sums (`_sums.pg_checked`)
-
-    def __init__(
-        self,
-        conn: AsyncConn,
-        pipe: AsyncPipeline | None = None,
-        serde: SerializerProtocol | None = None,
-        *,
-        store_retry: Backoff | None = None,
-        archive: Archive | str | None = None,
-        warn_checkpoint_bytes: int | None = _base.WARN_BYTES,
-        max_checkpoint_bytes: int | None = None,
-        timeouts: PgTimeouts | None = None,
-    ) -> None:
-        self._state = _base.make_state(store_retry, DEFAULT_PG_STORE_RETRY)
-        _base.set_lifecycle(self._state, archive, warn_checkpoint_bytes, max_checkpoint_bytes)
-        self._timeouts = saver_timeouts(timeouts)
-        super().__init__(conn, pipe, serde)
-        self._target, live = saver_target(conn)
-        if live is not None:
-            self._state.conninfo = self._timeouts.conninfo(live)
-        if isinstance(conn, AsyncBoundedConnection):
-            conn.read_timeout = self._timeouts.read_timeout
-
-    @property
-    def conn(self) -> AsyncConn:
-        return self._state.conn  # type: ignore[no-any-return]
-
-    @conn.setter
-    def conn(self, value: AsyncConn) -> None:
-        self._state.conn = value
-
     @classmethod
     @asynccontextmanager
     async def from_conn_string(
@@ -116,19 +117,12 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         timeouts: PgTimeouts | None = None,
         **lifecycle: Any,
     ) -> AsyncIterator[AsyncResilientPostgresSaver]:
-        """Connect to Postgres with a DSN, adding the ``timeouts`` it does not set.
-
-        Raises:
-            StoreUnavailable: the server cannot be reached (the message names the
-                DSN without its password).
-        """
+        """As `ResilientPostgresSaver.from_conn_string`: connect with a DSN, adding the
+        ``timeouts`` it does not set (`StoreUnavailable` when the server cannot be
+        reached)."""
         bounds = saver_timeouts(timeouts)
-        try:
+        with connecting(conn_string):
             conn = await _network.aconnect(bounds.conninfo(conn_string), bounds.read_timeout)
-        except psycopg.Error as exc:
-            raise _network.unavailable(
-                target_of(conn_string), exc, 1, 0.0, connecting=True
-            ) from exc
         saver = None
         try:
             async with conn.pipeline() if pipeline else nullcontext() as pipe:
@@ -182,37 +176,7 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
             if not own:
                 await conn.close()
 
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """As LangGraph's `alist`, its query retried like any read (every row is read
-        before the first is yielded); an undecodable row raises `CheckpointCorrupt`."""
-        listed: AsyncGenerator[CheckpointTuple, None] | None = None
-
-        async def first() -> CheckpointTuple | None:
-            nonlocal listed
-            listed = cast(
-                AsyncGenerator[CheckpointTuple, None],
-                super(AsyncResilientPostgresSaver, self).alist(
-                    config, filter=filter, before=before, limit=limit
-                ),
-            )
-            return await anext(listed, None)
-
-        item = await self._call(first)
-        if item is None or listed is None:
-            return
-        try:
-            yield item
-            async for item in listed:
-                yield item
-        finally:
-            await listed.aclose()  # a reader that stops early frees the saver's lock now
+    alist = aretried_list(AsyncResilience.alist)
 
     # -- the connection of a try ---------------------------------------------------
 
@@ -220,31 +184,21 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
     async def _connection(self) -> AsyncIterator[AsyncConnection[DictRow]]:
         """The connection one try runs on, under the saver's lock (as the sync
         twin's `_connection`)."""
-        state = self._state
         async with self.lock:
-            try:
+            with suspecting(self._state):
                 if isinstance(self.conn, AsyncConnectionPool):
                     async with _network.apooled(
-                        self.conn,
-                        suspect=state.suspect,
-                        read=self._timeouts.read_timeout,
-                        checkout=self._timeouts.checkout_timeout,
+                        self.conn, self._state.suspect, self._timeouts
                     ) as conn:
                         yield conn
                 else:
                     yield await self._own_connection()
-            except Exception as exc:
-                state.suspect = state.suspect or is_transient_store_error(exc)
-                raise
-            state.suspect = False
 
     async def _own_connection(self) -> AsyncConnection[DictRow]:
         conn = self.conn
         assert isinstance(conn, AsyncConnection)
-        conninfo = self._state.conninfo
-        if self.pipe is not None or conninfo is None:
-            return conn
-        if not _network.needs_new_connection(conn, suspect=self._state.suspect):
+        conninfo = self._replacement(conn)
+        if conninfo is None:
             return conn
         fresh = await _network.aconnect(conninfo, self._timeouts.read_timeout)
         self.conn = fresh
@@ -305,23 +259,15 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
     async def _transact(
         self,
         statements: Callable[[], Statements[T]],
-        *,
-        translate: Translate | None = None,
-        ok: str | None = None,
-        failed: str | None = None,
-        flush: bool = False,
-        check: bool = True,
-        pipeline: bool = False,
-        relaxed: bool = False,  # Postgres relaxes in SQL: see _ledger.record_outcome
-        ride: bool = True,  # False for a read: nothing rides along
-        alone: bool = False,  # one statement: without riders it runs by itself
+        **options: Unpack[PgTransaction],
     ) -> T:
+        check = options.get("check", True)
+        pipeline, alone = options.get("pipeline", False), options.get("alone", False)
+
         async def attempt() -> T:
-            # Pipeline mode sends the whole transaction in one round trip, but it
-            # can hand a fetch the rows of an earlier statement (after a NOTICE),
-            # so only statement lists that fetch nothing use it.
+            # As the sync twin's: a pipeline only for statements that fetch nothing.
             checked = self._state.schema_checked or not check
-            with _base.Riders(self._state, ok, flush=flush, ride=ride, relaxed=relaxed) as riders:
+            with riders_of(self._state, options) as riders:
                 async with self._transaction(
                     pipeline and checked, alone and checked and not riders
                 ) as cur:
@@ -336,8 +282,8 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
         return await acall_with_retry(
             attempt,
             backoff=self._state.backoff,
-            on_failure=self._on_failure(failed),
-            translate=translation(translate),
+            on_failure=self._on_failure(options.get("failed")),
+            translate=translation(options.get("translate")),
             give_up=self._give_up,
         )
 
@@ -346,9 +292,6 @@ class AsyncResilientPostgresSaver(AsyncResilience, AsyncPostgresSaver):
             _base.count_failure(self._state, failed)
 
         return on_failure
-
-    def _give_up(self, exc: BaseException, attempts: int) -> BaseException | None:
-        return _network.give_up(self._target, self._state.backoff, exc, attempts)
 
     async def _call(self, op: Callable[[], Awaitable[T]]) -> T:
         return await acall_with_retry(
