@@ -154,6 +154,36 @@ def saver_for(store: tuple[str, str]) -> Any:
     return cls.from_conn_string(target)
 
 
+#: The saver kinds a fixture is parametrized over for `saver_of_kind`.
+SAVER_KINDS = ["sqlite", "postgres", "sqlite-async", "postgres-async"]
+
+
+def saver_of_kind(request: Any, tmp_path: Path, db_name: str) -> tuple[str, Any]:
+    """For a fixture parametrized over `SAVER_KINDS`: its store (the tests' Postgres
+    database, the test skipped without one, or the SQLite file ``db_name`` in
+    ``tmp_path``) and a saver of that kind on it, to open with ``(async) with``."""
+    from conftest import require_postgres
+
+    from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+    from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
+    from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
+    from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+
+    kind = request.param
+    if kind.startswith("postgres"):
+        require_postgres()
+        target = request.getfixturevalue("pg_dsn")
+    else:
+        target = str(tmp_path / db_name)
+    cls: Any = {
+        "sqlite": ResilientSqliteSaver,
+        "postgres": ResilientPostgresSaver,
+        "sqlite-async": AsyncResilientSqliteSaver,
+        "postgres-async": AsyncResilientPostgresSaver,
+    }[kind]
+    return target, cls.from_conn_string(target)
+
+
 def resilience_counts(backend: str, target: str, thread_id: str) -> dict[str, int]:
     return {
         table: sql(

@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import require_postgres
+from helpers import SAVER_KINDS, saver_of_kind
 from langgraph.graph import START
 
 pytest.importorskip("Crypto", reason="pycryptodome (the dev extra) is not installed")
@@ -36,7 +36,6 @@ from langgraph_resilience import (
     Worker,
     side_effect,
 )
-from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
@@ -76,21 +75,10 @@ def encrypted() -> EncryptedSerializer:
     return EncryptedSerializer.from_pycryptodome_aes(key=KEY)
 
 
-@pytest.fixture(params=["sqlite", "postgres", "sqlite-async", "postgres-async"])
+@pytest.fixture(params=SAVER_KINDS)
 async def saver(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
-    kind = request.param
-    if kind.startswith("postgres"):
-        require_postgres()
-        target = request.getfixturevalue("pg_dsn")
-    else:
-        target = str(tmp_path / "enc.db")
-    opened: Any = {
-        "sqlite": lambda: ResilientSqliteSaver.from_conn_string(target),
-        "postgres": lambda: ResilientPostgresSaver.from_conn_string(target),
-        "sqlite-async": lambda: AsyncResilientSqliteSaver.from_conn_string(target),
-        "postgres-async": lambda: AsyncResilientPostgresSaver.from_conn_string(target),
-    }[kind]()
-    if kind.endswith("async"):
+    target, opened = saver_of_kind(request, tmp_path, "enc.db")
+    if request.param.endswith("async"):
         async with opened as s:
             s.serde = encrypted()
             await s.setup()

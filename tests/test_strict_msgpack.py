@@ -31,7 +31,7 @@ from typing import Annotated, Any
 import langgraph._internal._serde as compile_flag
 import langgraph.checkpoint.serde._msgpack as serde_flag
 import pytest
-from conftest import require_postgres
+from helpers import SAVER_KINDS, saver_of_kind
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START
 from starlette.testclient import TestClient
@@ -39,7 +39,6 @@ from starlette.testclient import TestClient
 from langgraph_resilience import ResilientState, ResilientStateGraph, Worker, side_effect
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
-from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
 from langgraph_resilience.cli import main
 from langgraph_resilience.server import console_app
@@ -88,7 +87,7 @@ def diverged(saver: Any, copies: list[Any]) -> list[str]:
     return found
 
 
-@pytest.fixture(params=["sqlite", "postgres", "sqlite-async", "postgres-async"])
+@pytest.fixture(params=SAVER_KINDS)
 async def made(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Any, str]]:
     """A saver with a strict serializer (SQLite: not set up), and its store's target."""
     async for saver, target in _opened(request, tmp_path):
@@ -101,24 +100,13 @@ async def made(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
 
 async def _opened(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Any, str]]:
-    kind = request.param
-    if kind.startswith("postgres"):
-        require_postgres()
-        target = request.getfixturevalue("pg_dsn")
-    else:
-        target = str(tmp_path / "strict.db")
-    if kind == "sqlite":
-        with ResilientSqliteSaver.from_conn_string(target) as saver:
-            yield saver, target
-    elif kind == "postgres":
-        with ResilientPostgresSaver.from_conn_string(target) as saver:
-            yield saver, target
-    elif kind == "sqlite-async":
-        async with AsyncResilientSqliteSaver.from_conn_string(target) as asaver:
+    target, opened = saver_of_kind(request, tmp_path, "strict.db")
+    if request.param.endswith("async"):
+        async with opened as asaver:
             yield asaver, target
     else:
-        async with AsyncResilientPostgresSaver.from_conn_string(target) as asaver:
-            yield asaver, target
+        with opened as saver:
+            yield saver, target
 
 
 async def test_copies_compile_makes_share_the_savers_state(made: tuple[Any, str]) -> None:
