@@ -1,7 +1,7 @@
 """Shared limits: concurrency, rate and a 429 that pauses every process.
 
-The cross-process claims run real processes on one store (SQLite file and
-Postgres), each fanning out to tries of one node under a `Limit`; what the
+The cross-process claims run real processes on one store (SQLite file,
+Postgres and Redis: `limit_store`), each fanning out to tries of one node under a `Limit`; what the
 tries logged of their own start and end times is the evidence. A holder is
 SIGKILLed while it holds a slot, and its slot must be free within a second.
 """
@@ -14,11 +14,14 @@ import logging
 import signal
 import time
 import uuid
-from contextlib import ExitStack
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+from conftest import CHECKPOINTERS, REDIS_SAVERS, Harness, harness, require_postgres
 from helpers import read_ledger, sql, wait_until
 from spawn import Process, spawn
 
@@ -43,7 +46,51 @@ from langgraph_resilience.limits._drive import admit_async, admit_sync, release_
 SCRIPT = str(Path(__file__).parent / "scripts" / "limit_worker.py")
 
 
+@pytest.fixture(params=["sqlite", "postgres", "redis"])
+def limit_store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """(backend, target) as the ``store`` fixture's, and Redis: ``#<key prefix>``
+    on the tests' Redis (flushed after)."""
+    if request.param == "postgres":
+        require_postgres()
+        return "postgres", request.getfixturevalue("pg_dsn")
+    if request.param == "redis":
+        from redis_servers import REDIS_DOWN, flush_prefix
+
+        if REDIS_DOWN is not None:
+            pytest.skip(REDIS_DOWN)
+        prefix = f"t{uuid.uuid4().hex[:12]}"
+        request.addfinalizer(lambda: flush_prefix(prefix))
+        return "redis", f"#{prefix}"
+    return "sqlite", str(tmp_path / "store.db")
+
+
+#: The savers the in-process tests of a release run on: the fixture's, and Redis.
+LIMIT_SAVERS = list(dict.fromkeys([*CHECKPOINTERS, *REDIS_SAVERS]))
+
+
+@pytest.fixture(params=LIMIT_SAVERS)
+async def limit_saver(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
+    """The ``checkpointer`` fixture's savers, and the Redis savers always."""
+    async with AsyncExitStack() as stack:
+        yield await harness(request.param, request, tmp_path, stack)
+
+
 def saver_of(backend: str, target: str, stack: ExitStack) -> Any:
+    if backend == "redis":
+        import warnings
+
+        from redis_servers import REDIS_URL
+
+        from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
+
+        url, _, prefix = target.rpartition("#")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the machine's Redis keeps no disk
+            redis_saver = stack.enter_context(
+                ResilientRedisSaver.from_conn_string(url or REDIS_URL, prefix=prefix)
+            )
+            redis_saver.setup()
+        return redis_saver
     if backend == "sqlite":
         from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
@@ -83,9 +130,11 @@ def name() -> str:
 # -- across processes ----------------------------------------------------------------------
 
 
-def test_concurrency_is_shared_by_every_process(store: tuple[str, str], tmp_path: Path) -> None:
+def test_concurrency_is_shared_by_every_process(
+    limit_store: tuple[str, str], tmp_path: Path
+) -> None:
     ledger = tmp_path / "tries.log"
-    run_procs(store, ledger, "--limit", name(), "--concurrency", "2", "--hold", "0.08")
+    run_procs(limit_store, ledger, "--limit", name(), "--concurrency", "2", "--hold", "0.08")
     starts, ends = dict(times(ledger, "start")), dict(times(ledger, "end"))
     assert len(starts) == len(ends) == 18
     # The most tries at once, from their own start and end times.
@@ -97,10 +146,10 @@ def test_concurrency_is_shared_by_every_process(store: tuple[str, str], tmp_path
     assert most == 2
 
 
-def test_rate_is_shared_by_every_process(store: tuple[str, str], tmp_path: Path) -> None:
+def test_rate_is_shared_by_every_process(limit_store: tuple[str, str], tmp_path: Path) -> None:
     ledger = tmp_path / "tries.log"
     options = ("--limit", name(), "--rate", "4", "--per", "1.0", "--tries", "4")
-    run_procs(store, ledger, *options)
+    run_procs(limit_store, ledger, *options)
     starts = sorted(t for _, t in times(ledger, "start"))
     ends = [t for _, t in times(ledger, "end")]
     assert len(starts) == 12
@@ -109,10 +158,12 @@ def test_rate_is_shared_by_every_process(store: tuple[str, str], tmp_path: Path)
     assert max(ends) - starts[0] >= 2.0
 
 
-def test_a_429_pauses_the_limit_for_every_process(store: tuple[str, str], tmp_path: Path) -> None:
+def test_a_429_pauses_the_limit_for_every_process(
+    limit_store: tuple[str, str], tmp_path: Path
+) -> None:
     ledger = tmp_path / "tries.log"
     options = ("--limit", name(), "--concurrency", "3", "--tries", "4", "--hold", "0.1")
-    run_procs(store, ledger, *options, "--retry-after", "1.5")
+    run_procs(limit_store, ledger, *options, "--retry-after", "1.5")
     (failed,) = [t for _, t in times(ledger, "fail")]
     starts = [t for _, t in times(ledger, "start")]
     # Tries admitted before the pause was stored may log their start a moment later.
@@ -122,8 +173,10 @@ def test_a_429_pauses_the_limit_for_every_process(store: tuple[str, str], tmp_pa
     assert len([t for t in starts if t >= failed + 1.5 - 0.02]) >= 8
 
 
-def test_a_killed_holder_frees_its_slot_at_once(store: tuple[str, str], tmp_path: Path) -> None:
-    backend, target = store
+def test_a_killed_holder_frees_its_slot_at_once(
+    limit_store: tuple[str, str], tmp_path: Path
+) -> None:
+    backend, target = limit_store
     ledger, limit = tmp_path / "tries.log", name()
     with ExitStack() as stack:
         saver = saver_of(backend, target, stack)
@@ -175,12 +228,12 @@ def pause(saver: Any, limit: Limit, seconds: float) -> None:
 
 
 def test_a_pause_longer_than_max_wait_fails_the_try_clearly_without_a_worker(
-    store: tuple[str, str],
+    limit_store: tuple[str, str],
 ) -> None:
     limit, calls = Limit(name(), concurrency=1), []
     policy = NodePolicy(retry=Backoff(max_attempts=3, max_wait=0.5), limits=[limit])
     with ExitStack() as stack:
-        saver = saver_of(*store, stack)
+        saver = saver_of(*limit_store, stack)
         pause(saver, limit, 30)
         graph = one_node_graph(policy, calls).compile(checkpointer=saver)
         began = time.monotonic()
@@ -194,10 +247,30 @@ def test_a_pause_longer_than_max_wait_fails_the_try_clearly_without_a_worker(
     assert state.paused_for > 25 and state.pause_reason == "RateLimited: 429"
 
 
+def end_pause(backend: str, target: str, limit: Limit, run_id: str) -> None:
+    """End ``limit``'s pause and the wait of the run it released, in the store."""
+    if backend == "redis":
+        from redis_servers import REDIS_URL, patch_run, run_record
+
+        prefix = target.rpartition("#")[2]
+        found = run_record(prefix, run_id)
+        assert found is not None
+        patch_run(prefix, run_id, not_before=None)
+        client = redis.Redis.from_url(REDIS_URL)
+        try:
+            client.hdel(f"{prefix}:lim:{{{limit.name}}}:def", "paused_until")
+            client.zadd(f"{prefix}:runs:queued", {f"{found[0]}\0{run_id}": 0})
+        finally:
+            client.close()
+        return
+    sql(backend, target, f"UPDATE {LIMITS.name} SET paused_until = NULL")
+    sql(backend, target, "UPDATE resilience_runs SET not_before = NULL WHERE run_id = ?", (run_id,))
+
+
 def test_under_a_worker_a_long_pause_releases_the_run_until_it_ends(
-    store: tuple[str, str],
+    limit_store: tuple[str, str],
 ) -> None:
-    backend, target = store
+    backend, target = limit_store
     limit, calls = Limit(name(), rate=5, per=1.0), []
     policy = NodePolicy(retry=Backoff(max_attempts=3, max_wait=0.5), limits=[limit])
     with ExitStack() as stack:
@@ -210,21 +283,15 @@ def test_under_a_worker_a_long_pause_releases_the_run_until_it_ends(
         assert record.not_before is not None and record.not_before > time.time() + 3500
         assert calls == []
         # The pause over (in the store's clock), the run is taken again and runs.
-        sql(backend, target, f"UPDATE {LIMITS.name} SET paused_until = NULL")
-        sql(
-            backend,
-            target,
-            "UPDATE resilience_runs SET not_before = NULL WHERE run_id = ?",
-            (run_id,),
-        )
+        end_pause(backend, target, limit, run_id)
         assert worker.run(until_idle=True) == {run_id: "success"}
     assert len(calls) == 1
 
 
-def test_waits_are_counted_per_limit(store: tuple[str, str]) -> None:
+def test_waits_are_counted_per_limit(limit_store: tuple[str, str]) -> None:
     limit = Limit(name(), rate=1, per=0.3)
     with ExitStack() as stack:
-        saver = saver_of(*store, stack)
+        saver = saver_of(*limit_store, stack)
         first = admit_sync(saver, "a", Admit([limit], 1.0))
         second = admit_sync(saver, "b", Admit([limit], 1.0))  # waits ~0.3 s for the window
         third = admit_sync(saver, "c", Admit([limit], 1.0))  # reports the wait in its ask
@@ -234,10 +301,10 @@ def test_waits_are_counted_per_limit(store: tuple[str, str]) -> None:
     assert state.waited >= 0.2 and state.rate == 1 and state.holders == ()
 
 
-def test_a_name_reused_with_other_numbers_is_refused(store: tuple[str, str]) -> None:
+def test_a_name_reused_with_other_numbers_is_refused(limit_store: tuple[str, str]) -> None:
     shared = name()
     with ExitStack() as stack:
-        saver = saver_of(*store, stack)
+        saver = saver_of(*limit_store, stack)
         held = admit_sync(saver, "a", Admit([Limit(shared, concurrency=2)], 1.0))
         assert isinstance(held, Held)
         release_sync(Release(held))
@@ -295,7 +362,7 @@ def test_the_tables_match_their_definitions(store: tuple[str, str]) -> None:
 
 
 async def test_an_agents_model_call_under_a_limit_pauses_it_on_a_429(
-    checkpointer: Any, tmp_path: Path
+    limit_saver: Harness, tmp_path: Path
 ) -> None:
     pytest.importorskip("langchain.agents")
     import asyncio
@@ -308,19 +375,19 @@ async def test_an_agents_model_call_under_a_limit_pauses_it_on_a_429(
     limit = Limit(name(), concurrency=1)
     model = ScriptedModel(plan=PLAN, errors=[RateLimited("0.3")], calls=[])
     agent = research_agent(
-        checkpointer.saver,
+        limit_saver.saver,
         tmp_path,
         chat_model=model,
         sleep=time.sleep,
         asleep=asyncio.sleep,
         model=CallPolicy(retry=Backoff(max_attempts=3, initial_interval=0.01), limits=[limit]),
     )
-    out = await checkpointer.invoke(agent, QUESTION, cfg())
+    out = await limit_saver.invoke(agent, QUESTION, cfg())
     assert out["messages"][-1].content == "Report sent."
-    if checkpointer.is_async:
-        found = await alimit_states(checkpointer.saver)
+    if limit_saver.is_async:
+        found = await alimit_states(limit_saver.saver)
     else:
-        found = await asyncio.to_thread(limit_states, checkpointer.saver)
+        found = await asyncio.to_thread(limit_states, limit_saver.saver)
     (state,) = [s for s in found if s.name == limit.name]
     assert state.pause_reason is not None and "429" in state.pause_reason
     assert state.holders == ()  # every call let go of its slot
@@ -352,40 +419,54 @@ def test_the_command_shows_each_limits_holders_rate_and_pause(
 
 
 def count_writes(saver: Any) -> list[int]:
-    """Count the saver's write transactions (each try of each write) from now on."""
+    """Count the saver's write transactions (each try of each write) from now on;
+    on Redis, the operations it runs (each a round trip or more)."""
     seen = [0]
-    transact = saver._transact
+    attr = "_run" if hasattr(saver, "place") else "_transact"
+    transact = getattr(saver, attr)
     if inspect.iscoroutinefunction(transact):
 
         async def acounted(*args: Any, **kwargs: Any) -> Any:
             seen[0] += 1
             return await transact(*args, **kwargs)
 
-        saver._transact = acounted
+        setattr(saver, attr, acounted)
     else:
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             seen[0] += 1
             return transact(*args, **kwargs)
 
-        saver._transact = counted
+        setattr(saver, attr, counted)
     return seen
 
 
-def holds_of(backend: str, target: str, limit: Limit) -> list[tuple[Any, ...]]:
+def uncount(saver: Any) -> None:
+    delattr(saver, "_run" if hasattr(saver, "place") else "_transact")
+
+
+def holds_of(backend: str, target: str, limit: Limit) -> list[Any]:
+    if backend == "redis":  # target: the saver's key prefix
+        from redis_servers import REDIS_URL
+
+        client = redis.Redis.from_url(REDIS_URL)
+        try:
+            return list(client.hkeys(f"{target}:lim:{{{limit.name}}}:holds"))
+        finally:
+            client.close()
     return sql(
         backend, target, f"SELECT hold FROM {LIMIT_HOLDS.name} WHERE name = ?", (limit.name,)
     )
 
 
 async def test_a_tries_release_rides_its_writes(
-    checkpointer: Any, monkeypatch: pytest.MonkeyPatch
+    limit_saver: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under a concurrency limit a try costs one write more than without: its
     acquire. Its slot is freed in the transaction of the node's own writes, after
     the try ended (no release waits for the bound here: it is a minute)."""
     monkeypatch.setattr(_releases, "BOUND", 60.0)
-    backend, target, saver = checkpointer.backend, checkpointer.target, checkpointer.saver
+    backend, target, saver = limit_saver.backend, limit_saver.target, limit_saver.saver
     limit, during = Limit(name(), concurrency=1), []
 
     def work(state: State) -> State:
@@ -400,63 +481,74 @@ async def test_a_tries_release_rides_its_writes(
         return g.compile(checkpointer=saver)
 
     plain, limited = graph([]), graph([limit])
-    await checkpointer.invoke(plain, {"n": 0}, {"configurable": {"thread_id": name()}})
-    await checkpointer.invoke(limited, {"n": 0}, {"configurable": {"thread_id": name()}})
+    await limit_saver.invoke(plain, {"n": 0}, {"configurable": {"thread_id": name()}})
+    await limit_saver.invoke(limited, {"n": 0}, {"configurable": {"thread_id": name()}})
     writes = count_writes(saver)
     costs = []
     for g in (plain, limited):
         writes[0] = 0
-        await checkpointer.invoke(g, {"n": 0}, {"configurable": {"thread_id": name()}})
+        await limit_saver.invoke(g, {"n": 0}, {"configurable": {"thread_id": name()}})
         costs.append(writes[0])
         assert holds_of(backend, target, limit) == []  # freed as the run ended
     assert costs[1] - costs[0] == 1
     assert during == [0, 1, 0, 1]  # held while its try ran
 
 
-async def test_a_release_no_write_carries_is_stored_within_the_bound(checkpointer: Any) -> None:
+async def test_a_release_no_write_carries_is_stored_within_the_bound(
+    limit_saver: Harness,
+) -> None:
     """A try's slot with no write after it (or whose next write fails) is freed
     on its own within `_releases.BOUND`."""
     import asyncio
 
-    backend, target, saver = checkpointer.backend, checkpointer.target, checkpointer.saver
+    backend, target, saver = limit_saver.backend, limit_saver.target, limit_saver.saver
     limit = Limit(name(), concurrency=1)
 
     def broken() -> Any:
         yield Stmt("SELECT * FROM no_such_table", fetch=True)
 
+    def unknown_command() -> Any:
+        yield [("no_such_table",)]
+
+    def write_that_fails() -> Any:
+        """A write of the saver that fails, with what rides it."""
+        if backend != "redis":
+            return saver._write(broken)
+        return saver._run(saver._riding(unknown_command()))
+
     for next_write_fails in (False, True):
-        if checkpointer.is_async:
+        if limit_saver.is_async:
             held = await admit_async(saver, "a", Admit([limit], 1.0))
         else:
             held = await asyncio.to_thread(admit_sync, saver, "a", Admit([limit], 1.0))
         assert isinstance(held, Held)
         writes = count_writes(saver)
-        if checkpointer.is_async:
+        if limit_saver.is_async:
             await release_async(Release(held))
         else:
             release_sync(Release(held))
         ended = time.monotonic()
         assert writes[0] == 0  # the release itself writes nothing
-        if checkpointer.is_async:
+        if limit_saver.is_async:
             (state,) = [x for x in await alimit_states(saver) if x.name == limit.name]
         else:
             (state,) = [x for x in limit_states(saver) if x.name == limit.name]
         assert state.holders == ()  # this saver's reads see it freed already
         if next_write_fails:
             with pytest.raises(Exception, match="no_such_table"):
-                if checkpointer.is_async:
-                    await saver._write(broken)
+                if limit_saver.is_async:
+                    await write_that_fails()
                 else:
-                    await asyncio.to_thread(saver._write, broken)
+                    await asyncio.to_thread(write_that_fails)
         while holds_of(backend, target, limit):
             assert time.monotonic() - ended < 5, "the slot was never freed"
             await asyncio.sleep(0.01)
         assert time.monotonic() - ended < 1.0
-        del saver._transact
+        uncount(saver)
 
 
 def test_a_paused_limit_is_logged_once_not_once_per_branch(
-    store: tuple[str, str], caplog: pytest.LogCaptureFixture
+    limit_store: tuple[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
     from langgraph.types import Send
 
@@ -467,7 +559,7 @@ def test_a_paused_limit_is_logged_once_not_once_per_branch(
     g.add_conditional_edges("__start__", lambda s: [Send("work", {"n": i}) for i in range(5)])
     g.set_finish_point("work")
     with ExitStack() as stack:
-        saver = saver_of(*store, stack)
+        saver = saver_of(*limit_store, stack)
         pause(saver, limit, 30)
         graph = g.compile(checkpointer=saver)
         with caplog.at_level(logging.DEBUG, logger="langgraph_resilience"):
