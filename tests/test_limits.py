@@ -313,6 +313,75 @@ def test_a_name_reused_with_other_numbers_is_refused(limit_store: tuple[str, str
     assert "concurrency=2" in str(raised.value) and "concurrency=3" in str(raised.value)
 
 
+def test_several_limits_are_taken_all_at_once_or_not_at_all(
+    limit_store: tuple[str, str],
+) -> None:
+    """A try under a free limit and a full one holds neither while it waits:
+    what the free one took for it is given back (on Redis, by a second round
+    trip), so another try gets the free one at once."""
+    first = name()  # the free one first by name: it is asked for before the full one
+    free, full = Limit(first, concurrency=1, rate=1, per=60), Limit(f"{first}-b", concurrency=1)
+    with ExitStack() as stack:
+        saver = saver_of(*limit_store, stack)
+        holder = admit_sync(saver, "holder", Admit([full], 1.0))
+        assert isinstance(holder, Held)
+        busy = admit_sync(saver, "both", Admit([free, full], 0.1))
+        assert isinstance(busy, LimitBusy) and busy.limit == full.name and busy.why == "full"
+        states = {s.name: s for s in limit_states(saver)}
+        assert states[free.name].holders == () and states[free.name].starts == 0
+        alone = admit_sync(saver, "alone", Admit([free], 0.0))  # its rate too: 1 a minute
+        assert isinstance(alone, Held)
+        release_sync(Release(alone))
+        release_sync(Release(holder))
+
+
+def redis_saver(stack: ExitStack) -> Any:
+    """A sync Redis saver under a key prefix of its own (flushed after)."""
+    from redis_servers import REDIS_DOWN, flush_prefix
+
+    if REDIS_DOWN is not None:
+        pytest.skip(REDIS_DOWN)
+    prefix = f"t{uuid.uuid4().hex[:12]}"
+    stack.callback(flush_prefix, prefix)
+    return saver_of("redis", f"#{prefix}", stack)
+
+
+def test_a_redis_acquire_sent_again_after_a_lost_reply_keeps_what_it_took() -> None:
+    """The driver sends a batch again after a lost reply: the acquire that ran
+    finds its own hold and start, and admits again instead of counting them."""
+    from langgraph_resilience._util._process import process_id
+    from langgraph_resilience.limits._admit import asks_of
+
+    limit = Limit(name(), concurrency=1, rate=1, per=60)
+    with ExitStack() as stack:
+        saver = redis_saver(stack)
+        asks, me = asks_of([limit]), process_id()
+        assert saver.limits.acquire(asks, "hold-1", me, 30.0).admitted
+        assert saver.limits.acquire(asks, "hold-1", me, 30.0).admitted  # sent again
+        other = saver.limits.acquire(asks, "hold-2", me, 30.0)
+        assert other.why == "full" and other.holders == (me,)
+        (state,) = [s for s in limit_states(saver) if s.name == limit.name]
+        assert state.holders == (me,) and state.starts == 1
+
+
+def test_a_redis_hold_is_renewed_by_the_servers_clock_until_freed() -> None:
+    from langgraph_resilience._util._process import process_id
+    from langgraph_resilience.limits._admit import asks_of
+
+    limit = Limit(name(), concurrency=1)
+    with ExitStack() as stack:
+        saver = redis_saver(stack)
+        asks, me = asks_of([limit]), "elsewhere|1|"  # a holder no one here can judge
+        assert saver.limits.acquire(asks, "h", me, 0.3).admitted
+        time.sleep(0.2)
+        assert saver.limits.renew("h", 0.3, (limit.name,))  # 0.3 s more from now
+        time.sleep(0.2)  # past the first lease, within the renewed one
+        assert saver.limits.acquire(asks, "h2", process_id(), 30.0).why == "full"
+        time.sleep(0.2)  # past the renewed lease: the hold is dropped
+        assert saver.limits.acquire(asks, "h2", process_id(), 30.0).admitted
+        assert not saver.limits.renew("h", 0.3, (limit.name,))  # no longer held
+
+
 def test_an_agents_call_policy_holds_its_limits_as_a_node_does() -> None:
     from langgraph_resilience.agents._policy import node_policy
 
