@@ -364,6 +364,27 @@ def test_a_redis_acquire_sent_again_after_a_lost_reply_keeps_what_it_took() -> N
         assert state.holders == (me,) and state.starts == 1
 
 
+@pytest.mark.parametrize("odd", ["plain", "}x", "a{b}", "#tag", "a}b"])
+def test_each_limits_scripts_touch_one_slot_of_its_own(odd: str) -> None:
+    """Redis Cluster: every script of a limit names keys of one slot (its hash
+    tag), whatever its name; a name written like another's tag has other keys."""
+    from redis.crc import key_slot
+
+    from langgraph_resilience.checkpoint.redis._keys import limit_keys, limit_tag
+    from langgraph_resilience.checkpoint.redis._limits import acquire
+    from langgraph_resilience.checkpoint.redis._ops import Place
+    from langgraph_resilience.limits._admit import asks_of
+
+    limits = [Limit(odd, concurrency=2, rate=3, per=1.0), Limit("other", concurrency=1)]
+    batch = next(acquire(Place("lgr", 0), asks_of(limits), "h", "me", 30.0, (), "", 0.0))
+    slots = []
+    for command in batch[1:]:  # one EVALSHA a limit (the first: the set of names)
+        assert command[0] == "EVALSHA" and command[2] == 3
+        slots.append({key_slot(k.encode()) for k in command[3:6]})
+    assert all(len(s) == 1 for s in slots) and len(slots) == 2
+    assert limit_keys("lgr", odd) != limit_keys("lgr", "#" + limit_tag(odd))
+
+
 def test_a_redis_hold_is_renewed_by_the_servers_clock_until_freed() -> None:
     from langgraph_resilience._util._process import process_id
     from langgraph_resilience.limits._admit import asks_of

@@ -23,7 +23,8 @@ For a prefix ``P`` (default ``lgr``) and a thread ``T``:
   epoch), for ``list(None)`` and ``archive_idle``.
 
 A shared `Limit` ``L`` is global, not a thread's: its three keys share a hash
-tag of their own, ``{L}`` (`limit_keys`, `_limits`), so each limit's scripts
+tag of their own, ``{L}`` (`limit_keys`, `_limits`; a name with a brace, or
+starting with ``#``, is tagged ``{#<its SHA-1>}``), so each limit's scripts
 touch one slot:
 
 - ``P:lim:{L}:def`` (hash): its numbers (``concurrency``, ``rate``, ``per``), its
@@ -45,6 +46,7 @@ move them together, so a thread's ledger never outlives it nor is lost before it
 
 from __future__ import annotations
 
+import hashlib
 from typing import NamedTuple
 
 from langgraph_resilience.errors import ConfigError
@@ -54,6 +56,7 @@ __all__ = [
     "ThreadKeys",
     "check_prefix",
     "limit_keys",
+    "limit_tag",
     "limits_key",
     "member",
     "run_key",
@@ -113,8 +116,16 @@ class LimitKeys(NamedTuple):
     starts: str
 
 
+def limit_tag(name: str) -> str:
+    """A limit's hash tag: its name, or, for a name a hash tag cannot hold (a
+    brace in it) or one that starts with ``#``, ``#`` and the name's SHA-1."""
+    if name.startswith("#") or any(c in name for c in "{}"):
+        return "#" + hashlib.sha1(name.encode()).hexdigest()
+    return name
+
+
 def limit_keys(prefix: str, name: str) -> LimitKeys:
-    base = f"{prefix}:lim:{{{name}}}"
+    base = f"{prefix}:lim:{{{limit_tag(name)}}}"
     return LimitKeys(f"{base}:def", f"{base}:holds", f"{base}:starts")
 
 
