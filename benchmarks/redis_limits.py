@@ -127,7 +127,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--acquires", type=int, default=2000)
     p.add_argument("--runs", type=int, default=30)
-    p.add_argument("--tries", type=int, default=30)
+    p.add_argument("--tries", type=int, default=20, help="tries per process")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     prefix = f"bench{uuid.uuid4().hex[:8]}"

@@ -403,6 +403,33 @@ def test_a_redis_hold_is_renewed_by_the_servers_clock_until_freed() -> None:
         assert not saver.limits.renew("h", 0.3, (limit.name,))  # no longer held
 
 
+def test_the_heartbeat_renews_a_running_trys_hold_on_redis() -> None:
+    """The process's heartbeat (`_drive._renew_live`) renews each running try's
+    hold on the limits it holds (Redis finds a hold by its limit)."""
+    from langgraph_resilience.checkpoint.redis._keys import limit_keys
+    from langgraph_resilience.limits import _drive
+
+    limit = Limit(name(), concurrency=1)
+    with ExitStack() as stack:
+        saver = redis_saver(stack)
+        holds = limit_keys(saver.place.prefix, limit.name).holds
+
+        def lease_end() -> float:
+            ((_, value),) = saver.conn.hgetall(holds).items()
+            return float(value.decode().split("\n")[1])
+
+        held = admit_sync(saver, "a", Admit([limit], 1.0))
+        assert isinstance(held, Held)
+        first = lease_end()
+        time.sleep(0.05)
+        _drive._renew_live()
+        assert lease_end() - first >= 40  # ms: renewed from the server's now
+        release_sync(Release(held))
+        _drive._renew_live()  # a released hold is not renewed again
+        saver.limits.flush()
+        assert saver.conn.hgetall(holds) == {}
+
+
 def test_an_agents_call_policy_holds_its_limits_as_a_node_does() -> None:
     from langgraph_resilience.agents._policy import node_policy
 
