@@ -511,20 +511,25 @@ async def test_an_agents_model_call_under_a_limit_pauses_it_on_a_429(
 
 
 def test_the_command_shows_each_limits_holders_rate_and_pause(
-    store: tuple[str, str], capsys: pytest.CaptureFixture[str]
+    limit_store: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from redis_servers import REDIS_URL
+
     from langgraph_resilience.cli import main
 
-    backend, target = store
+    backend, target = limit_store
+    db = ["--db", target]
+    if backend == "redis":
+        db = ["--db", REDIS_URL, "--prefix", target.rpartition("#")[2]]
     limit = Limit(name(), concurrency=2, rate=10, per=60)
     with ExitStack() as stack:
         saver = saver_of(backend, target, stack)
         held = admit_sync(saver, "a", Admit([limit], 1.0))
         pause(saver, Limit(limit.name, concurrency=2, rate=10, per=60), 120)
         capsys.readouterr()
-        assert main(["limits", "--db", target, "--json"]) == 0
+        assert main(["limits", *db, "--json"]) == 0
         (shown,) = [s for s in json.loads(capsys.readouterr().out) if s["name"] == limit.name]
-        assert main(["limits", "--db", target]) == 0
+        assert main(["limits", *db]) == 0
         table = capsys.readouterr().out
         assert isinstance(held, Held)
         release_sync(Release(held))

@@ -18,8 +18,10 @@ full limit): never more admitted than the bounds, at worst one less for a
 moment.
 
 A release costs no round trip of its own, as on SQL: its holds ride the saver's
-next write (`releasing`, in the first round trip of every write of the saver),
-else are stored on their own within `_releases.BOUND` (`flush`).
+next write (`releasing`, in the first round trip of every write of the saver:
+its checkpoints and writes, the ledgers', and the acquires, pauses and renewals
+here), else are stored on their own within `_releases.BOUND` (a write of
+`nothing`).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from langgraph_resilience.checkpoint.redis._limits_lua import (
 )
 from langgraph_resilience.checkpoint.redis._ops import Command, Ops, Place, T, run
 
-__all__ = ["acquire", "flush", "pause", "read", "releasing", "renew"]
+__all__ = ["acquire", "nothing", "pause", "read", "releasing", "renew"]
 
 
 def _text(value: Any) -> str:
@@ -176,12 +178,8 @@ def releasing(releases: PendingReleases, place: Place, op: Ops[T]) -> Ops[T]:
         return stop.value  # type: ignore[no-any-return]
 
 
-def flush(releases: PendingReleases, place: Place) -> Ops[None]:
-    """Free the slots waiting for a write now, in a round trip of their own."""
-    yield from releasing(releases, place, _nothing())
-
-
-def _nothing() -> Ops[None]:
+def nothing() -> Ops[None]:
+    """A write of nothing but what rides it (the slots waiting: ``flush``)."""
     return
     yield  # a generator with no round trip
 

@@ -42,6 +42,10 @@ class RedisLimits(Limits):
     def _go(self, make: Make[T]) -> T:
         return self._saver._run(make())  # type: ignore[no-any-return]
 
+    def _ride(self, make: Make[T]) -> Make[T]:
+        """A write carrying what waits for the saver's next one (slots, outcomes)."""
+        return lambda: self._saver._riding(make())
+
     def _acquire(
         self,
         asks: Sequence[LimitAsk],
@@ -53,15 +57,16 @@ class RedisLimits(Limits):
         waited: float,
     ) -> Make[Admission]:
         place = self._saver.place
-        return lambda: _limits.acquire(place, asks, hold, holder, lease, dead, blamed, waited)
+        return self._ride(
+            lambda: _limits.acquire(place, asks, hold, holder, lease, dead, blamed, waited)
+        )
 
     def _pause(self, paused: Sequence[str], pause: float, reason: str) -> Make[None]:
         place = self._saver.place
-        return lambda: _limits.pause(place, paused, pause, reason)
+        return self._ride(lambda: _limits.pause(place, paused, pause, reason))
 
     def _flush(self) -> Make[None]:
-        state, place = self._saver._state, self._saver.place
-        return lambda: _limits.flush(state.releases, place)
+        return self._ride(_limits.nothing)
 
     def _read(self) -> Make[list[LimitRow]]:
         place, ended = self._saver.place, self._saver._state.releases.waiting
@@ -87,7 +92,7 @@ class RedisLimits(Limits):
 
     def renew(self, hold: str, lease: float, names: Sequence[str] = ()) -> bool:
         place = self._saver.place
-        return self._go(lambda: _limits.renew(place, hold, names, lease))
+        return self._go(self._ride(lambda: _limits.renew(place, hold, names, lease)))
 
     def read(self) -> list[LimitRow]:
         return self._go(self._read())
