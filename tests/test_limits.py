@@ -403,6 +403,29 @@ def test_a_redis_hold_is_renewed_by_the_servers_clock_until_freed() -> None:
         assert not saver.limits.renew("h", 0.3, (limit.name,))  # no longer held
 
 
+def test_redis_limits_keep_the_servers_clock_not_a_clients(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process whose clock is an hour ahead pauses a limit for 2 s, waits it
+    out and takes its slot: a process with the right clock then finds the pause
+    over and the slot held (by the clients' clocks, it would find the limit
+    paused for an hour more)."""
+    limit = Limit(name(), concurrency=1)
+    with ExitStack() as stack:
+        saver = redis_saver(stack)
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + 3600)
+        pause(saver, limit, 2.0)
+        skewed = admit_sync(saver, "ahead", Admit([limit], 3.0))  # waits out the pause
+        monkeypatch.setattr(time, "time", real)
+        assert isinstance(skewed, Held) and 1.5 < skewed.waited < 2.8
+        busy = admit_sync(saver, "right", Admit([limit], 0.1))
+        assert isinstance(busy, LimitBusy) and busy.why == "full"
+        (state,) = [s for s in limit_states(saver) if s.name == limit.name]
+        assert len(state.holders) == 1
+        release_sync(Release(skewed))
+
+
 def test_the_heartbeat_renews_a_running_trys_hold_on_redis() -> None:
     """The process's heartbeat (`_drive._renew_live`) renews each running try's
     hold on the limits it holds (Redis finds a hold by its limit)."""
