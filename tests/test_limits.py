@@ -21,7 +21,14 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import CHECKPOINTERS, REDIS_SAVERS, Harness, harness, require_postgres
+from conftest import (
+    CHECKPOINTERS,
+    REDIS_SAVERS,
+    Harness,
+    harness,
+    open_redis,
+    require_postgres,
+)
 from helpers import read_ledger, sql, wait_until
 from spawn import Process, spawn
 
@@ -424,6 +431,33 @@ def test_redis_limits_keep_the_servers_clock_not_a_clients(
         (state,) = [s for s in limit_states(saver) if s.name == limit.name]
         assert len(state.holders) == 1
         release_sync(Release(skewed))
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+async def test_a_redis_saver_closing_frees_the_slots_still_waiting(
+    is_async: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release waits for the saver's next write (here the bound is a minute):
+    the saver closing stores it, as the SQL savers do."""
+    from redis_servers import REDIS_DOWN, flush_prefix
+
+    if REDIS_DOWN is not None:
+        pytest.skip(REDIS_DOWN)
+    monkeypatch.setattr(_releases, "BOUND", 60.0)
+    limit, prefix = Limit(name(), concurrency=1), f"t{uuid.uuid4().hex[:12]}"
+    try:
+        async with AsyncExitStack() as stack:
+            saver = await open_redis(is_async, stack, prefix)
+            if is_async:
+                held = await admit_async(saver, "a", Admit([limit], 1.0))
+                await release_async(Release(held))  # type: ignore[arg-type]
+            else:
+                held = admit_sync(saver, "a", Admit([limit], 1.0))
+                release_sync(Release(held))  # type: ignore[arg-type]
+            assert holds_of("redis", prefix, limit) != []  # waiting for a write
+        assert holds_of("redis", prefix, limit) == []
+    finally:
+        flush_prefix(prefix)
 
 
 def test_the_heartbeat_renews_a_running_trys_hold_on_redis() -> None:

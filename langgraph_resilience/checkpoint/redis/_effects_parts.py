@@ -134,8 +134,12 @@ class RedisEffects(_Redis, Effects):
             raise
 
     def flush(self) -> None:
-        """Store the outcomes written behind now (the saver closes)."""
-        self._go(lambda: _effects.flush(self._saver._state.outcomes, self._saver.place))
+        """Store the outcomes written behind now, and free the slots of ended
+        tries (the saver closes)."""
+        self._go(self._flushing)
+
+    def _flushing(self) -> Ops[None]:
+        return self._ride(_effects.flush(self._saver._state.outcomes, self._saver.place))
 
 
 class AsyncRedisEffects(_AsyncRedis, RedisEffects, AsyncEffects):
@@ -178,9 +182,7 @@ class AsyncRedisEffects(_AsyncRedis, RedisEffects, AsyncEffects):
             raise
 
     async def aflush(self) -> None:
-        await self._saver._drive(
-            lambda: _effects.flush(self._saver._state.outcomes, self._saver.place)
-        )
+        await self._saver._drive(self._flushing)
 
 
 # -- node attempts ---------------------------------------------------------------------
