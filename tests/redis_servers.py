@@ -137,6 +137,22 @@ def patch_run(prefix: str, run_id: str, **changes: object) -> None:
         client.close()
 
 
+def shift_not_before(prefix: str, run_id: str, seconds: float) -> None:
+    """Move a queued run's not-before time ``seconds`` earlier (its record and its
+    queue entry), as if that much time had passed."""
+    found = run_record(prefix, run_id)
+    assert found is not None, f"no run {run_id!r} under {prefix!r}"
+    thread, record = found
+    due = record.get("not_before")
+    assert isinstance(due, (int, float)), record
+    patch_run(prefix, run_id, not_before=due - seconds)
+    client = _client()
+    try:
+        client.zadd(f"{prefix}:runs:queued", {f"{thread}\0{run_id}": int((due - seconds) * 1000)})
+    finally:
+        client.close()
+
+
 def expire_run_lease(prefix: str, run_id: str) -> None:
     """The run's lease ended an hour ago."""
     found = run_record(prefix, run_id)

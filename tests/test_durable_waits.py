@@ -30,7 +30,13 @@ SCRIPT = Path(__file__).parent / "scripts" / "wait_worker.py"
 
 
 def make_due(backend: str, target: str, run_id: str) -> None:
-    """Let a waiting run's hour pass, in the store's clock."""
+    """Let a waiting run's hour pass, in the store's clock (on Redis ``target`` is
+    the saver's key prefix)."""
+    if backend == "redis":
+        from redis_servers import shift_not_before
+
+        shift_not_before(target, run_id, 3600)
+        return
     sql(
         backend,
         target,

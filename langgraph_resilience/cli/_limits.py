@@ -1,16 +1,42 @@
-"""``langgraph-resilience limits``: each shared limit's holders, rate and pause."""
+"""``langgraph-resilience limits``: each shared limit's holders, rate and pause,
+on a SQL store or a Redis server (``--db redis://...``, under ``--prefix``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import click
 
 from langgraph_resilience.cli._render import print_json, print_table
-from langgraph_resilience.cli._store import DB_ENV, open_store
-from langgraph_resilience.limits import limit_states
+from langgraph_resilience.cli._store import DB_ENV, REDIS_SCHEMES, CliError, one_line, open_store
+from langgraph_resilience.errors import StoreUnavailable
+from langgraph_resilience.limits import LimitState, limit_states
+
+try:
+    from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
+
+    _REDIS_MISSING: str | None = None
+except ImportError as missing:  # the base install, without the `redis` extra
+    _REDIS_MISSING = (
+        f"a redis:// URL needs the redis extra ({missing}): "
+        "pip install 'langgraph-resilience[redis]'"
+    )
 
 __all__ = ["limits"]
+
+
+def _on_redis(url: str, prefix: str) -> list[LimitState]:
+    """The limits a Redis saver under ``prefix`` keeps on the server at ``url``."""
+    if _REDIS_MISSING is not None:
+        raise CliError(_REDIS_MISSING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # what the server keeps on disk
+        try:
+            with ResilientRedisSaver.from_conn_string(url, prefix=prefix) as saver:
+                return limit_states(saver)
+        except StoreUnavailable as exc:
+            raise CliError(one_line(exc)) from exc
 
 
 @click.command()
@@ -18,13 +44,19 @@ __all__ = ["limits"]
     "--db",
     envvar=DB_ENV,
     metavar="PATH|DSN",
-    help=f"The store: a SQLite file path or a Postgres DSN (env {DB_ENV}).",
+    help=f"The store: a SQLite file path, a Postgres DSN or a redis:// URL (env {DB_ENV}).",
+)
+@click.option(
+    "--prefix", default="lgr", show_default=True, help="On Redis: the savers' key prefix."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
-def limits(db: str | None, as_json: bool) -> int:
+def limits(db: str | None, prefix: str, as_json: bool) -> int:
     """The shared limits in the store: holders, starts in the window, pause, waits."""
-    with open_store(db) as store:
-        found = limit_states(store.saver)
+    if db is not None and db.startswith(REDIS_SCHEMES):
+        found = _on_redis(db, prefix)
+    else:
+        with open_store(db) as store:
+            found = limit_states(store.saver)
     if as_json:
         print_json([dataclasses.asdict(s) for s in found])
         return 0

@@ -144,8 +144,9 @@ def open_store(
     if target.startswith(REDIS_SCHEMES):
         raise CliError(
             f"{target.split('@')[-1]}: the Redis savers keep checkpoints only; the command's "
-            "runs, reports, workers, limits and demo read the run ledger, which Redis does not "
-            "keep yet (docs/redis.md): pass a SQLite file path or a Postgres DSN"
+            "runs, reports, workers and demo read the run ledger, which Redis does not "
+            "keep yet (docs/redis.md): pass a SQLite file path or a Postgres DSN (the limits "
+            "command takes a redis:// URL)"
         )
     if _POSTGRES_MISSING and is_postgres(target):
         raise CliError(_POSTGRES_MISSING)

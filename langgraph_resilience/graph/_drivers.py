@@ -136,7 +136,7 @@ def run_sync(
                 raise
         elif isinstance(op, Admit):
             reply = held = admit_sync(
-                task.saver if task is not None else None, what.name, op, sleep
+                task.limit_saver if task is not None else None, what.name, op, sleep
             )
         elif isinstance(op, Release):
             release_sync(op)
@@ -249,7 +249,7 @@ async def run_async(
                         await release_async(Release(held))
                 raise
         elif isinstance(op, Admit):
-            saver = task.async_saver or task.saver if task is not None else None
+            saver = task.limit_saver if task is not None else None
             reply = held = await admit_async(saver, what.name, op, sleep)
         elif isinstance(op, Release):
             await release_async(op)

@@ -278,6 +278,15 @@ class TaskContext:
         return None
 
     @property
+    def limit_saver(self) -> Any:
+        """The graph's saver, if it keeps shared limits: a resilient saver, or one
+        with a ``limits`` interface of its own (the Redis savers); else None."""
+        found = self._configurable.get(CHECKPOINTER_KEY)
+        if _conforms(found, ResilientSaver) or _conforms(found, AsyncResilientSaver):
+            return found
+        return found if getattr(found, "limits", None) is not None else None
+
+    @property
     def step_log(self) -> StepLog | None:
         """The graph's saver, if it keeps the run log's step rows (every resilient
         saver, the Redis savers too), sync methods."""

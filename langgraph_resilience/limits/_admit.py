@@ -137,7 +137,7 @@ def _mismatch(limit: Limit, answer: Admission) -> str:
         f"rate={limit.rate}, per={limit.per}. Every process must give a shared limit the "
         "same numbers: name other numbers another limit, or change them in every process "
         "and drop the stored row once none runs (DELETE FROM resilience_limits WHERE name = "
-        f"'{limit.name}')."
+        f"'{limit.name}'; on Redis: DEL <prefix>:lim:{{{limit.name}}}:def)."
     )
 
 

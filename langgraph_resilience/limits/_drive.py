@@ -42,9 +42,13 @@ def limits_io(saver: Any, where: str) -> Limits:
     if saver is None:
         raise ConfigError(
             f"{where} has limits=, which are kept in the store: compile the graph (or "
-            "agent) with a resilient saver (ResilientSqliteSaver, ResilientPostgresSaver "
-            "or their async twins), shared by every process that shares the limits"
+            "agent) with a resilient saver (ResilientSqliteSaver, ResilientPostgresSaver, "
+            "ResilientRedisSaver or their async twins), shared by every process that "
+            "shares the limits"
         )
+    own: Limits | None = getattr(saver, "limits", None)  # a store of its own (Redis)
+    if own is not None:
+        return own
     return AsyncLimits(saver) if hasattr(saver, "_bridge") else Limits(saver)
 
 
@@ -59,7 +63,7 @@ def _held(op: Admit, io: Limits, hold: str) -> Held:
 
 #: The holds of this process whose tries run, renewed together every third of
 #: `LEASE` by one heartbeat (a try adds and removes itself: no thread woken).
-_live: dict[str, Limits] = {}
+_live: dict[str, Held] = {}
 _live_lock = threading.Lock()
 _beat: list[Any] = []
 
@@ -77,9 +81,9 @@ os.register_at_fork(after_in_child=_after_fork)
 def _renew_live() -> bool:
     with _live_lock:
         live = list(_live.items())
-    for hold, io in live:
+    for hold, held in live:
         try:
-            io.renew(hold, LEASE)
+            held.io.renew(hold, LEASE, held.holding)
         except Exception as exc:  # the next beat tries again; the lease has time left
             logger.warning("could not renew a shared limit's hold: %s", exc)
     return True
@@ -88,7 +92,7 @@ def _renew_live() -> bool:
 def _renewing(held: Held) -> None:
     if held.holding:
         with _live_lock:
-            _live[held.hold] = held.io
+            _live[held.hold] = held
             if not _beat or _beat[0] != os.getpid():
                 _beat[:] = [os.getpid(), every(LEASE / 3, _renew_live)]
 

@@ -11,6 +11,9 @@ their run only once that line is in LEDGER (and the pause stored: 0.2 s later),
 so that whatever the machine's load did to the processes' start-up, they have
 tries to run while the limit is paused.
 
+TARGET: a SQLite path, a Postgres DSN, or on Redis ``[URL]#PREFIX`` (the key
+prefix the processes share; the tests' Redis without a URL).
+
 --limit NAME --concurrency N --rate N --per S   the limit (shared by name)
 --async    the async saver and ainvoke
 

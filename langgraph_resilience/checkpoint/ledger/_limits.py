@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -393,8 +393,9 @@ class Limits(_Part):
         d = self._saver._dialect
         self._io._write(nothing, pipeline=d.procedures, relaxed=True)
 
-    def renew(self, hold: str, lease: float) -> bool:
-        """Extend a hold's lease (`renew`)."""
+    def renew(self, hold: str, lease: float, names: Sequence[str] = ()) -> bool:
+        """Extend a hold's lease (`renew`; ``names``, the limits it holds, are for
+        a store that finds a hold by its limit: Redis)."""
         d = self._saver._dialect
         return self._io._write(lambda: renew(d, hold, lease))
 
@@ -447,14 +448,18 @@ class AsyncLimits(Limits, _AsyncPart):
     def flush(self) -> None:
         """`Limits.flush` on the saver's event loop, not waited for (called from
         the releases' thread, which serves every saver of the process)."""
-        d = self._saver._dialect
-        write = self._saver._write(nothing, pipeline=d.procedures, relaxed=True)
+        write = self._flushing()
         try:
             done = asyncio.run_coroutine_threadsafe(write, self._saver.loop)  # type: ignore[attr-defined]
         except BaseException:  # the loop is closed: the saver is gone with it
             write.close()
             raise
         done.add_done_callback(_logged(self._saver._state.releases))
+
+    def _flushing(self) -> Coroutine[Any, Any, None]:
+        """The write `flush` runs on the saver's loop."""
+        d = self._saver._dialect
+        return self._saver._write(nothing, pipeline=d.procedures, relaxed=True)
 
     async def aread(self) -> list[LimitRow]:
         """Async twin of `Limits.read`."""

@@ -13,7 +13,9 @@ the `Worker`: ``_runs`` (its operations and keys), ``_runs_scripts`` (its Lua),
 The ledgers: ``_effects`` (the effect ledger), ``_attempts`` (a task's failed
 tries), ``_effects_lua`` (their scripts), ``_effects_parts`` (``saver.effects``,
 ``saver.attempts``). The run log's step rows: ``_steps`` (stored with a task's
-writes; ``step_history`` and ``history.tally``).
+writes; ``step_history`` and ``history.tally``). Shared `Limit`s: ``_limits``
+(their operations, and the releases riding every write), ``_limits_lua`` (their
+scripts), ``_limits_parts`` (``saver.limits``).
 """
 
 from __future__ import annotations

@@ -7,10 +7,11 @@ ledger (``saver.effects``, ``saver.attempts``: `_effects_parts`), so
 leases (`_runs`): a `Worker` runs on a Redis saver, its writes fenced (its
 checkpoints, writes, effects and failed tries). Refused, with `ConfigError`
 (the docs' "What Redis does not keep"): the run log's run rows and their
-readers (the step rows are kept: `_steps`), and
-`Limit`s. They live in the SQL savers' own transactions; on Redis they are not
-built yet, and a weaker copy would break their promises silently. What needs
-them (``run_report``, a `Limit`) refuses a Redis saver at once.
+readers (the step rows are kept: `_steps`). They live in the SQL savers' own
+transactions; on Redis they are not built yet, and a weaker copy would break
+their promises silently. What needs them (``run_report``) refuses a Redis
+saver at once. Shared `Limit`s are kept (``saver.limits``: `_limits_parts`),
+their slots freed with the saver's next write (`_limits.releasing`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.redis._durability import Durability, durability
 from langgraph_resilience.checkpoint.redis._effects import riding
 from langgraph_resilience.checkpoint.redis._effects_parts import RedisAttempts, RedisEffects
+from langgraph_resilience.checkpoint.redis._limits import releasing
+from langgraph_resilience.checkpoint.redis._limits_parts import RedisLimits
 from langgraph_resilience.checkpoint.redis._ops import Ops, Place, T
 from langgraph_resilience.checkpoint.redis._tier import object_key
 from langgraph_resilience.checkpoint.saver._base import SaverState
@@ -103,6 +106,7 @@ class RedisCommon(BaseCheckpointSaver[str]):
     #: The classes of ``effects`` and ``attempts`` (the async twin's have a-methods).
     _effects_type: ClassVar[type[RedisEffects]] = RedisEffects
     _attempts_type: ClassVar[type[RedisAttempts]] = RedisAttempts
+    _limits_type: ClassVar[type[RedisLimits]] = RedisLimits
 
     def __init__(
         self,
@@ -142,9 +146,17 @@ class RedisCommon(BaseCheckpointSaver[str]):
         """The failed tries of tasks (`saver._interfaces.Attempts`), on Redis."""
         return self._attempts_type(self)
 
+    @property
+    def limits(self) -> RedisLimits:
+        """Shared limits (`langgraph_resilience.limits` drives them), on Redis."""
+        return self._limits_type(self)
+
     def _riding(self, op: Ops[T]) -> Ops[T]:
-        """``op`` carrying the outcomes written behind (`_effects.riding`)."""
-        return riding(self._state.outcomes, self.place, op)
+        """``op`` carrying the outcomes written behind (`_effects.riding`) and the
+        slots of ended tries (`_limits.releasing`)."""
+        return riding(
+            self._state.outcomes, self.place, releasing(self._state.releases, self.place, op)
+        )
 
     def list_effects(self, thread_id: str) -> Sequence[EffectRecord]:
         """A thread's side effects: key, name, intent and outcome times, status."""

@@ -6,7 +6,8 @@ A sync saver drives an operation with ``saver._drive``; an async saver's
 a-methods ``await`` it, and its sync methods (the heartbeat renewing a claim, a
 sync node under ``ainvoke``) send it to the saver's loop (``saver._bridge``).
 The two differ in `_go` and the ``await`` of each a-method, nothing else.
-Writes carry the outcomes written behind (`_effects.riding`).
+Writes carry the outcomes written behind and the slots of ended tries
+(``saver._riding``).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class _Redis:
         return self._saver._drive(make)  # type: ignore[no-any-return]
 
     def _ride(self, op: Ops[T]) -> Ops[T]:
-        return _effects.riding(self._saver._state.outcomes, self._saver.place, op)
+        return self._saver._riding(op)  # type: ignore[no-any-return]
 
 
 class _AsyncRedis(_Redis):
@@ -133,8 +134,12 @@ class RedisEffects(_Redis, Effects):
             raise
 
     def flush(self) -> None:
-        """Store the outcomes written behind now (the saver closes)."""
-        self._go(lambda: _effects.flush(self._saver._state.outcomes, self._saver.place))
+        """Store the outcomes written behind now, and free the slots of ended
+        tries (the saver closes)."""
+        self._go(self._flushing)
+
+    def _flushing(self) -> Ops[None]:
+        return self._ride(_effects.flush(self._saver._state.outcomes, self._saver.place))
 
 
 class AsyncRedisEffects(_AsyncRedis, RedisEffects, AsyncEffects):
@@ -177,9 +182,7 @@ class AsyncRedisEffects(_AsyncRedis, RedisEffects, AsyncEffects):
             raise
 
     async def aflush(self) -> None:
-        await self._saver._drive(
-            lambda: _effects.flush(self._saver._state.outcomes, self._saver.place)
-        )
+        await self._saver._drive(self._flushing)
 
 
 # -- node attempts ---------------------------------------------------------------------

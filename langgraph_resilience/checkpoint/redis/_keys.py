@@ -22,6 +22,20 @@ For a prefix ``P`` (default ``lgr``) and a thread ``T``:
 - ``P:threads`` (sorted set): thread ids, scored by their last write (ms since the
   epoch), for ``list(None)`` and ``archive_idle``.
 
+A shared `Limit` ``L`` is global, not a thread's: its three keys share a hash
+tag of their own, ``{L}`` (`limit_keys`, `_limits`; a name with a brace, or
+starting with ``#``, is tagged ``{#<its SHA-1>}``), so each limit's scripts
+touch one slot:
+
+- ``P:lim:{L}:def`` (hash): its numbers (``concurrency``, ``rate``, ``per``), its
+  pause (``paused_until``, ms of the server's clock; ``pause_reason``), the
+  seconds tries ``waited`` for it, ``created_at``;
+- ``P:lim:{L}:holds`` (hash): hold id -> ``<holder>\n<lease until, ms>\n<since, ms>``,
+  one field per try holding one of its slots;
+- ``P:lim:{L}:starts`` (sorted set): hold ids of the tries started in its rate
+  window, scored by their start (ms);
+- ``P:limits`` (set): every limit's name (for ``limit_states``), in its own slot.
+
 A thread's ten keys share the hash tag ``{T}``, so its Lua scripts touch one
 slot and the layout works on Redis Cluster; the run index and the thread
 registry live in their own slots and are written beside the script (they only
@@ -32,11 +46,23 @@ move them together, so a thread's ledger never outlives it nor is lost before it
 
 from __future__ import annotations
 
+import hashlib
 from typing import NamedTuple
 
 from langgraph_resilience.errors import ConfigError
 
-__all__ = ["ThreadKeys", "check_prefix", "member", "run_key", "threads_key", "thread_keys"]
+__all__ = [
+    "LimitKeys",
+    "ThreadKeys",
+    "check_prefix",
+    "limit_keys",
+    "limit_tag",
+    "limits_key",
+    "member",
+    "run_key",
+    "thread_keys",
+    "threads_key",
+]
 
 SEP = "\0"
 
@@ -80,6 +106,31 @@ def run_key(prefix: str, run_id: str) -> str:
 
 def threads_key(prefix: str) -> str:
     return f"{prefix}:threads"
+
+
+class LimitKeys(NamedTuple):
+    """A shared limit's keys, in the order of its scripts' KEYS (`_limits`)."""
+
+    definition: str
+    holds: str
+    starts: str
+
+
+def limit_tag(name: str) -> str:
+    """A limit's hash tag: its name, or, for a name a hash tag cannot hold (a
+    brace in it) or one that starts with ``#``, ``#`` and the name's SHA-1."""
+    if name.startswith("#") or any(c in name for c in "{}"):
+        return "#" + hashlib.sha1(name.encode()).hexdigest()
+    return name
+
+
+def limit_keys(prefix: str, name: str) -> LimitKeys:
+    base = f"{prefix}:lim:{{{limit_tag(name)}}}"
+    return LimitKeys(f"{base}:def", f"{base}:holds", f"{base}:starts")
+
+
+def limits_key(prefix: str) -> str:
+    return f"{prefix}:limits"
 
 
 def member(ns: str, checkpoint_id: str) -> str:

@@ -40,6 +40,7 @@ from langgraph_resilience.checkpoint.redis._effects_parts import (
     AsyncRedisAttempts,
     AsyncRedisEffects,
 )
+from langgraph_resilience.checkpoint.redis._limits_parts import AsyncRedisLimits
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._runs_saver import AsyncRunsSaver
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
@@ -100,6 +101,7 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
 
     _effects_type: ClassVar[type[AsyncRedisEffects]] = AsyncRedisEffects
     _attempts_type: ClassVar[type[AsyncRedisAttempts]] = AsyncRedisAttempts
+    _limits_type: ClassVar[type[AsyncRedisLimits]] = AsyncRedisLimits
 
     @property
     def effects(self) -> AsyncRedisEffects:
@@ -110,6 +112,11 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
     def attempts(self) -> AsyncRedisAttempts:
         """The failed tries of tasks, with the a-prefixed methods."""
         return self._attempts_type(self)
+
+    @property
+    def limits(self) -> AsyncRedisLimits:
+        """Shared limits, with the a-prefixed methods."""
+        return self._limits_type(self)
 
     async def alist_effects(self, thread_id: str) -> Sequence[EffectRecord]:
         """Async twin of `list_effects`."""
