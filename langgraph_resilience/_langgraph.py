@@ -16,8 +16,9 @@ What each is for:
   set by the graph builder): the graph's saver (`CHECKPOINTER_KEY`), whether the
   run goes on from a checkpoint (`RESUMING_KEY`), the `Runtime` with its
   ``execution_info`` (`RUNTIME_KEY`), the durability mode (`DURABILITY_KEY`),
-  and the two keys that say a graph runs inside a parent's task
-  (`TASK_ID_KEY`, `SCRATCHPAD_KEY`);
+  the two keys that say a graph runs inside a parent's task
+  (`TASK_ID_KEY`, `SCRATCHPAD_KEY`), and how a node's function calls a
+  functional ``@task`` (`CALL_KEY`: the test kit taps the tasks it calls);
 - a task's metadata keys (`NODE_KEY`, `STEP_KEY`, `PATH_KEY`) and the head of
   a `Send` task's path (`SEND_PATH`);
 - the write channels a run's history is read from: `INTERRUPT_CHANNEL`,
@@ -90,6 +91,7 @@ if TYPE_CHECKING:  # the postgres extra: the door is typed against it, never imp
 
 __all__ = [
     "BRANCH_PREFIX",
+    "CALL_KEY",
     "triggers_none",
     "CHECKPOINTER_KEY",
     "CURSOR_HOOK",
@@ -137,6 +139,8 @@ DURABILITY_KEY = _constants.CONFIG_KEY_DURABILITY  # "sync" | "async" | "exit"
 # Set in the config of a task: a graph called with either runs inside a parent's task.
 TASK_ID_KEY = _constants.CONFIG_KEY_TASK_ID
 SCRATCHPAD_KEY = _constants.CONFIG_KEY_SCRATCHPAD
+# How a running task calls a functional ``@task``: call(func, (args, kwargs), **options).
+CALL_KEY = _constants.CONFIG_KEY_CALL
 
 # -- a task's metadata (config["metadata"]) ----------------------------------------------
 # LangGraph spells these inline (pregel's task preparation); its savers list them

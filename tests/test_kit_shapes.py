@@ -32,17 +32,19 @@ from deepagents import create_deep_agent
 from langchain.agents import create_agent
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
+from langgraph.func import entrypoint
 from langgraph.graph import END, START, StateGraph
 from langgraph_supervisor import create_supervisor
 from langgraph_swarm import create_handoff_tool, create_swarm
 from test_shapes import Chat, Fake
 
-from langgraph_resilience import side_effect
+from langgraph_resilience import Backoff, NodePolicy, TransientError, side_effect
 from langgraph_resilience.agents import ResilienceMiddleware
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.postgres.aio import AsyncResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+from langgraph_resilience.graph import task
 from langgraph_resilience.testing import (
     FaultPlan,
     RecoverySuiteReport,
@@ -481,3 +483,150 @@ async def test_every_extra_call_says_why(store: tuple[str, str]) -> None:
         for n in case.effects_duplicated.values():
             reasons = [line for line in case.evidence if line.startswith("  +")]
             assert sum(int(line.split(":")[0].strip()[1:]) for line in reasons) >= n, case
+
+
+# -- the functional API: an entrypoint's tasks are steps ------------------------------
+
+
+def pipeline(ran: Path, sent: list[str] | None = None) -> Any:
+    """An ``@entrypoint`` calling ``fetch`` (flaky: every other call fails, and
+    its `NodePolicy` retries), ``summarize``, then ``send``, which emails
+    through the `side_effect` ``email`` (appended to ``sent``), or, without
+    ``sent``, outside the effect ledger (a line in ``ran``'s outbox). Each task
+    run appends its name to ``ran``."""
+    outbox = ran.with_suffix(".outbox")
+
+    @side_effect(name="email")
+    def deliver(text: str) -> str:
+        assert sent is not None
+        sent.append(text)
+        return "ok"
+
+    def note(name: str) -> int:
+        with ran.open("a") as f:
+            f.write(f"{name}\n")
+        return ran.read_text().splitlines().count(name)
+
+    def build(saver: Any) -> Any:
+        @task(policy=NodePolicy(retry=Backoff(max_attempts=3, initial_interval=0.001)))
+        def fetch(q: str) -> str:
+            if note("fetch") % 2:
+                raise TransientError("the source is busy")
+            return f"found {q}"
+
+        @task
+        def summarize(text: str) -> str:
+            note("summarize")
+            return text.upper()
+
+        @task
+        def send(text: str) -> str:
+            note("send")
+            if sent is not None:
+                deliver(text)
+            else:
+                with outbox.open("a") as f:
+                    f.write(f"{text}\n")
+            return f"sent {text}"
+
+        @entrypoint(checkpointer=saver)
+        def flow(q: str) -> str:
+            return send(summarize(fetch(q).result()).result()).result()
+
+        return flow
+
+    return build
+
+
+async def test_an_entrypoints_tasks_are_steps_crashed_between(
+    store: tuple[str, str], tmp_path: Path
+) -> None:
+    # Before: the entrypoint was one opaque step ('flow'): no crash landed
+    # between its tasks.
+    sent: list[str] = []
+    report = await asyncio.to_thread(
+        recovery_suite,
+        pipeline(tmp_path / "ran", sent),
+        "x",
+        checkpointer_factory=_factory(store),
+        effects={"email": sent},
+        dedupe_effects={"email"},
+        compare=lambda v: v,
+        max_cases=0,
+        durability="sync",
+    )
+    assert report.reference_steps == ("flow", "fetch", "summarize", "send")
+    names = [c.name for c in report.family("step_crash")]
+    for step in ("fetch", "summarize", "send"):
+        assert f"crash after step {step!r}" in names, names
+        assert f"crash after task {step!r}, its result stored" in names, names
+    (between,) = [
+        c for c in report.cases if c.name == "crash after task 'summarize', its result stored"
+    ]
+    assert between.evidence[0] == "run 1: started, crashed", between
+    assert between.steps_redone == ("flow",)  # the entrypoint's body; no finished task
+    assert [c.name for c in report.cases if not c.passed] == ["checkpoint write 1 of 2 fails"]
+    # LangGraph runs an entrypoint's body while its input checkpoint is stored:
+    # that write failing leaves nothing to resume, and the rerun is a new run.
+    (first,) = [c for c in report.cases if not c.passed]
+    assert first.effects_new_key == {"email": 1}
+    assert any(
+        "+1: side effect 'email' was called again under a new idempotency key after a "
+        "resume: the run found no checkpoint to resume from and started again from its "
+        "input, though 'send' had run" in line
+        for line in first.evidence
+    ), first.evidence
+
+
+async def test_an_email_outside_the_ledger_in_a_task_says_why(
+    store: tuple[str, str], tmp_path: Path
+) -> None:
+    outbox = (tmp_path / "ran").with_suffix(".outbox")
+    report = await asyncio.to_thread(
+        recovery_suite,
+        pipeline(tmp_path / "ran"),
+        "x",
+        checkpointer_factory=_factory(store),
+        effects={"email": lambda: _lines(outbox)},
+        compare=lambda v: v,
+        max_cases=0,
+        durability="sync",
+    )
+    (case,) = [c for c in report.family("step_crash") if c.name == "crash after step 'send'"]
+    assert not case.passed and case.effects_unkeyed == {"email": 1}, case
+    assert any(
+        "+1: called again outside the effect ledger after a resume ('send' ran again" in line
+        for line in case.evidence
+    ), case.evidence
+    stored = [c for c in report.cases if c.name == "crash after task 'send', its result stored"]
+    assert [c.passed for c in stored] == [True]
+    assert not report.ok
+
+
+def test_a_sigkill_between_tasks_is_the_crash_point_the_suite_names(
+    store: tuple[str, str], tmp_path: Path
+) -> None:
+    """A real SIGKILL right after ``summarize``'s result was stored, then a
+    resume in this process: the finished tasks are not run again."""
+    ran, sent = tmp_path / "ran", []
+    factory = _factory(store)
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    with factory():  # set the store up before forking
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: runs until the plan kills it
+        try:
+            with factory() as saver:
+                plan = FaultPlan().crash("summarize", when="stored", kill=True)
+                plan.apply(pipeline(ran, [])(saver)).invoke("x", config, durability="sync")
+        finally:
+            os._exit(3)  # not killed: the test fails below
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert ran.read_text().splitlines() == ["fetch", "fetch", "summarize"]
+    with factory() as saver:
+        out = pipeline(ran, sent)(saver).invoke(None, config, durability="sync")
+    assert out == "sent FOUND X" and sent == ["FOUND X"]
+    assert ran.read_text().splitlines() == ["fetch", "fetch", "summarize", "send"]

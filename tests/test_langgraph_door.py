@@ -54,6 +54,7 @@ def test_the_config_keys_are_langgraphs() -> None:
     assert door.DURABILITY_KEY == lg.CONFIG_KEY_DURABILITY
     assert door.TASK_ID_KEY == lg.CONFIG_KEY_TASK_ID
     assert door.SCRATCHPAD_KEY == lg.CONFIG_KEY_SCRATCHPAD
+    assert door.CALL_KEY == lg.CONFIG_KEY_CALL
     # get_runtime() is the runtime under RUNTIME_KEY in the configurable section.
     assert lg.CONF == "configurable"
 

@@ -131,3 +131,134 @@ async def test_an_unreachable_postgres_names_the_store(monkeypatch: pytest.Monke
         async with server.checkpointer():
             pass
     assert "secret" not in str(caught.value)
+
+
+# -- the retry route on a plain parent (a supervisor) --------------------------------
+
+
+class Api:
+    """The Agent Server API the retry route calls (threads, state, history,
+    runs), each as the server answers it, over one in-process compiled graph:
+    a run is the graph invoked to its end (the server queues it)."""
+
+    def __init__(self, graph: Any) -> None:
+        self.graph = graph
+        self.runs: list[dict[str, Any]] = []
+
+    def routes(self) -> list[Any]:
+        from starlette.routing import Route
+
+        return [
+            Route("/threads/{thread_id}", self.thread, methods=["GET"]),
+            Route("/threads/{thread_id}/state", self.state, methods=["GET"]),
+            Route("/threads/{thread_id}/state", self.update, methods=["POST"]),
+            Route("/threads/{thread_id}/history", self.history, methods=["POST"]),
+            Route("/threads/{thread_id}/runs", self.run, methods=["POST"]),
+        ]
+
+    @staticmethod
+    def _json(value: Any, status: int = 200) -> Any:
+        import json
+
+        from starlette.responses import Response
+
+        body = json.dumps(value, default=lambda v: getattr(v, "content", str(v)))
+        return Response(body, status_code=status, media_type="application/json")
+
+    @staticmethod
+    def _snapshot(s: Any) -> dict[str, Any]:
+        return {
+            "values": s.values,
+            "next": list(s.next),
+            "checkpoint": s.config["configurable"],
+            "metadata": s.metadata,
+        }
+
+    @staticmethod
+    def _config(request: Any, **configurable: Any) -> dict[str, Any]:
+        thread = request.path_params["thread_id"]
+        return {"configurable": {"checkpoint_ns": "", **configurable, "thread_id": thread}}
+
+    async def thread(self, request: Any) -> Any:
+        metadata = {"graph_id": "team"}
+        return self._json({"thread_id": request.path_params["thread_id"], "metadata": metadata})
+
+    async def state(self, request: Any) -> Any:
+        return self._json(self._snapshot(await self.graph.aget_state(self._config(request))))
+
+    async def history(self, request: Any) -> Any:
+        body = await request.json()
+        before = body.get("before")
+        found = [
+            self._snapshot(s)
+            async for s in self.graph.aget_state_history(
+                self._config(request),
+                limit=int(body.get("limit") or 1),
+                before={"configurable": {"checkpoint_id": before}} if before else None,
+            )
+        ]
+        return self._json(found)
+
+    async def update(self, request: Any) -> Any:
+        body = await request.json()
+        config = self._config(request, **(body.get("checkpoint") or {}))
+        done = await self.graph.aupdate_state(config, body.get("values"), as_node=body["as_node"])
+        return self._json({"checkpoint": done["configurable"]})
+
+    async def run(self, request: Any) -> Any:
+        from langgraph.types import Command
+
+        body = await request.json()
+        self.runs.append(body)
+        given = (body.get("config") or {}).get("configurable") or {}
+        config = self._config(request, **given, **(body.get("checkpoint") or {}))
+        command = body.get("command")
+        await self.graph.ainvoke(Command(**command) if command else body.get("input"), config)
+        return self._json({"run_id": f"run-{len(self.runs)}", "status": "success"})
+
+
+def _server(api: Api, saver: Any) -> Any:
+    from starlette.applications import Starlette
+
+    from langgraph_resilience.server._app import app as ours
+
+    served = Starlette(routes=[*ours.routes, *api.routes()])
+    served.state.resilience_saver = saver
+    return served
+
+
+async def test_the_retry_route_re_runs_a_supervisors_failed_agent_call(
+    checkpointer: Any,
+) -> None:
+    # Before: 409 nothing_to_retry (the supervisor keeps no run log), while
+    # retry_failed(graph, config) in Python re-ran the failed agent call.
+    import uuid
+
+    import httpx
+    from test_shapes import supervisor, thread_runs
+
+    if not checkpointer.is_async:
+        pytest.skip("the server's saver is async")
+    failures, sent = [1], []
+    graph = supervisor(checkpointer, failures, sent)
+    thread = str(uuid.uuid4())
+    config = {"configurable": {"thread_id": thread}}
+    await graph.ainvoke({"messages": [("user", "research, then mail")]}, config)
+    assert await thread_runs(checkpointer, thread) == [(1, "partial_complete")]
+    api = Api(graph)
+    transport = httpx.ASGITransport(app=_server(api, checkpointer.saver))
+    async with httpx.AsyncClient(transport=transport, base_url="http://server") as client:
+        wrong = await client.post(f"/resilience/threads/{thread}/retry", json={"update": {}})
+        assert wrong.status_code == 400 and wrong.json()["error"] == "bad_request", wrong.text
+        reply = await client.post(f"/resilience/threads/{thread}/retry", json={})
+        assert reply.status_code == 202, reply.text
+        assert sent == ["boss"]
+        assert api.runs[-1]["assistant_id"] == "team" and api.runs[-1]["input"] is None
+        assert await thread_runs(checkpointer, thread) == [(1, "success")]
+        shown = await arun_report(checkpointer.saver, thread)
+        assert (shown.status, [r["kind"] for r in shown.recoveries]) == (
+            "success",
+            ["retry_failed"],
+        )
+        again = await client.post(f"/resilience/threads/{thread}/retry", json={})
+        assert again.status_code == 409 and again.json()["error"] == "nothing_to_retry"

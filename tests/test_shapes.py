@@ -613,7 +613,7 @@ async def test_an_agent_invoked_in_a_node_that_ends_short_fails_the_node(
     out = await checkpointer.invoke(graph, {"messages": [("user", "mail the boss")]}, config)
     assert out["resilience"]["status"] == "partial_complete"
     assert out["resilience"]["failed_step"]["node"] == "mail"
-    assert "send_email" in out["resilience"]["failed_step"]["path"]
+    assert out["resilience"]["failed_step"]["path"] == "mail/tools/send_email"
     assert notified == []
     assert await thread_runs(checkpointer, thread) == [(1, "partial_complete")]
     # The mail server is back: retry_failed re-runs the node, then notify runs.
@@ -623,6 +623,76 @@ async def test_an_agent_invoked_in_a_node_that_ends_short_fails_the_node(
         out = await asyncio.to_thread(retry_failed, graph, config)
     assert out["resilience"]["status"] == "success"
     assert len(notified) == 1
+    assert await thread_runs(checkpointer, thread) == [(1, "success")]
+
+
+def node_swarm(failures: list[int], sent: list[str]) -> Any:
+    """`mailing_swarm`'s agents in a swarm compiled without a saver of its own,
+    to be invoked inside a parent's node function."""
+    alice = create_agent(
+        Fake(steps=[("transfer_to_bob", {})]),
+        tools=[create_handoff_tool(agent_name="bob")],
+        middleware=[ResilienceMiddleware()],
+        name="alice",
+    )
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email."""
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise ValueError("the mail server rejected the message")
+        sent.append(to)
+        return f"sent to {to}"
+
+    bob = create_agent(
+        Fake(steps=[("send_email", {"to": "boss"})]),
+        tools=[send_email],
+        middleware=[ending_policy()],
+        name="bob",
+    )
+    return create_swarm([alice, bob], default_active_agent="alice").compile()
+
+
+async def test_a_swarm_invoked_in_a_node_whose_agent_ends_short_fails_the_node(
+    checkpointer: Harness,
+) -> None:
+    # Before: bob's failed email left the parent reading `success`, and its
+    # next node ran on an email that was never sent.
+    failures, sent, notified = [1], [], []
+    team = node_swarm(failures, sent)
+
+    async def amail(state: Chat) -> dict[str, Any]:
+        out = await team.ainvoke({"messages": state["messages"]})
+        return {"messages": out["messages"][len(state["messages"]) :]}
+
+    def mail(state: Chat) -> dict[str, Any]:
+        out = team.invoke({"messages": state["messages"]})
+        return {"messages": out["messages"][len(state["messages"]) :]}
+
+    def notify(state: Chat) -> dict[str, Any]:
+        notified.append(len(state["messages"]))
+        return {}
+
+    builder = ResilientStateGraph(Chat)
+    builder.add_node("mail", amail if checkpointer.is_async else mail)
+    builder.add_node("notify", notify)
+    builder.add_edge(START, "mail")
+    builder.add_edge("mail", "notify")
+    builder.add_edge("notify", END)
+    graph = builder.compile(checkpointer=checkpointer.saver)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    out = await checkpointer.invoke(graph, {"messages": [("user", "mail the boss")]}, config)
+    assert out["resilience"]["status"] == "partial_complete"
+    assert out["resilience"]["failed_step"]["node"] == "mail"
+    assert out["resilience"]["failed_step"]["path"] == "mail/bob/tools/send_email"
+    assert notified == [] and sent == []
+    assert await thread_runs(checkpointer, thread) == [(1, "partial_complete")]
+    # The mail server is back: retry_failed re-runs the node, then notify runs.
+    out = await retry(checkpointer, graph, config)
+    assert out["resilience"]["status"] == "success"
+    assert sent == ["boss"] and len(notified) == 1
     assert await thread_runs(checkpointer, thread) == [(1, "success")]
 
 

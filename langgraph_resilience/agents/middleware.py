@@ -332,10 +332,13 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceState, Any, Any]):
         """A run that reached its end without failing for good is a success. One
         that ended short, invoked inside a graph's step (``agent.invoke`` in a
         node's function, as a hand-written supervisor does), fails that step
-        naming the agent's failed step, as a resilient graph invoked so does."""
+        naming the agent's failed step under its place (``mail/bob/tools/x``: a
+        swarm's agent invoked in node ``mail``), as a resilient graph invoked
+        so does."""
         if not ended(state):
             return {"resilience": {"status": "success"}}
-        nested_stop(state)
+        task = TaskContext.current()
+        nested_stop(state, task.graph_path if task is not None else "")
         return None
 
     async def aafter_agent(

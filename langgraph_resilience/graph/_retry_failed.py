@@ -40,6 +40,7 @@ __all__ = [
     "RetryPlan",
     "aretry_failed",
     "innermost_node",
+    "keeps_run_log",
     "retried_sends",
     "retry_failed",
     "retry_plan",
@@ -342,7 +343,7 @@ def _thread_of(config: RunnableConfig) -> str:
     return str(thread)
 
 
-def _keeps_run_log(values: Any) -> bool:
+def keeps_run_log(values: Any) -> bool:
     """Whether the thread's state is a run log of its graph's own (one that
     numbers its runs); a plain parent has none, or one a resilient graph
     nested in it handed up with its output (its schema a `ResilientState`)."""
@@ -447,7 +448,7 @@ def retry_failed(
         return graph.invoke(None, _going_on(config))
     _require_compiled(graph)
     head = graph.get_state(config)
-    if not _keeps_run_log(head.values) and _ledgered(graph):
+    if not keeps_run_log(head.values) and _ledgered(graph):
         return _retry_parent(graph, config, thread, update, step, payload is not _KEEP)
     steps = _with_payload(_to_retry(head.values, thread, step), payload, thread)
     recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)
@@ -480,7 +481,7 @@ async def aretry_failed(
         return await graph.ainvoke(None, _going_on(config))
     _require_compiled(graph)
     head = await graph.aget_state(config)
-    if not _keeps_run_log(head.values) and _ledgered(graph):
+    if not keeps_run_log(head.values) and _ledgered(graph):
         return await _aretry_parent(graph, config, thread, update, step, payload is not _KEEP)
     steps = _with_payload(_to_retry(head.values, thread, step), payload, thread)
     recovery_event("retry_failed", thread, [str(f.get("path")) for f in steps], graph.name)

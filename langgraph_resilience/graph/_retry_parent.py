@@ -18,16 +18,22 @@ second failure ends it ``partial_complete`` again.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.types import StateSnapshot
 
 from langgraph_resilience._keys import RETRY_FAILED_KEY
 from langgraph_resilience.checkpoint.runlog._run_log_reads import RunLogRecord
 from langgraph_resilience.errors import ConfigError, RunStateError
 
-__all__ = ["FailedRun", "failed_run", "fork_point", "parent_retry_config", "refuse_options"]
+__all__ = [
+    "Checkpointed",
+    "FailedRun",
+    "failed_run",
+    "fork_point",
+    "parent_retry_config",
+    "refuse_options",
+]
 
 COPY = "__copy__"  # LangGraph's `update_state` node name that copies a checkpoint
 
@@ -88,14 +94,24 @@ def top_node(path: str) -> str:
     return path.split("/", 1)[0].split("#", 1)[0].split("[", 1)[0]
 
 
-def fork_point(
-    thread: str,
-    history: Iterable[StateSnapshot],
-    node: str,
-    since: str | None,
-) -> StateSnapshot:
+class Checkpointed(Protocol):
+    """A checkpoint of the thread's history, as `fork_point` reads it: a
+    ``StateSnapshot``, or the Agent Server's thread state (its ``checkpoint``)."""
+
+    @property
+    def config(self) -> RunnableConfig: ...
+
+    @property
+    def next(self) -> tuple[str, ...]: ...
+
+
+C = TypeVar("C", bound=Checkpointed)
+
+
+def fork_point(thread: str, history: Iterable[C], node: str, since: str | None) -> C:
     """The latest checkpoint of the run (``since``: its input checkpoint's id)
-    whose next task is ``node``: where the failed agent call began.
+    whose next task is ``node``: where the failed agent call began (``history``
+    newest first, read no further back than ``since``).
 
     Raises:
         RunStateError: the run has no such checkpoint.

@@ -173,14 +173,23 @@ NESTED_STOPS: ContextVar[list[Mapping[str, Any]] | None] = ContextVar(
 )
 
 
-def nested_stop(output: Any) -> None:
+def nested_stop(output: Any, under: str = "") -> None:
     """Tell the try that invoked a resilient graph that it ended short (its
-    ``output`` reads ``partial_complete``): the try fails naming its step."""
+    ``output`` reads ``partial_complete``): the try fails naming its step.
+
+    ``under``: the graph path the run's own step paths leave out (an agent's
+    read ``tools/send_email`` wherever it runs; invoked in node ``mail`` of
+    a swarm's ``bob``, its step is ``mail/bob/tools/send_email``), as a
+    resilient graph's step paths carry it."""
     stops = NESTED_STOPS.get()
     log = output.get("resilience") if isinstance(output, Mapping) else None
     if stops is None or not isinstance(log, Mapping) or log.get("status") != "partial_complete":
         return
-    stops.append(_inner_failure(log))
+    found = dict(_inner_failure(log))
+    path = found.get("path")
+    if under and isinstance(path, str) and not path.startswith(under):
+        found["path"] = under + path
+    stops.append(found)
 
 
 def nested_log(output: Any, state: Any) -> tuple[dict[str, float], Mapping[str, Any] | None]:

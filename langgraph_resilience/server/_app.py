@@ -16,7 +16,11 @@ behind the server's auth):
   "step": "...", "assistant_id": "..."}``, all optional): `retry_failed`'s
   command, sent as a new run through the server's own run API (the same app,
   with the caller's headers), so it is queued, streamed and joined like any run;
-  answers 202 with the run.
+  answers 202 with the run. A plain ``StateGraph`` parent (a supervisor, a
+  swarm: no run log in its state) is retried as `retry_failed` retries it
+  (`graph._retry_parent`): its failed agent call runs again from a copy of the
+  checkpoint the call began at (the server's ``POST /threads/{id}/state``,
+  ``as_node="__copy__"``), its run's row reopened.
 
 The app reads its own saver (`checkpointer`, ``LGR_DB``), opened by its lifespan
 on the server's event loop; every read is async. Errors are JSON
@@ -30,18 +34,21 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
+from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Send
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
+import langgraph_resilience.graph._retry_parent as _parent
+from langgraph_resilience._keys import RETRY_FAILED_KEY
 from langgraph_resilience.checkpoint import AsyncResilientSaver
 from langgraph_resilience.errors import ConfigError, RunStateError, UnknownThread
-from langgraph_resilience.graph._retry_failed import retry_plan
+from langgraph_resilience.graph._retry_failed import keeps_run_log, retry_plan
 from langgraph_resilience.history import alist_runs, arecovery_metrics, arun_report
 from langgraph_resilience.server._checkpointer import checkpointer, sync_saver
 from langgraph_resilience.server._console import console_app
@@ -163,26 +170,91 @@ async def _answer(api: httpx.AsyncClient, method: str, path: str, **kw: Any) -> 
     return reply.json()
 
 
+class _Checkpoint(NamedTuple):
+    """One of the server's thread states, as `_retry_parent.fork_point` reads it."""
+
+    config: RunnableConfig
+    next: tuple[str, ...]
+
+
+#: Thread states read per request of the server's history, newest first.
+_PAGE = 50
+
+
+async def _run_history(api: httpx.AsyncClient, thread: str, since: str | None) -> list[_Checkpoint]:
+    """The thread's checkpoints, newest first, back to the run's input
+    checkpoint (``since``; all of them without it), page by page."""
+    found: list[_Checkpoint] = []
+    while True:
+        before = {"before": found[-1].config["configurable"]["checkpoint_id"]} if found else {}
+        page = await _answer(
+            api, "POST", f"/threads/{thread}/history", json={"limit": _PAGE, **before}
+        )
+        found += [
+            _Checkpoint(
+                {"configurable": dict(s.get("checkpoint") or {})}, tuple(s.get("next") or ())
+            )
+            for s in page
+        ]
+        oldest = found[-1].config["configurable"].get("checkpoint_id") if found else None
+        if len(page) < _PAGE or (since is not None and str(oldest or "") < since):
+            return found
+
+
+async def _parent_run(
+    api: httpx.AsyncClient, saver: Any, thread: str, body: Mapping[str, Any]
+) -> tuple[list[str], dict[str, Any]]:
+    """A plain parent's retry (`graph._retry_parent`, as `retry_failed` does it):
+    the failed run's row, a copy of the checkpoint its failed agent call began
+    at, the row reopened from the copy; the steps it re-runs, and the run."""
+    _parent.refuse_options(thread, body.get("update"), False)
+    history = saver.history
+    failed = _parent.failed_run(thread, await history.arun_rows(thread, limit=1), body.get("step"))
+    points = await _run_history(api, thread, failed.since)
+    at = _parent.fork_point(thread, points, failed.node, failed.since)
+    copied = await _answer(
+        api,
+        "POST",
+        f"/threads/{thread}/state",
+        json={"values": None, "as_node": _parent.COPY, "checkpoint": at.config["configurable"]},
+    )
+    fork = str(copied["checkpoint"]["checkpoint_id"])
+    await history.areopen_run(thread, failed.run, fork, [failed.path])
+    run = {
+        "input": None,
+        "checkpoint": {"checkpoint_id": fork},
+        "config": {"configurable": {RETRY_FAILED_KEY: True}},
+    }
+    return [failed.path], run
+
+
 async def retry(request: Request) -> JSONResponse:
     thread = request.path_params["thread_id"]
     body = await _body(request)
     async with _api(request) as api:
         try:
             state = await _answer(api, "GET", f"/threads/{thread}/state")
-            plan = retry_plan(
-                state.get("values") or {},
-                thread,
-                update=body.get("update"),
-                step=body.get("step"),
-                head_step=(state.get("metadata") or {}).get("step"),
-            )
-            assistant = body.get("assistant_id") or await _assistant_of(api, thread)
-            recovery_event("retry_failed", thread, [str(f.get("path")) for f in plan.steps], None)
-            payload = {
-                "assistant_id": assistant,
-                "command": command_json(plan.command),
-                "config": {"configurable": plan.configurable},
-            }
+            values = state.get("values") or {}
+            parent = not keeps_run_log(values) and isinstance(_saver(request), AsyncResilientSaver)
+            if parent:  # named first: the retry reopens the run's row
+                assistant = body.get("assistant_id") or await _assistant_of(api, thread)
+                steps, run = await _parent_run(api, _saver(request), thread, body)
+            else:
+                plan = retry_plan(
+                    values,
+                    thread,
+                    update=body.get("update"),
+                    step=body.get("step"),
+                    head_step=(state.get("metadata") or {}).get("step"),
+                )
+                steps = [str(f.get("path")) for f in plan.steps]
+                run = {
+                    "command": command_json(plan.command),
+                    "config": {"configurable": plan.configurable},
+                }
+                assistant = body.get("assistant_id") or await _assistant_of(api, thread)
+            recovery_event("retry_failed", thread, steps, None)
+            payload = {"assistant_id": assistant, **run}
             reply = await api.post(f"/threads/{thread}/runs", json=payload)
         except httpx.HTTPStatusError as exc:
             return _error(exc.response.status_code, "server_refused", exc.response.text[:500])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections import Counter
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
@@ -220,6 +220,12 @@ def _cases(
         )
         for p in handoffs
     ]
+    # A functional task's result is stored on its own: a crash between two tasks.
+    tasks = dict.fromkeys(e.path for e in ref.executions if e.task)
+    crashes += [
+        (f"crash after task {p!r}, its result stored", FaultPlan().crash(p, when="stored"))
+        for p in tasks
+    ]
     add("step_crash", crashes)
     writes = [
         (f"checkpoint write {i} of {ref.puts} fails", FaultPlan().fail_checkpoint_write(at=i))
@@ -309,6 +315,9 @@ def judge(
     went_back = _went_back(runs)
     if went_back:
         evidence.append(went_back)
+    restarted = frozenset(  # the runs that found no checkpoint: started from the input
+        i for i, r in enumerate(runs, 1) if i > 1 and r.resumed_from is None and not r.settled
+    )
     redone_counts = Counter(e.path for e in tracker.executions) - Counter(ref.paths)
     redone = tuple(sorted(redone_counts.elements()))
     completed_redone: list[str] = []
@@ -319,12 +328,16 @@ def judge(
         again = {e.path for e in tracker.executions if e.run > i and e.path in done}
         completed_redone += sorted(again - set(completed_redone))
     if completed_redone:
-        evidence.append(
-            f"completed before the failure and run again: {', '.join(completed_redone)} "
-            "(their work was not stored in time: is the graph run with durability='sync', "
-            "the default of ResilientStateGraph?)"
+        why = (
+            "the run found no checkpoint and started again from its input"
+            if any(e.run in restarted for e in tracker.executions if e.path in completed_redone)
+            else "their work was not stored in time: is the graph run with "
+            "durability='sync', the default of ResilientStateGraph?"
         )
-    repeats = _repeats(effects, tracker, ref)
+        evidence.append(
+            f"completed before the failure and run again: {', '.join(completed_redone)} ({why})"
+        )
+    repeats = _repeats(effects, tracker, ref, restarted)
     duplicated = {k: rep.duplicated for k, rep in repeats.items() if rep.duplicated}
     missing = {
         k: ref.effects.get(k, 0) - v for k, v in effects.items() if v < ref.effects.get(k, 0)
@@ -383,6 +396,8 @@ class _Repeats:
     #: the steps that moved the counter again (in a resumed run when ``resumed``)
     rerun_by: tuple[str, ...] = ()
     resumed: bool = True  # else: called again within the faulted run (a retry)
+    #: called again by a run that found no checkpoint and started from the input
+    restarted: bool = False
 
     @property
     def excused(self) -> int:
@@ -419,6 +434,17 @@ class _Repeats:
                     "side_effect(reconcile=...) closes this window"
                 )
         for effect, n in sorted(self.new_key.items()):
+            if self.restarted:
+                lines.append(
+                    f"  +{n}: side effect {effect!r} was called again under a new idempotency "
+                    f"key {when}: the run found no checkpoint to resume from and started "
+                    f"again from its input, though {steps} had run before the failure (its "
+                    "first checkpoint was never stored: an @entrypoint's body runs while "
+                    "its input checkpoint is stored, even with durability='sync'); the "
+                    "rerun is a new run whose steps are new tasks under new keys, so even "
+                    "a service that deduplicates by key sends it twice"
+                )
+                continue
             lines.append(
                 f"  +{n}: side effect {effect!r} was called again under a new idempotency "
                 f"key {when} ({steps} ran again and the key changed: it comes from "
@@ -444,8 +470,15 @@ class _Repeats:
         return lines
 
 
-def _repeats(effects: Mapping[str, int], tracker: Tracker, ref: _Reference) -> dict[str, _Repeats]:
-    """Per counter that moved more than in the reference, where the extra came from."""
+def _repeats(
+    effects: Mapping[str, int],
+    tracker: Tracker,
+    ref: _Reference,
+    restarted: frozenset[int] = frozenset(),
+) -> dict[str, _Repeats]:
+    """Per counter that moved more than in the reference, where the extra came
+    from; ``restarted``: the runs that found no checkpoint and started again
+    from the input."""
     outside = _outside(effects, tracker)
     found = {}
     for counter, count in effects.items():
@@ -461,7 +494,7 @@ def _repeats(effects: Mapping[str, int], tracker: Tracker, ref: _Reference) -> d
         }
         movers = [e for e in tracker.executions if e.effects.get(counter)]
         resumed = any(e.run > 1 for e in movers)
-        rerun_by = _deepest(e.path for e in movers if e.run > 1 or not resumed)
+        rerun_by = _deepest([e for e in movers if e.run > 1 or not resumed])
         found[counter] = _Repeats(
             extra=extra,
             same_key=same_key,
@@ -470,15 +503,20 @@ def _repeats(effects: Mapping[str, int], tracker: Tracker, ref: _Reference) -> d
             new_key=new_key,
             rerun_by=rerun_by,
             resumed=resumed,
+            restarted=any(e.run in restarted for e in movers),
         )
     return found
 
 
-def _deepest(paths: Iterable[str]) -> tuple[str, ...]:
-    """The steps among ``paths`` no other one is nested in (``work/tools[0]``,
-    not ``work``): the ones that made the call."""
-    found = list(dict.fromkeys(paths))
-    return tuple(p for p in found if not any(o.startswith(f"{p}/") for o in found))
+def _deepest(movers: Sequence[Execution]) -> tuple[str, ...]:
+    """The steps among ``movers`` no other one is nested in (``work/tools[0]``,
+    not ``work``) or called by (a task, not its entrypoint): the ones that made
+    the call."""
+    found = list(dict.fromkeys(e.path for e in movers))
+    callers = {e.caller for e in movers}
+    return tuple(
+        p for p in found if p not in callers and not any(o.startswith(f"{p}/") for o in found)
+    )
 
 
 def _went_back(runs: list[RunResult]) -> str | None:

@@ -18,9 +18,7 @@ put on the saver (``_effects_type``).
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -33,14 +31,11 @@ from langgraph_resilience._langgraph import (
     RESUME_CHANNEL,
     handed_writes,
 )
-from langgraph_resilience.testing._taps import Session
+from langgraph_resilience.testing._taps import LANDING_TIMEOUT, Session
 
 __all__ = ["tap_saver"]
 
 _ERROR_CHANNELS = frozenset({ERROR_CHANNEL, INTERRUPT_CHANNEL, RESUME_CHANNEL})
-#: How long a checkpoint save waits for the writes handed before it (a bound, not
-#: a timing: each arrives as soon as its background thread runs).
-_LANDING_TIMEOUT = 30.0
 
 
 def _untapped(saver: Any, name: str) -> Any:
@@ -81,18 +76,12 @@ def tap_saver(saver: BaseCheckpointSaver[Any], s: Session) -> None:
         return True
 
     def tapped_put(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        handed = handed_writes()
-        if handed:
-            s.wait_landed(handed, _LANDING_TIMEOUT)
+        s.wait_landed(handed_writes(), LANDING_TIMEOUT)
         before_put(config, checkpoint, metadata)
         return put(config, checkpoint, metadata, new_versions)
 
     async def tapped_aput(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        handed = handed_writes()
-        if handed:
-            deadline = time.monotonic() + _LANDING_TIMEOUT
-            while not s.all_landed(handed) and time.monotonic() < deadline:
-                await asyncio.sleep(0.001)  # the writes' tasks run on this event loop
+        await s.await_landed(handed_writes(), LANDING_TIMEOUT)
         before_put(config, checkpoint, metadata)
         return await aput(config, checkpoint, metadata, new_versions)
 

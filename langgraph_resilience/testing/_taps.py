@@ -8,6 +8,10 @@ Two hook points, both on copies or instances the test owns:
   policy (a `ResilientStateGraph` node is wrapped again from its builder's own
   action) the plan's errors are raised, so the policy retries or routes them as
   the node's own. Subgraphs added as nodes are copied and tapped the same way.
+  The functional ``@task`` calls a node makes (an ``@entrypoint``'s) are tapped
+  through the call its config hands the node's function (`Session.calling`):
+  each task is a step, crashed before or after its body or once its result is
+  stored (between two tasks).
 - **saver taps** (`_saver_taps`): store faults, the crash cut-off, effect calls.
 
 A `Tracker` collects what the runs of one test case did; a `Session` is one run
@@ -16,21 +20,28 @@ A `Tracker` collects what the runs of one test case did; a `Session` is one run
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.errors import ParentCommand
 from langgraph.pregel import Pregel
 
 from langgraph_resilience._langgraph import (
+    CALL_KEY,
+    DURABILITY_KEY,
     NS_END,
     NS_SEP,
+    PATH_KEY,
     SEND_PATH,
     TASKS_CHANNEL,
     RunnableCallable,
@@ -48,7 +59,11 @@ from langgraph_resilience.testing._faults import (
     matches,
 )
 
-__all__ = ["Execution", "PlanLike", "Session", "Tracker", "instrument"]
+__all__ = ["LANDING_TIMEOUT", "Execution", "PlanLike", "Session", "Tracker", "instrument"]
+
+#: How long a write waits for the writes handed before it (a bound, not a
+#: timing: each arrives as soon as its background thread runs).
+LANDING_TIMEOUT = 30.0
 
 
 class PlanLike(Protocol):
@@ -78,6 +93,12 @@ class Execution:
     #: Seen by the saver only (its writes stored), not by a node tap: a step of
     #: a graph invoked inside a node or a tool (an agent called in a node).
     nested: bool = False
+    #: A functional ``@task`` (its result is stored apart, between two tasks).
+    task: bool = False
+    #: The path of the step whose body called it (a task's entrypoint), if any.
+    caller: str | None = None
+    #: The functional tasks its body called so far, by name, in call order.
+    calls: list[str] = field(default_factory=list)
     effects: dict[str, int] = field(default_factory=dict)  # counter moves while it ran
     counters: dict[str, int] = field(default_factory=dict)  # the counters when it started
 
@@ -155,6 +176,22 @@ class Tracker:
                 seen = self._seen[base] = self._seen.get(base, 0) + 1
                 found = self._paths[key] = base if seen == 1 else f"{base}#{seen}"
         return found
+
+    def task_path(self, name: str, task: TaskContext) -> str:
+        """A functional task's path: its name, as the run log names a task's
+        step, from its caller's second call of it on with the call's number
+        (``fetch#2``). The number counts the caller's calls (``calls``), made
+        again in the same order when it runs again, the finished ones' results
+        read back: a task keeps its path across resumes and restarts."""
+        ns = task.checkpoint_ns.split(NS_SEP)
+        path: tuple[Any, ...] = tuple((task.config.get("metadata") or {}).get(PATH_KEY) or ())
+        with self.lock:
+            caller = self._by_task.get(ns[-2].partition(NS_END)[2]) if len(ns) >= 2 else None
+            index = path[2] if len(path) > 2 and isinstance(path[2], int) else None
+            if caller is None or index is None:
+                return name
+            seen = caller.calls[: index + 1].count(name)
+        return name if seen <= 1 else f"{name}#{seen}"
 
     def fire_once(self, fault: object) -> bool:
         """Whether a crash fires now (each fires once in a case, not again on resume)."""
@@ -325,6 +362,8 @@ class Session:
         self.dead = False
         self.puts = 0
         self._on_crash: list[Callable[[], None]] = []
+        self._tasks: dict[tuple[Any, str], Any] = {}  # (function, caller) -> its tap
+        self._tasks_done: set[str] = set()  # the functional tasks of this run that returned
         #: The tasks whose writes this run's saver has taken (stored, refused or
         #: failed), and a condition a checkpoint save waits on for them (`landed`).
         self._landed: set[str] = set()
@@ -378,6 +417,92 @@ class Session:
         self._crash_at(path, "before")
         return e
 
+    def task_waits(self) -> frozenset[str]:
+        """The tasks of this run whose writes a functional task about to start
+        waits for: those finished before it. LangGraph starts the next task as
+        soon as one returns, its result stored in the background; under a plan
+        it starts once that result is stored (or refused), so a crash once a
+        task's result is stored lands between it and the next. None under
+        ``durability="exit"``, which stores no write before the run ends."""
+        task = TaskContext.current()
+        if task is None or task.config.get("configurable", {}).get(DURABILITY_KEY) == "exit":
+            return frozenset()
+        with self.tracker.lock:
+            return frozenset(self._tasks_done)
+
+    def before_task(self, name: str, caller: str) -> Execution:
+        """A functional task's body is about to run (its own task context), the
+        results of the tasks before it stored (`task_waits`)."""
+        self.refuse_if_dead()
+        task = TaskContext.current()
+        assert task is not None  # LangGraph runs a task's function as a runnable
+        e = self.tracker.started(self.tracker.task_path(name, task), name, task)
+        e.task, e.caller = True, caller
+        self._crash_at(e.path, "before")
+        self.inject(e.path, task.node_attempt)
+        return e
+
+    def after_task(self, e: Execution) -> None:
+        with self.tracker.lock:
+            self._tasks_done.add(e.task_id)
+        self.after(e)
+
+    @contextlib.contextmanager
+    def calling(self, e: Execution, config: RunnableConfig) -> Iterator[RunnableConfig]:
+        """The node's config with the functional tasks it calls tapped (the call
+        LangGraph hands it under ``CALL_KEY``, read by ``@task`` from the config
+        the node runs in, which LangGraph sets to the node's own), if it can."""
+        conf = config.get("configurable") or {}
+        call = conf.get(CALL_KEY)
+        if call is None:
+            yield config
+            return
+
+        def tapped(func: Any, *args: Any, **kwargs: Any) -> Any:
+            with self.tracker.lock:
+                e.calls.append(_task_name(func))
+            return call(self._task_tap(func, e.path), *args, **kwargs)
+
+        given = cast(RunnableConfig, {**config, "configurable": {**conf, CALL_KEY: tapped}})
+        token = var_child_runnable_config.set(given)
+        try:
+            yield given
+        finally:
+            var_child_runnable_config.reset(token)
+
+    def _task_tap(self, func: Any, caller: str) -> Any:
+        """``func`` run as a step (one tap per function: LangGraph names the
+        task, and keeps its id, by the function it is given)."""
+        key = (func, caller)
+        found = self._tasks.get(key)
+        if found is not None:
+            return found
+        name = _task_name(func)
+        if is_async(func):
+
+            @functools.wraps(func)
+            async def arun(*args: Any, **kwargs: Any) -> Any:
+                await self.await_landed(self.task_waits(), LANDING_TIMEOUT)
+                e = self.before_task(name, caller)
+                out = await func(*args, **kwargs)
+                self.after_task(e)
+                return out
+
+            found = arun
+        else:
+
+            @functools.wraps(func)
+            def run(*args: Any, **kwargs: Any) -> Any:
+                self.wait_landed(self.task_waits(), LANDING_TIMEOUT)
+                e = self.before_task(name, caller)
+                out = func(*args, **kwargs)
+                self.after_task(e)
+                return out
+
+            found = run
+        self._tasks[key] = found
+        return found
+
     def after(self, e: Execution, *, handoff: bool = False) -> None:
         self.tracker.finished(e, handoff=handoff)
         self._crash_at(e.path, "after")
@@ -400,11 +525,21 @@ class Session:
         with self._landing:
             return task_ids <= self._landed
 
-    def wait_landed(self, task_ids: frozenset[str], timeout: float) -> None:
+    def wait_landed(self, task_ids: frozenset[str] | None, timeout: float) -> None:
         """Block until the saver is done with the writes of ``task_ids`` (see
         `_saver_taps`: a checkpoint is stored after its step's writes)."""
+        if not task_ids:
+            return
         with self._landing:
             self._landing.wait_for(lambda: task_ids <= self._landed, timeout)
+
+    async def await_landed(self, task_ids: frozenset[str] | None, timeout: float) -> None:
+        """Async twin of `wait_landed`: the writes' tasks run on this event loop."""
+        if not task_ids:
+            return
+        deadline = time.monotonic() + timeout
+        while not self.all_landed(task_ids) and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
 
     def stored(self, task_id: str) -> None:
         """The step's writes were stored: crash here if the plan says so."""
@@ -418,12 +553,18 @@ class Session:
         if fault is not None and self.tracker.fire_once(fault):
             self.crash(fault, f"{when} step {path!r}")
 
-    def inject(self, name: str, state: Any, config: RunnableConfig | None, try_number: int) -> None:
-        """Raise the plan's error for this try of the step, if it names one."""
+    def inject_node(
+        self, name: str, state: Any, config: RunnableConfig | None, try_number: int
+    ) -> None:
+        """Raise the plan's error for this try of the node, if it names one."""
         task = TaskContext(config=config) if config is not None else TaskContext.current()
         if task is None:
             return
-        error = self.plan.node_fault(self.tracker.path_of(name, task, state), try_number)
+        self.inject(self.tracker.path_of(name, task, state), try_number)
+
+    def inject(self, path: str, try_number: int) -> None:
+        """Raise the plan's error for this try of the step at ``path``, if it names one."""
+        error = self.plan.node_fault(path, try_number)
         if error is not None:
             raise error
 
@@ -462,9 +603,10 @@ def _tap(name: str, inner: Runnable[Any, Any], s: Session, inside: bool) -> Runn
     def call(state: Any, config: RunnableConfig) -> Any:
         e = s.before(name, state, config)
         if not inside:
-            s.inject(name, state, config, TaskContext(config=config).node_attempt)
+            s.inject_node(name, state, config, TaskContext(config=config).node_attempt)
         try:
-            out = inner.invoke(state, config)
+            with s.calling(e, config) as given:
+                out = inner.invoke(state, given)
         except ParentCommand:  # a handoff: the step's body ran, its write is the command
             s.after(e, handoff=True)
             raise
@@ -474,9 +616,10 @@ def _tap(name: str, inner: Runnable[Any, Any], s: Session, inside: bool) -> Runn
     async def acall(state: Any, config: RunnableConfig) -> Any:
         e = s.before(name, state, config)
         if not inside:
-            s.inject(name, state, config, TaskContext(config=config).node_attempt)
+            s.inject_node(name, state, config, TaskContext(config=config).node_attempt)
         try:
-            out = await inner.ainvoke(state, config)
+            with s.calling(e, config) as given:
+                out = await inner.ainvoke(state, given)
         except ParentCommand:
             s.after(e, handoff=True)
             raise
@@ -484,6 +627,15 @@ def _tap(name: str, inner: Runnable[Any, Any], s: Session, inside: bool) -> Runn
         return out
 
     return RunnableCallable(call, acall, name=name, trace=False, recurse=False)
+
+
+def _task_name(func: Any) -> str:
+    """The name LangGraph gives the task of ``func`` (``get_runnable_for_task``)."""
+    if hasattr(func, "__name__"):
+        return str(func.__name__)
+    if hasattr(func, "func"):
+        return str(func.func.__name__)
+    return type(func).__name__
 
 
 def _try_number() -> int:
@@ -497,11 +649,11 @@ def _inside(action: Any, name: str, s: Session) -> Any:
         target = instrument(action, s) if isinstance(action, Pregel) else action
 
         def call(state: Any, config: RunnableConfig) -> Any:
-            s.inject(name, state, config, _try_number())
+            s.inject_node(name, state, config, _try_number())
             return target.invoke(state, config)
 
         async def acall(state: Any, config: RunnableConfig) -> Any:
-            s.inject(name, state, config, _try_number())
+            s.inject_node(name, state, config, _try_number())
             return await target.ainvoke(state, config)
 
         return RunnableCallable(call, acall, name=name, trace=False, recurse=False)
@@ -509,14 +661,14 @@ def _inside(action: Any, name: str, s: Session) -> Any:
 
         @functools.wraps(action)
         async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
-            s.inject(name, state, None, _try_number())
+            s.inject_node(name, state, None, _try_number())
             return await action(state, *args, **kwargs)
 
         return async_node
 
     @functools.wraps(action)
     def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
-        s.inject(name, state, None, _try_number())
+        s.inject_node(name, state, None, _try_number())
         return action(state, *args, **kwargs)
 
     return sync_node
