@@ -182,6 +182,34 @@ async def test_a_run_with_nothing_left_to_do_ends_success_invoked_or_streamed(
     assert paths == ["a", "a#2", "a#3"]
 
 
+async def test_the_saver_writes_the_end_of_a_run_a_conditional_edge_stopped(
+    checkpointer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One writer of a run's end (issue 37): the checkpoint that leaves a run
+    nothing to do ends its row, in that checkpoint's transaction, with its usage;
+    the driver tells nothing when ``invoke`` / ``stream`` returns (before: its
+    ``close_run`` wrote ``success``, and a process killed before it left the row
+    ``running``)."""
+    h = checkpointer
+    told: list[tuple[Any, ...]] = []
+    name = "aclose_run" if h.is_async else "close_run"
+    history = h.saver.history
+
+    def tell(self: Any, *args: Any) -> Any:
+        told.append(args)
+        raise AssertionError("the driver wrote the run's end")
+
+    monkeypatch.setattr(type(history), name, tell)
+    graph, config = looping(h), cfg(h, "saver-end")
+    for durability in ("sync", "exit"):
+        out = await h.invoke(graph, {"n": 0}, config, durability=durability)
+        assert (out["n"], out["resilience"]["status"]) == (3, "success")
+    rows = run_rows(h, thread_of(config))
+    assert [(r[0], r[1]) for r in rows] == [(1, "success"), (2, "success")]
+    assert all(r[4] is not None and json.loads(r[6])["steps"] == 3 for r in rows)
+    assert told == []
+
+
 def asking(h: Any) -> Any:
     """One node that asks a human (an interrupt) for the topic."""
 

@@ -85,14 +85,18 @@ def _closing_what(values: Any, interrupted: bool) -> tuple[int, str, Any] | None
     status = log.get("status")
     if interrupted:
         status = "paused"
-    elif status not in _ENDED:
+    elif status in _ENDED:
+        return None  # the saver wrote it, at the checkpoint that ended the run
+    else:
         status = "running"
     return int(log["run"]), str(status), log.get("usage")
 
 
 def _told(stored: Any) -> bool:
-    """Whether the row knows already: the output as stored (before settling)
-    ended the run, and the checkpoint after its last step told the row."""
+    """Whether the row knows already: the output (as stored, or settled) ended
+    the run, and the saver wrote that end, at the checkpoint after its last step
+    (or, for a loop a conditional edge stopped, at the one that left it nothing
+    to do: `checkpoint.runlog._run_log.PutLedger.ends`)."""
     log = stored.get(_LOG) if isinstance(stored, Mapping) else None
     return (
         isinstance(log, Mapping) and log.get("status") in _ENDED and INTERRUPT_CHANNEL not in stored
@@ -117,7 +121,7 @@ def close_run(
     fails the run: a store that cannot be reached now leaves the row as the
     writes left it."""
     driven = _driven(graph, config)
-    if driven is None or not isinstance(driven[1], ResilientSaver) or _told(stored):
+    if driven is None or not isinstance(driven[1], ResilientSaver) or _told(stored) or _told(out):
         return
     thread, saver = driven
     try:
@@ -140,7 +144,12 @@ async def aclose_run(
 ) -> None:
     """Async twin of `close_run`."""
     driven = _driven(graph, config)
-    if driven is None or not isinstance(driven[1], AsyncResilientSaver) or _told(stored):
+    if (
+        driven is None
+        or not isinstance(driven[1], AsyncResilientSaver)
+        or _told(stored)
+        or _told(out)
+    ):
         return
     thread, saver = driven
     try:

@@ -38,7 +38,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -48,8 +48,6 @@ from langgraph.types import Command, StateSnapshot
 
 from langgraph_resilience._keys import FENCE_KEY, REPLAYED_SCOPES_KEY, RETRY_FAILED_KEY
 from langgraph_resilience._langgraph import (
-    ERROR_CHANNEL,
-    ERROR_SOURCE_CHANNEL,
     INTERRUPT_CHANNEL,
     langgraph_config,
 )
@@ -60,7 +58,12 @@ from langgraph_resilience.checkpoint import (
     RunQueueSaver,
 )
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
-from langgraph_resilience.errors import message_of
+from langgraph_resilience.checkpoint.runlog._run_end import (
+    arun_part,
+    run_begins,
+    run_part,
+    unrecovered_steps,
+)
 from langgraph_resilience.graph._step_log import nested_stop
 from langgraph_resilience.graph._task import in_parent_task
 from langgraph_resilience.state import new_run_marker
@@ -136,41 +139,6 @@ def may_settle(snapshot: StateSnapshot) -> tuple[RunnableConfig, RunnableConfig]
     return where, snapshot.config
 
 
-def run_begins(stored: CheckpointTuple) -> bool:
-    """Whether a checkpoint is the first of its run (its input started the run)."""
-    return (stored.metadata or {}).get("source") == "input"
-
-
-def run_part(listed: Iterable[CheckpointTuple]) -> Iterator[CheckpointTuple]:
-    """Of a thread's checkpoints, newest first (as a saver lists them), those of
-    its latest run: back to the one its input started it with. A saver's listing
-    is closed once read that far (it may hold the saver's connection)."""
-    try:
-        for stored in listed:
-            yield stored
-            if run_begins(stored):
-                return
-    finally:
-        close = getattr(listed, "close", None)
-        if close is not None:
-            close()
-
-
-async def arun_part(listed: AsyncIterator[CheckpointTuple]) -> list[CheckpointTuple]:
-    """Async twin of `run_part` (reads no further than the run's first checkpoint)."""
-    found = []
-    try:
-        async for stored in listed:
-            found.append(stored)
-            if run_begins(stored):
-                break
-    finally:
-        close = getattr(listed, "aclose", None)
-        if close is not None:
-            await close()
-    return found
-
-
 def settled(snapshot: StateSnapshot, earlier: Iterable[CheckpointTuple] = ()) -> StateSnapshot:
     """A snapshot of a run with nothing left to do reads ``success``, unless a step
     of the run failed unrecovered (``earlier``: the run's checkpoints before this
@@ -216,41 +184,6 @@ def _status_of(out: Mapping[str, Any], snapshot: StateSnapshot) -> Any:
     log = snapshot.values.get(_LOG) if isinstance(snapshot.values, Mapping) else None
     status = log.get("status") if isinstance(log, Mapping) else None
     return {**out, _LOG: {**out[_LOG], "status": status}} if status == "success" else out
-
-
-def unrecovered_steps(checkpoints: Iterable[CheckpointTuple]) -> list[str]:
-    """The steps of a run that failed without being recovered, by its stored
-    checkpoints (a run's, any order), at each checkpoint the run went on from (a
-    ``loop`` checkpoint is its child): a task with an error write, no write of
-    its own, and that was handed to no error handler (LangGraph's marker of the
-    hand-over is a write of the failed task: a routed error's handler then
-    routed it; a handler's failure counts as its node's). Each named ``'node'
-    (error)``, or by its task id."""
-    found = list(checkpoints)
-    went_on = {
-        (t.parent_config or {}).get("configurable", {}).get("checkpoint_id")
-        for t in found
-        if (t.metadata or {}).get("source") == "loop"
-    }
-    failed: list[str] = []
-    for stored in found:
-        if stored.config["configurable"].get("checkpoint_id") not in went_on:
-            continue
-        tasks: dict[str, list[tuple[str, Any]]] = {}
-        for task_id, channel, value in stored.pending_writes or ():
-            tasks.setdefault(task_id, []).append((channel, value))
-        handed = [str(v) for w in tasks.values() for c, v in w if c == ERROR_SOURCE_CHANNEL]
-        for task_id, writes in tasks.items():
-            errors = [v for c, v in writes if c == ERROR_CHANNEL]
-            own = [c for c, _ in writes if c != ERROR_CHANNEL]  # ERROR_SOURCE: handed over
-            if errors and not own:
-                name = (
-                    f"{', '.join(map(repr, handed))} (its error handler failed"
-                    if handed
-                    else (f"task {task_id!r} (")
-                )
-                failed.append(f"{name}: {message_of(errors[0])[:200]})")
-    return failed
 
 
 # -- resumes after a crash (for `recovery_metrics`) ------------------------------------
