@@ -210,6 +210,39 @@ async def test_the_saver_writes_the_end_of_a_run_a_conditional_edge_stopped(
     assert told == []
 
 
+async def test_get_state_reads_the_status_the_row_stores_and_lists_no_checkpoints(
+    checkpointer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status a run's row stores is the one ``get_state`` returns (issue 37):
+    a loop a conditional edge stopped reads its row's ``success``, and the row's
+    word, not a listing of the run's checkpoints, decides it (before: every
+    ``get_state`` of such a run listed them)."""
+    h = checkpointer
+    graph, config = looping(h), cfg(h, "stored")
+    await h.invoke(graph, {"n": 0}, config)
+
+    def listed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("get_state listed the run's checkpoints")
+
+    monkeypatch.setattr(type(h.saver), "alist" if h.is_async else "list", listed)
+
+    async def status() -> Any:
+        if h.is_async:
+            return (await graph.aget_state(config)).values["resilience"]["status"]
+        return await asyncio.to_thread(
+            lambda: graph.get_state(config).values["resilience"]["status"]
+        )
+
+    assert await status() == "success"
+    sql(
+        h.backend,
+        h.target,
+        "UPDATE resilience_run_log SET status = 'cancelled' WHERE thread_id = ?",
+        (thread_of(config),),
+    )
+    assert await status() == "cancelled"
+
+
 def asking(h: Any) -> Any:
     """One node that asks a human (an interrupt) for the topic."""
 

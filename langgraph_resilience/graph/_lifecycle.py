@@ -11,25 +11,21 @@ the step that ran it fails (`ended`), whether it was added as a node or invoked
 inside a node's function.
 
 A run whose last node leaves through a conditional edge (a loop that stops when
-a counter is reached) has no node that knows it is the last. Such a run is
-stored as ``running`` and reported ``success`` when it has nothing left to do
-(no next task, no interrupt): by ``invoke`` / ``ainvoke`` and by ``get_state``
-/ ``aget_state``.
+a counter is reached) has no node that knows it is the last. Its run log stays
+``running``; the saver ends its row at the checkpoint that leaves it nothing to
+do (`checkpoint.runlog._run_end`), ``success`` unless a step of it failed
+unrecovered (`unrecovered_steps`: a task whose error was stored, not routed,
+and whose checkpoint the run went on from without its writes): the row then
+stays ``running`` until its driver (`_closing.failed`) or its `Worker` ends it
+``error``, and a process killed before that never leaves a ``success``.
 
-The run ledger's row of a run (`checkpoint.runlog._run_log`) is started by its input
-checkpoint and ended by the write that ends it; what no write says, the driver
-tells it when ``invoke`` / ``stream`` returns (`_closing.close_run`): a run with nothing
-left to do ended ``success``, an interrupted one is ``paused``, and what the run
-used. (``invoke`` tells it from its output; a ``stream`` read to its end, from
-the stored state.)
-
-Nothing left to do is not enough for a `Worker` to store ``success``: no step of
-the run may have failed without being recovered either (`unrecovered_steps`:
-a task whose error was stored, not routed, and whose checkpoint the run went on
-from without its writes). Such a run is given up as ``error`` naming the step.
-Nor does ``get_state`` (or ``invoke``'s output) read ``success`` for it: it
-lists the run's checkpoints (`run_part`) before it settles a run that reads
-``running`` with nothing left, and leaves it ``running``.
+The row's status is the one every reader returns: ``get_state`` / ``aget_state``
+and ``invoke``'s output read it for a top-level run whose run log reads
+``running`` with nothing left (`stored_run`, `returned_status`), and list no
+checkpoints; only a run no ledger holds (a saver without one, a nested
+namespace) is settled from its listed checkpoints (`may_settle`, `settled`).
+The driver tells the row only that a run returned paused (`_closing.close_run`),
+or that the call raised (`_closing.failed`).
 """
 
 from __future__ import annotations
@@ -79,6 +75,9 @@ __all__ = [
     "settle_by_hand",
     "arun_part",
     "may_settle",
+    "returned_status",
+    "stored_run",
+    "with_stored",
     "run_begins",
     "run_part",
     "settle_output",
@@ -125,7 +124,8 @@ def _nothing_left(snapshot: StateSnapshot) -> bool:
 
 def may_settle(snapshot: StateSnapshot) -> tuple[RunnableConfig, RunnableConfig] | None:
     """How to list the checkpoints before a snapshot that `settled` would turn
-    ``success`` (its run reads ``running`` with nothing left to do): ``(config,
+    ``success`` (its run reads ``running`` with nothing left to do) when no run
+    ledger holds its run (a saver without one, a nested namespace): ``(config,
     before)`` for a saver's ``list``; None for any other snapshot."""
     log = snapshot.values.get(_LOG) if isinstance(snapshot.values, Mapping) else None
     running = isinstance(log, Mapping) and log.get("status") == "running"
@@ -137,6 +137,36 @@ def may_settle(snapshot: StateSnapshot) -> tuple[RunnableConfig, RunnableConfig]
         "configurable": {"thread_id": configurable["thread_id"], "checkpoint_ns": ns}
     }
     return where, snapshot.config
+
+
+def stored_run(snapshot: StateSnapshot) -> tuple[str, int] | None:
+    """(thread, run) whose ledger row says how a top-level snapshot's run ended,
+    when its run log reads ``running`` with nothing left to do (the saver wrote
+    the end at that checkpoint, `checkpoint.runlog._run_log.PutLedger.ends`);
+    None for any other snapshot, which reads as its run log says."""
+    if may_settle(snapshot) is None:
+        return None
+    configurable = snapshot.config["configurable"]
+    if configurable.get("checkpoint_ns"):
+        return None
+    log = snapshot.values[_LOG]
+    return str(configurable["thread_id"]), int(log.get("run") or 1)
+
+
+def returned_status(said: str, stored: str | None) -> str:
+    """The status a run reads (`get_state`, ``invoke``'s output): the one its
+    ledger row stores, which every reader returns (``said``: its run log's,
+    for a run with no row)."""
+    return said if stored is None else stored
+
+
+def with_stored(snapshot: StateSnapshot, stored: str | None) -> StateSnapshot:
+    """A snapshot reading the status its run's ledger row stores (`stored_run`)."""
+    log = snapshot.values[_LOG]
+    status = returned_status(str(log.get("status")), stored)
+    if status == log.get("status"):
+        return snapshot
+    return snapshot._replace(values={**snapshot.values, _LOG: {**log, "status": status}})
 
 
 def settled(snapshot: StateSnapshot, earlier: Iterable[CheckpointTuple] = ()) -> StateSnapshot:
@@ -180,10 +210,12 @@ def settle_output(out: Any, config: RunnableConfig | None, found: StateSnapshot 
 
 
 def _status_of(out: Mapping[str, Any], snapshot: StateSnapshot) -> Any:
-    """``invoke``'s output with the status the stored run settled on."""
+    """``invoke``'s output with the status the stored run reads (`get_state`'s)."""
     log = snapshot.values.get(_LOG) if isinstance(snapshot.values, Mapping) else None
     status = log.get("status") if isinstance(log, Mapping) else None
-    return {**out, _LOG: {**out[_LOG], "status": status}} if status == "success" else out
+    if status is None or status == out[_LOG].get("status"):
+        return out
+    return {**out, _LOG: {**out[_LOG], "status": status}}
 
 
 # -- resumes after a crash (for `recovery_metrics`) ------------------------------------

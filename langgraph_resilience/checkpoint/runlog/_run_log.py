@@ -19,10 +19,13 @@ LangGraph's private writes decoded back:
   failed step, goes on with it (``running``: `retry_failed`) or resumes it
   (LangGraph's `RESUME_CHANNEL` write) updates the run's row in that same
   transaction, and the checkpoint after it gives the row the run's usage;
-- what no write says is told by the one that knows: the driver when
-  ``invoke`` / ``stream`` returns (a run with nothing left to do, a pause, and
-  their usage: `close_run`), the `Worker` when it finishes, pauses or cancels a
-  run (`finish_worker_run`, `cancel_worker_run`, in its own transaction).
+- a checkpoint that leaves a run whose run log reads ``running`` nothing to do
+  (a loop a conditional edge stopped) ends its row ``success``, with its usage,
+  unless a step of the run failed unrecovered (`PutLedger.ends`, `_run_end`);
+- what no checkpoint says is told by the one that knows: the driver when
+  ``invoke`` / ``stream`` returns paused (a run stored only at its exit:
+  `close_run`) or raised (`fail_run`), the `Worker` when it finishes, pauses or
+  cancels a run (`finish_worker_run`, `cancel_worker_run`, in its own transaction).
 
 A run nested in another (a resilient subgraph, a resilient graph invoked inside
 a node: a non-empty namespace) has no row of its own; its steps are rows of
