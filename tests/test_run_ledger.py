@@ -31,6 +31,7 @@ from langgraph_resilience import (
     ResilientStateGraph,
     Worker,
 )
+from langgraph_resilience.checkpoint.runlog import _run_log
 from langgraph_resilience.history import alist_runs, list_runs
 
 
@@ -341,6 +342,49 @@ async def test_a_worker_run_row_names_its_run_and_worker(checkpointer: Any) -> N
     row = await run_row(h, thread, 1)
     assert (row.status, row.run_id, row.worker) == ("success", ok, "w-1")
     assert {s["run_id"] for s in await h.call("step_history", thread)} == {ok}
+
+
+async def test_a_worker_run_ends_as_its_checkpoints_tell_before_the_worker_finishes(
+    checkpointer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The saver writes a Worker run's end, in the transaction of the checkpoint
+    that ends it (issue 37): a loop a conditional edge stopped ends ``success``
+    and a critical failure ``partial_complete`` even when what the Worker tells
+    the ledger when it finishes, and what its invoke's driver tells on return,
+    are lost (as when its process dies right then; before: the loop's row
+    stayed ``running``); the Worker's record agrees."""
+    h = checkpointer
+    if h.backend == "postgres":  # a worker waits for every open run of the database
+        sql(h.backend, h.target, "DELETE FROM resilience_runs")
+
+    def lost(*args: Any, **kwargs: Any) -> Any:
+        yield from ()
+
+    monkeypatch.setattr(_run_log, "finish_worker_run", lost)
+
+    async def alost(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    history = type(h.saver.history)  # nor what the driver would tell on return
+    if h.is_async:
+        monkeypatch.setattr(history, "aclose_run", alost)
+    else:
+        monkeypatch.setattr(history, "close_run", lambda *args, **kwargs: None)
+    for graph, ended in (
+        (looping(h), "success"),
+        (chain_graph(h, ["a", "b"], "b"), "partial_complete"),
+    ):
+        worker = Worker(graph, checkpointer=h.saver)
+        value = {"n": 0} if ended == "success" else {"done": []}
+        if h.is_async:
+            run_id = await worker.asubmit(value)
+            assert await worker.arun() == {run_id: ended}
+        else:
+            run_id = await asyncio.to_thread(worker.submit, value)
+            assert await asyncio.to_thread(worker.run) == {run_id: ended}
+        thread = (await h.call("read_run", run_id)).thread_id
+        row = await run_row(h, thread, 1)
+        assert (row.status, row.run_id, row.ended_at is not None) == (ended, run_id, True)
 
 
 async def test_copy_delete_and_prune_keep_the_rows_with_their_thread(checkpointer: Any) -> None:
