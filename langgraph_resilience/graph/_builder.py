@@ -181,7 +181,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
     def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot:
         snapshot = super().get_state(config, subgraphs=subgraphs)
         saver = self.checkpointer
-        run = lifecycle.stored_run(snapshot)
+        run = lifecycle.stored_run(snapshot, _head(config))
         if run is not None and isinstance(saver, ResilientSaver):  # its row says how it ended
             row = saver.history.run_row(*run)
             return lifecycle.with_stored(snapshot, None if row is None else row.status)
@@ -194,7 +194,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
     async def aget_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot:
         snapshot = await super().aget_state(config, subgraphs=subgraphs)
         saver = self.checkpointer
-        run = lifecycle.stored_run(snapshot)
+        run = lifecycle.stored_run(snapshot, _head(config))
         if run is not None and isinstance(saver, AsyncResilientSaver):  # its row: how it ended
             row = await saver.history.arun_row(*run)
             return lifecycle.with_stored(snapshot, None if row is None else row.status)
@@ -295,6 +295,12 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
             policies = frozenset(getattr(self.builder, "_policies", ()))
             found = found._replace(cache=RunLogFreeCache(found.cache, policies))
         return found
+
+
+def _head(config: RunnableConfig) -> bool:
+    """Whether ``get_state`` reads the thread's latest checkpoint (no checkpoint
+    asked for: not a time travel's look at an earlier one)."""
+    return not (config.get("configurable") or {}).get("checkpoint_id")
 
 
 def _bypass(drawing: Graph, node: str) -> None:

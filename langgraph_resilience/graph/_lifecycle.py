@@ -139,31 +139,41 @@ def may_settle(snapshot: StateSnapshot) -> tuple[RunnableConfig, RunnableConfig]
     return where, snapshot.config
 
 
-def stored_run(snapshot: StateSnapshot) -> tuple[str, int] | None:
-    """(thread, run) whose ledger row says how a top-level snapshot's run ended,
-    when its run log reads ``running`` with nothing left to do (the saver wrote
-    the end at that checkpoint, `checkpoint.runlog._run_log.PutLedger.ends`);
-    None for any other snapshot, which reads as its run log says."""
-    if may_settle(snapshot) is None:
+def stored_run(snapshot: StateSnapshot, head: bool) -> tuple[str, int] | None:
+    """(thread, run) whose ledger row says how a top-level snapshot's run stands,
+    when its run log reads ``running``: with nothing left to do (the saver wrote
+    its end at that checkpoint, `checkpoint.runlog._run_log.PutLedger.ends`), or
+    at the thread's ``head`` (its latest checkpoint: a run that raised there, or
+    was cancelled, is ``error`` / ``cancelled`` in its row); None for any other
+    snapshot, which reads as its run log says."""
+    log = snapshot.values.get(_LOG) if isinstance(snapshot.values, Mapping) else None
+    if not isinstance(log, Mapping) or log.get("status") != "running":
         return None
     configurable = snapshot.config["configurable"]
-    if configurable.get("checkpoint_ns"):
+    if configurable.get("checkpoint_ns") or not (head or _nothing_left(snapshot)):
         return None
-    log = snapshot.values[_LOG]
     return str(configurable["thread_id"]), int(log.get("run") or 1)
 
 
-def returned_status(said: str, stored: str | None) -> str:
+#: The statuses a run with steps left reads from its row: an end no step told
+#: (never ``success``: a run whose process died before its driver said it raised
+#: must not read it).
+_UNTOLD_ENDS = ("error", "cancelled")
+
+
+def returned_status(said: str, stored: str | None, nothing_left: bool) -> str:
     """The status a run reads (`get_state`, ``invoke``'s output): the one its
     ledger row stores, which every reader returns (``said``: its run log's,
-    for a run with no row)."""
-    return said if stored is None else stored
+    for a run with no row; with steps left, only an end no step told)."""
+    if stored is None or not (nothing_left or stored in _UNTOLD_ENDS):
+        return said
+    return stored
 
 
 def with_stored(snapshot: StateSnapshot, stored: str | None) -> StateSnapshot:
     """A snapshot reading the status its run's ledger row stores (`stored_run`)."""
     log = snapshot.values[_LOG]
-    status = returned_status(str(log.get("status")), stored)
+    status = returned_status(str(log.get("status")), stored, _nothing_left(snapshot))
     if status == log.get("status"):
         return snapshot
     return snapshot._replace(values={**snapshot.values, _LOG: {**log, "status": status}})
