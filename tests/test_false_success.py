@@ -571,7 +571,9 @@ async def test_a_run_whose_step_failed_unrecovered_never_reads_success(checkpoin
     """Without a Worker: b's handler re-raises, LangGraph stores a checkpoint with
     nothing left and ``invoke`` raises. The thread must not read ``success``
     afterwards, from ``get_state`` nor from a resume's output (before: both read
-    ``success`` with ``done == ["a"]``). A run that ended reads it as before."""
+    ``success`` with ``done == ["a"]``): both read the status its ledger row
+    stores, ``error``, as the report does (issue 37; before: ``running`` while the
+    row said ``error``). A run that ended reads it as before."""
     h = checkpointer
     graph = failing_graph().compile(checkpointer=h.saver)
     config = {"configurable": {"thread_id": f"unrec-{uuid.uuid4().hex[:8]}"}}
@@ -583,9 +585,11 @@ async def test_a_run_whose_step_failed_unrecovered_never_reads_success(checkpoin
 
     with pytest.raises(ValueError, match="b broke"):
         await h.invoke(graph, {"done": []}, config)
-    assert ((await state())["done"], (await state())["resilience"]["status"]) == (["a"], "running")
+    assert ((await state())["done"], (await state())["resilience"]["status"]) == (["a"], "error")
     out = await h.invoke(graph, None, config)
-    assert out["resilience"]["status"] == "running"
+    assert out["resilience"]["status"] == "error"
+    row = await h.call("history.run_row", config["configurable"]["thread_id"], 1)
+    assert row.status == "error"
 
     loop = ResilientStateGraph(State)  # a graph that ends by a conditional edge
     loop.add_node("n", lambda s: {"done": ["n"]})

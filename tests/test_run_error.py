@@ -95,9 +95,21 @@ async def test_an_error_past_the_policies_is_named_as_raised(checkpointer: Any) 
     [advice] = report.suggestions
     assert "LookupError: no such order: 42" in advice and "graph.invoke(None, config)" in advice
     assert (await _listed(h, thread)).error == "LookupError: no such order: 42"
+    # get_state reads the status the run's row stores, as the report (issue 37;
+    # before: ``running`` while the report said ``error``).
+    assert (await _status(h, graph, config)) == "error"
     broken["yes"] = False  # fix the cause, then follow the advice
     out = await h.invoke(graph, None, config)
     assert out["n"] == 1
+    # The output, get_state and the report read one status, the row's.
+    stored = (await _report(h, thread)).status
+    assert (out["resilience"]["status"], await _status(h, graph, config)) == (stored, stored)
+
+
+async def _status(h: Any, graph: Any, config: Any) -> Any:
+    if h.is_async:
+        return (await graph.aget_state(config)).values["resilience"]["status"]
+    return await asyncio.to_thread(lambda: graph.get_state(config).values["resilience"]["status"])
 
 
 def test_show_prints_the_runs_error_and_input(tmp_path: Any) -> None:

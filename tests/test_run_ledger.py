@@ -29,6 +29,7 @@ from langgraph_resilience import (
     ResilientStateGraph,
     Worker,
 )
+from langgraph_resilience.checkpoint.runlog import _run_log
 from langgraph_resilience.history import alist_runs, list_runs
 
 
@@ -179,6 +180,67 @@ async def test_a_run_with_nothing_left_to_do_ends_success_invoked_or_streamed(
     assert paths == ["a", "a#2", "a#3"]
 
 
+async def test_the_saver_writes_the_end_of_a_run_a_conditional_edge_stopped(
+    checkpointer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One writer of a run's end (issue 37): the checkpoint that leaves a run
+    nothing to do ends its row, in that checkpoint's transaction, with its usage;
+    the driver tells nothing when ``invoke`` / ``stream`` returns (before: its
+    ``close_run`` wrote ``success``, and a process killed before it left the row
+    ``running``)."""
+    h = checkpointer
+    told: list[tuple[Any, ...]] = []
+    name = "aclose_run" if h.is_async else "close_run"
+    history = h.saver.history
+
+    def tell(self: Any, *args: Any) -> Any:
+        told.append(args)
+        raise AssertionError("the driver wrote the run's end")
+
+    monkeypatch.setattr(type(history), name, tell)
+    graph, config = looping(h), cfg(h, "saver-end")
+    for durability in ("sync", "exit"):
+        out = await h.invoke(graph, {"n": 0}, config, durability=durability)
+        assert (out["n"], out["resilience"]["status"]) == (3, "success")
+    rows = run_rows(h, thread_of(config))
+    assert [(r[0], r[1]) for r in rows] == [(1, "success"), (2, "success")]
+    assert all(r[4] is not None and json.loads(r[6])["steps"] == 3 for r in rows)
+    assert told == []
+
+
+async def test_get_state_reads_the_status_the_row_stores_and_lists_no_checkpoints(
+    checkpointer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status a run's row stores is the one ``get_state`` returns (issue 37):
+    a loop a conditional edge stopped reads its row's ``success``, and the row's
+    word, not a listing of the run's checkpoints, decides it (before: every
+    ``get_state`` of such a run listed them)."""
+    h = checkpointer
+    graph, config = looping(h), cfg(h, "stored")
+    await h.invoke(graph, {"n": 0}, config)
+
+    def listed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("get_state listed the run's checkpoints")
+
+    monkeypatch.setattr(type(h.saver), "alist" if h.is_async else "list", listed)
+
+    async def status() -> Any:
+        if h.is_async:
+            return (await graph.aget_state(config)).values["resilience"]["status"]
+        return await asyncio.to_thread(
+            lambda: graph.get_state(config).values["resilience"]["status"]
+        )
+
+    assert await status() == "success"
+    sql(
+        h.backend,
+        h.target,
+        "UPDATE resilience_run_log SET status = 'cancelled' WHERE thread_id = ?",
+        (thread_of(config),),
+    )
+    assert await status() == "cancelled"
+
+
 def asking(h: Any) -> Any:
     """One node that asks a human (an interrupt) for the topic."""
 
@@ -277,6 +339,49 @@ async def test_a_worker_run_row_names_its_run_and_worker(checkpointer: Any) -> N
     row = await run_row(h, thread, 1)
     assert (row.status, row.run_id, row.worker) == ("success", ok, "w-1")
     assert {s["run_id"] for s in await h.call("step_history", thread)} == {ok}
+
+
+async def test_a_worker_run_ends_as_its_checkpoints_tell_before_the_worker_finishes(
+    checkpointer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The saver writes a Worker run's end, in the transaction of the checkpoint
+    that ends it (issue 37): a loop a conditional edge stopped ends ``success``
+    and a critical failure ``partial_complete`` even when what the Worker tells
+    the ledger when it finishes, and what its invoke's driver tells on return,
+    are lost (as when its process dies right then; before: the loop's row
+    stayed ``running``); the Worker's record agrees."""
+    h = checkpointer
+    if h.backend == "postgres":  # a worker waits for every open run of the database
+        sql(h.backend, h.target, "DELETE FROM resilience_runs")
+
+    def lost(*args: Any, **kwargs: Any) -> Any:
+        yield from ()
+
+    monkeypatch.setattr(_run_log, "finish_worker_run", lost)
+
+    async def alost(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    history = type(h.saver.history)  # nor what the driver would tell on return
+    if h.is_async:
+        monkeypatch.setattr(history, "aclose_run", alost)
+    else:
+        monkeypatch.setattr(history, "close_run", lambda *args, **kwargs: None)
+    for graph, ended in (
+        (looping(h), "success"),
+        (chain_graph(h, ["a", "b"], "b"), "partial_complete"),
+    ):
+        worker = Worker(graph, checkpointer=h.saver)
+        value = {"n": 0} if ended == "success" else {"done": []}
+        if h.is_async:
+            run_id = await worker.asubmit(value)
+            assert await worker.arun() == {run_id: ended}
+        else:
+            run_id = await asyncio.to_thread(worker.submit, value)
+            assert await asyncio.to_thread(worker.run) == {run_id: ended}
+        thread = (await h.call("read_run", run_id)).thread_id
+        row = await run_row(h, thread, 1)
+        assert (row.status, row.run_id, row.ended_at is not None) == (ended, run_id, True)
 
 
 async def test_copy_delete_and_prune_keep_the_rows_with_their_thread(checkpointer: Any) -> None:

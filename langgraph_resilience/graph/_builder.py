@@ -56,6 +56,7 @@ from langgraph_resilience._langgraph import (
     hold_writes,
 )
 from langgraph_resilience.budget import Budget
+from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.checkpoint.saver._base import thread_checked
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError, DeployBlocked
@@ -179,7 +180,12 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
 
     def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot:
         snapshot = super().get_state(config, subgraphs=subgraphs)
-        listing, saver = lifecycle.may_settle(snapshot), self.checkpointer
+        saver = self.checkpointer
+        run = lifecycle.stored_run(snapshot, _head(config))
+        if run is not None and isinstance(saver, ResilientSaver):  # its row says how it ended
+            row = saver.history.run_row(*run)
+            return lifecycle.with_stored(snapshot, None if row is None else row.status)
+        listing = lifecycle.may_settle(snapshot)  # no ledger holds the run: its checkpoints
         if listing is None or not isinstance(saver, BaseCheckpointSaver):
             return lifecycle.settled(snapshot)  # nothing to look up
         where, before = listing
@@ -187,7 +193,12 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
 
     async def aget_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot:
         snapshot = await super().aget_state(config, subgraphs=subgraphs)
-        listing, saver = lifecycle.may_settle(snapshot), self.checkpointer
+        saver = self.checkpointer
+        run = lifecycle.stored_run(snapshot, _head(config))
+        if run is not None and isinstance(saver, AsyncResilientSaver):  # its row: how it ended
+            row = await saver.history.arun_row(*run)
+            return lifecycle.with_stored(snapshot, None if row is None else row.status)
+        listing = lifecycle.may_settle(snapshot)  # no ledger holds the run: its checkpoints
         if listing is None or not isinstance(saver, BaseCheckpointSaver):
             return lifecycle.settled(snapshot)
         earlier = await lifecycle.arun_part(saver.alist(listing[0], before=listing[1]))
@@ -284,6 +295,12 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
             policies = frozenset(getattr(self.builder, "_policies", ()))
             found = found._replace(cache=RunLogFreeCache(found.cache, policies))
         return found
+
+
+def _head(config: RunnableConfig) -> bool:
+    """Whether ``get_state`` reads the thread's latest checkpoint (no checkpoint
+    asked for: not a time travel's look at an earlier one)."""
+    return not (config.get("configurable") or {}).get("checkpoint_id")
 
 
 def _bypass(drawing: Graph, node: str) -> None:

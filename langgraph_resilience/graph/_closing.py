@@ -1,11 +1,12 @@
-"""The run ledger: how a top-level run returned, told by its driver.
+"""The run ledger: what a top-level run's driver tells its row.
 
 The run's row (`checkpoint.runlog._run_log`) is started by its input checkpoint and
-ended by the write that ends it; what no write says, the driver tells it when
-``invoke`` / ``stream`` returns (`close_run`): a run with nothing left to do
-ended ``success``, an interrupted one is ``paused``, and what the run used
-(its invoke's tally's, `_tally.with_usage`). ``invoke`` tells it from its
-output; a ``stream`` read to its end, from the stored state.
+ended by the saver, at the checkpoint that ends the run (the write that ends
+it, or the checkpoint that leaves it nothing to do). The driver tells it only
+what no checkpoint says: a run that returned interrupted is ``paused``, with
+its usage (`close_run`: a run stored only at its exit has no row before), and
+a call that raised (`failed`). ``invoke`` tells it from its output; a
+``stream`` read to its end, from the stored state.
 
 A call that raised ends its run ``error`` (`failed`): without it the run's row
 stayed ``running`` for ever after an error LangGraph raised (a node without a
@@ -73,30 +74,15 @@ def invoking(graph: Any, config: RunnableConfig | None) -> Iterator[None]:
         _INVOKING.reset(token)
 
 
-_ENDED = ("success", "partial_complete")
-
-
-def _closing_what(values: Any, interrupted: bool) -> tuple[int, str, Any] | None:
-    """(run, status, usage) the driver tells the run's row, from the run's
-    settled values (None: they hold no run log)."""
+def _paused(values: Any, interrupted: bool) -> tuple[int, str, Any] | None:
+    """(run, ``paused``, usage) the driver tells the row of a run that returned
+    interrupted (None: it did not, or its values hold no run log). How a run
+    ended the saver wrote, at the checkpoint that ended it; a run that goes on
+    (steps left, or it raised: `failed`) keeps what its row says."""
     log = values.get(_LOG) if isinstance(values, Mapping) else None
-    if not isinstance(log, Mapping) or log.get("run") is None:
+    if not interrupted or not isinstance(log, Mapping) or log.get("run") is None:
         return None
-    status = log.get("status")
-    if interrupted:
-        status = "paused"
-    elif status not in _ENDED:
-        status = "running"
-    return int(log["run"]), str(status), log.get("usage")
-
-
-def _told(stored: Any) -> bool:
-    """Whether the row knows already: the output as stored (before settling)
-    ended the run, and the checkpoint after its last step told the row."""
-    log = stored.get(_LOG) if isinstance(stored, Mapping) else None
-    return (
-        isinstance(log, Mapping) and log.get("status") in _ENDED and INTERRUPT_CHANNEL not in stored
-    )
+    return int(log["run"]), "paused", log.get("usage")
 
 
 def _began(scope: RunScope | None) -> float | None:
@@ -111,20 +97,21 @@ def close_run(
     stored: Any = None,
     scope: RunScope | None = None,
 ) -> None:
-    """Tell the run ledger how a top-level run returned: ``out``, ``invoke``'s
-    settled output (``stored``: as it came back, before settling; nothing to
-    tell if it ended the run), or None: the stored state (a ``stream``). Never
-    fails the run: a store that cannot be reached now leaves the row as the
-    writes left it."""
+    """Tell the run ledger that a top-level run returned paused (an interrupt:
+    a run stored only at its exit has no row before), from ``out``, ``invoke``'s
+    output, or None: the stored state (a ``stream``). ``stored``: the output as
+    it came back (unused: kept for the callers' signature). Never fails the run:
+    a store that cannot be reached now leaves the row as the writes left it."""
     driven = _driven(graph, config)
-    if driven is None or not isinstance(driven[1], ResilientSaver) or _told(stored):
+    if driven is None or not isinstance(driven[1], ResilientSaver):
         return
     thread, saver = driven
     try:
-        what = _closing_what(out, isinstance(out, Mapping) and INTERRUPT_CHANNEL in out)
-        if what is None:
+        if out is None:
             snapshot = graph.get_state(config)
-            what = _closing_what(with_usage(snapshot.values, scope), bool(snapshot.interrupts))
+            what = _paused(with_usage(snapshot.values, scope), bool(snapshot.interrupts))
+        else:
+            what = _paused(out, isinstance(out, Mapping) and INTERRUPT_CHANNEL in out)
         if what is not None:
             saver.history.close_run(thread, *what, _began(scope))
     except Exception as exc:
@@ -140,14 +127,15 @@ async def aclose_run(
 ) -> None:
     """Async twin of `close_run`."""
     driven = _driven(graph, config)
-    if driven is None or not isinstance(driven[1], AsyncResilientSaver) or _told(stored):
+    if driven is None or not isinstance(driven[1], AsyncResilientSaver):
         return
     thread, saver = driven
     try:
-        what = _closing_what(out, isinstance(out, Mapping) and INTERRUPT_CHANNEL in out)
-        if what is None:
+        if out is None:
             snapshot = await graph.aget_state(config)
-            what = _closing_what(with_usage(snapshot.values, scope), bool(snapshot.interrupts))
+            what = _paused(with_usage(snapshot.values, scope), bool(snapshot.interrupts))
+        else:
+            what = _paused(out, isinstance(out, Mapping) and INTERRUPT_CHANNEL in out)
         if what is not None:
             await saver.history.aclose_run(thread, *what, _began(scope))
     except Exception as exc:

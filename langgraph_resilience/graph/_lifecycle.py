@@ -11,25 +11,21 @@ the step that ran it fails (`ended`), whether it was added as a node or invoked
 inside a node's function.
 
 A run whose last node leaves through a conditional edge (a loop that stops when
-a counter is reached) has no node that knows it is the last. Such a run is
-stored as ``running`` and reported ``success`` when it has nothing left to do
-(no next task, no interrupt): by ``invoke`` / ``ainvoke`` and by ``get_state``
-/ ``aget_state``.
+a counter is reached) has no node that knows it is the last. Its run log stays
+``running``; the saver ends its row at the checkpoint that leaves it nothing to
+do (`checkpoint.runlog._run_end`), ``success`` unless a step of it failed
+unrecovered (`unrecovered_steps`: a task whose error was stored, not routed,
+and whose checkpoint the run went on from without its writes): the row then
+stays ``running`` until its driver (`_closing.failed`) or its `Worker` ends it
+``error``, and a process killed before that never leaves a ``success``.
 
-The run ledger's row of a run (`checkpoint.runlog._run_log`) is started by its input
-checkpoint and ended by the write that ends it; what no write says, the driver
-tells it when ``invoke`` / ``stream`` returns (`_closing.close_run`): a run with nothing
-left to do ended ``success``, an interrupted one is ``paused``, and what the run
-used. (``invoke`` tells it from its output; a ``stream`` read to its end, from
-the stored state.)
-
-Nothing left to do is not enough for a `Worker` to store ``success``: no step of
-the run may have failed without being recovered either (`unrecovered_steps`:
-a task whose error was stored, not routed, and whose checkpoint the run went on
-from without its writes). Such a run is given up as ``error`` naming the step.
-Nor does ``get_state`` (or ``invoke``'s output) read ``success`` for it: it
-lists the run's checkpoints (`run_part`) before it settles a run that reads
-``running`` with nothing left, and leaves it ``running``.
+The row's status is the one every reader returns: ``get_state`` / ``aget_state``
+and ``invoke``'s output read it for a top-level run whose run log reads
+``running`` with nothing left (`stored_run`, `returned_status`), and list no
+checkpoints; only a run no ledger holds (a saver without one, a nested
+namespace) is settled from its listed checkpoints (`may_settle`, `settled`).
+The driver tells the row only that a run returned paused (`_closing.close_run`),
+or that the call raised (`_closing.failed`).
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -48,8 +44,6 @@ from langgraph.types import Command, StateSnapshot
 
 from langgraph_resilience._keys import FENCE_KEY, REPLAYED_SCOPES_KEY, RETRY_FAILED_KEY
 from langgraph_resilience._langgraph import (
-    ERROR_CHANNEL,
-    ERROR_SOURCE_CHANNEL,
     INTERRUPT_CHANNEL,
     langgraph_config,
 )
@@ -60,7 +54,12 @@ from langgraph_resilience.checkpoint import (
     RunQueueSaver,
 )
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
-from langgraph_resilience.errors import message_of
+from langgraph_resilience.checkpoint.runlog._run_end import (
+    arun_part,
+    run_begins,
+    run_part,
+    unrecovered_steps,
+)
 from langgraph_resilience.graph._step_log import nested_stop
 from langgraph_resilience.graph._task import in_parent_task
 from langgraph_resilience.state import new_run_marker
@@ -76,6 +75,9 @@ __all__ = [
     "settle_by_hand",
     "arun_part",
     "may_settle",
+    "returned_status",
+    "stored_run",
+    "with_stored",
     "run_begins",
     "run_part",
     "settle_output",
@@ -122,7 +124,8 @@ def _nothing_left(snapshot: StateSnapshot) -> bool:
 
 def may_settle(snapshot: StateSnapshot) -> tuple[RunnableConfig, RunnableConfig] | None:
     """How to list the checkpoints before a snapshot that `settled` would turn
-    ``success`` (its run reads ``running`` with nothing left to do): ``(config,
+    ``success`` (its run reads ``running`` with nothing left to do) when no run
+    ledger holds its run (a saver without one, a nested namespace): ``(config,
     before)`` for a saver's ``list``; None for any other snapshot."""
     log = snapshot.values.get(_LOG) if isinstance(snapshot.values, Mapping) else None
     running = isinstance(log, Mapping) and log.get("status") == "running"
@@ -136,39 +139,44 @@ def may_settle(snapshot: StateSnapshot) -> tuple[RunnableConfig, RunnableConfig]
     return where, snapshot.config
 
 
-def run_begins(stored: CheckpointTuple) -> bool:
-    """Whether a checkpoint is the first of its run (its input started the run)."""
-    return (stored.metadata or {}).get("source") == "input"
+def stored_run(snapshot: StateSnapshot, head: bool) -> tuple[str, int] | None:
+    """(thread, run) whose ledger row says how a top-level snapshot's run stands,
+    when its run log reads ``running``: with nothing left to do (the saver wrote
+    its end at that checkpoint, `checkpoint.runlog._run_log.PutLedger.ends`), or
+    at the thread's ``head`` (its latest checkpoint: a run that raised there, or
+    was cancelled, is ``error`` / ``cancelled`` in its row); None for any other
+    snapshot, which reads as its run log says."""
+    log = snapshot.values.get(_LOG) if isinstance(snapshot.values, Mapping) else None
+    if not isinstance(log, Mapping) or log.get("status") != "running":
+        return None
+    configurable = snapshot.config["configurable"]
+    if configurable.get("checkpoint_ns") or not (head or _nothing_left(snapshot)):
+        return None
+    return str(configurable["thread_id"]), int(log.get("run") or 1)
 
 
-def run_part(listed: Iterable[CheckpointTuple]) -> Iterator[CheckpointTuple]:
-    """Of a thread's checkpoints, newest first (as a saver lists them), those of
-    its latest run: back to the one its input started it with. A saver's listing
-    is closed once read that far (it may hold the saver's connection)."""
-    try:
-        for stored in listed:
-            yield stored
-            if run_begins(stored):
-                return
-    finally:
-        close = getattr(listed, "close", None)
-        if close is not None:
-            close()
+#: The statuses a run with steps left reads from its row: an end no step told
+#: (never ``success``: a run whose process died before its driver said it raised
+#: must not read it).
+_UNTOLD_ENDS = ("error", "cancelled")
 
 
-async def arun_part(listed: AsyncIterator[CheckpointTuple]) -> list[CheckpointTuple]:
-    """Async twin of `run_part` (reads no further than the run's first checkpoint)."""
-    found = []
-    try:
-        async for stored in listed:
-            found.append(stored)
-            if run_begins(stored):
-                break
-    finally:
-        close = getattr(listed, "aclose", None)
-        if close is not None:
-            await close()
-    return found
+def returned_status(said: str, stored: str | None, nothing_left: bool) -> str:
+    """The status a run reads (`get_state`, ``invoke``'s output): the one its
+    ledger row stores, which every reader returns (``said``: its run log's,
+    for a run with no row; with steps left, only an end no step told)."""
+    if stored is None or not (nothing_left or stored in _UNTOLD_ENDS):
+        return said
+    return stored
+
+
+def with_stored(snapshot: StateSnapshot, stored: str | None) -> StateSnapshot:
+    """A snapshot reading the status its run's ledger row stores (`stored_run`)."""
+    log = snapshot.values[_LOG]
+    status = returned_status(str(log.get("status")), stored, _nothing_left(snapshot))
+    if status == log.get("status"):
+        return snapshot
+    return snapshot._replace(values={**snapshot.values, _LOG: {**log, "status": status}})
 
 
 def settled(snapshot: StateSnapshot, earlier: Iterable[CheckpointTuple] = ()) -> StateSnapshot:
@@ -212,45 +220,12 @@ def settle_output(out: Any, config: RunnableConfig | None, found: StateSnapshot 
 
 
 def _status_of(out: Mapping[str, Any], snapshot: StateSnapshot) -> Any:
-    """``invoke``'s output with the status the stored run settled on."""
+    """``invoke``'s output with the status the stored run reads (`get_state`'s)."""
     log = snapshot.values.get(_LOG) if isinstance(snapshot.values, Mapping) else None
     status = log.get("status") if isinstance(log, Mapping) else None
-    return {**out, _LOG: {**out[_LOG], "status": status}} if status == "success" else out
-
-
-def unrecovered_steps(checkpoints: Iterable[CheckpointTuple]) -> list[str]:
-    """The steps of a run that failed without being recovered, by its stored
-    checkpoints (a run's, any order), at each checkpoint the run went on from (a
-    ``loop`` checkpoint is its child): a task with an error write, no write of
-    its own, and that was handed to no error handler (LangGraph's marker of the
-    hand-over is a write of the failed task: a routed error's handler then
-    routed it; a handler's failure counts as its node's). Each named ``'node'
-    (error)``, or by its task id."""
-    found = list(checkpoints)
-    went_on = {
-        (t.parent_config or {}).get("configurable", {}).get("checkpoint_id")
-        for t in found
-        if (t.metadata or {}).get("source") == "loop"
-    }
-    failed: list[str] = []
-    for stored in found:
-        if stored.config["configurable"].get("checkpoint_id") not in went_on:
-            continue
-        tasks: dict[str, list[tuple[str, Any]]] = {}
-        for task_id, channel, value in stored.pending_writes or ():
-            tasks.setdefault(task_id, []).append((channel, value))
-        handed = [str(v) for w in tasks.values() for c, v in w if c == ERROR_SOURCE_CHANNEL]
-        for task_id, writes in tasks.items():
-            errors = [v for c, v in writes if c == ERROR_CHANNEL]
-            own = [c for c, _ in writes if c != ERROR_CHANNEL]  # ERROR_SOURCE: handed over
-            if errors and not own:
-                name = (
-                    f"{', '.join(map(repr, handed))} (its error handler failed"
-                    if handed
-                    else (f"task {task_id!r} (")
-                )
-                failed.append(f"{name}: {message_of(errors[0])[:200]})")
-    return failed
+    if status is None or status == out[_LOG].get("status"):
+        return out
+    return {**out, _LOG: {**out[_LOG], "status": status}}
 
 
 # -- resumes after a crash (for `recovery_metrics`) ------------------------------------

@@ -2,6 +2,8 @@
 (the only source of a run's history: LangGraph's writes are never decoded back).
 
 - ``_run_log``: the rows written, in the transaction of what they belong to.
+- ``_run_end``: a top-level run's end, decided at the checkpoint that leaves it
+  nothing to do (whether a step of it failed unrecovered).
 - ``_run_sql``: the run rows' start, open, pause and settle statements, and the Worker's end.
 - ``_step_rows``: a step record as its row stores it, and read back.
 - ``_scope``: one top-level run's scope in memory (the step records its nodes hand the saver).

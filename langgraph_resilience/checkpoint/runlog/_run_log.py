@@ -19,10 +19,13 @@ LangGraph's private writes decoded back:
   failed step, goes on with it (``running``: `retry_failed`) or resumes it
   (LangGraph's `RESUME_CHANNEL` write) updates the run's row in that same
   transaction, and the checkpoint after it gives the row the run's usage;
-- what no write says is told by the one that knows: the driver when
-  ``invoke`` / ``stream`` returns (a run with nothing left to do, a pause, and
-  their usage: `close_run`), the `Worker` when it finishes, pauses or cancels a
-  run (`finish_worker_run`, `cancel_worker_run`, in its own transaction).
+- a checkpoint that leaves a run whose run log reads ``running`` nothing to do
+  (a loop a conditional edge stopped) ends its row ``success``, with its usage,
+  unless a step of the run failed unrecovered (`PutLedger.ends`, `_run_end`);
+- what no checkpoint says is told by the one that knows: the driver when
+  ``invoke`` / ``stream`` returns paused (a run stored only at its exit:
+  `close_run`) or raised (`fail_run`), the `Worker` when it finishes, pauses or
+  cancels a run (`finish_worker_run`, `cancel_worker_run`, in its own transaction).
 
 A run nested in another (a resilient subgraph, a resilient graph invoked inside
 a node: a non-empty namespace) has no row of its own; its steps are rows of
@@ -108,6 +111,18 @@ class PutLedger(NamedTuple):
     #: starts numbered after the thread's latest, or ends.
     next_start: tuple[Any, ...] | None = None
     settle: tuple[str, str] | None = None  # (thread, checkpoint) of its end
+    #: The row of a run whose run log reads ``running`` at a checkpoint that
+    #: leaves it nothing to do, ended ``success``: its end if no step of it
+    #: failed unrecovered (`checked`, from the run's checkpoints).
+    ends: tuple[Any, ...] | None = None
+
+    def checked(self, unrecovered: Sequence[str]) -> PutLedger:
+        """This ledger, its run ended (`ends`) unless ``unrecovered`` names a step
+        that failed unrecovered (`_run_end.unrecovered_steps`): the row then
+        stays ``running``, for the one who saw the error to end it."""
+        if self.ends is None:
+            return self
+        return self._replace(end=None if unrecovered else self.ends, ends=None)
 
 
 def ledger_of_put(
@@ -144,7 +159,11 @@ def ledger_of_put(
     if metadata.get("source") != "input":
         if own is None and metadata.get("source") == "loop" and triggers_none(checkpoint):
             return PutLedger(settle=(str(configurable["thread_id"]), checkpoint["id"]))
-        if CHANNEL not in new_versions or own is None:
+        if own is None:
+            return None
+        if own.get("status") == "running" and metadata.get("source") == "loop":
+            return _ends(config, checkpoint, own)
+        if CHANNEL not in new_versions:
             return None
         known = own
         status = known.get("status")
@@ -172,6 +191,25 @@ def ledger_of_put(
     return PutLedger(
         start=_run_row(config, previous + 1, started, checkpoint["id"], spec_type, spec)
     )
+
+
+def _ends(
+    config: RunnableConfig, checkpoint: Checkpoint, log: Mapping[str, Any]
+) -> PutLedger | None:
+    """The end of a run whose run log still reads ``running``, at a checkpoint
+    that leaves it nothing to do (a loop a conditional edge stopped: no node
+    knew it was the last): ``success``, with its usage so far (its invoke's
+    tally's, else its run log's), if no step failed unrecovered (`PutLedger.checked`)."""
+    if not triggers_none(checkpoint):
+        return None
+    run = int(log.get("run") or 1)
+    scope = scope_of(config)
+    tally = scope.tally(run) if scope is not None else None
+    usage = dict(tally.usage) if tally is not None and tally.usage else log.get("usage")
+    row = _run_row(
+        config, run, _began(config, log), None, status="success", ended=True, usage=_json(usage)
+    )
+    return PutLedger(ends=row)
 
 
 def _own_log(config: RunnableConfig, known: Any) -> Mapping[str, Any] | None:

@@ -22,6 +22,7 @@ __all__ = [
     "SETTLED_RUN",
     "START_NEXT_RUN",
     "START_RUN",
+    "TOLD_BY_CHECKPOINTS",
     "cancel_worker_run",
     "finish_worker_run",
     "hold_run",
@@ -110,27 +111,37 @@ _SET_STATUS = (
 )
 
 
+#: The ends a run's checkpoints tell (the saver writes them, in the transaction
+#: of the checkpoint or write that ends the run: `_run_log.ledger_of_put`,
+#: `_run_log.ledger_of_writes`); a `Worker` finishing such a run tells only who held it.
+TOLD_BY_CHECKPOINTS = ("success", "partial_complete")
+_WORKER_END = (
+    f"UPDATE {RUN_LOG.name} SET {{status}}"
+    f"worker = coalesce(worker, (SELECT owner FROM {RUNS.name} WHERE run_id = ?)), "
+    f"updated_at = ? WHERE run_id = ? AND EXISTS (SELECT 1 FROM {RUNS.name} "
+    "WHERE run_id = ? AND fencing_token = ? AND status = 'running')"
+)
+
+
 def finish_worker_run(
     d: Dialect, fence: Fence, status: str, error: str | None = None
 ) -> Statements[None]:
     """A `Worker` ends or pauses its run (in `_runs.finish_run`'s transaction,
-    before the run's own row): the ledger's row of that run says so, with the
-    worker that held it, and for a run that ended ``error`` the error it ended
-    on (``Type: message``, as a plain invoke's row keeps it: `_run_log.fail_run`).
-    A released run (queued again) goes on: nothing changes."""
+    before the run's own row): the ledger's row of that run says who held it,
+    and what no checkpoint of the run told (`TOLD_BY_CHECKPOINTS`): an ``error``
+    with the error it ended on (``Type: message``, as a plain invoke's row keeps
+    it: `_run_log.fail_run`), a pause. A released run (queued again) goes on:
+    nothing changes."""
     if status not in STATUSES:
         return
     now = time.time()
+    ids = (fence.run_id, now, fence.run_id, fence.run_id, fence.token)
+    if status in TOLD_BY_CHECKPOINTS:
+        yield Stmt(d.sql(_WORKER_END.format(status="")), ids)
+        return
     said = error[:1000] if error is not None and status == "error" else None
-    yield Stmt(
-        d.sql(
-            f"UPDATE {RUN_LOG.name} SET {_SET_STATUS}, error = coalesce(?, error), "
-            f"worker = coalesce(worker, (SELECT owner FROM {RUNS.name} WHERE run_id = ?)), "
-            f"updated_at = ? WHERE run_id = ? AND EXISTS (SELECT 1 FROM {RUNS.name} "
-            "WHERE run_id = ? AND fencing_token = ? AND status = 'running')"
-        ),
-        (status, status, now, said, fence.run_id, now, fence.run_id, fence.run_id, fence.token),
-    )
+    told = f"{_SET_STATUS}, error = coalesce(?, error), "
+    yield Stmt(d.sql(_WORKER_END.format(status=told)), (status, status, now, said, *ids))
 
 
 def cancel_worker_run(d: Dialect, run_id: str) -> Statements[None]:

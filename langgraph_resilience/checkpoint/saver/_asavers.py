@@ -26,7 +26,7 @@ from langgraph_resilience.checkpoint.archive._methods import AsyncArchival
 from langgraph_resilience.checkpoint.ledger import _ledger, _runs
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.ledger._runs import Fence, RunRecord
-from langgraph_resilience.checkpoint.runlog import _run_log, _run_log_reads, _scope
+from langgraph_resilience.checkpoint.runlog import _run_end, _run_log, _run_log_reads, _scope
 from langgraph_resilience.checkpoint.runlog._history import AsyncHistory
 from langgraph_resilience.checkpoint.saver import _base, _threads
 from langgraph_resilience.checkpoint.saver._interfaces import AsyncAttempts, AsyncEffects, AsyncRuns
@@ -98,6 +98,10 @@ class AsyncResilience(Hooks, AsyncArchival):
         self._refuse_after_stop(config)
         put = self._put_of(config, checkpoint, metadata, new_versions)
         ledger = self._put_ledger(config, checkpoint, metadata, new_versions)
+        if ledger is not None and ledger.ends is not None:  # a run's end: any step unrecovered?
+            where, before, head = _run_end.run_listing(config, checkpoint, metadata)
+            earlier = await _run_end.arun_part(self.alist(where, before=before))
+            ledger = ledger.checked(_run_end.unrecovered_steps([head, *earlier]))
         await self._write(
             lambda: self._put_and_runs(put, ledger),
             fence=_runs.fence_of(config),
