@@ -33,6 +33,7 @@ from langgraph_resilience.checkpoint.store import _schema
 from langgraph_resilience.checkpoint.store._store import SQLITE, Statements, execute
 from langgraph_resilience.checkpoint.store._store_retry import Translate, call_with_retry
 from langgraph_resilience.checkpoint.store._sums import (
+    _config_of,
     checkpoint_sum,
     sqlite_keys,
     sqlite_read,
@@ -176,17 +177,6 @@ def sqlite_connect(conn_string: str) -> sqlite3.Connection:
         raise sqlite_unavailable(conn_string, exc) from exc
 
 
-def listed_config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
-    """The config that reads back one checkpoint a listing found."""
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
-
-
 ConnT = TypeVar("ConnT")
 
 
@@ -236,7 +226,7 @@ class VerifiedSqliteReads(SqliteSaver):
         with self.cursor(transaction=False) as cur:
             keys = execute(cur, sqlite_keys(config, filter, before, limit))
         for key in keys:
-            found = self.get_tuple(listed_config(*key))
+            found = self.get_tuple(_config_of(*key))
             if found is not None:  # deleted since it was listed
                 yield found
 

@@ -15,7 +15,6 @@ from langgraph_resilience.checkpoint.saver import _base, _threads
 from langgraph_resilience.checkpoint.saver._asavers import AsyncResilience
 from langgraph_resilience.checkpoint.sqlite import (
     SqliteSaverBase,
-    listed_config,
     sqlite_final,
     sqlite_path_error,
     sqlite_unavailable,
@@ -23,7 +22,12 @@ from langgraph_resilience.checkpoint.sqlite import (
 from langgraph_resilience.checkpoint.store import _schema
 from langgraph_resilience.checkpoint.store._store import SQLITE, Statements, aexecute
 from langgraph_resilience.checkpoint.store._store_retry import Translate, acall_with_retry
-from langgraph_resilience.checkpoint.store._sums import sqlite_keys, sqlite_read, sqlite_tuple
+from langgraph_resilience.checkpoint.store._sums import (
+    _config_of,
+    sqlite_keys,
+    sqlite_read,
+    sqlite_tuple,
+)
 from langgraph_resilience.policy import Backoff
 
 __all__ = ["AsyncResilientSqliteSaver"]
@@ -56,7 +60,7 @@ class VerifiedAsyncSqliteReads(AsyncSqliteSaver):
         async with self.lock, self.conn.cursor() as cur:
             keys = await aexecute(cur, sqlite_keys(config, filter, before, limit))
         for key in keys:
-            found = await self.aget_tuple(listed_config(*key))
+            found = await self.aget_tuple(_config_of(*key))
             if found is not None:  # deleted since it was listed
                 yield found
 
