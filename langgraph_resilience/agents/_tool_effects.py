@@ -31,7 +31,13 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from pydantic import BaseModel
 
 from langgraph_resilience.agents._policy import ToolEffect, effect_spec
-from langgraph_resilience.effects._side_effect import EffectCall, _no_saver, drive_async, drive_sync
+from langgraph_resilience.effects._side_effect import (
+    EffectCall,
+    _no_saver,
+    drive_async,
+    drive_sync,
+    task_thread,
+)
 from langgraph_resilience.effects._steps import EffectSpec
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.graph._task import TaskContext
@@ -77,14 +83,14 @@ def with_key(spec: EffectSpec, request: ToolCallRequest, key: str) -> ToolCallRe
 
 
 def _where(spec: EffectSpec, task: TaskContext | None) -> tuple[TaskContext, str]:
-    thread = task.thread_id if task is not None else None
-    if task is None or thread is None:
-        raise ConfigError(
+    return task_thread(
+        task,
+        lambda: ConfigError(
             f"tool {spec.name!r} is named in ResilienceMiddleware(effects=...), so its calls "
             "are recorded, which needs a checkpointer: create_agent(..., checkpointer="
             "ResilientSqliteSaver(...)) and a thread_id in config['configurable']."
-        )
-    return task, thread
+        ),
+    )
 
 
 def _tool_call(

@@ -108,18 +108,28 @@ _SEQ: ContextVar[tuple[tuple[Any, ...], dict[str, int]] | None] = ContextVar(
 )
 
 
-def _task_of(spec: EffectSpec) -> tuple[TaskContext, str]:
-    """The task the effect is called in, and its thread."""
-    task = TaskContext.current()
+def task_thread(
+    task: TaskContext | None, missing: Callable[[], ConfigError]
+) -> tuple[TaskContext, str]:
+    """The task a recorded call is made in, and its thread; ``missing()`` is
+    raised when there is no task or it runs without a thread."""
     thread = task.thread_id if task is not None else None
     if task is None or thread is None:
-        raise ConfigError(
+        raise missing()
+    return task, thread
+
+
+def _task_of(spec: EffectSpec) -> tuple[TaskContext, str]:
+    """The task the effect is called in, and its thread."""
+    return task_thread(
+        TaskContext.current(),
+        lambda: ConfigError(
             f"side effect {spec.name!r} was called outside a node of a graph with a "
             "checkpointer. Call it from inside a node, and compile the graph with a "
             "resilient saver, e.g. graph.compile(checkpointer=ResilientSqliteSaver(...)); "
             "run it with a thread_id in config['configurable']."
-        )
-    return task, thread
+        ),
+    )
 
 
 def _no_saver(spec: EffectSpec, task: TaskContext) -> ConfigError:

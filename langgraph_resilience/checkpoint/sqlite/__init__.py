@@ -10,7 +10,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -33,6 +33,7 @@ from langgraph_resilience.checkpoint.store import _schema
 from langgraph_resilience.checkpoint.store._store import SQLITE, Statements, execute
 from langgraph_resilience.checkpoint.store._store_retry import Translate, call_with_retry
 from langgraph_resilience.checkpoint.store._sums import (
+    _config_of,
     checkpoint_sum,
     sqlite_keys,
     sqlite_read,
@@ -176,6 +177,35 @@ def sqlite_connect(conn_string: str) -> sqlite3.Connection:
         raise sqlite_unavailable(conn_string, exc) from exc
 
 
+ConnT = TypeVar("ConnT")
+
+
+class SqliteSaverBase(_base.SqliteSetupShared, Generic[ConnT]):
+    """What the two SQLite savers share but their I/O: how they are made, and the
+    dialect's rows."""
+
+    _dialect = SQLITE
+
+    def __init__(
+        self,
+        conn: ConnT,
+        *,
+        serde: SerializerProtocol | None = None,
+        store_retry: Backoff | None = None,
+        archive: Archive | str | None = None,
+        warn_checkpoint_bytes: int | None = _base.WARN_BYTES,
+        max_checkpoint_bytes: int | None = None,
+    ) -> None:
+        # The state first: LangGraph's __init__ sets is_setup, which lives in it.
+        self._state = _base.make_state(store_retry)
+        # LangGraph's (Async)SqliteSaver, further along the saver's MRO.
+        super().__init__(conn, serde=serde)  # type: ignore[call-arg]
+        _base.set_lifecycle(self._state, archive, warn_checkpoint_bytes, max_checkpoint_bytes)
+
+    _prepare_put = sqlite_put
+    _write_rows = sqlite_write_rows
+
+
 class VerifiedSqliteReads(SqliteSaver):
     """`SqliteSaver`'s reads, each row checked against its sum before it is decoded
     (`_sums`); the resilient saver's own reads (retries, archive) wrap these."""
@@ -195,21 +225,15 @@ class VerifiedSqliteReads(SqliteSaver):
     ) -> Iterator[CheckpointTuple]:
         with self.cursor(transaction=False) as cur:
             keys = execute(cur, sqlite_keys(config, filter, before, limit))
-        for thread_id, ns, checkpoint_id in keys:
-            found = self.get_tuple(
-                {
-                    "configurable": {
-                        "thread_id": thread_id,
-                        "checkpoint_ns": ns,
-                        "checkpoint_id": checkpoint_id,
-                    }
-                }
-            )
+        for key in keys:
+            found = self.get_tuple(_config_of(*key))
             if found is not None:  # deleted since it was listed
                 yield found
 
 
-class ResilientSqliteSaver(_base.SqliteSetupShared, SyncResilience, VerifiedSqliteReads):
+class ResilientSqliteSaver(
+    SqliteSaverBase[sqlite3.Connection], SyncResilience, VerifiedSqliteReads
+):
     """A drop-in `SqliteSaver` that survives store faults and refuses silent forks.
 
     On top of LangGraph's saver it:
@@ -237,23 +261,6 @@ class ResilientSqliteSaver(_base.SqliteSetupShared, SyncResilience, VerifiedSqli
         >>> with ResilientSqliteSaver.from_conn_string(":memory:") as saver:
         ...     saver.setup()
     """
-
-    _dialect = SQLITE
-
-    def __init__(
-        self,
-        conn: sqlite3.Connection,
-        *,
-        serde: SerializerProtocol | None = None,
-        store_retry: Backoff | None = None,
-        archive: Archive | str | None = None,
-        warn_checkpoint_bytes: int | None = _base.WARN_BYTES,
-        max_checkpoint_bytes: int | None = None,
-    ) -> None:
-        # The state first: LangGraph's __init__ sets is_setup, which lives in it.
-        self._state = _base.make_state(store_retry)
-        super().__init__(conn, serde=serde)
-        _base.set_lifecycle(self._state, archive, warn_checkpoint_bytes, max_checkpoint_bytes)
 
     @classmethod
     @contextmanager
@@ -379,9 +386,6 @@ class ResilientSqliteSaver(_base.SqliteSetupShared, SyncResilience, VerifiedSqli
         )
 
     # -- the dialect's rows ------------------------------------------------------
-
-    _prepare_put = sqlite_put
-    _write_rows = sqlite_write_rows
 
     def _keep_latest(self, thread_ids: list[str]) -> None:
         self._transact(lambda: _threads.sqlite_keep_latest(thread_ids))

@@ -9,23 +9,25 @@ from typing import Any, TypeVar
 import aiosqlite
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
-from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from langgraph_resilience.checkpoint.archive import Archive
 from langgraph_resilience.checkpoint.saver import _base, _threads
 from langgraph_resilience.checkpoint.saver._asavers import AsyncResilience
 from langgraph_resilience.checkpoint.sqlite import (
+    SqliteSaverBase,
     sqlite_final,
     sqlite_path_error,
-    sqlite_put,
     sqlite_unavailable,
-    sqlite_write_rows,
 )
 from langgraph_resilience.checkpoint.store import _schema
 from langgraph_resilience.checkpoint.store._store import SQLITE, Statements, aexecute
 from langgraph_resilience.checkpoint.store._store_retry import Translate, acall_with_retry
-from langgraph_resilience.checkpoint.store._sums import sqlite_keys, sqlite_read, sqlite_tuple
+from langgraph_resilience.checkpoint.store._sums import (
+    _config_of,
+    sqlite_keys,
+    sqlite_read,
+    sqlite_tuple,
+)
 from langgraph_resilience.policy import Backoff
 
 __all__ = ["AsyncResilientSqliteSaver"]
@@ -57,21 +59,15 @@ class VerifiedAsyncSqliteReads(AsyncSqliteSaver):
         await self.setup()
         async with self.lock, self.conn.cursor() as cur:
             keys = await aexecute(cur, sqlite_keys(config, filter, before, limit))
-        for thread_id, ns, checkpoint_id in keys:
-            found = await self.aget_tuple(
-                {
-                    "configurable": {
-                        "thread_id": thread_id,
-                        "checkpoint_ns": ns,
-                        "checkpoint_id": checkpoint_id,
-                    }
-                }
-            )
+        for key in keys:
+            found = await self.aget_tuple(_config_of(*key))
             if found is not None:  # deleted since it was listed
                 yield found
 
 
-class AsyncResilientSqliteSaver(_base.SqliteSetupShared, AsyncResilience, VerifiedAsyncSqliteReads):
+class AsyncResilientSqliteSaver(
+    SqliteSaverBase[aiosqlite.Connection], AsyncResilience, VerifiedAsyncSqliteReads
+):
     """A drop-in `AsyncSqliteSaver` with the resilience store.
 
     The async twin of `ResilientSqliteSaver`: same tables, retries, fork refusal
@@ -85,23 +81,6 @@ class AsyncResilientSqliteSaver(_base.SqliteSetupShared, AsyncResilience, Verifi
         ...         await saver.setup()
         >>> asyncio.run(main())
     """
-
-    _dialect = SQLITE
-
-    def __init__(
-        self,
-        conn: aiosqlite.Connection,
-        *,
-        serde: SerializerProtocol | None = None,
-        store_retry: Backoff | None = None,
-        archive: Archive | str | None = None,
-        warn_checkpoint_bytes: int | None = _base.WARN_BYTES,
-        max_checkpoint_bytes: int | None = None,
-    ) -> None:
-        # The state first: LangGraph's __init__ sets is_setup, which lives in it.
-        self._state = _base.make_state(store_retry)
-        super().__init__(conn, serde=serde)
-        _base.set_lifecycle(self._state, archive, warn_checkpoint_bytes, max_checkpoint_bytes)
 
     @classmethod
     @asynccontextmanager
@@ -231,9 +210,6 @@ class AsyncResilientSqliteSaver(_base.SqliteSetupShared, AsyncResilience, Verifi
         )
 
     # -- the dialect's rows ------------------------------------------------------
-
-    _prepare_put = sqlite_put
-    _write_rows = sqlite_write_rows
 
     async def _keep_latest(self, thread_ids: list[str]) -> None:
         await self._transact(lambda: _threads.sqlite_keep_latest(thread_ids))
