@@ -183,6 +183,13 @@ class TaskContext:
         object.__setattr__(self, "_metadata", config.get("metadata") or _EMPTY)
         object.__setattr__(self, "_info", info)
 
+    def knowing(self, scope: RunScope, tally: Tally) -> TaskContext:
+        """This context, knowing its invoke's scope and run tally (`lean`): set
+        once, by `_tally.ensure` before the node's first try, on the context it
+        has just built (no copy: a step builds one context)."""
+        object.__setattr__(self, "lean", (scope, tally))
+        return self
+
     @classmethod
     def current(cls) -> TaskContext | None:
         """The context of the task running here, or None outside a runnable."""
