@@ -39,6 +39,7 @@ from langgraph_resilience.checkpoint.runlog._scope import RunScope
 from langgraph_resilience.errors import CheckpointConflict, LeaseLost, describe
 from langgraph_resilience.graph._lifecycle import nested
 from langgraph_resilience.graph._tally import with_usage
+from langgraph_resilience.graph._task import conforms
 
 __all__ = ["aclose_run", "aclosing", "afailed", "close_run", "closing", "failed", "invoking"]
 
@@ -58,7 +59,9 @@ def _driven(graph: Any, config: RunnableConfig | None) -> tuple[str, Any] | None
         return None
     thread = (config.get("configurable") or {}).get("thread_id")
     saver = getattr(graph, "checkpointer", None)
-    if thread is None or not isinstance(saver, (ResilientSaver, AsyncResilientSaver)):
+    if thread is None or not (
+        conforms(saver, ResilientSaver) or conforms(saver, AsyncResilientSaver)
+    ):
         return None
     return str(thread), saver
 
@@ -103,7 +106,7 @@ def close_run(
     it came back (unused: kept for the callers' signature). Never fails the run:
     a store that cannot be reached now leaves the row as the writes left it."""
     driven = _driven(graph, config)
-    if driven is None or not isinstance(driven[1], ResilientSaver):
+    if driven is None or not conforms(driven[1], ResilientSaver):
         return
     thread, saver = driven
     try:
@@ -127,7 +130,7 @@ async def aclose_run(
 ) -> None:
     """Async twin of `close_run`."""
     driven = _driven(graph, config)
-    if driven is None or not isinstance(driven[1], AsyncResilientSaver):
+    if driven is None or not conforms(driven[1], AsyncResilientSaver):
         return
     thread, saver = driven
     try:
@@ -228,7 +231,7 @@ def failed(
 ) -> None:
     """Tell the run ledger the call that began at ``since`` raised ``exc``."""
     driven = _to_tell(graph, config, exc)
-    if driven is None or not isinstance(driven[1], ResilientSaver):
+    if driven is None or not conforms(driven[1], ResilientSaver):
         return
     thread, saver = driven
     try:
@@ -242,7 +245,7 @@ async def afailed(
 ) -> None:
     """Async twin of `failed`."""
     driven = _to_tell(graph, config, exc)
-    if driven is None or not isinstance(driven[1], AsyncResilientSaver):
+    if driven is None or not conforms(driven[1], AsyncResilientSaver):
         return
     thread, saver = driven
     try:

@@ -44,6 +44,7 @@ from langgraph_resilience.telemetry._emit import (
     announce,
     begin_try,
     failed_try,
+    has_callbacks,
     try_config,
 )
 
@@ -103,6 +104,8 @@ def run_sync(
     """Drive `try_loop` with blocking I/O: ``call(arg)`` is a try."""
     loop = try_loop(what, state, arg, task)
     watched = task if what.watched else None  # the task whose tries are runs of their own
+    # Whether its tries' events go to callbacks: its config's, asked once for all of them.
+    told = watched is not None and has_callbacks(watched.config)
     tr: TryRun | None = None  # the try in progress, when someone watches it
     number = 0  # the try last started, when someone watches it (0: none yet)
     held: Any = None  # what the try holds of its shared limits
@@ -113,7 +116,7 @@ def run_sync(
         except StopIteration as stop:
             if tr is not None:
                 tr.end_sync(stop.value, None, None)
-            if watched is not None and number:
+            if told and watched is not None and number:
                 announce("try_ended", watched.config, node=what.name, attempt=number)
             return stop.value
         except BaseException as exc:
@@ -123,7 +126,8 @@ def run_sync(
         if isinstance(op, Call):
             if watched is not None:
                 number = op.attempt.number
-                announce("try_started", watched.config, node=what.name, attempt=number)
+                if told:
+                    announce("try_started", watched.config, node=what.name, attempt=number)
                 tr = begin_try(what.name, number, watched.config)
                 if tr is not None:
                     tr.start_sync(op.arg)
@@ -215,6 +219,8 @@ async def run_async(
     """Drive `try_loop` with async I/O: ``await call(arg)`` is a try."""
     loop = try_loop(what, state, arg, task)
     watched = task if what.watched else None  # the task whose tries are runs of their own
+    # Whether its tries' events go to callbacks: its config's, asked once for all of them.
+    told = watched is not None and has_callbacks(watched.config)
     tr: TryRun | None = None  # the try in progress, when someone watches it
     number = 0  # the try last started, when someone watches it (0: none yet)
     held: Any = None  # what the try holds of its shared limits
@@ -225,7 +231,7 @@ async def run_async(
         except StopIteration as stop:
             if tr is not None:
                 await tr.end_async(stop.value, None, None)
-            if watched is not None and number:
+            if told and watched is not None and number:
                 await aannounce("try_ended", watched.config, node=what.name, attempt=number)
             return stop.value
         except BaseException as exc:
@@ -235,7 +241,8 @@ async def run_async(
         if isinstance(op, Call):
             if watched is not None:
                 number = op.attempt.number
-                await aannounce("try_started", watched.config, node=what.name, attempt=number)
+                if told:
+                    await aannounce("try_started", watched.config, node=what.name, attempt=number)
                 tr = begin_try(what.name, number, watched.config)
                 if tr is not None:
                     await tr.start_async(op.arg)
@@ -330,7 +337,9 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
 
         @functools.wraps(action)
         async def async_node(state: Any, *args: Any, **kwargs: Any) -> Any:
-            config, kwargs = get_config(), _users(kwargs)
+            config = get_config()
+            if kwargs:  # a node function that asks for the config, a runtime
+                kwargs = _users(kwargs)
             task = await aensure(config, state)
             if stopped(state):
                 return _not_run(ctx, state, task)
@@ -342,7 +351,9 @@ def wrap(ctx: NodeContext, action: NodeAction) -> NodeAction:
 
     @functools.wraps(action)
     def sync_node(state: Any, *args: Any, **kwargs: Any) -> Any:
-        config, kwargs = get_config(), _users(kwargs)
+        config = get_config()
+        if kwargs:  # a node function that asks for the config, a runtime
+            kwargs = _users(kwargs)
         task = ensure(config, state)
         if stopped(state):
             return _not_run(ctx, state, task)

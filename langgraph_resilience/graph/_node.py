@@ -136,7 +136,8 @@ class NodeContext(Tries):
             task_id = task.task_id
             lean[0].finished(task_id, log["step"])  # until its writes land
             nested = output.get("resilience") if type(output) is dict else None
-            if isinstance(nested, Mapping):  # a subgraph's run log: the record rides in it
+            if nested is not None and isinstance(nested, Mapping):  # a subgraph's run log:
+                # the record rides in it
                 return {**output, "resilience": {**nested, **log}}
             if _hand(log, output):
                 lean[0].hand(task_id, log)

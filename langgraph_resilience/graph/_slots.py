@@ -193,8 +193,8 @@ class _Turn:
         ``get_config()`` and a nested invoke read): the limit as given."""
         ambient = var_child_runnable_config.get()
         if ambient is not None:
-            seen = {**ambient, "max_concurrency": self._level.given}
-            self._token = var_child_runnable_config.set(cast(RunnableConfig, seen))
+            seen: Any = {**ambient, "max_concurrency": self._level.given}  # no cast() call
+            self._token = var_child_runnable_config.set(seen)
 
     def __exit__(self, *exc: object) -> None:
         if self._token is not None:

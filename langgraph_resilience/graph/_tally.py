@@ -30,7 +30,9 @@ _EMPTY: Mapping[str, Any] = {}
 
 def _run(state: Any) -> int:
     log = state.get("resilience") if type(state) is dict or isinstance(state, Mapping) else None
-    return int((log if isinstance(log, Mapping) else _EMPTY).get("run") or 1)
+    if type(log) is not dict and not isinstance(log, Mapping):  # the usual log: no ABC check
+        log = _EMPTY
+    return int(log.get("run") or 1)
 
 
 def tally_of(task: TaskContext, log: Mapping[str, Any]) -> tuple[RunScope, Tally] | None:
@@ -69,7 +71,7 @@ def ensure(config: RunnableConfig, state: Any) -> TaskContext:
         saver, thread = task.step_log, task.thread_id
         counts, usage = saver.history.tally(thread, run) if saver and thread else ({}, {})
         tally = scope.load(run, counts, usage)
-    return TaskContext(config=config, lean=(scope, tally))
+    return task.knowing(scope, tally)
 
 
 async def aensure(config: RunnableConfig, state: Any) -> TaskContext:
@@ -86,7 +88,7 @@ async def aensure(config: RunnableConfig, state: Any) -> TaskContext:
         else:
             counts, usage = {}, {}
         tally = scope.load(run, counts, usage)
-    return TaskContext(config=config, lean=(scope, tally))
+    return task.knowing(scope, tally)
 
 
 def run_used(state: Any, task: TaskContext | None) -> dict[str, float]:

@@ -74,6 +74,7 @@ from langgraph_resilience.policy import Attempt
 __all__ = [
     "CURRENT_ATTEMPT",
     "TaskContext",
+    "conforms",
     "current_attempt",
     "in_parent_task",
     "nested_task",
@@ -89,8 +90,10 @@ CURRENT_ATTEMPT: ContextVar[Attempt | None] = ContextVar(
 def in_parent_task(config: Mapping[str, Any]) -> bool:
     """Whether a graph called with ``config`` runs as a subgraph, in a parent's task."""
     configurable = config.get("configurable") or {}
-    return bool(configurable.get("checkpoint_ns")) or any(
-        k in configurable for k in (TASK_ID_KEY, SCRATCHPAD_KEY)
+    return (
+        bool(configurable.get("checkpoint_ns"))
+        or TASK_ID_KEY in configurable
+        or SCRATCHPAD_KEY in configurable
     )
 
 
@@ -142,7 +145,10 @@ _EMPTY: Mapping[str, Any] = {}
 _CONFORMS: dict[tuple[type[Any], type[Any]], bool] = {}
 
 
-def _conforms(found: object, protocol: type[Any]) -> bool:
+def conforms(found: object, protocol: type[Any]) -> bool:
+    """``isinstance(found, protocol)`` for a runtime-checkable protocol of the
+    package (`ResilientSaver` ...), the answer kept per class: a run's driver and
+    a node's task ask it of the same saver on every invoke and step."""
     key = (type(found), protocol)
     known = _CONFORMS.get(key)
     if known is None:
@@ -182,6 +188,13 @@ class TaskContext:
         object.__setattr__(self, "_configurable", configurable)
         object.__setattr__(self, "_metadata", config.get("metadata") or _EMPTY)
         object.__setattr__(self, "_info", info)
+
+    def knowing(self, scope: RunScope, tally: Tally) -> TaskContext:
+        """This context, knowing its invoke's scope and run tally (`lean`): set
+        once, by `_tally.ensure` before the node's first try, on the context it
+        has just built (no copy: a step builds one context)."""
+        object.__setattr__(self, "lean", (scope, tally))
+        return self
 
     @classmethod
     def current(cls) -> TaskContext | None:
@@ -267,13 +280,13 @@ class TaskContext:
     def saver(self) -> ResilientSaver | None:
         """The graph's saver, if it keeps the resilience ledger (sync methods)."""
         found = self._configurable.get(CHECKPOINTER_KEY)
-        return cast(ResilientSaver, found) if _conforms(found, ResilientSaver) else None
+        return cast(ResilientSaver, found) if conforms(found, ResilientSaver) else None
 
     @property
     def async_saver(self) -> AsyncResilientSaver | None:
         """The graph's saver, if it keeps the resilience ledger (async methods)."""
         found = self._configurable.get(CHECKPOINTER_KEY)
-        if _conforms(found, AsyncResilientSaver):
+        if conforms(found, AsyncResilientSaver):
             return cast(AsyncResilientSaver, found)
         return None
 
@@ -282,7 +295,7 @@ class TaskContext:
         """The graph's saver, if it keeps shared limits: a resilient saver, or one
         with a ``limits`` interface of its own (the Redis savers); else None."""
         found = self._configurable.get(CHECKPOINTER_KEY)
-        if _conforms(found, ResilientSaver) or _conforms(found, AsyncResilientSaver):
+        if conforms(found, ResilientSaver) or conforms(found, AsyncResilientSaver):
             return found
         return found if getattr(found, "limits", None) is not None else None
 
@@ -291,26 +304,26 @@ class TaskContext:
         """The graph's saver, if it keeps the run log's step rows (every resilient
         saver, the Redis savers too), sync methods."""
         found = self._configurable.get(CHECKPOINTER_KEY)
-        return cast(StepLog, found) if _conforms(found, StepLog) else None
+        return cast(StepLog, found) if conforms(found, StepLog) else None
 
     @property
     def async_step_log(self) -> AsyncStepLog | None:
         """The graph's saver, if it keeps the run log's step rows, async methods."""
         found = self._configurable.get(CHECKPOINTER_KEY)
-        return cast(AsyncStepLog, found) if _conforms(found, AsyncStepLog) else None
+        return cast(AsyncStepLog, found) if conforms(found, AsyncStepLog) else None
 
     @property
     def ledger(self) -> EffectLedger | None:
         """The graph's saver, if it keeps the step ledger (side effects, attempts;
         every resilient saver, the Redis savers too), sync methods."""
         found = self._configurable.get(CHECKPOINTER_KEY)
-        return cast(EffectLedger, found) if _conforms(found, EffectLedger) else None
+        return cast(EffectLedger, found) if conforms(found, EffectLedger) else None
 
     @property
     def async_ledger(self) -> AsyncEffectLedger | None:
         """`ledger`, async methods."""
         found = self._configurable.get(CHECKPOINTER_KEY)
-        if _conforms(found, AsyncEffectLedger):
+        if conforms(found, AsyncEffectLedger):
             return cast(AsyncEffectLedger, found)
         return None
 

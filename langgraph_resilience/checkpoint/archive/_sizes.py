@@ -97,7 +97,7 @@ def put_size(row: tuple[Any, ...], blob_rows: Any) -> int:
             continue
         if kind is bytes or isinstance(value, bytearray | memoryview):
             size += len(value)
-        elif isinstance(obj := getattr(value, "obj", None), Mapping):
+        elif (obj := getattr(value, "obj", None)) is not None and isinstance(obj, Mapping):
             values = obj.get("channel_values") or {}
             size += sum(len(v) for v in values.values() if isinstance(v, str))
     for blob_row in blob_rows or ():  # (thread, ns, channel, version, type, blob, sum)

@@ -565,11 +565,13 @@ class ResilientPostgresSaver(PgSaverBase[Conn, Pipeline], SyncResilience, Postgr
             checked = self._state.schema_checked or not check
             with (
                 riders_of(self._state, options) as riders,
-                self._transaction(pipeline and checked, alone and checked and not riders) as cur,
+                self._transaction(
+                    pipeline and checked, alone and checked and not riders.riding
+                ) as cur,
             ):
                 if not checked:
                     execute(cur, _schema.check_schema(POSTGRES))
-                if riders:
+                if riders.riding:
                     execute(cur, riders.statements(POSTGRES))
                 result = execute(cur, statements())
             self._state.schema_checked = self._state.schema_checked or check

@@ -269,11 +269,11 @@ class AsyncResilientPostgresSaver(
             checked = self._state.schema_checked or not check
             with riders_of(self._state, options) as riders:
                 async with self._transaction(
-                    pipeline and checked, alone and checked and not riders
+                    pipeline and checked, alone and checked and not riders.riding
                 ) as cur:
                     if not checked:
                         await aexecute(cur, _schema.check_schema(POSTGRES))
-                    if riders:
+                    if riders.riding:
                         await aexecute(cur, riders.statements(POSTGRES))
                     result = await aexecute(cur, statements())
             self._state.schema_checked = self._state.schema_checked or check

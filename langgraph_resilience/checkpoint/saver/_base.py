@@ -118,8 +118,19 @@ SEALED = "lgr-sealed:"
 
 def encrypts(serde: SerializerProtocol) -> bool:
     """Whether a saver's serde encrypts what it stores (LangGraph's ``EncryptedSerializer``,
-    also the allowlisted copy strict msgpack makes of one)."""
-    return isinstance(serde, EncryptedSerializer)
+    also the allowlisted copy strict msgpack makes of one).
+
+    Asked on every write; the answer is the serde's class's (``EncryptedSerializer``
+    inherits a `typing.Protocol`'s metaclass, whose ``isinstance`` costs ~10 µs), so
+    it is kept per class."""
+    kind = type(serde)
+    known = _ENCRYPTS.get(kind)
+    if known is None:
+        known = _ENCRYPTS[kind] = issubclass(kind, EncryptedSerializer)
+    return known
+
+
+_ENCRYPTS: dict[type[Any], bool] = {}
 
 
 def seal(serde: SerializerProtocol, text: str | None) -> str | None:
@@ -294,6 +305,7 @@ class Riders:
         "counts",
         "outcomes",
         "releases",
+        "riding",
     )
 
     def __init__(
@@ -314,21 +326,26 @@ class Riders:
         self.outcomes: dict[tuple[str, str], OutcomeFields] = _NOTHING
         self.again: dict[tuple[str, str], OutcomeFields] = _NOTHING
         self.releases: dict[str, Waiting] = _NOTHING
+        #: Whether anything rides along (set on entering; `__bool__`).
+        self.riding = False
 
     def __enter__(self) -> Riders:
         if not self._ride:
             return self
-        counters = self._state.counters
+        state = self._state
+        counters = state.counters
         if self._flush:
             self.counts = counters.take_all()
         elif self._ok is not None and counters.due(now := time.monotonic()):
             self.counts = counters.take_due(now)
-        outcomes = self._state.outcomes
+        outcomes = state.outcomes
         if outcomes.waiting:  # an unlocked peek: mostly nothing waits
             self.outcomes = outcomes.take_all()
         if not self._relaxed and outcomes.relaxed:
             self.again = outcomes.take_relaxed()
-        self.releases = self._state.releases.take_all()
+        if state.releases.waiting:  # an unlocked peek, as `PendingReleases.take_all`'s
+            self.releases = state.releases.take_all()
+        self.riding = bool(self.counts or self.outcomes or self.again or self.releases)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -347,7 +364,7 @@ class Riders:
             self._state.counters.add(self._ok)
 
     def __bool__(self) -> bool:
-        return bool(self.counts or self.outcomes or self.again or self.releases)
+        return self.riding
 
     def statements(self, d: Dialect) -> Statements[None]:
         """Slots to free, waiting side-effect outcomes, relaxed ones again, then

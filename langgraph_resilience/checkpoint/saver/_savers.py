@@ -51,7 +51,7 @@ from langgraph_resilience.checkpoint.saver import _base, _threads
 from langgraph_resilience.checkpoint.saver._interfaces import Attempts, Effects, Runs
 from langgraph_resilience.checkpoint.saver._threads import PutCheckpoint
 from langgraph_resilience.checkpoint.store import _counters
-from langgraph_resilience.checkpoint.store._store import Dialect, Statements, no_statements
+from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt, no_statements
 from langgraph_resilience.checkpoint.store._store_retry import Translate
 from langgraph_resilience.errors import LeaseLost
 
@@ -62,7 +62,10 @@ WriteRows = tuple[str, list[tuple[Any, ...]]]
 def stops_on_lost_lease(writes: Sequence[tuple[str, Any]]) -> bool:
     """Whether a task's writes are those of a step stopped by a lost lease (an
     error write holding the live `LeaseLost`): none of them is stored."""
-    return any(c == ERROR_CHANNEL and isinstance(v, LeaseLost) for c, v in writes)
+    for channel, value in writes:  # a loop, not any(): it runs on every write
+        if channel == ERROR_CHANNEL and isinstance(value, LeaseLost):
+            return True
+    return False
 
 
 #: Checkpoints remembered as stopped by a lost lease, at most.
@@ -99,8 +102,10 @@ class Hooks(BaseCheckpointSaver[str]):
     def _refuse_after_stop(self, config: RunnableConfig) -> None:
         """Raise `LeaseLost` for a checkpoint whose parent saw a step stopped by a
         lost lease (``config``: the parent's)."""
+        stops: set[tuple[str, str, str | None]] | None = self.__dict__.get("_lease_stops")
+        if not stops:  # no step of this saver stopped so: nothing to refuse
+            return
         key = _base.thread_key(config)
-        stops: set[tuple[str, str, str | None]] = self.__dict__.get("_lease_stops") or set()
         if key in stops:
             stops.discard(key)
             raise LeaseLost(
@@ -143,8 +148,8 @@ class Hooks(BaseCheckpointSaver[str]):
         self, sql: str, rows: list[tuple[Any, ...]], ledger: _run_log.WriteLedger | None
     ) -> Statements[None]:
         """A task's writes, and what they tell the run ledger (its step's row)."""
-        yield from _threads.put_writes(sql, rows)
         if rows:
+            yield Stmt(sql, rows, many=True)
             yield from _run_log.write_statements(self._dialect, ledger)
 
     def _write_rows(

@@ -26,7 +26,7 @@ from langgraph_resilience.checkpoint.store._store import SQLITE, Dialect, Statem
 from langgraph_resilience.checkpoint.store._sums import PG_PUT_UNLESS_NEWER, SUM
 from langgraph_resilience.errors import CheckpointConflict, ConfigError
 
-__all__ = ["PutCheckpoint", "put_checkpoint", "put_writes"]
+__all__ = ["PutCheckpoint", "put_checkpoint"]
 
 # -- no silent forks ---------------------------------------------------------------------
 #
@@ -161,12 +161,10 @@ def put_checkpoint(
 
 def writes_sql(writes: Sequence[tuple[str, Any]], *, replace: str, keep_first: str) -> str:
     """Special writes (error, interrupt, resume) replace older ones; others keep the first."""
-    return replace if all(w[0] in WRITES_IDX_MAP for w in writes) else keep_first
-
-
-def put_writes(sql: str, rows: Sequence[tuple[Any, ...]]) -> Statements[None]:
-    if rows:
-        yield Stmt(sql, rows, many=True)
+    for write in writes:  # a loop, not all(): it runs on every write
+        if write[0] not in WRITES_IDX_MAP:
+            return keep_first
+    return replace
 
 
 def locate_checkpoint(d: Dialect, thread_id: str, ns: str) -> Statements[str | None]:

@@ -323,7 +323,7 @@ class ResilientSqliteSaver(
             cur.execute("PRAGMA synchronous = NORMAL")
         try:
             cur.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
-            if riders:
+            if riders is not None and riders.riding:
                 execute(cur, riders.statements(SQLITE))
             result = execute(cur, statements())
             self.conn.commit()
@@ -350,19 +350,21 @@ class ResilientSqliteSaver(
         relaxed: bool = False,
         alone: bool = False,  # Postgres only: every SQLite transaction is local
     ) -> T:
+        state = self._state
+
         def attempt() -> T:
             with self.lock:
-                if not self.is_setup:
+                if not state.is_setup:  # `is_setup`, read without its property
                     self.setup()
-                with _base.Riders(self._state, ok, flush=flush, relaxed=relaxed) as riders:
+                with _base.Riders(state, ok, flush=flush, relaxed=relaxed) as riders:
                     return self._in_transaction(
                         statements, riders, immediate=not pipeline, relaxed=relaxed
                     )
 
         return call_with_retry(
             attempt,
-            backoff=self._state.backoff,
-            on_failure=lambda exc: _base.count_failure(self._state, failed),
+            backoff=state.backoff,
+            on_failure=lambda exc: _base.count_failure(state, failed),
             translate=translate,
             give_up=self._give_up,
         )

@@ -148,7 +148,7 @@ class AsyncResilientSqliteSaver(
             await cur.execute("PRAGMA synchronous = NORMAL")
         try:
             await cur.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
-            if riders:
+            if riders is not None and riders.riding:
                 await aexecute(cur, riders.statements(SQLITE))
             result = await aexecute(cur, statements())
             await self.conn.commit()

@@ -165,6 +165,18 @@ class Dialect:
     relax_commit: str | None
 
     def sql(self, text: str) -> str:
+        """``text`` in this dialect (its placeholders, types, clock, list form),
+        translated once per text: a step's statements ask for the same few on
+        every write (a bounded table: statement texts are the package's constants)."""
+        kept: dict[str, str] = self.__dict__.setdefault("_translated", {})  # this dialect's
+        found = kept.get(text)
+        if found is None:
+            found = self._translate(text)
+            if len(kept) < _TRANSLATIONS_KEPT:
+                kept[text] = found
+        return found
+
+    def _translate(self, text: str) -> str:
         text = text.replace("IN_LIST(?)", self.in_list)
         text = text.replace("BLOB_T", self.blob).replace("REAL_T", self.real)
         text = text.replace("BIGINT_T", self.bigint).replace("NOW()", self.now)
@@ -190,6 +202,10 @@ class Dialect:
     def thread_tables(self) -> tuple[Table, ...]:
         """LangGraph's tables holding a thread's checkpoints."""
         return (self.checkpoints, self.writes, *((self.blobs,) if self.blobs else ()))
+
+
+#: The most translations `Dialect.sql` keeps per dialect.
+_TRANSLATIONS_KEPT = 4096
 
 
 def _bindable(text: str, *, nul: bool) -> bool:

@@ -68,18 +68,22 @@ def _crc(parts: Iterable[Any]) -> int:
     empty string; text as UTF-8), in one pass over their joined bytes: the same
     value as summing them one by one, as the sums stored so far were."""
     chunks: list[bytes] = []
+    add = chunks.append
     for part in parts:
-        if isinstance(part, str):
-            chunks.append(part.encode("utf-8", "surrogatepass"))
-        elif isinstance(part, bytes):
-            chunks.append(part)
+        kind = type(part)  # the usual parts by their exact type, one test each
+        if kind is str:
+            add(part.encode("utf-8", "surrogatepass"))
+        elif kind is bytes:
+            add(part)
         elif part is None:
-            chunks.append(b"\xff")
-        elif isinstance(part, (bytearray, memoryview)):
-            chunks.append(bytes(part))
+            add(b"\xff")
+        elif isinstance(part, str):  # a str subclass: as its text, like a str
+            add(part.encode("utf-8", "surrogatepass"))
+        elif isinstance(part, (bytes, bytearray, memoryview)):
+            add(bytes(part))
         else:
-            chunks.append(str(part).encode("utf-8", "surrogatepass"))
-    chunks.append(b"")
+            add(str(part).encode("utf-8", "surrogatepass"))
+    add(b"")
     return zlib.crc32(b"\x00".join(chunks))
 
 
