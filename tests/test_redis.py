@@ -247,17 +247,20 @@ async def test_an_async_resilient_graph_retries_on_redis(asaver: AsyncResilientR
 
 @needs_redis
 def test_what_redis_does_not_keep_is_refused_clearly(saver: ResilientRedisSaver) -> None:
-    from langgraph_resilience import recovery_metrics, run_report
+    from langgraph_resilience import check_deploy, run_report
+    from langgraph_resilience.errors import UnknownThread
 
-    for call in (lambda: run_report(saver, "t"), lambda: recovery_metrics(saver)):
-        with pytest.raises(ConfigError, match="ResilientSqliteSaver or ResilientPostgresSaver"):
-            call()
+    with pytest.raises(UnknownThread):  # read (no such thread), no longer refused
+        run_report(saver, "t")
+    with pytest.raises(ConfigError, match="ResilientSqliteSaver or ResilientPostgresSaver"):
+        check_deploy(saver, _seven({}))  # the heads of threads in flight: SQL only
     from langgraph_resilience.server import console_app
 
     with pytest.raises(ConfigError, match="ResilientSqliteSaver or ResilientPostgresSaver"):
         console_app(saver)  # refused when built, not a 500 on the first page
     # kept: the effect ledger (test_redis_effects.py), the run queue (test_redis_runs.py),
-    # the run log's step rows (test_step_history_on_redis_lists_what_sqlite_lists)
+    # the run log's step rows (test_step_history_on_redis_lists_what_sqlite_lists), the
+    # run ledger's rows and their readers (test_redis_runlog.py)
 
 
 SEVEN = ["a", "b", "c", "d", "e", "f", "g"]

@@ -13,7 +13,12 @@ the `Worker`: ``_runs`` (its operations and keys), ``_runs_scripts`` (its Lua),
 The ledgers: ``_effects`` (the effect ledger), ``_attempts`` (a task's failed
 tries), ``_effects_lua`` (their scripts), ``_effects_parts`` (``saver.effects``,
 ``saver.attempts``). The run log's step rows: ``_steps`` (stored with a task's
-writes; ``step_history`` and ``history.tally``).
+writes; ``step_history`` and ``history.tally``). The run ledger (run rows,
+recoveries): ``_runlog_rows`` (the snapshot the SQL savers' statements run on),
+``_runlog`` (its scripts: a thread's rows read, decided, stored with a
+compare-and-set in the script of their checkpoint or writes) and
+``_runlog_parts`` (``saver.history``: what `run_report`, `recovery_metrics` and
+`list_runs` read).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from langgraph_resilience.checkpoint.redis._common import (
 from langgraph_resilience.checkpoint.redis._driver import ALL_SCRIPTS, drive
 from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
+from langgraph_resilience.checkpoint.redis._runlog_parts import RedisHistory
 from langgraph_resilience.checkpoint.redis._runs_saver import RunsSaver
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
 from langgraph_resilience.checkpoint.saver import _threads
@@ -220,9 +226,10 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        led = self._put_ledger(config, checkpoint, metadata, new_versions)
         return self._drive(
             lambda: self._riding(
-                _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
+                _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions, led)
             )
         )
 
@@ -233,23 +240,21 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        step = _steps.step_of_writes(config, writes, task_id, self.serde)
+        led = _steps.step_of_writes(config, writes, task_id, self.serde)
         try:
             self._drive(
                 lambda: self._riding(
-                    _ops.put_writes(
-                        self.place, self.serde, config, writes, task_id, task_path, step
-                    )
+                    _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path, led)
                 )
             )
         finally:
             _steps.landed(config, task_id)  # its step, if any, is the store's to list
 
     @property
-    def history(self) -> _steps.StepTally:
-        """The run log's reads the nodes need: a run's tally
-        (`checkpoint._protocol.StepLog`)."""
-        return _steps.StepTally(self.place, self._drive)
+    def history(self) -> RedisHistory:
+        """The run ledger (`_runlog_parts`): what `run_report`, `recovery_metrics`
+        and `list_runs` read, and what a run's driver tells it."""
+        return RedisHistory(self)
 
     def step_history(self, thread_id: str, *, run: int | None = None) -> Sequence[dict[str, Any]]:
         """Every step record of a thread's top-level runs, by run then start (one

@@ -21,7 +21,13 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+)
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_resilience.checkpoint.archive._objects import Archive, archive_of
@@ -32,6 +38,7 @@ from langgraph_resilience.checkpoint.redis._effects import riding
 from langgraph_resilience.checkpoint.redis._effects_parts import RedisAttempts, RedisEffects
 from langgraph_resilience.checkpoint.redis._ops import Ops, Place, T
 from langgraph_resilience.checkpoint.redis._tier import object_key
+from langgraph_resilience.checkpoint.runlog._run_log import PutLedger, ledger_of_put
 from langgraph_resilience.checkpoint.saver._base import SaverState
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.policy import Backoff
@@ -165,6 +172,18 @@ class RedisCommon(BaseCheckpointSaver[str]):
         if self.archive is None:
             raise ConfigError("archive_idle needs a cold tier: pass archive=Archive(...) or a URL")
         return self.idle_ms if older_than is None else _ttl_ms(older_than, zero=True)
+
+    def _put_ledger(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> PutLedger | None:
+        """What a checkpoint tells the run ledger (`_run_log.ledger_of_put`), as the
+        SQL savers decide it: once a put, outside the retried operation."""
+        dumps = self.serde.dumps_typed
+        return ledger_of_put(config, checkpoint, metadata, new_versions, dumps)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """As LangGraph's SQL savers: a zero-padded counter and a random tail."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -29,8 +29,10 @@ from langgraph_resilience.checkpoint.archive._sizes import SizeBudget, channel_s
 from langgraph_resilience.checkpoint.ledger._runs import fence_of
 from langgraph_resilience.checkpoint.redis._effects_lua import ORPHANS
 from langgraph_resilience.checkpoint.redis._keys import (
+    SEP,
     ThreadKeys,
     check_prefix,
+    ledger_keys,
     member,
     run_key,
     split_member,
@@ -38,6 +40,14 @@ from langgraph_resilience.checkpoint.redis._keys import (
     threads_key,
 )
 from langgraph_resilience.checkpoint.redis._records import pack_checkpoint, pack_write, read_tuple
+from langgraph_resilience.checkpoint.redis._runlog import (
+    NO_ROWS,
+    Decided,
+    decide,
+    index,
+    read_ledger,
+)
+from langgraph_resilience.checkpoint.redis._runlog_rows import LedgerSnapshot
 from langgraph_resilience.checkpoint.redis._runs_fence import fence_command
 from langgraph_resilience.checkpoint.redis._scripts import (
     ARCHIVED,
@@ -51,7 +61,15 @@ from langgraph_resilience.checkpoint.redis._scripts import (
     Script,
 )
 from langgraph_resilience.checkpoint.redis._tier import Archived
+from langgraph_resilience.checkpoint.runlog._run_log import (
+    PutLedger,
+    WriteLedger,
+    put_statements,
+    write_statements,
+)
 from langgraph_resilience.checkpoint.saver import _base, _threads
+from langgraph_resilience.checkpoint.store._schema import STEPS
+from langgraph_resilience.checkpoint.store._store import SQLITE, Statements
 
 __all__ = ["Command", "Ops", "Place"]
 
@@ -70,6 +88,14 @@ class Place:
         self.prefix = check_prefix(prefix)
         self.ttl_ms = ttl_ms
         self.sizes = sizes or SizeBudget()
+        self._ledger: LedgerSnapshot | None = None
+
+    @property
+    def ledger(self) -> LedgerSnapshot:
+        """The snapshot the run ledger's statements run on (`_runlog`), made once."""
+        if self._ledger is None:
+            self._ledger = LedgerSnapshot()
+        return self._ledger
 
     def keys(self, thread_id: str) -> ThreadKeys:
         return thread_keys(self.prefix, thread_id)
@@ -97,7 +123,10 @@ def put(
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
+    led: PutLedger | None = None,
 ) -> Ops[RunnableConfig]:
+    """A checkpoint, and the run it starts or ends (``led``: `_run_log.ledger_of_put`,
+    its rows stored in the checkpoint's script, `_runlog`)."""
     del new_versions  # the whole checkpoint is one record, as SqliteSaver keeps it
     thread_id, ns, parent_id = _base.thread_key(config)
     type_, blob = serde.dumps_typed(checkpoint)
@@ -113,9 +142,12 @@ def put(
         lambda counter: None,  # no save counters on Redis (docs/redis.md)
     )
     run_id = str(meta_dict.get("run_id") or "")
-    keys = place.keys(thread_id)
-    batch = [
-        run(
+    keys = (*place.keys(thread_id), *ledger_keys(place.prefix, thread_id))
+    while True:
+        ledger = yield from _decided(
+            place, thread_id, "", None if led is None else lambda: put_statements(SQLITE, led)
+        )
+        command = run(
             PUT,
             keys,
             member(ns, cid),
@@ -126,18 +158,55 @@ def put(
             cid,
             run_id,
             place.ttl_ms,
-        ),
-        place.registered(thread_id),
-    ]
-    batch[0] = fence_command(place.prefix, thread_id, batch[0], fence_of(config))
-    if run_id:
-        batch.append(("SADD", run_key(place.prefix, run_id), thread_id))
-    reply = _hot((yield batch)[0], thread_id)
+            *ledger.args,
+        )
+        batch = [index(place.prefix, thread_id)] if ledger.stores else []
+        at = len(batch)
+        batch += [
+            fence_command(place.prefix, thread_id, command, fence_of(config)),
+            place.registered(thread_id),
+        ]
+        if run_id:
+            batch.append(("SADD", run_key(place.prefix, run_id), thread_id))
+        reply = _hot((yield batch)[at], thread_id)
+        if int(reply[0]) != 3:
+            break
     if int(reply[0]) == 2:
         head = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
         raise _threads.PutCheckpoint(thread_id, ns, cid, parent_id, True, ()).conflict(head)
     _threads.wrote_head(_threads.PutCheckpoint(thread_id, ns, cid, parent_id, check, ()))
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+
+def _decided(
+    place: Place,
+    thread_id: str,
+    step_field: str,
+    statements: Callable[[], Statements[None]] | None,
+) -> Ops[Decided]:
+    """The ledger rows a write carries (none without statements: no read)."""
+    if statements is None:
+        return Decided(NO_ROWS, None, None)
+    held = yield from read_ledger(place.prefix, thread_id, step_field)
+    return decide(place.ledger, thread_id, held, statements)
+
+
+def _only_step(led: WriteLedger) -> bool:
+    """Whether a task's writes tell the ledger only their step's row (most do):
+    stored once with the writes, no run row read (`_steps.step_of_writes`)."""
+    found = _statements(write_statements(SQLITE, led))
+    return len(found) == 1 and found[0].params is led.step
+
+
+def _statements(statements: Statements[None]) -> list[Any]:
+    found = []
+    try:
+        stmt = next(statements)
+        while True:
+            found.append(stmt)
+            stmt = statements.send(None)  # type: ignore[arg-type]  # no reply is read
+    except StopIteration:
+        return found
 
 
 def put_writes(
@@ -147,10 +216,10 @@ def put_writes(
     writes: Sequence[tuple[str, Any]],
     task_id: str,
     task_path: str,
-    step: tuple[str, str] | None = None,
+    led: WriteLedger | None = None,
 ) -> Ops[None]:
-    """A task's writes, and its step's row of the run log (``step``: its field and
-    row, `_steps.step_of_writes`), in one script."""
+    """A task's writes, and what they tell the run ledger (``led``:
+    `_run_log.ledger_of_writes`): its step's row, its run's, in one script."""
     thread_id, ns, cid = _base.thread_key(config)
     if cid is None or not writes:
         return
@@ -163,14 +232,36 @@ def put_writes(
             f"{task_id}\0{idx}",
             pack_write(cid, task_id, task_path, idx, channel, type_, blob),
         ]
-    keys = place.keys(thread_id)
-    field, row = step or ("", "")
-    command = run(PUT_WRITES, keys, member(ns, cid), int(replace), place.ttl_ms, field, row, *args)
-    replies = yield [
-        fence_command(place.prefix, thread_id, command, fence_of(config)),
-        place.registered(thread_id),
-    ]
-    _hot(replies[0], thread_id)
+    keys = (*place.keys(thread_id), *ledger_keys(place.prefix, thread_id))
+    fast = led is None or _only_step(led)
+    step = step_row(led) if led is not None and led.step is not None else None
+    while True:
+        statements = None if fast else (lambda: write_statements(SQLITE, led))
+        ledger = yield from _decided(place, thread_id, step[0] if step else "", statements)
+        field, row = (step if fast else ledger.step) or ("", "")
+        command = run(
+            PUT_WRITES, keys, member(ns, cid), int(replace), place.ttl_ms, field, row,
+            *ledger.args, *args,
+        )  # fmt: skip
+        batch = [index(place.prefix, thread_id)] if ledger.stores else []
+        batch += [
+            fence_command(place.prefix, thread_id, command, fence_of(config)),
+            place.registered(thread_id),
+        ]
+        if _hot((yield batch)[-2], thread_id) != MOVED:
+            return
+
+
+#: What ``put_writes`` answers when the ledger moved since its rows were decided.
+MOVED = -3
+
+
+def step_row(led: WriteLedger) -> tuple[str, str]:
+    """A step row's field in ``st`` and its JSON (the SQL row's columns)."""
+    assert led.step is not None
+    row = dict(zip(STEPS.names, led.step, strict=True))
+    field = SEP.join((str(row["checkpoint_ns"]), str(row["checkpoint_id"]), str(row["task_id"])))
+    return field, json.dumps(row)
 
 
 def _fetch(

@@ -41,6 +41,7 @@ from langgraph_resilience.checkpoint.redis._effects_parts import (
     AsyncRedisEffects,
 )
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
+from langgraph_resilience.checkpoint.redis._runlog_parts import AsyncRedisHistory
 from langgraph_resilience.checkpoint.redis._runs_saver import AsyncRunsSaver
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
 from langgraph_resilience.checkpoint.saver import _threads
@@ -214,9 +215,10 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        led = self._put_ledger(config, checkpoint, metadata, new_versions)
         return await self._drive(
             lambda: self._riding(
-                _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
+                _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions, led)
             )
         )
 
@@ -227,23 +229,20 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        step = _steps.step_of_writes(config, writes, task_id, self.serde)
+        led = _steps.step_of_writes(config, writes, task_id, self.serde)
         try:
             await self._drive(
                 lambda: self._riding(
-                    _ops.put_writes(
-                        self.place, self.serde, config, writes, task_id, task_path, step
-                    )
+                    _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path, led)
                 )
             )
         finally:
             _steps.landed(config, task_id)  # its step, if any, is the store's to list
 
     @property
-    def history(self) -> _steps.AsyncStepTally:
-        """The run log's reads the nodes need: a run's tally
-        (`checkpoint._protocol.AsyncStepLog`)."""
-        return _steps.AsyncStepTally(self.place, self._drive, self._bridge)
+    def history(self) -> AsyncRedisHistory:
+        """The run ledger (`_runlog_parts`), with the a-prefixed methods."""
+        return AsyncRedisHistory(self)
 
     async def astep_history(
         self, thread_id: str, *, run: int | None = None
