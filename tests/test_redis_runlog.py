@@ -12,6 +12,8 @@ their readers, compared side by side with the same graph on SQLite.
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Iterator
@@ -22,6 +24,7 @@ from typing import Any
 import pytest
 from graphs import DoneState, chain
 from redis_servers import REDIS_DOWN, REDIS_URL, flush_prefix
+from test_worker_crash import result, steps, submit, wait_for, work
 
 from langgraph_resilience import (
     NodePolicy,
@@ -192,3 +195,42 @@ async def test_a_failed_run_retried_reads_the_same_on_async_redis(tmp_path: Path
     on_sqlite, on_redis = seen
     _checked(*on_redis[1:])
     assert on_redis == on_sqlite
+
+
+# -- a worker SIGKILLed mid-run: its run taken over, a recovery -----------------------
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(300)
+def test_a_worker_sigkilled_mid_run_is_a_takeover_recovery_on_redis(tmp_path: Path) -> None:
+    prefix = _prefix()
+    store = ("redis", prefix)
+    try:
+        ids = submit(store, tmp_path, 2, "kill")
+        workers = [work(store, tmp_path, "--step-sleep", "0.3") for _ in range(2)]
+        victim_pid = wait_for(
+            lambda: next(
+                (p for _, s, what, p, _ in steps(tmp_path) if what == "start" and s == "s3"),
+                None,
+            ),
+            what="a worker to reach s3",
+        )
+        victim = next(w for w in workers if w.pid == victim_pid)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+        [survivor] = [w for w in workers if w is not victim]
+        assert set(result(survivor).values()) == {"success"}
+        with ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix) as saver:
+            runs = list_runs(saver)
+            assert sorted(r.run_id or "" for r in runs) == sorted(ids)
+            assert {r.status for r in runs} == {"success"}  # the Worker's end, in its row
+            [taken] = [r for r in runs if r.recoveries]
+            assert taken.attempts == 2  # two claims
+            report = run_report(saver, taken.thread_id)
+            assert report.status == "success" and report.run_id == taken.run_id
+            assert [r["kind"] for r in report.recoveries] == ["takeover"]
+            m = recovery_metrics(saver)
+            assert m.recoveries_by_kind["takeover"] == 1 and m.recoveries == 1
+            assert (m.runs, m.runs_succeeded, m.runs_resumed_succeeded) == (2, 2, 1)
+    finally:
+        flush_prefix(prefix)

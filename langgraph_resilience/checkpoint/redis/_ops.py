@@ -35,6 +35,7 @@ from langgraph_resilience.checkpoint.redis._keys import (
     ledger_keys,
     member,
     run_key,
+    runlog_key,
     split_member,
     thread_keys,
     threads_key,
@@ -354,8 +355,9 @@ def delete_thread(place: Place, thread_id: str) -> Ops[str | None]:
     keys = place.keys(thread_id)
     replies = yield [
         ("GET", keys.archived),
-        ("DEL", *keys),
+        ("DEL", *keys, *ledger_keys(place.prefix, thread_id)),
         ("ZREM", threads_key(place.prefix), thread_id),
+        ("ZREM", runlog_key(place.prefix), thread_id),
     ]
     return None if replies[0] is None else replies[0].decode()
 
@@ -397,8 +399,13 @@ def copy_thread(place: Place, source: str, target: str) -> Ops[None]:
 def prune(place: Place, thread_ids: Sequence[str], strategy: str) -> Ops[None]:
     threads = _threads.check_prune_args(thread_ids, strategy)
     if strategy in _threads.DELETE_STRATEGIES:
-        yield [("DEL", *place.keys(t)) for t in threads] + (
-            [("ZREM", threads_key(place.prefix), *threads)] if threads else []
+        yield [("DEL", *place.keys(t), *ledger_keys(place.prefix, t)) for t in threads] + (
+            [
+                ("ZREM", threads_key(place.prefix), *threads),
+                ("ZREM", runlog_key(place.prefix), *threads),
+            ]
+            if threads
+            else []
         )
     elif threads:
         batch = [

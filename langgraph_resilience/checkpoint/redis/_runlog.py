@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 
 from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
+from langgraph_resilience.checkpoint.ledger._runs import RunRecord
 from langgraph_resilience.checkpoint.redis._keys import (
     SEP,
     ThreadKeys,
@@ -49,7 +50,7 @@ from langgraph_resilience.checkpoint.redis._runlog_rows import (
 )
 from langgraph_resilience.checkpoint.redis._scripts import _GUARD, _RENEW, ARCHIVED, LEDGER, Script
 from langgraph_resilience.checkpoint.redis._tier import Archived
-from langgraph_resilience.checkpoint.store._schema import STEPS
+from langgraph_resilience.checkpoint.store._schema import RUNS, STEPS
 from langgraph_resilience.checkpoint.store._store import Statements
 
 __all__ = [
@@ -74,20 +75,20 @@ VERSION = "\0v"
 #: The LEDGER arguments of a write that carries no ledger rows.
 NO_ROWS: tuple[str, int] = ("-", 0)
 
-#: Where the ledger keys sit in a script's KEYS (after the thread's ten).
-_AT = {t.name: 11 + i for i, t in enumerate(LEDGER_TABLES)}
 _STEP_AT = ThreadKeys._fields.index("st") + 1
 
 #: KEYS: the thread's, its ledger keys, its ``runs`` and ``recov``. ARGV: 1 for a
 #: reader's read (also the steps, the interrupts, the tries, the effects and the
 #: `Worker`'s runs and takeovers), 0 for a write's; the interrupt's write index;
-#: a step row's field to read ('' none). Returns -7 (the thread is in the cold
-#: tier), or {rl, rc, rp, latest top-level member, checkpoint ids of run rows
-#: that are top-level checkpoints, then the step row (a write's) or the rest}.
+#: a step row's field to read ('' none); 1 to read the ledger rows only, also of
+#: a thread in the cold tier (whose ledger stays hot: a `Worker`'s end). Returns
+#: -7 (the thread is in the cold tier), or {rl, rc, rp, latest top-level member,
+#: checkpoint ids of run rows that are top-level checkpoints, then the step row
+#: (a write's) or the rest}.
 READ_LEDGER = Script(
     "read_ledger",
-    _GUARD
-    + r"""
+    r"""
+if ARGV[4] ~= '1' and redis.call('EXISTS', KEYS[7]) == 1 then return -7 end
 local rl = redis.call('HGETALL', KEYS[11])
 local tops = {}
 for i = 2, #rl, 2 do
@@ -189,7 +190,9 @@ def held_of(thread_id: str, reply: Any) -> Held:
     return Held(version, rows, [*head, *tops], step, rest if len(rest) > 1 else [])
 
 
-def read_command(prefix: str, thread_id: str, *, full: bool, step_field: str = "") -> Command:
+def read_command(
+    prefix: str, thread_id: str, *, full: bool, step_field: str = "", rows_only: bool = False
+) -> Command:
     keys = read_keys(prefix, thread_id)
     return (
         "EVALSHA",
@@ -199,6 +202,7 @@ def read_command(prefix: str, thread_id: str, *, full: bool, step_field: str = "
         "1" if full else "0",
         _interrupt_idx(),
         step_field,
+        "1" if rows_only else "0",
     )
 
 
@@ -240,12 +244,19 @@ def decide(
     thread_id: str,
     held: Held,
     statements: Callable[[], Statements[Any]],
+    *,
+    rl: int = 11,
+    runs: Sequence[RunRecord] = (),
 ) -> Decided:
-    """Run a write's ledger statements on the thread's rows; the rows they changed."""
+    """Run a write's ledger statements on the thread's rows (and ``runs``, its
+    `Worker` runs the statements join); the rows they changed, as the LEDGER
+    arguments of a script whose KEYS[rl] is the thread's ``rl``."""
+    at = {t.name: rl + i for i, t in enumerate(LEDGER_TABLES)}
     with snapshot.lock:
         snapshot.clear()
         try:
             load(snapshot, thread_id, held)
+            snapshot.load(RUNS, (run_row(r) for r in runs))
             if held.step:
                 snapshot.load(STEPS, [(thread_id, *step_of(held.step)[1:])])
             before = snapshot.encoded(thread_id)
@@ -257,7 +268,7 @@ def decide(
     triples: list[Any] = []
     for table in LEDGER_TABLES:
         for field, raw in changed.get(table.name, {}).items():
-            triples += [_AT[table.name], field, raw]
+            triples += [at[table.name], field, raw]
     new_step = None
     for field, raw in changed.get(STEPS.name, {}).items():
         if field in before[STEPS.name]:
@@ -267,6 +278,11 @@ def decide(
     if not triples:
         return Decided(NO_ROWS, new_step, result)
     return Decided((held.version, len(triples) // 3, *triples), new_step, result)
+
+
+def run_row(record: RunRecord) -> tuple[Any, ...]:
+    """A `Worker` run's record as its `RUNS` row."""
+    return tuple(getattr(record, c) for c in RUNS.names)
 
 
 def index(prefix: str, thread_id: str) -> Command:

@@ -39,6 +39,7 @@ from langgraph_resilience.checkpoint.redis._runlog import (
     load,
     pairs,
     read_command,
+    run_row,
     step_of,
     text,
 )
@@ -114,10 +115,6 @@ def _effect_rows(thread_id: str, values: Iterable[Any]) -> Iterable[tuple[Any, .
         )
 
 
-def _run_row(record: RunRecord) -> tuple[Any, ...]:
-    return tuple(getattr(record, c) for c in RUNS.names)
-
-
 def _runs_of(flat: Any) -> list[RunRecord]:
     return [_runs.record_of(raw) for f, raw in pairs(flat).items() if not f.startswith(SEP)]
 
@@ -155,9 +152,9 @@ def read_threads(place: Place, thread_id: str | None, reads: Callable[[], Statem
             for t, held in helds:
                 takeovers += _load_full(snapshot, t, held)
                 if records is None:
-                    snapshot.load(RUNS, (_run_row(r) for r in _runs_of(held.rest[4])))
+                    snapshot.load(RUNS, (run_row(r) for r in _runs_of(held.rest[4])))
             if records is not None:
-                snapshot.load(RUNS, (_run_row(r) for r in records))
+                snapshot.load(RUNS, (run_row(r) for r in records))
             for t, key, note in takeovers:
                 at = float(note.get("at") or 0.0)
                 cid = note.get("checkpoint_id")

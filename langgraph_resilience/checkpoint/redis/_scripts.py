@@ -56,23 +56,32 @@ local data = {}
 for i = 1, #KEYS do if i ~= 7 then table.insert(data, KEYS[i]) end end
 """
 
+
 # The run ledger's compare-and-set (`_runlog`): ARGV[at] is the thread's ledger
 # version the rows were decided on ('-': the write carries no rows), ARGV[at + 1]
-# how many rows, then (KEYS index, field, row) triples. KEYS[11] is the thread's
-# ``rl`` (its field NUL v: the version), KEYS[12] ``rc``, KEYS[13] ``rp``.
-LEDGER = r"""
+# how many rows, then (KEYS index, field, row) triples. KEYS[rl] is the thread's
+# ``rl`` (its field NUL v: the version), then ``rc`` and ``rp``.
+def ledger_lua(rl: int) -> str:
+    """The LEDGER functions of a script whose KEYS[rl] is the thread's ``rl``."""
+    return (
+        r"""
 local function ledger_moved(at)
   if ARGV[at] == '-' then return false end
-  return (redis.call('HGET', KEYS[11], '\0v') or '') ~= ARGV[at]
+  return (redis.call('HGET', KEYS[RL], '\0v') or '') ~= ARGV[at]
 end
 local function ledger_store(at)
   if ARGV[at] == '-' then return end
   for i = at + 2, at + 1 + 3 * tonumber(ARGV[at + 1]), 3 do
     redis.call('HSET', KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 2])
   end
-  redis.call('HINCRBY', KEYS[11], '\0v', 1)
+  redis.call('HINCRBY', KEYS[RL], '\0v', 1)
 end
 """
+    ).replace("RL", str(rl))
+
+
+#: In a thread's scripts, the ledger keys follow its ten (`_keys.LedgerKeys`).
+LEDGER = ledger_lua(11)
 
 _DROP = r"""
 local function drop(m)
