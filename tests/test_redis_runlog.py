@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Iterator
@@ -22,10 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from graphs import DoneState, chain
+from langgraph.checkpoint.base import empty_checkpoint
 from redis_servers import REDIS_DOWN, REDIS_URL, flush_prefix
 from test_worker_crash import result, steps, submit, wait_for, work
 
+import langgraph_resilience.checkpoint.redis._ops as _ops
+import langgraph_resilience.checkpoint.redis._runlog as _runlog
 from langgraph_resilience import (
     NodePolicy,
     PermanentError,
@@ -37,10 +42,17 @@ from langgraph_resilience import (
     retry_failed,
     run_report,
 )
+from langgraph_resilience.checkpoint import Fence
 from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
+from langgraph_resilience.checkpoint.redis._keys import ledger_keys
 from langgraph_resilience.checkpoint.redis.aio import AsyncResilientRedisSaver
+from langgraph_resilience.checkpoint.runlog._events import note_recovery
+from langgraph_resilience.checkpoint.runlog._run_log import PutLedger
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
+from langgraph_resilience.checkpoint.store._schema import RUN_LOG
+from langgraph_resilience.checkpoint.store._store import SQLITE
+from langgraph_resilience.errors import LeaseLost
 from langgraph_resilience.history._runs import alist_runs, list_runs
 
 pytestmark = pytest.mark.skipif(REDIS_DOWN is not None, reason=REDIS_DOWN or "")
@@ -195,6 +207,105 @@ async def test_a_failed_run_retried_reads_the_same_on_async_redis(tmp_path: Path
     on_sqlite, on_redis = seen
     _checked(*on_redis[1:])
     assert on_redis == on_sqlite
+
+
+# -- a run row lands with its checkpoint, or not at all ------------------------------
+
+
+@pytest.fixture
+def red() -> Iterator[ResilientRedisSaver]:
+    prefix = _prefix()
+    with ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix) as saver:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            saver.setup()
+        try:
+            yield saver
+        finally:
+            flush_prefix(prefix)
+
+
+def _started(thread: str, checkpoint_id: str) -> PutLedger:
+    """What a run's input checkpoint tells the ledger: its row, started."""
+    row = dict.fromkeys(RUN_LOG.names)
+    now = time.time()
+    row.update(
+        thread_id=thread, run=1, status="running", checkpoint_id=checkpoint_id,
+        started_at=now, updated_at=now,
+    )  # fmt: skip
+    return PutLedger(start=tuple(row.values()))
+
+
+def _put(saver: ResilientRedisSaver, config: dict[str, Any], led: PutLedger) -> Any:
+    checkpoint = empty_checkpoint()
+    metadata = {"source": "input", "step": -1}
+    return saver._drive(
+        lambda: _ops.put(saver.place, saver.serde, config, checkpoint, metadata, {}, led)
+    )
+
+
+def test_a_run_row_is_stored_only_with_its_checkpoint(red: ResilientRedisSaver) -> None:
+    red.runs.submit("r1", "job-7", None, None)
+    [held] = red.runs.claim("w", 1, 30.0)
+    assert red.runs.cancel("r1", ("json", b'"stop"')) == "running"  # the token moves on
+    stale = {
+        "configurable": {
+            "thread_id": "job-7",
+            "checkpoint_ns": "",
+            "__lgr_fence": Fence(run_id="r1", token=held.fencing_token),
+        }
+    }
+    with pytest.raises(LeaseLost):
+        _put(red, stale, _started("job-7", "c-1"))  # the fence refuses the script
+    assert red.get_tuple(config("job-7")) is None
+    assert red.history.run_rows("job-7") == []  # and its run row with it
+    _put(red, config("job-7"), _started("job-7", "c-1"))  # unfenced: both land
+    [row] = red.history.run_rows("job-7")
+    assert (row.run, row.status) == (1, "running") and red.get_tuple(config("job-7"))
+
+
+def test_a_ledger_write_raced_by_another_decides_again_and_keeps_both(
+    red: ResilientRedisSaver,
+) -> None:
+    place = red.place
+
+    def note(key: str) -> Any:
+        return _runlog.apply(
+            place.prefix,
+            place.ttl_ms,
+            place.ledger,
+            "t",
+            lambda: note_recovery(SQLITE, "t", key, "human", None),
+        )
+
+    first = note("k1")
+    batch = next(first)  # its read
+    store = first.send(red._run(_send(batch)))  # decided on version '': its store is next
+    red._run(note("k2"))  # another writer lands first
+    reply = red._run(_send(store))
+    assert reply[1] == 0  # the version moved: nothing stored
+    with pytest.raises(StopIteration):  # read again, decided again, stored
+        batch = first.send(reply)
+        while True:
+            batch = first.send(red._run(_send(batch)))
+    rows = read_recoveries(red)
+    assert sorted(rows) == ["k1", "k2"]
+
+
+def _send(batch: list[Any]) -> Any:
+    def op() -> Any:
+        return (yield batch)
+
+    return op()
+
+
+def read_recoveries(saver: ResilientRedisSaver) -> list[str]:
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        rc = ledger_keys(saver.place.prefix, "t").rc
+        return [k.decode() for k in client.hkeys(rc)]
+    finally:
+        client.close()
 
 
 # -- a worker SIGKILLed mid-run: its run taken over, a recovery -----------------------
