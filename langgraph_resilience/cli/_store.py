@@ -144,9 +144,10 @@ def open_store(
     target = _require_db(db)
     if target.startswith(REDIS_SCHEMES):
         raise CliError(
-            f"{target.split('@')[-1]}: the Redis savers keep checkpoints only; the command's "
-            "runs, reports, workers, limits and demo read the run ledger, which Redis does not "
-            "keep yet (docs/redis.md): pass a SQLite file path or a Postgres DSN"
+            f"{target.split('@')[-1]}: the command is not built on the Redis savers yet: its "
+            "runs, reports, workers, limits and demo read the run ledger and the limits "
+            "through a SQL store (docs/redis.md; in Python, run_report, recovery_metrics and "
+            "list_runs read a Redis saver): pass a SQLite file path or a Postgres DSN"
         )
     if _POSTGRES_MISSING and is_postgres(target):
         raise CliError(_POSTGRES_MISSING)
