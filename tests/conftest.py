@@ -254,7 +254,7 @@ SAVERS = {
     "postgres-pool": ("postgres", False, "pool"),
     "postgres-async-pool": ("postgres", True, "pool"),
 }
-#: The Redis savers: checkpoints, the step ledger and the run ledger, no `Limit`s (docs/redis.md), so apart.
+#: The Redis savers: checkpoints, the step and run ledgers, no `Limit`s (docs/redis.md): apart.
 REDIS_SAVERS = {"redis": ("redis", False, ""), "redis-async": ("redis", True, "")}
 
 

@@ -225,20 +225,22 @@ def red() -> Iterator[ResilientRedisSaver]:
             flush_prefix(prefix)
 
 
-def _started(thread: str, checkpoint_id: str) -> PutLedger:
+def _started(thread: str, checkpoint_id: str, run_id: str | None = None) -> PutLedger:
     """What a run's input checkpoint tells the ledger: its row, started."""
     row = dict.fromkeys(RUN_LOG.names)
     now = time.time()
     row.update(
         thread_id=thread, run=1, status="running", checkpoint_id=checkpoint_id,
-        started_at=now, updated_at=now,
+        started_at=now, updated_at=now, run_id=run_id,
     )  # fmt: skip
     return PutLedger(start=tuple(row.values()))
 
 
-def _put(saver: ResilientRedisSaver, config: dict[str, Any], led: PutLedger) -> Any:
+def _put(
+    saver: ResilientRedisSaver, config: dict[str, Any], led: PutLedger, run_id: str = ""
+) -> Any:
     checkpoint = empty_checkpoint()
-    metadata = {"source": "input", "step": -1}
+    metadata = {"source": "input", "step": -1, "run_id": run_id}
     return saver._drive(
         lambda: _ops.put(saver.place, saver.serde, config, checkpoint, metadata, {}, led)
     )
@@ -262,6 +264,13 @@ def test_a_run_row_is_stored_only_with_its_checkpoint(red: ResilientRedisSaver) 
     _put(red, config("job-7"), _started("job-7", "c-1"))  # unfenced: both land
     [row] = red.history.run_rows("job-7")
     assert (row.run, row.status) == (1, "running") and red.get_tuple(config("job-7"))
+
+
+def test_delete_for_runs_drops_the_run_rows_naming_them(red: ResilientRedisSaver) -> None:
+    _put(red, config("t"), _started("t", "c-1", run_id="R1"), run_id="R1")
+    assert [r.run_id for r in red.history.run_rows("t")] == ["R1"]
+    red.delete_for_runs(["R1"])
+    assert red.get_tuple(config("t")) is None and red.history.run_rows("t") == []
 
 
 def test_a_ledger_write_raced_by_another_decides_again_and_keeps_both(

@@ -371,7 +371,9 @@ def delete_for_runs(place: Place, run_ids: Sequence[str]) -> Ops[None]:
     touched: list[str] = []
     for run_id, members in zip(run_ids, threads, strict=True):
         for t in members:
-            batch += [run(DELETE_RUN, place.keys(t.decode()), run_id)]
+            thread = t.decode()
+            keys = (*place.keys(thread), *ledger_keys(place.prefix, thread))
+            batch += [run(DELETE_RUN, keys, run_id)]
             batch += [run(ORPHANS, place.keys(t.decode()))]  # the ledger's, as on SQL
             touched += [t.decode(), t.decode()]
     for thread_id, reply in zip(touched, (yield batch), strict=True):

@@ -212,12 +212,24 @@ return dropped
 """,
 )
 
-#: ARGV: run_id. Drop the run's checkpoints (and their writes) from this thread.
+#: KEYS: the thread's, then its ledger keys. ARGV: run_id. Drop the run's
+#: checkpoints (and their writes) from this thread, and the run rows naming it
+#: (as the SQL savers' ``delete_for_runs`` deletes ``run_id IN (...)`` rows).
 DELETE_RUN = Script(
     "delete_run",
     _GUARD
     + _DROP
     + r"""
+local rows = redis.call('HGETALL', KEYS[11])
+local gone = 0
+for i = 1, #rows, 2 do
+  local ok, row = pcall(cjson.decode, rows[i + 1])
+  if ok and type(row) == 'table' and row[12] == ARGV[1] then
+    redis.call('HDEL', KEYS[11], rows[i])
+    gone = gone + 1
+  end
+end
+if gone > 0 then redis.call('HINCRBY', KEYS[11], '\0v', 1) end
 local listed = redis.call('HGET', KEYS[6], ARGV[1])
 if not listed then return 0 end
 local n = 0
