@@ -227,11 +227,13 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         led = self._put_ledger(config, checkpoint, metadata, new_versions)
-        return self._drive(
-            lambda: self._riding(
-                _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions, led)
-            )
+        op = lambda: self._riding(  # noqa: E731
+            _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions, led)
         )
+        if not _ops.decides_rows(led):
+            return self._drive(op)
+        with self.place.ledger_lock(str(config["configurable"]["thread_id"])):
+            return self._drive(op)
 
     def put_writes(
         self,
@@ -241,12 +243,15 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         task_path: str = "",
     ) -> None:
         led = _steps.step_of_writes(config, writes, task_id, self.serde)
+        op = lambda: self._riding(  # noqa: E731
+            _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path, led)
+        )
         try:
-            self._drive(
-                lambda: self._riding(
-                    _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path, led)
-                )
-            )
+            if not _ops.decides_rows(led):
+                self._drive(op)
+            else:
+                with self.place.ledger_lock(str(config["configurable"]["thread_id"])):
+                    self._drive(op)
         finally:
             _steps.landed(config, task_id)  # its step, if any, is the store's to list
 

@@ -8,8 +8,11 @@ returns, which errors are worth another try) are made here, apart from I/O.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
+import zlib
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -78,6 +81,9 @@ T = TypeVar("T")
 Command = tuple[Any, ...]
 Ops = Generator[list[Command], list[Any], T]
 
+#: The locks the writes deciding run-ledger rows take, by thread (`Place.ledger_lock`).
+LOCK_STRIPES = 64
+
 #: Checkpoints fetched per round trip by ``list``.
 LIST_BATCH = 64
 
@@ -90,6 +96,8 @@ class Place:
         self.ttl_ms = ttl_ms
         self.sizes = sizes or SizeBudget()
         self._ledger: LedgerSnapshot | None = None
+        self._locks = tuple(threading.Lock() for _ in range(LOCK_STRIPES))
+        self._alocks: tuple[asyncio.Lock, ...] | None = None
 
     @property
     def ledger(self) -> LedgerSnapshot:
@@ -97,6 +105,19 @@ class Place:
         if self._ledger is None:
             self._ledger = LedgerSnapshot()
         return self._ledger
+
+    def ledger_lock(self, thread_id: str) -> threading.Lock:
+        """Held by a sync write that decides run-ledger rows, from its read to its
+        script's reply: this process's writes of a thread decide in the order they
+        came, as a SQL saver's connection serializes them (two processes still
+        meet at the compare-and-set)."""
+        return self._locks[zlib.crc32(thread_id.encode()) % LOCK_STRIPES]
+
+    def aledger_lock(self, thread_id: str) -> asyncio.Lock:
+        """The async twin of `ledger_lock` (FIFO), made on the saver's loop."""
+        if self._alocks is None:
+            self._alocks = tuple(asyncio.Lock() for _ in range(LOCK_STRIPES))
+        return self._alocks[zlib.crc32(thread_id.encode()) % LOCK_STRIPES]
 
     def keys(self, thread_id: str) -> ThreadKeys:
         return thread_keys(self.prefix, thread_id)
@@ -190,6 +211,14 @@ def _decided(
         return Decided(NO_ROWS, None, None)
     held = yield from read_ledger(place.prefix, thread_id, step_field)
     return decide(place.ledger, thread_id, held, statements)
+
+
+def decides_rows(led: PutLedger | WriteLedger | None) -> bool:
+    """Whether a put or a task's writes read the thread's run rows to decide (see
+    `Place.ledger_lock`)."""
+    if isinstance(led, WriteLedger):
+        return not _only_step(led)
+    return led is not None
 
 
 def _only_step(led: WriteLedger) -> bool:

@@ -227,8 +227,10 @@ def step_of(raw: str | bytes) -> tuple[Any, ...]:
 
 class Decided(NamedTuple):
     """What a write's ledger statements changed: the LEDGER arguments of its
-    script, a new step row (its field and row: stored once, as the SQL
-    ``ON CONFLICT DO NOTHING``) and what the statements returned."""
+    script (the version they were decided on, checked even when no row
+    changed, and the changed rows), a new step row (its field and row: stored
+    once, as the SQL ``ON CONFLICT DO NOTHING``) and what the statements
+    returned."""
 
     args: tuple[Any, ...]
     step: tuple[str, str] | None
@@ -236,7 +238,8 @@ class Decided(NamedTuple):
 
     @property
     def stores(self) -> bool:
-        return bool(self.args[0] != "-")
+        """Whether rows are stored (else at most the version is checked)."""
+        return bool(self.args[0] != "-" and int(self.args[1]) > 0)
 
 
 def decide(
@@ -275,8 +278,8 @@ def decide(
             triples += [_STEP_AT, field, raw]  # a functional task's row, replaced
         else:
             new_step = (field, raw)
-    if not triples:
-        return Decided(NO_ROWS, new_step, result)
+    # No row changed is a decision too, on the rows read: the script checks the
+    # version all the same (a write landing in between may change the verdict).
     return Decided((held.version, len(triples) // 3, *triples), new_step, result)
 
 

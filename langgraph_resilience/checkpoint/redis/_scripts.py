@@ -70,7 +70,7 @@ local function ledger_moved(at)
   return (redis.call('HGET', KEYS[RL], '\0v') or '') ~= ARGV[at]
 end
 local function ledger_store(at)
-  if ARGV[at] == '-' then return end
+  if ARGV[at] == '-' or ARGV[at + 1] == '0' then return end
   for i = at + 2, at + 1 + 3 * tonumber(ARGV[at + 1]), 3 do
     redis.call('HSET', KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 2])
   end

@@ -216,11 +216,13 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         led = self._put_ledger(config, checkpoint, metadata, new_versions)
-        return await self._drive(
-            lambda: self._riding(
-                _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions, led)
-            )
+        op = lambda: self._riding(  # noqa: E731
+            _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions, led)
         )
+        if not _ops.decides_rows(led):
+            return await self._drive(op)
+        async with self.place.aledger_lock(str(config["configurable"]["thread_id"])):
+            return await self._drive(op)
 
     async def aput_writes(
         self,
@@ -230,12 +232,15 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         task_path: str = "",
     ) -> None:
         led = _steps.step_of_writes(config, writes, task_id, self.serde)
+        op = lambda: self._riding(  # noqa: E731
+            _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path, led)
+        )
         try:
-            await self._drive(
-                lambda: self._riding(
-                    _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path, led)
-                )
-            )
+            if not _ops.decides_rows(led):
+                await self._drive(op)
+            else:
+                async with self.place.aledger_lock(str(config["configurable"]["thread_id"])):
+                    await self._drive(op)
         finally:
             _steps.landed(config, task_id)  # its step, if any, is the store's to list
 
