@@ -7,6 +7,7 @@ durability ones.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -382,10 +383,23 @@ def test_a_write_during_a_restart_waits_for_the_server(private_redis: PrivateRed
         assert saver.get_tuple(_config("job")) is not None
 
 
-def test_the_command_refuses_a_redis_url_saying_why() -> None:
+def test_the_command_reads_a_redis_saver_s_run_ledger_and_refuses_the_rest(
+    saver: ResilientRedisSaver,
+) -> None:
     from test_cli import run
 
-    for command in (["runs"], ["metrics"], ["setup"]):
+    config = _config("cli-1")
+    _seven({"b": 1}).compile(checkpointer=saver).invoke({"done": []}, config)
+    db = f"{REDIS_URL}#{saver.place.prefix}"
+    listed = run("runs", "--db", db, "--json")
+    assert listed.code == 0, listed.err
+    [row] = json.loads(listed.out)
+    assert (row["thread_id"], row["status"]) == ("cli-1", "success")
+    shown = run("show", "cli-1", "--db", db, "--json")
+    assert shown.code == 0 and json.loads(shown.out)["status"] == "success"
+    measured = run("metrics", "--db", db, "--json")
+    assert measured.code == 0 and json.loads(measured.out)["runs"] == 1
+    for command in (["setup"], ["check"]):
         run(*command, "--db", "redis://:secret@127.0.0.1:6379/0").one_error_line(
             "Redis", "run ledger", "docs/redis.md"
         )

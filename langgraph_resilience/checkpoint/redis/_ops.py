@@ -411,15 +411,25 @@ def delete_for_runs(place: Place, run_ids: Sequence[str]) -> Ops[None]:
 
 
 def copy_thread(place: Place, source: str, target: str) -> Ops[None]:
+    """The source's data keys and run-ledger keys, restored under the target's
+    (a copied row names its source until written again: the hash it is in is
+    its thread's, `_runlog_rows.LedgerSnapshot.load_encoded`)."""
     src, dst = place.keys(source), place.keys(target)
-    n = len(src.data)
-    dumps = yield [("DUMP", k) for k in src.data] + [("EXISTS", src.archived), ("HKEYS", src.byrun)]
+    from_keys = (*src.data, *ledger_keys(place.prefix, source))
+    to_keys = (*dst.data, *ledger_keys(place.prefix, target))
+    n = len(from_keys)
+    dumps = yield [("DUMP", k) for k in from_keys] + [
+        ("EXISTS", src.archived),
+        ("HKEYS", src.byrun),
+    ]
     if dumps[n]:
         raise Archived(source)  # copied from its hot keys, once restored
     if not any(dumps[:n]):
         return
     batch: list[Command] = []
-    for key, dumped in zip(dst.data, dumps[:n], strict=True):
+    if any(dumps[len(src.data) : n]):
+        batch.append(index(place.prefix, target))  # listed before its rows land
+    for key, dumped in zip(to_keys, dumps[:n], strict=True):
         if dumped is not None:
             batch.append(("RESTORE", key, place.ttl_ms, dumped, "REPLACE"))
     batch.append(place.registered(target))
