@@ -42,6 +42,16 @@ except ImportError as missing:  # the base install, without the `postgres` extra
         "pip install 'langgraph-resilience[postgres]', or pass a SQLite file path"
     )
 
+try:
+    from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
+
+    _REDIS_MISSING: str | None = None
+except ImportError as missing:  # the base install, without the `redis` extra
+    _REDIS_MISSING = (
+        f"a redis:// URL needs the redis extra ({missing}): "
+        "pip install 'langgraph-resilience[redis]'"
+    )
+
 __all__ = [
     "ARCHIVE_ENV",
     "DB_ENV",
@@ -187,12 +197,8 @@ def open_store(
 @contextmanager
 def _redis_store(target: str) -> Iterator[Store]:
     """A Redis saver on ``redis://host:port/db[#prefix]`` (nothing to set up)."""
-    try:
-        from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
-    except ImportError as exc:
-        raise CliError(
-            f"{exc}: install the redis extra (pip install 'langgraph-resilience[redis]')"
-        ) from exc
+    if _REDIS_MISSING:
+        raise CliError(_REDIS_MISSING)
     url, _, prefix = target.partition("#")
     where = url.split("@")[-1]  # no password shown
     with ResilientRedisSaver.from_conn_string(url, prefix=prefix or "lgr") as saver:
