@@ -255,10 +255,18 @@ def test_what_redis_does_not_keep_is_refused_clearly(saver: ResilientRedisSaver)
         run_report(saver, "t")
     with pytest.raises(ConfigError, match="ResilientSqliteSaver or ResilientPostgresSaver"):
         check_deploy(saver, _seven({}))  # the heads of threads in flight: SQL only
-    from langgraph_resilience.server import console_app
+    from starlette.testclient import TestClient
 
+    from langgraph_resilience.server import console_app
+    from langgraph_resilience.server._console import ConsoleActions
+
+    done = ("success", "")
+    buttons = ConsoleActions(retry=lambda t, u: done, resume=lambda *a: done, cancel=lambda r: done)
     with pytest.raises(ConfigError, match="ResilientSqliteSaver or ResilientPostgresSaver"):
-        console_app(saver)  # refused when built, not a 500 on the first page
+        console_app(saver, actions=buttons)  # refused when built, not a 500 on a click
+    _seven({}).compile(checkpointer=saver).invoke({"done": []}, _config("seen"))
+    page = TestClient(console_app(saver)).get("/run?thread=seen")  # read-only: kept
+    assert page.status_code == 200 and "seen" in page.text and "success" in page.text
     # kept: the effect ledger (test_redis_effects.py), the run queue (test_redis_runs.py),
     # the run log's step rows (test_step_history_on_redis_lists_what_sqlite_lists), the
     # run ledger's rows and their readers (test_redis_runlog.py)

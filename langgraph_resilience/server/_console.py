@@ -158,11 +158,16 @@ def console_app(
     that guards its own, as the Agent Server's does)."""
     secret = secrets.token_bytes(32)
     history = getattr(saver, "history", None)
-    if history is not None and not isinstance(saver, ResilientSaver):
+    if history is not None and not hasattr(history, "run_rows"):
         raise ConfigError(
-            f"the console reads the run ledger and acts on a SQL saver's runs; on a "
-            f"{type(saver).__name__} it is not built yet (docs/redis.md): give it a "
-            "ResilientSqliteSaver or ResilientPostgresSaver"
+            f"the console reads the run ledger, which a {type(saver).__name__} does not "
+            "keep: give it a ResilientSqliteSaver, ResilientPostgresSaver or ResilientRedisSaver"
+        )
+    if history is not None and actions is not None and not isinstance(saver, ResilientSaver):
+        raise ConfigError(
+            f"the console's buttons (retry, resume, cancel, settle) on a "
+            f"{type(saver).__name__} are not built yet (docs/redis.md): open it read-only "
+            "(no actions=), or give it a ResilientSqliteSaver or ResilientPostgresSaver"
         )
     store: Callable[[], Any] = (lambda: saver) if history is not None else saver
 
