@@ -98,7 +98,7 @@ class AsyncStepTally(Protocol):
 class StepLog(Protocol):
     """A checkpointer that keeps the run log's step rows (a node hands it its step
     record, `_scope.hand`): ``step_history`` and the run's tally. Every resilient
-    saver, and the Redis savers, which keep no run rows (docs/redis.md)."""
+    saver, the Redis savers too (docs/redis.md)."""
 
     @property
     def history(self) -> StepTally: ...

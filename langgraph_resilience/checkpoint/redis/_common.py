@@ -5,12 +5,12 @@ Kept on Redis besides the checkpoints: the effect ledger and the attempts
 ledger (``saver.effects``, ``saver.attempts``: `_effects_parts`), so
 ``@side_effect`` works in a graph on a Redis saver, and the run queue under
 leases (`_runs`): a `Worker` runs on a Redis saver, its writes fenced (its
-checkpoints, writes, effects and failed tries). Refused, with `ConfigError`
-(the docs' "What Redis does not keep"): the run log's run rows and their
-readers (the step rows are kept: `_steps`), and
-`Limit`s. They live in the SQL savers' own transactions; on Redis they are not
-built yet, and a weaker copy would break their promises silently. What needs
-them (``run_report``, a `Limit`) refuses a Redis saver at once.
+checkpoints, writes, effects and failed tries), and the run ledger (run rows,
+recoveries, step rows: `_runlog`, `_steps`) that ``run_report``,
+``recovery_metrics`` and ``list_runs`` read. Refused, with `ConfigError` (the
+docs' "What Redis does not keep"): `Limit`s, the heads ``check_deploy`` reads
+and the console's buttons (no save counters are kept); they live in the SQL savers' own
+transactions, and a weaker copy would break their promises silently.
 """
 
 from __future__ import annotations
