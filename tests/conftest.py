@@ -254,7 +254,7 @@ SAVERS = {
     "postgres-pool": ("postgres", False, "pool"),
     "postgres-async-pool": ("postgres", True, "pool"),
 }
-#: The Redis savers: checkpoints and the step ledger (no run ledger yet: docs/redis.md), so apart.
+#: The Redis savers: checkpoints, the step and run ledgers, no `Limit`s (docs/redis.md): apart.
 REDIS_SAVERS = {"redis": ("redis", False, ""), "redis-async": ("redis", True, "")}
 
 
@@ -280,8 +280,8 @@ async def harness(
 
 #: The savers most tests run on; ``LGR_ALL_SAVERS=1`` (``make test-long``) adds
 #: Postgres in pipeline mode and on a pool (the savers' own tests always have them);
-#: ``LGR_REDIS_SAVERS=1`` adds the Redis savers, which keep checkpoints and the
-#: effect and attempts ledgers but not the run ledger (docs/redis.md).
+#: ``LGR_REDIS_SAVERS=1`` adds the Redis savers, which keep checkpoints, the
+#: effect and attempts ledgers and the run ledger but no `Limit`s (docs/redis.md).
 CHECKPOINTERS = (
     list(SAVERS)
     if os.environ.get("LGR_ALL_SAVERS")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -71,7 +72,7 @@ def sql(
 ) -> list[tuple[Any, ...]]:
     """Run one statement on the store through a separate connection."""
     if backend == "redis":
-        raise NotImplementedError(f"no SQL on Redis (a test's SQL: {query!r})")
+        return _redis_ledger_sql(target, query, params)
     if backend == "sqlite":
         conn = sqlite3.connect(target)
         try:
@@ -83,6 +84,40 @@ def sql(
     with psycopg.connect(target, autocommit=True) as conn:
         cur = conn.execute(query.replace("?", "%s"), params)
         return cur.fetchall() if cur.description else []
+
+
+#: The run ledger's tables a test may read on Redis: one thread's rows (the query's
+#: first parameter), loaded into the saver's snapshot as its readers load them.
+_REDIS_LEDGER = (
+    "resilience_run_log",
+    "resilience_steps",
+    "resilience_recoveries",
+    "resilience_recovery_paths",
+    "resilience_node_attempts",
+)
+
+
+def _redis_ledger_sql(prefix: str, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """A test's SELECT of one thread's run-ledger rows, on a Redis saver's keys."""
+    tables = re.findall(r"FROM (\w+)", query)
+    where = re.search(r"WHERE thread_id = \?", query)
+    if not query.lstrip().upper().startswith("SELECT") or not where or not tables:
+        raise NotImplementedError(f"no SQL on Redis (a test's SQL: {query!r})")
+    if any(t not in _REDIS_LEDGER for t in tables):
+        raise NotImplementedError(f"no SQL on Redis (a test's SQL: {query!r})")
+    from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
+    from langgraph_resilience.checkpoint.redis._runlog_parts import read_threads
+    from langgraph_resilience.checkpoint.store._store import Stmt
+
+    def select() -> Any:
+        rows = yield Stmt(query, params, fetch=True)
+        return [tuple(r) for r in rows]
+
+    from redis_servers import REDIS_URL
+
+    with ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix) as saver:
+        found: list[tuple[Any, ...]] = saver._run(read_threads(saver.place, str(params[0]), select))
+    return found
 
 
 def expire_lease(backend: str, target: str, run_id: str) -> None:

@@ -13,7 +13,6 @@ import operator
 import uuid
 from typing import Annotated, Any
 
-import pytest
 from graphs import FAST, one_node
 
 from langgraph_resilience import (
@@ -77,12 +76,6 @@ def _graph(h: Any, reconcile: Any = None, fail_after: list[bool] | None = None) 
     return graph
 
 
-def no_run_ledger(h: Any) -> None:
-    """The rest reads run_report / recovery_metrics: the run ledger, not on Redis yet."""
-    if h.backend == "redis":
-        pytest.skip("run_report and recovery_metrics read the run ledger, not on Redis yet")
-
-
 def _cfg(h: Any, label: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": f"how-{label}-{h.id}-{uuid.uuid4().hex[:6]}"}}
 
@@ -112,14 +105,13 @@ async def _metrics(h: Any) -> Any:
 async def test_an_effect_called_again_after_a_crash_reads_reexecuted(checkpointer: Any) -> None:
     h = checkpointer
     graph, config = _graph(h), _cfg(h, "again")
-    before = None if h.backend == "redis" else await _metrics(h)
+    before = await _metrics(h)
     out = await _crashed_then_resumed(h, graph, config)
     assert out["results"] == ["sent a@x"]
     assert len(graph.calls) == 2 and len(set(graph.calls)) == 1  # twice, one key
     thread = config["configurable"]["thread_id"]
     [record] = await h.call("list_effects", thread)
     assert (record.status, record.how) == ("done", "reexecuted")
-    no_run_ledger(h)
     report = await _report(h, thread)
     [entry] = report.effects
     assert entry.how == "reexecuted" and not entry.replayed
@@ -143,7 +135,6 @@ async def test_a_reconciled_effect_reads_reconciled(checkpointer: Any) -> None:
     thread = config["configurable"]["thread_id"]
     [record] = await h.call("list_effects", thread)
     assert record.how == "reconciled"
-    no_run_ledger(h)
     [entry] = (await _report(h, thread)).effects
     assert entry.how == "reconciled"
 

@@ -7,6 +7,7 @@ durability ones.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -246,17 +247,28 @@ async def test_an_async_resilient_graph_retries_on_redis(asaver: AsyncResilientR
 
 @needs_redis
 def test_what_redis_does_not_keep_is_refused_clearly(saver: ResilientRedisSaver) -> None:
-    from langgraph_resilience import recovery_metrics, run_report
+    from langgraph_resilience import check_deploy, run_report
+    from langgraph_resilience.errors import UnknownThread
 
-    for call in (lambda: run_report(saver, "t"), lambda: recovery_metrics(saver)):
-        with pytest.raises(ConfigError, match="ResilientSqliteSaver or ResilientPostgresSaver"):
-            call()
-    from langgraph_resilience.server import console_app
-
+    with pytest.raises(UnknownThread):  # read (no such thread), no longer refused
+        run_report(saver, "t")
     with pytest.raises(ConfigError, match="ResilientSqliteSaver or ResilientPostgresSaver"):
-        console_app(saver)  # refused when built, not a 500 on the first page
+        check_deploy(saver, _seven({}))  # the heads of threads in flight: SQL only
+    from starlette.testclient import TestClient
+
+    from langgraph_resilience.server import console_app
+    from langgraph_resilience.server._console import ConsoleActions
+
+    done = ("success", "")
+    buttons = ConsoleActions(retry=lambda t, u: done, resume=lambda *a: done, cancel=lambda r: done)
+    with pytest.raises(ConfigError, match="ResilientSqliteSaver or ResilientPostgresSaver"):
+        console_app(saver, actions=buttons)  # refused when built, not a 500 on a click
+    _seven({}).compile(checkpointer=saver).invoke({"done": []}, _config("seen"))
+    page = TestClient(console_app(saver)).get("/run?thread=seen")  # read-only: kept
+    assert page.status_code == 200 and "seen" in page.text and "success" in page.text
     # kept: the effect ledger (test_redis_effects.py), the run queue (test_redis_runs.py),
-    # the run log's step rows (test_step_history_on_redis_lists_what_sqlite_lists)
+    # the run log's step rows (test_step_history_on_redis_lists_what_sqlite_lists), the
+    # run ledger's rows and their readers (test_redis_runlog.py)
 
 
 SEVEN = ["a", "b", "c", "d", "e", "f", "g"]
@@ -373,10 +385,23 @@ def test_a_write_during_a_restart_waits_for_the_server(private_redis: PrivateRed
         assert saver.get_tuple(_config("job")) is not None
 
 
-def test_the_command_refuses_a_redis_url_saying_why() -> None:
+def test_the_command_reads_a_redis_saver_s_run_ledger_and_refuses_the_rest(
+    saver: ResilientRedisSaver,
+) -> None:
     from test_cli import run
 
-    for command in (["runs"], ["metrics"], ["setup"]):
+    config = _config("cli-1")
+    _seven({"b": 1}).compile(checkpointer=saver).invoke({"done": []}, config)
+    db = f"{REDIS_URL}#{saver.place.prefix}"
+    listed = run("runs", "--db", db, "--json")
+    assert listed.code == 0, listed.err
+    [row] = json.loads(listed.out)
+    assert (row["thread_id"], row["status"]) == ("cli-1", "success")
+    shown = run("show", "cli-1", "--db", db, "--json")
+    assert shown.code == 0 and json.loads(shown.out)["status"] == "success"
+    measured = run("metrics", "--db", db, "--json")
+    assert measured.code == 0 and json.loads(measured.out)["runs"] == 1
+    for command in (["setup"], ["check"]):
         run(*command, "--db", "redis://:secret@127.0.0.1:6379/0").one_error_line(
             "Redis", "run ledger", "docs/redis.md"
         )

@@ -22,7 +22,7 @@ from langchain_core.runnables import RunnableConfig
 
 from langgraph_resilience._keys import FENCE_KEY, RETRY_FAILED_KEY
 from langgraph_resilience._langgraph import CHECKPOINTER_KEY, INTERRUPT_CHANNEL, RESUME_CHANNEL
-from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint import AsyncRunLedger, RunLedger
 from langgraph_resilience.graph._task import TaskContext
 
 __all__ = ["anote_agent_resume", "note_agent_resume"]
@@ -63,7 +63,7 @@ def _host_pid() -> str:
 def note_agent_resume(task: TaskContext | None) -> None:
     """Store the resume after a crash this call goes on from, if it is one."""
     found = _candidate(task)
-    if found is None or not isinstance(found[0], ResilientSaver):
+    if found is None or not isinstance(found[0], RunLedger):
         return
     saver, head, thread = found
     try:
@@ -77,7 +77,7 @@ def note_agent_resume(task: TaskContext | None) -> None:
 async def anote_agent_resume(task: TaskContext | None) -> None:
     """Async twin of `note_agent_resume`."""
     found = _candidate(task)
-    if found is None or not isinstance(found[0], AsyncResilientSaver):
+    if found is None or not isinstance(found[0], AsyncRunLedger):
         return
     saver, head, thread = found
     try:

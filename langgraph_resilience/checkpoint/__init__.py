@@ -29,9 +29,11 @@ from __future__ import annotations
 from langgraph_resilience.checkpoint._protocol import (
     AsyncEffectLedger,
     AsyncResilientSaver,
+    AsyncRunLedger,
     AsyncRunQueueSaver,
     EffectLedger,
     ResilientSaver,
+    RunLedger,
     RunQueueSaver,
 )
 from langgraph_resilience.checkpoint.ledger._ledger import (
@@ -47,6 +49,7 @@ from langgraph_resilience.checkpoint.runlog._run_log_reads import RunLogRecord
 __all__ = [
     "AsyncEffectLedger",
     "AsyncResilientSaver",
+    "AsyncRunLedger",
     "AsyncRunQueueSaver",
     "AttemptKey",
     "AttemptRecord",
@@ -56,6 +59,7 @@ __all__ = [
     "IntentVerdict",
     "OutcomeFields",
     "ResilientSaver",
+    "RunLedger",
     "RunLogRecord",
     "RunQueueSaver",
     "RunRecord",

@@ -12,7 +12,7 @@ ledgers are typed interfaces reached from it (`_interfaces`): ``effects``,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
@@ -22,7 +22,11 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
+from langgraph_resilience.checkpoint.runlog._events import StoredAttempt
 from langgraph_resilience.checkpoint.runlog._history import AsyncHistory, History
+from langgraph_resilience.checkpoint.runlog._run_log_reads import Cursor, RunLogRecord
+from langgraph_resilience.checkpoint.runlog._run_metrics import RunCounts
+from langgraph_resilience.checkpoint.runlog._run_summaries import ThreadLedger
 from langgraph_resilience.checkpoint.saver._interfaces import (
     AsyncAttempts,
     AsyncEffects,
@@ -35,10 +39,12 @@ from langgraph_resilience.checkpoint.saver._interfaces import (
 __all__ = [
     "AsyncEffectLedger",
     "AsyncResilientSaver",
+    "AsyncRunLedger",
     "AsyncRunQueueSaver",
     "AsyncStepLog",
     "EffectLedger",
     "ResilientSaver",
+    "RunLedger",
     "RunQueueSaver",
     "StepLog",
 ]
@@ -92,7 +98,7 @@ class AsyncStepTally(Protocol):
 class StepLog(Protocol):
     """A checkpointer that keeps the run log's step rows (a node hands it its step
     record, `_scope.hand`): ``step_history`` and the run's tally. Every resilient
-    saver, and the Redis savers, which keep no run rows (docs/redis.md)."""
+    saver, the Redis savers too (docs/redis.md)."""
 
     @property
     def history(self) -> StepTally: ...
@@ -114,22 +120,148 @@ class AsyncStepLog(Protocol):
     ) -> Sequence[dict[str, Any]]: ...
 
 
+class RunLedgerHistory(Protocol):
+    """A saver's ``history`` as the run ledger's users need it: its rows' reads
+    (`run_report`, `recovery_metrics`, `list_runs`) and what a run's driver,
+    ``retry_failed`` and a resume tell it (`runlog._history.History`; on Redis,
+    `redis._runlog_parts.RedisHistory`)."""
+
+    def runs(self, thread_id: str | None = None) -> list[RunRecord]: ...
+
+    def attempts(self, thread_id: str) -> list[StoredAttempt]: ...
+
+    def note_recovery(
+        self, thread_id: str, key: str, kind: str, owner: str | None = None
+    ) -> None: ...
+
+    def run_rows(
+        self,
+        thread_id: str | None = None,
+        *,
+        statuses: Sequence[str] = (),
+        limit: int = 100,
+        before: Cursor | None = None,
+    ) -> list[RunLogRecord]: ...
+
+    def metrics(self, since: float | None, nodes: Sequence[str] | None) -> RunCounts: ...
+
+    def summaries(self, statuses: Sequence[str] | None, limit: int) -> list[tuple[Any, ...]]: ...
+
+    def thread_ledger(self, thread_id: str) -> ThreadLedger: ...
+
+    def run_row(self, thread_id: str, run: int) -> RunLogRecord | None: ...
+
+    def tally(self, thread_id: str, run: int) -> tuple[dict[str, int], dict[str, float]]: ...
+
+    def close_run(
+        self,
+        thread_id: str,
+        run: int,
+        status: str,
+        usage: Mapping[str, float] | None = None,
+        started_at: float | None = None,
+    ) -> None: ...
+
+    def reopen_run(
+        self, thread_id: str, run: int, checkpoint_id: str, paths: Sequence[str]
+    ) -> None: ...
+
+    def fail_run(
+        self, thread_id: str, since: float, continued: bool, error: str | None = None
+    ) -> None: ...
+
+
+class AsyncRunLedgerHistory(RunLedgerHistory, Protocol):
+    """The async twin of `RunLedgerHistory` (its a-prefixed methods)."""
+
+    async def aruns(self, thread_id: str | None = None) -> list[RunRecord]: ...
+
+    async def aattempts(self, thread_id: str) -> list[StoredAttempt]: ...
+
+    async def anote_recovery(
+        self, thread_id: str, key: str, kind: str, owner: str | None = None
+    ) -> None: ...
+
+    async def arun_rows(
+        self,
+        thread_id: str | None = None,
+        *,
+        statuses: Sequence[str] = (),
+        limit: int = 100,
+        before: Cursor | None = None,
+    ) -> list[RunLogRecord]: ...
+
+    async def ametrics(self, since: float | None, nodes: Sequence[str] | None) -> RunCounts: ...
+
+    async def asummaries(
+        self, statuses: Sequence[str] | None, limit: int
+    ) -> list[tuple[Any, ...]]: ...
+
+    async def athread_ledger(self, thread_id: str) -> ThreadLedger: ...
+
+    async def arun_row(self, thread_id: str, run: int) -> RunLogRecord | None: ...
+
+    async def atally(self, thread_id: str, run: int) -> tuple[dict[str, int], dict[str, float]]: ...
+
+    async def aclose_run(
+        self,
+        thread_id: str,
+        run: int,
+        status: str,
+        usage: Mapping[str, float] | None = None,
+        started_at: float | None = None,
+    ) -> None: ...
+
+    async def areopen_run(
+        self, thread_id: str, run: int, checkpoint_id: str, paths: Sequence[str]
+    ) -> None: ...
+
+    async def afail_run(
+        self, thread_id: str, since: float, continued: bool, error: str | None = None
+    ) -> None: ...
+
+
 @runtime_checkable
-class ResilientSaver(EffectLedger, Protocol):
-    """A checkpointer that also keeps the resilience ledgers: side effects, node
-    attempts, runs under leases and their history (the sync methods)."""
+class RunLedger(EffectLedger, Protocol):
+    """A checkpointer that keeps the run ledger (run rows, recoveries, steps):
+    what `run_report`, `recovery_metrics`, `list_runs` and the drivers need.
+    Every resilient saver, the Redis savers too (sync methods)."""
 
     @property
-    def runs(self) -> Runs: ...
-
-    @property
-    def history(self) -> History: ...
+    def history(self) -> RunLedgerHistory: ...
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None: ...
 
     def step_history(
         self, thread_id: str, *, run: int | None = None
     ) -> Sequence[dict[str, Any]]: ...
+
+
+@runtime_checkable
+class AsyncRunLedger(AsyncEffectLedger, Protocol):
+    """The async twin of `RunLedger`."""
+
+    @property
+    def history(self) -> AsyncRunLedgerHistory: ...
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None: ...
+
+    async def astep_history(
+        self, thread_id: str, *, run: int | None = None
+    ) -> Sequence[dict[str, Any]]: ...
+
+
+@runtime_checkable
+class ResilientSaver(RunLedger, Protocol):
+    """A checkpointer that also keeps the resilience ledgers: side effects, node
+    attempts, runs under leases and their history, and the save counters (the
+    sync methods)."""
+
+    @property
+    def runs(self) -> Runs: ...
+
+    @property
+    def history(self) -> History: ...
 
     def read_counters(self, since: float | None = None) -> dict[str, int]: ...
 
@@ -143,7 +275,7 @@ class ResilientSaver(EffectLedger, Protocol):
 
 
 @runtime_checkable
-class AsyncResilientSaver(AsyncEffectLedger, Protocol):
+class AsyncResilientSaver(AsyncRunLedger, Protocol):
     """The async twin of `ResilientSaver` (the a-prefixed methods; its interfaces
     have both)."""
 
@@ -152,12 +284,6 @@ class AsyncResilientSaver(AsyncEffectLedger, Protocol):
 
     @property
     def history(self) -> AsyncHistory: ...
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None: ...
-
-    async def astep_history(
-        self, thread_id: str, *, run: int | None = None
-    ) -> Sequence[dict[str, Any]]: ...
 
     async def aread_counters(self, since: float | None = None) -> dict[str, int]: ...
 

@@ -200,7 +200,7 @@ RUN_STATUSES = ("queued", "running", "paused", "success", "partial_complete", "e
 @json_option
 def runs(statuses: tuple[str, ...], limit: int, db: str | None, as_json: bool) -> int:
     """List the runs, newest first: thread, run, status, attempts, recoveries, owner."""
-    with open_store(db) as store:
+    with open_store(db, redis_ok=True) as store:
         print_runs(store, statuses, limit, as_json=as_json)
     return 0
 
@@ -226,7 +226,7 @@ def show(
     as_json: bool,
 ) -> int:
     """The run report of THREAD: steps, tries, effects, usage, outcome, suggestions."""
-    with open_store(db) as store:
+    with open_store(db, redis_ok=True) as store:
         graph = load_graph(graph_spec, store.saver) if graph_spec else None
         print_report(store, thread, run_of(run), graph=graph, mermaid_only=mermaid, as_json=as_json)
     return 0
@@ -241,7 +241,7 @@ def show(
 @json_option
 def metrics(since: str | None, graph_spec: str | None, db: str | None, as_json: bool) -> int:
     """The four recovery metrics, with the counts they are made of, and the waste."""
-    with open_store(db) as store:
+    with open_store(db, redis_ok=True) as store:
         graph = load_graph(graph_spec, store.saver) if graph_spec else None
         print_metrics(store, since, graph, as_json=as_json)
     return 0

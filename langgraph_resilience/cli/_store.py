@@ -41,6 +41,16 @@ except ImportError as missing:  # the base install, without the `postgres` extra
         needs_extra("a Postgres DSN needs", "postgres", missing) + ", or pass a SQLite file path"
     )
 
+try:
+    from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
+
+    _REDIS_MISSING: str | None = None
+except ImportError as missing:  # the base install, without the `redis` extra
+    _REDIS_MISSING = (
+        f"a redis:// URL needs the redis extra ({missing}): "
+        "pip install 'langgraph-resilience[redis]'"
+    )
+
 __all__ = [
     "ARCHIVE_ENV",
     "DB_ENV",
@@ -74,13 +84,15 @@ def one_line(exc: BaseException | str) -> str:
 class Store:
     """An open store: the saver and how to name it in messages (no password)."""
 
-    saver: ResilientSqliteSaver | ResilientPostgresSaver
+    saver: Any  # a ResilientSqliteSaver, ResilientPostgresSaver or ResilientRedisSaver
     where: str
-    dialect: str  # "sqlite" | "postgres"
+    dialect: str  # "sqlite" | "postgres" | "redis" (only the run ledger's readers)
 
     def __post_init__(self) -> None:
-        if self.dialect not in ("sqlite", "postgres"):
-            raise ValueError(f"dialect must be 'sqlite' or 'postgres', got {self.dialect!r}")
+        if self.dialect not in ("sqlite", "postgres", "redis"):
+            raise ValueError(
+                f"dialect must be 'sqlite', 'postgres' or 'redis', got {self.dialect!r}"
+            )
 
 
 def _require_db(db: str | None) -> str:
@@ -129,12 +141,14 @@ def _check_schema(store: Store, db: str) -> None:
 
 @contextmanager
 def open_store(
-    db: str | None, *, setup: bool = False, archive: str | None = None
+    db: str | None, *, setup: bool = False, archive: str | None = None, redis_ok: bool = False
 ) -> Iterator[Store]:
     """Open the store ``db`` names; with ``setup``, create or migrate its tables,
     else refuse a store that is missing or not set up (`CliError`). ``archive``
     (default: the ``LGR_ARCHIVE`` variable) names its cold tier: archived
-    threads are restored when read.
+    threads are restored when read. ``redis_ok``: a command that reads only the
+    run ledger, which a ``redis://`` URL's saver keeps (its key prefix after
+    ``#``, default ``lgr``); other commands refuse one.
 
     Raises:
         CliError: no ``db``, a SQLite file that does not exist, a server that cannot
@@ -142,12 +156,16 @@ def open_store(
     """
     target = _require_db(db)
     if target.startswith(REDIS_SCHEMES):
-        raise CliError(
-            f"{target.split('@')[-1]}: the Redis savers keep checkpoints only; the command's "
-            "runs, reports, workers and demo read the run ledger, which Redis does not "
-            "keep yet (docs/redis.md): pass a SQLite file path or a Postgres DSN (the limits "
-            "command takes a redis:// URL)"
-        )
+        if not redis_ok:
+            raise CliError(
+                f"{target.split('@')[-1]}: this command is not built on the Redis savers yet "
+                "(it reads the run ledger or the limits through a SQL store; `runs`, `show` "
+                "and `metrics` read a Redis saver's run ledger, docs/redis.md): pass a "
+                "SQLite file path or a Postgres DSN (the limits command takes a redis:// URL)"
+            )
+        with _redis_store(target) as store:
+            yield store
+        return
     if _POSTGRES_MISSING and is_postgres(target):
         raise CliError(_POSTGRES_MISSING)
     named = target_of(target) if is_postgres(target) else repr(target)
@@ -173,6 +191,17 @@ def open_store(
         except (StoreUnavailable, ConfigError, ArchiveError) as exc:  # they name the store
             raise CliError(one_line(exc)) from exc
         yield store
+
+
+@contextmanager
+def _redis_store(target: str) -> Iterator[Store]:
+    """A Redis saver on ``redis://host:port/db[#prefix]`` (nothing to set up)."""
+    if _REDIS_MISSING:
+        raise CliError(_REDIS_MISSING)
+    url, _, prefix = target.partition("#")
+    where = url.split("@")[-1]  # no password shown
+    with ResilientRedisSaver.from_conn_string(url, prefix=prefix or "lgr") as saver:
+        yield Store(saver=saver, where=where, dialect="redis")
 
 
 def store_check(store: Store) -> StoreCheck:

@@ -33,7 +33,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
 
 from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
-from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint import AsyncRunLedger, RunLedger
 from langgraph_resilience.checkpoint.ledger._runs import fence_of
 from langgraph_resilience.checkpoint.runlog._scope import RunScope
 from langgraph_resilience.errors import CheckpointConflict, LeaseLost, describe
@@ -59,9 +59,7 @@ def _driven(graph: Any, config: RunnableConfig | None) -> tuple[str, Any] | None
         return None
     thread = (config.get("configurable") or {}).get("thread_id")
     saver = getattr(graph, "checkpointer", None)
-    if thread is None or not (
-        conforms(saver, ResilientSaver) or conforms(saver, AsyncResilientSaver)
-    ):
+    if thread is None or not (conforms(saver, RunLedger) or conforms(saver, AsyncRunLedger)):
         return None
     return str(thread), saver
 
@@ -106,7 +104,7 @@ def close_run(
     it came back (unused: kept for the callers' signature). Never fails the run:
     a store that cannot be reached now leaves the row as the writes left it."""
     driven = _driven(graph, config)
-    if driven is None or not conforms(driven[1], ResilientSaver):
+    if driven is None or not conforms(driven[1], RunLedger):
         return
     thread, saver = driven
     try:
@@ -130,7 +128,7 @@ async def aclose_run(
 ) -> None:
     """Async twin of `close_run`."""
     driven = _driven(graph, config)
-    if driven is None or not conforms(driven[1], AsyncResilientSaver):
+    if driven is None or not conforms(driven[1], AsyncRunLedger):
         return
     thread, saver = driven
     try:
@@ -231,7 +229,7 @@ def failed(
 ) -> None:
     """Tell the run ledger the call that began at ``since`` raised ``exc``."""
     driven = _to_tell(graph, config, exc)
-    if driven is None or not conforms(driven[1], ResilientSaver):
+    if driven is None or not conforms(driven[1], RunLedger):
         return
     thread, saver = driven
     try:
@@ -245,7 +243,7 @@ async def afailed(
 ) -> None:
     """Async twin of `failed`."""
     driven = _to_tell(graph, config, exc)
-    if driven is None or not conforms(driven[1], AsyncResilientSaver):
+    if driven is None or not conforms(driven[1], AsyncRunLedger):
         return
     thread, saver = driven
     try:

@@ -49,8 +49,10 @@ from langgraph_resilience._langgraph import (
 )
 from langgraph_resilience.checkpoint import (
     AsyncResilientSaver,
+    AsyncRunLedger,
     AsyncRunQueueSaver,
     ResilientSaver,
+    RunLedger,
     RunQueueSaver,
 )
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
@@ -277,7 +279,7 @@ def note_resume(graph: Any, input: Any, config: RunnableConfig | None) -> None:
     steps left and no interrupt) as a recovery. Never fails the run."""
     thread = _may_be_crash_resume(input, config)
     saver = getattr(graph, "checkpointer", None)
-    if thread is None or not isinstance(saver, ResilientSaver):
+    if thread is None or not isinstance(saver, RunLedger):
         return
     try:
         key = _crash_key(graph.get_state(config), input, config)
@@ -291,7 +293,7 @@ async def anote_resume(graph: Any, input: Any, config: RunnableConfig | None) ->
     """Async twin of `note_resume`."""
     thread = _may_be_crash_resume(input, config)
     saver = getattr(graph, "checkpointer", None)
-    if thread is None or not isinstance(saver, AsyncResilientSaver):
+    if thread is None or not isinstance(saver, AsyncRunLedger):
         return
     try:
         key = _crash_key(await graph.aget_state(config), input, config)
@@ -309,7 +311,7 @@ def anoted(
     stream as it is when the call is no resume of a thread on an async saver."""
     if _may_be_crash_resume(input, config) is None:
         return stream
-    if not isinstance(getattr(graph, "checkpointer", None), AsyncResilientSaver):
+    if not isinstance(getattr(graph, "checkpointer", None), AsyncRunLedger):
         return stream
     return _noted(graph, input, config, stream)
 

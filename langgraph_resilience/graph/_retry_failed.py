@@ -30,7 +30,7 @@ import langgraph_resilience.graph._closing as _closing
 import langgraph_resilience.graph._retry_parent as _parent
 from langgraph_resilience._keys import EFFECT_SCOPE_KEY, RETRIED_SENDS_KEY, RETRY_FAILED_KEY
 from langgraph_resilience._langgraph import ERROR_HANDLER_PREFIX, SEND_PATH
-from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint import AsyncRunLedger, RunLedger
 from langgraph_resilience.errors import ConfigError, RunStateError
 from langgraph_resilience.graph._routes import PARTIAL_RESULT
 from langgraph_resilience.graph._task import nested_task
@@ -353,7 +353,7 @@ def keeps_run_log(values: Any) -> bool:
 
 def _ledgered(graph: Any) -> bool:
     """Whether ``graph``'s saver keeps a run ledger (its runs' rows)."""
-    return isinstance(graph.checkpointer, (ResilientSaver, AsyncResilientSaver))
+    return isinstance(graph.checkpointer, (RunLedger, AsyncRunLedger))
 
 
 def _retry_parent(

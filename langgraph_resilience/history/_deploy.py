@@ -197,7 +197,7 @@ def check_deploy(saver: SaverOrGraph, builder: Any) -> DeployReport:
         >>> report = check_deploy(saver, build_graph())  # doctest: +SKIP
         >>> [t.thread_id for t in report.blocked]  # doctest: +SKIP
     """
-    store = reads.saver_of(saver, "check_deploy")
+    store = reads.resilient_saver_of(saver, "check_deploy")
     planner = _Planner(_compiled(store, builder))
     checks = []
     for head in store.history.heads():
@@ -211,7 +211,7 @@ def check_deploy(saver: SaverOrGraph, builder: Any) -> DeployReport:
 
 async def acheck_deploy(saver: SaverOrGraph, builder: Any) -> DeployReport:
     """Async twin of `check_deploy`."""
-    store = reads.async_saver_of(saver, "acheck_deploy")
+    store = reads.async_resilient_saver_of(saver, "acheck_deploy")
     planner = _Planner(_compiled(store, builder))
     checks = []
     for head in await store.history.aheads():

@@ -34,6 +34,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 import langgraph_resilience.server._params as _params
+from langgraph_resilience.checkpoint import ResilientSaver
 from langgraph_resilience.checkpoint.runlog._run_log_reads import cursor_of
 from langgraph_resilience.effects import settle_effect
 from langgraph_resilience.errors import ConfigError, RunStateError, UnknownThread
@@ -159,9 +160,14 @@ def console_app(
     history = getattr(saver, "history", None)
     if history is not None and not hasattr(history, "run_rows"):
         raise ConfigError(
-            f"the console reads the run ledger, which a {type(saver).__name__} does not keep "
-            "(a Redis saver keeps no run rows yet): give it a ResilientSqliteSaver or "
-            "ResilientPostgresSaver"
+            f"the console reads the run ledger, which a {type(saver).__name__} does not "
+            "keep: give it a ResilientSqliteSaver, ResilientPostgresSaver or ResilientRedisSaver"
+        )
+    if history is not None and actions is not None and not isinstance(saver, ResilientSaver):
+        raise ConfigError(
+            f"the console's buttons (retry, resume, cancel, settle) on a "
+            f"{type(saver).__name__} are not built yet (docs/redis.md): open it read-only "
+            "(no actions=), or give it a ResilientSqliteSaver or ResilientPostgresSaver"
         )
     store: Callable[[], Any] = (lambda: saver) if history is not None else saver
 

@@ -16,6 +16,12 @@ tries), ``_effects_lua`` (their scripts), ``_effects_parts`` (``saver.effects``,
 writes; ``step_history`` and ``history.tally``). Shared `Limit`s: ``_limits``
 (their operations, and the releases riding every write), ``_limits_lua`` (their
 scripts), ``_limits_parts`` (``saver.limits``).
+The run ledger (run rows,
+recoveries): ``_runlog_rows`` (the snapshot the SQL savers' statements run on),
+``_runlog`` (its scripts: a thread's rows read, decided, stored with a
+compare-and-set in the script of their checkpoint or writes) and
+``_runlog_parts`` (``saver.history``: what `run_report`, `recovery_metrics` and
+`list_runs` read).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from langgraph_resilience.checkpoint.redis._common import (
 from langgraph_resilience.checkpoint.redis._driver import ALL_SCRIPTS, drive
 from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
+from langgraph_resilience.checkpoint.redis._runlog_parts import RedisHistory
 from langgraph_resilience.checkpoint.redis._runs_saver import RunsSaver
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
 from langgraph_resilience.checkpoint.saver import _threads
@@ -222,11 +229,14 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._drive(
-            lambda: self._riding(
-                _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
-            )
+        led = self._put_ledger(config, checkpoint, metadata, new_versions)
+        op = lambda: self._riding(  # noqa: E731
+            _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions, led)
         )
+        if not _ops.decides_rows(led):
+            return self._drive(op)
+        with self.place.ledger_lock(str(config["configurable"]["thread_id"])):
+            return self._drive(op)
 
     def put_writes(
         self,
@@ -235,23 +245,24 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        step = _steps.step_of_writes(config, writes, task_id, self.serde)
+        led = _steps.step_of_writes(config, writes, task_id, self.serde)
+        op = lambda: self._riding(  # noqa: E731
+            _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path, led)
+        )
         try:
-            self._drive(
-                lambda: self._riding(
-                    _ops.put_writes(
-                        self.place, self.serde, config, writes, task_id, task_path, step
-                    )
-                )
-            )
+            if not _ops.decides_rows(led):
+                self._drive(op)
+            else:
+                with self.place.ledger_lock(str(config["configurable"]["thread_id"])):
+                    self._drive(op)
         finally:
             _steps.landed(config, task_id)  # its step, if any, is the store's to list
 
     @property
-    def history(self) -> _steps.StepTally:
-        """The run log's reads the nodes need: a run's tally
-        (`checkpoint._protocol.StepLog`)."""
-        return _steps.StepTally(self.place, self._drive)
+    def history(self) -> RedisHistory:
+        """The run ledger (`_runlog_parts`): what `run_report`, `recovery_metrics`
+        and `list_runs` read, and what a run's driver tells it."""
+        return RedisHistory(self)
 
     def step_history(self, thread_id: str, *, run: int | None = None) -> Sequence[dict[str, Any]]:
         """Every step record of a thread's top-level runs, by run then start (one

@@ -5,13 +5,14 @@ Kept on Redis besides the checkpoints: the effect ledger and the attempts
 ledger (``saver.effects``, ``saver.attempts``: `_effects_parts`), so
 ``@side_effect`` works in a graph on a Redis saver, and the run queue under
 leases (`_runs`): a `Worker` runs on a Redis saver, its writes fenced (its
-checkpoints, writes, effects and failed tries). Refused, with `ConfigError`
-(the docs' "What Redis does not keep"): the run log's run rows and their
-readers (the step rows are kept: `_steps`). They live in the SQL savers' own
-transactions; on Redis they are not built yet, and a weaker copy would break
-their promises silently. What needs them (``run_report``) refuses a Redis
-saver at once. Shared `Limit`s are kept (``saver.limits``: `_limits_parts`),
-their slots freed with the saver's next write (`_limits.releasing`).
+checkpoints, writes, effects and failed tries), the run ledger (run rows,
+recoveries, step rows: `_runlog`, `_steps`) that ``run_report``,
+``recovery_metrics`` and ``list_runs`` read, and shared `Limit`s
+(``saver.limits``: `_limits_parts`, their slots freed with the saver's next
+write: `_limits.releasing`). Refused, with `ConfigError` (the docs' "What Redis
+does not keep"): the heads ``check_deploy`` reads and the console's buttons (no
+save counters are kept); they live in the SQL savers' own transactions, and a
+weaker copy would break their promises silently.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+)
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_resilience.checkpoint.archive._objects import Archive, archive_of
@@ -35,6 +42,7 @@ from langgraph_resilience.checkpoint.redis._limits import releasing
 from langgraph_resilience.checkpoint.redis._limits_parts import RedisLimits
 from langgraph_resilience.checkpoint.redis._ops import Ops, Place, T
 from langgraph_resilience.checkpoint.redis._tier import object_key
+from langgraph_resilience.checkpoint.runlog._run_log import PutLedger, ledger_of_put
 from langgraph_resilience.checkpoint.saver._base import SaverState
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.policy import Backoff
@@ -177,6 +185,18 @@ class RedisCommon(BaseCheckpointSaver[str]):
         if self.archive is None:
             raise ConfigError("archive_idle needs a cold tier: pass archive=Archive(...) or a URL")
         return self.idle_ms if older_than is None else _ttl_ms(older_than, zero=True)
+
+    def _put_ledger(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> PutLedger | None:
+        """What a checkpoint tells the run ledger (`_run_log.ledger_of_put`), as the
+        SQL savers decide it: once a put, outside the retried operation."""
+        dumps = self.serde.dumps_typed
+        return ledger_of_put(config, checkpoint, metadata, new_versions, dumps)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """As LangGraph's SQL savers: a zero-padded counter and a random tail."""

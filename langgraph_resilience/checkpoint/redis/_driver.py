@@ -17,6 +17,7 @@ from redis import exceptions as rx
 from langgraph_resilience.checkpoint.redis._effects_lua import LEDGER_SCRIPTS
 from langgraph_resilience.checkpoint.redis._limits_lua import LIMIT_SCRIPTS
 from langgraph_resilience.checkpoint.redis._ops import Command, Ops
+from langgraph_resilience.checkpoint.redis._runlog import RUNLOG_SCRIPTS
 from langgraph_resilience.checkpoint.redis._runs_fence import lease_lost_of
 from langgraph_resilience.checkpoint.redis._runs_scripts import RUN_SCRIPTS
 from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS, Script
@@ -28,7 +29,13 @@ __all__ = ["ALL_SCRIPTS", "adrive", "drive", "transient"]
 T = TypeVar("T")
 
 #: Every script the savers run: loaded by ``setup()`` and again when forgotten.
-ALL_SCRIPTS: tuple[Script, ...] = (*SCRIPTS, *RUN_SCRIPTS, *LEDGER_SCRIPTS, *LIMIT_SCRIPTS)
+ALL_SCRIPTS: tuple[Script, ...] = (
+    *SCRIPTS,
+    *RUN_SCRIPTS,
+    *LEDGER_SCRIPTS,
+    *LIMIT_SCRIPTS,
+    *RUNLOG_SCRIPTS,
+)
 
 
 def transient(exc: BaseException) -> bool:

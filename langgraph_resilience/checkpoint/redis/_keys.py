@@ -18,6 +18,14 @@ For a prefix ``P`` (default ``lgr``) and a thread ``T``:
   tries (`_attempts`);
 - ``P:{T}:st`` (hash): ``<ns>\0<checkpoint_id>\0<task_id>`` -> the step's row of the
   run log (`_steps`: JSON, the SQL step row's columns), stored with the task's writes;
+- ``P:{T}:rl``, ``P:{T}:rc``, ``P:{T}:rp`` (hashes, `LedgerKeys`): the run ledger's
+  rows (`_runlog`): run -> run row (and field ``\0v``: the ledger's version, its
+  compare-and-set), key -> recovery, key ``\0`` path -> recovery path; each the
+  JSON of the SQL row. Not among the thread's data: like the SQL savers' run rows
+  they never leave the hot tier (demotion leaves them; the TTL, delete and the
+  delete strategies of ``prune`` take them with the thread);
+- ``P:runlog`` (sorted set): the threads that have run-ledger rows, for the
+  readers across threads (written before the rows, so no row is ever unlisted);
 - ``P:run:{R}`` (set): the threads run ``R`` wrote (for ``delete_for_runs``);
 - ``P:threads`` (sorted set): thread ids, scored by their last write (ms since the
   epoch), for ``list(None)`` and ``archive_idle``.
@@ -52,15 +60,18 @@ from typing import NamedTuple
 from langgraph_resilience.errors import ConfigError
 
 __all__ = [
-    "LimitKeys",
-    "ThreadKeys",
     "check_prefix",
+    "ledger_keys",
+    "LedgerKeys",
     "limit_keys",
     "limit_tag",
+    "LimitKeys",
     "limits_key",
     "member",
     "run_key",
+    "runlog_key",
     "thread_keys",
+    "ThreadKeys",
     "threads_key",
 ]
 
@@ -84,6 +95,23 @@ class ThreadKeys(NamedTuple):
         """The keys holding the thread's data (all but the cold-tier marker), in
         the order of the scripts' KEYS without the 7th (`_scripts`)."""
         return (*self[:6], *self[7:])
+
+
+class LedgerKeys(NamedTuple):
+    """A thread's run-ledger hashes (`_runlog`), under its hash tag."""
+
+    rl: str
+    rc: str
+    rp: str
+
+
+def ledger_keys(prefix: str, thread_id: str) -> LedgerKeys:
+    base = f"{prefix}:{{{thread_id}}}"
+    return LedgerKeys(*(f"{base}:{part}" for part in LedgerKeys._fields))
+
+
+def runlog_key(prefix: str) -> str:
+    return f"{prefix}:runlog"
 
 
 def check_prefix(prefix: str) -> str:

@@ -8,9 +8,12 @@ returns, which errors are worth another try) are made here, apart from I/O.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
-from collections.abc import Generator, Iterator, Sequence
+import zlib
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -29,15 +32,26 @@ from langgraph_resilience.checkpoint.archive._sizes import SizeBudget, channel_s
 from langgraph_resilience.checkpoint.ledger._runs import fence_of
 from langgraph_resilience.checkpoint.redis._effects_lua import ORPHANS
 from langgraph_resilience.checkpoint.redis._keys import (
+    SEP,
     ThreadKeys,
     check_prefix,
+    ledger_keys,
     member,
     run_key,
+    runlog_key,
     split_member,
     thread_keys,
     threads_key,
 )
 from langgraph_resilience.checkpoint.redis._records import pack_checkpoint, pack_write, read_tuple
+from langgraph_resilience.checkpoint.redis._runlog import (
+    NO_ROWS,
+    Decided,
+    decide,
+    index,
+    read_ledger,
+)
+from langgraph_resilience.checkpoint.redis._runlog_rows import LedgerSnapshot
 from langgraph_resilience.checkpoint.redis._runs_fence import fence_command
 from langgraph_resilience.checkpoint.redis._scripts import (
     ARCHIVED,
@@ -51,13 +65,24 @@ from langgraph_resilience.checkpoint.redis._scripts import (
     Script,
 )
 from langgraph_resilience.checkpoint.redis._tier import Archived
+from langgraph_resilience.checkpoint.runlog._run_log import (
+    PutLedger,
+    WriteLedger,
+    put_statements,
+    write_statements,
+)
 from langgraph_resilience.checkpoint.saver import _base, _threads
+from langgraph_resilience.checkpoint.store._schema import STEPS
+from langgraph_resilience.checkpoint.store._store import SQLITE, Statements
 
 __all__ = ["Command", "Ops", "Place"]
 
 T = TypeVar("T")
 Command = tuple[Any, ...]
 Ops = Generator[list[Command], list[Any], T]
+
+#: The locks the writes deciding run-ledger rows take, by thread (`Place.ledger_lock`).
+LOCK_STRIPES = 64
 
 #: Checkpoints fetched per round trip by ``list``.
 LIST_BATCH = 64
@@ -70,6 +95,29 @@ class Place:
         self.prefix = check_prefix(prefix)
         self.ttl_ms = ttl_ms
         self.sizes = sizes or SizeBudget()
+        self._ledger: LedgerSnapshot | None = None
+        self._locks = tuple(threading.Lock() for _ in range(LOCK_STRIPES))
+        self._alocks: tuple[asyncio.Lock, ...] | None = None
+
+    @property
+    def ledger(self) -> LedgerSnapshot:
+        """The snapshot the run ledger's statements run on (`_runlog`), made once."""
+        if self._ledger is None:
+            self._ledger = LedgerSnapshot()
+        return self._ledger
+
+    def ledger_lock(self, thread_id: str) -> threading.Lock:
+        """Held by a sync write that decides run-ledger rows, from its read to its
+        script's reply: this process's writes of a thread decide in the order they
+        came, as a SQL saver's connection serializes them (two processes still
+        meet at the compare-and-set)."""
+        return self._locks[zlib.crc32(thread_id.encode()) % LOCK_STRIPES]
+
+    def aledger_lock(self, thread_id: str) -> asyncio.Lock:
+        """The async twin of `ledger_lock` (FIFO), made on the saver's loop."""
+        if self._alocks is None:
+            self._alocks = tuple(asyncio.Lock() for _ in range(LOCK_STRIPES))
+        return self._alocks[zlib.crc32(thread_id.encode()) % LOCK_STRIPES]
 
     def keys(self, thread_id: str) -> ThreadKeys:
         return thread_keys(self.prefix, thread_id)
@@ -97,7 +145,10 @@ def put(
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
+    led: PutLedger | None = None,
 ) -> Ops[RunnableConfig]:
+    """A checkpoint, and the run it starts or ends (``led``: `_run_log.ledger_of_put`,
+    its rows stored in the checkpoint's script, `_runlog`)."""
     del new_versions  # the whole checkpoint is one record, as SqliteSaver keeps it
     thread_id, ns, parent_id = _base.thread_key(config)
     type_, blob = serde.dumps_typed(checkpoint)
@@ -113,9 +164,12 @@ def put(
         lambda counter: None,  # no save counters on Redis (docs/redis.md)
     )
     run_id = str(meta_dict.get("run_id") or "")
-    keys = place.keys(thread_id)
-    batch = [
-        run(
+    keys = (*place.keys(thread_id), *ledger_keys(place.prefix, thread_id))
+    while True:
+        ledger = yield from _decided(
+            place, thread_id, "", None if led is None else lambda: put_statements(SQLITE, led)
+        )
+        command = run(
             PUT,
             keys,
             member(ns, cid),
@@ -126,18 +180,63 @@ def put(
             cid,
             run_id,
             place.ttl_ms,
-        ),
-        place.registered(thread_id),
-    ]
-    batch[0] = fence_command(place.prefix, thread_id, batch[0], fence_of(config))
-    if run_id:
-        batch.append(("SADD", run_key(place.prefix, run_id), thread_id))
-    reply = _hot((yield batch)[0], thread_id)
+            *ledger.args,
+        )
+        batch = [index(place.prefix, thread_id)] if ledger.stores else []
+        at = len(batch)
+        batch += [
+            fence_command(place.prefix, thread_id, command, fence_of(config)),
+            place.registered(thread_id),
+        ]
+        if run_id:
+            batch.append(("SADD", run_key(place.prefix, run_id), thread_id))
+        reply = _hot((yield batch)[at], thread_id)
+        if int(reply[0]) != 3:
+            break
     if int(reply[0]) == 2:
         head = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
         raise _threads.PutCheckpoint(thread_id, ns, cid, parent_id, True, ()).conflict(head)
     _threads.wrote_head(_threads.PutCheckpoint(thread_id, ns, cid, parent_id, check, ()))
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+
+def _decided(
+    place: Place,
+    thread_id: str,
+    step_field: str,
+    statements: Callable[[], Statements[None]] | None,
+) -> Ops[Decided]:
+    """The ledger rows a write carries (none without statements: no read)."""
+    if statements is None:
+        return Decided(NO_ROWS, None, None)
+    held = yield from read_ledger(place.prefix, thread_id, step_field)
+    return decide(place.ledger, thread_id, held, statements)
+
+
+def decides_rows(led: PutLedger | WriteLedger | None) -> bool:
+    """Whether a put or a task's writes read the thread's run rows to decide (see
+    `Place.ledger_lock`)."""
+    if isinstance(led, WriteLedger):
+        return not _only_step(led)
+    return led is not None
+
+
+def _only_step(led: WriteLedger) -> bool:
+    """Whether a task's writes tell the ledger only their step's row (most do):
+    stored once with the writes, no run row read (`_steps.step_of_writes`)."""
+    found = _statements(write_statements(SQLITE, led))
+    return len(found) == 1 and found[0].params is led.step
+
+
+def _statements(statements: Statements[None]) -> list[Any]:
+    found = []
+    try:
+        stmt = next(statements)
+        while True:
+            found.append(stmt)
+            stmt = statements.send(None)  # type: ignore[arg-type]  # no reply is read
+    except StopIteration:
+        return found
 
 
 def put_writes(
@@ -147,10 +246,10 @@ def put_writes(
     writes: Sequence[tuple[str, Any]],
     task_id: str,
     task_path: str,
-    step: tuple[str, str] | None = None,
+    led: WriteLedger | None = None,
 ) -> Ops[None]:
-    """A task's writes, and its step's row of the run log (``step``: its field and
-    row, `_steps.step_of_writes`), in one script."""
+    """A task's writes, and what they tell the run ledger (``led``:
+    `_run_log.ledger_of_writes`): its step's row, its run's, in one script."""
     thread_id, ns, cid = _base.thread_key(config)
     if cid is None or not writes:
         return
@@ -163,14 +262,36 @@ def put_writes(
             f"{task_id}\0{idx}",
             pack_write(cid, task_id, task_path, idx, channel, type_, blob),
         ]
-    keys = place.keys(thread_id)
-    field, row = step or ("", "")
-    command = run(PUT_WRITES, keys, member(ns, cid), int(replace), place.ttl_ms, field, row, *args)
-    replies = yield [
-        fence_command(place.prefix, thread_id, command, fence_of(config)),
-        place.registered(thread_id),
-    ]
-    _hot(replies[0], thread_id)
+    keys = (*place.keys(thread_id), *ledger_keys(place.prefix, thread_id))
+    fast = led is None or _only_step(led)
+    step = step_row(led) if led is not None and led.step is not None else None
+    while True:
+        statements = None if fast else (lambda: write_statements(SQLITE, led))
+        ledger = yield from _decided(place, thread_id, step[0] if step else "", statements)
+        field, row = (step if fast else ledger.step) or ("", "")
+        command = run(
+            PUT_WRITES, keys, member(ns, cid), int(replace), place.ttl_ms, field, row,
+            *ledger.args, *args,
+        )  # fmt: skip
+        batch = [index(place.prefix, thread_id)] if ledger.stores else []
+        batch += [
+            fence_command(place.prefix, thread_id, command, fence_of(config)),
+            place.registered(thread_id),
+        ]
+        if _hot((yield batch)[-2], thread_id) != MOVED:
+            return
+
+
+#: What ``put_writes`` answers when the ledger moved since its rows were decided.
+MOVED = -3
+
+
+def step_row(led: WriteLedger) -> tuple[str, str]:
+    """A step row's field in ``st`` and its JSON (the SQL row's columns)."""
+    assert led.step is not None
+    row = dict(zip(STEPS.names, led.step, strict=True))
+    field = SEP.join((str(row["checkpoint_ns"]), str(row["checkpoint_id"]), str(row["task_id"])))
+    return field, json.dumps(row)
 
 
 def _fetch(
@@ -263,8 +384,9 @@ def delete_thread(place: Place, thread_id: str) -> Ops[str | None]:
     keys = place.keys(thread_id)
     replies = yield [
         ("GET", keys.archived),
-        ("DEL", *keys),
+        ("DEL", *keys, *ledger_keys(place.prefix, thread_id)),
         ("ZREM", threads_key(place.prefix), thread_id),
+        ("ZREM", runlog_key(place.prefix), thread_id),
     ]
     return None if replies[0] is None else replies[0].decode()
 
@@ -278,7 +400,9 @@ def delete_for_runs(place: Place, run_ids: Sequence[str]) -> Ops[None]:
     touched: list[str] = []
     for run_id, members in zip(run_ids, threads, strict=True):
         for t in members:
-            batch += [run(DELETE_RUN, place.keys(t.decode()), run_id)]
+            thread = t.decode()
+            keys = (*place.keys(thread), *ledger_keys(place.prefix, thread))
+            batch += [run(DELETE_RUN, keys, run_id)]
             batch += [run(ORPHANS, place.keys(t.decode()))]  # the ledger's, as on SQL
             touched += [t.decode(), t.decode()]
     for thread_id, reply in zip(touched, (yield batch), strict=True):
@@ -287,15 +411,25 @@ def delete_for_runs(place: Place, run_ids: Sequence[str]) -> Ops[None]:
 
 
 def copy_thread(place: Place, source: str, target: str) -> Ops[None]:
+    """The source's data keys and run-ledger keys, restored under the target's
+    (a copied row names its source until written again: the hash it is in is
+    its thread's, `_runlog_rows.LedgerSnapshot.load_encoded`)."""
     src, dst = place.keys(source), place.keys(target)
-    n = len(src.data)
-    dumps = yield [("DUMP", k) for k in src.data] + [("EXISTS", src.archived), ("HKEYS", src.byrun)]
+    from_keys = (*src.data, *ledger_keys(place.prefix, source))
+    to_keys = (*dst.data, *ledger_keys(place.prefix, target))
+    n = len(from_keys)
+    dumps = yield [("DUMP", k) for k in from_keys] + [
+        ("EXISTS", src.archived),
+        ("HKEYS", src.byrun),
+    ]
     if dumps[n]:
         raise Archived(source)  # copied from its hot keys, once restored
     if not any(dumps[:n]):
         return
     batch: list[Command] = []
-    for key, dumped in zip(dst.data, dumps[:n], strict=True):
+    if any(dumps[len(src.data) : n]):
+        batch.append(index(place.prefix, target))  # listed before its rows land
+    for key, dumped in zip(to_keys, dumps[:n], strict=True):
         if dumped is not None:
             batch.append(("RESTORE", key, place.ttl_ms, dumped, "REPLACE"))
     batch.append(place.registered(target))
@@ -306,8 +440,13 @@ def copy_thread(place: Place, source: str, target: str) -> Ops[None]:
 def prune(place: Place, thread_ids: Sequence[str], strategy: str) -> Ops[None]:
     threads = _threads.check_prune_args(thread_ids, strategy)
     if strategy in _threads.DELETE_STRATEGIES:
-        yield [("DEL", *place.keys(t)) for t in threads] + (
-            [("ZREM", threads_key(place.prefix), *threads)] if threads else []
+        yield [("DEL", *place.keys(t), *ledger_keys(place.prefix, t)) for t in threads] + (
+            [
+                ("ZREM", threads_key(place.prefix), *threads),
+                ("ZREM", runlog_key(place.prefix), *threads),
+            ]
+            if threads
+            else []
         )
     elif threads:
         batch = [

@@ -33,7 +33,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -46,7 +46,15 @@ from langgraph_resilience.checkpoint.ledger._runs import (
     RunRecord,
     one_open_run,
 )
+from langgraph_resilience.checkpoint.redis._keys import ledger_keys
 from langgraph_resilience.checkpoint.redis._ops import Command, Ops, Place, run
+from langgraph_resilience.checkpoint.redis._runlog import (
+    Decided,
+    decide,
+    held_of,
+    read_command,
+)
+from langgraph_resilience.checkpoint.redis._runlog import index as runlog_index
 from langgraph_resilience.checkpoint.redis._runs_fence import runs_key
 from langgraph_resilience.checkpoint.redis._runs_scripts import (
     CANCEL,
@@ -58,6 +66,8 @@ from langgraph_resilience.checkpoint.redis._runs_scripts import (
     SETTLE,
     SUBMIT,
 )
+from langgraph_resilience.checkpoint.runlog._run_sql import cancel_worker_run, finish_worker_run
+from langgraph_resilience.checkpoint.store._store import SQLITE, Statements
 from langgraph_resilience.errors import ConfigError
 
 __all__ = [
@@ -315,10 +325,16 @@ def _thread_of(place: Place, run_id: str) -> Ops[str | None]:
 
 
 def finish(
-    place: Place, fence: Fence, status: str, outcome: Blob | None, wait: float | None
+    place: Place,
+    fence: Fence,
+    status: str,
+    outcome: Blob | None,
+    wait: float | None,
+    error: str | None = None,
 ) -> Ops[bool]:
     """End, pause or release (``queued``, after ``wait`` seconds) a held run;
-    False if its lease was lost."""
+    False if its lease was lost. The run ledger's row of the run says so in the
+    same script (``error``: what a run that ended ``error`` ended on)."""
     if wait is not None and status != "queued":
         raise ConfigError(f"only a released run (queued) waits; got status {status!r}")
     if status not in RUN_STATUSES or status == "running":
@@ -331,23 +347,53 @@ def finish(
         return False
     m = _member(thread_id, fence.run_id)
     wait_ms = "" if wait is None else str(max(0, int(wait * 1000)))
-    batch: list[Command] = [
-        run(
-            FINISH,
-            [runs_key(place.prefix, thread_id)],
-            fence.run_id,
-            fence.token,
-            status,
-            *_blob_args(outcome),
-            wait_ms,
+    key = runs_key(place.prefix, thread_id)
+    keys = [key, *ledger_keys(place.prefix, thread_id)]
+    while True:
+        ledger = yield from _ledger_of_run(
+            place, thread_id, fence.run_id, lambda: finish_worker_run(SQLITE, fence, status, error)
         )
-    ]
-    if status == "queued":  # written with the release: a crash after it loses no run
-        batch.append(("ZADD", _queued(place.prefix), _ms() + int(wait_ms or 0), m))
-    done = bool((yield batch)[0])
-    if done:
+        batch: list[Command] = [runlog_index(place.prefix, thread_id)] if ledger.stores else []
+        at = len(batch)
+        batch.append(
+            run(
+                FINISH,
+                keys,
+                fence.run_id,
+                fence.token,
+                status,
+                *_blob_args(outcome),
+                wait_ms,
+                *ledger.args,
+            )
+        )
+        if status == "queued":  # written with the release: a crash after it loses no run
+            batch.append(("ZADD", _queued(place.prefix), _ms() + int(wait_ms or 0), m))
+        reply = int((yield batch)[at])
+        if reply != MOVED:
+            break
+    if reply:
         yield [("ZREM", _leased(place.prefix), m)]
-    return done
+    return bool(reply)
+
+
+#: What a run script answers when the thread's run ledger moved since its rows
+#: were decided (`_runlog`): nothing stored, decide again.
+MOVED = 3
+
+
+def _ledger_of_run(
+    place: Place, thread_id: str, run_id: str, statements: Callable[[], Statements[None]]
+) -> Ops[Decided]:
+    """The run ledger's rows a `Worker`'s end of a run changes (the SQL savers'
+    statements, with the run's record as their `RUNS` row), to store in its script."""
+    held_reply, raw = yield [
+        read_command(place.prefix, thread_id, full=False, rows_only=True),
+        ("HGET", runs_key(place.prefix, thread_id), run_id),
+    ]
+    held = held_of(thread_id, held_reply)
+    runs = [] if raw is None else [record_of(raw)]
+    return decide(place.ledger, thread_id, held, statements, rl=2, runs=runs)
 
 
 def requeue(place: Place, run_id: str, budget: Blob | None, resume: Blob | None) -> Ops[bool]:
@@ -383,7 +429,16 @@ def cancel(place: Place, run_id: str, outcome: Blob) -> Ops[str | None]:
     if thread_id is None:
         return None
     key = runs_key(place.prefix, thread_id)
-    was = (yield [run(CANCEL, [key], run_id, *_blob_args(outcome))])[0]
+    keys = [key, *ledger_keys(place.prefix, thread_id)]
+    while True:
+        ledger = yield from _ledger_of_run(
+            place, thread_id, run_id, lambda: cancel_worker_run(SQLITE, run_id)
+        )
+        batch: list[Command] = [runlog_index(place.prefix, thread_id)] if ledger.stores else []
+        batch.append(run(CANCEL, keys, run_id, *_blob_args(outcome), *ledger.args))
+        was = (yield batch)[-1]
+        if was != MOVED:
+            break
     if was is None:
         return None
     m = _member(thread_id, run_id)

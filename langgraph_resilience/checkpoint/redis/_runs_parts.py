@@ -76,10 +76,9 @@ class RedisRuns:
         wait: float | None = None,
         error: str | None = None,
     ) -> bool:
-        """End, pause or release a held run; False if its lease was lost. ``error``
-        (what a run that ends ``error`` ended on) goes to the SQL savers' run log,
-        not kept on Redis yet."""
-        return self._sync(_runs.finish(self._saver.place, fence, status, outcome, wait))
+        """End, pause or release a held run; False if its lease was lost. ``error``:
+        what a run that ends ``error`` ended on (its run ledger row keeps it)."""
+        return self._sync(_runs.finish(self._saver.place, fence, status, outcome, wait, error))
 
     def requeue(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
         """Queue a paused run again, with a new budget if given."""
@@ -125,7 +124,8 @@ class AsyncRedisRuns(RedisRuns):
         error: str | None = None,
     ) -> bool:
         """Async twin of `RedisRuns.finish`."""
-        return await self._async(_runs.finish(self._saver.place, fence, status, outcome, wait))
+        place = self._saver.place
+        return await self._async(_runs.finish(place, fence, status, outcome, wait, error))
 
     async def arequeue(self, run_id: str, budget: Blob | None, resume: Blob | None = None) -> bool:
         """Async twin of `RedisRuns.requeue`."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from langgraph_resilience.checkpoint.redis._effects_lua import ATTEMPT, OUTCOMES, TAKE
 from langgraph_resilience.checkpoint.redis._effects_lua import CLAIM as EFFECT_CLAIM
-from langgraph_resilience.checkpoint.redis._scripts import PUT, PUT_WRITES, Script
+from langgraph_resilience.checkpoint.redis._scripts import PUT, PUT_WRITES, Script, ledger_lua
 
 __all__ = [
     "CANCEL",
@@ -172,16 +172,22 @@ return tostring(ends)
 """,
 )
 
-#: KEYS: runs. ARGV: run_id, token, status, outcome_type, outcome ('' for none),
-#: wait_ms ('' for none). Returns 1 (done) or 0 (the lease was lost).
+#: KEYS: runs, then the thread's ledger keys. ARGV: run_id, token, status,
+#: outcome_type, outcome ('' for none), wait_ms ('' for none), then the run
+#: ledger's rows of the run's end (`_scripts.ledger_lua`, at 7: the SQL savers'
+#: ``finish_worker_run``, in the same script). Returns 1 (done), 0 (the lease was
+#: lost) or 3 (the ledger moved: decide again).
 FINISH = Script(
     "run_finish",
     _COMMON
+    + ledger_lua(2)
     + r"""
 local rec = load(KEYS[1], ARGV[1])
 if not rec or rec.status ~= 'running' or tostring(rec.fencing_token) ~= ARGV[2] then
   return 0
 end
+if ledger_moved(7) then return 3 end
+ledger_store(7)
 local now = now_ms()
 rec.status = ARGV[3]
 rec.owner = cjson.null
@@ -236,14 +242,19 @@ return 1
 """,
 )
 
-#: KEYS: runs. ARGV: run_id, outcome_type, outcome. Returns the status the run
-#: had, or false (it was not open). The token grows: its worker is fenced off.
+#: KEYS: runs, then the thread's ledger keys. ARGV: run_id, outcome_type,
+#: outcome, then the run ledger's rows (at 4: ``cancel_worker_run``). Returns the
+#: status the run had, false (it was not open) or 3 (the ledger moved: decide
+#: again). The token grows: its worker is fenced off.
 CANCEL = Script(
     "run_cancel",
     _COMMON
+    + ledger_lua(2)
     + r"""
 local rec = load(KEYS[1], ARGV[1])
 if not rec or not open(rec.status) then return false end
+if ledger_moved(4) then return 3 end
+ledger_store(4)
 local was = rec.status
 rec.status = 'cancelled'
 rec.fencing_token = rec.fencing_token + 1

@@ -56,6 +56,33 @@ local data = {}
 for i = 1, #KEYS do if i ~= 7 then table.insert(data, KEYS[i]) end end
 """
 
+
+# The run ledger's compare-and-set (`_runlog`): ARGV[at] is the thread's ledger
+# version the rows were decided on ('-': the write carries no rows), ARGV[at + 1]
+# how many rows, then (KEYS index, field, row) triples. KEYS[rl] is the thread's
+# ``rl`` (its field NUL v: the version), then ``rc`` and ``rp``.
+def ledger_lua(rl: int) -> str:
+    """The LEDGER functions of a script whose KEYS[rl] is the thread's ``rl``."""
+    return (
+        r"""
+local function ledger_moved(at)
+  if ARGV[at] == '-' then return false end
+  return (redis.call('HGET', KEYS[RL], '\0v') or '') ~= ARGV[at]
+end
+local function ledger_store(at)
+  if ARGV[at] == '-' or ARGV[at + 1] == '0' then return end
+  for i = at + 2, at + 1 + 3 * tonumber(ARGV[at + 1]), 3 do
+    redis.call('HSET', KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 2])
+  end
+  redis.call('HINCRBY', KEYS[RL], '\0v', 1)
+end
+"""
+    ).replace("RL", str(rl))
+
+
+#: In a thread's scripts, the ledger keys follow its ten (`_keys.LedgerKeys`).
+LEDGER = ledger_lua(11)
+
 _DROP = r"""
 local function drop(m)
   redis.call('HDEL', KEYS[1], m)
@@ -68,15 +95,20 @@ local function drop(m)
 end
 """
 
-#: ARGV: member, record, ns, check_fork (1/0), parent_id, checkpoint_id, run_id, ttl_ms.
-#: Returns {0} (already stored: a no-op), {1} (stored), {2, head_id} (a fork refused).
+#: KEYS: the thread's, then its ledger keys (`_keys.LedgerKeys`). ARGV: member,
+#: record, ns, check_fork (1/0), parent_id, checkpoint_id, run_id, ttl_ms, then the
+#: run ledger's rows (`LEDGER`, at 9). Returns {0} (already stored: a no-op, the
+#: ledger's rows stored), {1} (stored), {2, head_id} (a fork refused), {3} (the
+#: ledger moved since its rows were decided: nothing stored, decide again).
 PUT = Script(
     "put",
     _RENEW
     + _GUARD
+    + LEDGER
     + r"""
 local m = ARGV[1]
-if redis.call('HEXISTS', KEYS[1], m) == 1 then renew(ARGV[8]) return {0} end
+if ledger_moved(9) then return {3} end
+if redis.call('HEXISTS', KEYS[1], m) == 1 then ledger_store(9) renew(ARGV[8]) return {0} end
 if ARGV[4] == '1' then
   local ns = ARGV[3]
   local newer = redis.call('ZREVRANGEBYLEX', KEYS[2], '(' .. ns .. '\1',
@@ -86,6 +118,7 @@ if ARGV[4] == '1' then
     if hid ~= ARGV[6] then return {2, hid} end
   end
 end
+ledger_store(9)
 redis.call('HSET', KEYS[1], m, ARGV[2])
 redis.call('ZADD', KEYS[2], 0, m)
 redis.call('SADD', KEYS[5], ARGV[3])
@@ -98,18 +131,25 @@ return {1}
 """,
 )
 
-#: ARGV: member, replace (1: special channels, replaced; 0: first kept), ttl_ms,
-#: the step row's field in ``st`` ('' for none) and its row, then (task_id\0idx,
-#: record) pairs. Returns how many writes were new. A step row is stored once.
+#: KEYS: the thread's, then its ledger keys. ARGV: member, replace (1: special
+#: channels, replaced; 0: first kept), ttl_ms, the step row's field in ``st`` (''
+#: for none) and its row, the run ledger's rows (`LEDGER`, at 6), then
+#: (task_id\0idx, record) pairs. Returns how many writes were new, or -3: the
+#: ledger moved since its rows were decided (nothing stored). A step row is
+#: stored once.
 PUT_WRITES = Script(
     "put_writes",
     _RENEW
     + _GUARD
+    + LEDGER
     + r"""
 local m = ARGV[1]
 local added = {}
+if ledger_moved(6) then return -3 end
+ledger_store(6)
 if ARGV[4] ~= '' then redis.call('HSETNX', KEYS[10], ARGV[4], ARGV[5]) end
-for i = 6, #ARGV, 2 do
+local first = 8 + 3 * tonumber(ARGV[7])
+for i = first, #ARGV, 2 do
   local field = m .. '\0' .. ARGV[i]
   local new
   if ARGV[2] == '1' then new = redis.call('HSET', KEYS[3], field, ARGV[i + 1]) == 1
@@ -172,12 +212,24 @@ return dropped
 """,
 )
 
-#: ARGV: run_id. Drop the run's checkpoints (and their writes) from this thread.
+#: KEYS: the thread's, then its ledger keys. ARGV: run_id. Drop the run's
+#: checkpoints (and their writes) from this thread, and the run rows naming it
+#: (as the SQL savers' ``delete_for_runs`` deletes ``run_id IN (...)`` rows).
 DELETE_RUN = Script(
     "delete_run",
     _GUARD
     + _DROP
     + r"""
+local rows = redis.call('HGETALL', KEYS[11])
+local gone = 0
+for i = 1, #rows, 2 do
+  local ok, row = pcall(cjson.decode, rows[i + 1])
+  if ok and type(row) == 'table' and row[12] == ARGV[1] then
+    redis.call('HDEL', KEYS[11], rows[i])
+    gone = gone + 1
+  end
+end
+if gone > 0 then redis.call('HINCRBY', KEYS[11], '\0v', 1) end
 local listed = redis.call('HGET', KEYS[6], ARGV[1])
 if not listed then return 0 end
 local n = 0

@@ -42,6 +42,7 @@ from langgraph_resilience.checkpoint.redis._effects_parts import (
 )
 from langgraph_resilience.checkpoint.redis._limits_parts import AsyncRedisLimits
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
+from langgraph_resilience.checkpoint.redis._runlog_parts import AsyncRedisHistory
 from langgraph_resilience.checkpoint.redis._runs_saver import AsyncRunsSaver
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
 from langgraph_resilience.checkpoint.saver import _threads
@@ -221,11 +222,14 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self._drive(
-            lambda: self._riding(
-                _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions)
-            )
+        led = self._put_ledger(config, checkpoint, metadata, new_versions)
+        op = lambda: self._riding(  # noqa: E731
+            _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions, led)
         )
+        if not _ops.decides_rows(led):
+            return await self._drive(op)
+        async with self.place.aledger_lock(str(config["configurable"]["thread_id"])):
+            return await self._drive(op)
 
     async def aput_writes(
         self,
@@ -234,23 +238,23 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        step = _steps.step_of_writes(config, writes, task_id, self.serde)
+        led = _steps.step_of_writes(config, writes, task_id, self.serde)
+        op = lambda: self._riding(  # noqa: E731
+            _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path, led)
+        )
         try:
-            await self._drive(
-                lambda: self._riding(
-                    _ops.put_writes(
-                        self.place, self.serde, config, writes, task_id, task_path, step
-                    )
-                )
-            )
+            if not _ops.decides_rows(led):
+                await self._drive(op)
+            else:
+                async with self.place.aledger_lock(str(config["configurable"]["thread_id"])):
+                    await self._drive(op)
         finally:
             _steps.landed(config, task_id)  # its step, if any, is the store's to list
 
     @property
-    def history(self) -> _steps.AsyncStepTally:
-        """The run log's reads the nodes need: a run's tally
-        (`checkpoint._protocol.AsyncStepLog`)."""
-        return _steps.AsyncStepTally(self.place, self._drive, self._bridge)
+    def history(self) -> AsyncRedisHistory:
+        """The run ledger (`_runlog_parts`), with the a-prefixed methods."""
+        return AsyncRedisHistory(self)
 
     async def astep_history(
         self, thread_id: str, *, run: int | None = None

@@ -20,8 +20,10 @@ from langgraph.pregel import Pregel
 from langgraph_resilience.checkpoint._protocol import (
     AsyncEffectLedger,
     AsyncResilientSaver,
+    AsyncRunLedger,
     EffectLedger,
     ResilientSaver,
+    RunLedger,
 )
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
@@ -61,8 +63,8 @@ SaverOrGraph: TypeAlias = "BaseCheckpointSaver[Any] | Pregel[Any, Any, Any, Any]
 class Read(Generic[T]):
     """One read of the store: ``sync`` on a sync saver, ``async_`` on an async one."""
 
-    sync: Callable[[ResilientSaver], T]
-    async_: Callable[[AsyncResilientSaver], Awaitable[T]]
+    sync: Callable[[RunLedger], T]
+    async_: Callable[[AsyncRunLedger], Awaitable[T]]
 
 
 Reads = Generator[Read[Any], Any, T]
@@ -128,7 +130,17 @@ def effects(thread_id: str) -> Read[Sequence[EffectRecord]]:
 
 
 def counters(since: float | None) -> Read[dict[str, int]]:
-    return Read(sync=lambda s: s.read_counters(since), async_=lambda s: s.aread_counters(since))
+    """The save counters (`store._counters`); none on a saver that keeps none (Redis)."""
+    return Read(
+        sync=lambda s: s.read_counters(since) if isinstance(s, ResilientSaver) else {},
+        async_=lambda s: _acounters(s, since),
+    )
+
+
+async def _acounters(saver: AsyncRunLedger, since: float | None) -> dict[str, int]:
+    if isinstance(saver, AsyncResilientSaver):
+        return await saver.aread_counters(since)
+    return {}
 
 
 def checkpoint(config: RunnableConfig) -> Read[CheckpointTuple | None]:
@@ -148,14 +160,37 @@ def _wrong(target: object, what: str, wanted: str) -> ConfigError:
     )
 
 
-def saver_of(target: object, what: str) -> ResilientSaver:
+def saver_of(target: object, what: str) -> RunLedger:
+    """The saver (or a compiled graph's) as a keeper of the run ledger."""
+    saver = _checkpointer(target)
+    if not isinstance(saver, RunLedger):
+        raise _wrong(
+            target, what, "ResilientSqliteSaver, ResilientPostgresSaver or ResilientRedisSaver"
+        )
+    return saver
+
+
+def async_saver_of(target: object, what: str) -> AsyncRunLedger:
+    saver = _checkpointer(target)
+    if not isinstance(saver, AsyncRunLedger):
+        raise _wrong(
+            target,
+            what,
+            "AsyncResilientSqliteSaver, AsyncResilientPostgresSaver or AsyncResilientRedisSaver",
+        )
+    return saver
+
+
+def resilient_saver_of(target: object, what: str) -> ResilientSaver:
+    """As `saver_of`, for what reads more than the run ledger (``history.heads``,
+    the save counters): a SQL saver (the Redis savers keep neither)."""
     saver = _checkpointer(target)
     if not isinstance(saver, ResilientSaver):
         raise _wrong(target, what, "ResilientSqliteSaver or ResilientPostgresSaver")
     return saver
 
 
-def async_saver_of(target: object, what: str) -> AsyncResilientSaver:
+def async_resilient_saver_of(target: object, what: str) -> AsyncResilientSaver:
     saver = _checkpointer(target)
     if not isinstance(saver, AsyncResilientSaver):
         raise _wrong(target, what, "AsyncResilientSqliteSaver or AsyncResilientPostgresSaver")
@@ -177,7 +212,7 @@ def async_ledger_of(target: object, what: str) -> AsyncEffectLedger:
     return saver
 
 
-def drive(saver: ResilientSaver, reads: Reads[T]) -> T:
+def drive(saver: RunLedger, reads: Reads[T]) -> T:
     reply: Any = None
     while True:
         try:
@@ -187,7 +222,7 @@ def drive(saver: ResilientSaver, reads: Reads[T]) -> T:
         reply = op.sync(saver)
 
 
-async def adrive(saver: AsyncResilientSaver, reads: Reads[T]) -> T:
+async def adrive(saver: AsyncRunLedger, reads: Reads[T]) -> T:
     reply: Any = None
     while True:
         try:
