@@ -59,6 +59,7 @@ from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._runlog_parts import RedisHistory
 from langgraph_resilience.checkpoint.redis._runs_saver import RunsSaver
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
+from langgraph_resilience.checkpoint.runlog import _run_end
 from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.checkpoint.saver._base import flush_quietly
 from langgraph_resilience.errors import ArchiveError
@@ -230,6 +231,10 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         led = self._put_ledger(config, checkpoint, metadata, new_versions)
+        if led is not None and led.ends is not None:  # a run's end: any step unrecovered?
+            where, before, head = _run_end.run_listing(config, checkpoint, metadata)
+            earlier = _run_end.run_part(self.list(where, before=before))
+            led = led.checked(_run_end.unrecovered_steps([head, *earlier]))
         op = lambda: self._riding(  # noqa: E731
             _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions, led)
         )

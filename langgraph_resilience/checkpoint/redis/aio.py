@@ -45,6 +45,7 @@ from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._runlog_parts import AsyncRedisHistory
 from langgraph_resilience.checkpoint.redis._runs_saver import AsyncRunsSaver
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
+from langgraph_resilience.checkpoint.runlog import _run_end
 from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.checkpoint.saver._base import aflush_quietly
 from langgraph_resilience.errors import ArchiveError
@@ -223,6 +224,10 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         led = self._put_ledger(config, checkpoint, metadata, new_versions)
+        if led is not None and led.ends is not None:  # a run's end: any step unrecovered?
+            where, before, head = _run_end.run_listing(config, checkpoint, metadata)
+            earlier = await _run_end.arun_part(self.alist(where, before=before))
+            led = led.checked(_run_end.unrecovered_steps([head, *earlier]))
         op = lambda: self._riding(  # noqa: E731
             _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions, led)
         )
