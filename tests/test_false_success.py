@@ -624,7 +624,8 @@ async def test_a_paused_run_resumed_by_hand_whose_step_failed_unrecovered_is_err
 ) -> None:
     """A Worker's run pauses at an interrupt and is resumed by hand; b then fails
     unrecovered (its handler re-raises) and nothing is left to run. When the
-    thread is submitted again, the paused run is settled ``error`` naming b, not
+    thread is submitted again, the paused run is settled ``error`` with what b
+    raised, as its run's ledger row stores it (its driver wrote it), not
     ``success`` (before: ``success``), and the new run is taken."""
     h = checkpointer
     if h.backend == "postgres":
@@ -645,5 +646,6 @@ async def test_a_paused_run_resumed_by_hand_whose_step_failed_unrecovered_is_err
     record = await h.call("read_run", run_id)
     outcome = h.saver.serde.loads_typed((record.outcome_type, record.outcome))
     assert record.status == "error", (record, outcome)
-    assert "'b' (its error handler failed" in outcome["error"] and outcome["resumed"] == "by hand"
+    assert "ValueError: b broke" in outcome["error"] and outcome["resumed"] == "by hand"
+    assert (await h.call("history.run_row", thread, 1)).status == "error"  # the same status
     assert (await h.call("read_run", again)).status == "queued"

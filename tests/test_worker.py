@@ -514,10 +514,11 @@ async def test_a_paused_run_resumed_by_hand_reads_how_it_ended_when_it_ends(
         if name == "b" and interrupt("approve?") == "no" and ends == "partial_complete":
             raise ValueError("refused")
 
-    _, _, paused, out = await resumed_by_hand(h, ask, "no")
+    _, thread, paused, out = await resumed_by_hand(h, ask, "no")
     assert out["resilience"]["status"] == ends
     record = await h.call("read_run", paused)
     assert record.status == ends
+    assert (await h.call("history.run_row", thread, 1)).status == ends  # one status, two rows
     assert outcome(h, record)["resumed"] == "by hand"
 
 

@@ -34,7 +34,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -62,6 +62,7 @@ from langgraph_resilience.checkpoint.runlog._run_end import (
     run_part,
     unrecovered_steps,
 )
+from langgraph_resilience.checkpoint.runlog._run_log_reads import ENDED, RunLogRecord
 from langgraph_resilience.graph._step_log import nested_stop
 from langgraph_resilience.graph._task import in_parent_task
 from langgraph_resilience.state import new_run_marker
@@ -70,11 +71,17 @@ __all__ = [
     "anote_resume",
     "anoted",
     "asettle_by_hand",
+    "asettle_paused",
+    "aby_hand_row",
+    "by_hand_end",
+    "by_hand_outcome",
+    "by_hand_row",
     "ended",
     "ended_status",
     "nested",
     "note_resume",
     "settle_by_hand",
+    "settle_paused",
     "arun_part",
     "may_settle",
     "returned_status",
@@ -342,16 +349,65 @@ def ended_status(values: dict[str, Any], paused: bool) -> str:
     return "success"
 
 
-def settled_by_hand(snapshot: StateSnapshot, unrecovered: Sequence[str] = ()) -> str | None:
+def settled_by_hand(snapshot: StateSnapshot) -> str | None:
     """The status a paused run's thread reached after it was resumed outside the
-    worker (``graph.invoke(Command(resume=...))``), or None while it still waits
-    (interrupts pending, or steps left). ``unrecovered``: `unrecovered_steps` of
-    the run's checkpoints; any makes it ``error``, never ``success``."""
+    worker (``graph.invoke(Command(resume=...))``), by its state, or None while it
+    still waits (interrupts pending, or steps left): for a saver that keeps no
+    run ledger (Redis), whose runs have no row to say it (`by_hand_end`)."""
     if not snapshot.created_at or snapshot.interrupts or snapshot.next or snapshot.tasks:
         return None
-    if unrecovered:
-        return "error"
     return ended_status(dict(snapshot.values), paused=False)
+
+
+def by_hand_end(snapshot: StateSnapshot, row: RunLogRecord | None) -> str | None:
+    """The status a paused `Worker` run resumed by hand ended with: the one its
+    run's ledger row stores (``row``, `by_hand_row`), once it is an end, so the
+    queue row and the ledger row never disagree; None while the row is open
+    (paused again, or still running: one that failed unrecovered and whose
+    driver died never reads ``success``). No row (a saver without a run
+    ledger): its thread's state's (`settled_by_hand`)."""
+    if row is None:
+        return settled_by_hand(snapshot)
+    return row.status if row.status in ENDED else None
+
+
+def by_hand_outcome(
+    run_id: str, snapshot: StateSnapshot, row: RunLogRecord | None
+) -> dict[str, Any]:
+    """The outcome a paused run resumed by hand is settled with: the thread's
+    values and, for one that ended ``error``, the error its ledger row stores
+    (and its failed step, if the row names one)."""
+    outcome: dict[str, Any] = {"values": dict(snapshot.values), "resumed": "by hand"}
+    if row is not None and row.status == "error":
+        step = f" at step {row.failed_step!r}" if row.failed_step else ""
+        outcome["error"] = (
+            f"run {run_id!r} was resumed by hand and ended error{step}: "
+            f"{row.error or 'its call raised'}. Fix the cause, then submit the thread again."
+        )
+    return outcome
+
+
+def _run_of(snapshot: StateSnapshot) -> int | None:
+    log = snapshot.values.get(_LOG) if isinstance(snapshot.values, Mapping) else None
+    run = log.get("run") if isinstance(log, Mapping) else None
+    return None if run is None else int(run)
+
+
+def by_hand_row(saver: Any, thread: str, snapshot: StateSnapshot) -> RunLogRecord | None:
+    """The ledger row of the run a thread's state is in (one point read), or
+    None for a saver that keeps no run ledger."""
+    run = _run_of(snapshot)
+    if run is None or not isinstance(saver, ResilientSaver):
+        return None
+    return saver.history.run_row(thread, run)
+
+
+async def aby_hand_row(saver: Any, thread: str, snapshot: StateSnapshot) -> RunLogRecord | None:
+    """Async twin of `by_hand_row`."""
+    run = _run_of(snapshot)
+    if run is None or not isinstance(saver, AsyncResilientSaver):
+        return None
+    return await saver.history.arun_row(thread, run)
 
 
 def _by_hand(input: Any, config: RunnableConfig | None) -> str | None:
@@ -365,35 +421,60 @@ def _by_hand(input: Any, config: RunnableConfig | None) -> str | None:
     return str(configurable["thread_id"])
 
 
-def _settled(
-    thread: str, runs: Iterable[RunRecord], snapshot: StateSnapshot, saver: Any
-) -> tuple[list[str], str, tuple[str, bytes]] | None:
-    paused = [r.run_id for r in runs if r.thread_id == thread]
-    status = settled_by_hand(snapshot) if paused else None
+def _paused_of(thread: str, runs: Iterable[RunRecord]) -> list[str]:
+    return [r.run_id for r in runs if r.thread_id == thread]
+
+
+def settle_paused(saver: Any, thread: str, state: Callable[[], StateSnapshot]) -> bool:
+    """End the `Worker` runs paused on ``thread`` that were resumed by hand and
+    have ended, with the status their run's ledger row stores (`by_hand_end`);
+    False if none had. ``state``: reads the thread's state."""
+    paused = _paused_of(thread, saver.list_runs(("paused",)))
+    if not paused:
+        return False
+    snapshot = state()
+    row = by_hand_row(saver, thread, snapshot)
+    status = by_hand_end(snapshot, row)
     if status is None:
-        return None
-    outcome = saver.serde.dumps_typed({"values": dict(snapshot.values), "resumed": "by hand"})
-    return paused, status, outcome
+        return False
+    dumps = saver.serde.dumps_typed
+    return any(
+        [saver.runs.settle(r, status, dumps(by_hand_outcome(r, snapshot, row))) for r in paused]
+    )
+
+
+async def asettle_paused(
+    saver: Any, thread: str, state: Callable[[], Awaitable[StateSnapshot]]
+) -> bool:
+    """Async twin of `settle_paused`."""
+    paused = _paused_of(thread, await saver.alist_runs(("paused",)))
+    if not paused:
+        return False
+    snapshot = await state()
+    row = await aby_hand_row(saver, thread, snapshot)
+    status = by_hand_end(snapshot, row)
+    if status is None:
+        return False
+    dumps = saver.serde.dumps_typed
+    return any(
+        [
+            await saver.runs.asettle(r, status, dumps(by_hand_outcome(r, snapshot, row)))
+            for r in paused
+        ]
+    )
 
 
 def settle_by_hand(graph: Any, input: Any, config: RunnableConfig | None) -> None:
     """A `Worker` run paused on the thread and resumed by hand
     (``graph.invoke(Command(resume=...))``) that has now ended: its record reads
-    the status its thread ended with (``success``, ``partial_complete``), at
-    once, not at the thread's next submit. Never fails the run."""
+    the status its run's ledger row stores (``success``, ``partial_complete``),
+    at once, not at the thread's next submit. Never fails the run."""
     thread = _by_hand(input, config)
     saver = getattr(graph, "checkpointer", None)
     if thread is None or not isinstance(saver, (ResilientSaver, RunQueueSaver)):
         return
     try:
-        found = saver.list_runs(("paused",))
-        if not any(r.thread_id == thread for r in found):
-            return
-        settled = _settled(thread, found, graph.get_state(config), saver)
-        if settled is not None:
-            runs, status, outcome = settled
-            for run_id in runs:
-                saver.runs.settle(run_id, status, outcome)
+        settle_paused(saver, thread, lambda: graph.get_state(config))
     except Exception as exc:
         logger.debug("could not settle the paused runs of thread %s: %s", thread, exc)
 
@@ -405,13 +486,6 @@ async def asettle_by_hand(graph: Any, input: Any, config: RunnableConfig | None)
     if thread is None or not isinstance(saver, (AsyncResilientSaver, AsyncRunQueueSaver)):
         return
     try:
-        found = await saver.alist_runs(("paused",))
-        if not any(r.thread_id == thread for r in found):
-            return
-        settled = _settled(thread, found, await graph.aget_state(config), saver)
-        if settled is not None:
-            runs, status, outcome = settled
-            for run_id in runs:
-                await saver.runs.asettle(run_id, status, outcome)
+        await asettle_paused(saver, thread, lambda: graph.aget_state(config))
     except Exception as exc:
         logger.debug("could not settle the paused runs of thread %s: %s", thread, exc)

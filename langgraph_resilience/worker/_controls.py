@@ -6,25 +6,22 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import StateSnapshot
 
 from langgraph_resilience.budget import Budget
 from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
 from langgraph_resilience.errors import ConfigError, RunStateError
-from langgraph_resilience.graph._lifecycle import arun_part, run_part, unrecovered_steps
+from langgraph_resilience.graph._lifecycle import asettle_paused, settle_paused
 from langgraph_resilience.worker._setup import not_open, not_paused
-from langgraph_resilience.worker._steps import settled_by_hand, unrecovered_reason
 
 __all__ = ["RunControls"]
 
 
 def _top(thread: str) -> RunnableConfig:
-    """How to list a thread's top-level checkpoints."""
+    """A thread's top-level state."""
     return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
 
 
@@ -59,23 +56,9 @@ class RunControls:
 
     def _settle_paused(self, thread: str) -> bool:
         """End the thread's paused runs that were resumed by hand and have ended
-        (so the thread takes the new submit); False if none had."""
-        paused = [r for r in self.saver.list_runs(("paused",)) if r.thread_id == thread]
-        if not paused:
-            return False
-        snapshot = self.graph.get_state({"configurable": {"thread_id": thread}})
-        if settled_by_hand(snapshot) is None:
-            return False
-        failed = unrecovered_steps(
-            run_part(cast(BaseCheckpointSaver[Any], self.saver).list(_top(thread)))
-        )
-        status = str(settled_by_hand(snapshot, failed))
-        return any(
-            [
-                self.saver.runs.settle(r.run_id, status, self._by_hand(r.run_id, snapshot, failed))
-                for r in paused
-            ]
-        )
+        (so the thread takes the new submit), with the status their run's ledger
+        row stores (`_lifecycle.settle_paused`); False if none had."""
+        return settle_paused(self.saver, thread, lambda: self.graph.get_state(_top(thread)))
 
     async def asubmit(
         self,
@@ -98,33 +81,7 @@ class RunControls:
     async def _asettle_paused(self, thread: str) -> bool:
         """Async twin of `_settle_paused`."""
         saver = self._asaver()
-        runs = await saver.alist_runs(("paused",))
-        paused = [r for r in runs if r.thread_id == thread]
-        if not paused:
-            return False
-        snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread}})
-        if settled_by_hand(snapshot) is None:
-            return False
-        listed = cast(BaseCheckpointSaver[Any], saver).alist(_top(thread))
-        failed = unrecovered_steps(await arun_part(listed))
-        status = str(settled_by_hand(snapshot, failed))
-        return any(
-            [
-                await saver.runs.asettle(
-                    r.run_id, status, self._by_hand(r.run_id, snapshot, failed)
-                )
-                for r in paused
-            ]
-        )
-
-    def _by_hand(
-        self, run_id: str, snapshot: StateSnapshot, failed: list[str]
-    ) -> tuple[str, bytes]:
-        """The outcome of a paused run that was resumed by hand and has ended."""
-        outcome: dict[str, Any] = {"values": dict(snapshot.values), "resumed": "by hand"}
-        if failed:
-            outcome["error"] = unrecovered_reason(run_id, failed)
-        return self._outcome_blob(outcome)
+        return await asettle_paused(saver, thread, lambda: self.graph.aget_state(_top(thread)))
 
     def _new_run(
         self, input: Any, thread_id: str | None, budget: Budget | Mapping[str, Any] | None
