@@ -100,6 +100,8 @@ def swarm() -> Any:
     return lambda saver: builder.compile(checkpointer=saver)
 
 
+# every case (max_cases=0) on a multi-agent graph: ~25-40 s on a quiet machine
+@pytest.mark.timeout(360)
 async def test_a_safe_swarm_passes_with_its_handoff_crashed_where_it_happens(
     store: tuple[str, str],
 ) -> None:
@@ -157,6 +159,8 @@ def supervisor(sent: list[str]) -> Any:
     return lambda saver: builder.compile(checkpointer=saver)
 
 
+# every case (max_cases=0) on a multi-agent graph: ~25-40 s on a quiet machine
+@pytest.mark.timeout(360)
 async def test_a_safe_supervisor_passes_the_suite(store: tuple[str, str]) -> None:
     # Before: the supervisor's handoffs could not be crashed ("the fault never
     # fired"): a safe supervisor never passed assert_ok().
