@@ -61,9 +61,12 @@ def _opened(cm: Any) -> Iterator[Any]:
 
 
 def _factory(store: tuple[str, str]) -> Any:
+    """Opens a saver on ``store``, set up once here (not at each of the suite's runs)."""
     backend, target = store
     if backend == "postgres":
-        return lambda: _opened(ResilientPostgresSaver.from_conn_string(target))
+        with _opened(ResilientPostgresSaver.from_conn_string(target)):
+            pass
+        return lambda: ResilientPostgresSaver.from_conn_string(target)
     return lambda: ResilientSqliteSaver.from_conn_string(target)
 
 
@@ -85,7 +88,9 @@ async def suite(store: tuple[str, str], build: Any, **options: Any) -> RecoveryS
 # -- handoffs ------------------------------------------------------------------------
 
 
-def swarm(saver: Any) -> Any:
+def swarm() -> Any:
+    """``build_graph`` of a swarm: the builder made once, compiled on each run's saver
+    (what a process does at start; the agents and their fake models keep no state)."""
     alice = create_agent(
         Fake(steps=[("transfer_to_bob", {})]),
         tools=[create_handoff_tool(agent_name="bob")],
@@ -93,16 +98,19 @@ def swarm(saver: Any) -> Any:
         name="alice",
     )
     bob = create_agent(Fake(steps=[]), tools=[], middleware=[ResilienceMiddleware()], name="bob")
-    return create_swarm([alice, bob], default_active_agent="alice").compile(checkpointer=saver)
+    builder = create_swarm([alice, bob], default_active_agent="alice")
+    return lambda saver: builder.compile(checkpointer=saver)
 
 
+# every case (max_cases=0) on a multi-agent graph: ~25-40 s on a quiet machine
+@pytest.mark.timeout(360)
 async def test_a_safe_swarm_passes_with_its_handoff_crashed_where_it_happens(
     store: tuple[str, str],
 ) -> None:
     # Before: "crash after step 'alice'" (her handoff) never fired, and a bogus
     # "which calls email" case was added for it: the suite could not pass.
     sent: list[str] = []
-    report = await suite(store, swarm, effects={"email": sent})
+    report = await suite(store, swarm(), effects={"email": sent})
     names = [c.name for c in report.cases]
     assert not [c for c in report.cases if "which calls" in c.name], names
     handoff = [c for c in report.cases if c.name.startswith("crash after step 'alice'")]
@@ -124,36 +132,37 @@ def supervisor(sent: list[str]) -> Any:
         sent.append(to)
         return "ok"
 
-    def build(saver: Any) -> Any:
-        @tool
-        def search(q: str) -> str:
-            """Search the web."""
-            return f"found {q}"
+    @tool
+    def search(q: str) -> str:
+        """Search the web."""
+        return f"found {q}"
 
-        @tool
-        def send_email(to: str) -> str:
-            """Send an email."""
-            deliver(to)
-            return f"sent to {to}"
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email."""
+        deliver(to)
+        return f"sent to {to}"
 
-        researcher = create_agent(
-            Fake(steps=[("search", {"q": "x"})]),
-            tools=[search],
-            middleware=[ResilienceMiddleware()],
-            name="researcher",
-        )
-        mailer = create_agent(
-            Fake(steps=[("send_email", {"to": "boss"})]),
-            tools=[send_email],
-            middleware=[ResilienceMiddleware()],
-            name="mailer",
-        )
-        boss = Fake(steps=[("transfer_to_researcher", {}), ("transfer_to_mailer", {})])
-        return create_supervisor([researcher, mailer], model=boss).compile(checkpointer=saver)
+    researcher = create_agent(
+        Fake(steps=[("search", {"q": "x"})]),
+        tools=[search],
+        middleware=[ResilienceMiddleware()],
+        name="researcher",
+    )
+    mailer = create_agent(
+        Fake(steps=[("send_email", {"to": "boss"})]),
+        tools=[send_email],
+        middleware=[ResilienceMiddleware()],
+        name="mailer",
+    )
+    boss = Fake(steps=[("transfer_to_researcher", {}), ("transfer_to_mailer", {})])
+    # made once, compiled on each run's saver (as a process does at start)
+    builder = create_supervisor([researcher, mailer], model=boss)
+    return lambda saver: builder.compile(checkpointer=saver)
 
-    return build
 
-
+# every case (max_cases=0) on a multi-agent graph: ~25-40 s on a quiet machine
+@pytest.mark.timeout(360)
 async def test_a_safe_supervisor_passes_the_suite(store: tuple[str, str]) -> None:
     # Before: the supervisor's handoffs could not be crashed ("the fault never
     # fired"): a safe supervisor never passed assert_ok().

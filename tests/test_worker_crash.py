@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import time
 import uuid
 from collections import Counter
@@ -165,6 +166,24 @@ def test_a_killed_workers_runs_are_taken_over_after_its_lease(
         assert_no_fork(*fresh, thread)
 
 
+def _expire_while_stopped(store: tuple[str, str], run_id: str, pid: int) -> None:
+    """`expire_lease` on a store whose worker ``pid`` is SIGSTOPped: stopped inside a
+    SQLite write (its effect's outcome, a lease renewal) it holds the store's lock,
+    and the update waits for it in vain ("database is locked"); it is then let on
+    until that write is done, and stopped again."""
+    for _ in range(20):
+        try:
+            expire_lease(*store, run_id)
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.05)
+            os.kill(pid, signal.SIGSTOP)
+    raise AssertionError(f"the store stayed locked by the stopped worker {pid}")
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_zombie_worker_cannot_write_after_its_run_was_taken_over(
@@ -181,7 +200,7 @@ def test_a_zombie_worker_cannot_write_after_its_run_was_taken_over(
     )
     os.kill(zombie.pid, signal.SIGSTOP)
     try:
-        expire_lease(*fresh, run_id)  # while it sleeps, its lease runs out
+        _expire_while_stopped(fresh, run_id, zombie.pid)  # while it sleeps, its lease runs out
         rescuer = work(fresh, tmp_path, *extra)
         assert result(rescuer) == {run_id: "success"}
     finally:
