@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
 
@@ -118,7 +119,9 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
     """The resilient saver's own writes: refused after a crash; a crash right
     after an effect's call, before its outcome is stored."""
     # the SQL savers' writes go through ``_transact``, the Redis savers' operations
-    # through ``_run`` (reads too: a killed process reads nothing either)
+    # through ``_run``; a read (``_query``) is let through: what reads the store
+    # after a crash is the suite looking at what the run left (``get_state``
+    # reads the run's row), and a dead run's writes are refused all the same
     io = next((n for n in ("_transact", "_run") if hasattr(cls, n)), None)
     if io is None or not hasattr(cls, "_effects_type"):
         return  # a saver without the ledger: only its put/put_writes are tapped
@@ -127,12 +130,15 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
     if state is not None:
         s.on_crash(state.outcomes.take_all)  # outcomes not yet stored die with the process
 
+    if hasattr(cls, "_query"):
+        d["_query"] = _reading(_untapped(saver, "_query"))
     if inspect.iscoroutinefunction(getattr(cls, io)):  # the async savers' I/O
 
         async def atransact(statements: Any, **options: Any) -> Any:
             if s.dead and options.get("flush"):
                 return None  # closing a dead saver: a killed process flushes nothing
-            s.refuse_if_dead()
+            if not _READING.get():
+                s.refuse_if_dead()
             return await transact(statements, **options)
 
         d[io] = atransact
@@ -141,13 +147,41 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
         def stransact(statements: Any, **options: Any) -> Any:
             if s.dead and options.get("flush"):
                 return None  # closing a dead saver: a killed process flushes nothing
-            s.refuse_if_dead()
+            if not _READING.get():
+                s.refuse_if_dead()
             return transact(statements, **options)
 
         d[io] = stransact
     # The class's own (never a tapped one): a saver used by run after run is tapped
     # again for each, and a dead run's taps must not stay in the way.
     d["_effects_type"] = _tapped_effects(cls._effects_type, s)
+
+
+#: Set while a saver's ``_query`` (a read) runs: its I/O is not refused after a crash.
+_READING: ContextVar[bool] = ContextVar("lgr_reading", default=False)
+
+
+def _reading(query: Any) -> Any:
+    """``query`` (a saver's ``_query``, sync or async) with `_READING` set around it."""
+    if inspect.iscoroutinefunction(query):
+
+        async def aread(statements: Any) -> Any:
+            token = _READING.set(True)
+            try:
+                return await query(statements)
+            finally:
+                _READING.reset(token)
+
+        return aread
+
+    def read(statements: Any) -> Any:
+        token = _READING.set(True)
+        try:
+            return query(statements)
+        finally:
+            _READING.reset(token)
+
+    return read
 
 
 def _tapped_effects(effects: type[Any], s: Session) -> type[Any]:
