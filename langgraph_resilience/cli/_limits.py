@@ -9,31 +9,26 @@ import warnings
 import click
 
 from langgraph_resilience.cli._render import print_json, print_table
-from langgraph_resilience.cli._store import DB_ENV, REDIS_SCHEMES, CliError, one_line, open_store
+from langgraph_resilience.cli._store import (
+    DB_ENV,
+    REDIS_SCHEMES,
+    CliError,
+    one_line,
+    open_store,
+    redis_saver,
+)
 from langgraph_resilience.errors import StoreUnavailable
 from langgraph_resilience.limits import LimitState, limit_states
-
-try:
-    from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
-
-    _REDIS_MISSING: str | None = None
-except ImportError as missing:  # the base install, without the `redis` extra
-    _REDIS_MISSING = (
-        f"a redis:// URL needs the redis extra ({missing}): "
-        "pip install 'langgraph-resilience[redis]'"
-    )
 
 __all__ = ["limits"]
 
 
 def _on_redis(url: str, prefix: str) -> list[LimitState]:
     """The limits a Redis saver under ``prefix`` keeps on the server at ``url``."""
-    if _REDIS_MISSING is not None:
-        raise CliError(_REDIS_MISSING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # what the server keeps on disk
         try:
-            with ResilientRedisSaver.from_conn_string(url, prefix=prefix) as saver:
+            with redis_saver(url, prefix) as saver:
                 return limit_states(saver)
         except StoreUnavailable as exc:
             raise CliError(one_line(exc)) from exc

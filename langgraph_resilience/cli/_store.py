@@ -46,10 +46,7 @@ try:
 
     _REDIS_MISSING: str | None = None
 except ImportError as missing:  # the base install, without the `redis` extra
-    _REDIS_MISSING = (
-        f"a redis:// URL needs the redis extra ({missing}): "
-        "pip install 'langgraph-resilience[redis]'"
-    )
+    _REDIS_MISSING = needs_extra("a redis:// URL needs", "redis", missing)
 
 __all__ = [
     "ARCHIVE_ENV",
@@ -60,6 +57,7 @@ __all__ = [
     "load_graph",
     "one_line",
     "open_store",
+    "redis_saver",
     "store_check",
     "thread_exists",
 ]
@@ -194,13 +192,21 @@ def open_store(
 
 
 @contextmanager
-def _redis_store(target: str) -> Iterator[Store]:
-    """A Redis saver on ``redis://host:port/db[#prefix]`` (nothing to set up)."""
+def redis_saver(url: str, prefix: str) -> Iterator[Any]:
+    """A Redis saver on ``url`` under the key prefix ``prefix`` (nothing to set up),
+    or a `CliError` if the install has no ``redis`` extra."""
     if _REDIS_MISSING:
         raise CliError(_REDIS_MISSING)
+    with ResilientRedisSaver.from_conn_string(url, prefix=prefix) as saver:
+        yield saver
+
+
+@contextmanager
+def _redis_store(target: str) -> Iterator[Store]:
+    """A Redis saver on ``redis://host:port/db[#prefix]`` (nothing to set up)."""
     url, _, prefix = target.partition("#")
     where = url.split("@")[-1]  # no password shown
-    with ResilientRedisSaver.from_conn_string(url, prefix=prefix or "lgr") as saver:
+    with redis_saver(url, prefix or "lgr") as saver:
         yield Store(saver=saver, where=where, dialect="redis")
 
 
