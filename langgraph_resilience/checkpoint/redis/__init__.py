@@ -231,10 +231,7 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         led = self._put_ledger(config, checkpoint, metadata, new_versions)
-        if led is not None and led.ends is not None:  # a run's end: any step unrecovered?
-            where, before, head = _run_end.run_listing(config, checkpoint, metadata)
-            earlier = _run_end.run_part(self.list(where, before=before))
-            led = led.checked(_run_end.unrecovered_steps([head, *earlier]))
+        led = _run_end.end_checked(led, config, checkpoint, metadata, self.list)
         op = lambda: self._riding(  # noqa: E731
             _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions, led)
         )

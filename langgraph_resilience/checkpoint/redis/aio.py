@@ -224,10 +224,7 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         led = self._put_ledger(config, checkpoint, metadata, new_versions)
-        if led is not None and led.ends is not None:  # a run's end: any step unrecovered?
-            where, before, head = _run_end.run_listing(config, checkpoint, metadata)
-            earlier = await _run_end.arun_part(self.alist(where, before=before))
-            led = led.checked(_run_end.unrecovered_steps([head, *earlier]))
+        led = await _run_end.aend_checked(led, config, checkpoint, metadata, self.alist)
         op = lambda: self._riding(  # noqa: E731
             _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions, led)
         )

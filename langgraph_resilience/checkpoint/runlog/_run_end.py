@@ -13,8 +13,8 @@ never reads ``success``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, CheckpointTuple
@@ -22,7 +22,18 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, Checkpoint
 from langgraph_resilience._langgraph import ERROR_CHANNEL, ERROR_SOURCE_CHANNEL
 from langgraph_resilience.errors import message_of
 
-__all__ = ["arun_part", "run_begins", "run_listing", "run_part", "unrecovered_steps"]
+if TYPE_CHECKING:
+    from langgraph_resilience.checkpoint.runlog._run_log import PutLedger
+
+__all__ = [
+    "aend_checked",
+    "arun_part",
+    "end_checked",
+    "run_begins",
+    "run_listing",
+    "run_part",
+    "unrecovered_steps",
+]
 
 
 def run_begins(stored: CheckpointTuple) -> bool:
@@ -115,3 +126,35 @@ def run_listing(
         this, checkpoint, metadata, config if configurable.get("checkpoint_id") else None
     )
     return where, this, head
+
+
+def end_checked(
+    led: PutLedger | None,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    list_: Callable[..., Iterator[CheckpointTuple]],
+) -> PutLedger | None:
+    """``led`` (what a put tells the run ledger), its run's end checked against
+    the run's steps when it ends one (`PutLedger.ends`, `PutLedger.checked`):
+    the run's earlier checkpoints read through ``list_``, the saver's ``list``."""
+    if led is None or led.ends is None:
+        return led
+    where, before, head = run_listing(config, checkpoint, metadata)
+    earlier = run_part(list_(where, before=before))
+    return led.checked(unrecovered_steps([head, *earlier]))
+
+
+async def aend_checked(
+    led: PutLedger | None,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    alist: Callable[..., AsyncIterator[CheckpointTuple]],
+) -> PutLedger | None:
+    """Async twin of `end_checked` (``alist``: the saver's ``alist``)."""
+    if led is None or led.ends is None:
+        return led
+    where, before, head = run_listing(config, checkpoint, metadata)
+    earlier = await arun_part(alist(where, before=before))
+    return led.checked(unrecovered_steps([head, *earlier]))

@@ -267,10 +267,7 @@ class SyncResilience(Hooks, SyncArchival):
         self._refuse_after_stop(config)
         put = self._put_of(config, checkpoint, metadata, new_versions)
         ledger = self._put_ledger(config, checkpoint, metadata, new_versions)
-        if ledger is not None and ledger.ends is not None:  # a run's end: any step unrecovered?
-            where, before, head = _run_end.run_listing(config, checkpoint, metadata)
-            earlier = _run_end.run_part(self.list(where, before=before))
-            ledger = ledger.checked(_run_end.unrecovered_steps([head, *earlier]))
+        ledger = _run_end.end_checked(ledger, config, checkpoint, metadata, self.list)
         self._write(
             lambda: self._put_and_runs(put, ledger),
             fence=_runs.fence_of(config),
