@@ -588,26 +588,7 @@ async def test_an_agent_invoked_in_a_node_that_ends_short_fails_the_node(
         middleware=[ending_policy()],
     )
     notified: list[int] = []
-
-    async def amail(state: Chat) -> dict[str, Any]:
-        out = await mailer.ainvoke({"messages": state["messages"]})
-        return {"messages": out["messages"][len(state["messages"]) :]}
-
-    def mail(state: Chat) -> dict[str, Any]:
-        out = mailer.invoke({"messages": state["messages"]})
-        return {"messages": out["messages"][len(state["messages"]) :]}
-
-    def notify(state: Chat) -> dict[str, Any]:
-        notified.append(len(state["messages"]))
-        return {}
-
-    builder = ResilientStateGraph(Chat)
-    builder.add_node("mail", amail if checkpointer.is_async else mail)
-    builder.add_node("notify", notify)
-    builder.add_edge(START, "mail")
-    builder.add_edge("mail", "notify")
-    builder.add_edge("notify", END)
-    graph = builder.compile(checkpointer=checkpointer.saver)
+    graph = mail_then_notify(mailer, checkpointer, notified)
     thread = uuid.uuid4().hex
     config = {"configurable": {"thread_id": thread}}
     out = await checkpointer.invoke(graph, {"messages": [("user", "mail the boss")]}, config)
@@ -624,6 +605,31 @@ async def test_an_agent_invoked_in_a_node_that_ends_short_fails_the_node(
     assert out["resilience"]["status"] == "success"
     assert len(notified) == 1
     assert await thread_runs(checkpointer, thread) == [(1, "success")]
+
+
+def mail_then_notify(inner: Any, checkpointer: Harness, notified: list[int]) -> Any:
+    """A parent on the harness's saver whose node ``mail`` invokes ``inner`` (an
+    agent or a swarm) inside its function, then ``notify`` runs (noted in ``notified``)."""
+
+    async def amail(state: Chat) -> dict[str, Any]:
+        out = await inner.ainvoke({"messages": state["messages"]})
+        return {"messages": out["messages"][len(state["messages"]) :]}
+
+    def mail(state: Chat) -> dict[str, Any]:
+        out = inner.invoke({"messages": state["messages"]})
+        return {"messages": out["messages"][len(state["messages"]) :]}
+
+    def notify(state: Chat) -> dict[str, Any]:
+        notified.append(len(state["messages"]))
+        return {}
+
+    builder = ResilientStateGraph(Chat)
+    builder.add_node("mail", amail if checkpointer.is_async else mail)
+    builder.add_node("notify", notify)
+    builder.add_edge(START, "mail")
+    builder.add_edge("mail", "notify")
+    builder.add_edge("notify", END)
+    return builder.compile(checkpointer=checkpointer.saver)
 
 
 def node_swarm(failures: list[int], sent: list[str]) -> Any:
@@ -660,27 +666,7 @@ async def test_a_swarm_invoked_in_a_node_whose_agent_ends_short_fails_the_node(
     # Before: bob's failed email left the parent reading `success`, and its
     # next node ran on an email that was never sent.
     failures, sent, notified = [1], [], []
-    team = node_swarm(failures, sent)
-
-    async def amail(state: Chat) -> dict[str, Any]:
-        out = await team.ainvoke({"messages": state["messages"]})
-        return {"messages": out["messages"][len(state["messages"]) :]}
-
-    def mail(state: Chat) -> dict[str, Any]:
-        out = team.invoke({"messages": state["messages"]})
-        return {"messages": out["messages"][len(state["messages"]) :]}
-
-    def notify(state: Chat) -> dict[str, Any]:
-        notified.append(len(state["messages"]))
-        return {}
-
-    builder = ResilientStateGraph(Chat)
-    builder.add_node("mail", amail if checkpointer.is_async else mail)
-    builder.add_node("notify", notify)
-    builder.add_edge(START, "mail")
-    builder.add_edge("mail", "notify")
-    builder.add_edge("notify", END)
-    graph = builder.compile(checkpointer=checkpointer.saver)
+    graph = mail_then_notify(node_swarm(failures, sent), checkpointer, notified)
     thread = uuid.uuid4().hex
     config = {"configurable": {"thread_id": thread}}
     out = await checkpointer.invoke(graph, {"messages": [("user", "mail the boss")]}, config)
