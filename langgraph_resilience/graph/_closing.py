@@ -53,13 +53,17 @@ _INVOKING: ContextVar[tuple[int, str] | None] = ContextVar(
 )
 
 
-def _driven(graph: Any, config: RunnableConfig | None) -> tuple[str, Any] | None:
-    """(thread, saver) of a top-level run of ``graph`` on a resilient saver, or None."""
+def _driven(
+    graph: Any, config: RunnableConfig | None, ledger: Any = None
+) -> tuple[str, Any] | None:
+    """(thread, saver) of a top-level run of ``graph`` on a resilient saver (one
+    that is a ``ledger``, if given), or None."""
     if not config or nested(config):
         return None
     thread = (config.get("configurable") or {}).get("thread_id")
     saver = getattr(graph, "checkpointer", None)
-    if thread is None or not (conforms(saver, RunLedger) or conforms(saver, AsyncRunLedger)):
+    ledgers = (RunLedger, AsyncRunLedger) if ledger is None else (ledger,)
+    if thread is None or not any(conforms(saver, x) for x in ledgers):
         return None
     return str(thread), saver
 
@@ -91,56 +95,58 @@ def _began(scope: RunScope | None) -> float | None:
     return scope.began if scope is not None else None
 
 
+def _returned(out: Any, snapshot: Any, scope: RunScope | None) -> tuple[int, str, Any] | None:
+    """`_paused`, from ``out``, ``invoke``'s output, or if None from the stored
+    ``snapshot`` (with the usage of ``scope``'s tally)."""
+    if out is None:
+        return _paused(with_usage(snapshot.values, scope), bool(snapshot.interrupts))
+    return _paused(out, isinstance(out, Mapping) and INTERRUPT_CHANNEL in out)
+
+
+_NOT_STORED = "could not store how run of thread %s returned: %s"
+
+
 def close_run(
     graph: Any,
     config: RunnableConfig | None,
     out: Any,
-    stored: Any = None,
     scope: RunScope | None = None,
 ) -> None:
     """Tell the run ledger that a top-level run returned paused (an interrupt:
     a run stored only at its exit has no row before), from ``out``, ``invoke``'s
-    output, or None: the stored state (a ``stream``). ``stored``: the output as
-    it came back (unused: kept for the callers' signature). Never fails the run:
-    a store that cannot be reached now leaves the row as the writes left it."""
-    driven = _driven(graph, config)
-    if driven is None or not conforms(driven[1], RunLedger):
+    output, or None: the stored state (a ``stream``). Never fails the run: a
+    store that cannot be reached now leaves the row as the writes left it."""
+    driven = _driven(graph, config, RunLedger)
+    if driven is None:
         return
     thread, saver = driven
     try:
-        if out is None:
-            snapshot = graph.get_state(config)
-            what = _paused(with_usage(snapshot.values, scope), bool(snapshot.interrupts))
-        else:
-            what = _paused(out, isinstance(out, Mapping) and INTERRUPT_CHANNEL in out)
+        snapshot = graph.get_state(config) if out is None else None
+        what = _returned(out, snapshot, scope)
         if what is not None:
             saver.history.close_run(thread, *what, _began(scope))
     except Exception as exc:
-        logger.warning("could not store how run of thread %s returned: %s", thread, exc)
+        logger.warning(_NOT_STORED, thread, exc)
 
 
 async def aclose_run(
     graph: Any,
     config: RunnableConfig | None,
     out: Any,
-    stored: Any = None,
     scope: RunScope | None = None,
 ) -> None:
     """Async twin of `close_run`."""
-    driven = _driven(graph, config)
-    if driven is None or not conforms(driven[1], AsyncRunLedger):
+    driven = _driven(graph, config, AsyncRunLedger)
+    if driven is None:
         return
     thread, saver = driven
     try:
-        if out is None:
-            snapshot = await graph.aget_state(config)
-            what = _paused(with_usage(snapshot.values, scope), bool(snapshot.interrupts))
-        else:
-            what = _paused(out, isinstance(out, Mapping) and INTERRUPT_CHANNEL in out)
+        snapshot = await graph.aget_state(config) if out is None else None
+        what = _returned(out, snapshot, scope)
         if what is not None:
             await saver.history.aclose_run(thread, *what, _began(scope))
     except Exception as exc:
-        logger.warning("could not store how run of thread %s returned: %s", thread, exc)
+        logger.warning(_NOT_STORED, thread, exc)
 
 
 def _left_to_stream(graph: Any, config: RunnableConfig | None) -> bool:
@@ -208,14 +214,23 @@ _NOT_TOLD = (GraphBubbleUp, CheckpointConflict, LeaseLost)
 
 
 def _to_tell(
-    graph: Any, config: RunnableConfig | None, exc: BaseException
-) -> tuple[str, Any] | None:
-    """(thread, saver) to tell that the call raised ``exc``, or None."""
+    graph: Any,
+    input: Any,
+    config: RunnableConfig | None,
+    since: float,
+    exc: BaseException,
+    ledger: Any,
+) -> tuple[Any, str, float, bool, str] | None:
+    """(saver: a ``ledger``, and what its ``fail_run`` is told: thread, since,
+    continued, the error) for a call that raised ``exc``, or None."""
     if not isinstance(exc, Exception) or isinstance(exc, _NOT_TOLD):
         return None
     if fence_of(config) is not None:
         return None
-    return _driven(graph, config)
+    driven = _driven(graph, config, ledger)
+    if driven is None:
+        return None
+    return driven[1], driven[0], since, _continued(input), describe(exc)
 
 
 def _continued(input: Any) -> bool:
@@ -224,29 +239,28 @@ def _continued(input: Any) -> bool:
     return not (isinstance(input, Mapping) and _LOG not in input)
 
 
+_NOT_STORED_RAISED = "could not store that run of thread %s raised: %s"
+
+
 def failed(
     graph: Any, input: Any, config: RunnableConfig | None, since: float, exc: BaseException
 ) -> None:
     """Tell the run ledger the call that began at ``since`` raised ``exc``."""
-    driven = _to_tell(graph, config, exc)
-    if driven is None or not conforms(driven[1], RunLedger):
-        return
-    thread, saver = driven
-    try:
-        saver.history.fail_run(thread, since, _continued(input), describe(exc))
-    except Exception as err:
-        logger.warning("could not store that run of thread %s raised: %s", thread, err)
+    told = _to_tell(graph, input, config, since, exc, RunLedger)
+    if told is not None:
+        try:
+            told[0].history.fail_run(*told[1:])
+        except Exception as err:
+            logger.warning(_NOT_STORED_RAISED, told[1], err)
 
 
 async def afailed(
     graph: Any, input: Any, config: RunnableConfig | None, since: float, exc: BaseException
 ) -> None:
     """Async twin of `failed`."""
-    driven = _to_tell(graph, config, exc)
-    if driven is None or not conforms(driven[1], AsyncRunLedger):
-        return
-    thread, saver = driven
-    try:
-        await saver.history.afail_run(thread, since, _continued(input), describe(exc))
-    except Exception as err:
-        logger.warning("could not store that run of thread %s raised: %s", thread, err)
+    told = _to_tell(graph, input, config, since, exc, AsyncRunLedger)
+    if told is not None:
+        try:
+            await told[0].history.afail_run(*told[1:])
+        except Exception as err:
+            logger.warning(_NOT_STORED_RAISED, told[1], err)
