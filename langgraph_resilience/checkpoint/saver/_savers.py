@@ -40,6 +40,7 @@ except ImportError:  # the base install (no `postgres` extra): no pool to be giv
 
 from langgraph_resilience._langgraph import ERROR_CHANNEL
 from langgraph_resilience._store_errors import is_store_error
+from langgraph_resilience._util._plans import Plan
 from langgraph_resilience.checkpoint.archive._methods import SyncArchival
 from langgraph_resilience.checkpoint.archive._sizes import channel_sizes, put_size
 from langgraph_resilience.checkpoint.ledger import _ledger, _runs
@@ -70,16 +71,6 @@ def stops_on_lost_lease(writes: Sequence[tuple[str, Any]]) -> bool:
 
 #: Checkpoints remembered as stopped by a lost lease, at most.
 _MAX_STOPS = 1024
-
-
-def next_config(config: RunnableConfig, put: PutCheckpoint) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": config["configurable"]["thread_id"],
-            "checkpoint_ns": put.ns,
-            "checkpoint_id": put.checkpoint_id,
-        }
-    }
 
 
 class Hooks(BaseCheckpointSaver[str]):
@@ -133,17 +124,6 @@ class Hooks(BaseCheckpointSaver[str]):
         yield from self._put_statements(put)
         yield from _run_log.put_statements(self._dialect, ledger)
 
-    def _put_ledger(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> _run_log.PutLedger | None:
-        """What a checkpoint tells the run ledger (a run's input: with the serde)."""
-        dumps = self.serde.dumps_typed
-        return _run_log.ledger_of_put(config, checkpoint, metadata, new_versions, dumps)
-
     def _writes_and_steps(
         self, sql: str, rows: list[tuple[Any, ...]], ledger: _run_log.WriteLedger | None
     ) -> Statements[None]:
@@ -161,14 +141,18 @@ class Hooks(BaseCheckpointSaver[str]):
     ) -> WriteRows:
         raise NotImplementedError
 
-    def _put_of(
+    def _checked_put(
         self,
         config: RunnableConfig,
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> PutCheckpoint:
-        """`_prepare_put`, with a value the serde cannot store named by its channel."""
+    ) -> tuple[PutCheckpoint, _run_log.PutLedger | None]:
+        """The checkpoint ready to store (`_prepare_put`, with a value the serde
+        cannot store named by its channel, within the size budget) and what it
+        tells the run ledger (a run's input: with the serde); `LeaseLost` after a
+        step stopped by a lost lease (`_refuse_after_stop`)."""
+        self._refuse_after_stop(config)
         try:
             put = self._prepare_put(config, checkpoint, metadata, new_versions)
         except TypeError as exc:
@@ -180,7 +164,8 @@ class Hooks(BaseCheckpointSaver[str]):
             lambda: channel_sizes(checkpoint.get("channel_values", {}), self.serde.dumps_typed),
             self._state.counters.add,
         )
-        return put
+        dumps = self.serde.dumps_typed
+        return put, _run_log.ledger_of_put(config, checkpoint, metadata, new_versions, dumps)
 
     def _own_options(self) -> dict[str, Any]:
         """How this saver was built (its store retry, a Postgres saver's timeouts),
@@ -195,18 +180,52 @@ class Hooks(BaseCheckpointSaver[str]):
             options["timeouts"] = timeouts
         return options
 
-    def _rows_of(
+    def _lease_steps(self, pool: Any) -> Generator[str, Any, Any]:
+        """How `lease_saver` finds its saver, the I/O left to its driver: yields
+        the SQL whose rows name a SQLite database's file; returns a saver of its
+        own on this saver's ``pool``, the target to open one from (a conninfo, a
+        file), or this saver (an in-memory SQLite database cannot be opened twice)."""
+        conn: Any = getattr(self, "conn", None)
+        if isinstance(conn, pool):
+            return cast(Any, type(self))(conn, **self._own_options())
+        if self._dialect.name == "postgres":
+            target = self._state.conninfo
+        else:
+            target = _runs.sqlite_file((yield _runs.SQLITE_DATABASE_LIST))
+        return target or self
+
+    def _checked_writes(
         self,
         config: RunnableConfig,
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> WriteRows:
-        """`_write_rows`, with a value the serde cannot store named by its channel."""
+        handed: Any,
+    ) -> tuple[str, list[tuple[Any, ...]], _run_log.WriteLedger | None] | None:
+        """A task's rows (`_write_rows`, with a value the serde cannot store named
+        by its channel) and what they tell the run ledger (``handed``: the step's
+        record its node handed over); None for a step stopped by a lost lease."""
+        if self._lease_stop(config, writes):
+            return None
         try:
-            return self._write_rows(config, writes, task_id, task_path)
+            sql, rows = self._write_rows(config, writes, task_id, task_path)
         except TypeError as exc:
             raise _base.unstorable(self.serde, writes, task_path, exc) from exc
+        summaries = not _base.encrypts(self.serde)
+        ledger = _run_log.ledger_of_writes(config, writes, task_id, handed, summaries=summaries)
+        return sql, rows, ledger
+
+
+PUT: dict[str, Any] = {
+    "ok": _counters.CHECKPOINT_OK,
+    "failed": _counters.CHECKPOINT_FAILED,
+    "pipeline": True,
+}
+WRITES: dict[str, Any] = {
+    "ok": _counters.WRITES_OK,
+    "failed": _counters.WRITES_FAILED,
+    "pipeline": True,
+}
 
 
 class SyncResilience(Hooks, SyncArchival):
@@ -264,20 +283,15 @@ class SyncResilience(Hooks, SyncArchival):
                 checkpoint's parent.
             LeaseLost: the run's worker no longer holds its lease.
         """
-        self._refuse_after_stop(config)
-        put = self._put_of(config, checkpoint, metadata, new_versions)
-        ledger = self._put_ledger(config, checkpoint, metadata, new_versions)
+        put, ledger = self._checked_put(config, checkpoint, metadata, new_versions)
         ledger = _run_end.end_checked(ledger, config, checkpoint, metadata, self.list)
         self._write(
             lambda: self._put_and_runs(put, ledger),
             fence=_runs.fence_of(config),
             translate=put.fork_conflict,
-            ok=_counters.CHECKPOINT_OK,
-            failed=_counters.CHECKPOINT_FAILED,
-            pipeline=True,
+            **PUT,
         )
-        _threads.wrote_head(put)
-        return next_config(config, put)
+        return _threads.wrote(config, put)
 
     def put_writes(
         self,
@@ -290,19 +304,11 @@ class SyncResilience(Hooks, SyncArchival):
         stopped by a lost lease: `stops_on_lost_lease`)."""
         handed = _scope.take(config, task_id)  # a step's record its node handed over
         try:
-            if self._lease_stop(config, writes):
-                return
-            sql, rows = self._rows_of(config, writes, task_id, task_path)
-            ledger = _run_log.ledger_of_writes(
-                config, writes, task_id, handed, summaries=not _base.encrypts(self.serde)
-            )
-            self._write(
-                lambda: self._writes_and_steps(sql, rows, ledger),
-                fence=_runs.fence_of(config),
-                ok=_counters.WRITES_OK,
-                failed=_counters.WRITES_FAILED,
-                pipeline=True,
-            )
+            rows = self._checked_writes(config, writes, task_id, task_path, handed)
+            if rows is not None:
+                self._write(
+                    lambda: self._writes_and_steps(*rows), fence=_runs.fence_of(config), **WRITES
+                )
         finally:
             _scope.landed(config, task_id)  # its step, if any, is the store's to list
 
@@ -431,22 +437,14 @@ class SyncResilience(Hooks, SyncArchival):
         Raises:
             StoreUnavailable: the store cannot be reached.
         """
-        conn: Any = getattr(self, "conn", None)
-        cls: Any = type(self)
-        options = self._own_options()
-        if isinstance(conn, ConnectionPool):
-            yield cls(conn, **options)
-            return
-        if self._dialect.name == "postgres":
-            target = self._state.conninfo
-        else:
+        plan = Plan(self._lease_steps(ConnectionPool))
+        for sql in plan:
             with cast(Any, self).lock:
-                rows = conn.execute(_runs.SQLITE_DATABASE_LIST).fetchall()
-            target = _runs.sqlite_file(rows)
-        if not target:
-            yield self
+                plan.reply = cast(Any, self).conn.execute(sql).fetchall()
+        if not isinstance(plan.value, str):
+            yield plan.value
             return
-        with cls.from_conn_string(target, **options) as own:
+        with cast(Any, type(self)).from_conn_string(plan.value, **self._own_options()) as own:
             yield own
 
     # -- thread maintenance ----------------------------------------------------------------
