@@ -15,11 +15,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
-
-try:
-    from psycopg_pool import AsyncConnectionPool
-except ImportError:  # the base install (no `postgres` extra): no pool to be given
-    AsyncConnectionPool = ()  # type: ignore[assignment,misc]
+from typing_extensions import Unpack
 
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience._util._plans import Plan
@@ -31,7 +27,7 @@ from langgraph_resilience.checkpoint.runlog import _run_end, _run_log_reads, _sc
 from langgraph_resilience.checkpoint.runlog._history import AsyncHistory
 from langgraph_resilience.checkpoint.saver import _base, _threads
 from langgraph_resilience.checkpoint.saver._interfaces import AsyncAttempts, AsyncEffects, AsyncRuns
-from langgraph_resilience.checkpoint.saver._savers import PUT, WRITES, Hooks
+from langgraph_resilience.checkpoint.saver._savers import PUT, WRITES, Hooks, Transaction
 from langgraph_resilience.checkpoint.store import _counters
 from langgraph_resilience.checkpoint.store._store import Statements, no_statements
 from langgraph_resilience.checkpoint.store._store_retry import Translate
@@ -46,15 +42,7 @@ class AsyncResilience(Hooks, AsyncArchival):
     loop: asyncio.AbstractEventLoop
 
     async def _transact(
-        self,
-        statements: Callable[[], Statements[T]],
-        *,
-        translate: Translate | None = None,
-        ok: str | None = None,
-        failed: str | None = None,
-        pipeline: bool = False,
-        flush: bool = False,
-        relaxed: bool = False,
+        self, statements: Callable[[], Statements[T]], **options: Unpack[Transaction]
     ) -> T:
         raise NotImplementedError
 
@@ -143,19 +131,15 @@ class AsyncResilience(Hooks, AsyncArchival):
             raise _base.corrupt(config, checkpoint_id, exc) from exc
 
     async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
+        self, config: RunnableConfig | None, **options: Any
     ) -> AsyncIterator[CheckpointTuple]:
-        """As LangGraph's `alist`; an undecodable row raises `CheckpointCorrupt`."""
+        """As LangGraph's `alist` (``filter``, ``before``, ``limit``); an undecodable row
+        raises `CheckpointCorrupt`."""
         if config is not None:
             config = _base.check_config_thread(config)
         listed = cast(
             AsyncGenerator[CheckpointTuple, None],
-            super().alist(config, filter=filter, before=before, limit=limit),
+            super().alist(config, **options),
         )
         found = False
         while True:
@@ -165,7 +149,7 @@ class AsyncResilience(Hooks, AsyncArchival):
                 if found or not await self._arestored(config):
                     return
                 found = True  # was archived: list it again, once
-                listed = cast(Any, super().alist(config, filter=filter, before=before, limit=limit))
+                listed = cast(Any, super().alist(config, **options))
                 continue
             except Exception as exc:
                 await listed.aclose()
@@ -249,7 +233,7 @@ class AsyncResilience(Hooks, AsyncArchival):
         Raises:
             StoreUnavailable: the store cannot be reached.
         """
-        plan = Plan(self._lease_steps(AsyncConnectionPool))
+        plan = Plan(self._lease_steps(_base.AsyncConnectionPool))
         for sql in plan:
             async with cast(Any, self).lock, cast(Any, self).conn.execute(sql) as cur:
                 plan.reply = await cur.fetchall()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, TypedDict, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -32,11 +32,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
-
-try:
-    from psycopg_pool import ConnectionPool
-except ImportError:  # the base install (no `postgres` extra): no pool to be given
-    ConnectionPool = ()  # type: ignore[assignment,misc]
+from typing_extensions import Unpack
 
 from langgraph_resilience._langgraph import ERROR_CHANNEL
 from langgraph_resilience._store_errors import is_store_error
@@ -58,6 +54,18 @@ from langgraph_resilience.errors import LeaseLost
 
 T = TypeVar("T")
 WriteRows = tuple[str, list[tuple[Any, ...]]]
+
+
+class Transaction(TypedDict, total=False):
+    """The options every saver's ``_transact`` takes (each absent one at its default;
+    a dialect's own may take more: `ResilientPostgresSaver`'s `PgTransaction`)."""
+
+    translate: Translate | None  # a store error to the caller's own
+    ok: str | None  # the counter a success adds to
+    failed: str | None  # the counter each failed try adds to
+    pipeline: bool  # the statements fetch nothing: one round trip where the store can
+    flush: bool  # store the counts that are due with this write
+    relaxed: bool  # a write that may skip waiting for the disk
 
 
 def stops_on_lost_lease(writes: Sequence[tuple[str, Any]]) -> bool:
@@ -233,15 +241,7 @@ class SyncResilience(Hooks, SyncArchival):
     maintenance of the sync savers."""
 
     def _transact(
-        self,
-        statements: Callable[[], Statements[T]],
-        *,
-        translate: Translate | None = None,
-        ok: str | None = None,
-        failed: str | None = None,
-        pipeline: bool = False,
-        flush: bool = False,
-        relaxed: bool = False,
+        self, statements: Callable[[], Statements[T]], **options: Unpack[Transaction]
     ) -> T:
         raise NotImplementedError
 
@@ -327,20 +327,14 @@ class SyncResilience(Hooks, SyncArchival):
                 checkpoint_id = self._query(lambda: _threads.locate_checkpoint(d, thread_id, ns))
             raise _base.corrupt(config, checkpoint_id, exc) from exc
 
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        """As LangGraph's `list`; an undecodable row raises `CheckpointCorrupt`."""
+    def list(self, config: RunnableConfig | None, **options: Any) -> Iterator[CheckpointTuple]:
+        """As LangGraph's `list` (``filter``, ``before``, ``limit``); an undecodable row
+        raises `CheckpointCorrupt`."""
         if config is not None:
             config = _base.check_config_thread(config)
         listed = cast(
             Generator[CheckpointTuple, None, None],
-            super().list(config, filter=filter, before=before, limit=limit),
+            super().list(config, **options),
         )
         found = False
         while True:
@@ -350,7 +344,7 @@ class SyncResilience(Hooks, SyncArchival):
                 if found or not self._restored(config):
                     return
                 found = True  # was archived: list it again, once
-                listed = cast(Any, super().list(config, filter=filter, before=before, limit=limit))
+                listed = cast(Any, super().list(config, **options))
                 continue
             except Exception as exc:
                 listed.close()
@@ -437,7 +431,7 @@ class SyncResilience(Hooks, SyncArchival):
         Raises:
             StoreUnavailable: the store cannot be reached.
         """
-        plan = Plan(self._lease_steps(ConnectionPool))
+        plan = Plan(self._lease_steps(_base.ConnectionPool))
         for sql in plan:
             with cast(Any, self).lock:
                 plan.reply = cast(Any, self).conn.execute(sql).fetchall()
