@@ -27,6 +27,7 @@ from langgraph_resilience.checkpoint.runlog import _run_end, _run_log_reads, _sc
 from langgraph_resilience.checkpoint.runlog._history import AsyncHistory
 from langgraph_resilience.checkpoint.saver import _base, _threads
 from langgraph_resilience.checkpoint.saver._interfaces import AsyncAttempts, AsyncEffects, AsyncRuns
+from langgraph_resilience.checkpoint.saver._parts import Interface
 from langgraph_resilience.checkpoint.saver._savers import PUT, WRITES, Hooks, Transaction
 from langgraph_resilience.checkpoint.store import _counters
 from langgraph_resilience.checkpoint.store._store import Statements, no_statements
@@ -174,26 +175,14 @@ class AsyncResilience(Hooks, AsyncArchival):
 
     #: The class of `effects` (a `FaultPlan` taps a subclass of it on one saver).
     _effects_type: ClassVar[type[AsyncEffects]] = AsyncEffects
-
-    @property
-    def effects(self) -> AsyncEffects:
-        """The side-effect ledger (the store side of `side_effect`)."""
-        return self._effects_type(self)
-
-    @property
-    def attempts(self) -> AsyncAttempts:
-        """The failed tries of tasks (the store side of the node wrapper)."""
-        return AsyncAttempts(self)
-
-    @property
-    def runs(self) -> AsyncRuns:
-        """The run queue under leases (the store side of `Worker`)."""
-        return AsyncRuns(self)
-
-    @property
-    def history(self) -> AsyncHistory:
-        """What `arecovery_metrics` and `arun_report` read."""
-        return AsyncHistory(self)
+    effects = Interface[AsyncEffects](
+        "_effects_type", "The side-effect ledger (the store side of `side_effect`)."
+    )
+    attempts = Interface(
+        AsyncAttempts, "The failed tries of tasks (the store side of the node wrapper)."
+    )
+    runs = Interface(AsyncRuns, "The run queue under leases (the store side of `Worker`).")
+    history = Interface(AsyncHistory, "What `arecovery_metrics` and `arun_report` read.")
 
     # -- what the README documents ----------------------------------------------------
 

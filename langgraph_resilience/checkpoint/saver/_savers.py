@@ -46,6 +46,7 @@ from langgraph_resilience.checkpoint.runlog import _run_end, _run_log, _run_log_
 from langgraph_resilience.checkpoint.runlog._history import History
 from langgraph_resilience.checkpoint.saver import _base, _threads
 from langgraph_resilience.checkpoint.saver._interfaces import Attempts, Effects, Runs
+from langgraph_resilience.checkpoint.saver._parts import Interface
 from langgraph_resilience.checkpoint.saver._threads import PutCheckpoint
 from langgraph_resilience.checkpoint.store import _counters
 from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt, no_statements
@@ -369,26 +370,14 @@ class SyncResilience(Hooks, SyncArchival):
 
     #: The class of `effects` (a `FaultPlan` taps a subclass of it on one saver).
     _effects_type: ClassVar[type[Effects]] = Effects
-
-    @property
-    def effects(self) -> Effects:
-        """The side-effect ledger (the store side of `side_effect`)."""
-        return self._effects_type(self)
-
-    @property
-    def attempts(self) -> Attempts:
-        """The failed tries of tasks (the store side of the node wrapper)."""
-        return Attempts(self)
-
-    @property
-    def runs(self) -> Runs:
-        """The run queue under leases (the store side of `Worker`)."""
-        return Runs(self)
-
-    @property
-    def history(self) -> History:
-        """What `recovery_metrics` and `run_report` read."""
-        return History(self)
+    effects = Interface[Effects](
+        "_effects_type", "The side-effect ledger (the store side of `side_effect`)."
+    )
+    attempts = Interface(
+        Attempts, "The failed tries of tasks (the store side of the node wrapper)."
+    )
+    runs = Interface(Runs, "The run queue under leases (the store side of `Worker`).")
+    history = Interface(History, "What `recovery_metrics` and `run_report` read.")
 
     # -- what the README documents ----------------------------------------------------
 
