@@ -132,7 +132,12 @@ class AsyncResilience(Hooks, AsyncArchival):
             raise _base.corrupt(config, checkpoint_id, exc) from exc
 
     async def alist(
-        self, config: RunnableConfig | None, **options: Any
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """As LangGraph's `alist` (``filter``, ``before``, ``limit``); an undecodable row
         raises `CheckpointCorrupt`."""
@@ -140,7 +145,7 @@ class AsyncResilience(Hooks, AsyncArchival):
             config = _base.check_config_thread(config)
         listed = cast(
             AsyncGenerator[CheckpointTuple, None],
-            super().alist(config, **options),
+            super().alist(config, filter=filter, before=before, limit=limit),
         )
         found = False
         while True:
@@ -150,7 +155,7 @@ class AsyncResilience(Hooks, AsyncArchival):
                 if found or not await self._arestored(config):
                     return
                 found = True  # was archived: list it again, once
-                listed = cast(Any, super().alist(config, **options))
+                listed = cast(Any, super().alist(config, filter=filter, before=before, limit=limit))
                 continue
             except Exception as exc:
                 await listed.aclose()

@@ -328,14 +328,21 @@ class SyncResilience(Hooks, SyncArchival):
                 checkpoint_id = self._query(lambda: _threads.locate_checkpoint(d, thread_id, ns))
             raise _base.corrupt(config, checkpoint_id, exc) from exc
 
-    def list(self, config: RunnableConfig | None, **options: Any) -> Iterator[CheckpointTuple]:
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
         """As LangGraph's `list` (``filter``, ``before``, ``limit``); an undecodable row
         raises `CheckpointCorrupt`."""
         if config is not None:
             config = _base.check_config_thread(config)
         listed = cast(
             Generator[CheckpointTuple, None, None],
-            super().list(config, **options),
+            super().list(config, filter=filter, before=before, limit=limit),
         )
         found = False
         while True:
@@ -345,7 +352,7 @@ class SyncResilience(Hooks, SyncArchival):
                 if found or not self._restored(config):
                     return
                 found = True  # was archived: list it again, once
-                listed = cast(Any, super().list(config, **options))
+                listed = cast(Any, super().list(config, filter=filter, before=before, limit=limit))
                 continue
             except Exception as exc:
                 listed.close()
