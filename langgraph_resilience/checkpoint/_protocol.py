@@ -23,6 +23,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
 from langgraph_resilience.checkpoint.runlog._events import StoredAttempt
+from langgraph_resilience.checkpoint.runlog._heads import Head
 from langgraph_resilience.checkpoint.runlog._history import AsyncHistory, History
 from langgraph_resilience.checkpoint.runlog._run_log_reads import Cursor, RunLogRecord
 from langgraph_resilience.checkpoint.runlog._run_metrics import RunCounts
@@ -122,7 +123,8 @@ class AsyncStepLog(Protocol):
 
 class RunLedgerHistory(Protocol):
     """A saver's ``history`` as the run ledger's users need it: its rows' reads
-    (`run_report`, `recovery_metrics`, `list_runs`) and what a run's driver,
+    (`run_report`, `recovery_metrics`, `list_runs`, `check_deploy`'s heads) and
+    what a run's driver,
     ``retry_failed`` and a resume tell it (`runlog._history.History`; on Redis,
     `redis._runlog_parts.RedisHistory`)."""
 
@@ -150,6 +152,8 @@ class RunLedgerHistory(Protocol):
     def thread_ledger(self, thread_id: str) -> ThreadLedger: ...
 
     def run_row(self, thread_id: str, run: int) -> RunLogRecord | None: ...
+
+    def heads(self) -> list[Head]: ...
 
     def tally(self, thread_id: str, run: int) -> tuple[dict[str, int], dict[str, float]]: ...
 
@@ -200,6 +204,8 @@ class AsyncRunLedgerHistory(RunLedgerHistory, Protocol):
     async def athread_ledger(self, thread_id: str) -> ThreadLedger: ...
 
     async def arun_row(self, thread_id: str, run: int) -> RunLogRecord | None: ...
+
+    async def aheads(self) -> list[Head]: ...
 
     async def atally(self, thread_id: str, run: int) -> tuple[dict[str, int], dict[str, float]]: ...
 

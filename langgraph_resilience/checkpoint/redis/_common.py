@@ -9,10 +9,10 @@ checkpoints, writes, effects and failed tries), the run ledger (run rows,
 recoveries, step rows: `_runlog`, `_steps`) that ``run_report``,
 ``recovery_metrics`` and ``list_runs`` read, and shared `Limit`s
 (``saver.limits``: `_limits_parts`, their slots freed with the saver's next
-write: `_limits.releasing`). Refused, with `ConfigError` (the docs' "What Redis
-does not keep"): the heads ``check_deploy`` reads and the console's buttons (no
-save counters are kept); they live in the SQL savers' own transactions, and a
-weaker copy would break their promises silently.
+write: `_limits.releasing`), and the heads ``check_deploy`` reads
+(``history.heads``). Refused, with `ConfigError` (the docs' "What Redis does not
+keep"): the console's buttons (no save counters are kept); they live in the SQL
+savers' own transactions, and a weaker copy would break their promises silently.
 """
 
 from __future__ import annotations

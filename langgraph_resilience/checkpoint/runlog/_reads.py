@@ -181,22 +181,6 @@ def async_saver_of(target: object, what: str) -> AsyncRunLedger:
     return saver
 
 
-def resilient_saver_of(target: object, what: str) -> ResilientSaver:
-    """As `saver_of`, for what reads more than the run ledger (``history.heads``,
-    the save counters): a SQL saver (the Redis savers keep neither)."""
-    saver = _checkpointer(target)
-    if not isinstance(saver, ResilientSaver):
-        raise _wrong(target, what, "ResilientSqliteSaver or ResilientPostgresSaver")
-    return saver
-
-
-def async_resilient_saver_of(target: object, what: str) -> AsyncResilientSaver:
-    saver = _checkpointer(target)
-    if not isinstance(saver, AsyncResilientSaver):
-        raise _wrong(target, what, "AsyncResilientSqliteSaver or AsyncResilientPostgresSaver")
-    return saver
-
-
 def ledger_of(target: object, what: str) -> EffectLedger:
     """As `saver_of`, for what needs only the step ledger (the Redis savers too)."""
     saver = _checkpointer(target)
