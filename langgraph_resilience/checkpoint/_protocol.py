@@ -42,11 +42,13 @@ __all__ = [
     "AsyncResilientSaver",
     "AsyncRunLedger",
     "AsyncRunQueueSaver",
+    "AsyncSaveCounters",
     "AsyncStepLog",
     "EffectLedger",
     "ResilientSaver",
     "RunLedger",
     "RunQueueSaver",
+    "SaveCounters",
     "StepLog",
 ]
 
@@ -258,6 +260,21 @@ class AsyncRunLedger(AsyncEffectLedger, Protocol):
 
 
 @runtime_checkable
+class SaveCounters(Protocol):
+    """A checkpointer that counts its checkpoint and write tries (every resilient
+    saver, the Redis savers too: `recovery_metrics`' save success rate)."""
+
+    def read_counters(self, since: float | None = None) -> dict[str, int]: ...
+
+
+@runtime_checkable
+class AsyncSaveCounters(Protocol):
+    """The async twin of `SaveCounters`."""
+
+    async def aread_counters(self, since: float | None = None) -> dict[str, int]: ...
+
+
+@runtime_checkable
 class ResilientSaver(RunLedger, Protocol):
     """A checkpointer that also keeps the resilience ledgers: side effects, node
     attempts, runs under leases and their history, and the save counters (the
@@ -270,6 +287,11 @@ class ResilientSaver(RunLedger, Protocol):
     def history(self) -> History: ...
 
     def read_counters(self, since: float | None = None) -> dict[str, int]: ...
+
+    # The Redis savers count their tries too (`SaveCounters`) but have no counts
+    # to flush (theirs are stored by the writes' scripts): this keeps them apart
+    # from a full resilient saver, which `isinstance` tells by its members.
+    def flush_counters(self) -> None: ...
 
     def read_run(self, run_id: str) -> RunRecord | None: ...
 
@@ -292,6 +314,8 @@ class AsyncResilientSaver(AsyncRunLedger, Protocol):
     def history(self) -> AsyncHistory: ...
 
     async def aread_counters(self, since: float | None = None) -> dict[str, int]: ...
+
+    async def aflush_counters(self) -> None: ...
 
     async def aread_run(self, run_id: str) -> RunRecord | None: ...
 

@@ -19,11 +19,11 @@ from langgraph.pregel import Pregel
 
 from langgraph_resilience.checkpoint._protocol import (
     AsyncEffectLedger,
-    AsyncResilientSaver,
     AsyncRunLedger,
+    AsyncSaveCounters,
     EffectLedger,
-    ResilientSaver,
     RunLedger,
+    SaveCounters,
 )
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
@@ -130,15 +130,16 @@ def effects(thread_id: str) -> Read[Sequence[EffectRecord]]:
 
 
 def counters(since: float | None) -> Read[dict[str, int]]:
-    """The save counters (`store._counters`); none on a saver that keeps none (Redis)."""
+    """The save counters (`store._counters`; on Redis, `redis._counts`); none on a
+    saver that keeps none."""
     return Read(
-        sync=lambda s: s.read_counters(since) if isinstance(s, ResilientSaver) else {},
+        sync=lambda s: s.read_counters(since) if isinstance(s, SaveCounters) else {},
         async_=lambda s: _acounters(s, since),
     )
 
 
 async def _acounters(saver: AsyncRunLedger, since: float | None) -> dict[str, int]:
-    if isinstance(saver, AsyncResilientSaver):
+    if isinstance(saver, AsyncSaveCounters):
         return await saver.aread_counters(since)
     return {}
 
