@@ -417,7 +417,7 @@ def archive(archive_url: str, older_than: str, limit: int, db: str | None, as_js
     """Move threads idle for --older-than, with no open run, to the archive."""
     idle = parse_duration(older_than, "--older-than")
     assert idle is not None
-    with open_store(db, archive=archive_url) as store:
+    with open_store(db, archive=archive_url, redis_ok=True) as store:
         done = store.saver.archive_idle(idle, limit=limit)
     failed = {thread: one_line(exc) for thread, exc in done.failed.items()}
     if as_json:

@@ -10,9 +10,10 @@ recoveries, step rows: `_runlog`, `_steps`) that ``run_report``,
 ``recovery_metrics`` and ``list_runs`` read, and shared `Limit`s
 (``saver.limits``: `_limits_parts`, their slots freed with the saver's next
 write: `_limits.releasing`), the heads ``check_deploy`` reads
-(``history.heads``) and the save counters (`_counts`). Refused, with `ConfigError` (the docs' "What Redis does not
-keep"): the console's buttons; they live in the SQL
-savers' own transactions, and a weaker copy would break their promises silently.
+(``history.heads``) and the save counters (`_counts`). Refused, with
+`ConfigError` (the docs' "What Redis does not keep"): the console's buttons;
+they live in the SQL savers' own transactions, and a weaker copy would break
+their promises silently.
 """
 
 from __future__ import annotations
