@@ -20,11 +20,11 @@ from langgraph.pregel import Pregel
 from langgraph_resilience._util._plans import Plan
 from langgraph_resilience.checkpoint._protocol import (
     AsyncEffectLedger,
-    AsyncResilientSaver,
     AsyncRunLedger,
+    AsyncSaveCounters,
     EffectLedger,
-    ResilientSaver,
     RunLedger,
+    SaveCounters,
 )
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
@@ -131,15 +131,16 @@ def effects(thread_id: str) -> Read[Sequence[EffectRecord]]:
 
 
 def counters(since: float | None) -> Read[dict[str, int]]:
-    """The save counters (`store._counters`); none on a saver that keeps none (Redis)."""
+    """The save counters (`store._counters`; on Redis, `redis._counts`); none on a
+    saver that keeps none."""
     return Read(
-        sync=lambda s: s.read_counters(since) if isinstance(s, ResilientSaver) else {},
+        sync=lambda s: s.read_counters(since) if isinstance(s, SaveCounters) else {},
         async_=lambda s: _acounters(s, since),
     )
 
 
 async def _acounters(saver: AsyncRunLedger, since: float | None) -> dict[str, int]:
-    if isinstance(saver, AsyncResilientSaver):
+    if isinstance(saver, AsyncSaveCounters):
         return await saver.aread_counters(since)
     return {}
 
@@ -159,8 +160,6 @@ _WANTED: dict[Any, str] = {
     AsyncRunLedger: (
         "AsyncResilientSqliteSaver, AsyncResilientPostgresSaver or AsyncResilientRedisSaver"
     ),
-    ResilientSaver: "ResilientSqliteSaver or ResilientPostgresSaver",
-    AsyncResilientSaver: "AsyncResilientSqliteSaver or AsyncResilientPostgresSaver",
     EffectLedger: "a resilient saver (SQLite, Postgres or Redis)",
     AsyncEffectLedger: "an async resilient saver (SQLite, Postgres or Redis)",
 }
@@ -186,16 +185,6 @@ def saver_of(target: object, what: str) -> RunLedger:
 
 def async_saver_of(target: object, what: str) -> AsyncRunLedger:
     return cast(AsyncRunLedger, _of(target, what, AsyncRunLedger))
-
-
-def resilient_saver_of(target: object, what: str) -> ResilientSaver:
-    """As `saver_of`, for what reads more than the run ledger (``history.heads``,
-    the save counters): a SQL saver (the Redis savers keep neither)."""
-    return cast(ResilientSaver, _of(target, what, ResilientSaver))
-
-
-def async_resilient_saver_of(target: object, what: str) -> AsyncResilientSaver:
-    return cast(AsyncResilientSaver, _of(target, what, AsyncResilientSaver))
 
 
 def ledger_of(target: object, what: str) -> EffectLedger:
