@@ -178,12 +178,12 @@ def test_a_failed_run_retried_reads_the_same_on_redis_as_on_sqlite(tmp_path: Pat
             assert out["done"] == ["a", "b", "c", "d"]
             steps = [plain(dict(s)) for s in saver.step_history("t1")]
             seen.append((*_sync_reads(graph, "t1"), steps))
+        counted = recovery_metrics(red)  # the save counters, counted as on SQLite
+    assert counted.checkpoint_writes_tried > 0 and counted.checkpoint_save_success_rate == 1.0
     on_sqlite, on_redis = seen
     _checked(*on_redis[:3])
     assert [s["status"] for s in on_redis[3]].count("failed") == 1
     assert on_redis == on_sqlite
-    counted = recovery_metrics(red)  # the save counters, counted as on SQLite
-    assert counted.checkpoint_writes_tried > 0 and counted.checkpoint_save_success_rate == 1.0
 
 
 async def test_a_failed_run_retried_reads_the_same_on_async_redis(tmp_path: Path) -> None:
