@@ -7,7 +7,8 @@ the marks of the runs list (recovered, degraded, stale, blocked).
 holder is known gone, or a plain ``invoke``'s run whose process (its row's
 ``holder``) was killed, or was last seen too long ago on another machine.
 ``blocked``: only when the console knows the graph (`check_deploy` against it);
-without one, each run's version is shown and nothing is marked.
+without one, or on a Redis saver (no `check_deploy` there yet), each run's
+version is shown and nothing is marked.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from langgraph_resilience._langgraph import BRANCH_PREFIX
 from langgraph_resilience._util._process import executor_alive
+from langgraph_resilience.checkpoint import ResilientSaver
 from langgraph_resilience.checkpoint.runlog._liveness import plain_run_stale, worker_run_stale
 from langgraph_resilience.checkpoint.runlog._run_log_reads import RunLogRecord
 from langgraph_resilience.history import RunReport
@@ -82,10 +84,17 @@ def _row_stale(saver: Any, r: RunLogRecord, steps: Iterable[Mapping[str, Any]], 
 _IN_FLIGHT = ("running", "paused", "partial_complete", "queued")
 
 
+def _checks_deploys(saver: Any) -> bool:
+    """Whether `check_deploy` reads ``saver``: not a Redis saver's yet (docs/redis.md)."""
+    return isinstance(saver, ResilientSaver)
+
+
 def _blocked(saver: Any, graph: Any, statuses: Iterable[str]) -> dict[str, tuple[str, ...]]:
     """The blocked threads under ``graph`` (one `check_deploy`: a read of every
     thread in flight), when it is known and a run shown is in flight."""
     if graph is None or not any(s in _IN_FLIGHT for s in statuses):
+        return {}
+    if not _checks_deploys(saver):
         return {}
     return {t.thread_id: t.reasons for t in check_deploy(saver, graph).blocked}
 
