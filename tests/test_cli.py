@@ -1,5 +1,5 @@
-"""The ``langgraph-resilience`` command, end to end in real processes, on SQLite
-and Postgres: every subcommand, ``--json`` parsed, exit codes, and the three
+"""The ``langgraph-resilience`` command, end to end in real processes, on SQLite,
+Postgres and Redis: every subcommand, ``--json`` parsed, exit codes, and the three
 errors an operator meets (unknown thread, unreachable store, store not set up)
 as one line on stderr with exit code 2.
 
@@ -26,7 +26,9 @@ from typing import Any
 import cli_graph
 import psycopg
 import pytest
+from conftest import require_postgres
 from helpers import read_ledger
+from redis_servers import REDIS_DOWN, REDIS_URL, flush_prefix
 from spawn import spawn
 
 from langgraph_resilience import ConfigError, Worker, cli
@@ -75,8 +77,32 @@ def run(*args: str, timeout: float = 60, fresh: bool = False) -> Result:
     return Result(proc.returncode, out, err)
 
 
+@pytest.fixture(params=["sqlite", "postgres", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """(backend, --db): a SQLite file path, this module's Postgres database, or the
+    tests' Redis under a key prefix of the test's own (``redis://...#prefix``)."""
+    if request.param == "sqlite":
+        yield "sqlite", str(tmp_path / "store.db")
+    elif request.param == "postgres":
+        require_postgres()
+        yield "postgres", request.getfixturevalue("pg_dsn")
+    else:
+        if REDIS_DOWN:
+            pytest.skip(REDIS_DOWN)
+        prefix = f"cli{uuid.uuid4().hex[:8]}"
+        yield "redis", f"{REDIS_URL}#{prefix}"
+        flush_prefix(prefix)
+
+
 @contextmanager
 def saver_of(backend: str, db: str) -> Iterator[Any]:
+    if backend == "redis":
+        from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
+
+        url, _, prefix = db.partition("#")
+        with ResilientRedisSaver.from_conn_string(url, prefix=prefix) as saver:
+            yield saver
+        return
     cls = ResilientSqliteSaver if backend == "sqlite" else ResilientPostgresSaver
     with cls.from_conn_string(db) as saver:
         yield saver

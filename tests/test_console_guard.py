@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from starlette.testclient import TestClient
-from test_console import EVIL, console, store  # noqa: F401  (store: the fixture)
+from test_console import EVIL, console, opened, store  # noqa: F401  (store: the fixture)
 
-from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.server import console_app
 from langgraph_resilience.server._guard import refusal, served_hosts
@@ -28,8 +26,7 @@ EVIL_HOST = "evil.example"
 
 
 def _status_of(db: str) -> str:
-    saver_cls: Any = ResilientSqliteSaver if db.endswith(".db") else ResilientPostgresSaver
-    with saver_cls.from_conn_string(db) as saver:
+    with opened(db) as saver:
         [row] = saver.history.run_rows(EVIL)
         return str(row.status)
 

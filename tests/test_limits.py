@@ -575,9 +575,8 @@ def test_the_command_shows_each_limits_holders_rate_and_pause(
     from langgraph_resilience.cli import main
 
     backend, target = limit_store
-    db = ["--db", target]
-    if backend == "redis":
-        db = ["--db", REDIS_URL, "--prefix", target.rpartition("#")[2]]
+    # on Redis: the key prefix after the URL's #, as every command takes it
+    db = ["--db", f"{REDIS_URL}{target}" if backend == "redis" else target]
     limit = Limit(name(), concurrency=2, rate=10, per=60)
     with ExitStack() as stack:
         saver = saver_of(backend, target, stack)
@@ -588,6 +587,15 @@ def test_the_command_shows_each_limits_holders_rate_and_pause(
         (shown,) = [s for s in json.loads(capsys.readouterr().out) if s["name"] == limit.name]
         assert main(["limits", *db]) == 0
         table = capsys.readouterr().out
+        if backend == "redis":  # the deprecated spelling: said, and read the same
+            prefix = target.lstrip("#")
+            assert main(["limits", "--db", REDIS_URL, "--prefix", prefix, "--json"]) == 0
+            said = capsys.readouterr()
+            assert "--prefix is deprecated" in said.err and f"#{prefix}'" in said.err
+            (alias,) = [s for s in json.loads(said.out) if s["name"] == limit.name]
+            assert (alias["holders"], alias["starts"]) == (shown["holders"], shown["starts"])
+            assert main(["limits", "--db", f"{REDIS_URL}#other", "--prefix", prefix]) == 2
+            assert "disagree" in capsys.readouterr().err
         assert isinstance(held, Held)
         release_sync(Release(held))
     assert len(shown["holders"]) == 1 and shown["starts"] == 2 and shown["paused_for"] > 100

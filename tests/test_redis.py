@@ -384,7 +384,7 @@ def test_a_write_during_a_restart_waits_for_the_server(private_redis: PrivateRed
         assert saver.get_tuple(_config("job")) is not None
 
 
-def test_the_command_reads_a_redis_saver_s_run_ledger_and_refuses_the_rest(
+def test_the_command_reads_a_redis_saver_s_run_ledger_and_refuses_check_and_prune(
     saver: ResilientRedisSaver,
 ) -> None:
     from test_cli import run
@@ -400,10 +400,12 @@ def test_the_command_reads_a_redis_saver_s_run_ledger_and_refuses_the_rest(
     assert shown.code == 0 and json.loads(shown.out)["status"] == "success"
     measured = run("metrics", "--db", db, "--json")
     assert measured.code == 0 and json.loads(measured.out)["runs"] == 1
-    for command in (["setup"], ["check"]):
-        run(*command, "--db", "redis://:secret@127.0.0.1:6379/0").one_error_line(
-            "Redis", "run ledger", "docs/redis.md"
-        )
+    set_up = run("setup", "--db", db)
+    assert set_up.code == 0 and "keeps" in set_up.err  # what the server keeps on disk
+    for command in (["check"], ["prune", "--keep-last", "1"]):
+        refused = run(*command, "--db", "redis://:secret@127.0.0.1:6379/0#p")
+        refused.one_error_line(f"`langgraph-resilience {command[0]}`", "Redis", "runs, show")
+        assert "secret" not in refused.err
 
 
 FAULT_RUNS = int(os.environ.get("LGR_FAULT_RUNS", "3"))

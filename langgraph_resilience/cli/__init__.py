@@ -1,6 +1,8 @@
 """The ``langgraph-resilience`` command line, for operators.
 
-Subcommands (``--db``: a SQLite file path or a Postgres DSN, or env ``LGR_DB``):
+Subcommands (``--db``: a SQLite file path, a Postgres DSN or a Redis URL
+``redis://host:port/db#prefix``, the Redis savers' key prefix after ``#``; or env
+``LGR_DB``; `_store.ON_REDIS` names the commands a Redis URL takes):
 
 - ``setup``: create or migrate the store's tables;
 - ``check``: verify every checkpoint, write, blob and side-effect outcome against
@@ -90,6 +92,7 @@ from langgraph_resilience.cli._store import (
     load_graph,
     one_line,
     open_store,
+    refuse_redis,
     store_check,
     thread_exists,
 )
@@ -108,8 +111,9 @@ def db_option(fn: F) -> F:
     return click.option(
         "--db",
         envvar=DB_ENV,
-        metavar="PATH|DSN",
-        help=f"The store: a SQLite file path or a Postgres DSN (env {DB_ENV}).",
+        metavar="PATH|DSN|URL",
+        help=f"The store: a SQLite file path, a Postgres DSN, or a Redis URL "
+        f"redis://host:port/db#prefix (env {DB_ENV}).",
     )(fn)
 
 
@@ -140,9 +144,12 @@ def cli() -> None:
 @cli.command()
 @db_option
 def setup(db: str | None) -> int:
-    """Create the store's tables, or bring them up to date."""
-    with open_store(db, setup=True) as store:
+    """Create the store's tables, or bring them up to date (on Redis: check the
+    server and say what it keeps on disk)."""
+    with open_store(db, setup=True, redis_ok=True) as store:
         err_console().print(f"store {store.where} is set up ({store.dialect})")
+        if store.dialect == "redis":
+            err_console().print(store.saver.durability.message)
     return 0
 
 
@@ -153,6 +160,12 @@ def check(db: str | None, as_json: bool) -> int:
     """Verify a whole store: every checksum (checkpoints, writes, blobs, side-effect
     outcomes) and, on SQLite, PRAGMA quick_check. Exit code 1 when something does
     not match."""
+    refuse_redis(
+        db,
+        "check",
+        "it scans the SQL tables; a Redis saver verifies each record's checksum as it "
+        "reads it (CheckpointCorrupt) and never scans the server",
+    )
     with open_store(db) as store:
         found = store_check(store)
     if as_json:
@@ -320,7 +333,7 @@ def _act_on(
 ) -> int:
     """``act`` on each thread (all must exist), with a progress display; exit 0
     when every one ended ``success``, else 1."""
-    with open_store(db) as store:
+    with open_store(db, redis_ok=True) as store:
         known = _known_threads(store, threads)
         graph = load_graph(graph_spec, store.saver)
         acted = with_progress(verb, known, lambda t: act(graph, store.saver, t), quiet=as_json)
@@ -388,7 +401,7 @@ def retry(
 @json_option
 def cancel(run_id: str, reason: str, db: str | None, as_json: bool) -> int:
     """End a queued, running or paused RUN as cancelled."""
-    with open_store(db) as store:
+    with open_store(db, redis_ok=True) as store:
         had = cancel_run(store.saver, run_id, reason)
     if as_json:
         print_json({"run_id": run_id, "was": had, "status": "cancelled", "reason": reason})
@@ -453,6 +466,13 @@ def prune(
             "say what to prune: --older-than DURATION, --keep-last N and/or "
             "--runs-older-than DURATION (each namespace's latest checkpoint always stays)"
         )
+    refuse_redis(
+        db,
+        "prune",
+        "a Redis saver's retention is its ttl= (a thread's keys expire that long after "
+        "its last write) and archive_idle; saver.prune(thread_ids) keeps each "
+        "namespace's latest checkpoint",
+    )
     with open_store(db) as store:
         pruned = store.saver.prune_history(
             older_than=parse_duration(older_than, "--older-than"),
@@ -518,7 +538,7 @@ def worker(
     the drain timeout plus one store call.
     """
     _log_to_stderr(log_level)
-    with open_store(db) as store:
+    with open_store(db, redis_ok=True) as store:
         graph = load_graph(graph_spec, store.saver)
         w = Worker(
             graph,

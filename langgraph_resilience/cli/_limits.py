@@ -1,57 +1,56 @@
 """``langgraph-resilience limits``: each shared limit's holders, rate and pause,
-on a SQL store or a Redis server (``--db redis://...``, under ``--prefix``)."""
+on a SQL store or a Redis server (``--db redis://host:port/db#prefix``: the
+savers' key prefix after ``#``; ``--prefix``, deprecated, says so and is moved
+into the URL)."""
 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import click
 
-from langgraph_resilience.cli._render import print_json, print_table
-from langgraph_resilience.cli._store import (
-    DB_ENV,
-    REDIS_SCHEMES,
-    CliError,
-    one_line,
-    open_store,
-    redis_saver,
-)
-from langgraph_resilience.errors import StoreUnavailable
-from langgraph_resilience.limits import LimitState, limit_states
+from langgraph_resilience.cli._render import err_console, print_json, print_table
+from langgraph_resilience.cli._store import DB_ENV, REDIS_SCHEMES, CliError, open_store
+from langgraph_resilience.limits import limit_states
 
 __all__ = ["limits"]
 
 
-def _on_redis(url: str, prefix: str) -> list[LimitState]:
-    """The limits a Redis saver under ``prefix`` keeps on the server at ``url``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # what the server keeps on disk
-        try:
-            with redis_saver(url, prefix) as saver:
-                return limit_states(saver)
-        except StoreUnavailable as exc:
-            raise CliError(one_line(exc)) from exc
+def with_prefix(db: str | None, prefix: str | None) -> str | None:
+    """``db`` with the deprecated ``--prefix`` moved into its URL (``#prefix``)."""
+    if prefix is None:
+        return db
+    if db is None or not db.startswith(REDIS_SCHEMES):
+        raise CliError("--prefix names a Redis key prefix: it takes a redis:// --db")
+    url, _, named = db.partition("#")
+    if named and named != prefix:
+        raise CliError(f"--prefix {prefix} and the URL's #{named} disagree: keep the URL's")
+    err_console().print(
+        f"--prefix is deprecated: name the key prefix in the URL, --db "
+        f"'{url.split('@')[-1]}#{prefix}'"
+    )
+    return f"{url}#{prefix}"
 
 
 @click.command()
 @click.option(
     "--db",
     envvar=DB_ENV,
-    metavar="PATH|DSN",
-    help=f"The store: a SQLite file path, a Postgres DSN or a redis:// URL (env {DB_ENV}).",
+    metavar="PATH|DSN|URL",
+    help=f"The store: a SQLite file path, a Postgres DSN or a Redis URL "
+    f"redis://host:port/db#prefix (env {DB_ENV}).",
 )
 @click.option(
-    "--prefix", default="lgr", show_default=True, help="On Redis: the savers' key prefix."
+    "--prefix",
+    default=None,
+    hidden=True,
+    help="Deprecated: the Redis key prefix, now named in the URL (--db redis://...#prefix).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
-def limits(db: str | None, prefix: str, as_json: bool) -> int:
+def limits(db: str | None, prefix: str | None, as_json: bool) -> int:
     """The shared limits in the store: holders, starts in the window, pause, waits."""
-    if db is not None and db.startswith(REDIS_SCHEMES):
-        found = _on_redis(db, prefix)
-    else:
-        with open_store(db) as store:
-            found = limit_states(store.saver)
+    with open_store(with_prefix(db, prefix), redis_ok=True) as store:
+        found = limit_states(store.saver)
     if as_json:
         print_json([dataclasses.asdict(s) for s in found])
         return 0

@@ -13,6 +13,7 @@ import importlib
 import os
 import sqlite3
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ except ImportError as missing:  # the base install, without the `postgres` extra
     )
 
 try:
+    import redis
+
     from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
 
     _REDIS_MISSING: str | None = None
@@ -58,13 +61,20 @@ __all__ = [
     "one_line",
     "open_store",
     "redis_saver",
+    "redis_where",
+    "refuse_redis",
     "store_check",
     "thread_exists",
 ]
 
 DB_ENV = "LGR_DB"
-#: URLs of a Redis store (refused, with why: docs/redis.md).
+#: URLs of a Redis store: ``redis://host:port/db#prefix``, the savers' key prefix after ``#``.
 REDIS_SCHEMES = ("redis://", "rediss://")
+#: What a refusal of a ``redis://`` URL says works on one.
+ON_REDIS = (
+    "on a redis://host:port/db#prefix URL, setup, runs, show, metrics, resume, retry, "
+    "cancel, worker, limits and ui work"
+)
 #: Names the store's cold tier (an `Archive` URL) for every subcommand.
 ARCHIVE_ENV = "LGR_ARCHIVE"
 
@@ -84,7 +94,7 @@ class Store:
 
     saver: Any  # a ResilientSqliteSaver, ResilientPostgresSaver or ResilientRedisSaver
     where: str
-    dialect: str  # "sqlite" | "postgres" | "redis" (only the run ledger's readers)
+    dialect: str  # "sqlite" | "postgres" | "redis"
 
     def __post_init__(self) -> None:
         if self.dialect not in ("sqlite", "postgres", "redis"):
@@ -144,9 +154,9 @@ def open_store(
     """Open the store ``db`` names; with ``setup``, create or migrate its tables,
     else refuse a store that is missing or not set up (`CliError`). ``archive``
     (default: the ``LGR_ARCHIVE`` variable) names its cold tier: archived
-    threads are restored when read. ``redis_ok``: a command that reads only the
-    run ledger, which a ``redis://`` URL's saver keeps (its key prefix after
-    ``#``, default ``lgr``); other commands refuse one.
+    threads are restored when read. ``redis_ok``: a command built on what the
+    store a ``redis://`` URL's saver keeps (``redis://host:port/db#prefix``: its
+    key prefix after ``#``, default ``lgr``); other commands refuse one.
 
     Raises:
         CliError: no ``db``, a SQLite file that does not exist, a server that cannot
@@ -156,12 +166,11 @@ def open_store(
     if target.startswith(REDIS_SCHEMES):
         if not redis_ok:
             raise CliError(
-                f"{target.split('@')[-1]}: this command is not built on the Redis savers yet "
-                "(it reads the run ledger or the limits through a SQL store; `runs`, `show` "
-                "and `metrics` read a Redis saver's run ledger, docs/redis.md): pass a "
-                "SQLite file path or a Postgres DSN (the limits command takes a redis:// URL)"
+                f"{redis_where(target)}: this command is not built on the Redis savers yet "
+                f"(docs/redis.md): pass a SQLite file path or a Postgres DSN; {ON_REDIS}"
             )
-        with _redis_store(target, archive or os.environ.get(ARCHIVE_ENV) or None) as store:
+        archived = archive or os.environ.get(ARCHIVE_ENV) or None
+        with _redis_store(target, archived, setup=setup) as store:
             yield store
         return
     if _POSTGRES_MISSING and is_postgres(target):
@@ -209,13 +218,37 @@ def redis_saver(url: str, prefix: str, archive: str | None = None) -> Iterator[A
         yield saver
 
 
-@contextmanager
-def _redis_store(target: str, archive: str | None) -> Iterator[Store]:
-    """A Redis saver on ``redis://host:port/db[#prefix]`` (nothing to set up)."""
+def redis_where(target: str) -> str:
+    """A ``redis://`` URL as messages name it: host, port, db and key prefix, no password."""
     url, _, prefix = target.partition("#")
-    where = url.split("@")[-1]  # no password shown
+    return f"{url.split('@')[-1]}#{prefix or 'lgr'}"
+
+
+def refuse_redis(db: str | None, command: str, why: str) -> None:
+    """Refuse a command that the Redis savers do not offer, saying ``why`` and what does."""
+    if db is not None and db.startswith(REDIS_SCHEMES):
+        raise CliError(
+            f"{redis_where(db)}: `langgraph-resilience {command}` is not built on the Redis "
+            f"savers: {why} (docs/redis.md); {ON_REDIS}"
+        )
+
+
+@contextmanager
+def _redis_store(target: str, archive: str | None, *, setup: bool = False) -> Iterator[Store]:
+    """A Redis saver on ``redis://host:port/db[#prefix]``; nothing to set up (the
+    scripts are loaded when first run), but ``setup`` checks the server (Redis >= 7)
+    and reads what it keeps on disk (``saver.durability``, said by the command)."""
+    url, _, prefix = target.partition("#")
     with redis_saver(url, prefix or "lgr", archive) as saver:
-        yield Store(saver=saver, where=where, dialect="redis")
+        store = Store(saver=saver, where=redis_where(target), dialect="redis")
+        if setup:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # the command says it
+                    saver.setup()
+            except (redis.RedisError, ConfigError) as exc:
+                raise CliError(f"Redis at {store.where}: {one_line(exc)}") from exc
+        yield store
 
 
 def store_check(store: Store) -> StoreCheck:

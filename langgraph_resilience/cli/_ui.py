@@ -69,7 +69,7 @@ def serve_console(
             "--allow-actions needs --graph MODULE:ATTR: retry and resume run the graph "
             "(e.g. --graph myapp.pipeline:builder)"
         )
-    with open_store(db) as store:
+    with open_store(db, redis_ok=True) as store:
         graph = load_graph(graph_spec, store.saver) if graph_spec else None
         actions = _actions(store.saver, graph) if allow_actions else None
         hosts = served_hosts(host, port, allowed_hosts)

@@ -34,7 +34,6 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 import langgraph_resilience.server._params as _params
-from langgraph_resilience.checkpoint import ResilientSaver
 from langgraph_resilience.checkpoint.runlog._run_log_reads import cursor_of
 from langgraph_resilience.effects import settle_effect
 from langgraph_resilience.errors import ConfigError, RunStateError, UnknownThread
@@ -151,8 +150,9 @@ def console_app(
     base: str = "",
     hosts: Collection[str] | None = None,
 ) -> Starlette:
-    """The console over ``saver`` (a sync resilient saver, or a function of no
-    arguments returning it when asked); ``actions`` allows the buttons; ``graph``
+    """The console over ``saver`` (a sync resilient saver or a `ResilientRedisSaver`,
+    or a function of no arguments returning it when asked); ``actions`` allows the
+    buttons (settle is `settle_effect` on the saver, the others ``actions``'); ``graph``
     (compiled) draws every node; ``base`` is the path it is mounted at; ``hosts``
     the ``Host`` values it answers (`_guard.served_hosts`; None: any, for an app
     that guards its own, as the Agent Server's does)."""
@@ -162,12 +162,6 @@ def console_app(
         raise ConfigError(
             f"the console reads the run ledger, which a {type(saver).__name__} does not "
             "keep: give it a ResilientSqliteSaver, ResilientPostgresSaver or ResilientRedisSaver"
-        )
-    if history is not None and actions is not None and not isinstance(saver, ResilientSaver):
-        raise ConfigError(
-            f"the console's buttons (retry, resume, cancel, settle) on a "
-            f"{type(saver).__name__} are not built yet (docs/redis.md): open it read-only "
-            "(no actions=), or give it a ResilientSqliteSaver or ResilientPostgresSaver"
         )
     store: Callable[[], Any] = (lambda: saver) if history is not None else saver
 

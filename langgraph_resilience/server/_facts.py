@@ -7,7 +7,8 @@ the marks of the runs list (recovered, degraded, stale, blocked).
 holder is known gone, or a plain ``invoke``'s run whose process (its row's
 ``holder``) was killed, or was last seen too long ago on another machine.
 ``blocked``: only when the console knows the graph (`check_deploy` against it);
-without one, each run's version is shown and nothing is marked.
+without one, or on a Redis saver (no `check_deploy` there yet), each run's
+version is shown and nothing is marked.
 """
 
 from __future__ import annotations
