@@ -134,22 +134,22 @@ def _tap_ledger(saver: Any, s: Session, d: dict[str, Any], cls: type[Any]) -> No
         d["_query"] = _reading(_untapped(saver, "_query"))
     if inspect.iscoroutinefunction(getattr(cls, io)):  # the async savers' I/O
 
-        async def atransact(statements: Any, **options: Any) -> Any:
+        async def atransact(statements: Any, *args: Any, **options: Any) -> Any:
             if s.dead and options.get("flush"):
                 return None  # closing a dead saver: a killed process flushes nothing
             if not _READING.get():
                 s.refuse_if_dead()
-            return await transact(statements, **options)
+            return await transact(statements, *args, **options)
 
         d[io] = atransact
     else:
 
-        def stransact(statements: Any, **options: Any) -> Any:
+        def stransact(statements: Any, *args: Any, **options: Any) -> Any:
             if s.dead and options.get("flush"):
                 return None  # closing a dead saver: a killed process flushes nothing
             if not _READING.get():
                 s.refuse_if_dead()
-            return transact(statements, **options)
+            return transact(statements, *args, **options)
 
         d[io] = stransact
     # The class's own (never a tapped one): a saver used by run after run is tapped
