@@ -12,8 +12,12 @@ A call that raised ends its run ``error`` (`failed`): without it the run's row
 stayed ``running`` for ever after an error LangGraph raised (a node without a
 policy, an error handler that re-raised), and a fan-out whose other branch
 reached the end wrote ``success`` before LangGraph raised the failed branch's
-error. The row is changed only if the run is the call's (`_run_log.fail_run`):
-a call that failed before its input was stored leaves the earlier run alone.
+error. The row is changed only if the run is the call's, by its number, never
+by comparing clocks (`_run_log.failing`): the invoke's `RunScope` knows the run
+(its input checkpoint's, or the one its steps tallied) and whether the saver
+stored that run's end at the checkpoint that left it nothing to run (then what
+raised came after the run: its row stays as the saver wrote it). A call that
+failed before its input was stored leaves the earlier run alone.
 Not told: a `Worker`'s run (the Worker stores its end: error, a takeover, a
 retry), a run another process moved on (`CheckpointConflict`), LangGraph's
 bubbling signals, and anything not an ``Exception`` (a cancellation, a
@@ -152,14 +156,13 @@ def closing(
     graph: Any,
     input: Any,
     config: RunnableConfig | None,
-    since: float,
     stream: Iterator[Any],
     scope: RunScope | None,
 ) -> Iterator[Any]:
-    """``stream`` (called at ``since``, before its input was marked); read to its
-    end, it tells the run ledger how the run returned (from the stored state, and
-    the usage of ``scope``'s tally), or that it raised (`failed`). One that
-    ``invoke`` reads is left to ``invoke``."""
+    """``stream``; read to its end, it tells the run ledger how the run returned
+    (from the stored state, and the usage of ``scope``'s tally), or that it
+    raised (`failed`: ``scope`` names its run). One that ``invoke`` reads is
+    left to ``invoke``."""
     if not _left_to_stream(graph, config):
         return stream
 
@@ -167,7 +170,7 @@ def closing(
         try:
             yield from stream
         except Exception as exc:
-            failed(graph, input, config, since, exc)
+            failed(graph, input, config, scope, exc)
             raise
         close_run(graph, config, None, scope=scope)
 
@@ -178,7 +181,6 @@ def aclosing(
     graph: Any,
     input: Any,
     config: RunnableConfig | None,
-    since: float,
     stream: AsyncIterator[Any],
     scope: RunScope | None,
 ) -> AsyncIterator[Any]:
@@ -191,7 +193,7 @@ def aclosing(
             async for item in stream:
                 yield item
         except Exception as exc:
-            await afailed(graph, input, config, since, exc)
+            await afailed(graph, input, config, scope, exc)
             raise
         finally:  # closed early (a consumer that stops): close LangGraph's stream too
             close = getattr(stream, "aclose", None)
@@ -224,29 +226,50 @@ def _continued(input: Any) -> bool:
     return not (isinstance(input, Mapping) and _LOG not in input)
 
 
+def _outcome(scope: RunScope | None, run: int | None) -> tuple[int | None, bool]:
+    """(the call's run, whether the saver stored its end during the call)."""
+    return scope.outcome() if scope is not None else (run, False)
+
+
 def failed(
-    graph: Any, input: Any, config: RunnableConfig | None, since: float, exc: BaseException
+    graph: Any,
+    input: Any,
+    config: RunnableConfig | None,
+    scope: RunScope | None,
+    exc: BaseException,
+    *,
+    run: int | None = None,
 ) -> None:
-    """Tell the run ledger the call that began at ``since`` raised ``exc``."""
+    """Tell the run ledger the call raised ``exc``: ``scope``, the invoke's
+    (`RunScope.outcome`); ``run``: the run a call without one drives (a plain
+    parent's run `retry_failed` reopened)."""
     driven = _to_tell(graph, config, exc)
     if driven is None or not conforms(driven[1], RunLedger):
         return
     thread, saver = driven
+    number, ended = _outcome(scope, run)
     try:
-        saver.history.fail_run(thread, since, _continued(input), describe(exc))
+        saver.history.fail_run(thread, number, ended, _continued(input), describe(exc))
     except Exception as err:
         logger.warning("could not store that run of thread %s raised: %s", thread, err)
 
 
 async def afailed(
-    graph: Any, input: Any, config: RunnableConfig | None, since: float, exc: BaseException
+    graph: Any,
+    input: Any,
+    config: RunnableConfig | None,
+    scope: RunScope | None,
+    exc: BaseException,
+    *,
+    run: int | None = None,
 ) -> None:
     """Async twin of `failed`."""
     driven = _to_tell(graph, config, exc)
     if driven is None or not conforms(driven[1], AsyncRunLedger):
         return
     thread, saver = driven
+    number, ended = _outcome(scope, run)
     try:
-        await saver.history.afail_run(thread, since, _continued(input), describe(exc))
+        await saver.history.afail_run(thread, number, ended, _continued(input), describe(exc))
     except Exception as err:
         logger.warning("could not store that run of thread %s raised: %s", thread, err)

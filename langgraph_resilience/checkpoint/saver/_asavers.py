@@ -108,6 +108,7 @@ class AsyncResilience(Hooks, AsyncArchival):
             pipeline=True,
         )
         _threads.wrote_head(put)
+        _run_log.stored_put(config, ledger)  # the invoke's scope: its run, its end
         return next_config(config, put)
 
     async def aput_writes(

@@ -277,6 +277,7 @@ class SyncResilience(Hooks, SyncArchival):
             pipeline=True,
         )
         _threads.wrote_head(put)
+        _run_log.stored_put(config, ledger)  # the invoke's scope: its run, its end
         return next_config(config, put)
 
     def put_writes(
