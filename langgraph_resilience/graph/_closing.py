@@ -16,8 +16,9 @@ error. The row is changed only if the run is the call's, by its number, never
 by comparing clocks (`_run_log.failing`): the invoke's `RunScope` knows the run
 (its input checkpoint's, or the one its steps tallied) and whether the saver
 stored that run's end at the checkpoint that left it nothing to run (then what
-raised came after the run: its row stays as the saver wrote it). A call that
-failed before its input was stored leaves the earlier run alone.
+raised came after the run: its row stays as the saver wrote it, unless a
+task's error write that landed after the saver's check says the run raised).
+A call that failed before its input was stored leaves the earlier run alone.
 Not told: a `Worker`'s run (the Worker stores its end: error, a takeover, a
 retry), a run another process moved on (`CheckpointConflict`), LangGraph's
 bubbling signals, and anything not an ``Exception`` (a cancellation, a
@@ -28,7 +29,7 @@ the row as it was (logged); the caller gets the run's own error either way.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -41,7 +42,7 @@ from langgraph_resilience.checkpoint import AsyncRunLedger, RunLedger
 from langgraph_resilience.checkpoint.ledger._runs import fence_of
 from langgraph_resilience.checkpoint.runlog._scope import RunScope
 from langgraph_resilience.errors import CheckpointConflict, LeaseLost, describe
-from langgraph_resilience.graph._lifecycle import nested
+from langgraph_resilience.graph._lifecycle import arun_part, nested, run_part, unrecovered_steps
 from langgraph_resilience.graph._tally import with_usage
 from langgraph_resilience.graph._task import conforms
 
@@ -231,6 +232,18 @@ def _outcome(scope: RunScope | None, run: int | None) -> tuple[int | None, bool]
     return scope.outcome() if scope is not None else (run, False)
 
 
+def _thread_top(thread: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+
+
+def _still_ended(ended: bool, checkpoints: Iterable[Any]) -> bool:
+    """Whether the end the saver stored stands now that LangGraph stored every
+    write of the call (``checkpoints``: the run's, newest first): a task's error
+    write that landed after the ending checkpoint's check (writes are stored in
+    the background) makes it a run that raised, as the check would have found."""
+    return ended and not unrecovered_steps(checkpoints)
+
+
 def failed(
     graph: Any,
     input: Any,
@@ -249,6 +262,8 @@ def failed(
     thread, saver = driven
     number, ended = _outcome(scope, run)
     try:
+        if ended:
+            ended = _still_ended(ended, run_part(saver.list(_thread_top(thread))))
         saver.history.fail_run(thread, number, ended, _continued(input), describe(exc))
     except Exception as err:
         logger.warning("could not store that run of thread %s raised: %s", thread, err)
@@ -270,6 +285,9 @@ async def afailed(
     thread, saver = driven
     number, ended = _outcome(scope, run)
     try:
+        if ended:
+            found = await arun_part(saver.alist(_thread_top(thread)))
+            ended = _still_ended(ended, found)
         await saver.history.afail_run(thread, number, ended, _continued(input), describe(exc))
     except Exception as err:
         logger.warning("could not store that run of thread %s raised: %s", thread, err)
