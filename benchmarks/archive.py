@@ -7,8 +7,9 @@ state is ~1 KB of text. The idle threads are written first; then ``--hot`` threa
 are written a second later, so ``archive_idle`` (with the gap as its TTL) moves the
 idle ones and leaves those. Reported per backend:
 
-- hot size: the SQLite file (after VACUUM) or the Postgres tables (after VACUUM FULL)
-  before and after archiving;
+- hot size: the SQLite file (after VACUUM), the Postgres tables (after VACUUM FULL)
+  or the Redis keys of the threads written (``MEMORY USAGE`` summed) before and
+  after archiving;
 - ``get_tuple`` of a hot thread: median and p95 over the hot threads, before and
   after archiving the rest;
 - archival: threads per second, and the archive's bytes on disk (gzip);
@@ -20,6 +21,7 @@ reason when unreachable)::
 
     .venv/bin/python benchmarks/archive.py
     .venv/bin/python benchmarks/archive.py --threads 2000 --backend sqlite
+    .venv/bin/python benchmarks/archive.py --threads 2000 --backend redis  # LGR_REDIS_URL
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from langgraph.graph import END, START, StateGraph
 
 from langgraph_resilience import Archive
 from langgraph_resilience.checkpoint.postgres import ResilientPostgresSaver
+from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
 TEXT = "lorem ipsum dolor sit amet " * 40  # ~1 KB of state
@@ -80,7 +83,23 @@ def summary(samples: list[float]) -> str:
     return f"median {statistics.median(ordered) * 1000:.2f} ms, p95 {p95 * 1000:.2f} ms"
 
 
-def hot_size(backend: str, saver: Any, target: str) -> int:
+def redis_size(saver: Any, ids: list[str]) -> int:
+    """The memory of every key the threads ``ids`` have on the server (known by name:
+    the savers never list the keyspace)."""
+    from langgraph_resilience.checkpoint.redis._keys import counts_key, ledger_keys, thread_keys
+
+    prefix = saver.place.prefix
+    keys = [k for t in ids for k in (*thread_keys(prefix, t), *ledger_keys(prefix, t))]
+    keys += [counts_key(prefix, t) for t in ids] + [f"{prefix}:threads", f"{prefix}:runlog"]
+    pipe = saver.conn.pipeline(transaction=False)
+    for key in keys:
+        pipe.memory_usage(key)
+    return sum(int(n or 0) for n in pipe.execute())
+
+
+def hot_size(backend: str, saver: Any, target: str, ids: list[str]) -> int:
+    if backend == "redis":
+        return redis_size(saver, ids)
     if backend == "sqlite":
         saver.conn.commit()
         saver.conn.execute("VACUUM")
@@ -103,12 +122,19 @@ def directory_size(path: Path) -> int:
 
 
 def run(backend: str, target: str, args: argparse.Namespace, workdir: Path) -> None:
-    cls: Any = ResilientSqliteSaver if backend == "sqlite" else ResilientPostgresSaver
+    cls: Any = {
+        "sqlite": ResilientSqliteSaver,
+        "postgres": ResilientPostgresSaver,
+        "redis": ResilientRedisSaver,
+    }[backend]
     archive_dir = workdir / f"archive-{backend}"
     archive = Archive(f"file://{archive_dir}")
     idle = [f"idle-{i}-{uuid.uuid4().hex[:6]}" for i in range(args.threads - args.hot)]
     hot = [f"hot-{i}-{uuid.uuid4().hex[:6]}" for i in range(args.hot)]
-    with cls.from_conn_string(target, archive=archive) as saver:
+    options: dict[str, Any] = (
+        {"prefix": f"bench{uuid.uuid4().hex[:6]}"} if backend == "redis" else {}
+    )
+    with cls.from_conn_string(target, archive=archive, **options) as saver:
         saver.setup()
         graph = graph_of(saver)
         start = time.perf_counter()
@@ -118,7 +144,7 @@ def run(backend: str, target: str, args: argparse.Namespace, workdir: Path) -> N
         time.sleep(args.gap / 2)
         fill(graph, hot)
         print(f"[{backend}] wrote {args.threads} threads in {time.perf_counter() - start:.1f} s")
-        size_before = hot_size(backend, saver, target)
+        size_before = hot_size(backend, saver, target, idle + hot)
         before = latencies(saver, hot)
 
         start = time.perf_counter()
@@ -132,7 +158,7 @@ def run(backend: str, target: str, args: argparse.Namespace, workdir: Path) -> N
                 break
         took = time.perf_counter() - start
 
-        size_after = hot_size(backend, saver, target)
+        size_after = hot_size(backend, saver, target, idle + hot)
         after = latencies(saver, hot)
         restores = latencies(saver, idle[: args.restores])
         print(f"[{backend}] hot size: {size_before / 1e6:.1f} MB -> {size_after / 1e6:.2f} MB")
@@ -144,6 +170,9 @@ def run(backend: str, target: str, args: argparse.Namespace, workdir: Path) -> N
             f"{directory_size(archive_dir) / 1e6:.1f} MB"
         )
         print(f"[{backend}] restore (get_tuple of an archived thread): {summary(restores)}")
+        if backend == "redis":
+            for thread_id in idle + hot:
+                saver.delete_thread(thread_id)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,12 +181,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hot", type=int, default=200, help="threads kept hot")
     parser.add_argument("--restores", type=int, default=200)
     parser.add_argument("--gap", type=float, default=1.5, help="seconds between idle and hot")
-    parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument(
+        "--backend", choices=["sqlite", "postgres", "redis", "both"], default="both"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         if args.backend in ("sqlite", "both"):
             run("sqlite", str(workdir / "bench.db"), args, workdir)
+        if args.backend == "redis":
+            url = os.environ.get("LGR_REDIS_URL", "redis://127.0.0.1:6379/9")
+            run("redis", url, args, workdir)
         if args.backend in ("postgres", "both"):
             try:
                 psycopg.connect(server_dsn(), connect_timeout=3).close()

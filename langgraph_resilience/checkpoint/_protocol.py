@@ -23,6 +23,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
 from langgraph_resilience.checkpoint.runlog._events import StoredAttempt
+from langgraph_resilience.checkpoint.runlog._heads import Head
 from langgraph_resilience.checkpoint.runlog._history import AsyncHistory, History
 from langgraph_resilience.checkpoint.runlog._run_log_reads import Cursor, RunLogRecord
 from langgraph_resilience.checkpoint.runlog._run_metrics import RunCounts
@@ -41,11 +42,13 @@ __all__ = [
     "AsyncResilientSaver",
     "AsyncRunLedger",
     "AsyncRunQueueSaver",
+    "AsyncSaveCounters",
     "AsyncStepLog",
     "EffectLedger",
     "ResilientSaver",
     "RunLedger",
     "RunQueueSaver",
+    "SaveCounters",
     "StepLog",
 ]
 
@@ -122,7 +125,8 @@ class AsyncStepLog(Protocol):
 
 class RunLedgerHistory(Protocol):
     """A saver's ``history`` as the run ledger's users need it: its rows' reads
-    (`run_report`, `recovery_metrics`, `list_runs`) and what a run's driver,
+    (`run_report`, `recovery_metrics`, `list_runs`, `check_deploy`'s heads) and
+    what a run's driver,
     ``retry_failed`` and a resume tell it (`runlog._history.History`; on Redis,
     `redis._runlog_parts.RedisHistory`)."""
 
@@ -150,6 +154,8 @@ class RunLedgerHistory(Protocol):
     def thread_ledger(self, thread_id: str) -> ThreadLedger: ...
 
     def run_row(self, thread_id: str, run: int) -> RunLogRecord | None: ...
+
+    def heads(self) -> list[Head]: ...
 
     def tally(self, thread_id: str, run: int) -> tuple[dict[str, int], dict[str, float]]: ...
 
@@ -205,6 +211,8 @@ class AsyncRunLedgerHistory(RunLedgerHistory, Protocol):
     async def athread_ledger(self, thread_id: str) -> ThreadLedger: ...
 
     async def arun_row(self, thread_id: str, run: int) -> RunLogRecord | None: ...
+
+    async def aheads(self) -> list[Head]: ...
 
     async def atally(self, thread_id: str, run: int) -> tuple[dict[str, int], dict[str, float]]: ...
 
@@ -262,6 +270,21 @@ class AsyncRunLedger(AsyncEffectLedger, Protocol):
 
 
 @runtime_checkable
+class SaveCounters(Protocol):
+    """A checkpointer that counts its checkpoint and write tries (every resilient
+    saver, the Redis savers too: `recovery_metrics`' save success rate)."""
+
+    def read_counters(self, since: float | None = None) -> dict[str, int]: ...
+
+
+@runtime_checkable
+class AsyncSaveCounters(Protocol):
+    """The async twin of `SaveCounters`."""
+
+    async def aread_counters(self, since: float | None = None) -> dict[str, int]: ...
+
+
+@runtime_checkable
 class ResilientSaver(RunLedger, Protocol):
     """A checkpointer that also keeps the resilience ledgers: side effects, node
     attempts, runs under leases and their history, and the save counters (the
@@ -274,6 +297,11 @@ class ResilientSaver(RunLedger, Protocol):
     def history(self) -> History: ...
 
     def read_counters(self, since: float | None = None) -> dict[str, int]: ...
+
+    # The Redis savers count their tries too (`SaveCounters`) but have no counts
+    # to flush (theirs are stored by the writes' scripts): this keeps them apart
+    # from a full resilient saver, which `isinstance` tells by its members.
+    def flush_counters(self) -> None: ...
 
     def read_run(self, run_id: str) -> RunRecord | None: ...
 
@@ -296,6 +324,8 @@ class AsyncResilientSaver(AsyncRunLedger, Protocol):
     def history(self) -> AsyncHistory: ...
 
     async def aread_counters(self, since: float | None = None) -> dict[str, int]: ...
+
+    async def aflush_counters(self) -> None: ...
 
     async def aread_run(self, run_id: str) -> RunRecord | None: ...
 

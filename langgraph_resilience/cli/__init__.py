@@ -287,7 +287,7 @@ def check_deploy_command(graph_spec: str, db: str | None, as_json: bool) -> int:
     """Check every thread in flight against a new graph version before deploying it:
     ok, migrates (which migrations and renames would run) or blocked (why). Exit code
     1 when a thread is blocked (docs/deploying.md)."""
-    with open_store(db) as store:
+    with open_store(db, redis_ok=True) as store:
         graph = load_graph(graph_spec, store.saver)
         report = check_deploy(store.saver, graph)
     if as_json:
@@ -417,7 +417,7 @@ def archive(archive_url: str, older_than: str, limit: int, db: str | None, as_js
     """Move threads idle for --older-than, with no open run, to the archive."""
     idle = parse_duration(older_than, "--older-than")
     assert idle is not None
-    with open_store(db, archive=archive_url) as store:
+    with open_store(db, archive=archive_url, redis_ok=True) as store:
         done = store.saver.archive_idle(idle, limit=limit)
     failed = {thread: one_line(exc) for thread, exc in done.failed.items()}
     if as_json:

@@ -161,7 +161,7 @@ def open_store(
                 "and `metrics` read a Redis saver's run ledger, docs/redis.md): pass a "
                 "SQLite file path or a Postgres DSN (the limits command takes a redis:// URL)"
             )
-        with _redis_store(target) as store:
+        with _redis_store(target, archive or os.environ.get(ARCHIVE_ENV) or None) as store:
             yield store
         return
     if _POSTGRES_MISSING and is_postgres(target):
@@ -192,21 +192,29 @@ def open_store(
 
 
 @contextmanager
-def redis_saver(url: str, prefix: str) -> Iterator[Any]:
-    """A Redis saver on ``url`` under the key prefix ``prefix`` (nothing to set up),
-    or a `CliError` if the install has no ``redis`` extra."""
+def redis_saver(url: str, prefix: str, archive: str | None = None) -> Iterator[Any]:
+    """A Redis saver on ``url`` under the key prefix ``prefix`` (nothing to set up;
+    ``archive``: its cold tier), or a `CliError` if the install has no ``redis``
+    extra."""
     if _REDIS_MISSING:
         raise CliError(_REDIS_MISSING)
-    with ResilientRedisSaver.from_conn_string(url, prefix=prefix) as saver:
+    options: dict[str, Any] = {"archive": archive} if archive else {}
+    with ExitStack() as stack:
+        try:
+            saver = stack.enter_context(
+                ResilientRedisSaver.from_conn_string(url, prefix=prefix, **options)
+            )
+        except (ConfigError, ArchiveError) as exc:  # they name the archive or the prefix
+            raise CliError(one_line(exc)) from exc
         yield saver
 
 
 @contextmanager
-def _redis_store(target: str) -> Iterator[Store]:
+def _redis_store(target: str, archive: str | None) -> Iterator[Store]:
     """A Redis saver on ``redis://host:port/db[#prefix]`` (nothing to set up)."""
     url, _, prefix = target.partition("#")
     where = url.split("@")[-1]  # no password shown
-    with redis_saver(url, prefix or "lgr") as saver:
+    with redis_saver(url, prefix or "lgr", archive) as saver:
         yield Store(saver=saver, where=where, dialect="redis")
 
 

@@ -150,7 +150,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         if self.checkpointer and lifecycle.to_settle(stored, config):
             found = self.get_state(config or {})
         out = lifecycle.settle_output(stored, config, found)
-        closing.close_run(self, config, out, stored, scope)
+        closing.close_run(self, config, out, scope)
         return out
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -170,7 +170,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         if self.checkpointer and lifecycle.to_settle(stored, config):
             found = await self.aget_state(config or {})
         out = lifecycle.settle_output(stored, config, found)
-        await closing.aclose_run(self, config, out, stored, scope)
+        await closing.aclose_run(self, config, out, scope)
         return out
 
     def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot:

@@ -58,13 +58,17 @@ _INVOKING: ContextVar[tuple[int, str] | None] = ContextVar(
 )
 
 
-def _driven(graph: Any, config: RunnableConfig | None) -> tuple[str, Any] | None:
-    """(thread, saver) of a top-level run of ``graph`` on a resilient saver, or None."""
+def _driven(
+    graph: Any, config: RunnableConfig | None, ledger: Any = None
+) -> tuple[str, Any] | None:
+    """(thread, saver) of a top-level run of ``graph`` on a resilient saver (one
+    that is a ``ledger``, if given), or None."""
     if not config or nested(config):
         return None
     thread = (config.get("configurable") or {}).get("thread_id")
     saver = getattr(graph, "checkpointer", None)
-    if thread is None or not (conforms(saver, RunLedger) or conforms(saver, AsyncRunLedger)):
+    ledgers = (RunLedger, AsyncRunLedger) if ledger is None else (ledger,)
+    if thread is None or not any(conforms(saver, x) for x in ledgers):
         return None
     return str(thread), saver
 
@@ -96,56 +100,58 @@ def _began(scope: RunScope | None) -> float | None:
     return scope.began if scope is not None else None
 
 
+def _returned(out: Any, snapshot: Any, scope: RunScope | None) -> tuple[int, str, Any] | None:
+    """`_paused`, from ``out``, ``invoke``'s output, or if None from the stored
+    ``snapshot`` (with the usage of ``scope``'s tally)."""
+    if out is None:
+        return _paused(with_usage(snapshot.values, scope), bool(snapshot.interrupts))
+    return _paused(out, isinstance(out, Mapping) and INTERRUPT_CHANNEL in out)
+
+
+_NOT_STORED = "could not store how run of thread %s returned: %s"
+
+
 def close_run(
     graph: Any,
     config: RunnableConfig | None,
     out: Any,
-    stored: Any = None,
     scope: RunScope | None = None,
 ) -> None:
     """Tell the run ledger that a top-level run returned paused (an interrupt:
     a run stored only at its exit has no row before), from ``out``, ``invoke``'s
-    output, or None: the stored state (a ``stream``). ``stored``: the output as
-    it came back (unused: kept for the callers' signature). Never fails the run:
-    a store that cannot be reached now leaves the row as the writes left it."""
-    driven = _driven(graph, config)
-    if driven is None or not conforms(driven[1], RunLedger):
+    output, or None: the stored state (a ``stream``). Never fails the run: a
+    store that cannot be reached now leaves the row as the writes left it."""
+    driven = _driven(graph, config, RunLedger)
+    if driven is None:
         return
     thread, saver = driven
     try:
-        if out is None:
-            snapshot = graph.get_state(config)
-            what = _paused(with_usage(snapshot.values, scope), bool(snapshot.interrupts))
-        else:
-            what = _paused(out, isinstance(out, Mapping) and INTERRUPT_CHANNEL in out)
+        snapshot = graph.get_state(config) if out is None else None
+        what = _returned(out, snapshot, scope)
         if what is not None:
             saver.history.close_run(thread, *what, _began(scope))
     except Exception as exc:
-        logger.warning("could not store how run of thread %s returned: %s", thread, exc)
+        logger.warning(_NOT_STORED, thread, exc)
 
 
 async def aclose_run(
     graph: Any,
     config: RunnableConfig | None,
     out: Any,
-    stored: Any = None,
     scope: RunScope | None = None,
 ) -> None:
     """Async twin of `close_run`."""
-    driven = _driven(graph, config)
-    if driven is None or not conforms(driven[1], AsyncRunLedger):
+    driven = _driven(graph, config, AsyncRunLedger)
+    if driven is None:
         return
     thread, saver = driven
     try:
-        if out is None:
-            snapshot = await graph.aget_state(config)
-            what = _paused(with_usage(snapshot.values, scope), bool(snapshot.interrupts))
-        else:
-            what = _paused(out, isinstance(out, Mapping) and INTERRUPT_CHANNEL in out)
+        snapshot = await graph.aget_state(config) if out is None else None
+        what = _returned(out, snapshot, scope)
         if what is not None:
             await saver.history.aclose_run(thread, *what, _began(scope))
     except Exception as exc:
-        logger.warning("could not store how run of thread %s returned: %s", thread, exc)
+        logger.warning(_NOT_STORED, thread, exc)
 
 
 def _left_to_stream(graph: Any, config: RunnableConfig | None) -> bool:
@@ -211,14 +217,14 @@ _NOT_TOLD = (GraphBubbleUp, CheckpointConflict, LeaseLost)
 
 
 def _to_tell(
-    graph: Any, config: RunnableConfig | None, exc: BaseException
+    graph: Any, config: RunnableConfig | None, exc: BaseException, ledger: Any
 ) -> tuple[str, Any] | None:
-    """(thread, saver) to tell that the call raised ``exc``, or None."""
+    """(thread, saver: a ``ledger``) to tell that the call raised ``exc``, or None."""
     if not isinstance(exc, Exception) or isinstance(exc, _NOT_TOLD):
         return None
     if fence_of(config) is not None:
         return None
-    return _driven(graph, config)
+    return _driven(graph, config, ledger)
 
 
 def _continued(input: Any) -> bool:
@@ -244,6 +250,9 @@ def _still_ended(ended: bool, checkpoints: Iterable[Any]) -> bool:
     return ended and not unrecovered_steps(checkpoints)
 
 
+_NOT_STORED_RAISED = "could not store that run of thread %s raised: %s"
+
+
 def failed(
     graph: Any,
     input: Any,
@@ -256,8 +265,8 @@ def failed(
     """Tell the run ledger the call raised ``exc``: ``scope``, the invoke's
     (`RunScope.outcome`); ``run``: the run a call without one drives (a plain
     parent's run `retry_failed` reopened)."""
-    driven = _to_tell(graph, config, exc)
-    if driven is None or not conforms(driven[1], RunLedger):
+    driven = _to_tell(graph, config, exc, RunLedger)
+    if driven is None:
         return
     thread, saver = driven
     number, ended = _outcome(scope, run)
@@ -266,7 +275,7 @@ def failed(
             ended = _still_ended(ended, run_part(saver.list(_thread_top(thread))))
         saver.history.fail_run(thread, number, ended, _continued(input), describe(exc))
     except Exception as err:
-        logger.warning("could not store that run of thread %s raised: %s", thread, err)
+        logger.warning(_NOT_STORED_RAISED, thread, err)
 
 
 async def afailed(
@@ -279,8 +288,8 @@ async def afailed(
     run: int | None = None,
 ) -> None:
     """Async twin of `failed`."""
-    driven = _to_tell(graph, config, exc)
-    if driven is None or not conforms(driven[1], AsyncRunLedger):
+    driven = _to_tell(graph, config, exc, AsyncRunLedger)
+    if driven is None:
         return
     thread, saver = driven
     number, ended = _outcome(scope, run)
@@ -290,4 +299,4 @@ async def afailed(
             ended = _still_ended(ended, found)
         await saver.history.afail_run(thread, number, ended, _continued(input), describe(exc))
     except Exception as err:
-        logger.warning("could not store that run of thread %s raised: %s", thread, err)
+        logger.warning(_NOT_STORED_RAISED, thread, err)

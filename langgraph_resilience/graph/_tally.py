@@ -48,47 +48,44 @@ def tally_of(task: TaskContext, log: Mapping[str, Any]) -> tuple[RunScope, Tally
     return None if tally is None else (scope, tally)
 
 
-def _due(task: TaskContext, state: Any) -> tuple[RunScope, int, Tally | None] | None:
-    """The scope and run of a top-level step, and the run's tally if the invoke
-    has one (None: a nested step, or no scope)."""
+def _due(config: RunnableConfig, state: Any) -> tuple[TaskContext, RunScope | None, int]:
+    """The context of the task ``config`` is of, knowing its run's tally when the
+    invoke has one (or none is needed: a nested step, or no scope); else with the
+    scope and run whose tally to load from the run's step rows."""
+    task = TaskContext(config=config)
     scope = task.scope
     if scope is None or not task.top_level:
-        return None
+        return task, None, 0
     run = _run(state)
-    return scope, run, scope.tally(run) or scope.start(run)
+    tally = scope.tally(run) or scope.start(run)
+    if tally is None:
+        return task, scope, run
+    return task.knowing(scope, tally), None, 0
 
 
 def ensure(config: RunnableConfig, state: Any) -> TaskContext:
     """The context of the task ``config`` is of, knowing its run's tally
     (`TaskContext.lean`), loaded from the run's step rows if the invoke has none
     yet (a nested step's knows none)."""
-    task = TaskContext(config=config)
-    due = _due(task, state)
-    if due is None:
+    task, scope, run = _due(config, state)
+    if scope is None:
         return task
-    scope, run, tally = due
-    if tally is None:
-        saver, thread = task.step_log, task.thread_id
-        counts, usage = saver.history.tally(thread, run) if saver and thread else ({}, {})
-        tally = scope.load(run, counts, usage)
-    return task.knowing(scope, tally)
+    saver, thread = task.step_log, task.thread_id
+    counts, usage = saver.history.tally(thread, run) if saver and thread else ({}, {})
+    return task.knowing(scope, scope.load(run, counts, usage))
 
 
 async def aensure(config: RunnableConfig, state: Any) -> TaskContext:
     """Async twin of `ensure`."""
-    task = TaskContext(config=config)
-    due = _due(task, state)
-    if due is None:
+    task, scope, run = _due(config, state)
+    if scope is None:
         return task
-    scope, run, tally = due
-    if tally is None:
-        saver, thread = task.async_step_log, task.thread_id
-        if saver is not None and thread:
-            counts, usage = await saver.history.atally(thread, run)
-        else:
-            counts, usage = {}, {}
-        tally = scope.load(run, counts, usage)
-    return task.knowing(scope, tally)
+    saver, thread = task.async_step_log, task.thread_id
+    if saver is not None and thread:
+        counts, usage = await saver.history.atally(thread, run)
+    else:
+        counts, usage = {}, {}
+    return task.knowing(scope, scope.load(run, counts, usage))
 
 
 def run_used(state: Any, task: TaskContext | None) -> dict[str, float]:

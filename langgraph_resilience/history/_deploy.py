@@ -4,7 +4,8 @@ Before a deploy, each thread the store holds in flight (running, paused on an
 interrupt, a `Budget` or a `Limit`, or ended with a partial result that waits
 for ``retry_failed``; a queued `Worker` run that has not started has no state
 yet, and nothing to check) is read once, all in one read
-(`checkpoint.runlog._heads`), and planned as
+(`checkpoint.runlog._heads`; on Redis, each thread's rows and head in one
+script, the threads one after another: `redis._runlog_parts`), and planned as
 the new graph would plan it on its next run (`graph._versions.plan`): ``ok`` (it
 goes on as stored), ``migrates`` (these migrations and renames would run) or
 ``blocked`` (why: a removed node, a newer version stored it, a required field
@@ -197,7 +198,7 @@ def check_deploy(saver: SaverOrGraph, builder: Any) -> DeployReport:
         >>> report = check_deploy(saver, build_graph())  # doctest: +SKIP
         >>> [t.thread_id for t in report.blocked]  # doctest: +SKIP
     """
-    store = reads.resilient_saver_of(saver, "check_deploy")
+    store = reads.saver_of(saver, "check_deploy")
     planner = _Planner(_compiled(store, builder))
     checks = []
     for head in store.history.heads():
@@ -211,7 +212,7 @@ def check_deploy(saver: SaverOrGraph, builder: Any) -> DeployReport:
 
 async def acheck_deploy(saver: SaverOrGraph, builder: Any) -> DeployReport:
     """Async twin of `check_deploy`."""
-    store = reads.async_resilient_saver_of(saver, "acheck_deploy")
+    store = reads.async_saver_of(saver, "acheck_deploy")
     planner = _Planner(_compiled(store, builder))
     checks = []
     for head in await store.history.aheads():

@@ -17,10 +17,11 @@ import os
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 from langgraph_resilience._util._heartbeat import every
+from langgraph_resilience._util._plans import Plan
 from langgraph_resilience._util._process import process_id
 from langgraph_resilience.checkpoint.ledger._limits import AsyncLimits, Limits
 from langgraph_resilience.errors import ConfigError, LimitBusy
@@ -158,12 +159,12 @@ def _admitted(
     return found
 
 
-def admit_sync(
-    saver: Any, name: str, op: Admit, sleep: Callable[[float], None] = time.sleep
-) -> Held | LimitBusy:
-    """Wait for ``op``'s limits (blocking): the `Held` of an admitted try, or the
-    `LimitBusy` it fails with."""
-    io = limits_io(saver, f"the policy of {name!r}")
+def _admitting(
+    name: str, op: Admit, io: Any
+) -> Generator[Nap | tuple[Any, ...], Any, Held | LimitBusy]:
+    """`admission` of ``op`` on ``io``, the I/O left to its driver: yields a `Nap`
+    to sleep, or the arguments of the acquire to run (sent its reply); returns
+    the `Held` of an admitted try, or the `LimitBusy` it fails with."""
     asks, hold, holder = asks_of(op.limits), os.urandom(8).hex(), process_id()
     steps = admission(op.limits, op.max_wait, random.random)
     reply: Any = None
@@ -172,13 +173,28 @@ def admit_sync(
         while True:
             step = steps.send(reply)
             if isinstance(step, Nap):
-                sleep(step.seconds)
+                yield step
                 waited += step.seconds
                 reply = None
             else:
-                reply = io.acquire(asks, hold, holder, LEASE, step.dead, step.blamed, step.waited)
+                reply = yield (asks, hold, holder, LEASE, step.dead, step.blamed, step.waited)
     except StopIteration as stop:
         return _admitted(name, op, io, hold, stop.value, waited)
+
+
+def admit_sync(
+    saver: Any, name: str, op: Admit, sleep: Callable[[float], None] = time.sleep
+) -> Held | LimitBusy:
+    """Wait for ``op``'s limits (blocking): the `Held` of an admitted try, or the
+    `LimitBusy` it fails with."""
+    io = limits_io(saver, f"the policy of {name!r}")
+    plan = Plan(_admitting(name, op, io))
+    for step in plan:
+        if isinstance(step, Nap):
+            sleep(step.seconds)
+        else:
+            plan.reply = io.acquire(*step)
+    return plan.value
 
 
 async def admit_async(
@@ -191,23 +207,13 @@ async def admit_async(
     io = limits_io(saver, f"the policy of {name!r}")
     if not isinstance(io, AsyncLimits):  # a sync saver under ainvoke: its I/O in a thread
         return await asyncio.to_thread(admit_sync, saver, name, op)
-    asks, hold, holder = asks_of(op.limits), os.urandom(8).hex(), process_id()
-    steps = admission(op.limits, op.max_wait, random.random)
-    reply: Any = None
-    waited = 0.0
-    try:
-        while True:
-            step = steps.send(reply)
-            if isinstance(step, Nap):
-                await sleep(step.seconds)
-                waited += step.seconds
-                reply = None
-            else:
-                reply = await io.aacquire(
-                    asks, hold, holder, LEASE, step.dead, step.blamed, step.waited
-                )
-    except StopIteration as stop:
-        return _admitted(name, op, io, hold, stop.value, waited)
+    plan = Plan(_admitting(name, op, io))
+    for step in plan:
+        if isinstance(step, Nap):
+            await sleep(step.seconds)
+        else:
+            plan.reply = await io.aacquire(*step)
+    return plan.value
 
 
 def _letting_go(op: Release) -> float | None:

@@ -351,6 +351,13 @@ def read_limits(d: Dialect, ended: Collection[str] = ()) -> Statements[list[Limi
 # -- the interfaces --------------------------------------------------------------------------
 
 
+#: How an acquire is written, by ``Dialect.procedures``: on Postgres one round trip,
+#: alone; on SQLite at once (an immediate transaction).
+_TAKING: dict[bool, dict[str, Any]] = {
+    p: {"pipeline": p, "alone": p, "relaxed": True} for p in (True, False)
+}
+
+
 class Limits(_Part):
     """Shared limits on a sync saver (`langgraph_resilience.limits` runs them)."""
 
@@ -370,9 +377,7 @@ class Limits(_Part):
         d = self._saver._dialect
         return self._io._write(
             lambda: acquire(d, asks, hold, holder, lease, dead, blamed, waited),
-            pipeline=d.procedures,  # Postgres: one round trip; SQLite: immediate
-            alone=d.procedures,
-            relaxed=True,
+            **_TAKING[d.procedures],
         )
 
     def defer(self, hold: str, names: tuple[str, ...], lease: float) -> None:
@@ -419,24 +424,10 @@ class AsyncLimits(Limits, _AsyncPart):
 
     __slots__ = ()
 
-    async def aacquire(
-        self,
-        asks: Sequence[LimitAsk],
-        hold: str,
-        holder: str,
-        lease: float,
-        dead: Sequence[str] = (),
-        blamed: str = "",
-        waited: float = 0.0,
-    ) -> Admission:
-        """Async twin of `Limits.acquire`."""
+    async def aacquire(self, *ask: Any) -> Admission:
+        """Async twin of `Limits.acquire` (its arguments, in its order)."""
         d = self._saver._dialect
-        return await self._saver._write(
-            lambda: acquire(d, asks, hold, holder, lease, dead, blamed, waited),
-            pipeline=d.procedures,  # Postgres: one round trip; SQLite: immediate
-            alone=d.procedures,
-            relaxed=True,
-        )
+        return await self._saver._write(lambda: acquire(d, *ask), **_TAKING[d.procedures])
 
     async def apause(self, paused: Sequence[str], pause: float, reason: str = "") -> None:
         """Async twin of `Limits.pause`."""

@@ -20,8 +20,9 @@ The run ledger (run rows,
 recoveries): ``_runlog_rows`` (the snapshot the SQL savers' statements run on),
 ``_runlog`` (its scripts: a thread's rows read, decided, stored with a
 compare-and-set in the script of their checkpoint or writes) and
-``_runlog_parts`` (``saver.history``: what `run_report`, `recovery_metrics` and
-`list_runs` read).
+``_runlog_parts`` (``saver.history``: what `run_report`, `recovery_metrics`,
+`list_runs` and `check_deploy` read). The save counters: ``_counts`` (counted by
+the scripts of ``put`` and ``put_writes``; ``read_counters``).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from langgraph_resilience.checkpoint.redis._common import (
     config_reply,
     judge,
 )
+from langgraph_resilience.checkpoint.redis._counts import counted, read_counts
 from langgraph_resilience.checkpoint.redis._driver import ALL_SCRIPTS, drive
 from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
@@ -62,6 +64,11 @@ from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, un
 from langgraph_resilience.checkpoint.runlog import _run_end, _run_log
 from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.checkpoint.saver._base import flush_quietly
+from langgraph_resilience.checkpoint.store._counters import (
+    CHECKPOINT_FAILED,
+    CHECKPOINT_OK,
+    WRITES_FAILED,
+)
 from langgraph_resilience.errors import ArchiveError
 from langgraph_resilience.policy import Backoff
 
@@ -125,14 +132,15 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         finally:
             conn.close()
 
-    def _run(self, op: Ops[T]) -> T:
-        return drive(self.conn, op, self.backoff, self.target)
+    def _run(self, op: Ops[T], failed: str | None = None) -> T:
+        return drive(self.conn, op, self.backoff, self.target, self._failed(failed))
 
-    def _drive(self, make: Callable[[], Ops[T]]) -> T:
-        """Run an operation; on a thread in the cold tier, restore it and run again."""
+    def _drive(self, make: Callable[[], Ops[T]], failed: str | None = None) -> T:
+        """Run an operation (each failed try counted as ``failed``, a save counter);
+        on a thread in the cold tier, restore it and run again."""
         while True:
             try:
-                return self._run(make())
+                return self._run(make(), failed)
             except Archived as found:
                 self._restore(found.thread_id)
 
@@ -232,14 +240,17 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
     ) -> RunnableConfig:
         led = self._put_ledger(config, checkpoint, metadata, new_versions)
         led = _run_end.end_checked(led, config, checkpoint, metadata, self.list)
-        op = lambda: self._riding(  # noqa: E731
-            _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions, led)
-        )
-        if not _ops.decides_rows(led):
-            done = self._drive(op)
-        else:
-            with self.place.ledger_lock(str(config["configurable"]["thread_id"])):
-                done = self._drive(op)
+        with counted(self._state.counters, CHECKPOINT_OK) as counts:
+            op = lambda: self._riding(  # noqa: E731
+                _ops.put(
+                    self.place, self.serde, config, checkpoint, metadata, new_versions, led, counts
+                )
+            )
+            if not _ops.decides_rows(led):
+                done = self._drive(op, CHECKPOINT_FAILED)
+            else:
+                with self.place.ledger_lock(str(config["configurable"]["thread_id"])):
+                    done = self._drive(op, CHECKPOINT_FAILED)
         _run_log.stored_put(config, led)  # the invoke's scope: its run, its end
         return done
 
@@ -251,17 +262,24 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         task_path: str = "",
     ) -> None:
         led = _steps.step_of_writes(config, writes, task_id, self.serde)
-        op = lambda: self._riding(  # noqa: E731
-            _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path, led)
-        )
         try:
-            if not _ops.decides_rows(led):
-                self._drive(op)
-            else:
-                with self.place.ledger_lock(str(config["configurable"]["thread_id"])):
-                    self._drive(op)
+            with self._counted_writes(writes) as counts:
+                op = lambda: self._riding(  # noqa: E731
+                    _ops.put_writes(
+                        self.place, self.serde, config, writes, task_id, task_path, led, counts
+                    )
+                )
+                if not _ops.decides_rows(led):
+                    self._drive(op, WRITES_FAILED)
+                else:
+                    with self.place.ledger_lock(str(config["configurable"]["thread_id"])):
+                        self._drive(op, WRITES_FAILED)
         finally:
             _steps.landed(config, task_id)  # its step, if any, is the store's to list
+
+    def read_counters(self, since: float | None = None) -> dict[str, int]:
+        """The save counters of every thread (`_counts`), as the SQL savers' read."""
+        return self._run(read_counts(self.place, self._state.counters, since))
 
     @property
     def history(self) -> RedisHistory:

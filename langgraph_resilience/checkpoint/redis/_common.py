@@ -9,17 +9,19 @@ checkpoints, writes, effects and failed tries), the run ledger (run rows,
 recoveries, step rows: `_runlog`, `_steps`) that ``run_report``,
 ``recovery_metrics`` and ``list_runs`` read, and shared `Limit`s
 (``saver.limits``: `_limits_parts`, their slots freed with the saver's next
-write: `_limits.releasing`). Refused, with `ConfigError` (the docs' "What Redis
-does not keep"): the heads ``check_deploy`` reads and the console's buttons (no
-save counters are kept); they live in the SQL savers' own transactions, and a
-weaker copy would break their promises silently.
+write: `_limits.releasing`), the heads ``check_deploy`` reads
+(``history.heads``) and the save counters (`_counts`). Refused, with
+`ConfigError` (the docs' "What Redis does not keep"): the console's buttons;
+they live in the SQL savers' own transactions, and a weaker copy would break
+their promises silently.
 """
 
 from __future__ import annotations
 
 import random
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -35,6 +37,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph_resilience.checkpoint.archive._objects import Archive, archive_of
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES, SizeBudget
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
+from langgraph_resilience.checkpoint.redis._counts import counted
 from langgraph_resilience.checkpoint.redis._durability import Durability, durability
 from langgraph_resilience.checkpoint.redis._effects import riding
 from langgraph_resilience.checkpoint.redis._effects_parts import RedisAttempts, RedisEffects
@@ -44,6 +47,7 @@ from langgraph_resilience.checkpoint.redis._ops import Ops, Place, T
 from langgraph_resilience.checkpoint.redis._tier import object_key
 from langgraph_resilience.checkpoint.runlog._run_log import PutLedger, ledger_of_put
 from langgraph_resilience.checkpoint.saver._base import SaverState
+from langgraph_resilience.checkpoint.store._counters import WRITES_OK
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.policy import Backoff
 
@@ -143,6 +147,7 @@ class RedisCommon(BaseCheckpointSaver[str]):
         self.durability = None
         # shared by copies (``compile()`` may ``copy.copy`` a saver): outcomes written behind
         self._state = SaverState()
+        self.place.counters = self._state.counters  # the save counts waiting (`_counts`)
 
     @property
     def effects(self) -> RedisEffects:
@@ -165,6 +170,22 @@ class RedisCommon(BaseCheckpointSaver[str]):
         return riding(
             self._state.outcomes, self.place, releasing(self._state.releases, self.place, op)
         )
+
+    def _failed(self, name: str | None) -> Callable[[], None] | None:
+        """What counts a failed try of a write as ``name`` (a save counter)."""
+        if name is None:
+            return None
+        counters = self._state.counters
+        return lambda: counters.add(name)
+
+    def _counted_writes(self, writes: Sequence[Any]) -> AbstractContextManager[str]:
+        """The counts a task's writes carry (`_counts.counted`); no writes store
+        nothing on Redis, and count their try as the SQL savers' empty
+        transaction does, riding with the next write."""
+        if not writes:
+            self._state.counters.add(WRITES_OK)
+            return nullcontext("")
+        return counted(self._state.counters, WRITES_OK)
 
     def list_effects(self, thread_id: str) -> Sequence[EffectRecord]:
         """A thread's side effects: key, name, intent and outcome times, status."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from redis import exceptions as rx
@@ -27,6 +28,9 @@ from langgraph_resilience.policy import Backoff
 __all__ = ["ALL_SCRIPTS", "adrive", "drive", "transient"]
 
 T = TypeVar("T")
+
+#: Told of a failed try of a batch (None: not counted).
+Failed = Callable[[], None] | None
 
 #: Every script the savers run: loaded by ``setup()`` and again when forgotten.
 ALL_SCRIPTS: tuple[Script, ...] = (
@@ -62,7 +66,9 @@ def _run(conn: Any, batch: list[Command]) -> list[Any]:
     return list(pipe.execute())
 
 
-def _send(conn: Any, batch: list[Command], backoff: Backoff, target: str) -> list[Any]:
+def _send(
+    conn: Any, batch: list[Command], backoff: Backoff, target: str, failed: Failed
+) -> list[Any]:
     attempt = 1
     while True:
         try:
@@ -72,6 +78,8 @@ def _send(conn: Any, batch: list[Command], backoff: Backoff, target: str) -> lis
         except Exception as exc:
             if isinstance(exc, rx.ResponseError) and (lost := lease_lost_of(exc)):
                 raise lost from None  # a fenced write refused
+            if failed is not None and isinstance(exc, rx.RedisError):
+                failed()  # a failed try, counted as the SQL savers count theirs
             if not transient(exc):
                 raise
             if attempt >= backoff.max_attempts:
@@ -80,14 +88,15 @@ def _send(conn: Any, batch: list[Command], backoff: Backoff, target: str) -> lis
             attempt += 1
 
 
-def drive(conn: Any, op: Ops[T], backoff: Backoff, target: str) -> T:
+def drive(conn: Any, op: Ops[T], backoff: Backoff, target: str, failed: Failed = None) -> T:
+    """Run ``op``; ``failed`` is told of each batch's failed try (the save counters)."""
     reply: list[Any] | None = None
     while True:
         try:
             batch = op.send(reply) if reply is not None else next(op)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        reply = _send(conn, batch, backoff, target)
+        reply = _send(conn, batch, backoff, target, failed)
 
 
 async def _arun(conn: Any, batch: list[Command]) -> list[Any]:
@@ -97,7 +106,9 @@ async def _arun(conn: Any, batch: list[Command]) -> list[Any]:
     return list(await pipe.execute())
 
 
-async def _asend(conn: Any, batch: list[Command], backoff: Backoff, target: str) -> list[Any]:
+async def _asend(
+    conn: Any, batch: list[Command], backoff: Backoff, target: str, failed: Failed
+) -> list[Any]:
     attempt = 1
     while True:
         try:
@@ -107,6 +118,8 @@ async def _asend(conn: Any, batch: list[Command], backoff: Backoff, target: str)
         except Exception as exc:
             if isinstance(exc, rx.ResponseError) and (lost := lease_lost_of(exc)):
                 raise lost from None  # a fenced write refused
+            if failed is not None and isinstance(exc, rx.RedisError):
+                failed()  # a failed try, counted as the SQL savers count theirs
             if not transient(exc):
                 raise
             if attempt >= backoff.max_attempts:
@@ -115,11 +128,12 @@ async def _asend(conn: Any, batch: list[Command], backoff: Backoff, target: str)
             attempt += 1
 
 
-async def adrive(conn: Any, op: Ops[T], backoff: Backoff, target: str) -> T:
+async def adrive(conn: Any, op: Ops[T], backoff: Backoff, target: str, failed: Failed = None) -> T:
+    """Async twin of `drive`."""
     reply: list[Any] | None = None
     while True:
         try:
             batch = op.send(reply) if reply is not None else next(op)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        reply = await _asend(conn, batch, backoff, target)
+        reply = await _asend(conn, batch, backoff, target, failed)

@@ -24,6 +24,9 @@ For a prefix ``P`` (default ``lgr``) and a thread ``T``:
   JSON of the SQL row. Not among the thread's data: like the SQL savers' run rows
   they never leave the hot tier (demotion leaves them; the TTL, delete and the
   delete strategies of ``prune`` take them with the thread);
+- ``P:{T}:cn`` (hash): the thread's save counters (`_counts`): ``<name>@<hour>`` ->
+  tries, counted by the scripts of ``put`` and ``put_writes``; kept hot and
+  expiring as the run ledger's rows;
 - ``P:runlog`` (sorted set): the threads that have run-ledger rows, for the
   readers across threads (written before the rows, so no row is ever unlisted);
 - ``P:run:{R}`` (set): the threads run ``R`` wrote (for ``delete_for_runs``);
@@ -61,6 +64,7 @@ from langgraph_resilience.errors import ConfigError
 
 __all__ = [
     "check_prefix",
+    "counts_key",
     "ledger_keys",
     "LedgerKeys",
     "limit_keys",
@@ -108,6 +112,11 @@ class LedgerKeys(NamedTuple):
 def ledger_keys(prefix: str, thread_id: str) -> LedgerKeys:
     base = f"{prefix}:{{{thread_id}}}"
     return LedgerKeys(*(f"{base}:{part}" for part in LedgerKeys._fields))
+
+
+def counts_key(prefix: str, thread_id: str) -> str:
+    """The thread's save counters (a hash, `_counts`), under its hash tag."""
+    return f"{prefix}:{{{thread_id}}}:cn"
 
 
 def runlog_key(prefix: str) -> str:

@@ -35,6 +35,7 @@ from langgraph_resilience.checkpoint.redis._keys import (
     SEP,
     ThreadKeys,
     check_prefix,
+    counts_key,
     ledger_keys,
     member,
     run_key,
@@ -72,6 +73,7 @@ from langgraph_resilience.checkpoint.runlog._run_log import (
     write_statements,
 )
 from langgraph_resilience.checkpoint.saver import _base, _threads
+from langgraph_resilience.checkpoint.store._counters import Counters
 from langgraph_resilience.checkpoint.store._schema import STEPS
 from langgraph_resilience.checkpoint.store._store import SQLITE, Statements
 
@@ -91,10 +93,18 @@ LIST_BATCH = 64
 class Place:
     """Where a saver keeps its keys and for how long (``ttl_ms`` 0: no TTL)."""
 
-    def __init__(self, prefix: str, ttl_ms: int, sizes: SizeBudget | None = None) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        ttl_ms: int,
+        sizes: SizeBudget | None = None,
+        counters: Counters | None = None,
+    ) -> None:
         self.prefix = check_prefix(prefix)
         self.ttl_ms = ttl_ms
         self.sizes = sizes or SizeBudget()
+        #: The save counts waiting to ride with a write (`_counts`), the saver's.
+        self.counters = counters or Counters()
         self._ledger: LedgerSnapshot | None = None
         self._locks = tuple(threading.Lock() for _ in range(LOCK_STRIPES))
         self._alocks: tuple[asyncio.Lock, ...] | None = None
@@ -138,6 +148,13 @@ def run(script: Script, keys: Sequence[str], *args: Any) -> Command:
     return ("EVALSHA", script.sha, len(keys), *keys, *args)
 
 
+def _write_keys(place: Place, thread_id: str) -> tuple[str, ...]:
+    """A ``put`` or ``put_writes`` script's KEYS: the thread's, its ledger keys,
+    its save counters."""
+    prefix = place.prefix
+    return (*place.keys(thread_id), *ledger_keys(prefix, thread_id), counts_key(prefix, thread_id))
+
+
 def put(
     place: Place,
     serde: SerializerProtocol,
@@ -146,9 +163,11 @@ def put(
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
     led: PutLedger | None = None,
+    counts: str = "",
 ) -> Ops[RunnableConfig]:
     """A checkpoint, and the run it starts or ends (``led``: `_run_log.ledger_of_put`,
-    its rows stored in the checkpoint's script, `_runlog`)."""
+    its rows stored in the checkpoint's script, `_runlog`), and the save counts
+    (``counts``: `_counts.counted`) added by the same script."""
     del new_versions  # the whole checkpoint is one record, as SqliteSaver keeps it
     thread_id, ns, parent_id = _base.thread_key(config)
     type_, blob = serde.dumps_typed(checkpoint)
@@ -161,10 +180,10 @@ def put(
         len(record),
         lambda: f"checkpoint {cid} of thread {thread_id!r}",
         lambda: channel_sizes(checkpoint.get("channel_values", {}), serde.dumps_typed),
-        lambda counter: None,  # no save counters on Redis (docs/redis.md)
+        place.counters.add,
     )
     run_id = str(meta_dict.get("run_id") or "")
-    keys = (*place.keys(thread_id), *ledger_keys(place.prefix, thread_id))
+    keys = _write_keys(place, thread_id)
     while True:
         ledger = yield from _decided(
             place, thread_id, "", None if led is None else lambda: put_statements(SQLITE, led)
@@ -181,6 +200,7 @@ def put(
             run_id,
             place.ttl_ms,
             *ledger.args,
+            counts,
         )
         batch = [index(place.prefix, thread_id)] if ledger.stores else []
         at = len(batch)
@@ -247,9 +267,11 @@ def put_writes(
     task_id: str,
     task_path: str,
     led: WriteLedger | None = None,
+    counts: str = "",
 ) -> Ops[None]:
     """A task's writes, and what they tell the run ledger (``led``:
-    `_run_log.ledger_of_writes`): its step's row, its run's, in one script."""
+    `_run_log.ledger_of_writes`): its step's row, its run's, and the save counts
+    (``counts``), in one script."""
     thread_id, ns, cid = _base.thread_key(config)
     if cid is None or not writes:
         return
@@ -262,7 +284,7 @@ def put_writes(
             f"{task_id}\0{idx}",
             pack_write(cid, task_id, task_path, idx, channel, type_, blob),
         ]
-    keys = (*place.keys(thread_id), *ledger_keys(place.prefix, thread_id))
+    keys = _write_keys(place, thread_id)
     fast = led is None or _only_step(led)
     step = step_row(led) if led is not None and led.step is not None else None
     while True:
@@ -271,7 +293,7 @@ def put_writes(
         field, row = (step if fast else ledger.step) or ("", "")
         command = run(
             PUT_WRITES, keys, member(ns, cid), int(replace), place.ttl_ms, field, row,
-            *ledger.args, *args,
+            *ledger.args, counts, *args,
         )  # fmt: skip
         batch = [index(place.prefix, thread_id)] if ledger.stores else []
         batch += [
@@ -384,7 +406,7 @@ def delete_thread(place: Place, thread_id: str) -> Ops[str | None]:
     keys = place.keys(thread_id)
     replies = yield [
         ("GET", keys.archived),
-        ("DEL", *keys, *ledger_keys(place.prefix, thread_id)),
+        ("DEL", *keys, *ledger_keys(place.prefix, thread_id), counts_key(place.prefix, thread_id)),
         ("ZREM", threads_key(place.prefix), thread_id),
         ("ZREM", runlog_key(place.prefix), thread_id),
     ]

@@ -17,7 +17,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph_resilience.checkpoint.store._sums import checkpoint_sum, write_sum
 from langgraph_resilience.errors import CheckpointCorrupt
 
-__all__ = ["pack_checkpoint", "pack_write", "read_tuple"]
+__all__ = ["checkpoint_row", "pack_checkpoint", "pack_write", "read_tuple", "write_channel"]
 
 
 def _pack(header: dict[str, Any], blob: bytes) -> bytes:
@@ -50,6 +50,28 @@ def pack_write(
 ) -> bytes:
     crc = write_sum(checkpoint_id, task_id, task_path, idx, channel, type_, blob)
     return _pack({"p": task_path, "c": channel, "t": type_, "s": crc}, blob)
+
+
+def checkpoint_row(
+    thread_id: str, checkpoint_id: str, record: bytes
+) -> tuple[str | None, str, bytes, bytes, int]:
+    """A checkpoint record as the SQLite table's columns (parent, type, blob,
+    metadata, sum), for a reader that runs the SQL savers' statements on them
+    (`check_deploy`'s heads: the statement verifies the sum); `CheckpointCorrupt`
+    when the record does not decode."""
+    try:
+        header, blob = _unpack(record)
+        parent = header["p"]
+        return parent, str(header["t"]), blob, str(header["m"]).encode(), int(header["s"])
+    except Exception as exc:
+        raise CheckpointCorrupt(
+            thread_id=thread_id, checkpoint_ns="", checkpoint_id=checkpoint_id, cause=exc
+        ) from exc
+
+
+def write_channel(header: bytes) -> str:
+    """The channel a write record's header names (its value not read)."""
+    return str(json.loads(header)["c"])
 
 
 def read_tuple(

@@ -81,7 +81,9 @@ _STEP_AT = ThreadKeys._fields.index("st") + 1
 #: reader's read (also the steps, the interrupts, the tries, the effects and the
 #: `Worker`'s runs and takeovers), 0 for a write's; the interrupt's write index;
 #: a step row's field to read ('' none); 1 to read the ledger rows only, also of
-#: a thread in the cold tier (whose ledger stays hot: a `Worker`'s end). Returns
+#: a thread in the cold tier (whose ledger stays hot: a `Worker`'s end); 1 (with a
+#: reader's) to read also the head: the latest top-level checkpoint's record and
+#: its writes' ``<task_id>\0<idx>`` and record headers (`check_deploy`). Returns
 #: -7 (the thread is in the cold tier), or {rl, rc, rp, latest top-level member,
 #: checkpoint ids of run rows that are top-level checkpoints, then the step row
 #: (a write's) or the rest}.
@@ -114,6 +116,18 @@ if ARGV[1] == '1' then
   table.insert(out, redis.call('HVALS', KEYS[8]))
   table.insert(out, redis.call('HGETALL', KEYS[14]))
   table.insert(out, redis.call('HGETALL', KEYS[15]))
+  if ARGV[5] == '1' and head[1] then
+    table.insert(out, redis.call('HGET', KEYS[1], head[1]) or '')
+    local ws = {}
+    for line in string.gmatch(redis.call('HGET', KEYS[4], head[1]) or '', '[^\n]+') do
+      local rec = redis.call('HGET', KEYS[3], head[1] .. '\0' .. line)
+      if rec then
+        table.insert(ws, line)
+        table.insert(ws, string.sub(rec, 1, (string.find(rec, '\n', 1, true) or 0) - 1))
+      end
+    end
+    table.insert(out, ws)
+  end
 elseif ARGV[3] ~= '' then
   table.insert(out, redis.call('HGET', KEYS[10], ARGV[3]) or '')
 else
@@ -191,7 +205,13 @@ def held_of(thread_id: str, reply: Any) -> Held:
 
 
 def read_command(
-    prefix: str, thread_id: str, *, full: bool, step_field: str = "", rows_only: bool = False
+    prefix: str,
+    thread_id: str,
+    *,
+    full: bool,
+    step_field: str = "",
+    rows_only: bool = False,
+    head: bool = False,
 ) -> Command:
     keys = read_keys(prefix, thread_id)
     return (
@@ -203,6 +223,7 @@ def read_command(
         _interrupt_idx(),
         step_field,
         "1" if rows_only else "0",
+        "1" if head else "0",
     )
 
 

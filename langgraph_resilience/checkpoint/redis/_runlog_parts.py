@@ -1,6 +1,7 @@
 """``saver.history`` of the Redis savers: the run ledger's writes of their own
 (``close_run``, ``fail_run``, ``reopen_run``, ``note_recovery``: `_runlog.apply`)
-and its readers (what `run_report`, `recovery_metrics` and `list_runs` read),
+and its readers (what `run_report`, `recovery_metrics`, `list_runs` and
+`check_deploy`'s ``heads`` read),
 each the SQL savers' statements run on the saver's snapshot (`_runlog_rows`)
 loaded with the rows of the threads read. Written once for both twins: a sync
 saver drives an operation with ``saver._drive``; an async saver's a-methods
@@ -31,6 +32,7 @@ from langgraph_resilience.checkpoint.ledger._runs import RunRecord
 from langgraph_resilience.checkpoint.redis._effects import unpack
 from langgraph_resilience.checkpoint.redis._keys import SEP, runlog_key
 from langgraph_resilience.checkpoint.redis._ops import Ops, Place
+from langgraph_resilience.checkpoint.redis._records import checkpoint_row, write_channel
 from langgraph_resilience.checkpoint.redis._runlog import (
     Held,
     apply,
@@ -45,6 +47,7 @@ from langgraph_resilience.checkpoint.redis._runlog import (
 )
 from langgraph_resilience.checkpoint.redis._runlog_rows import LedgerSnapshot
 from langgraph_resilience.checkpoint.runlog._events import StoredAttempt
+from langgraph_resilience.checkpoint.runlog._heads import Head, read_heads
 from langgraph_resilience.checkpoint.runlog._run_log_reads import Cursor, RunLogRecord
 from langgraph_resilience.checkpoint.runlog._run_metrics import RunCounts, read_metrics
 from langgraph_resilience.checkpoint.runlog._run_summaries import (
@@ -119,10 +122,28 @@ def _runs_of(flat: Any) -> list[RunRecord]:
     return [_runs.record_of(raw) for f, raw in pairs(flat).items() if not f.startswith(SEP)]
 
 
+def _load_head(snapshot: LedgerSnapshot, thread_id: str, held: Held) -> None:
+    """The thread's head, when read (`read_command`'s ``head``: the record and its
+    writes' headers follow the reader's six parts; the head is the first of
+    ``held.checkpoints``)."""
+    record, writes = held.rest[6:8]
+    if not record:
+        return
+    checkpoint_id = held.checkpoints[0]
+    row = checkpoint_row(thread_id, checkpoint_id, bytes(record))
+    found = []
+    for suffix, header in zip(writes[::2], writes[1::2], strict=True):
+        task_id, _, idx = text(suffix).partition(SEP)
+        found.append((task_id, int(idx), write_channel(bytes(header))))
+    snapshot.load_head(thread_id, checkpoint_id, row, found)
+
+
 def _load_full(snapshot: LedgerSnapshot, thread_id: str, held: Held) -> list[Any]:
     """A reader's read of one thread into the snapshot (lock held); its takeovers."""
     load(snapshot, thread_id, held)
-    steps, marks, tries, effects, _, takeovers = held.rest
+    steps, marks, tries, effects, _, takeovers = held.rest[:6]
+    if len(held.rest) > 6:
+        _load_head(snapshot, thread_id, held)
     snapshot.load(STEPS, ((thread_id, *step_of(raw)[1:]) for raw in steps))
     snapshot.load_interrupts(thread_id, interrupted(marks))
     snapshot.load(ATTEMPTS, _attempt_rows(thread_id, tries))
@@ -130,8 +151,15 @@ def _load_full(snapshot: LedgerSnapshot, thread_id: str, held: Held) -> list[Any
     return [(thread_id, key, json.loads(raw)) for key, raw in pairs(takeovers).items()]
 
 
-def read_threads(place: Place, thread_id: str | None, reads: Callable[[], Statements[T]]) -> Ops[T]:
-    """Run a reader of the run ledger on one thread's rows, or on every thread's."""
+def read_threads(
+    place: Place,
+    thread_id: str | None,
+    reads: Callable[[], Statements[T]],
+    *,
+    heads: bool = False,
+) -> Ops[T]:
+    """Run a reader of the run ledger on one thread's rows, or on every thread's
+    (with ``heads``, each thread's head too, read in the same script)."""
     if thread_id is not None:
         threads = [thread_id]
         records: list[RunRecord] | None = None
@@ -142,7 +170,7 @@ def read_threads(place: Place, thread_id: str | None, reads: Callable[[], Statem
     helds: list[tuple[str, Held]] = []
     for i in range(0, len(threads), READ_BATCH):
         batch = threads[i : i + READ_BATCH]
-        replies = yield [read_command(place.prefix, t, full=True) for t in batch]
+        replies = yield [read_command(place.prefix, t, full=True, head=heads) for t in batch]
         helds += [(t, held_of(t, reply)) for t, reply in zip(batch, replies, strict=True)]
     snapshot = place.ledger
     with snapshot.lock:
@@ -178,9 +206,8 @@ def _runs_of_thread(place: Place, thread_id: str | None) -> Ops[list[RunRecord]]
 
 class RedisHistory:
     """The run ledger on Redis (`runlog._history.History`'s methods the package
-    uses: what `run_report`, `recovery_metrics`, `list_runs` and the drivers
-    need; not ``heads`` nor ``storage``, which the SQL savers' `check_deploy`
-    and archive commands read)."""
+    uses: what `run_report`, `recovery_metrics`, `list_runs`, `check_deploy`
+    and the drivers need)."""
 
     __slots__ = ("_saver",)
 
@@ -233,6 +260,12 @@ class RedisHistory:
         self, statuses: Sequence[str] | None, limit: int
     ) -> Make[list[tuple[Any, ...]]]:
         return self._read(None, lambda: list_summaries(SQLITE, statuses, limit))
+
+    def _m_heads(self) -> Make[list[Head]]:
+        loads = self._saver.serde.loads_typed
+        return lambda: read_threads(
+            self._place, None, lambda: read_heads(SQLITE, loads), heads=True
+        )
 
     def _m_thread_ledger(self, thread_id: str) -> Make[ThreadLedger]:
         return self._read(thread_id, lambda: read_thread_ledger(SQLITE, thread_id))
@@ -310,6 +343,11 @@ class RedisHistory:
     def thread_ledger(self, thread_id: str) -> ThreadLedger:
         """One thread's ledger rows, for `run_report` (`_run_summaries`)."""
         return self._go(self._m_thread_ledger(thread_id))
+
+    def heads(self) -> list[Head]:
+        """The head of every thread in flight, newest first, for `check_deploy`
+        (`runlog._heads.read_heads`, run on each thread's rows and head)."""
+        return self._go(self._m_heads())
 
     def run_row(self, thread_id: str, run: int) -> RunLogRecord | None:
         """One run of a thread, as the run ledger holds it (None: no row)."""
@@ -394,6 +432,10 @@ class AsyncRedisHistory(RedisHistory):
 
     async def athread_ledger(self, thread_id: str) -> ThreadLedger:
         return await self._ago(self._m_thread_ledger(thread_id))
+
+    async def aheads(self) -> list[Head]:
+        """Async twin of `heads`."""
+        return await self._ago(self._m_heads())
 
     async def arun_row(self, thread_id: str, run: int) -> RunLogRecord | None:
         """Async twin of `run_row`."""

@@ -37,6 +37,7 @@ from langgraph_resilience.checkpoint.store._schema import (
     RUN_LOG,
     RUNS,
     STEPS,
+    SUM,
     migrate,
 )
 from langgraph_resilience.checkpoint.store._store import SQLITE, Statements, Table, execute
@@ -142,6 +143,28 @@ class LedgerSnapshot:
             "INSERT OR IGNORE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id) "
             "VALUES (?, '', ?)",
             [(thread_id, c) for c in checkpoint_ids],
+        )
+
+    def load_head(
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        row: tuple[str | None, str, bytes, bytes, int],
+        writes: Iterable[tuple[str, int, str]],
+    ) -> None:
+        """A thread's head (its latest top-level checkpoint: parent, type, blob,
+        metadata, sum, as the SQLite table keeps them) and its writes' tasks and
+        channels (no values): what `runlog._heads.read_heads` reads."""
+        self._conn.execute(
+            "INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
+            f"parent_checkpoint_id, type, checkpoint, metadata, {SUM}) "
+            "VALUES (?, '', ?, ?, ?, ?, ?, ?)",
+            (thread_id, checkpoint_id, *row),
+        )
+        self._conn.executemany(
+            "INSERT OR IGNORE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, "
+            "idx, channel, type, value) VALUES (?, '', ?, ?, ?, ?, NULL, NULL)",
+            [(thread_id, checkpoint_id, t, i, c) for t, i, c in writes],
         )
 
     def load_interrupts(self, thread_id: str, tasks: Iterable[tuple[str, str]]) -> None:

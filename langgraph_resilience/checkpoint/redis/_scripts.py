@@ -80,6 +80,16 @@ end
     ).replace("RL", str(rl))
 
 
+# The save counters (`_counts`): ARGV[at] is ``<name>@<hour>=<n>`` lines, added
+# to the thread's counters, KEYS[14] (`_keys.counts_key`), by a write that stored.
+COUNT = r"""
+local function count(at)
+  for f, n in string.gmatch(ARGV[at] or '', '([^\n=]+)=(%d+)') do
+    redis.call('HINCRBY', KEYS[14], f, n)
+  end
+end
+"""
+
 #: In a thread's scripts, the ledger keys follow its ten (`_keys.LedgerKeys`).
 LEDGER = ledger_lua(11)
 
@@ -95,9 +105,10 @@ local function drop(m)
 end
 """
 
-#: KEYS: the thread's, then its ledger keys (`_keys.LedgerKeys`). ARGV: member,
-#: record, ns, check_fork (1/0), parent_id, checkpoint_id, run_id, ttl_ms, then the
-#: run ledger's rows (`LEDGER`, at 9). Returns {0} (already stored: a no-op, the
+#: KEYS: the thread's, then its ledger keys (`_keys.LedgerKeys`), its counters.
+#: ARGV: member, record, ns, check_fork (1/0), parent_id, checkpoint_id, run_id,
+#: ttl_ms, then the run ledger's rows (`LEDGER`, at 9), then the counts (`COUNT`).
+#: Returns {0} (already stored: a no-op, the
 #: ledger's rows stored), {1} (stored), {2, head_id} (a fork refused), {3} (the
 #: ledger moved since its rows were decided: nothing stored, decide again).
 PUT = Script(
@@ -105,10 +116,14 @@ PUT = Script(
     _RENEW
     + _GUARD
     + LEDGER
+    + COUNT
     + r"""
 local m = ARGV[1]
+local counts = 11 + 3 * tonumber(ARGV[10])
 if ledger_moved(9) then return {3} end
-if redis.call('HEXISTS', KEYS[1], m) == 1 then ledger_store(9) renew(ARGV[8]) return {0} end
+if redis.call('HEXISTS', KEYS[1], m) == 1 then
+  ledger_store(9) count(counts) renew(ARGV[8]) return {0}
+end
 if ARGV[4] == '1' then
   local ns = ARGV[3]
   local newer = redis.call('ZREVRANGEBYLEX', KEYS[2], '(' .. ns .. '\1',
@@ -126,29 +141,31 @@ if ARGV[7] ~= '' then
   local runs = redis.call('HGET', KEYS[6], ARGV[7])
   redis.call('HSET', KEYS[6], ARGV[7], runs and (runs .. '\n' .. m) or m)
 end
+count(counts)
 renew(ARGV[8])
 return {1}
 """,
 )
 
-#: KEYS: the thread's, then its ledger keys. ARGV: member, replace (1: special
-#: channels, replaced; 0: first kept), ttl_ms, the step row's field in ``st`` (''
-#: for none) and its row, the run ledger's rows (`LEDGER`, at 6), then
-#: (task_id\0idx, record) pairs. Returns how many writes were new, or -3: the
-#: ledger moved since its rows were decided (nothing stored). A step row is
-#: stored once.
+#: KEYS: the thread's, then its ledger keys, its counters. ARGV: member, replace
+#: (1: special channels, replaced; 0: first kept), ttl_ms, the step row's field
+#: in ``st`` ('' for none) and its row, the run ledger's rows (`LEDGER`, at 6),
+#: the counts (`COUNT`), then (task_id\0idx, record) pairs. Returns how many
+#: writes were new, or -3: the ledger moved since its rows were decided (nothing
+#: stored). A step row is stored once.
 PUT_WRITES = Script(
     "put_writes",
     _RENEW
     + _GUARD
     + LEDGER
+    + COUNT
     + r"""
 local m = ARGV[1]
 local added = {}
 if ledger_moved(6) then return -3 end
 ledger_store(6)
 if ARGV[4] ~= '' then redis.call('HSETNX', KEYS[10], ARGV[4], ARGV[5]) end
-local first = 8 + 3 * tonumber(ARGV[7])
+local first = 9 + 3 * tonumber(ARGV[7])
 for i = first, #ARGV, 2 do
   local field = m .. '\0' .. ARGV[i]
   local new
@@ -161,6 +178,7 @@ if #added > 0 then
   local joined = table.concat(added, '\n')
   redis.call('HSET', KEYS[4], m, listed and (listed .. '\n' .. joined) or joined)
 end
+count(first - 1)
 renew(ARGV[3])
 return #added
 """,

@@ -34,6 +34,7 @@ from langgraph_resilience.checkpoint.redis._common import (
     config_reply,
     judge,
 )
+from langgraph_resilience.checkpoint.redis._counts import counted, read_counts
 from langgraph_resilience.checkpoint.redis._driver import ALL_SCRIPTS, adrive
 from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._effects_parts import (
@@ -48,6 +49,11 @@ from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, un
 from langgraph_resilience.checkpoint.runlog import _run_end, _run_log
 from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.checkpoint.saver._base import aflush_quietly
+from langgraph_resilience.checkpoint.store._counters import (
+    CHECKPOINT_FAILED,
+    CHECKPOINT_OK,
+    WRITES_FAILED,
+)
 from langgraph_resilience.errors import ArchiveError
 from langgraph_resilience.policy import Backoff
 
@@ -124,14 +130,14 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         """Async twin of `list_effects`."""
         return await self.effects.alisted(str(thread_id))
 
-    async def _run(self, op: Ops[T]) -> T:
-        return await adrive(self.conn, op, self.backoff, self.target)
+    async def _run(self, op: Ops[T], failed: str | None = None) -> T:
+        return await adrive(self.conn, op, self.backoff, self.target, self._failed(failed))
 
-    async def _drive(self, make: Callable[[], Ops[T]]) -> T:
+    async def _drive(self, make: Callable[[], Ops[T]], failed: str | None = None) -> T:
         """As `ResilientRedisSaver._drive`."""
         while True:
             try:
-                return await self._run(make())
+                return await self._run(make(), failed)
             except Archived as found:
                 await self._restore(found.thread_id)
 
@@ -225,14 +231,17 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
     ) -> RunnableConfig:
         led = self._put_ledger(config, checkpoint, metadata, new_versions)
         led = await _run_end.aend_checked(led, config, checkpoint, metadata, self.alist)
-        op = lambda: self._riding(  # noqa: E731
-            _ops.put(self.place, self.serde, config, checkpoint, metadata, new_versions, led)
-        )
-        if not _ops.decides_rows(led):
-            done = await self._drive(op)
-        else:
-            async with self.place.aledger_lock(str(config["configurable"]["thread_id"])):
-                done = await self._drive(op)
+        with counted(self._state.counters, CHECKPOINT_OK) as counts:
+            op = lambda: self._riding(  # noqa: E731
+                _ops.put(
+                    self.place, self.serde, config, checkpoint, metadata, new_versions, led, counts
+                )
+            )
+            if not _ops.decides_rows(led):
+                done = await self._drive(op, CHECKPOINT_FAILED)
+            else:
+                async with self.place.aledger_lock(str(config["configurable"]["thread_id"])):
+                    done = await self._drive(op, CHECKPOINT_FAILED)
         _run_log.stored_put(config, led)  # the invoke's scope: its run, its end
         return done
 
@@ -244,17 +253,27 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         task_path: str = "",
     ) -> None:
         led = _steps.step_of_writes(config, writes, task_id, self.serde)
-        op = lambda: self._riding(  # noqa: E731
-            _ops.put_writes(self.place, self.serde, config, writes, task_id, task_path, led)
-        )
         try:
-            if not _ops.decides_rows(led):
-                await self._drive(op)
-            else:
-                async with self.place.aledger_lock(str(config["configurable"]["thread_id"])):
-                    await self._drive(op)
+            with self._counted_writes(writes) as counts:
+                op = lambda: self._riding(  # noqa: E731
+                    _ops.put_writes(
+                        self.place, self.serde, config, writes, task_id, task_path, led, counts
+                    )
+                )
+                if not _ops.decides_rows(led):
+                    await self._drive(op, WRITES_FAILED)
+                else:
+                    async with self.place.aledger_lock(str(config["configurable"]["thread_id"])):
+                        await self._drive(op, WRITES_FAILED)
         finally:
             _steps.landed(config, task_id)  # its step, if any, is the store's to list
+
+    async def aread_counters(self, since: float | None = None) -> dict[str, int]:
+        """Async twin of `ResilientRedisSaver.read_counters`."""
+        return await self._run(read_counts(self.place, self._state.counters, since))
+
+    def read_counters(self, since: float | None = None) -> dict[str, int]:
+        return self._bridge(self.aread_counters(since))
 
     @property
     def history(self) -> AsyncRedisHistory:

@@ -11,19 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.pregel import Pregel
 
+from langgraph_resilience._util._plans import Plan
 from langgraph_resilience.checkpoint._protocol import (
     AsyncEffectLedger,
-    AsyncResilientSaver,
     AsyncRunLedger,
+    AsyncSaveCounters,
     EffectLedger,
-    ResilientSaver,
     RunLedger,
+    SaveCounters,
 )
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
@@ -130,15 +131,16 @@ def effects(thread_id: str) -> Read[Sequence[EffectRecord]]:
 
 
 def counters(since: float | None) -> Read[dict[str, int]]:
-    """The save counters (`store._counters`); none on a saver that keeps none (Redis)."""
+    """The save counters (`store._counters`; on Redis, `redis._counts`); none on a
+    saver that keeps none."""
     return Read(
-        sync=lambda s: s.read_counters(since) if isinstance(s, ResilientSaver) else {},
+        sync=lambda s: s.read_counters(since) if isinstance(s, SaveCounters) else {},
         async_=lambda s: _acounters(s, since),
     )
 
 
 async def _acounters(saver: AsyncRunLedger, since: float | None) -> dict[str, int]:
-    if isinstance(saver, AsyncResilientSaver):
+    if isinstance(saver, AsyncSaveCounters):
         return await saver.aread_counters(since)
     return {}
 
@@ -152,81 +154,57 @@ def _checkpointer(target: object) -> object:
     return getattr(target, "checkpointer", None) or target
 
 
-def _wrong(target: object, what: str, wanted: str) -> ConfigError:
-    return ConfigError(
-        f"{what} reads a resilient saver's store: pass {wanted} (or a graph compiled with "
-        f"one; the a-prefixed twin takes an async saver, the other a sync one), got "
-        f"{type(_checkpointer(target)).__name__}"
-    )
+#: What each reader wants, named in its `ConfigError` (`_of`).
+_WANTED: dict[Any, str] = {
+    RunLedger: "ResilientSqliteSaver, ResilientPostgresSaver or ResilientRedisSaver",
+    AsyncRunLedger: (
+        "AsyncResilientSqliteSaver, AsyncResilientPostgresSaver or AsyncResilientRedisSaver"
+    ),
+    EffectLedger: "a resilient saver (SQLite, Postgres or Redis)",
+    AsyncEffectLedger: "an async resilient saver (SQLite, Postgres or Redis)",
+}
+
+
+def _of(target: object, what: str, kind: Any) -> Any:
+    """The saver of ``target`` (`_checkpointer`) if it is a ``kind``; else the
+    `ConfigError` that names what ``what`` wants."""
+    saver = _checkpointer(target)
+    if not isinstance(saver, kind):
+        raise ConfigError(
+            f"{what} reads a resilient saver's store: pass {_WANTED[kind]} (or a graph "
+            "compiled with one; the a-prefixed twin takes an async saver, the other a sync "
+            f"one), got {type(saver).__name__}"
+        )
+    return saver
 
 
 def saver_of(target: object, what: str) -> RunLedger:
     """The saver (or a compiled graph's) as a keeper of the run ledger."""
-    saver = _checkpointer(target)
-    if not isinstance(saver, RunLedger):
-        raise _wrong(
-            target, what, "ResilientSqliteSaver, ResilientPostgresSaver or ResilientRedisSaver"
-        )
-    return saver
+    return cast(RunLedger, _of(target, what, RunLedger))
 
 
 def async_saver_of(target: object, what: str) -> AsyncRunLedger:
-    saver = _checkpointer(target)
-    if not isinstance(saver, AsyncRunLedger):
-        raise _wrong(
-            target,
-            what,
-            "AsyncResilientSqliteSaver, AsyncResilientPostgresSaver or AsyncResilientRedisSaver",
-        )
-    return saver
-
-
-def resilient_saver_of(target: object, what: str) -> ResilientSaver:
-    """As `saver_of`, for what reads more than the run ledger (``history.heads``,
-    the save counters): a SQL saver (the Redis savers keep neither)."""
-    saver = _checkpointer(target)
-    if not isinstance(saver, ResilientSaver):
-        raise _wrong(target, what, "ResilientSqliteSaver or ResilientPostgresSaver")
-    return saver
-
-
-def async_resilient_saver_of(target: object, what: str) -> AsyncResilientSaver:
-    saver = _checkpointer(target)
-    if not isinstance(saver, AsyncResilientSaver):
-        raise _wrong(target, what, "AsyncResilientSqliteSaver or AsyncResilientPostgresSaver")
-    return saver
+    return cast(AsyncRunLedger, _of(target, what, AsyncRunLedger))
 
 
 def ledger_of(target: object, what: str) -> EffectLedger:
     """As `saver_of`, for what needs only the step ledger (the Redis savers too)."""
-    saver = _checkpointer(target)
-    if not isinstance(saver, EffectLedger):
-        raise _wrong(target, what, "a resilient saver (SQLite, Postgres or Redis)")
-    return saver
+    return cast(EffectLedger, _of(target, what, EffectLedger))
 
 
 def async_ledger_of(target: object, what: str) -> AsyncEffectLedger:
-    saver = _checkpointer(target)
-    if not isinstance(saver, AsyncEffectLedger):
-        raise _wrong(target, what, "an async resilient saver (SQLite, Postgres or Redis)")
-    return saver
+    return cast(AsyncEffectLedger, _of(target, what, AsyncEffectLedger))
 
 
 def drive(saver: RunLedger, reads: Reads[T]) -> T:
-    reply: Any = None
-    while True:
-        try:
-            op = reads.send(reply)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        reply = op.sync(saver)
+    plan = Plan(reads)
+    for op in plan:
+        plan.reply = op.sync(saver)
+    return plan.value
 
 
 async def adrive(saver: AsyncRunLedger, reads: Reads[T]) -> T:
-    reply: Any = None
-    while True:
-        try:
-            op = reads.send(reply)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        reply = await op.async_(saver)
+    plan = Plan(reads)
+    for op in plan:
+        plan.reply = await op.async_(saver)
+    return plan.value

@@ -15,13 +15,10 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
-
-try:
-    from psycopg_pool import AsyncConnectionPool
-except ImportError:  # the base install (no `postgres` extra): no pool to be given
-    AsyncConnectionPool = ()  # type: ignore[assignment,misc]
+from typing_extensions import Unpack
 
 from langgraph_resilience._store_errors import is_store_error
+from langgraph_resilience._util._plans import Plan
 from langgraph_resilience.checkpoint.archive._methods import AsyncArchival
 from langgraph_resilience.checkpoint.ledger import _ledger, _runs
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
@@ -30,7 +27,8 @@ from langgraph_resilience.checkpoint.runlog import _run_end, _run_log, _run_log_
 from langgraph_resilience.checkpoint.runlog._history import AsyncHistory
 from langgraph_resilience.checkpoint.saver import _base, _threads
 from langgraph_resilience.checkpoint.saver._interfaces import AsyncAttempts, AsyncEffects, AsyncRuns
-from langgraph_resilience.checkpoint.saver._savers import Hooks, next_config
+from langgraph_resilience.checkpoint.saver._parts import Interface
+from langgraph_resilience.checkpoint.saver._savers import PUT, WRITES, Hooks, Transaction
 from langgraph_resilience.checkpoint.store import _counters
 from langgraph_resilience.checkpoint.store._store import Statements, no_statements
 from langgraph_resilience.checkpoint.store._store_retry import Translate
@@ -45,15 +43,7 @@ class AsyncResilience(Hooks, AsyncArchival):
     loop: asyncio.AbstractEventLoop
 
     async def _transact(
-        self,
-        statements: Callable[[], Statements[T]],
-        *,
-        translate: Translate | None = None,
-        ok: str | None = None,
-        failed: str | None = None,
-        pipeline: bool = False,
-        flush: bool = False,
-        relaxed: bool = False,
+        self, statements: Callable[[], Statements[T]], **options: Unpack[Transaction]
     ) -> T:
         raise NotImplementedError
 
@@ -95,21 +85,16 @@ class AsyncResilience(Hooks, AsyncArchival):
                 checkpoint's parent.
             LeaseLost: the run's worker no longer holds its lease.
         """
-        self._refuse_after_stop(config)
-        put = self._put_of(config, checkpoint, metadata, new_versions)
-        ledger = self._put_ledger(config, checkpoint, metadata, new_versions)
+        put, ledger = self._checked_put(config, checkpoint, metadata, new_versions)
         ledger = await _run_end.aend_checked(ledger, config, checkpoint, metadata, self.alist)
         await self._write(
             lambda: self._put_and_runs(put, ledger),
             fence=_runs.fence_of(config),
             translate=put.fork_conflict,
-            ok=_counters.CHECKPOINT_OK,
-            failed=_counters.CHECKPOINT_FAILED,
-            pipeline=True,
+            **PUT,
         )
-        _threads.wrote_head(put)
         _run_log.stored_put(config, ledger)  # the invoke's scope: its run, its end
-        return next_config(config, put)
+        return _threads.wrote(config, put)
 
     async def aput_writes(
         self,
@@ -122,19 +107,11 @@ class AsyncResilience(Hooks, AsyncArchival):
         stopped by a lost lease: `stops_on_lost_lease`)."""
         handed = _scope.take(config, task_id)  # a step's record its node handed over
         try:
-            if self._lease_stop(config, writes):
-                return
-            sql, rows = self._rows_of(config, writes, task_id, task_path)
-            ledger = _run_log.ledger_of_writes(
-                config, writes, task_id, handed, summaries=not _base.encrypts(self.serde)
-            )
-            await self._write(
-                lambda: self._writes_and_steps(sql, rows, ledger),
-                fence=_runs.fence_of(config),
-                ok=_counters.WRITES_OK,
-                failed=_counters.WRITES_FAILED,
-                pipeline=True,
-            )
+            rows = self._checked_writes(config, writes, task_id, task_path, handed)
+            if rows is not None:
+                await self._write(
+                    lambda: self._writes_and_steps(*rows), fence=_runs.fence_of(config), **WRITES
+                )
         finally:
             _scope.landed(config, task_id)  # its step, if any, is the store's to list
 
@@ -163,7 +140,8 @@ class AsyncResilience(Hooks, AsyncArchival):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        """As LangGraph's `alist`; an undecodable row raises `CheckpointCorrupt`."""
+        """As LangGraph's `alist` (``filter``, ``before``, ``limit``); an undecodable row
+        raises `CheckpointCorrupt`."""
         if config is not None:
             config = _base.check_config_thread(config)
         listed = cast(
@@ -203,26 +181,14 @@ class AsyncResilience(Hooks, AsyncArchival):
 
     #: The class of `effects` (a `FaultPlan` taps a subclass of it on one saver).
     _effects_type: ClassVar[type[AsyncEffects]] = AsyncEffects
-
-    @property
-    def effects(self) -> AsyncEffects:
-        """The side-effect ledger (the store side of `side_effect`)."""
-        return self._effects_type(self)
-
-    @property
-    def attempts(self) -> AsyncAttempts:
-        """The failed tries of tasks (the store side of the node wrapper)."""
-        return AsyncAttempts(self)
-
-    @property
-    def runs(self) -> AsyncRuns:
-        """The run queue under leases (the store side of `Worker`)."""
-        return AsyncRuns(self)
-
-    @property
-    def history(self) -> AsyncHistory:
-        """What `arecovery_metrics` and `arun_report` read."""
-        return AsyncHistory(self)
+    effects = Interface[AsyncEffects](
+        "_effects_type", "The side-effect ledger (the store side of `side_effect`)."
+    )
+    attempts = Interface(
+        AsyncAttempts, "The failed tries of tasks (the store side of the node wrapper)."
+    )
+    runs = Interface(AsyncRuns, "The run queue under leases (the store side of `Worker`).")
+    history = Interface(AsyncHistory, "What `arecovery_metrics` and `arun_report` read.")
 
     # -- what the README documents ----------------------------------------------------
 
@@ -262,22 +228,14 @@ class AsyncResilience(Hooks, AsyncArchival):
         Raises:
             StoreUnavailable: the store cannot be reached.
         """
-        conn: Any = getattr(self, "conn", None)
-        cls: Any = type(self)
-        options = self._own_options()
-        if isinstance(conn, AsyncConnectionPool):
-            yield cls(conn, **options)
+        plan = Plan(self._lease_steps(_base.AsyncConnectionPool))
+        for sql in plan:
+            async with cast(Any, self).lock, cast(Any, self).conn.execute(sql) as cur:
+                plan.reply = await cur.fetchall()
+        if not isinstance(plan.value, str):
+            yield plan.value
             return
-        if self._dialect.name == "postgres":
-            target = self._state.conninfo
-        else:
-            async with cast(Any, self).lock, conn.execute(_runs.SQLITE_DATABASE_LIST) as cur:
-                rows = await cur.fetchall()
-            target = _runs.sqlite_file(rows)
-        if not target:
-            yield self
-            return
-        async with cls.from_conn_string(target, **options) as own:
+        async with cast(Any, type(self)).from_conn_string(plan.value, **self._own_options()) as own:
             yield own
 
     # -- thread maintenance ----------------------------------------------------------------

@@ -16,6 +16,12 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
+try:
+    from psycopg_pool import AsyncConnectionPool as AsyncConnectionPool
+    from psycopg_pool import ConnectionPool as ConnectionPool
+except ImportError:  # the base install (no `postgres` extra): no pool to be given
+    ConnectionPool = AsyncConnectionPool = ()  # type: ignore[assignment,misc]
+
 from langgraph_resilience._store_errors import is_missing_table, is_store_error
 from langgraph_resilience.checkpoint.archive._objects import Archive, archive_of
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES, SizeBudget

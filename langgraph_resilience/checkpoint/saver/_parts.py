@@ -5,14 +5,24 @@ event loop), and the one slotted part each interface is."""
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from langgraph_resilience.checkpoint.saver._base import SaverState
 from langgraph_resilience.checkpoint.store._store import Dialect, Statements
 
-__all__ = ["AsyncPart", "AsyncStore", "Bridge", "Part", "Store", "SyncIO", "SyncStore"]
+__all__ = [
+    "AsyncPart",
+    "AsyncStore",
+    "Bridge",
+    "Interface",
+    "Part",
+    "Store",
+    "SyncIO",
+    "SyncStore",
+]
 
 T = TypeVar("T")
+P = TypeVar("P")
 Make = Callable[[], Statements[T]]
 
 
@@ -80,3 +90,25 @@ class AsyncPart(Part):
     def __init__(self, saver: AsyncStore) -> None:
         self._saver = saver
         self._io = Bridge(saver)
+
+
+class Interface(Generic[P]):
+    """A saver's typed interface, as a read-only property: each read builds one
+    on the saver, of ``make`` (a class) or of the class the saver's attribute
+    ``make`` names (one a subclass or a `FaultPlan` may replace)."""
+
+    def __init__(self, make: type[P] | str, doc: str) -> None:
+        self._make = make
+        self.__doc__ = doc
+
+    @overload
+    def __get__(self, saver: None, owner: type[Any]) -> Interface[P]: ...
+
+    @overload
+    def __get__(self, saver: object, owner: type[Any]) -> P: ...
+
+    def __get__(self, saver: object, owner: type[Any]) -> Interface[P] | P:
+        if saver is None:
+            return self
+        make: Any = getattr(saver, self._make) if isinstance(self._make, str) else self._make
+        return make(saver)  # type: ignore[no-any-return]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, TypedDict, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -32,14 +32,11 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
-
-try:
-    from psycopg_pool import ConnectionPool
-except ImportError:  # the base install (no `postgres` extra): no pool to be given
-    ConnectionPool = ()  # type: ignore[assignment,misc]
+from typing_extensions import Unpack
 
 from langgraph_resilience._langgraph import ERROR_CHANNEL
 from langgraph_resilience._store_errors import is_store_error
+from langgraph_resilience._util._plans import Plan
 from langgraph_resilience.checkpoint.archive._methods import SyncArchival
 from langgraph_resilience.checkpoint.archive._sizes import channel_sizes, put_size
 from langgraph_resilience.checkpoint.ledger import _ledger, _runs
@@ -49,6 +46,7 @@ from langgraph_resilience.checkpoint.runlog import _run_end, _run_log, _run_log_
 from langgraph_resilience.checkpoint.runlog._history import History
 from langgraph_resilience.checkpoint.saver import _base, _threads
 from langgraph_resilience.checkpoint.saver._interfaces import Attempts, Effects, Runs
+from langgraph_resilience.checkpoint.saver._parts import Interface
 from langgraph_resilience.checkpoint.saver._threads import PutCheckpoint
 from langgraph_resilience.checkpoint.store import _counters
 from langgraph_resilience.checkpoint.store._store import Dialect, Statements, Stmt, no_statements
@@ -57,6 +55,18 @@ from langgraph_resilience.errors import LeaseLost
 
 T = TypeVar("T")
 WriteRows = tuple[str, list[tuple[Any, ...]]]
+
+
+class Transaction(TypedDict, total=False):
+    """The options every saver's ``_transact`` takes (each absent one at its default;
+    a dialect's own may take more: `ResilientPostgresSaver`'s `PgTransaction`)."""
+
+    translate: Translate | None  # a store error to the caller's own
+    ok: str | None  # the counter a success adds to
+    failed: str | None  # the counter each failed try adds to
+    pipeline: bool  # the statements fetch nothing: one round trip where the store can
+    flush: bool  # store the counts that are due with this write
+    relaxed: bool  # a write that may skip waiting for the disk
 
 
 def stops_on_lost_lease(writes: Sequence[tuple[str, Any]]) -> bool:
@@ -70,16 +80,6 @@ def stops_on_lost_lease(writes: Sequence[tuple[str, Any]]) -> bool:
 
 #: Checkpoints remembered as stopped by a lost lease, at most.
 _MAX_STOPS = 1024
-
-
-def next_config(config: RunnableConfig, put: PutCheckpoint) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": config["configurable"]["thread_id"],
-            "checkpoint_ns": put.ns,
-            "checkpoint_id": put.checkpoint_id,
-        }
-    }
 
 
 class Hooks(BaseCheckpointSaver[str]):
@@ -133,17 +133,6 @@ class Hooks(BaseCheckpointSaver[str]):
         yield from self._put_statements(put)
         yield from _run_log.put_statements(self._dialect, ledger)
 
-    def _put_ledger(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> _run_log.PutLedger | None:
-        """What a checkpoint tells the run ledger (a run's input: with the serde)."""
-        dumps = self.serde.dumps_typed
-        return _run_log.ledger_of_put(config, checkpoint, metadata, new_versions, dumps)
-
     def _writes_and_steps(
         self, sql: str, rows: list[tuple[Any, ...]], ledger: _run_log.WriteLedger | None
     ) -> Statements[None]:
@@ -161,14 +150,18 @@ class Hooks(BaseCheckpointSaver[str]):
     ) -> WriteRows:
         raise NotImplementedError
 
-    def _put_of(
+    def _checked_put(
         self,
         config: RunnableConfig,
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> PutCheckpoint:
-        """`_prepare_put`, with a value the serde cannot store named by its channel."""
+    ) -> tuple[PutCheckpoint, _run_log.PutLedger | None]:
+        """The checkpoint ready to store (`_prepare_put`, with a value the serde
+        cannot store named by its channel, within the size budget) and what it
+        tells the run ledger (a run's input: with the serde); `LeaseLost` after a
+        step stopped by a lost lease (`_refuse_after_stop`)."""
+        self._refuse_after_stop(config)
         try:
             put = self._prepare_put(config, checkpoint, metadata, new_versions)
         except TypeError as exc:
@@ -180,7 +173,8 @@ class Hooks(BaseCheckpointSaver[str]):
             lambda: channel_sizes(checkpoint.get("channel_values", {}), self.serde.dumps_typed),
             self._state.counters.add,
         )
-        return put
+        dumps = self.serde.dumps_typed
+        return put, _run_log.ledger_of_put(config, checkpoint, metadata, new_versions, dumps)
 
     def _own_options(self) -> dict[str, Any]:
         """How this saver was built (its store retry, a Postgres saver's timeouts),
@@ -195,18 +189,52 @@ class Hooks(BaseCheckpointSaver[str]):
             options["timeouts"] = timeouts
         return options
 
-    def _rows_of(
+    def _lease_steps(self, pool: Any) -> Generator[str, Any, Any]:
+        """How `lease_saver` finds its saver, the I/O left to its driver: yields
+        the SQL whose rows name a SQLite database's file; returns a saver of its
+        own on this saver's ``pool``, the target to open one from (a conninfo, a
+        file), or this saver (an in-memory SQLite database cannot be opened twice)."""
+        conn: Any = getattr(self, "conn", None)
+        if isinstance(conn, pool):
+            return cast(Any, type(self))(conn, **self._own_options())
+        if self._dialect.name == "postgres":
+            target = self._state.conninfo
+        else:
+            target = _runs.sqlite_file((yield _runs.SQLITE_DATABASE_LIST))
+        return target or self
+
+    def _checked_writes(
         self,
         config: RunnableConfig,
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> WriteRows:
-        """`_write_rows`, with a value the serde cannot store named by its channel."""
+        handed: Any,
+    ) -> tuple[str, list[tuple[Any, ...]], _run_log.WriteLedger | None] | None:
+        """A task's rows (`_write_rows`, with a value the serde cannot store named
+        by its channel) and what they tell the run ledger (``handed``: the step's
+        record its node handed over); None for a step stopped by a lost lease."""
+        if self._lease_stop(config, writes):
+            return None
         try:
-            return self._write_rows(config, writes, task_id, task_path)
+            sql, rows = self._write_rows(config, writes, task_id, task_path)
         except TypeError as exc:
             raise _base.unstorable(self.serde, writes, task_path, exc) from exc
+        summaries = not _base.encrypts(self.serde)
+        ledger = _run_log.ledger_of_writes(config, writes, task_id, handed, summaries=summaries)
+        return sql, rows, ledger
+
+
+PUT: dict[str, Any] = {
+    "ok": _counters.CHECKPOINT_OK,
+    "failed": _counters.CHECKPOINT_FAILED,
+    "pipeline": True,
+}
+WRITES: dict[str, Any] = {
+    "ok": _counters.WRITES_OK,
+    "failed": _counters.WRITES_FAILED,
+    "pipeline": True,
+}
 
 
 class SyncResilience(Hooks, SyncArchival):
@@ -214,15 +242,7 @@ class SyncResilience(Hooks, SyncArchival):
     maintenance of the sync savers."""
 
     def _transact(
-        self,
-        statements: Callable[[], Statements[T]],
-        *,
-        translate: Translate | None = None,
-        ok: str | None = None,
-        failed: str | None = None,
-        pipeline: bool = False,
-        flush: bool = False,
-        relaxed: bool = False,
+        self, statements: Callable[[], Statements[T]], **options: Unpack[Transaction]
     ) -> T:
         raise NotImplementedError
 
@@ -264,21 +284,16 @@ class SyncResilience(Hooks, SyncArchival):
                 checkpoint's parent.
             LeaseLost: the run's worker no longer holds its lease.
         """
-        self._refuse_after_stop(config)
-        put = self._put_of(config, checkpoint, metadata, new_versions)
-        ledger = self._put_ledger(config, checkpoint, metadata, new_versions)
+        put, ledger = self._checked_put(config, checkpoint, metadata, new_versions)
         ledger = _run_end.end_checked(ledger, config, checkpoint, metadata, self.list)
         self._write(
             lambda: self._put_and_runs(put, ledger),
             fence=_runs.fence_of(config),
             translate=put.fork_conflict,
-            ok=_counters.CHECKPOINT_OK,
-            failed=_counters.CHECKPOINT_FAILED,
-            pipeline=True,
+            **PUT,
         )
-        _threads.wrote_head(put)
         _run_log.stored_put(config, ledger)  # the invoke's scope: its run, its end
-        return next_config(config, put)
+        return _threads.wrote(config, put)
 
     def put_writes(
         self,
@@ -291,19 +306,11 @@ class SyncResilience(Hooks, SyncArchival):
         stopped by a lost lease: `stops_on_lost_lease`)."""
         handed = _scope.take(config, task_id)  # a step's record its node handed over
         try:
-            if self._lease_stop(config, writes):
-                return
-            sql, rows = self._rows_of(config, writes, task_id, task_path)
-            ledger = _run_log.ledger_of_writes(
-                config, writes, task_id, handed, summaries=not _base.encrypts(self.serde)
-            )
-            self._write(
-                lambda: self._writes_and_steps(sql, rows, ledger),
-                fence=_runs.fence_of(config),
-                ok=_counters.WRITES_OK,
-                failed=_counters.WRITES_FAILED,
-                pipeline=True,
-            )
+            rows = self._checked_writes(config, writes, task_id, task_path, handed)
+            if rows is not None:
+                self._write(
+                    lambda: self._writes_and_steps(*rows), fence=_runs.fence_of(config), **WRITES
+                )
         finally:
             _scope.landed(config, task_id)  # its step, if any, is the store's to list
 
@@ -330,7 +337,8 @@ class SyncResilience(Hooks, SyncArchival):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        """As LangGraph's `list`; an undecodable row raises `CheckpointCorrupt`."""
+        """As LangGraph's `list` (``filter``, ``before``, ``limit``); an undecodable row
+        raises `CheckpointCorrupt`."""
         if config is not None:
             config = _base.check_config_thread(config)
         listed = cast(
@@ -370,26 +378,14 @@ class SyncResilience(Hooks, SyncArchival):
 
     #: The class of `effects` (a `FaultPlan` taps a subclass of it on one saver).
     _effects_type: ClassVar[type[Effects]] = Effects
-
-    @property
-    def effects(self) -> Effects:
-        """The side-effect ledger (the store side of `side_effect`)."""
-        return self._effects_type(self)
-
-    @property
-    def attempts(self) -> Attempts:
-        """The failed tries of tasks (the store side of the node wrapper)."""
-        return Attempts(self)
-
-    @property
-    def runs(self) -> Runs:
-        """The run queue under leases (the store side of `Worker`)."""
-        return Runs(self)
-
-    @property
-    def history(self) -> History:
-        """What `recovery_metrics` and `run_report` read."""
-        return History(self)
+    effects = Interface[Effects](
+        "_effects_type", "The side-effect ledger (the store side of `side_effect`)."
+    )
+    attempts = Interface(
+        Attempts, "The failed tries of tasks (the store side of the node wrapper)."
+    )
+    runs = Interface(Runs, "The run queue under leases (the store side of `Worker`).")
+    history = Interface(History, "What `recovery_metrics` and `run_report` read.")
 
     # -- what the README documents ----------------------------------------------------
 
@@ -432,22 +428,14 @@ class SyncResilience(Hooks, SyncArchival):
         Raises:
             StoreUnavailable: the store cannot be reached.
         """
-        conn: Any = getattr(self, "conn", None)
-        cls: Any = type(self)
-        options = self._own_options()
-        if isinstance(conn, ConnectionPool):
-            yield cls(conn, **options)
-            return
-        if self._dialect.name == "postgres":
-            target = self._state.conninfo
-        else:
+        plan = Plan(self._lease_steps(_base.ConnectionPool))
+        for sql in plan:
             with cast(Any, self).lock:
-                rows = conn.execute(_runs.SQLITE_DATABASE_LIST).fetchall()
-            target = _runs.sqlite_file(rows)
-        if not target:
-            yield self
+                plan.reply = cast(Any, self).conn.execute(sql).fetchall()
+        if not isinstance(plan.value, str):
+            yield plan.value
             return
-        with cls.from_conn_string(target, **options) as own:
+        with cast(Any, type(self)).from_conn_string(plan.value, **self._own_options()) as own:
             yield own
 
     # -- thread maintenance ----------------------------------------------------------------

@@ -68,6 +68,21 @@ def wrote_head(put: PutCheckpoint) -> None:
         views[(put.thread_id, put.ns)] = put.checkpoint_id
 
 
+def wrote(config: RunnableConfig, put: PutCheckpoint) -> RunnableConfig:
+    """This context stored ``put`` (its view moves on, as `wrote_head`): the
+    config that names the checkpoint."""
+    views = _VIEWS.get()
+    if views is not None and (put.thread_id, put.ns) in views:
+        views[(put.thread_id, put.ns)] = put.checkpoint_id
+    return {
+        "configurable": {
+            "thread_id": config["configurable"]["thread_id"],
+            "checkpoint_ns": put.ns,
+            "checkpoint_id": put.checkpoint_id,
+        }
+    }
+
+
 def saw_latest(config: RunnableConfig, found: CheckpointTuple | None) -> CheckpointTuple | None:
     """A ``get_tuple`` result, passed through; a latest read is remembered (`saw_head`)."""
     configurable = config.get("configurable") or {}
