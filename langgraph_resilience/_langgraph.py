@@ -95,6 +95,7 @@ __all__ = [
     "triggers_none",
     "CHECKPOINTER_KEY",
     "CURSOR_HOOK",
+    "DURABILITIES",
     "DURABILITY_KEY",
     "DefaultsHook",
     "DeltaSnapshot",
@@ -136,6 +137,8 @@ CHECKPOINTER_KEY = _constants.CONFIG_KEY_CHECKPOINTER  # the saver (a subgraph g
 RESUMING_KEY = _constants.CONFIG_KEY_RESUMING  # the run goes on from a checkpoint
 RUNTIME_KEY = _constants.CONFIG_KEY_RUNTIME  # a langgraph.runtime.Runtime, with execution_info
 DURABILITY_KEY = _constants.CONFIG_KEY_DURABILITY  # "sync" | "async" | "exit"
+#: LangGraph's durability modes (`langgraph.types.Durability`'s values).
+DURABILITIES: tuple[Durability, ...] = ("sync", "async", "exit")
 # Set in the config of a task: a graph called with either runs inside a parent's task.
 TASK_ID_KEY = _constants.CONFIG_KEY_TASK_ID
 SCRATCHPAD_KEY = _constants.CONFIG_KEY_SCRATCHPAD

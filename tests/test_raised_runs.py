@@ -130,3 +130,82 @@ async def test_a_later_run_that_raised_leaves_the_earlier_runs_row(checkpointer:
     with pytest.raises(TypeError):  # the input itself cannot be applied
         await h.invoke(graph, {"done": 5}, config)
     assert await runs_of(h, thread) == [(2, "error"), (1, "success")]
+
+
+# -- which run a call that raised ends: by number, never by clock --------------------
+
+
+async def state_status(h: Any, graph: Any, config: Any) -> str:
+    state = await graph.aget_state(config) if h.is_async else graph.get_state(config)
+    return str(state.values["resilience"]["status"])
+
+
+@pytest.mark.parametrize("skew", [-3600.0, 3600.0])
+@pytest.mark.parametrize("edges", [CHAIN, FAN_OUT], ids=["chain", "fan-out"])
+async def test_skewed_clocks_change_nothing(
+    checkpointer: Any, monkeypatch: pytest.MonkeyPatch, skew: float, edges: Any
+) -> None:
+    # Before: fail_run ended the run only if its row's start (the marker's
+    # clock) or end (the saver's clock) was at or after the call's start (the
+    # driver's clock): an hour behind, the raised chain stayed 'running' and the
+    # fan-out 'success'.
+    import time as real_time
+    from types import SimpleNamespace
+
+    import langgraph_resilience.checkpoint.runlog._run_log as run_log
+    import langgraph_resilience.graph._lifecycle as lifecycle
+
+    skewed = SimpleNamespace(time=lambda: real_time.time() + skew)
+    monkeypatch.setattr(run_log, "time", skewed)
+    monkeypatch.setattr(lifecycle, "time", skewed)
+    h = checkpointer
+    graph = graph_of(h, edges, [True], handler=edges is FAN_OUT)
+    thread = f"skew-{uuid.uuid4().hex[:8]}"
+    config = {"configurable": {"thread_id": thread}}
+    with pytest.raises(ValueError, match="b broke"):
+        await h.invoke(graph, {"done": []}, config)
+    assert await runs_of(h, thread) == [(1, "error")]
+    assert await report_status(h, thread) == "error"
+    if h.backend != "redis":  # get_state reads no run row on a Redis saver (yet)
+        assert await state_status(h, graph, config) == "error"
+
+
+class _RaisesAtTheEnd:
+    """A callback handler (``raise_error``: LangChain raises what it raises) that
+    fails the top-level call once the graph returned: after the run's end."""
+
+    raise_error = True
+    run_inline = True
+    ignore_chain = False
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("ignore_"):
+            return False
+        if name.startswith("on_"):
+            return lambda *args, **kwargs: None
+        raise AttributeError(name)
+
+    def on_chain_end(self, outputs: Any, *, parent_run_id: Any = None, **kwargs: Any) -> None:
+        if parent_run_id is None:
+            raise RuntimeError("the callback broke after the run")
+
+
+async def test_a_run_the_saver_ended_is_not_overwritten(checkpointer: Any) -> None:
+    # Before: the call raised after the ending checkpoint was stored, and
+    # fail_run, seeing an end written during the call, overwrote 'success'.
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class RaisesAtTheEnd(_RaisesAtTheEnd, BaseCallbackHandler):
+        pass
+
+    h = checkpointer
+    graph = graph_of(h, CHAIN, [False], handler=False)
+    thread = f"ended-{uuid.uuid4().hex[:8]}"
+    config = {"configurable": {"thread_id": thread}, "callbacks": [RaisesAtTheEnd()]}
+    with pytest.raises(RuntimeError, match="the callback broke"):
+        await h.invoke(graph, {"done": []}, config)
+    plain = {"configurable": {"thread_id": thread}}
+    assert (await graph.aget_state(plain) if h.is_async else graph.get_state(plain)).next == ()
+    assert await runs_of(h, thread) == [(1, "success")]
+    assert await report_status(h, thread) == "success"
+    assert await state_status(h, graph, plain) == "success"

@@ -104,6 +104,16 @@ async def test_a_reentry_into_a_run_is_a_crash_recovery(tmp_path: Path) -> None:
         assert (latest.run, latest.recoveries) == (2, ())
 
 
+def test_a_retry_takes_its_failed_runs_durability_else_sync() -> None:
+    from langgraph_resilience.server._app import retry_durability
+
+    assert retry_durability({"kwargs": {"durability": "exit"}}) == "exit"
+    assert retry_durability({"kwargs": {"durability": "async"}}) == "async"
+    assert retry_durability({"kwargs": {}}) == "sync"  # an older server's run
+    assert retry_durability({"kwargs": {"durability": "fast"}}) == "sync"
+    assert retry_durability(None) == "sync"  # no run id, or a run the server forgot
+
+
 def test_retry_plan_is_retry_faileds_command() -> None:
     values = {
         "resilience": {
@@ -144,6 +154,8 @@ class Api:
     def __init__(self, graph: Any) -> None:
         self.graph = graph
         self.runs: list[dict[str, Any]] = []
+        #: The server's runs by id, as ``GET /threads/{id}/runs/{run_id}`` answers.
+        self.known: dict[str, dict[str, Any]] = {}
 
     def routes(self) -> list[Any]:
         from starlette.routing import Route
@@ -154,7 +166,12 @@ class Api:
             Route("/threads/{thread_id}/state", self.update, methods=["POST"]),
             Route("/threads/{thread_id}/history", self.history, methods=["POST"]),
             Route("/threads/{thread_id}/runs", self.run, methods=["POST"]),
+            Route("/threads/{thread_id}/runs/{run_id}", self.read_run, methods=["GET"]),
         ]
+
+    async def read_run(self, request: Any) -> Any:
+        found = self.known.get(request.path_params["run_id"])
+        return self._json(found or {"detail": "not found"}, 200 if found else 404)
 
     @staticmethod
     def _json(value: Any, status: int = 200) -> Any:
@@ -213,7 +230,8 @@ class Api:
         given = (body.get("config") or {}).get("configurable") or {}
         config = self._config(request, **given, **(body.get("checkpoint") or {}))
         command = body.get("command")
-        await self.graph.ainvoke(Command(**command) if command else body.get("input"), config)
+        value = Command(**command) if command else body.get("input")
+        await self.graph.ainvoke(value, config, durability=body.get("durability"))
         return self._json({"run_id": f"run-{len(self.runs)}", "status": "success"})
 
 
@@ -227,11 +245,15 @@ def _server(api: Api, saver: Any) -> Any:
     return served
 
 
+@pytest.mark.parametrize("first", [None, "async"], ids=["unknown", "known"])
 async def test_the_retry_route_re_runs_a_supervisors_failed_agent_call(
-    checkpointer: Any,
+    checkpointer: Any, first: str | None
 ) -> None:
     # Before: 409 nothing_to_retry (the supervisor keeps no run log), while
-    # retry_failed(graph, config) in Python re-ran the failed agent call.
+    # retry_failed(graph, config) in Python re-ran the failed agent call; the
+    # retry's run took the server's default durability, "async". Now: the
+    # failed run's own (``first``: the server's run of it, known by its run
+    # id), else "sync".
     import uuid
 
     import httpx
@@ -242,10 +264,13 @@ async def test_the_retry_route_re_runs_a_supervisors_failed_agent_call(
     failures, sent = [1], []
     graph = supervisor(checkpointer, failures, sent)
     thread = str(uuid.uuid4())
-    config = {"configurable": {"thread_id": thread}}
-    await graph.ainvoke({"messages": [("user", "research, then mail")]}, config)
-    assert await thread_runs(checkpointer, thread) == [(1, "partial_complete")]
+    config: dict[str, Any] = {"configurable": {"thread_id": thread}}
     api = Api(graph)
+    if first is not None:  # the server's run id, in its config as the server puts it
+        config["configurable"]["run_id"] = "server-run-1"
+        api.known["server-run-1"] = {"run_id": "server-run-1", "kwargs": {"durability": first}}
+    await graph.ainvoke({"messages": [("user", "research, then mail")]}, config, durability=first)
+    assert await thread_runs(checkpointer, thread) == [(1, "partial_complete")]
     transport = httpx.ASGITransport(app=_server(api, checkpointer.saver))
     async with httpx.AsyncClient(transport=transport, base_url="http://server") as client:
         wrong = await client.post(f"/resilience/threads/{thread}/retry", json={"update": {}})
@@ -254,6 +279,7 @@ async def test_the_retry_route_re_runs_a_supervisors_failed_agent_call(
         assert reply.status_code == 202, reply.text
         assert sent == ["boss"]
         assert api.runs[-1]["assistant_id"] == "team" and api.runs[-1]["input"] is None
+        assert api.runs[-1]["durability"] == (first or "sync")
         assert await thread_runs(checkpointer, thread) == [(1, "success")]
         shown = await arun_report(checkpointer.saver, thread)
         assert (shown.status, [r["kind"] for r in shown.recoveries]) == (

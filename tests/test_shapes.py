@@ -761,3 +761,28 @@ async def test_a_durable_waits_continuation_is_no_human_recovery(h: Any, tmp_pat
     shown = await report(h, thread)
     assert shown.status == "success"
     assert [r["kind"] for r in shown.recoveries if r["kind"] == "human"] == []
+
+
+async def test_a_supervisors_status_is_read_from_its_row_or_from_a_resilient_parent(
+    checkpointer: Harness,
+) -> None:
+    # A plain parent's output and state hold no `resilience` key (its schema has
+    # none, and LangGraph builds invoke's output from its own channels): its run's
+    # status is its row's (run_report); a ResilientStateGraph around it returns it.
+    failures = [1]
+    graph = supervisor(checkpointer, failures)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    out = await checkpointer.invoke(graph, {"messages": [("user", "research, then mail")]}, config)
+    assert "resilience" not in out
+    assert (await report(checkpointer, thread)).status == "partial_complete"
+    team = supervisor(checkpointer, [1]).copy(update={"checkpointer": None})
+    builder = ResilientStateGraph(Chat)
+    builder.add_node("team", team)
+    builder.add_edge(START, "team")
+    builder.add_edge("team", END)
+    wrapped = builder.compile(checkpointer=checkpointer.saver)
+    other = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    out = await checkpointer.invoke(wrapped, {"messages": [("user", "research, then mail")]}, other)
+    assert out["resilience"]["status"] == "partial_complete"
+    assert out["resilience"]["failed_step"]["path"] == "team/mailer/tools/send_email"

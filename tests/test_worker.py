@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
@@ -20,6 +20,7 @@ from graphs import CountState as State
 from graphs import one_node
 from graphs import pipeline as one_try_pipeline
 from helpers import assert_no_fork, expire_lease, run_worker, sql
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from redis_servers import patch_run
@@ -381,6 +382,51 @@ def test_bad_worker_configuration_is_refused() -> None:
         Worker(pipeline(), checkpointer=InMemorySaver(), concurrency=0)
     with pytest.raises(ConfigError, match="max_recoveries"):
         Worker(pipeline(), checkpointer=InMemorySaver(), max_recoveries=-1)
+    for wrong in ("fast", "SYNC", True, 1):
+        with pytest.raises(ConfigError, match="durability must be 'sync', 'async' or 'exit'"):
+            Worker(pipeline(), checkpointer=InMemorySaver(), durability=wrong)  # type: ignore[arg-type]
+
+
+class Plain(TypedDict, total=False):
+    n: int
+    seen: int
+
+
+@pytest.mark.parametrize(("durability", "stored_before_b"), [("sync", 2), ("exit", 0)])
+async def test_a_workers_durability_is_each_runs(
+    h: Any, durability: str, stored_before_b: int
+) -> None:
+    # Before: a Worker ran a plain StateGraph parent (a supervisor's, an agent,
+    # an entrypoint) on LangGraph's "async" with no way to ask for "sync".
+    from langgraph.graph import END, START, StateGraph
+
+    def a(state: Plain) -> dict[str, Any]:
+        return {"n": 1}
+
+    def loop_checkpoints(listed: list[Any]) -> int:
+        return len([c for c in listed if (c.metadata or {}).get("source") == "loop"])
+
+    def b(state: Plain, config: RunnableConfig) -> dict[str, Any]:
+        where = {"configurable": {"thread_id": config["configurable"]["thread_id"]}}
+        return {"seen": loop_checkpoints(list(h.saver.list(where)))}
+
+    async def ab(state: Plain, config: RunnableConfig) -> dict[str, Any]:
+        where = {"configurable": {"thread_id": config["configurable"]["thread_id"]}}
+        return {"seen": loop_checkpoints([c async for c in h.saver.alist(where)])}
+
+    g = StateGraph(Plain)
+    g.add_node("a", a)
+    g.add_node("b", ab if h.is_async else b)
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", END)
+    worker = Worker(g, checkpointer=h.saver, lease_ttl=5, durability=durability)  # type: ignore[arg-type]
+    assert worker.durability == durability
+    run_id = await submit(h, worker, {"n": 0})
+    assert await run_worker(h, worker) == {run_id: "success"}
+    # "sync": the checkpoints after START and after a were stored before b ran;
+    # "exit": none is stored before the run ends.
+    assert outcome(h, await h.call("read_run", run_id))["values"]["seen"] == stored_before_b
 
 
 async def test_a_chat_thread_takes_one_run_per_turn_each_with_its_input(h: Any) -> None:

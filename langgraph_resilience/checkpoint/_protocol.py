@@ -173,7 +173,12 @@ class RunLedgerHistory(Protocol):
     ) -> None: ...
 
     def fail_run(
-        self, thread_id: str, since: float, continued: bool, error: str | None = None
+        self,
+        thread_id: str,
+        run: int | None,
+        ended: bool,
+        continued: bool,
+        error: str | None = None,
     ) -> None: ...
 
 
@@ -225,7 +230,12 @@ class AsyncRunLedgerHistory(RunLedgerHistory, Protocol):
     ) -> None: ...
 
     async def afail_run(
-        self, thread_id: str, since: float, continued: bool, error: str | None = None
+        self,
+        thread_id: str,
+        run: int | None,
+        ended: bool,
+        continued: bool,
+        error: str | None = None,
     ) -> None: ...
 
 

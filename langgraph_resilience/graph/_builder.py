@@ -23,7 +23,6 @@ task ends done with nothing written and nothing after it fires.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict, cast
 
@@ -101,7 +100,6 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         config = thread_checked(config)  # a bad thread id: ConfigError, before any write
-        since = time.time()
         config = upgrade.upgrade(self, config, input)  # a thread an older version stored: once
         config = travel.travel(self, input, config)  # from an older checkpoint: its keys
         lifecycle.note_resume(self, input, config)  # a resume after a crash: a recovery
@@ -109,7 +107,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         run_config = take_over(given, self.config, is_async=False)  # a finished task's
         stream = super().stream(lifecycle.with_marker(input, config), run_config, **kwargs)
         # the run ledger: how it returned, or that it raised
-        stream = closing.closing(self, input, config, since, stream, scope)
+        stream = closing.closing(self, input, config, stream, scope)
         return watched(stream)  # inside a step: a run that ended short fails it
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -127,18 +125,16 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
             yield chunk
 
     def _astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        since = time.time()
         given, scope = tally.scoped(config, input)  # the run's tally, its steps' records
         run_config = take_over(given, self.config, is_async=True)  # writes wait for none
         stream = super().astream(lifecycle.with_marker(input, config), run_config, **kwargs)
         # the run ledger: how it returned, or that it raised
-        stream = closing.aclosing(self, input, config, since, stream, scope)
+        stream = closing.aclosing(self, input, config, stream, scope)
         stream = lifecycle.anoted(self, input, config, stream)  # a resume after a crash
         return awatched(stream)  # inside a step: a run that ended short fails it
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         config = thread_checked(config)  # a bad thread id: ConfigError, before any write
-        since = time.time()
         given, scope = tally.scoped(config, input)  # shared with the stream it reads
         with closing.invoking(self, config):
             try:
@@ -146,7 +142,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
             except DeployBlocked:
                 raise  # nothing of the run was stored, nor is
             except Exception as exc:
-                closing.failed(self, input, config, since, exc)  # the run ledger: it raised
+                closing.failed(self, input, config, scope, exc)  # the run ledger: it raised
                 raise
         lifecycle.ended(stored, config)  # nested in a step: a run that ended short fails it
         lifecycle.settle_by_hand(self, input, config)  # a Worker's paused run, resumed by hand
@@ -159,7 +155,6 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         config = thread_checked(config)  # a bad thread id: ConfigError, before any write
-        since = time.time()
         given, scope = tally.scoped(config, input)  # shared with the stream it reads
         with closing.invoking(self, config):
             try:
@@ -167,7 +162,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
             except DeployBlocked:
                 raise  # nothing of the run was stored, nor is
             except Exception as exc:
-                await closing.afailed(self, input, config, since, exc)  # the ledger: it raised
+                await closing.afailed(self, input, config, scope, exc)  # the ledger: it raised
                 raise
         lifecycle.ended(stored, config)  # nested in a step: a run that ended short fails it
         await lifecycle.asettle_by_hand(self, input, config)  # a Worker's paused run, by hand

@@ -12,8 +12,13 @@ A call that raised ends its run ``error`` (`failed`): without it the run's row
 stayed ``running`` for ever after an error LangGraph raised (a node without a
 policy, an error handler that re-raised), and a fan-out whose other branch
 reached the end wrote ``success`` before LangGraph raised the failed branch's
-error. The row is changed only if the run is the call's (`_run_log.fail_run`):
-a call that failed before its input was stored leaves the earlier run alone.
+error. The row is changed only if the run is the call's, by its number, never
+by comparing clocks (`_run_log.failing`): the invoke's `RunScope` knows the run
+(its input checkpoint's, or the one its steps tallied) and whether the saver
+stored that run's end at the checkpoint that left it nothing to run (then what
+raised came after the run: its row stays as the saver wrote it, unless a
+task's error write that landed after the saver's check says the run raised).
+A call that failed before its input was stored leaves the earlier run alone.
 Not told: a `Worker`'s run (the Worker stores its end: error, a takeover, a
 retry), a run another process moved on (`CheckpointConflict`), LangGraph's
 bubbling signals, and anything not an ``Exception`` (a cancellation, a
@@ -24,7 +29,7 @@ the row as it was (logged); the caller gets the run's own error either way.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -37,7 +42,7 @@ from langgraph_resilience.checkpoint import AsyncRunLedger, RunLedger
 from langgraph_resilience.checkpoint.ledger._runs import fence_of
 from langgraph_resilience.checkpoint.runlog._scope import RunScope
 from langgraph_resilience.errors import CheckpointConflict, LeaseLost, describe
-from langgraph_resilience.graph._lifecycle import nested
+from langgraph_resilience.graph._lifecycle import arun_part, nested, run_part, unrecovered_steps
 from langgraph_resilience.graph._tally import with_usage
 from langgraph_resilience.graph._task import conforms
 
@@ -158,14 +163,13 @@ def closing(
     graph: Any,
     input: Any,
     config: RunnableConfig | None,
-    since: float,
     stream: Iterator[Any],
     scope: RunScope | None,
 ) -> Iterator[Any]:
-    """``stream`` (called at ``since``, before its input was marked); read to its
-    end, it tells the run ledger how the run returned (from the stored state, and
-    the usage of ``scope``'s tally), or that it raised (`failed`). One that
-    ``invoke`` reads is left to ``invoke``."""
+    """``stream``; read to its end, it tells the run ledger how the run returned
+    (from the stored state, and the usage of ``scope``'s tally), or that it
+    raised (`failed`: ``scope`` names its run). One that ``invoke`` reads is
+    left to ``invoke``."""
     if not _left_to_stream(graph, config):
         return stream
 
@@ -173,7 +177,7 @@ def closing(
         try:
             yield from stream
         except Exception as exc:
-            failed(graph, input, config, since, exc)
+            failed(graph, input, config, scope, exc)
             raise
         close_run(graph, config, None, scope=scope)
 
@@ -184,7 +188,6 @@ def aclosing(
     graph: Any,
     input: Any,
     config: RunnableConfig | None,
-    since: float,
     stream: AsyncIterator[Any],
     scope: RunScope | None,
 ) -> AsyncIterator[Any]:
@@ -197,7 +200,7 @@ def aclosing(
             async for item in stream:
                 yield item
         except Exception as exc:
-            await afailed(graph, input, config, since, exc)
+            await afailed(graph, input, config, scope, exc)
             raise
         finally:  # closed early (a consumer that stops): close LangGraph's stream too
             close = getattr(stream, "aclose", None)
@@ -214,23 +217,14 @@ _NOT_TOLD = (GraphBubbleUp, CheckpointConflict, LeaseLost)
 
 
 def _to_tell(
-    graph: Any,
-    input: Any,
-    config: RunnableConfig | None,
-    since: float,
-    exc: BaseException,
-    ledger: Any,
-) -> tuple[Any, str, float, bool, str] | None:
-    """(saver: a ``ledger``, and what its ``fail_run`` is told: thread, since,
-    continued, the error) for a call that raised ``exc``, or None."""
+    graph: Any, config: RunnableConfig | None, exc: BaseException, ledger: Any
+) -> tuple[str, Any] | None:
+    """(thread, saver: a ``ledger``) to tell that the call raised ``exc``, or None."""
     if not isinstance(exc, Exception) or isinstance(exc, _NOT_TOLD):
         return None
     if fence_of(config) is not None:
         return None
-    driven = _driven(graph, config, ledger)
-    if driven is None:
-        return None
-    return driven[1], driven[0], since, _continued(input), describe(exc)
+    return _driven(graph, config, ledger)
 
 
 def _continued(input: Any) -> bool:
@@ -239,28 +233,70 @@ def _continued(input: Any) -> bool:
     return not (isinstance(input, Mapping) and _LOG not in input)
 
 
+def _outcome(scope: RunScope | None, run: int | None) -> tuple[int | None, bool]:
+    """(the call's run, whether the saver stored its end during the call)."""
+    return scope.outcome() if scope is not None else (run, False)
+
+
+def _thread_top(thread: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+
+
+def _still_ended(ended: bool, checkpoints: Iterable[Any]) -> bool:
+    """Whether the end the saver stored stands now that LangGraph stored every
+    write of the call (``checkpoints``: the run's, newest first): a task's error
+    write that landed after the ending checkpoint's check (writes are stored in
+    the background) makes it a run that raised, as the check would have found."""
+    return ended and not unrecovered_steps(checkpoints)
+
+
 _NOT_STORED_RAISED = "could not store that run of thread %s raised: %s"
 
 
 def failed(
-    graph: Any, input: Any, config: RunnableConfig | None, since: float, exc: BaseException
+    graph: Any,
+    input: Any,
+    config: RunnableConfig | None,
+    scope: RunScope | None,
+    exc: BaseException,
+    *,
+    run: int | None = None,
 ) -> None:
-    """Tell the run ledger the call that began at ``since`` raised ``exc``."""
-    told = _to_tell(graph, input, config, since, exc, RunLedger)
-    if told is not None:
-        try:
-            told[0].history.fail_run(*told[1:])
-        except Exception as err:
-            logger.warning(_NOT_STORED_RAISED, told[1], err)
+    """Tell the run ledger the call raised ``exc``: ``scope``, the invoke's
+    (`RunScope.outcome`); ``run``: the run a call without one drives (a plain
+    parent's run `retry_failed` reopened)."""
+    driven = _to_tell(graph, config, exc, RunLedger)
+    if driven is None:
+        return
+    thread, saver = driven
+    number, ended = _outcome(scope, run)
+    try:
+        if ended:
+            ended = _still_ended(ended, run_part(saver.list(_thread_top(thread))))
+        saver.history.fail_run(thread, number, ended, _continued(input), describe(exc))
+    except Exception as err:
+        logger.warning(_NOT_STORED_RAISED, thread, err)
 
 
 async def afailed(
-    graph: Any, input: Any, config: RunnableConfig | None, since: float, exc: BaseException
+    graph: Any,
+    input: Any,
+    config: RunnableConfig | None,
+    scope: RunScope | None,
+    exc: BaseException,
+    *,
+    run: int | None = None,
 ) -> None:
     """Async twin of `failed`."""
-    told = _to_tell(graph, input, config, since, exc, AsyncRunLedger)
-    if told is not None:
-        try:
-            await told[0].history.afail_run(*told[1:])
-        except Exception as err:
-            logger.warning(_NOT_STORED_RAISED, told[1], err)
+    driven = _to_tell(graph, config, exc, AsyncRunLedger)
+    if driven is None:
+        return
+    thread, saver = driven
+    number, ended = _outcome(scope, run)
+    try:
+        if ended:
+            found = await arun_part(saver.alist(_thread_top(thread)))
+            ended = _still_ended(ended, found)
+        await saver.history.afail_run(thread, number, ended, _continued(input), describe(exc))
+    except Exception as err:
+        logger.warning(_NOT_STORED_RAISED, thread, err)

@@ -153,11 +153,15 @@ def stored_run(snapshot: StateSnapshot, head: bool) -> tuple[str, int] | None:
     when its run log reads ``running``: with nothing left to do (the saver wrote
     its end at that checkpoint, `checkpoint.runlog._run_log.PutLedger.ends`), or
     at the thread's ``head`` (its latest checkpoint: a run that raised there, or
-    was cancelled, is ``error`` / ``cancelled`` in its row); None for any other
-    snapshot, which reads as its run log says."""
+    was cancelled, is ``error`` / ``cancelled`` in its row); and at the head when
+    it reads ``success`` (a step told it, then LangGraph raised another branch's
+    error: the row says ``error``); None for any other snapshot, which reads as
+    its run log says."""
     log = snapshot.values.get(_LOG) if isinstance(snapshot.values, Mapping) else None
-    if not isinstance(log, Mapping) or log.get("status") != "running":
+    said = log.get("status") if isinstance(log, Mapping) else None
+    if said != "running" and not (said == "success" and head):
         return None
+    assert isinstance(log, Mapping)
     configurable = snapshot.config["configurable"]
     if configurable.get("checkpoint_ns") or not (head or _nothing_left(snapshot)):
         return None

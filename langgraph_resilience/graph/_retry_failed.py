@@ -17,7 +17,6 @@ declares no destinations may be either: it is left to the re-run step's edges.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -376,11 +375,10 @@ def _retry_parent(
         thread, failed.run, str(fork["configurable"]["checkpoint_id"]), [failed.path]
     )
     recovery_event("retry_failed", thread, [failed.path], graph.name)
-    since = time.time()
     try:
         return graph.invoke(None, _parent.parent_retry_config(config, fork))
     except Exception as exc:  # no driver of ours ends the reopened run: this call does
-        _closing.failed(graph, None, config, since, exc)
+        _closing.failed(graph, None, config, None, exc, run=failed.run)
         raise
 
 
@@ -404,11 +402,10 @@ async def _aretry_parent(
         thread, failed.run, str(fork["configurable"]["checkpoint_id"]), [failed.path]
     )
     recovery_event("retry_failed", thread, [failed.path], graph.name)
-    since = time.time()
     try:
         return await graph.ainvoke(None, _parent.parent_retry_config(config, fork))
     except Exception as exc:  # no driver of ours ends the reopened run: this call does
-        await _closing.afailed(graph, None, config, since, exc)
+        await _closing.afailed(graph, None, config, None, exc, run=failed.run)
         raise
 
 

@@ -20,7 +20,11 @@ behind the server's auth):
   swarm: no run log in its state) is retried as `retry_failed` retries it
   (`graph._retry_parent`): its failed agent call runs again from a copy of the
   checkpoint the call began at (the server's ``POST /threads/{id}/state``,
-  ``as_node="__copy__"``), its run's row reopened.
+  ``as_node="__copy__"``), its run's row reopened. The retry's run takes the
+  durability the failed run's server run was created with (the server's
+  ``GET /threads/{id}/runs/{run_id}``, the run id its row keeps), else
+  ``"sync"`` (`retry_durability`): never the server's default, ``"async"``,
+  for want of asking.
 
 The app reads its own saver (`checkpointer`, ``LGR_DB``), opened by its lifespan
 on the server's event loop; every read is async. Errors are JSON
@@ -46,6 +50,7 @@ from starlette.routing import Mount, Route
 
 import langgraph_resilience.graph._retry_parent as _parent
 from langgraph_resilience._keys import RETRY_FAILED_KEY
+from langgraph_resilience._langgraph import DURABILITIES
 from langgraph_resilience.checkpoint import AsyncResilientSaver
 from langgraph_resilience.errors import ConfigError, RunStateError, UnknownThread
 from langgraph_resilience.graph._retry_failed import keeps_run_log, retry_plan
@@ -54,7 +59,7 @@ from langgraph_resilience.server._checkpointer import checkpointer, sync_saver
 from langgraph_resilience.server._console import console_app
 from langgraph_resilience.telemetry._emit import recovery_event
 
-__all__ = ["app", "command_json"]
+__all__ = ["app", "command_json", "retry_durability"]
 
 Handler = Callable[[Request], Awaitable[JSONResponse]]
 CONSOLE = "/resilience/console"
@@ -228,6 +233,26 @@ async def _parent_run(
     return [failed.path], run
 
 
+def retry_durability(server_run: Mapping[str, Any] | None) -> str:
+    """The durability a retry's run takes: the one the failed run's server run
+    (as ``GET /threads/{id}/runs/{run_id}`` answers it; None: not knowable) was
+    created with, else ``"sync"``, which the crash guarantees need."""
+    kwargs = (server_run or {}).get("kwargs")
+    said = kwargs.get("durability") if isinstance(kwargs, Mapping) else None
+    return said if said in DURABILITIES else "sync"
+
+
+async def _server_run(api: httpx.AsyncClient, saver: Any, thread: str) -> Any:
+    """The server's run of the thread's latest run row (its run id), or None:
+    no row, no run id on it, or a server that no longer knows the run."""
+    rows = await saver.history.arun_rows(thread, limit=1)
+    run_id = rows[0].run_id if rows else None
+    if not run_id:
+        return None
+    reply = await api.get(f"/threads/{thread}/runs/{run_id}")
+    return reply.json() if reply.status_code == 200 else None
+
+
 async def retry(request: Request) -> JSONResponse:
     thread = request.path_params["thread_id"]
     body = await _body(request)
@@ -253,8 +278,9 @@ async def retry(request: Request) -> JSONResponse:
                     "config": {"configurable": plan.configurable},
                 }
                 assistant = body.get("assistant_id") or await _assistant_of(api, thread)
+            durability = retry_durability(await _server_run(api, _saver(request), thread))
             recovery_event("retry_failed", thread, steps, None)
-            payload = {"assistant_id": assistant, **run}
+            payload = {"assistant_id": assistant, **run, "durability": durability}
             reply = await api.post(f"/threads/{thread}/runs", json=payload)
         except httpx.HTTPStatusError as exc:
             return _error(exc.response.status_code, "server_refused", exc.response.text[:500])

@@ -1,6 +1,7 @@
 """What the `Worker` needs around its runs: its id, its graph bound to the saver
-that holds the runs, threads that do not outlive a drain, how long one store
-call of its saver may last, and the messages of run-state errors."""
+that holds the runs, the durability it runs them with, threads that do not
+outlive a drain, how long one store call of its saver may last, and the
+messages of run-state errors."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from typing import Any, TypeVar, cast
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Durability
 
+from langgraph_resilience._langgraph import DURABILITIES
 from langgraph_resilience._store_errors import is_store_error
 from langgraph_resilience.checkpoint import ResilientSaver, RunQueueSaver, RunRecord
 from langgraph_resilience.checkpoint.store._store_retry import retry_window
@@ -24,6 +27,7 @@ from langgraph_resilience.errors import ConfigError, StoreUnavailable
 __all__ = [
     "bind",
     "default_worker_id",
+    "durability_of",
     "in_thread",
     "not_open",
     "not_paused",
@@ -47,6 +51,21 @@ def positive(name: str, value: Any, example: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ConfigError(f"Worker {name} must be a positive number, got {value!r} ({example})")
     return float(value)
+
+
+def durability_of(value: Any) -> Durability | None:
+    """A Worker's ``durability=``: one of LangGraph's modes, or None (each run on
+    its graph's own default)."""
+    if value is None:
+        return None
+    for mode in DURABILITIES:
+        if value == mode and isinstance(value, str):
+            return mode
+    raise ConfigError(
+        "Worker durability must be 'sync', 'async' or 'exit' (LangGraph's durability of "
+        "each run it drives; 'sync' for a plain parent, an agent or an @entrypoint to "
+        f"keep the crash guarantees), or None for the graph's own default; got {value!r}"
+    )
 
 
 def not_open(run_id: str, record: RunRecord | None) -> str:

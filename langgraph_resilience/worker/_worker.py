@@ -65,6 +65,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Durability
 
 from langgraph_resilience._keys import RUN_META
 from langgraph_resilience._util._plans import Plan
@@ -83,6 +84,7 @@ from langgraph_resilience.worker._leases import LEASES, Instant
 from langgraph_resilience.worker._setup import (
     bind,
     default_worker_id,
+    durability_of,
     in_thread,
     positive,
     resilient_saver,
@@ -150,6 +152,13 @@ class Worker(RunControls):
         archive_idle: move threads idle this long to the saver's archive while
             the worker runs (None: never; see ``saver.archive_idle``).
         archive_every: how often (seconds or timedelta) it looks for them.
+        durability: LangGraph's durability of every run it drives (``"sync"``,
+            ``"async"`` or ``"exit"``; default None: each graph's own, which is
+            ``"sync"`` for a `ResilientStateGraph` and LangGraph's ``"async"``
+            for any other). Pass ``"sync"`` for a plain ``StateGraph`` parent
+            (``create_supervisor``, ``create_swarm``), a ``create_agent`` /
+            deepagents agent or an ``@entrypoint``: their crash guarantees need
+            it (docs/testing.md, "Which durability each builder needs").
 
     Example:
         >>> worker = Worker(graph, checkpointer=saver, lease_ttl=30)  # doctest: +SKIP
@@ -172,6 +181,7 @@ class Worker(RunControls):
         drain_timeout: float | None = None,
         archive_idle: timedelta | float | None = None,
         archive_every: timedelta | float = 3600.0,
+        durability: Durability | None = None,
     ) -> None:
         self.lease_ttl = positive("lease_ttl", lease_ttl, "seconds, e.g. 30")
         self.drain_timeout = (
@@ -192,6 +202,11 @@ class Worker(RunControls):
         )
         self.concurrency = concurrency
         self.max_recoveries = max_recoveries
+        self.durability = durability_of(durability)
+        #: What each run's invoke takes besides its input and config.
+        self._invoke_options: dict[str, Any] = (
+            {} if self.durability is None else {"durability": self.durability}
+        )
         self._archive = schedule_of(archive_idle, archive_every)
         self.worker_id = str(worker_id) if worker_id else default_worker_id()
         self.graph = bind(graph, checkpointer)
@@ -404,7 +419,9 @@ class Worker(RunControls):
                         steps.reply = exc
                 elif isinstance(op, Invoke):
                     try:
-                        self.graph.invoke(op.value, config, control=held.control)
+                        self.graph.invoke(
+                            op.value, config, control=held.control, **self._invoke_options
+                        )
                         snapshot = self.graph.get_state(config)
                         where, meta = _run_of(held)
                         found = (
@@ -509,7 +526,9 @@ class Worker(RunControls):
                         steps.reply = exc
                 elif isinstance(op, Invoke):
                     try:
-                        await self.graph.ainvoke(op.value, config, control=held.control)
+                        await self.graph.ainvoke(
+                            op.value, config, control=held.control, **self._invoke_options
+                        )
                         snapshot = await self.graph.aget_state(config)
                         where, meta = _run_of(held)
                         found = (

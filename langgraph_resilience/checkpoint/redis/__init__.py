@@ -61,7 +61,7 @@ from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._runlog_parts import RedisHistory
 from langgraph_resilience.checkpoint.redis._runs_saver import RunsSaver
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
-from langgraph_resilience.checkpoint.runlog import _run_end
+from langgraph_resilience.checkpoint.runlog import _run_end, _run_log
 from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.checkpoint.saver._base import flush_quietly
 from langgraph_resilience.checkpoint.store._counters import (
@@ -247,9 +247,12 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
                 )
             )
             if not _ops.decides_rows(led):
-                return self._drive(op, CHECKPOINT_FAILED)
-            with self.place.ledger_lock(str(config["configurable"]["thread_id"])):
-                return self._drive(op, CHECKPOINT_FAILED)
+                done = self._drive(op, CHECKPOINT_FAILED)
+            else:
+                with self.place.ledger_lock(str(config["configurable"]["thread_id"])):
+                    done = self._drive(op, CHECKPOINT_FAILED)
+        _run_log.stored_put(config, led)  # the invoke's scope: its run, its end
+        return done
 
     def put_writes(
         self,

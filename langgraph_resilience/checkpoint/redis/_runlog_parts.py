@@ -298,11 +298,13 @@ class RedisHistory:
         )
 
     def _m_fail(
-        self, thread_id: str, since: float, continued: bool, error: str | None
+        self, thread_id: str, run: int | None, ended: bool, continued: bool, error: str | None
     ) -> Make[None]:
         fail = _run_log.fail_run
         return _apply(
-            self._place, thread_id, lambda: fail(SQLITE, thread_id, since, continued, error)
+            self._place,
+            thread_id,
+            lambda: fail(SQLITE, thread_id, run, ended, continued, error),
         )
 
     # -- the sync methods --------------------------------------------------------------
@@ -373,10 +375,15 @@ class RedisHistory:
         self._go(self._m_reopen(thread_id, run, checkpoint_id, paths))
 
     def fail_run(
-        self, thread_id: str, since: float, continued: bool, error: str | None = None
+        self,
+        thread_id: str,
+        run: int | None,
+        ended: bool,
+        continued: bool,
+        error: str | None = None,
     ) -> None:
         """A run's driver raised ``error`` (`_run_log.fail_run`)."""
-        self._go(self._m_fail(thread_id, since, continued, error))
+        self._go(self._m_fail(thread_id, run, ended, continued, error))
 
 
 class AsyncRedisHistory(RedisHistory):
@@ -456,7 +463,12 @@ class AsyncRedisHistory(RedisHistory):
         await self._ago(self._m_reopen(thread_id, run, checkpoint_id, paths))
 
     async def afail_run(
-        self, thread_id: str, since: float, continued: bool, error: str | None = None
+        self,
+        thread_id: str,
+        run: int | None,
+        ended: bool,
+        continued: bool,
+        error: str | None = None,
     ) -> None:
         """Async twin of `fail_run`."""
-        await self._ago(self._m_fail(thread_id, since, continued, error))
+        await self._ago(self._m_fail(thread_id, run, ended, continued, error))

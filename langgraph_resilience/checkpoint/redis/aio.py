@@ -46,7 +46,7 @@ from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._runlog_parts import AsyncRedisHistory
 from langgraph_resilience.checkpoint.redis._runs_saver import AsyncRunsSaver
 from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
-from langgraph_resilience.checkpoint.runlog import _run_end
+from langgraph_resilience.checkpoint.runlog import _run_end, _run_log
 from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.checkpoint.saver._base import aflush_quietly
 from langgraph_resilience.checkpoint.store._counters import (
@@ -238,9 +238,12 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
                 )
             )
             if not _ops.decides_rows(led):
-                return await self._drive(op, CHECKPOINT_FAILED)
-            async with self.place.aledger_lock(str(config["configurable"]["thread_id"])):
-                return await self._drive(op, CHECKPOINT_FAILED)
+                done = await self._drive(op, CHECKPOINT_FAILED)
+            else:
+                async with self.place.aledger_lock(str(config["configurable"]["thread_id"])):
+                    done = await self._drive(op, CHECKPOINT_FAILED)
+        _run_log.stored_put(config, led)  # the invoke's scope: its run, its end
+        return done
 
     async def aput_writes(
         self,

@@ -130,12 +130,17 @@ class History(_Part):
         self._io._write(lambda: reopen(d, thread_id, run, checkpoint_id, paths), pipeline=True)
 
     def fail_run(
-        self, thread_id: str, since: float, continued: bool, error: str | None = None
+        self,
+        thread_id: str,
+        run: int | None,
+        ended: bool,
+        continued: bool,
+        error: str | None = None,
     ) -> None:
         """A run's driver raised ``error`` (`_run_log.fail_run`)."""
         d = self._saver._dialect
         fail = _run_log.fail_run
-        self._io._write(lambda: fail(d, thread_id, since, continued, error), pipeline=True)
+        self._io._write(lambda: fail(d, thread_id, run, ended, continued, error), pipeline=True)
 
 
 class AsyncHistory(History, _AsyncPart):
@@ -234,10 +239,15 @@ class AsyncHistory(History, _AsyncPart):
         await self._saver._write(write, pipeline=True)
 
     async def afail_run(
-        self, thread_id: str, since: float, continued: bool, error: str | None = None
+        self,
+        thread_id: str,
+        run: int | None,
+        ended: bool,
+        continued: bool,
+        error: str | None = None,
     ) -> None:
         """Async twin of `History.fail_run`."""
         d = self._saver._dialect
         fail = _run_log.fail_run
-        write = lambda: fail(d, thread_id, since, continued, error)  # noqa: E731
+        write = lambda: fail(d, thread_id, run, ended, continued, error)  # noqa: E731
         await self._saver._write(write, pipeline=True)

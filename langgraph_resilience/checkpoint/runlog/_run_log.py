@@ -19,9 +19,12 @@ LangGraph's private writes decoded back:
   failed step, goes on with it (``running``: `retry_failed`) or resumes it
   (LangGraph's `RESUME_CHANNEL` write) updates the run's row in that same
   transaction, and the checkpoint after it gives the row the run's usage;
-- a checkpoint that leaves a run whose run log reads ``running`` nothing to do
-  (a loop a conditional edge stopped) ends its row ``success``, with its usage,
-  unless a step of the run failed unrecovered (`PutLedger.ends`, `_run_end`);
+- a checkpoint that leaves a run nothing to do, its run log reading
+  ``running`` (a loop a conditional edge stopped) or just told ``success``,
+  ends its row ``success``, with its usage, unless a step of the run failed
+  unrecovered (`PutLedger.ends`, `_run_end`); how a checkpoint ends its run is
+  one decision (`put_end`), and the invoke's `RunScope` learns the run its put
+  started and the one it ended for good (`stored_put`);
 - what no checkpoint says is told by the one that knows: the driver when
   ``invoke`` / ``stream`` returns paused (a run stored only at its exit:
   `close_run`) or raised (`fail_run`), the `Worker` when it finishes, pauses or
@@ -41,7 +44,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
@@ -82,15 +85,20 @@ from langgraph_resilience.classify import FailureKind
 from langgraph_resilience.errors import ConfigError, describe
 
 __all__ = [
+    "PutEnd",
     "PutLedger",
     "WriteLedger",
     "cancel_worker_run",
     "close_run",
+    "fail_run",
+    "failing",
     "finish_worker_run",
     "ledger_of_put",
     "ledger_of_writes",
+    "put_end",
     "put_statements",
     "reopen_run",
+    "stored_put",
     "tried_task",
     "write_statements",
 ]
@@ -111,10 +119,22 @@ class PutLedger(NamedTuple):
     #: starts numbered after the thread's latest, or ends.
     next_start: tuple[Any, ...] | None = None
     settle: tuple[str, str] | None = None  # (thread, checkpoint) of its end
-    #: The row of a run whose run log reads ``running`` at a checkpoint that
-    #: leaves it nothing to do, ended ``success``: its end if no step of it
-    #: failed unrecovered (`checked`, from the run's checkpoints).
+    #: The row of a run ended ``success`` at a checkpoint that leaves it nothing
+    #: to do (`put_end`: its run log still reads ``running``, or a step wrote
+    #: the end): its end if no step of it failed unrecovered (`checked`, from
+    #: the run's checkpoints).
     ends: tuple[Any, ...] | None = None
+    #: The end (`end`, `ends`) is at a checkpoint that leaves the run nothing to
+    #: run: LangGraph's loop stops there, so nothing after it is the run's.
+    final: bool = False
+
+    def stored_runs(self) -> tuple[int | None, int | None]:
+        """(the run this put started, the run whose end it stored at a checkpoint
+        that leaves it nothing to run), each None if not this put's; numbered
+        rows only (a plain parent's run is numbered by the store)."""
+        started = int(self.start[1]) if self.start is not None else None
+        ended = int(self.end[1]) if self.end is not None and self.final else None
+        return started, ended
 
     def checked(self, unrecovered: Sequence[str]) -> PutLedger:
         """This ledger, its run ended (`ends`) unless ``unrecovered`` names a step
@@ -138,7 +158,7 @@ def ledger_of_put(
     carries the new-run marker) starts the run's row. The checkpoint after the
     step that ended a run (its run log changed, and says ``success`` or
     ``partial_complete``) gives the row the run's usage: the run's driver then
-    has nothing left to tell it.
+    has nothing left to tell it (how a checkpoint ends its run: `put_end`).
 
     A graph no driver of ours runs and that keeps no run log (a plain
     ``StateGraph`` parent: ``create_supervisor``, ``create_swarm``; an
@@ -157,29 +177,28 @@ def ledger_of_put(
     known = values.get(CHANNEL)
     own = _own_log(config, known)
     if metadata.get("source") != "input":
-        if own is None and metadata.get("source") == "loop" and triggers_none(checkpoint):
+        nothing_left = triggers_none(checkpoint)
+        end = put_end(metadata.get("source"), own, CHANNEL in new_versions, nothing_left)
+        if end is None:
+            return None
+        if end.how == "settle":
             return PutLedger(settle=(str(configurable["thread_id"]), checkpoint["id"]))
-        if own is None:
-            return None
-        if own.get("status") == "running" and metadata.get("source") == "loop":
-            return _ends(config, checkpoint, own)
-        if CHANNEL not in new_versions:
-            return None
-        known = own
-        status = known.get("status")
-        if status not in ("success", "partial_complete"):
-            return None
-        end = _run_row(
+        assert own is not None  # "left" and "told" read the graph's own run log
+        if end.how == "left":
+            return _ends(config, own)
+        row = _run_row(
             config,
-            int(known.get("run") or 1),
-            _began(config, known),
+            int(own.get("run") or 1),
+            _began(config, own),
             None,
-            status=str(status),
+            status=str(own.get("status")),
             ended=True,
-            failed_step=_path_of(known.get("failed_step")),
-            usage=_json(known.get("usage")),
+            failed_step=_path_of(own.get("failed_step")),
+            usage=_json(own.get("usage")),
         )
-        return PutLedger(end=end)
+        if end.checked:
+            return PutLedger(ends=row, final=True)
+        return PutLedger(end=row, final=nothing_left)
     given = values.get(START)
     marker = given.get(CHANNEL) if isinstance(given, Mapping) else None
     if not isinstance(marker, Mapping) or marker.get("new_run") is None:
@@ -193,15 +212,11 @@ def ledger_of_put(
     )
 
 
-def _ends(
-    config: RunnableConfig, checkpoint: Checkpoint, log: Mapping[str, Any]
-) -> PutLedger | None:
+def _ends(config: RunnableConfig, log: Mapping[str, Any]) -> PutLedger:
     """The end of a run whose run log still reads ``running``, at a checkpoint
     that leaves it nothing to do (a loop a conditional edge stopped: no node
     knew it was the last): ``success``, with its usage so far (its invoke's
     tally's, else its run log's), if no step failed unrecovered (`PutLedger.checked`)."""
-    if not triggers_none(checkpoint):
-        return None
     run = int(log.get("run") or 1)
     scope = scope_of(config)
     tally = scope.tally(run) if scope is not None else None
@@ -209,7 +224,60 @@ def _ends(
     row = _run_row(
         config, run, _began(config, log), None, status="success", ended=True, usage=_json(usage)
     )
-    return PutLedger(ends=row)
+    return PutLedger(ends=row, final=True)
+
+
+class PutEnd(NamedTuple):
+    """How a checkpoint ends its run (`put_end`)."""
+
+    how: Literal["settle", "left", "told"]
+    #: The end is ``success`` at a checkpoint that leaves nothing to run: it is
+    #: stored only if no step of the run failed unrecovered (`PutLedger.checked`).
+    checked: bool = False
+
+
+def put_end(
+    source: Any, log: Mapping[str, Any] | None, log_changed: bool, nothing_left: bool
+) -> PutEnd | None:
+    """How a top-level checkpoint that is not a run's input ends its run, if it
+    does (pure: `ledger_of_put` builds the row). ``source``: its metadata's;
+    ``log``: the graph's own run log (`_own_log`; None: it keeps none);
+    ``log_changed``: the step before it wrote the run log; ``nothing_left``: it
+    triggers no task (`_langgraph.triggers_none`).
+
+    - ``settle``: a graph that keeps no run log (a plain parent, an
+      ``@entrypoint``), at a loop checkpoint that leaves nothing to run: the
+      thread's latest run ends (`SETTLED_RUN`: ``success``, or
+      ``partial_complete`` naming a nested graph's failed step);
+    - ``left``: a run log that still reads ``running`` at a loop checkpoint
+      that leaves nothing to run (a conditional edge stopped the run):
+      ``success``, checked;
+    - ``told``: the run log just changed to ``success`` or
+      ``partial_complete`` (a step wrote the end): that end, with its usage;
+      a ``success`` at a checkpoint that leaves nothing to run is checked (an
+      error handler that failed lets LangGraph run the other branches to the
+      end before it raises: the run is not a success);
+    - None: the run goes on, or the checkpoint says nothing of its end.
+    """
+    loop = source == "loop"
+    if log is None:
+        return PutEnd("settle") if loop and nothing_left else None
+    status = log.get("status")
+    if status == "running" and loop:
+        return PutEnd("left", checked=True) if nothing_left else None
+    if log_changed and status in ("success", "partial_complete"):
+        return PutEnd("told", checked=nothing_left and status == "success")
+    return None
+
+
+def stored_put(config: RunnableConfig, led: PutLedger | None) -> None:
+    """After a put's transaction: the invoke's `RunScope` learns the run the put
+    started and the run whose end it stored for good (`PutLedger.stored_runs`),
+    what its driver tells the ledger if the invoke raises (`fail_run`)."""
+    if led is None or (led.start is None and led.end is None):
+        return
+    if (scope := scope_of(config)) is not None:
+        scope.stored(*led.stored_runs())
 
 
 def _own_log(config: RunnableConfig, known: Any) -> Mapping[str, Any] | None:
@@ -713,28 +781,60 @@ def reopen_run(
     yield Stmt(d.sql(_REOPEN), (now, thread_id, int(run)))
 
 
-_FAILED = (
-    f"UPDATE {RUN_LOG.name} SET status = 'error', ended_at = ?, updated_at = ?, error = ? "
-    f"WHERE thread_id = ? AND run = (SELECT max(run) FROM {RUN_LOG.name} WHERE thread_id = ?) "
-    "AND ((status = 'running' AND (started_at >= ? OR ?)) "
-    "OR (status = 'success' AND ended_at >= ?))"
+_FAIL_SET = f"UPDATE {RUN_LOG.name} SET status = 'error', ended_at = ?, updated_at = ?, error = ? "
+# The call's own run: still running, or ``success`` that a step wrote before
+# LangGraph raised another branch's error (no checkpoint ended the run).
+_FAILED_RUN = f"{_FAIL_SET}WHERE thread_id = ? AND run = ? AND status IN ('running', 'success')"
+# The thread's latest run, still running (a call that went on with it and
+# raised before anything of it named its run).
+_FAILED_LATEST = (
+    f"{_FAIL_SET}WHERE thread_id = ? AND status = 'running' "
+    f"AND run = (SELECT max(run) FROM {RUN_LOG.name} WHERE thread_id = ?)"
 )
+
+Failing = Literal["run", "latest"]
+
+
+def failing(run: int | None, ended: bool, continued: bool) -> Failing | None:
+    """Which row a top-level ``invoke`` / ``stream`` that raised ends ``error``
+    (pure; its `RunScope.outcome` gives ``run`` and ``ended``):
+
+    - None when the saver stored the run's end during the call (``ended``: at
+      the checkpoint that left it nothing to run; what raised came after the
+      run, e.g. a callback), or when the call stored nothing of a run and went
+      on with none (a new input that was never stored: an earlier run stays);
+    - ``run``: the call's run ``run`` (it started it, or its steps ran in it);
+    - ``latest``: the thread's latest run, if still running (``continued``: a
+      resume or a retry that raised before anything of the run named it).
+    """
+    if ended:
+        return None
+    if run is not None:
+        return "run"
+    return "latest" if continued else None
 
 
 def fail_run(
-    d: Dialect, thread_id: str, since: float, continued: bool, error: str | None = None
+    d: Dialect,
+    thread_id: str,
+    run: int | None,
+    ended: bool,
+    continued: bool,
+    error: str | None = None,
 ) -> Statements[None]:
-    """A top-level ``invoke`` / ``stream`` called at ``since`` raised (not under a
-    `Worker`, which stores its runs' ends): the thread's latest run ends ``error``
-    if it is the call's: one it started, one it went on with (``continued``: a
-    resume, a retry) still ``running``, or one a step wrote ``success`` for
-    during the call (a fan-out whose other branch failed unrecovered: LangGraph
-    ran on to the end, then raised). A run that ended before the call, or an
-    earlier run when the call failed before its input was stored, stays as it is.
-    ``error``: what it raised (``Type: message``), kept as the run's ``error``."""
+    """A top-level ``invoke`` / ``stream`` raised (not under a `Worker`, which
+    stores its runs' ends): the call's run ends ``error`` as `failing` decides,
+    by its number, never by comparing clocks. ``error``: what it raised
+    (``Type: message``), kept as the run's ``error``."""
+    which = failing(run, ended, continued)
+    if which is None:
+        return
     now = time.time()
     said = None if error is None else error[:1000]
-    yield Stmt(d.sql(_FAILED), (now, now, said, thread_id, thread_id, since, continued, since))
+    if which == "run":
+        yield Stmt(d.sql(_FAILED_RUN), (now, now, said, thread_id, run))
+    else:
+        yield Stmt(d.sql(_FAILED_LATEST), (now, now, said, thread_id, thread_id))
 
 
 def _top_level(config: RunnableConfig) -> bool:

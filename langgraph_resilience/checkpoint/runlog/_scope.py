@@ -16,7 +16,12 @@ copies the key into every task's config and into the config of each
   the usage of each run the invoke drives, counted as its steps complete. An
   invoke that goes on with a run (a resume, `retry_failed`, a takeover) loads
   them once from the run's step rows (`load`): the rows are the truth, a crash
-  loses nothing of them; a new run starts empty (``fresh``).
+  loses nothing of them; a new run starts empty (``fresh``);
+- the run the invoke drives (`run`: the one its input checkpoint started, as
+  the saver stored it, or the one its steps tallied) and whether the saver
+  stored that run's end at the checkpoint that left it nothing to run
+  (`ended`): what the driver tells the ledger when the invoke raises
+  (`outcome`, `_run_log.fail_run`), exactly, by number, never by clock.
 
 An ``@entrypoint`` has no driver of ours, so no scope: a `@task` under a
 policy (`graph._functional`) hands its step's record to the process's
@@ -56,7 +61,17 @@ class RunScope:
     when (the start a run stored only at its exit has: `_run_log.ledger_of_put`).
     """
 
-    __slots__ = ("_handed", "_lock", "_tallies", "_unstored", "began", "fresh", "keeps_rows")
+    __slots__ = (
+        "_ended",
+        "_handed",
+        "_lock",
+        "_run",
+        "_tallies",
+        "_unstored",
+        "began",
+        "fresh",
+        "keeps_rows",
+    )
 
     def __init__(self, *, fresh: bool) -> None:
         self.fresh = fresh
@@ -67,6 +82,33 @@ class RunScope:
         self._tallies: dict[int, Tally] = {}
         self._handed: dict[str, dict[str, Any]] = {}
         self._unstored: dict[str, dict[str, Any]] = {}
+        self._run: int | None = None
+        self._ended: int | None = None
+
+    # -- the run the invoke drives, and its end ------------------------------------------
+
+    def stored(self, started: int | None, ended: int | None) -> None:
+        """A put of the invoke was stored: it started run ``started`` (its input
+        checkpoint), or stored the end of run ``ended`` at a checkpoint that
+        leaves it nothing to run (each None: not this put)."""
+        with self._lock:
+            if started is not None:
+                self._run = started
+            if ended is not None:
+                self._ended = ended
+
+    def outcome(self) -> tuple[int | None, bool]:
+        """(the run this invoke drove, whether the saver stored its end during
+        the invoke): the run its input started, else the one its steps tallied
+        last, else the one whose end it stored (None: none of these, the
+        invoke stored nothing of a run)."""
+        with self._lock:
+            run = self._run
+            if run is None and self._tallies:
+                run = next(reversed(self._tallies))
+            if run is None:
+                run = self._ended
+            return run, run is not None and self._ended == run
 
     # -- the step records handed to the saver -------------------------------------------
 

@@ -23,7 +23,7 @@ from langgraph_resilience.checkpoint.archive._methods import AsyncArchival
 from langgraph_resilience.checkpoint.ledger import _ledger, _runs
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
 from langgraph_resilience.checkpoint.ledger._runs import Fence, RunRecord
-from langgraph_resilience.checkpoint.runlog import _run_end, _run_log_reads, _scope
+from langgraph_resilience.checkpoint.runlog import _run_end, _run_log, _run_log_reads, _scope
 from langgraph_resilience.checkpoint.runlog._history import AsyncHistory
 from langgraph_resilience.checkpoint.saver import _base, _threads
 from langgraph_resilience.checkpoint.saver._interfaces import AsyncAttempts, AsyncEffects, AsyncRuns
@@ -93,6 +93,7 @@ class AsyncResilience(Hooks, AsyncArchival):
             translate=put.fork_conflict,
             **PUT,
         )
+        _run_log.stored_put(config, ledger)  # the invoke's scope: its run, its end
         return _threads.wrote(config, put)
 
     async def aput_writes(

@@ -292,6 +292,7 @@ class SyncResilience(Hooks, SyncArchival):
             translate=put.fork_conflict,
             **PUT,
         )
+        _run_log.stored_put(config, ledger)  # the invoke's scope: its run, its end
         return _threads.wrote(config, put)
 
     def put_writes(
