@@ -191,6 +191,8 @@ async def open_redis(
     from langgraph_resilience.checkpoint.redis.aio import AsyncResilientRedisSaver
 
     if REDIS_DOWN is not None and not url:
+        if IN_CI:
+            pytest.fail(f"CI=true but {REDIS_DOWN}; the Redis savers' tests must run in CI")
         pytest.skip(REDIS_DOWN)
     url = url or REDIS_URL
     if prefix is None:
@@ -279,19 +281,63 @@ async def harness(
 
 
 #: The savers most tests run on; ``LGR_ALL_SAVERS=1`` (``make test-long``) adds
-#: Postgres in pipeline mode and on a pool (the savers' own tests always have them);
-#: ``LGR_REDIS_SAVERS=1`` adds the Redis savers, which keep checkpoints, the
-#: effect and attempts ledgers and the run ledger but no `Limit`s (docs/redis.md).
+#: Postgres in pipeline mode and on a pool (the savers' own tests always have them).
 CHECKPOINTERS = (
     list(SAVERS)
     if os.environ.get("LGR_ALL_SAVERS")
     else ["sqlite", "sqlite-async", "postgres", "postgres-async"]
-) + (list(REDIS_SAVERS) if os.environ.get("LGR_REDIS_SAVERS") else [])
+)
+
+#: The behaviour tests that run on the Redis savers too (sync and async), by
+#: default: the graph's, the effects' and the worker's. Redis keeps checkpoints,
+#: the effect and attempts ledgers and the run ledger but no `Limit`s
+#: (docs/redis.md); many other files' tests read or break SQL tables of their own
+#: (test_savers' own fixture keeps SQL; Redis has test_redis*).
+#: ``LGR_REDIS_SAVERS=0`` leaves Redis out, ``LGR_REDIS_SAVERS=1`` puts it in every
+#: file's saver fixture (README, "Two commands").
+REDIS_FILES = frozenset(
+    {
+        "test_graph.py",
+        "test_effects.py",
+        "test_effect_claims.py",
+        "test_effect_how.py",
+        "test_settle.py",
+        "test_worker.py",
+    }
+)
+_REDIS_SAVERS_ENV = os.environ.get("LGR_REDIS_SAVERS", "")
+
+
+def runs_on_redis(file_name: str) -> bool:
+    """Whether the tests in ``file_name`` get the Redis savers (`REDIS_FILES`)."""
+    if _REDIS_SAVERS_ENV == "0":
+        return False
+    return bool(_REDIS_SAVERS_ENV) or file_name in REDIS_FILES
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Add the Redis savers to the ``checkpointer`` fixture's in `REDIS_FILES`
+    (a test naming its own savers keeps them)."""
+    if "checkpointer" not in metafunc.fixturenames:
+        return
+    # A file's own ``checkpointer`` fixture (test_savers') keeps its own savers.
+    if metafunc._arg2fixturedefs["checkpointer"][-1].baseid.endswith(".py"):
+        return
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        if "checkpointer" in str(mark.args[0]):
+            return
+    if runs_on_redis(Path(metafunc.definition.path).name):
+        savers = CHECKPOINTERS + list(REDIS_SAVERS)
+        metafunc.definition.add_marker(
+            pytest.mark.parametrize("checkpointer", savers, indirect=True)
+        )
 
 
 @pytest.fixture(params=CHECKPOINTERS)
 async def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
-    """A resilient saver per backend: SQLite (file) and Postgres, sync and async."""
+    """A resilient saver per backend: SQLite (file) and Postgres, sync and async;
+    Redis too in `REDIS_FILES`, under a key prefix of its own, flushed after."""
     async with AsyncExitStack() as stack:
         yield await harness(request.param, request, tmp_path, stack)
 

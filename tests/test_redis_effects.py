@@ -1,7 +1,7 @@
 """The effect ledger and the attempts ledger on Redis: what a user relies on.
 
 The behaviour tests (`test_effects`, `test_effect_claims`, `test_effect_how`,
-`test_settle`) run on the Redis savers with ``LGR_REDIS_SAVERS=1``; here are
+`test_settle`) run on the Redis savers too (conftest's ``REDIS_FILES``); here are
 what only Redis has: the records' keys under the thread's hash tag, their TTL
 and their move to the cold tier and back with the thread, and a crash of the
 process and of a Redis server with an AOF (``LGR_FAULT_RUNS`` trials).
