@@ -56,6 +56,7 @@ __all__ = [
     "is_postgres",
     "load_graph",
     "one_line",
+    "REDIS_SCHEMES",
     "open_store",
     "redis_saver",
     "store_check",
