@@ -55,18 +55,61 @@ def test_the_checks_pass_on_the_story_and_catch_each_broken_claim() -> None:
     assert any("takeover" in p for p in check(wasteful, FIRST, SECOND, FIXER))
 
 
-@pytest.mark.crash
-def test_demo_tells_the_story_and_checks_itself(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "langgraph_resilience.cli", "demo", "--dir", str(tmp_path)],
+def _demo(tmp_path: Path, *db: str) -> subprocess.CompletedProcess[str]:
+    tmp_path.mkdir(exist_ok=True)
+    work = tmp_path / "demo"
+    return subprocess.run(
+        [sys.executable, "-m", "langgraph_resilience.cli", "demo", "--dir", str(work), *db],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=tmp_path,  # not the clone: the demo ships in the package
     )
+
+
+def _told(done: subprocess.CompletedProcess[str], tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "OK:" in done.stdout
-    assert len((tmp_path / "outbox.log").read_text().splitlines()) == 1
+    assert len((tmp_path / "demo" / "outbox.log").read_text().splitlines()) == 1
+
+
+@pytest.mark.crash
+def test_demo_tells_the_story_and_checks_itself(tmp_path: Path) -> None:
+    done = _demo(tmp_path)
+    _told(done, tmp_path)
+    assert "on SQLite" in done.stdout
+
+
+@pytest.mark.crash
+def test_demo_on_postgres_and_refuses_a_database_it_already_used(tmp_path: Path) -> None:
+    from helpers import empty_store
+
+    store = empty_store("postgres", tmp_path, "demo")
+    _, dsn = next(store)
+    try:
+        done = _demo(tmp_path, "--db", dsn)
+        _told(done, tmp_path)
+        assert "on Postgres" in done.stdout and f"--db '{dsn}'" in done.stdout
+        again = _demo(tmp_path / "again", "--db", dsn)
+        assert again.returncode == 2, again.stdout + again.stderr
+        assert "already holds a thread 'research-1'" in again.stderr
+    finally:
+        store.close()
+
+
+@pytest.mark.crash
+def test_demo_on_redis_under_a_prefix_of_its_own(tmp_path: Path) -> None:
+    from redis_servers import REDIS_DOWN, REDIS_URL, flush_prefix
+
+    if REDIS_DOWN is not None:
+        pytest.skip(REDIS_DOWN)
+    prefix = f"demo{os.getpid()}"
+    try:
+        done = _demo(tmp_path, "--db", f"{REDIS_URL}#{prefix}")
+        _told(done, tmp_path)
+        assert "on Redis" in done.stdout and f"--db '{REDIS_URL}#{prefix}'" in done.stdout
+    finally:
+        flush_prefix(prefix)
 
 
 @pytest.mark.skipif(not os.environ.get("LGR_WHEEL_TEST"), reason="set LGR_WHEEL_TEST=1 (~1 min)")

@@ -591,9 +591,15 @@ def _log_to_stderr(level: str) -> None:
     default=None,
     help="Work in this directory (default: a new temporary one, kept for inspection).",
 )
-def demo(workdir: str | None) -> int:
+@click.option(
+    "--db",
+    default=None,
+    help="The store (default: a SQLite file in --dir): a Postgres DSN, or "
+    "redis://host:port/db (under a key prefix of the demo's own unless #prefix names one).",
+)
+def demo(workdir: str | None, db: str | None) -> int:
     """A research pipeline that fails every way and recovers (SQLite, under a minute)."""
-    return run_demo(workdir)
+    return run_demo(workdir, db)
 
 
 cli.add_command(limits)

@@ -59,6 +59,7 @@ __all__ = [
     "is_postgres",
     "load_graph",
     "one_line",
+    "REDIS_SCHEMES",
     "open_store",
     "redis_saver",
     "redis_where",

@@ -1,4 +1,5 @@
-"""The demo, told on one SQLite file in a few seconds.
+"""The demo, told on one SQLite file in a few seconds (or on the store ``--db``
+names: a Postgres DSN, a ``redis://`` URL under a key prefix of its own).
 
 1. A run of the research pipeline (`demo.pipeline`) is submitted to the store.
 2. A worker process (``langgraph-resilience worker``) runs it: ``search``
@@ -26,6 +27,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,10 +37,16 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from rich.table import Table
 
-from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.cli._render import out_console
 from langgraph_resilience.cli._reports import print_metrics
-from langgraph_resilience.cli._store import Store
+from langgraph_resilience.cli._store import (
+    REDIS_SCHEMES,
+    CliError,
+    Store,
+    is_postgres,
+    open_store,
+    thread_exists,
+)
 from langgraph_resilience.cli.demo.evidence import (
     ORDER,
     Runner,
@@ -75,10 +85,29 @@ class DemoFailed(Exception):
 class Scene:
     """The demo's directory, its store, and how to talk to the reader."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, db: str | None = None) -> None:
         self.dir = directory
-        self.db = directory / "research.db"
+        self.db = db or str(directory / "research.db")
+        if self.db.startswith(REDIS_SCHEMES) and "#" not in self.db:
+            self.db += f"#lgr-demo-{uuid.uuid4().hex[:8]}"  # keys of the demo's own
         self.out = out_console()
+
+    @contextmanager
+    def store(self, *, setup: bool = False) -> Iterator[Store]:
+        """The demo's store, opened as the command line opens it."""
+        with open_store(self.db, setup=setup, redis_ok=True) as store:
+            if setup and store.dialect == "redis":
+                store.saver.setup()
+            yield store
+
+    @property
+    def where(self) -> str:
+        """The store, as the reader types it (a password masked)."""
+        scheme, sep, rest = self.db.partition("://")
+        user, at, host = rest.rpartition("@")
+        if not sep or not at or ":" not in user:
+            return self.db
+        return f"{scheme}://{user.split(':', 1)[0]}:***@{host}"
 
     def say(self, text: str) -> None:
         self.out.print(text, soft_wrap=True)
@@ -107,15 +136,19 @@ class Scene:
 
 
 def submit(scene: Scene) -> str:
-    with ResilientSqliteSaver.from_conn_string(str(scene.db)) as saver:
-        saver.setup()
-        worker = Worker(builder, checkpointer=saver)
+    with scene.store(setup=True) as store:
+        if thread_exists(store.saver, THREAD):
+            raise CliError(
+                f"{scene.where} already holds a thread {THREAD!r} (an earlier demo?): "
+                "give the demo an empty database, or leave --db out for a new SQLite file"
+            )
+        worker = Worker(builder, checkpointer=store.saver)
         return worker.submit({"topic": TOPIC, "publish_to": "team-wiki"}, thread_id=THREAD)
 
 
 def start_worker(scene: Scene, name: str, *, slow_ack: float) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "langgraph_resilience.cli", "worker"]
-    args += ["--db", str(scene.db), "--graph", GRAPH, "--worker-id", name]
+    args += ["--db", scene.db, "--graph", GRAPH, "--worker-id", name]
     args += ["--lease-ttl", str(LEASE_TTL), "--until-idle"]
     with (scene.dir / f"{name}.log").open("wb") as log:
         return subprocess.Popen(
@@ -156,8 +189,8 @@ def wait_for(scene: Scene, name: str, proc: subprocess.Popen[bytes]) -> None:
 
 
 def run_record(scene: Scene, run_id: str) -> dict[str, Any]:
-    with ResilientSqliteSaver.from_conn_string(str(scene.db)) as saver:
-        record = saver.read_run(run_id)
+    with scene.store() as store:
+        record = store.saver.read_run(run_id)
     if record is None:
         raise DemoFailed(f"run {run_id} is not in the store")
     return {"status": record.status, "recoveries": record.recoveries, "owner": record.owner}
@@ -165,8 +198,8 @@ def run_record(scene: Scene, run_id: str) -> dict[str, Any]:
 
 def fix(scene: Scene) -> dict[str, Any]:
     """The operator's fix: publish elsewhere, re-running only the failed step."""
-    with ResilientSqliteSaver.from_conn_string(str(scene.db)) as saver:
-        graph = builder.compile(checkpointer=saver)
+    with scene.store() as store:
+        graph = builder.compile(checkpointer=store.saver)
         config: RunnableConfig = {"configurable": {"thread_id": THREAD}}
         retry_failed(graph, config, update={"publish_to": FIXED_TARGET})
         return dict(graph.get_state(config).values)
@@ -195,7 +228,8 @@ def _marks(count: int) -> str:
 def closing(scene: Scene) -> dict[str, Any]:
     """The run report, the graph coloured by what happened, the four metrics;
     returns the metrics (for the checks)."""
-    with ResilientSqliteSaver.from_conn_string(str(scene.db)) as saver:
+    with scene.store() as store:
+        saver = store.saver
         graph = builder.compile(checkpointer=saver)
         report = run_report(saver, THREAD)
         scene.say("\n[bold]the run report[/bold] (langgraph-resilience show research-1):")
@@ -205,13 +239,12 @@ def closing(scene: Scene) -> dict[str, Any]:
         print(report.to_mermaid(graph))
         print("```")
         scene.say("")
-        store = Store(saver=saver, where=repr(str(scene.db)), dialect="sqlite")
         print_metrics(store, None, None, as_json=False)
         return recovery_metrics(saver).to_dict()
 
 
 def tell(scene: Scene) -> int:
-    scene.say(f"[bold]langgraph-resilience demo[/bold]: a research pipeline on SQLite ({scene.db})")
+    scene.say(f"[bold]langgraph-resilience demo[/bold]: a research pipeline on {_named(scene)}")
     run_id = submit(scene)
     scene.say(f"1. submitted run {run_id} on thread {THREAD!r}: {TOPIC!r}")
     first_proc = start_worker(scene, "worker-1", slow_ack=SLOW_ACK)
@@ -252,15 +285,26 @@ def tell(scene: Scene) -> int:
         "succeeded alone after retry_failed; the takeover and the retry each redid one step."
     )
     scene.say(
-        f"look around: langgraph-resilience runs --db {scene.db}  |  "
-        f"langgraph-resilience show {THREAD} --db {scene.db}"
+        f"look around: langgraph-resilience runs --db '{scene.where}'  |  "
+        f"langgraph-resilience show {THREAD} --db '{scene.where}'"
     )
     return 0
 
 
-def run_demo(workdir: str | None = None) -> int:
-    """Run the demo in ``workdir`` (default: a new temporary directory, kept);
-    returns the exit code (1: a claim did not hold, or the demo could not run).
+def _named(scene: Scene) -> str:
+    if scene.db.startswith(REDIS_SCHEMES):
+        return f"Redis ({scene.where})"
+    if is_postgres(scene.db):
+        return f"Postgres ({scene.where})"
+    return f"SQLite ({scene.db})"
+
+
+def run_demo(workdir: str | None = None, db: str | None = None) -> int:
+    """Run the demo in ``workdir`` (default: a new temporary directory, kept) on
+    the store ``db`` names (default: a SQLite file in ``workdir``; a Postgres
+    DSN; a ``redis://host:port/db`` URL, under a key prefix of the demo's own
+    unless the URL names one after ``#``); returns the exit code (1: a claim
+    did not hold, or the demo could not run; 2: a store it cannot use).
 
     Example:
         >>> from langgraph_resilience.cli.demo import run_demo
@@ -273,9 +317,12 @@ def run_demo(workdir: str | None = None) -> int:
         print(f"demo: {directory} is not empty; give an empty or new directory", file=sys.stderr)
         return 2
     os.environ[DIR_ENV] = str(directory)  # this process's steps (the fix) log there too
-    scene = Scene(directory.resolve())
+    scene = Scene(directory.resolve(), db)
     try:
         return tell(scene)
+    except CliError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 2
     except DemoFailed as exc:
         print(f"\ndemo failed: {exc}", file=sys.stderr)
         return 1
