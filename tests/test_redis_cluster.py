@@ -97,6 +97,7 @@ def test_failed_runs_retried_and_read_across_slots_on_a_cluster(cluster: Private
     try:
         assert len({conn.get_node_from_key(ledger_keys("c", t).rl).port for t in THREADS}) > 1
         saver = ResilientRedisSaver(conn, prefix="c")
+        assert saver.target.startswith("cluster 127.0.0.1:")  # as errors name it
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # appendonly no
             saver.setup()
@@ -123,6 +124,7 @@ async def test_failed_runs_retried_and_read_on_a_cluster_async(cluster: PrivateC
     conn = AsyncRedisCluster.from_url(cluster.url)
     try:
         saver = AsyncResilientRedisSaver(conn, prefix="ca")
+        assert saver.target.startswith("cluster 127.0.0.1:")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             await saver.setup()
