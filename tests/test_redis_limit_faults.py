@@ -34,6 +34,10 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     yield from private_redis_server(tmp_path)
 
 
+def started(ledger: Path) -> set[str]:
+    return {k.partition("/")[0] for k, _ in times(ledger, "start")}
+
+
 def holders(ledger: Path) -> list[str]:
     """The processes with a try started and not ended (holding a slot)."""
     ended = {k for k, _ in times(ledger, "end")}
@@ -62,7 +66,9 @@ def test_a_limit_holds_through_its_redis_sigkilled_and_a_holder_killed(
     hold = ("--hold", "0.25")
     procs = [spawn(SCRIPT, "redis", target, str(n), str(ledger), *options, *hold) for n in range(3)]
     try:
-        wait_until(lambda: holders(ledger), 30, "a slot taken")
+        # Every process past its saver's setup() (which does not retry: see docs), and
+        # a slot held at the kill.
+        wait_until(lambda: len(started(ledger)) == 3 and holders(ledger), 30, "slots taken")
         private_redis.kill()
         holding = holders(ledger) or ["2"]  # (its try ended meanwhile: a waiter dies)
         doomed = procs[int(holding[0])]
