@@ -185,3 +185,116 @@ def write_count(prefix: str, thread_id: str) -> int:
         return int(client.hlen(f"{prefix}:{{{thread_id}}}:w"))
     finally:
         client.close()
+
+
+class PrivateCluster:
+    """A Redis Cluster of its own: three masters on free loopback ports, no replicas,
+    no disk (``appendonly no``, no RDB), each node's files in its own tmp dir."""
+
+    def __init__(self, tmp: Path, masters: int = 3) -> None:
+        self.dir, self.ports = tmp, [_cluster_port() for _ in range(masters)]
+        self.url = f"redis://127.0.0.1:{self.ports[0]}/0"
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        """Start the nodes, join them (``redis-cli --cluster create``) and wait until
+        every node says ``cluster_state:ok``."""
+        exe = shutil.which("redis-server") or "redis-server"
+        for port in self.ports:
+            home = self.dir / str(port)
+            home.mkdir(parents=True, exist_ok=True)
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        exe,
+                        "--port", str(port),
+                        "--bind", "127.0.0.1",
+                        "--dir", str(home),
+                        "--cluster-enabled", "yes",
+                        "--cluster-config-file", "nodes.conf",
+                        "--cluster-node-timeout", "2000",
+                        "--appendonly", "no",
+                        "--save", "",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                )
+            )  # fmt: skip
+        for port in self.ports:
+            _wait_ping(f"redis://127.0.0.1:{port}/0")
+        subprocess.run(
+            [
+                shutil.which("redis-cli") or "redis-cli",
+                "--cluster", "create",
+                *(f"127.0.0.1:{port}" for port in self.ports),
+                "--cluster-replicas", "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=30,
+        )  # fmt: skip
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if all(_cluster_ok(port) for port in self.ports):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"private Redis Cluster on ports {self.ports} not ok in 20s")
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (``port + 10000``) is free and valid too."""
+    while True:
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+
+
+def _wait_ping(url: str) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if redis.Redis.from_url(url).ping():
+                return
+        except redis.RedisError:
+            time.sleep(0.05)
+    raise RuntimeError(f"private redis-server at {url} did not start")
+
+
+def _cluster_ok(port: int) -> bool:
+    client = redis.Redis(host="127.0.0.1", port=port)
+    try:
+        return b"cluster_state:ok" in client.execute_command("CLUSTER", "INFO")
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+def private_redis_cluster(tmp_path: Path) -> Iterator[PrivateCluster]:
+    """A fixture's body: a started `PrivateCluster` in ``tmp_path``, killed once the
+    test is over; skipped where there is no ``redis-server`` (not under ``CI=true``,
+    where it must run)."""
+    import pytest
+
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        if os.environ.get("CI") == "true":
+            raise RuntimeError("CI=true: the Redis Cluster tests need redis-server and redis-cli")
+        pytest.skip("no redis-server or redis-cli on PATH (needed for a private Redis Cluster)")
+    cluster = PrivateCluster(tmp_path)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.kill()

@@ -81,7 +81,8 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
     checksums on every read, a TTL on each thread renewed by every write.
 
     Args:
-        conn: a ``redis.Redis`` client (bytes replies: ``decode_responses=False``).
+        conn: a ``redis.Redis`` or ``redis.RedisCluster`` client (bytes replies:
+            ``decode_responses=False``; docs/redis.md, Redis Cluster).
         prefix: the first part of every key (docs/redis.md, the key schema).
         ttl: how long a thread's keys live after its last write (None: forever).
         store_retry: how a transient Redis error is retried.
@@ -99,7 +100,7 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
 
     def __init__(
         self,
-        conn: redis.Redis,
+        conn: redis.Redis | redis.RedisCluster,
         *,
         prefix: str = "lgr",
         ttl: float | timedelta | None = DEFAULT_TTL,

@@ -75,7 +75,11 @@ def _ttl_ms(ttl: float | timedelta | None, *, zero: bool = False) -> int:
 
 
 def redis_target(conn: Any) -> str:
-    """Host:port/db of a client, without its password (named in errors)."""
+    """Host:port/db of a client, without its password (named in errors); a
+    cluster client's: ``cluster <a node's host:port>``."""
+    if callable(default := getattr(conn, "get_default_node", None)):
+        node = default() or next(iter(getattr(conn, "startup_nodes", None) or []), None)
+        return f"cluster {getattr(node, 'host', '?')}:{getattr(node, 'port', '?')}"
     kw = getattr(getattr(conn, "connection_pool", None), "connection_kwargs", {}) or {}
     if "path" in kw:
         return f"unix:{kw['path']}"

@@ -47,8 +47,17 @@ def transient(exc: BaseException) -> bool:
     return isinstance(exc, (rx.ConnectionError, rx.TimeoutError, rx.TryAgainError))
 
 
-def _load_commands() -> list[Command]:
-    return [("SCRIPT", "LOAD", s.source) for s in ALL_SCRIPTS]
+def _load(conn: Any) -> None:
+    """Load every script again: ``script_load`` (not a pipeline), which a
+    ``RedisCluster`` client sends to every primary (a pipeline's keyless command
+    has no one node to go to)."""
+    for script in ALL_SCRIPTS:
+        conn.script_load(script.source)
+
+
+async def _aload(conn: Any) -> None:
+    for script in ALL_SCRIPTS:
+        await conn.script_load(script.source)
 
 
 def _unavailable(target: str, attempts: int, exc: BaseException) -> StoreUnavailable:
@@ -74,7 +83,7 @@ def _send(
         try:
             return _run(conn, batch)
         except rx.NoScriptError:
-            _run(conn, _load_commands())
+            _load(conn)
         except Exception as exc:
             if isinstance(exc, rx.ResponseError) and (lost := lease_lost_of(exc)):
                 raise lost from None  # a fenced write refused
@@ -114,7 +123,7 @@ async def _asend(
         try:
             return await _arun(conn, batch)
         except rx.NoScriptError:
-            await _arun(conn, _load_commands())
+            await _aload(conn)
         except Exception as exc:
             if isinstance(exc, rx.ResponseError) and (lost := lease_lost_of(exc)):
                 raise lost from None  # a fenced write refused

@@ -62,7 +62,7 @@ __all__ = ["AsyncResilientRedisSaver"]
 
 class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
     """The async twin of `ResilientRedisSaver` (same arguments; ``conn`` is a
-    ``redis.asyncio.Redis``).
+    ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster``).
 
     Example:
         >>> async with AsyncResilientRedisSaver.from_conn_string("redis://127.0.0.1") as s:
@@ -71,7 +71,7 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
 
     def __init__(
         self,
-        conn: aredis.Redis,
+        conn: aredis.Redis | aredis.RedisCluster,
         *,
         prefix: str = "lgr",
         ttl: float | timedelta | None = DEFAULT_TTL,
