@@ -92,6 +92,52 @@ def test_second_put_of_a_checkpoint_id_keeps_the_first(saver: ResilientRedisSave
 
 
 @needs_redis
+def test_replace_checkpoint_replaces_a_stored_one_and_keeps_its_writes(
+    prefix: str, tmp_path: Path
+) -> None:
+    """What a versioned graph's upgrade stores (`ReplacingSaver`): the checkpoint
+    again under its own id, replaced (a plain second put keeps the first), its
+    writes kept; from the cold tier too, and refused under a lost lease."""
+    from langgraph_resilience import Archive
+    from langgraph_resilience.checkpoint import Fence, ReplacingSaver
+    from langgraph_resilience.errors import LeaseLost
+
+    with ResilientRedisSaver.from_conn_string(
+        REDIS_URL, prefix=prefix, archive=Archive(f"file://{tmp_path}/cold")
+    ) as saver:
+        assert isinstance(saver, ReplacingSaver)
+        saver.runs.submit("r1", "t", None, None)
+        [held] = saver.runs.claim("w", 1, 30.0)
+        fenced = {
+            "configurable": {
+                "thread_id": "t",
+                "checkpoint_ns": "",
+                "__lgr_fence": Fence(run_id="r1", token=held.fencing_token),
+            }
+        }
+        cp = _checkpoint(x=1)
+        stored = saver.put(fenced, cp, {"step": 1}, {})
+        saver.put_writes(
+            {**stored, "configurable": {**fenced["configurable"], **stored["configurable"]}},
+            [("x", "w")],
+            "task-1",
+        )
+        assert saver.archive_idle(thread_ids=["t"]).archived == ["t"]  # demoted
+        again = dict(cp, channel_values={"x": 2})
+        assert saver.replace_checkpoint(fenced, again, {"step": 1, "v": 2}, {}) == stored  # type: ignore[arg-type]
+        found = saver.get_tuple(_config("t"))
+        assert found is not None and found.checkpoint["channel_values"] == {"x": 2}
+        assert found.metadata["v"] == 2 and found.pending_writes == [("task-1", "x", "w")]
+        assert len(list(saver.list(_config("t")))) == 1
+        saver.put(fenced, cp, {"step": 1}, {})  # an ordinary second put: a no-op
+        assert saver.get_tuple(_config("t")) == found
+        assert saver.runs.cancel("r1", ("json", b'"stop"')) == "running"  # the token moves on
+        with pytest.raises(LeaseLost):
+            saver.replace_checkpoint(fenced, cp, {"step": 1}, {})
+        assert saver.get_tuple(_config("t")) == found
+
+
+@needs_redis
 def test_a_stale_writer_is_refused_instead_of_forking(saver: ResilientRedisSaver) -> None:
     head = saver.put(_config("t"), _checkpoint(), {}, {})
     assert saver.get_tuple(_config("t")) is not None  # this context now continues `head`

@@ -7,7 +7,11 @@ compared side by side with the same threads on SQLite.
   one that makes the degraded node critical (sync and async);
 - a head whose record was changed raises `CheckpointCorrupt`, as on SQL;
 - ``langgraph-resilience check-deploy --db redis://...#prefix`` exits 1 on a
-  blocked thread, 0 once the rename is mapped.
+  blocked thread, 0 once the rename is mapped;
+- the upgrade a resume runs (migrations, version) replaces the head under its
+  own id on Redis, its writes kept (``replace_checkpoint``), and the thread
+  resumes migrated, the migration run once, while an ordinary second ``put`` of
+  that id stays a no-op (sync and async).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import pytest
 import redis
 from langgraph.types import Command
 from redis_servers import REDIS_DOWN, REDIS_URL, flush_prefix
-from test_deploy import build, build_enriched
+from test_deploy import SENT, build, build_enriched
 
 from langgraph_resilience import acheck_deploy, check_deploy
 from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
@@ -37,6 +41,8 @@ from langgraph_resilience.checkpoint.redis.aio import AsyncResilientRedisSaver
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
 from langgraph_resilience.errors import CheckpointCorrupt
+from langgraph_resilience.graph import _upgrade
+from langgraph_resilience.graph._versions import MIGRATED_KEY, VERSION_KEY
 
 pytestmark = pytest.mark.skipif(REDIS_DOWN is not None, reason=REDIS_DOWN or "")
 
@@ -201,3 +207,59 @@ def test_check_deploy_command_on_a_redis_url(tmp_path: Path) -> None:
         assert json.loads(ok.stdout)["threads"][0]["verdict"] == "migrates"
     finally:
         flush_prefix(prefix)
+
+
+def _to2(ran: list[int]) -> Any:
+    def to2(state: dict[str, Any]) -> dict[str, Any]:
+        ran.append(2)
+        return {**state, "priority": "urgent"}
+
+    return to2
+
+
+def _upgraded(before: Any, after: Any) -> None:
+    """``after`` is ``before`` upgraded to version 2 in place: same id, same writes."""
+    assert after.checkpoint["id"] == before.checkpoint["id"]
+    assert after.checkpoint["channel_values"]["priority"] == "urgent"
+    assert after.metadata[VERSION_KEY] == 2
+    assert after.metadata[MIGRATED_KEY]["ran"] == [2]
+    assert after.pending_writes == before.pending_writes and before.pending_writes
+
+
+def test_an_upgraded_thread_resumes_migrated_on_redis(tmp_path: Path) -> None:
+    with two_savers(tmp_path) as (_, red):
+        config = _config("up")
+        build(version=1).compile(checkpointer=red).invoke({"done": []}, config)  # paused
+        before = red.get_tuple(config)
+        assert before is not None and before.metadata[VERSION_KEY] == 1
+        ran: list[int] = []
+        v2 = build(version=2, migrations={2: _to2(ran)}).compile(checkpointer=red)
+        _upgrade.upgrade(v2, config)
+        after = red.get_tuple(config)
+        _upgraded(before, after)
+        # an ordinary put of the same id (the stale, unmigrated one) keeps the upgrade
+        red.put(before.parent_config, before.checkpoint, before.metadata, {})  # type: ignore[arg-type]
+        assert red.get_tuple(config) == after
+        sent = len(SENT)
+        out = v2.invoke(Command(resume="ok"), config)
+        assert out["done"][-1] == "publish:urgent" and out["resilience"]["status"] == "success"
+        assert ran == [2] and len(SENT) == sent  # migrated once; the effect not sent again
+        v2.invoke({"done": []}, config)
+        assert ran == [2]
+
+
+async def test_an_upgraded_thread_resumes_migrated_on_async_redis(tmp_path: Path) -> None:
+    async with two_async_savers(tmp_path) as (_, red):
+        config = _config("aup")
+        await build(version=1).compile(checkpointer=red).ainvoke({"done": []}, config)
+        before = await red.aget_tuple(config)
+        assert before is not None
+        ran: list[int] = []
+        v2 = build(version=2, migrations={2: _to2(ran)}).compile(checkpointer=red)
+        await _upgrade.aupgrade(v2, config)
+        after = await red.aget_tuple(config)
+        _upgraded(before, after)
+        await red.aput(before.parent_config, before.checkpoint, before.metadata, {})  # type: ignore[arg-type]
+        assert await red.aget_tuple(config) == after
+        out = await v2.ainvoke(Command(resume="ok"), config)
+        assert out["done"][-1] == "publish:urgent" and ran == [2]

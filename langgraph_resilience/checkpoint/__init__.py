@@ -28,10 +28,12 @@ from __future__ import annotations
 
 from langgraph_resilience.checkpoint._protocol import (
     AsyncEffectLedger,
+    AsyncReplacingSaver,
     AsyncResilientSaver,
     AsyncRunLedger,
     AsyncRunQueueSaver,
     EffectLedger,
+    ReplacingSaver,
     ResilientSaver,
     RunLedger,
     RunQueueSaver,
@@ -48,6 +50,7 @@ from langgraph_resilience.checkpoint.runlog._run_log_reads import RunLogRecord
 
 __all__ = [
     "AsyncEffectLedger",
+    "AsyncReplacingSaver",
     "AsyncResilientSaver",
     "AsyncRunLedger",
     "AsyncRunQueueSaver",
@@ -58,6 +61,7 @@ __all__ = [
     "Fence",
     "IntentVerdict",
     "OutcomeFields",
+    "ReplacingSaver",
     "ResilientSaver",
     "RunLedger",
     "RunLogRecord",

@@ -17,7 +17,12 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
@@ -41,16 +46,48 @@ __all__ = [
     "AsyncEffectLedger",
     "AsyncResilientSaver",
     "AsyncRunLedger",
+    "AsyncReplacingSaver",
     "AsyncRunQueueSaver",
     "AsyncSaveCounters",
     "AsyncStepLog",
     "EffectLedger",
+    "ReplacingSaver",
     "ResilientSaver",
     "RunLedger",
     "RunQueueSaver",
     "SaveCounters",
     "StepLog",
 ]
+
+
+@runtime_checkable
+class ReplacingSaver(Protocol):
+    """A checkpointer that stores a checkpoint again under its own id, replacing
+    the one stored (its pending writes stay its own): what a versioned graph's
+    upgrade needs (`graph._upgrade`), where ``put`` of an id already stored may
+    keep the first (the Redis savers' does). Every saver of this package; the SQL
+    savers' ``put`` replaces a row of the same id, and this is that ``put``."""
+
+    def replace_checkpoint(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig: ...
+
+
+@runtime_checkable
+class AsyncReplacingSaver(Protocol):
+    """The async twin of `ReplacingSaver`."""
+
+    async def areplace_checkpoint(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig: ...
 
 
 @runtime_checkable

@@ -8,6 +8,10 @@ failed step names a node this graph does not have and no rename maps) raises
 are applied to the checkpoint, which is stored again under its own id (its
 pending writes stay its own) with the new version and what ran
 (`_versions.MIGRATED_KEY`) in its metadata: one write, so a migration runs once.
+That write replaces the stored checkpoint: `ReplacingSaver.replace_checkpoint`
+where the saver has it (every saver of this package: the Redis savers' ``put``
+keeps the first of an id, and would drop the upgrade), else ``put`` (a stock
+saver's, which replaces a row of the same id).
 
 A renamed node's task gets a new task id from LangGraph, and side-effect keys
 carry the task id; the old task's id (computed as LangGraph computes it, checked
@@ -20,7 +24,7 @@ An unversioned graph reads nothing here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
@@ -34,6 +38,7 @@ from langgraph_resilience._langgraph import (
     TASK_ID_KEY,
     pull_task_id,
 )
+from langgraph_resilience.checkpoint._protocol import AsyncReplacingSaver, ReplacingSaver
 from langgraph_resilience.errors import DeployBlocked
 from langgraph_resilience.graph._versions import (
     MIGRATED_KEY,
@@ -258,6 +263,21 @@ def _target(graph: Any, config: RunnableConfig | None) -> _Target | None:
     )
 
 
+#: What stores the upgraded checkpoint: (config, checkpoint, metadata, new versions).
+_Store = Callable[[RunnableConfig, Any, Any, Any], RunnableConfig]
+_AStore = Callable[[RunnableConfig, Any, Any, Any], Awaitable[RunnableConfig]]
+
+
+def _store_again(saver: BaseCheckpointSaver[Any]) -> _Store:
+    """The saver's write that replaces a checkpoint under its own id (see module docstring)."""
+    return saver.replace_checkpoint if isinstance(saver, ReplacingSaver) else saver.put
+
+
+def _astore_again(saver: BaseCheckpointSaver[Any]) -> _AStore:
+    """The async twin of `_store_again`."""
+    return saver.areplace_checkpoint if isinstance(saver, AsyncReplacingSaver) else saver.aput
+
+
 def upgrade(graph: Any, config: RunnableConfig | None, input: Any = None) -> RunnableConfig | None:
     """Upgrade the thread of ``config`` to the graph's version, once; the run's config
     (``input``: the run's, as given to ``stream``).
@@ -275,7 +295,7 @@ def upgrade(graph: Any, config: RunnableConfig | None, input: Any = None) -> Run
     if prepared is None:
         return config
     parent, checkpoint, metadata, changed, scopes = prepared
-    target.saver.put(parent, checkpoint, metadata, changed)  # type: ignore[arg-type]
+    _store_again(target.saver)(parent, checkpoint, metadata, changed)
     return _with_scopes(config, scopes)
 
 
@@ -293,5 +313,5 @@ async def aupgrade(
     if prepared is None:
         return config
     parent, checkpoint, metadata, changed, scopes = prepared
-    await target.saver.aput(parent, checkpoint, metadata, changed)  # type: ignore[arg-type]
+    await _astore_again(target.saver)(parent, checkpoint, metadata, changed)
     return _with_scopes(config, scopes)

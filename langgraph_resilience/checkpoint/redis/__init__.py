@@ -239,12 +239,44 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        """Store a checkpoint; a second put of a stored one is a no-op (it keeps the first)."""
+        return self._put(config, checkpoint, metadata, new_versions, replace=False)
+
+    def replace_checkpoint(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint again under its own id, replacing it (`ReplacingSaver`):
+        `put`'s script but for the no-op (`_scripts.REPLACE`), under the same
+        fencing, cold-tier restore and checksum; its writes stay."""
+        return self._put(config, checkpoint, metadata, new_versions, replace=True)
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        *,
+        replace: bool,
+    ) -> RunnableConfig:
         led = self._put_ledger(config, checkpoint, metadata, new_versions)
         led = _run_end.end_checked(led, config, checkpoint, metadata, self.list)
         with counted(self._state.counters, CHECKPOINT_OK) as counts:
             op = lambda: self._riding(  # noqa: E731
                 _ops.put(
-                    self.place, self.serde, config, checkpoint, metadata, new_versions, led, counts
+                    self.place,
+                    self.serde,
+                    config,
+                    checkpoint,
+                    metadata,
+                    new_versions,
+                    led,
+                    counts,
+                    replace=replace,
                 )
             )
             if not _ops.decides_rows(led):

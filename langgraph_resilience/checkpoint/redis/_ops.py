@@ -62,6 +62,7 @@ from langgraph_resilience.checkpoint.redis._scripts import (
     PRUNE,
     PUT,
     PUT_WRITES,
+    REPLACE,
     RESTORE,
     Script,
 )
@@ -164,10 +165,13 @@ def put(
     new_versions: ChannelVersions,
     led: PutLedger | None = None,
     counts: str = "",
+    *,
+    replace: bool = False,
 ) -> Ops[RunnableConfig]:
     """A checkpoint, and the run it starts or ends (``led``: `_run_log.ledger_of_put`,
     its rows stored in the checkpoint's script, `_runlog`), and the save counts
-    (``counts``: `_counts.counted`) added by the same script."""
+    (``counts``: `_counts.counted`) added by the same script. A checkpoint already
+    stored is kept (a no-op), or with ``replace`` replaced (`_scripts.REPLACE`)."""
     del new_versions  # the whole checkpoint is one record, as SqliteSaver keeps it
     thread_id, ns, parent_id = _base.thread_key(config)
     type_, blob = serde.dumps_typed(checkpoint)
@@ -189,7 +193,7 @@ def put(
             place, thread_id, "", None if led is None else lambda: put_statements(SQLITE, led)
         )
         command = run(
-            PUT,
+            REPLACE if replace else PUT,
             keys,
             member(ns, cid),
             record,

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 from langgraph_resilience.checkpoint.redis._effects_lua import ATTEMPT, OUTCOMES, TAKE
 from langgraph_resilience.checkpoint.redis._effects_lua import CLAIM as EFFECT_CLAIM
-from langgraph_resilience.checkpoint.redis._scripts import PUT, PUT_WRITES, Script, ledger_lua
+from langgraph_resilience.checkpoint.redis._scripts import (
+    PUT,
+    PUT_WRITES,
+    REPLACE,
+    Script,
+    ledger_lua,
+)
 
 __all__ = [
     "CANCEL",
@@ -287,6 +293,8 @@ return 1
 #: The thread scripts a fenced write runs: their fenced twins, by the plain one's sha
 #: (`_runs_fence.fence_command` looks them up; the driver loads them all): the
 #: checkpoints and writes, an effect's claim, takeover and outcome, a failed try.
-FENCED = {s.sha: fenced(s) for s in (PUT, PUT_WRITES, EFFECT_CLAIM, TAKE, OUTCOMES, ATTEMPT)}
+FENCED = {
+    s.sha: fenced(s) for s in (PUT, REPLACE, PUT_WRITES, EFFECT_CLAIM, TAKE, OUTCOMES, ATTEMPT)
+}
 
 RUN_SCRIPTS = (SUBMIT, CLAIM, RENEW, FINISH, REQUEUE, SETTLE, CANCEL, REINDEX, *FENCED.values())

@@ -20,6 +20,7 @@ __all__ = [
     "PRUNE",
     "PUT",
     "PUT_WRITES",
+    "REPLACE",
     "SCRIPTS",
     "Script",
 ]
@@ -105,25 +106,23 @@ local function drop(m)
 end
 """
 
-#: KEYS: the thread's, then its ledger keys (`_keys.LedgerKeys`), its counters.
-#: ARGV: member, record, ns, check_fork (1/0), parent_id, checkpoint_id, run_id,
-#: ttl_ms, then the run ledger's rows (`LEDGER`, at 9), then the counts (`COUNT`).
-#: Returns {0} (already stored: a no-op, the
-#: ledger's rows stored), {1} (stored), {2, head_id} (a fork refused), {3} (the
-#: ledger moved since its rows were decided: nothing stored, decide again).
-PUT = Script(
-    "put",
-    _RENEW
-    + _GUARD
-    + LEDGER
-    + COUNT
-    + r"""
+
+def _put_source(stored: str) -> str:
+    """The script of ``put`` and ``replace``: ``stored`` is what it does when the
+    checkpoint is already stored (before the fork check; '' goes on to it)."""
+    return (
+        _RENEW
+        + _GUARD
+        + LEDGER
+        + COUNT
+        + r"""
 local m = ARGV[1]
 local counts = 11 + 3 * tonumber(ARGV[10])
 if ledger_moved(9) then return {3} end
-if redis.call('HEXISTS', KEYS[1], m) == 1 then
-  ledger_store(9) count(counts) renew(ARGV[8]) return {0}
-end
+local existed = redis.call('HEXISTS', KEYS[1], m) == 1
+"""
+        + stored
+        + r"""
 if ARGV[4] == '1' then
   local ns = ARGV[3]
   local newer = redis.call('ZREVRANGEBYLEX', KEYS[2], '(' .. ns .. '\1',
@@ -137,15 +136,35 @@ ledger_store(9)
 redis.call('HSET', KEYS[1], m, ARGV[2])
 redis.call('ZADD', KEYS[2], 0, m)
 redis.call('SADD', KEYS[5], ARGV[3])
-if ARGV[7] ~= '' then
+if ARGV[7] ~= '' and not existed then
   local runs = redis.call('HGET', KEYS[6], ARGV[7])
   redis.call('HSET', KEYS[6], ARGV[7], runs and (runs .. '\n' .. m) or m)
 end
 count(counts)
 renew(ARGV[8])
 return {1}
-""",
+"""
+    )
+
+
+#: KEYS: the thread's, then its ledger keys (`_keys.LedgerKeys`), its counters.
+#: ARGV: member, record, ns, check_fork (1/0), parent_id, checkpoint_id, run_id,
+#: ttl_ms, then the run ledger's rows (`LEDGER`, at 9), then the counts (`COUNT`).
+#: Returns {0} (already stored: a no-op, the
+#: ledger's rows stored), {1} (stored), {2, head_id} (a fork refused), {3} (the
+#: ledger moved since its rows were decided: nothing stored, decide again).
+PUT = Script(
+    "put",
+    _put_source(r"""
+if existed then ledger_store(9) count(counts) renew(ARGV[8]) return {0} end
+"""),
 )
+
+#: ``put`` that replaces a checkpoint already stored (its record: blob, metadata,
+#: checksum) instead of keeping it, after the same fork check: what a versioned
+#: graph's upgrade stores (`ReplacingSaver`). Its writes and its place in its
+#: run's list stay as they were. Same KEYS, ARGV and replies, but never {0}.
+REPLACE = Script("replace", _put_source(""))
 
 #: KEYS: the thread's, then its ledger keys, its counters. ARGV: member, replace
 #: (1: special channels, replaced; 0: first kept), ttl_ms, the step row's field
@@ -290,4 +309,4 @@ return 1
 """,
 )
 
-SCRIPTS = (PUT, PUT_WRITES, GET, PRUNE, DELETE_RUN, DEMOTE, RESTORE)
+SCRIPTS = (PUT, REPLACE, PUT_WRITES, GET, PRUNE, DELETE_RUN, DEMOTE, RESTORE)

@@ -229,12 +229,44 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        """Store a checkpoint; a second put of a stored one is a no-op (it keeps the first)."""
+        return await self._aput(config, checkpoint, metadata, new_versions, replace=False)
+
+    async def areplace_checkpoint(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint again under its own id, replacing it (`ReplacingSaver`):
+        `aput`'s script but for the no-op (`_scripts.REPLACE`), under the same
+        fencing, cold-tier restore and checksum; its writes stay."""
+        return await self._aput(config, checkpoint, metadata, new_versions, replace=True)
+
+    async def _aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        *,
+        replace: bool,
+    ) -> RunnableConfig:
         led = self._put_ledger(config, checkpoint, metadata, new_versions)
         led = await _run_end.aend_checked(led, config, checkpoint, metadata, self.alist)
         with counted(self._state.counters, CHECKPOINT_OK) as counts:
             op = lambda: self._riding(  # noqa: E731
                 _ops.put(
-                    self.place, self.serde, config, checkpoint, metadata, new_versions, led, counts
+                    self.place,
+                    self.serde,
+                    config,
+                    checkpoint,
+                    metadata,
+                    new_versions,
+                    led,
+                    counts,
+                    replace=replace,
                 )
             )
             if not _ops.decides_rows(led):
@@ -348,6 +380,15 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         return self._bridge(self.aput(config, checkpoint, metadata, new_versions))
+
+    def replace_checkpoint(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._bridge(self.areplace_checkpoint(config, checkpoint, metadata, new_versions))
 
     def put_writes(
         self,

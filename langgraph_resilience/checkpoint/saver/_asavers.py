@@ -96,6 +96,16 @@ class AsyncResilience(Hooks, AsyncArchival):
         _run_log.stored_put(config, ledger)  # the invoke's scope: its run, its end
         return _threads.wrote(config, put)
 
+    async def areplace_checkpoint(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Async twin of `SyncResilience.replace_checkpoint`: `aput`."""
+        return await self.aput(config, checkpoint, metadata, new_versions)
+
     async def aput_writes(
         self,
         config: RunnableConfig,
@@ -279,6 +289,15 @@ class AsyncResilience(Hooks, AsyncArchival):
 
     def _bridge(self, coro: Coroutine[Any, Any, T]) -> T:
         return _base.bridge(coro, self.loop, type(self).__name__)
+
+    def replace_checkpoint(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._bridge(self.areplace_checkpoint(config, checkpoint, metadata, new_versions))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         self._bridge(self.acopy_thread(source_thread_id, target_thread_id))

@@ -295,6 +295,17 @@ class SyncResilience(Hooks, SyncArchival):
         _run_log.stored_put(config, ledger)  # the invoke's scope: its run, its end
         return _threads.wrote(config, put)
 
+    def replace_checkpoint(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint again under its own id, replacing it (`ReplacingSaver`):
+        `put`, whose row replaces one of the same id (its writes stay)."""
+        return self.put(config, checkpoint, metadata, new_versions)
+
     def put_writes(
         self,
         config: RunnableConfig,
