@@ -211,7 +211,7 @@ def merge_run_log(left: RunOutcome | None, right: RunOutcome | None) -> RunOutco
     given); ``run_usage`` (the run's usage as it ends) is ``usage`` (the
     greater of two totals, key by key);
     ``clear`` (`retry_failed`) drops ``usage`` too (the run goes on: its tally
-    holds it again);
+    holds it again), its ``cleared_at`` (when it was told) is the store's only;
     ``context_summary`` appends (the latest `RECENT_SUMMARIES`);
     ``degraded_steps``, ``degraded_sends`` and ``failed_steps`` append new entries; ``failed_step``
     keeps the run's first; ``usage`` adds up; ``counts`` merge; a ``status`` of
@@ -268,7 +268,7 @@ _ENDS = ("success", "partial_complete")
 
 _RAN = ("completed", "degraded")
 #: Keys of an update that mark it (read above), never kept in the log.
-_MARKERS = frozenset(("new_run", "clear", "tallied"))
+_MARKERS = frozenset(("new_run", "clear", "cleared_at", "tallied"))
 #: What the state's window keeps of a step (the store keeps all of it).
 _BRIEF = ("path", "attempts", "kinds", "ended_at", "summary")
 

@@ -4,6 +4,8 @@ their readers, compared side by side with the same graph on SQLite.
 - a run whose step c fails (partial_complete), then `retry_failed`: the same
   `run_report`, `list_runs` and `recovery_metrics` on Redis as on SQLite (sync
   and async);
+- a retry_failed's recovery is timed when it was told, before the step it
+  re-runs ends, however late the saver stores its write;
 - a run row is stored in the script of its checkpoint: a put refused (a fork)
   stores no run row, and a ledger version moved under a writer makes it decide
   again, losing neither writer's rows;
@@ -184,6 +186,32 @@ def test_a_failed_run_retried_reads_the_same_on_redis_as_on_sqlite(tmp_path: Pat
     _checked(*on_redis[:3])
     assert [s["status"] for s in on_redis[3]].count("failed") == 1
     assert on_redis == on_sqlite
+
+
+def test_a_retry_failed_recovery_is_timed_when_told_not_when_its_write_lands(
+    tmp_path: Path,
+) -> None:
+    """LangGraph hands the retry's writes to the saver on a thread of its own,
+    beside the re-run step: a saver slow to store them (a Redis round trip,
+    made long here) still times the recovery before the step it re-runs."""
+    with two_savers(tmp_path) as (sql, red):
+        for saver in (sql, red):
+            handed = saver.put_writes
+
+            def slow(
+                config: Any, writes: Any, task_id: str, task_path: str = "", handed: Any = handed
+            ) -> None:
+                if any(isinstance(v, dict) and v.get("clear") for _, v in writes):
+                    time.sleep(0.05)  # the re-run step c ends meanwhile
+                handed(config, writes, task_id, task_path)
+
+            saver.put_writes = slow  # type: ignore[method-assign]
+            broken = {"on": True}
+            graph = pipeline(broken, saver)
+            assert _fail_then_retry(graph, broken, "t1")["done"] == ["a", "b", "c", "d"]
+            timeline = run_report(graph, "t1").to_dict()["timeline"]
+            told = [e["event"] for e in timeline if e["event"] == "recovery" or e["path"] == "c"]
+            assert told == ["failed", "gave_up", "recovery", "completed"], type(saver).__name__
 
 
 async def test_a_failed_run_retried_reads_the_same_on_async_redis(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ declares no destinations may be either: it is left to the re-run step's edges.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -152,6 +153,9 @@ def _retry_command(
         "partial_output": None,
         "recovery_suggestions": [],
         "clear": [f["path"] for f in steps if f.get("path")],
+        # The recovery's time, told before the steps re-run: the saver is
+        # handed this write beside them, on a thread of its own.
+        "cleared_at": time.time(),
     }
     return Command(goto=gotos, update={**(update or {}), "resilience": reset})
 

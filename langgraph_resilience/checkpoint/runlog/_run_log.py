@@ -415,6 +415,11 @@ class WriteLedger(NamedTuple):
     #: ``StateGraph``, an ``@entrypoint``, an agent), whose run then ends
     #: ``error`` unless a failed step ends it short (`_RAISED`).
     raised: str | None = None
+    #: The time of every row the writes store: when the saver was handed them,
+    #: or a retry_failed's ``cleared_at`` (told before the steps it re-runs,
+    #: which run beside the saver's write); one time however often the rows are
+    #: decided (a Redis saver decides after a read, again when the ledger moved).
+    at: float = 0.0
 
 
 def ledger_of_writes(
@@ -431,6 +436,7 @@ def ledger_of_writes(
     ``handed``: the run-log entry the task's node handed over in place of a
     write (`_scope.RunScope.take`), read as its write would be; writes that
     are the task's error drop it (the step did not end with them)."""
+    told = time.time()
     value: Any = None
     resumed = False
     paused: str | None = None
@@ -460,6 +466,7 @@ def ledger_of_writes(
                 task_id=task_id,
                 failed_entrypoint=True,
                 raised=raised[:1000] if undriven and raised is not None else None,
+                at=told,
             )
         return None
     configurable = config.get("configurable") or {}
@@ -470,7 +477,13 @@ def ledger_of_writes(
         if ns:
             return None  # a nested pause: its parent's task writes it too
         return WriteLedger(
-            thread_id, ns, checkpoint_id, resumed=resumed, task_id=task_id, paused_for=paused
+            thread_id,
+            ns,
+            checkpoint_id,
+            resumed=resumed,
+            task_id=task_id,
+            paused_for=paused,
+            at=told,
         )
     step = value.get("step")
     row = None
@@ -500,9 +513,12 @@ def ledger_of_writes(
             own_start=None if began is None else _run_row(config, 0, float(began), checkpoint_id),
             own_end=ended,
             nested_failed=short,
+            at=told,
         )
     status = value.get("status")
     start = None
+    if value.get("cleared_at") is not None:  # a retry_failed's, told before its steps re-ran
+        told = float(value["cleared_at"])
     if value.get("new_run") is not None and value.get("run") is not None:
         # A marker that numbers its run (an agent's, written by a node).
         run = int(value["run"])
@@ -522,6 +538,7 @@ def ledger_of_writes(
         clear=tuple(str(p) for p in value.get("clear") or ()),
         paused_for=paused,
         run_at=bool(value.get("functional")),
+        at=told,
     )
 
 
@@ -676,7 +693,8 @@ def put_statements(d: Dialect, led: PutLedger | None) -> Statements[None]:
 
 def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
     """What a task's writes store in the ledger, in their transaction (nothing, or
-    one statement for a step; a run's start, end, failure or resume adds one)."""
+    one statement for a step; a run's start, end, failure or resume adds one),
+    timed when the saver was handed them (``led.at``)."""
     if led is None:
         return
     if led.start is not None:
@@ -689,7 +707,7 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         else:
             yield Stmt(d.sql(_STEP), led.step)
     if led.status is not None or led.failed_step is not None or led.cleared:
-        s, now = led.status, time.time()
+        s, now = led.status, led.at
         params: tuple[Any, ...] = (s, s, now, s, led.cleared, led.failed_step, now, led.thread_id)
         if led.run is not None:
             yield Stmt(d.sql(_UPDATE_RUN.format(run="?")), (*params, led.run))
@@ -701,20 +719,20 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         yield Stmt(d.sql(_OWN_START), (thread, thread, *row[2:], thread, thread, checkpoint))
     at = (led.thread_id, led.thread_id, led.checkpoint_id)
     if led.own_end is not None:
-        now = time.time()
+        now = led.at
         yield Stmt(d.sql(_OWN_END), (led.own_end, now, now, *at, led.thread_id))
     if led.nested_failed is not None:
-        yield Stmt(d.sql(NESTED_FAILED), (led.nested_failed, time.time(), *at))
+        yield Stmt(d.sql(NESTED_FAILED), (led.nested_failed, led.at, *at))
     if led.failed_entrypoint:
-        now = time.time()
+        now = led.at
         yield Stmt(d.sql(_FAILED_ENTRYPOINT), (now, now, *at))
     if led.raised is not None:
-        now = time.time()
+        now = led.at
         yield Stmt(d.sql(_RAISED), (now, now, led.raised, *at))
     if led.paused_for is not None:
         yield Stmt(d.sql(PAUSED_FOR), (led.paused_for, led.paused_for, *at))
     if led.resumed:
-        now = time.time()
+        now = led.at
         key = f"resume:{led.checkpoint_id}"
         yield Stmt(d.sql(_RESUME_RECOVERY), (key, led.checkpoint_id, now, *at))
         yield Stmt(d.sql(_RESUMED), (now, *at))
@@ -722,7 +740,7 @@ def write_statements(d: Dialect, led: WriteLedger | None) -> Statements[None]:
         yield from hold_run(d, led.thread_id)
     if led.clear:
         key = f"retry_failed:{led.checkpoint_id}"  # one a checkpoint
-        yield Stmt(d.sql(_RETRY_RECOVERY), (key, led.checkpoint_id, time.time(), *at))
+        yield Stmt(d.sql(_RETRY_RECOVERY), (key, led.checkpoint_id, led.at, *at))
         paths = [(led.thread_id, key, p) for p in dict.fromkeys(led.clear)]
         yield Stmt(d.sql(_RETRY_PATHS), paths, many=True)
 
