@@ -302,6 +302,7 @@ REDIS_FILES = frozenset(
         "test_effect_claims.py",
         "test_effect_how.py",
         "test_settle.py",
+        "test_raised_runs.py",
         "test_worker.py",
     }
 )

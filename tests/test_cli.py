@@ -314,6 +314,32 @@ def test_worker_drains_on_sigterm_and_releases_its_run(tmp_path: Path, ledger: P
         assert record is not None and record.status == "queued"
 
 
+def test_worker_durability_sets_how_each_run_stores_its_steps(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    with ResilientSqliteSaver.from_conn_string(db) as saver:
+        own = Worker(cli_graph.builder, checkpointer=saver).submit({"fix": "ok"}, thread_id="own")
+    # Unset: the graph's own ("sync" for a ResilientStateGraph), a checkpoint per step.
+    worked = run("worker", "--db", db, "--graph", GRAPH, "--until-idle", "--json")
+    assert worked.code == 0 and worked.json()["runs"] == {own: "success"}, worked.err
+    with ResilientSqliteSaver.from_conn_string(db) as saver:
+        at_exit = Worker(cli_graph.builder, checkpointer=saver).submit(
+            {"fix": "ok"}, thread_id="at-exit"
+        )
+    worked = run(
+        "worker", "--db", db, "--graph", GRAPH, "--durability", "exit", "--until-idle", "--json"
+    )
+    assert worked.code == 0 and worked.json()["runs"] == {at_exit: "success"}, worked.err
+    with ResilientSqliteSaver.from_conn_string(db) as saver:
+        graph = cli_graph.builder.compile(checkpointer=saver)
+        for thread in ("own", "at-exit"):
+            assert graph.get_state(cfg(thread)).values["done"] == ["a", "b", "c"]
+        per_step = len(list(saver.list(cfg("own"))))
+        exit_only = len(list(saver.list(cfg("at-exit"))))
+    assert per_step >= 4 and exit_only < per_step, (per_step, exit_only)
+    bad = run("worker", "--db", db, "--graph", GRAPH, "--durability", "never")
+    assert bad.code == 2 and "sync" in bad.err and "exit" in bad.err, bad.err
+
+
 def test_retry_leaves_a_workers_run_alone(tmp_path: Path) -> None:
     db = str(tmp_path / "runs.db")
     with ResilientSqliteSaver.from_conn_string(db) as saver:

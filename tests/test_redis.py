@@ -614,3 +614,69 @@ def test_a_server_gone_for_longer_than_the_retries_is_store_unavailable(
         with pytest.raises(StoreUnavailable, match="after 3 tries") as caught:
             saver.put(_config("job"), _checkpoint(), {}, {})
         assert caught.value.attempts == 3 and "secret" not in str(caught.value)
+
+
+def test_setup_waits_for_a_server_that_comes_back_within_the_retries(
+    private_redis: PrivateRedis,
+) -> None:
+    from langgraph_resilience.errors import StoreUnavailable
+
+    retry = Backoff(max_attempts=40, initial_interval=0.1, max_interval=0.2, jitter="none")
+    private_redis.kill()  # down when setup() starts: a restart of Redis, or a deploy
+    with ResilientRedisSaver.from_conn_string(private_redis.url, store_retry=retry) as saver:
+        restart = threading.Timer(0.5, private_redis.start)
+        restart.start()
+        t0 = time.monotonic()
+        try:
+            assert saver.setup().level == "always"  # retried until the server is back
+            assert time.monotonic() - t0 >= 0.4
+        finally:
+            restart.join()  # a failed setup must not leave a server started behind
+        saver.put(_config("job"), _checkpoint(), {}, {})  # its scripts are loaded
+        assert saver.get_tuple(_config("job")) is not None
+    private_redis.kill()  # and down for good: tried as often as a call is, then refused
+    short = Backoff(max_attempts=3, initial_interval=0.01, max_interval=0.02, jitter="none")
+    with (
+        ResilientRedisSaver.from_conn_string(private_redis.url, store_retry=short) as saver,
+        pytest.raises(StoreUnavailable, match="after 3 tries") as caught,
+    ):
+        saver.setup()
+    assert caught.value.attempts == 3
+    assert f"Redis at 127.0.0.1:{private_redis.port}/0 unreachable" in str(caught.value)
+
+
+async def test_async_setup_waits_for_a_server_that_comes_back_within_the_retries(
+    private_redis: PrivateRedis,
+) -> None:
+    import asyncio
+
+    from langgraph_resilience.errors import StoreUnavailable
+
+    retry = Backoff(max_attempts=40, initial_interval=0.1, max_interval=0.2, jitter="none")
+    private_redis.kill()
+    async with AsyncResilientRedisSaver.from_conn_string(
+        private_redis.url, store_retry=retry
+    ) as saver:
+        restart = asyncio.get_running_loop().run_in_executor(None, _start_later, private_redis)
+        t0 = time.monotonic()
+        try:
+            assert (await saver.setup()).level == "always"
+            assert time.monotonic() - t0 >= 0.4
+        finally:
+            await restart
+        await saver.aput(_config("job"), _checkpoint(), {}, {})
+        assert await saver.aget_tuple(_config("job")) is not None
+    private_redis.kill()
+    short = Backoff(max_attempts=3, initial_interval=0.01, max_interval=0.02, jitter="none")
+    async with AsyncResilientRedisSaver.from_conn_string(
+        private_redis.url, store_retry=short
+    ) as saver:
+        with pytest.raises(StoreUnavailable, match="after 3 tries") as caught:
+            await saver.setup()
+    assert caught.value.attempts == 3
+    assert f"Redis at 127.0.0.1:{private_redis.port}/0 unreachable" in str(caught.value)
+
+
+def _start_later(server: PrivateRedis) -> None:
+    time.sleep(0.5)
+    server.start()

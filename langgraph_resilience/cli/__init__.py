@@ -16,11 +16,11 @@ Subcommands (``--db``: a SQLite file path, a Postgres DSN or a Redis URL
   checkpoint (after a crash), ``--value`` answering a pause;
 - ``retry THREAD... --graph module:attr [--step PATH] [--update JSON]``:
   `retry_failed` on threads that ended with a partial result;
-- ``worker --graph module:attr [--concurrency N] [--drain-timeout S]``: run a
-  `Worker` until SIGTERM/SIGINT (it drains: steps in flight finish, their runs
-  are released; a step still busy after ``--drain-timeout`` is given back, or
-  left to its lease when the store cannot be reached, and the process exits
-  without it, code 75: `_exit`);
+- ``worker --graph module:attr [--concurrency N] [--drain-timeout S]
+  [--durability sync|async|exit]``: run a `Worker` until SIGTERM/SIGINT (it
+  drains: steps in flight finish, their runs are released; a step still busy
+  after ``--drain-timeout`` is given back, or left to its lease when the store
+  cannot be reached, and the process exits without it, code 75: `_exit`);
 - ``cancel RUN [--reason TEXT]``: end a queued, running or paused run;
 - ``archive --archive URL [--older-than 24h]``: move idle threads to the cold
   tier (``LGR_ARCHIVE`` names it for every subcommand: archived threads are
@@ -59,6 +59,7 @@ from typing import Any, TypeVar
 
 import click
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Durability
 
 from langgraph_resilience import __version__
 from langgraph_resilience.checkpoint import ResilientSaver
@@ -508,6 +509,13 @@ def prune(
     "their runs back (default: the lease).",
 )
 @click.option("--worker-id", default=None, help="This worker's name (default host:pid:random).")
+@click.option(
+    "--durability",
+    type=click.Choice(["sync", "async", "exit"]),
+    default=None,
+    help="LangGraph's durability of every run it drives (default: each graph's own; "
+    "'sync' for a plain StateGraph parent, an agent or an @entrypoint).",
+)
 @click.option("--until-idle", is_flag=True, help="Exit once no run is queued or running.")
 @click.option(
     "--log-level",
@@ -524,6 +532,7 @@ def worker(
     poll_interval: float | None,
     drain_timeout: float | None,
     worker_id: str | None,
+    durability: Durability | None,
     until_idle: bool,
     log_level: str,
     db: str | None,
@@ -548,10 +557,12 @@ def worker(
             concurrency=concurrency,
             poll_interval=poll_interval,
             drain_timeout=drain_timeout,
+            durability=durability,
         )
         err_console().print(
             f"worker {w.worker_id} on {store.where}: concurrency {concurrency}, lease "
-            f"{lease_ttl:g} s; SIGTERM or Ctrl-C drains it"
+            f"{lease_ttl:g} s, durability {durability or 'of each graph'}; "
+            "SIGTERM or Ctrl-C drains it"
         )
         with watchdog(w):
             done = w.run(until_idle=until_idle)

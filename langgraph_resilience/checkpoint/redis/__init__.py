@@ -55,7 +55,7 @@ from langgraph_resilience.checkpoint.redis._common import (
     judge,
 )
 from langgraph_resilience.checkpoint.redis._counts import counted, read_counts
-from langgraph_resilience.checkpoint.redis._driver import ALL_SCRIPTS, drive
+from langgraph_resilience.checkpoint.redis._driver import ALL_SCRIPTS, drive, retried
 from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._ops import Ops, T
 from langgraph_resilience.checkpoint.redis._runlog_parts import RedisHistory
@@ -205,16 +205,25 @@ class ResilientRedisSaver(RunsSaver, RedisCommon):
 
     def setup(self) -> Durability:
         """Check the server (Redis >= 7), load the scripts, and say what it keeps on
-        disk (warns once when a crash of the server would lose checkpoints)."""
+        disk (warns once when a crash of the server would lose checkpoints).
+
+        A lost connection is tried again as every call is (``store_retry``), then
+        raises `StoreUnavailable`."""
+        config = retried(self._server_config, self.backoff, self.target)
+        self.durability = judge(config, self.target)
+        return self.durability
+
+    def _server_config(self) -> dict[str, str] | None:
+        """``setup()``'s round trips, repeated whole after a lost connection: the
+        version checked, every script loaded, what the server keeps on disk
+        (None: ``CONFIG`` refused)."""
         check_version(self.conn.info("server"), self.target)
         for script in ALL_SCRIPTS:
             self.conn.script_load(script.source)
         try:
-            config = config_reply(self.conn.config_get("append*") | self.conn.config_get("save"))
+            return config_reply(self.conn.config_get("append*") | self.conn.config_get("save"))
         except redis.ResponseError:
-            config = None
-        self.durability = judge(config, self.target)
-        return self.durability
+            return None
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self._drive(lambda: _ops.get_tuple(self.place, self.serde, config))

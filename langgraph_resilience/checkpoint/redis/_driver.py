@@ -1,6 +1,9 @@
 """Drive an operation (`_ops`) against a client: each batch in one pipeline,
 a batch retried after a transient error (every batch is idempotent), and the
 scripts loaded again when the server forgot them (a restart, ``SCRIPT FLUSH``).
+``setup()``'s round trips (`retried`: the server's version and configuration,
+every script loaded) take the same tries, backoff and `StoreUnavailable`
+(`_wait_after`, the one decision).
 
 The twins differ only in their ``await``s.
 """
@@ -10,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from redis import exceptions as rx
@@ -25,7 +28,7 @@ from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS, Script
 from langgraph_resilience.errors import StoreUnavailable
 from langgraph_resilience.policy import Backoff
 
-__all__ = ["ALL_SCRIPTS", "adrive", "drive", "transient"]
+__all__ = ["ALL_SCRIPTS", "adrive", "aretried", "drive", "retried", "transient"]
 
 T = TypeVar("T")
 
@@ -68,6 +71,46 @@ def _unavailable(target: str, attempts: int, exc: BaseException) -> StoreUnavail
     )
 
 
+def _wait_after(
+    exc: Exception, attempt: int, backoff: Backoff, target: str, failed: Failed
+) -> float:
+    """The seconds to wait before try ``attempt + 1`` after ``exc`` failed try
+    ``attempt``; raises what ends the tries: a fenced write refused, an error
+    that is not transient, or `StoreUnavailable` once ``backoff`` is spent."""
+    if isinstance(exc, rx.ResponseError) and (lost := lease_lost_of(exc)):
+        raise lost from None  # a fenced write refused
+    if failed is not None and isinstance(exc, rx.RedisError):
+        failed()  # a failed try, counted as the SQL savers count theirs
+    if not transient(exc):
+        raise exc
+    if attempt >= backoff.max_attempts:
+        raise _unavailable(target, attempt, exc) from exc
+    return backoff.delay(attempt, random.random())
+
+
+def retried(call: Callable[[], T], backoff: Backoff, target: str) -> T:
+    """``call()`` (round trips that may be repeated), tried again after a
+    transient error as a batch is: ``setup()``'s."""
+    attempt = 1
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            time.sleep(_wait_after(exc, attempt, backoff, target, None))
+            attempt += 1
+
+
+async def aretried(call: Callable[[], Awaitable[T]], backoff: Backoff, target: str) -> T:
+    """Async twin of `retried`."""
+    attempt = 1
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            await asyncio.sleep(_wait_after(exc, attempt, backoff, target, None))
+            attempt += 1
+
+
 def _run(conn: Any, batch: list[Command]) -> list[Any]:
     pipe = conn.pipeline(transaction=False)
     for command in batch:
@@ -85,15 +128,7 @@ def _send(
         except rx.NoScriptError:
             _load(conn)
         except Exception as exc:
-            if isinstance(exc, rx.ResponseError) and (lost := lease_lost_of(exc)):
-                raise lost from None  # a fenced write refused
-            if failed is not None and isinstance(exc, rx.RedisError):
-                failed()  # a failed try, counted as the SQL savers count theirs
-            if not transient(exc):
-                raise
-            if attempt >= backoff.max_attempts:
-                raise _unavailable(target, attempt, exc) from exc
-            time.sleep(backoff.delay(attempt, random.random()))
+            time.sleep(_wait_after(exc, attempt, backoff, target, failed))
             attempt += 1
 
 
@@ -125,15 +160,7 @@ async def _asend(
         except rx.NoScriptError:
             await _aload(conn)
         except Exception as exc:
-            if isinstance(exc, rx.ResponseError) and (lost := lease_lost_of(exc)):
-                raise lost from None  # a fenced write refused
-            if failed is not None and isinstance(exc, rx.RedisError):
-                failed()  # a failed try, counted as the SQL savers count theirs
-            if not transient(exc):
-                raise
-            if attempt >= backoff.max_attempts:
-                raise _unavailable(target, attempt, exc) from exc
-            await asyncio.sleep(backoff.delay(attempt, random.random()))
+            await asyncio.sleep(_wait_after(exc, attempt, backoff, target, failed))
             attempt += 1
 
 

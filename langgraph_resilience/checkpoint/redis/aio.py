@@ -35,7 +35,7 @@ from langgraph_resilience.checkpoint.redis._common import (
     judge,
 )
 from langgraph_resilience.checkpoint.redis._counts import counted, read_counts
-from langgraph_resilience.checkpoint.redis._driver import ALL_SCRIPTS, adrive
+from langgraph_resilience.checkpoint.redis._driver import ALL_SCRIPTS, adrive, aretried
 from langgraph_resilience.checkpoint.redis._durability import Durability
 from langgraph_resilience.checkpoint.redis._effects_parts import (
     AsyncRedisAttempts,
@@ -193,17 +193,21 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
 
     async def setup(self) -> Durability:
         """As `ResilientRedisSaver.setup`."""
+        config = await aretried(self._server_config, self.backoff, self.target)
+        self.durability = judge(config, self.target)
+        return self.durability
+
+    async def _server_config(self) -> dict[str, str] | None:
+        """As `ResilientRedisSaver._server_config`."""
         check_version(await self.conn.info("server"), self.target)
         for script in ALL_SCRIPTS:
             await self.conn.script_load(script.source)
         try:
-            config = config_reply(
+            return config_reply(
                 await self.conn.config_get("append*") | await self.conn.config_get("save")
             )
         except redis.ResponseError:
-            config = None
-        self.durability = judge(config, self.target)
-        return self.durability
+            return None
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await self._drive(lambda: _ops.get_tuple(self.place, self.serde, config))
