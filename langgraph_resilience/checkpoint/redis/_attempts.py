@@ -57,7 +57,12 @@ def record_attempt(
     thread_id = key[0]
     packed = pack_attempt(record, started_at)
     command = run(
-        ATTEMPT, place.keys(thread_id), _field(key), str(record.attempt), packed, place.ttl_ms
+        ATTEMPT,
+        place.script_keys(thread_id),
+        _field(key),
+        str(record.attempt),
+        packed,
+        place.ttl_ms,
     )
     reply = yield [
         fence_command(place.prefix, thread_id, command, fence),

@@ -184,7 +184,7 @@ def claim(
     The first ``CLAIM`` wins a race for the key; a takeover is a compare-and-set
     on the holder judged gone, so two takers cannot both win either. Under a
     `Worker` both are fenced by its run's token (`_runs_fence`)."""
-    r, keys, ttl = record, place.keys(thread_id), place.ttl_ms
+    r, keys, ttl = record, place.script_keys(thread_id), place.ttl_ms
 
     def fenced(command: Command) -> Command:
         return fence_command(place.prefix, thread_id, command, fence)
@@ -232,7 +232,7 @@ def claim(
 def renew(place: Place, thread_id: str, key: str, owner: str, lease: float) -> Ops[bool]:
     """Extend the holder's lease while its call runs (0: let it go now); False
     once it is no longer held."""
-    keys = place.keys(thread_id)
+    keys = place.script_keys(thread_id)
     reply = yield [run(RENEW, keys, key, owner, _ms(lease), place.ttl_ms)]
     return bool(_hot(reply[0], thread_id))
 
@@ -246,7 +246,10 @@ def outcome_commands(
         by_thread.setdefault(thread_id, []).extend(
             (key, "1" if again else "0", pack_outcome(key, fields))
         )
-    return [(t, run(OUTCOMES, place.keys(t), place.ttl_ms, *args)) for t, args in by_thread.items()]
+    return [
+        (t, run(OUTCOMES, place.script_keys(t), place.ttl_ms, *args))
+        for t, args in by_thread.items()
+    ]
 
 
 def _checked(sent: Iterable[tuple[str, Command]], replies: Iterable[Any]) -> None:

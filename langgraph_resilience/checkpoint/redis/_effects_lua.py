@@ -1,6 +1,7 @@
 """The ledgers' Lua scripts: every compare-and-set on an effect's record or a
 task's failed tries, in one script on the thread's keys (`_keys.ThreadKeys`,
-all ten, as every script's KEYS: ``fx`` is KEYS[8], ``at`` KEYS[9]).
+all ten, as every script's KEYS: ``fx`` is KEYS[8], ``at`` KEYS[9]; a writing
+script's then also its ledger keys, for the TTL: `_scripts._RENEW`).
 
 A record is JSON (`_effects`): its times as strings (Lua's ``cjson`` keeps 14
 digits of a number), its lease as whole milliseconds of the server's clock

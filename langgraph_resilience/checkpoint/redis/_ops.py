@@ -51,9 +51,11 @@ from langgraph_resilience.checkpoint.redis._runlog import (
     decide,
     index,
     read_ledger,
+    script_keys,
 )
 from langgraph_resilience.checkpoint.redis._runlog_rows import LedgerSnapshot
 from langgraph_resilience.checkpoint.redis._runs_fence import fence_command
+from langgraph_resilience.checkpoint.redis._runs_scripts import REINDEX
 from langgraph_resilience.checkpoint.redis._scripts import (
     ARCHIVED,
     DELETE_RUN,
@@ -133,6 +135,11 @@ class Place:
     def keys(self, thread_id: str) -> ThreadKeys:
         return thread_keys(self.prefix, thread_id)
 
+    def script_keys(self, thread_id: str) -> tuple[str, ...]:
+        """A writing script's KEYS: the thread's, then its ledger keys (the TTL's,
+        `_scripts._RENEW`)."""
+        return script_keys(self.prefix, thread_id)
+
     def registered(self, thread_id: str) -> Command:
         """The thread was written now (the registry's score: its last write, ms)."""
         return ("ZADD", threads_key(self.prefix), int(time.time() * 1000), thread_id)
@@ -152,8 +159,7 @@ def run(script: Script, keys: Sequence[str], *args: Any) -> Command:
 def _write_keys(place: Place, thread_id: str) -> tuple[str, ...]:
     """A ``put`` or ``put_writes`` script's KEYS: the thread's, its ledger keys,
     its save counters."""
-    prefix = place.prefix
-    return (*place.keys(thread_id), *ledger_keys(prefix, thread_id), counts_key(prefix, thread_id))
+    return (*place.script_keys(thread_id), counts_key(place.prefix, thread_id))
 
 
 def put(
@@ -361,12 +367,8 @@ def list_(
     if configurable.get("thread_id") is not None:
         threads = [str(configurable["thread_id"])]
     else:
-        key = threads_key(place.prefix)
-        batch: list[Command] = [("ZRANGE", key, 0, -1)]
-        if place.ttl_ms:  # expired threads leave the registry when it is listed
-            expired = int(time.time() * 1000) - place.ttl_ms
-            batch.insert(0, ("ZREMRANGEBYSCORE", key, "-inf", expired))
-        threads = sorted(t.decode() for t in (yield batch)[-1])
+        scored = registry((yield [("ZRANGE", threads_key(place.prefix), 0, -1, "WITHSCORES")])[0])
+        threads = sorted(scored)
     wanted_ns = configurable.get("checkpoint_ns")
     wanted_id = configurable.get("checkpoint_id")
     before_id = get_checkpoint_id(before) if before else None
@@ -378,6 +380,10 @@ def list_(
     for thread_id, archived in zip(threads, replies[0::2], strict=True):
         if archived:
             raise Archived(thread_id)
+    if configurable.get("thread_id") is None and place.ttl_ms:
+        gone = expired(scored, dict(zip(threads, replies[1::2], strict=True)), place.ttl_ms)
+        if gone:  # expired threads leave the registry when it is listed
+            yield [run(REINDEX, [threads_key(place.prefix)], t, score, "") for t, score in gone]
     candidates: list[tuple[str, str, str]] = []
     for thread_id, listed in zip(threads, replies[1::2], strict=True):
         for m in listed:
@@ -398,6 +404,28 @@ def list_(
                 if limit is not None and len(out) >= limit:
                     return out
     return out
+
+
+def registry(reply: Sequence[Any]) -> dict[str, int]:
+    """The thread registry's ``ZRANGE ... WITHSCORES`` (flat, or in pairs as the
+    client may parse it): thread -> its last write (ms)."""
+    pairs = (
+        list(reply)
+        if reply and isinstance(reply[0], (list, tuple))
+        else list(zip(reply[0::2], reply[1::2], strict=True))
+    )
+    return {(t.decode() if isinstance(t, bytes) else str(t)): int(float(s)) for t, s in pairs}
+
+
+def expired(
+    scored: dict[str, int], checkpoints: dict[str, Any], ttl_ms: int
+) -> list[tuple[str, int]]:
+    """The registry's entries to drop: threads last written longer than the TTL
+    ago whose keys are gone (no checkpoint left). A thread kept past its TTL (a
+    paused run's, `_scripts._RENEW`) stays listed; an entry is dropped only if
+    its score is still the one read (`REINDEX`), so a write in between keeps it."""
+    before = int(time.time() * 1000) - ttl_ms
+    return [(t, s) for t, s in scored.items() if s < before and not checkpoints.get(t)]
 
 
 def _batches(items: list[T], size: int) -> Iterator[list[T]]:

@@ -47,14 +47,16 @@ from langgraph_resilience.checkpoint.redis._runlog_rows import (
     LEDGER_TABLES,
     LedgerSnapshot,
     changes,
+    latest_paused,
 )
 from langgraph_resilience.checkpoint.redis._scripts import _GUARD, _RENEW, ARCHIVED, LEDGER, Script
 from langgraph_resilience.checkpoint.redis._tier import Archived
-from langgraph_resilience.checkpoint.store._schema import RUNS, STEPS
+from langgraph_resilience.checkpoint.store._schema import RUN_LOG, RUNS, STEPS
 from langgraph_resilience.checkpoint.store._store import Statements
 
 __all__ = [
     "NO_ROWS",
+    "PAUSED",
     "READ_LEDGER",
     "RUNLOG_SCRIPTS",
     "STORE_LEDGER",
@@ -71,6 +73,12 @@ Ops = Generator[list[Command], list[Any], T]
 
 #: The ledger's version field in ``rl``.
 VERSION = "\0v"
+
+#: The field of ``rl`` that says the thread's latest run is held, its keys kept
+#: without a TTL (``1``; ``0`` or none: they expire, `_scripts._RENEW`): paused
+#: (its run row says so), or released by its `Worker` for a durable wait. Stored
+#: beside the rows it is decided from, under the same compare-and-set (`decide`).
+PAUSED = "\0p"
 
 #: The LEDGER arguments of a write that carries no ledger rows.
 NO_ROWS: tuple[str, int] = ("-", 0)
@@ -185,6 +193,7 @@ class Held(NamedTuple):
     checkpoints: list[str]  # top-level checkpoint ids the statements may look for
     step: str  # a write's step row as stored ('' none)
     rest: list[Any]  # a reader's: steps, interrupts, tries, effects, runs, takeovers
+    paused: bool = False  # the thread is held (`PAUSED`), as stored
 
 
 def _interrupt_idx() -> str:
@@ -196,12 +205,13 @@ def held_of(thread_id: str, reply: Any) -> Held:
         raise Archived(thread_id)
     found = [pairs(reply[i]) for i in range(3)]
     version = found[0].pop(VERSION, "")
+    paused = found[0].pop(PAUSED, "") == "1"
     head = [text(m)[1:] for m in reply[3]]
     tops = [text(c) for c in reply[4]]
     rest = list(reply[5:])
     step = text(rest[0]) if len(rest) == 1 else ""
     rows = {t.name: f for t, f in zip(LEDGER_TABLES, found, strict=True)}
-    return Held(version, rows, [*head, *tops], step, rest if len(rest) > 1 else [])
+    return Held(version, rows, [*head, *tops], step, rest if len(rest) > 1 else [], paused)
 
 
 def read_command(
@@ -271,10 +281,13 @@ def decide(
     *,
     rl: int = 11,
     runs: Sequence[RunRecord] = (),
+    waiting: bool = False,
 ) -> Decided:
     """Run a write's ledger statements on the thread's rows (and ``runs``, its
     `Worker` runs the statements join); the rows they changed, as the LEDGER
-    arguments of a script whose KEYS[rl] is the thread's ``rl``."""
+    arguments of a script whose KEYS[rl] is the thread's ``rl``, with `PAUSED`
+    when it changes: the thread's latest run paused after them, or ``waiting``
+    (its `Worker` releases it for a durable wait)."""
     at = {t.name: rl + i for i, t in enumerate(LEDGER_TABLES)}
     with snapshot.lock:
         snapshot.clear()
@@ -299,6 +312,9 @@ def decide(
             triples += [_STEP_AT, field, raw]  # a functional task's row, replaced
         else:
             new_step = (field, raw)
+    held_now = waiting or latest_paused(after[RUN_LOG.name].values())
+    if held_now != held.paused:
+        triples += [rl, PAUSED, "1" if held_now else "0"]
     # No row changed is a decision too, on the rows read: the script checks the
     # version all the same (a write landing in between may change the verdict).
     return Decided((held.version, len(triples) // 3, *triples), new_step, result)

@@ -46,6 +46,7 @@ __all__ = [
     "LEDGER_TABLES",
     "LedgerSnapshot",
     "changes",
+    "latest_paused",
     "decode_row",
     "encode_row",
     "row_field",
@@ -96,6 +97,21 @@ def encode_row(row: Sequence[Any]) -> str:
 def decode_row(raw: str | bytes) -> tuple[Any, ...]:
     """The row `encode_row` kept."""
     return tuple(_decoded(v) for v in json.loads(raw))
+
+
+_RUN_AT = RUN_LOG.names.index("run")
+_STATUS_AT = RUN_LOG.names.index("status")
+
+
+def latest_paused(run_rows: Iterable[str | bytes]) -> bool:
+    """Whether a thread's latest run (the highest numbered of its run rows, as
+    Redis keeps them) is paused: an interrupt, a budget, its driver's word."""
+    latest: tuple[Any, ...] | None = None
+    for raw in run_rows:
+        row = decode_row(raw)
+        if latest is None or int(row[_RUN_AT]) > int(latest[_RUN_AT]):
+            latest = row
+    return latest is not None and latest[_STATUS_AT] == "paused"
 
 
 def row_field(table: Table, row: Sequence[Any]) -> str:

@@ -46,13 +46,13 @@ from langgraph_resilience.checkpoint.ledger._runs import (
     RunRecord,
     one_open_run,
 )
-from langgraph_resilience.checkpoint.redis._keys import ledger_keys
 from langgraph_resilience.checkpoint.redis._ops import Command, Ops, Place, run
 from langgraph_resilience.checkpoint.redis._runlog import (
     Decided,
     decide,
     held_of,
     read_command,
+    script_keys,
 )
 from langgraph_resilience.checkpoint.redis._runlog import index as runlog_index
 from langgraph_resilience.checkpoint.redis._runs_fence import runs_key
@@ -347,11 +347,15 @@ def finish(
         return False
     m = _member(thread_id, fence.run_id)
     wait_ms = "" if wait is None else str(max(0, int(wait * 1000)))
-    key = runs_key(place.prefix, thread_id)
-    keys = [key, *ledger_keys(place.prefix, thread_id)]
+    keys = [*script_keys(place.prefix, thread_id), runs_key(place.prefix, thread_id)]
+    waiting = status == "queued" and bool(wait)  # held until it is due (`_RENEW`)
     while True:
         ledger = yield from _ledger_of_run(
-            place, thread_id, fence.run_id, lambda: finish_worker_run(SQLITE, fence, status, error)
+            place,
+            thread_id,
+            fence.run_id,
+            lambda: finish_worker_run(SQLITE, fence, status, error),
+            waiting,
         )
         batch: list[Command] = [runlog_index(place.prefix, thread_id)] if ledger.stores else []
         at = len(batch)
@@ -364,6 +368,7 @@ def finish(
                 status,
                 *_blob_args(outcome),
                 wait_ms,
+                place.ttl_ms,
                 *ledger.args,
             )
         )
@@ -383,17 +388,22 @@ MOVED = 3
 
 
 def _ledger_of_run(
-    place: Place, thread_id: str, run_id: str, statements: Callable[[], Statements[None]]
+    place: Place,
+    thread_id: str,
+    run_id: str,
+    statements: Callable[[], Statements[None]],
+    waiting: bool = False,
 ) -> Ops[Decided]:
     """The run ledger's rows a `Worker`'s end of a run changes (the SQL savers'
-    statements, with the run's record as their `RUNS` row), to store in its script."""
+    statements, with the run's record as their `RUNS` row), to store in its script
+    (``waiting``: it releases the run for a durable wait, `_runlog.decide`)."""
     held_reply, raw = yield [
         read_command(place.prefix, thread_id, full=False, rows_only=True),
         ("HGET", runs_key(place.prefix, thread_id), run_id),
     ]
     held = held_of(thread_id, held_reply)
     runs = [] if raw is None else [record_of(raw)]
-    return decide(place.ledger, thread_id, held, statements, rl=2, runs=runs)
+    return decide(place.ledger, thread_id, held, statements, runs=runs, waiting=waiting)
 
 
 def requeue(place: Place, run_id: str, budget: Blob | None, resume: Blob | None) -> Ops[bool]:
@@ -428,14 +438,13 @@ def cancel(place: Place, run_id: str, outcome: Blob) -> Ops[str | None]:
     thread_id = yield from _thread_of(place, run_id)
     if thread_id is None:
         return None
-    key = runs_key(place.prefix, thread_id)
-    keys = [key, *ledger_keys(place.prefix, thread_id)]
+    keys = [*script_keys(place.prefix, thread_id), runs_key(place.prefix, thread_id)]
     while True:
         ledger = yield from _ledger_of_run(
             place, thread_id, run_id, lambda: cancel_worker_run(SQLITE, run_id)
         )
         batch: list[Command] = [runlog_index(place.prefix, thread_id)] if ledger.stores else []
-        batch.append(run(CANCEL, keys, run_id, *_blob_args(outcome), *ledger.args))
+        batch.append(run(CANCEL, keys, run_id, *_blob_args(outcome), place.ttl_ms, *ledger.args))
         was = (yield batch)[-1]
         if was != MOVED:
             break

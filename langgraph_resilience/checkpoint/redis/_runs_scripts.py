@@ -14,11 +14,12 @@ from __future__ import annotations
 from langgraph_resilience.checkpoint.redis._effects_lua import ATTEMPT, OUTCOMES, TAKE
 from langgraph_resilience.checkpoint.redis._effects_lua import CLAIM as EFFECT_CLAIM
 from langgraph_resilience.checkpoint.redis._scripts import (
+    _RENEW,
+    LEDGER,
     PUT,
     PUT_WRITES,
     REPLACE,
     Script,
-    ledger_lua,
 )
 
 __all__ = [
@@ -178,22 +179,25 @@ return tostring(ends)
 """,
 )
 
-#: KEYS: runs, then the thread's ledger keys. ARGV: run_id, token, status,
-#: outcome_type, outcome ('' for none), wait_ms ('' for none), then the run
-#: ledger's rows of the run's end (`_scripts.ledger_lua`, at 7: the SQL savers'
-#: ``finish_worker_run``, in the same script). Returns 1 (done), 0 (the lease was
-#: lost) or 3 (the ledger moved: decide again).
+#: KEYS: the thread's, its ledger keys, then runs (KEYS[14]). ARGV: run_id,
+#: token, status, outcome_type, outcome ('' for none), wait_ms ('' for none),
+#: ttl_ms, then the run ledger's rows of the run's end (`_scripts.LEDGER`, at 8:
+#: the SQL savers' ``finish_worker_run``, in the same script). Renews the
+#: thread's TTL (none while the run is held: paused, or released for a wait,
+#: `_scripts._RENEW`). Returns 1 (done), 0 (the lease was lost) or 3 (the ledger
+#: moved: decide again).
 FINISH = Script(
     "run_finish",
     _COMMON
-    + ledger_lua(2)
+    + _RENEW
+    + LEDGER
     + r"""
-local rec = load(KEYS[1], ARGV[1])
+local rec = load(KEYS[14], ARGV[1])
 if not rec or rec.status ~= 'running' or tostring(rec.fencing_token) ~= ARGV[2] then
   return 0
 end
-if ledger_moved(7) then return 3 end
-ledger_store(7)
+if ledger_moved(8) then return 3 end
+ledger_store(8)
 local now = now_ms()
 rec.status = ARGV[3]
 rec.owner = cjson.null
@@ -204,7 +208,8 @@ rec.resume_type = cjson.null
 rec.resume = cjson.null
 rec.not_before = ARGV[6] ~= '' and (now + tonumber(ARGV[6])) / 1000 or cjson.null
 rec.updated_at = now / 1000
-store(KEYS[1], rec)
+store(KEYS[14], rec)
+renew(ARGV[7])
 return 1
 """,
 )
@@ -248,19 +253,22 @@ return 1
 """,
 )
 
-#: KEYS: runs, then the thread's ledger keys. ARGV: run_id, outcome_type,
-#: outcome, then the run ledger's rows (at 4: ``cancel_worker_run``). Returns the
-#: status the run had, false (it was not open) or 3 (the ledger moved: decide
-#: again). The token grows: its worker is fenced off.
+#: KEYS: the thread's, its ledger keys, then runs (KEYS[14]). ARGV: run_id,
+#: outcome_type, outcome, ttl_ms, then the run ledger's rows (at 5:
+#: ``cancel_worker_run``). Returns the status the run had, false (it was not
+#: open) or 3 (the ledger moved: decide again). The token grows: its worker is
+#: fenced off. Renews the thread's TTL (a cancelled paused run's thread expires
+#: again).
 CANCEL = Script(
     "run_cancel",
     _COMMON
-    + ledger_lua(2)
+    + _RENEW
+    + LEDGER
     + r"""
-local rec = load(KEYS[1], ARGV[1])
+local rec = load(KEYS[14], ARGV[1])
 if not rec or not open(rec.status) then return false end
-if ledger_moved(4) then return 3 end
-ledger_store(4)
+if ledger_moved(5) then return 3 end
+ledger_store(5)
 local was = rec.status
 rec.status = 'cancelled'
 rec.fencing_token = rec.fencing_token + 1
@@ -271,7 +279,8 @@ rec.outcome = blob(ARGV[3])
 rec.resume_type = cjson.null
 rec.resume = cjson.null
 rec.updated_at = now_ms() / 1000
-store(KEYS[1], rec)
+store(KEYS[14], rec)
+renew(ARGV[4])
 return was
 """,
 )

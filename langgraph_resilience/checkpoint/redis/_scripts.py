@@ -42,11 +42,22 @@ _GUARD = r"""
 if redis.call('EXISTS', KEYS[7]) == 1 then return -7 end
 """
 
-# Renew the TTL (ms, ARGV[ttl_at]; 0: keys never expire) of a thread's data keys.
+# Renew the TTL (ms, ARGV[ttl_at]; 0: keys never expire) of a thread's data keys
+# and its ledger keys (every renewing script's KEYS[1..13]: the thread's ten, then
+# ``rl``, ``rc``, ``rp``), unless the run ledger says the thread's latest run is
+# held (``rl``'s field NUL p, `PAUSED`: paused, or released for a durable wait):
+# then they are made persistent, in the same script, so a paused run is never
+# lost to its TTL; the write that takes the run up again clears the field, and
+# its script puts the TTL back.
 _RENEW = r"""
 local function renew(ttl)
   if tonumber(ttl) > 0 then
-    for i = 1, #KEYS do if i ~= 7 then redis.call('PEXPIRE', KEYS[i], ttl) end end
+    local held = redis.call('HGET', KEYS[11], '\0p') == '1'
+    for i = 1, 13 do
+      if i ~= 7 then
+        if held then redis.call('PERSIST', KEYS[i]) else redis.call('PEXPIRE', KEYS[i], ttl) end
+      end
+    end
   end
 end
 """
