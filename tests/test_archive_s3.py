@@ -12,8 +12,8 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from urllib.parse import quote
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from langgraph.types import Command
