@@ -80,13 +80,60 @@ def build(h: Any, calls: Calls, *, ask: bool = False) -> Any:
     return g.compile(checkpointer=h.saver)
 
 
+_ROWS = "counts hot checkpoint rows in SQL"
+_PER = "expects one archive object per checkpoint (Redis demotes a thread as one object)"
+#: The cases a Redis saver skips, and why: the SQL savers' cold tier keeps an object per
+#: checkpoint and its options live in ``saver._state``; the Redis savers demote a whole
+#: thread as one object, past its TTL (their cases: test_redis.py, "demoted").
+SQL_TIER_ONLY = {
+    "test_archive_and_restore_round_trip": f"{_ROWS}; {_PER}",
+    "test_a_paused_thread_resumes_from_the_archive_without_redoing": _ROWS,
+    "test_a_thread_with_an_open_run_or_recent_activity_stays_hot": (
+        f"{_ROWS}; Redis demotes by idle time only, a queued run's thread too (reported)"
+    ),
+    "test_a_corrupt_object_raises_naming_the_thread_and_object": f"{_ROWS}; {_PER}",
+    "test_a_saver_without_the_archive_refuses_an_archived_thread": (
+        "unsets the SQL saver's saver._state.archive (Redis: saver.archive, test_redis.py)"
+    ),
+    "test_an_unreachable_bucket_loses_nothing": f"{_ROWS}; sets saver._state.archive",
+    "test_a_large_checkpoint_warns_naming_its_largest_channels": (
+        "sets the SQL saver's size budget in saver._state (Redis: warn_checkpoint_bytes=)"
+    ),
+    "test_max_checkpoint_bytes_refuses_with_a_clear_error": (
+        "sets the SQL saver's size budget in saver._state "
+        "(Redis: test_a_checkpoint_over_the_size_budget_is_refused)"
+    ),
+    "test_prune_history_keeps_the_latest_and_the_ledger": "prune_history is SQL only",
+    "test_prune_history_drops_only_ended_runs": "prune_history is SQL only",
+    "test_reading_a_hot_thread_adds_no_archive_check": "counts the SQL saver's _query calls",
+    "test_a_worker_archives_idle_threads_as_it_runs": _ROWS,
+    "test_delete_and_copy_reach_an_archived_thread": (
+        f"{_PER} (Redis: test_a_demoted_thread_is_copied_and_deleted_whole)"
+    ),
+    "test_leftovers_of_a_restore_are_replaced_by_the_next_archival": _PER,
+    "test_a_run_working_while_its_thread_is_archived_is_refused_not_split": (
+        "drives the SQL demotion under a working run; Redis's own (test_redis.py "
+        "test_a_thread_written_while_being_demoted_stays_hot) differs (reported)"
+    ),
+    "test_the_run_report_of_an_archived_thread_restores_it": _ROWS,
+}
+
+
 @pytest.fixture
 def archive(tmp_path: Path) -> Archive:
     return Archive(f"file://{tmp_path}/archive")
 
 
 @pytest.fixture
-def h(checkpointer: Any, archive: Archive) -> Any:
+def h(checkpointer: Any, archive: Archive, request: pytest.FixtureRequest) -> Any:
+    """The saver with ``archive`` as its cold tier; on Redis, only the cases whose
+    checks read the same there (`SQL_TIER_ONLY` names why the others skip)."""
+    if checkpointer.backend == "redis":
+        reason = SQL_TIER_ONLY.get(request.function.__name__)
+        if reason is not None:
+            pytest.skip(f"SQL cold tier only: {reason}")
+        checkpointer.saver.archive = archive  # what archive=... on its constructor sets
+        return checkpointer
     _base.set_lifecycle(checkpointer.saver._state, archive, _base.WARN_BYTES, None)
     return checkpointer
 

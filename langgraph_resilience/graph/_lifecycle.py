@@ -401,7 +401,7 @@ def by_hand_row(saver: Any, thread: str, snapshot: StateSnapshot) -> RunLogRecor
     """The ledger row of the run a thread's state is in (one point read), or
     None for a saver that keeps no run ledger."""
     run = _run_of(snapshot)
-    if run is None or not isinstance(saver, ResilientSaver):
+    if run is None or not isinstance(saver, RunLedger):
         return None
     return saver.history.run_row(thread, run)
 
@@ -409,7 +409,7 @@ def by_hand_row(saver: Any, thread: str, snapshot: StateSnapshot) -> RunLogRecor
 async def aby_hand_row(saver: Any, thread: str, snapshot: StateSnapshot) -> RunLogRecord | None:
     """Async twin of `by_hand_row`."""
     run = _run_of(snapshot)
-    if run is None or not isinstance(saver, AsyncResilientSaver):
+    if run is None or not isinstance(saver, AsyncRunLedger):
         return None
     return await saver.history.arun_row(thread, run)
 

@@ -47,6 +47,7 @@ from langgraph_resilience.checkpoint.redis._ops import Ops, Place, T
 from langgraph_resilience.checkpoint.redis._tier import object_key
 from langgraph_resilience.checkpoint.runlog._run_log import PutLedger, ledger_of_put
 from langgraph_resilience.checkpoint.saver._base import SaverState
+from langgraph_resilience.checkpoint.saver._savers import LeaseStops
 from langgraph_resilience.checkpoint.store._counters import WRITES_OK
 from langgraph_resilience.errors import ConfigError
 from langgraph_resilience.policy import Backoff
@@ -112,7 +113,7 @@ def judge(config: dict[str, str] | None, target: str) -> Durability:
     return verdict
 
 
-class RedisCommon(BaseCheckpointSaver[str]):
+class RedisCommon(LeaseStops, BaseCheckpointSaver[str]):
     """Options and refusals both twins share."""
 
     place: Place

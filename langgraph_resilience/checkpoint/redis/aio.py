@@ -257,6 +257,7 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
         *,
         replace: bool,
     ) -> RunnableConfig:
+        self._refuse_after_stop(config)  # the checkpoint after a lease-stopped step
         led = self._put_ledger(config, checkpoint, metadata, new_versions)
         led = await _run_end.aend_checked(led, config, checkpoint, metadata, self.alist)
         with counted(self._state.counters, CHECKPOINT_OK) as counts:
@@ -290,6 +291,8 @@ class AsyncResilientRedisSaver(AsyncRunsSaver, RedisCommon):
     ) -> None:
         led = _steps.step_of_writes(config, writes, task_id, self.serde)
         try:
+            if self._lease_stop(config, writes):  # a step stopped, not failed
+                return
             with self._counted_writes(writes) as counts:
                 op = lambda: self._riding(  # noqa: E731
                     _ops.put_writes(

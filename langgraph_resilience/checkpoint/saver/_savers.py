@@ -82,11 +82,9 @@ def stops_on_lost_lease(writes: Sequence[tuple[str, Any]]) -> bool:
 _MAX_STOPS = 1024
 
 
-class Hooks(BaseCheckpointSaver[str]):
-    """What a dialect supplies (pure parts; the I/O hooks are on each mixin)."""
-
-    _dialect: ClassVar[Dialect]
-    _state: _base.SaverState
+class LeaseStops:
+    """A step stopped by a lost lease: its writes, and the checkpoint after it, are
+    not stored (every saver: the SQL `Hooks` and the Redis savers' `RedisCommon`)."""
 
     def _lease_stop(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]]) -> bool:
         """Whether ``writes`` are a step stopped by a lost lease (not to be stored);
@@ -113,6 +111,13 @@ class Hooks(BaseCheckpointSaver[str]):
                 "worker lost the run's lease; the checkpoint after it is not stored. The "
                 "worker that takes the run over runs that step."
             )
+
+
+class Hooks(LeaseStops, BaseCheckpointSaver[str]):
+    """What a dialect supplies (pure parts; the I/O hooks are on each mixin)."""
+
+    _dialect: ClassVar[Dialect]
+    _state: _base.SaverState
 
     def _prepare_put(
         self,
