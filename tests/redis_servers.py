@@ -137,6 +137,29 @@ def patch_run(prefix: str, run_id: str, **changes: object) -> None:
         client.close()
 
 
+def set_run_log_status(prefix: str, thread_id: str, status: str) -> None:
+    """Set the status of a thread's run-ledger rows under ``prefix`` (``P:{T}:rl``,
+    each the JSON of the SQL row), as an UPDATE of ``resilience_run_log`` would."""
+    import json
+
+    from langgraph_resilience.checkpoint.redis._keys import ledger_keys
+    from langgraph_resilience.checkpoint.store._schema import RUN_LOG
+
+    column = RUN_LOG.names.index("status")
+    key = ledger_keys(prefix, thread_id).rl
+    client = _client()
+    try:
+        rows = {f: raw for f, raw in client.hgetall(key).items() if f != b"\0v"}
+        assert rows, f"no run-ledger rows of {thread_id!r} under {prefix!r}"
+        for field, raw in rows.items():
+            row = json.loads(raw)
+            row[column] = status
+            client.hset(key, field, json.dumps(row))
+        client.hincrby(key, "\0v", 1)  # the ledger's version, as its writes move it
+    finally:
+        client.close()
+
+
 def shift_not_before(prefix: str, run_id: str, seconds: float) -> None:
     """Move a queued run's not-before time ``seconds`` earlier (its record and its
     queue entry), as if that much time had passed."""

@@ -55,7 +55,10 @@ from langgraph_resilience._langgraph import (
     hold_writes,
 )
 from langgraph_resilience.budget import Budget
-from langgraph_resilience.checkpoint import AsyncResilientSaver, ResilientSaver
+from langgraph_resilience.checkpoint import (
+    AsyncRunLedger,
+    RunLedger,
+)
 from langgraph_resilience.checkpoint.saver._base import thread_checked
 from langgraph_resilience.classify import Classifier
 from langgraph_resilience.errors import ConfigError, DeployBlocked
@@ -177,7 +180,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         snapshot = super().get_state(config, subgraphs=subgraphs)
         saver = self.checkpointer
         run = lifecycle.stored_run(snapshot, _head(config))
-        if run is not None and isinstance(saver, ResilientSaver):  # its row says how it ended
+        if run is not None and isinstance(saver, RunLedger):  # its row says how it ended
             row = saver.history.run_row(*run)
             return lifecycle.with_stored(snapshot, None if row is None else row.status)
         listing = lifecycle.may_settle(snapshot)  # no ledger holds the run: its checkpoints
@@ -190,7 +193,7 @@ class ResilientCompiledStateGraph(FixByHand, DefaultsHook[StateT, ContextT, Inpu
         snapshot = await super().aget_state(config, subgraphs=subgraphs)
         saver = self.checkpointer
         run = lifecycle.stored_run(snapshot, _head(config))
-        if run is not None and isinstance(saver, AsyncResilientSaver):  # its row: how it ended
+        if run is not None and isinstance(saver, AsyncRunLedger):  # its row: how it ended
             row = await saver.history.arun_row(*run)
             return lifecycle.with_stored(snapshot, None if row is None else row.status)
         listing = lifecycle.may_settle(snapshot)  # no ledger holds the run: its checkpoints

@@ -36,6 +36,7 @@ from langgraph_resilience.checkpoint.redis._keys import (
     ThreadKeys,
     check_prefix,
     counts_key,
+    keyable,
     ledger_keys,
     member,
     run_key,
@@ -407,6 +408,8 @@ def _batches(items: list[T], size: int) -> Iterator[list[T]]:
 
 def delete_thread(place: Place, thread_id: str) -> Ops[str | None]:
     """Drop the thread; returns its cold-tier object, if it was demoted."""
+    if not keyable([thread_id]):
+        return None  # stored nowhere
     keys = place.keys(thread_id)
     replies = yield [
         ("GET", keys.archived),
@@ -464,7 +467,7 @@ def copy_thread(place: Place, source: str, target: str) -> Ops[None]:
 
 
 def prune(place: Place, thread_ids: Sequence[str], strategy: str) -> Ops[None]:
-    threads = _threads.check_prune_args(thread_ids, strategy)
+    threads = keyable(_threads.check_prune_args(thread_ids, strategy))
     if strategy in _threads.DELETE_STRATEGIES:
         yield [("DEL", *place.keys(t), *ledger_keys(place.prefix, t)) for t in threads] + (
             [
