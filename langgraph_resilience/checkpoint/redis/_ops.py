@@ -175,7 +175,11 @@ def put(
     stored is kept (a no-op), or with ``replace`` replaced (`_scripts.REPLACE`)."""
     del new_versions  # the whole checkpoint is one record, as SqliteSaver keeps it
     thread_id, ns, parent_id = _base.thread_key(config)
-    type_, blob = serde.dumps_typed(checkpoint)
+    try:
+        type_, blob = serde.dumps_typed(checkpoint)
+    except TypeError as exc:  # named by its channel, as on SQL
+        values = list(checkpoint.get("channel_values", {}).items())
+        raise _base.unstorable(serde, values, "", exc) from exc
     meta_dict = get_checkpoint_metadata(config, metadata)
     meta = json.dumps(meta_dict, ensure_ascii=False).encode("utf-8", "ignore")
     cid = checkpoint["id"]
@@ -284,7 +288,10 @@ def put_writes(
     args: list[Any] = []
     for i, (channel, value) in enumerate(writes):
         idx = WRITES_IDX_MAP.get(channel, i)
-        type_, blob = serde.dumps_typed(value)
+        try:
+            type_, blob = serde.dumps_typed(value)
+        except TypeError as exc:  # named by its channel, as on SQL
+            raise _base.unstorable(serde, writes, task_path, exc) from exc
         args += [
             f"{task_id}\0{idx}",
             pack_write(cid, task_id, task_path, idx, channel, type_, blob),
