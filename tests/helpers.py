@@ -120,6 +120,16 @@ def _redis_ledger_sql(prefix: str, query: str, params: tuple[Any, ...]) -> list[
     return found
 
 
+def db_arg(backend: str, target: str) -> str:
+    """The CLI's ``--db`` for a harness's store: its SQLite path or Postgres DSN, or
+    on Redis (``target``: the saver's key prefix) ``redis://...#prefix``."""
+    if backend == "redis":
+        from redis_servers import REDIS_URL
+
+        return f"{REDIS_URL}#{target}"
+    return target
+
+
 def expire_lease(backend: str, target: str, run_id: str) -> None:
     """Let a run's lease run out now, as if its worker had stopped renewing it an hour
     ago (the lease clock is the database's, or on SQLite the boot clock it names, so
@@ -315,6 +325,10 @@ def rest_of(gen: Generator[Any, Any, Any], value: Any) -> Generator[Any, Any, An
 def tasks_written(backend: str, target: str, thread: str, channel: str) -> set[tuple[str, ...]]:
     """(namespace, checkpoint, task) of the node tasks of a thread whose writes
     to ``channel`` are stored (not the input's: LangGraph's ``__start__`` task)."""
+    if backend == "redis":  # ``target``: the saver's key prefix
+        from redis_servers import tasks_written as redis_tasks_written
+
+        return redis_tasks_written(target, thread, channel)
     table = "writes" if backend == "sqlite" else "checkpoint_writes"
     rows = sql(
         backend,

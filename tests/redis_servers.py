@@ -137,6 +137,40 @@ def patch_run(prefix: str, run_id: str, **changes: object) -> None:
         client.close()
 
 
+def set_run_log_status(prefix: str, thread_id: str, status: str) -> None:
+    """Set the status of a thread's run-ledger rows under ``prefix`` (``P:{T}:rl``,
+    each the JSON of the SQL row), as an UPDATE of ``resilience_run_log`` would."""
+    import json
+
+    from langgraph_resilience.checkpoint.redis._keys import ledger_keys
+    from langgraph_resilience.checkpoint.store._schema import RUN_LOG
+
+    column = RUN_LOG.names.index("status")
+    key = ledger_keys(prefix, thread_id).rl
+    client = _client()
+    try:
+        rows = {f: raw for f, raw in client.hgetall(key).items() if f != b"\0v"}
+        assert rows, f"no run-ledger rows of {thread_id!r} under {prefix!r}"
+        for field, raw in rows.items():
+            row = json.loads(raw)
+            row[column] = status
+            client.hset(key, field, json.dumps(row))
+        client.hincrby(key, "\0v", 1)  # the ledger's version, as its writes move it
+    finally:
+        client.close()
+
+
+def drop_runs_of(prefix: str, run_id: str) -> None:
+    """Delete the runs of ``run_id``'s thread under ``prefix``, as the saver's
+    ``delete_thread`` does first (`_runs.drop_threads`), its checkpoints kept."""
+    from langgraph_resilience.checkpoint.redis import ResilientRedisSaver, _runs
+
+    found = run_record(prefix, run_id)
+    assert found is not None, f"no run {run_id!r} under {prefix!r}"
+    with ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix) as saver:
+        saver._run(_runs.drop_threads(saver.place, [found[0]]))
+
+
 def shift_not_before(prefix: str, run_id: str, seconds: float) -> None:
     """Move a queued run's not-before time ``seconds`` earlier (its record and its
     queue entry), as if that much time had passed."""
@@ -160,6 +194,27 @@ def expire_run_lease(prefix: str, run_id: str) -> None:
     ends = found[1]["lease_expires_at"]
     assert isinstance(ends, (int, float))
     patch_run(prefix, run_id, lease_expires_at=ends - 3600)
+
+
+def tasks_written(prefix: str, thread_id: str, channel: str) -> set[tuple[str, ...]]:
+    """(namespace, checkpoint, task) of the node tasks of a thread whose writes to
+    ``channel`` are stored (``P:{T}:w``: ``<ns>\\0<checkpoint>\\0<task>\\0<idx>`` ->
+    a JSON header naming the write's task path and channel, then its value), not
+    the input's (LangGraph's ``__start__`` task), as `helpers.tasks_written` on SQL."""
+    import json
+
+    client = _client()
+    try:
+        stored = client.hgetall(f"{prefix}:{{{thread_id}}}:w")
+    finally:
+        client.close()
+    found: set[tuple[str, ...]] = set()
+    for field, record in stored.items():
+        ns, checkpoint_id, task_id, _ = field.decode().split("\0")
+        header = json.loads(record.partition(b"\n")[0])
+        if header["c"] == channel and "__start__" not in header["p"]:
+            found.add((ns, checkpoint_id, task_id))
+    return found
 
 
 def checkpoint_parents(prefix: str, thread_id: str, ns: str = "") -> dict[str, str | None]:

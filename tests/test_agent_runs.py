@@ -26,6 +26,7 @@ pytest.importorskip("langchain.agents")
 
 from agent_worker import PLAN, ScriptedModel, research_agent, tool_calls
 from conftest import Harness
+from helpers import db_arg
 from langchain_core.messages import BaseMessage, ToolMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -163,7 +164,8 @@ async def test_the_cli_lists_one_run_and_shows_it(checkpointer: Harness, tmp_pat
     )
 
     def cli_json(*args: str) -> Any:
-        proc = spawn(CLI, *args, "--db", checkpointer.target, "--json")
+        db = db_arg(checkpointer.backend, checkpointer.target)
+        proc = spawn(CLI, *args, "--db", db, "--json")
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         return json.loads(out)

@@ -71,6 +71,11 @@ async def test_the_factory_pools_postgres(monkeypatch: pytest.MonkeyPatch, pg_ds
 
 async def test_storage_counts_a_threads_rows(checkpointer: Any) -> None:
     h = checkpointer
+    if h.backend == "redis":
+        pytest.skip(
+            "the Redis savers' history has no storage() (a thread's bytes per channel, "
+            "read from the SQL tables): not built on Redis yet"
+        )
     graph = _builder({"now": False}).compile(checkpointer=h.saver)
     config = {"configurable": {"thread_id": "stored"}}
     await h.invoke(graph, {"n": 1}, config)

@@ -85,6 +85,19 @@ def h(checkpointer: Any) -> Any:
     return checkpointer
 
 
+#: Where the Redis savers' own fault trials are (these files' tests kill workers and
+#: break the Redis saver's writes through its keys and scripts).
+REDIS_TRIALS = (
+    "the Redis fault trials are tests/test_redis_worker_kills.py and test_redis_limit_faults.py"
+)
+
+
+def sql_only(h: Any, how: str) -> None:
+    """Skip on Redis a test that injects its fault through the SQL savers' internals."""
+    if h.backend == "redis":
+        pytest.skip(f"{how}; {REDIS_TRIALS}")
+
+
 async def submit_to(h: Any, worker: Worker) -> str:
     if h.is_async:
         return await worker.asubmit({"done": []})
@@ -286,6 +299,7 @@ async def test_a_run_cut_off_from_the_store_is_released_and_run_again(
 async def test_a_runs_end_that_cannot_be_stored_is_tried_again_not_turned_into_an_error(
     h: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    sql_only(h, "refuses the run's end through the SQL run statements (_runs.finish_run)")
     finish = _runs.finish_run
     refused: list[str] = []
 
@@ -382,6 +396,7 @@ async def twice(h: Any, statements: Any) -> list[Any]:
 
 
 async def test_a_retried_submit_whose_first_try_committed_finds_its_own_run(h: Any) -> None:
+    sql_only(h, "replays the SQL statements of a submit twice, each in a transaction")
     d = h.saver._dialect
     run_id, thread = str(uuid.uuid4()), f"retried-{uuid.uuid4()}"
     assert await twice(h, lambda: _runs.submit_run(d, run_id, thread, None, None)) == [None, None]
@@ -393,6 +408,7 @@ async def test_a_retried_submit_whose_first_try_committed_finds_its_own_run(h: A
 
 
 async def test_a_retried_claim_whose_first_try_committed_returns_its_own_runs(h: Any) -> None:
+    sql_only(h, "replays the SQL statements of a claim twice, each in a transaction")
     d = h.saver._dialect
     worker = Worker(pipeline(), checkpointer=h.saver)
     ids = {await submit_to(h, worker) for _ in range(2)}
@@ -410,13 +426,20 @@ async def test_claims_take_expired_leases_before_queued_runs(h: Any) -> None:
     queued = await submit_to(h, worker)  # the older one
     await asyncio.sleep(0.01)
     expired = await submit_to(h, worker)
-    sql(
-        h.backend,
-        h.target,
-        "UPDATE resilience_runs SET status = 'running', "
-        "fencing_token = 1, owner = 'dead', lease_expires_at = 0 WHERE run_id = ?",
-        (expired,),
-    )
+    if h.backend == "redis":  # the same edit, of the saver's keys
+        from redis_servers import patch_run
+
+        patch_run(
+            h.target, expired, status="running", fencing_token=1, owner="dead", lease_expires_at=0
+        )
+    else:
+        sql(
+            h.backend,
+            h.target,
+            "UPDATE resilience_runs SET status = 'running', "
+            "fencing_token = 1, owner = 'dead', lease_expires_at = 0 WHERE run_id = ?",
+            (expired,),
+        )
     [first] = await h.call("runs.claim", "worker-a", 1, 30.0)
     assert (first.run_id, first.recoveries) == (expired, 1)
     [second] = await h.call("runs.claim", "worker-a", 1, 30.0)
@@ -429,6 +452,7 @@ async def test_claims_take_expired_leases_before_queued_runs(h: Any) -> None:
 async def test_renewals_go_on_while_a_write_hangs_holding_the_savers_lock(
     h: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    sql_only(h, "hangs a write holding the SQL saver's connection lock, reads the lease by SQL")
     hold = hang_puts(h, monkeypatch, seconds=1.5)  # more than twice the lease
 
     def behaviour(name: str, state: Any) -> None:
@@ -454,6 +478,7 @@ async def test_renewals_go_on_while_a_write_hangs_holding_the_savers_lock(
 async def test_a_drain_returns_within_its_timeout_while_a_write_hangs(
     h: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    sql_only(h, "hangs a write holding the SQL saver's connection lock")
     hold = hang_puts(h, monkeypatch, seconds=30)
 
     def behaviour(name: str, state: Any) -> None:
@@ -533,7 +558,16 @@ async def test_a_worker_that_loses_its_run_through_a_refused_write_says_so(
     ids: list[str] = []
 
     def behaviour(name: str, state: Any) -> None:
-        if name == "b":
+        if name == "b" and h.backend == "redis":  # the same edits, of the saver's keys
+            from redis_servers import drop_runs_of, patch_run, run_record
+
+            if how == "taken":
+                found = run_record(h.target, ids[0])
+                assert found is not None
+                patch_run(h.target, ids[0], fencing_token=int(str(found[1]["fencing_token"])) + 1)
+            else:
+                drop_runs_of(h.target, ids[0])
+        elif name == "b":
             if how == "taken":
                 query = "UPDATE resilience_runs SET fencing_token = fencing_token + 1 "
                 query += "WHERE run_id = ?"

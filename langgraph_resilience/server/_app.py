@@ -51,7 +51,7 @@ from starlette.routing import Mount, Route
 import langgraph_resilience.graph._retry_parent as _parent
 from langgraph_resilience._keys import RETRY_FAILED_KEY
 from langgraph_resilience._langgraph import DURABILITIES
-from langgraph_resilience.checkpoint import AsyncResilientSaver
+from langgraph_resilience.checkpoint import AsyncResilientSaver, AsyncRunLedger
 from langgraph_resilience.errors import ConfigError, RunStateError, UnknownThread
 from langgraph_resilience.graph._retry_failed import keeps_run_log, retry_plan
 from langgraph_resilience.history import alist_runs, arecovery_metrics, arun_report
@@ -260,7 +260,7 @@ async def retry(request: Request) -> JSONResponse:
         try:
             state = await _answer(api, "GET", f"/threads/{thread}/state")
             values = state.get("values") or {}
-            parent = not keeps_run_log(values) and isinstance(_saver(request), AsyncResilientSaver)
+            parent = not keeps_run_log(values) and isinstance(_saver(request), AsyncRunLedger)
             if parent:  # named first: the retry reopens the run's row
                 assistant = body.get("assistant_id") or await _assistant_of(api, thread)
                 steps, run = await _parent_run(api, _saver(request), thread, body)

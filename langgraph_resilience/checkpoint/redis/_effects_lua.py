@@ -136,8 +136,8 @@ return 1
 """,
 )
 
-#: After a prune or a run's deletion: drop the effects and the tries whose
-#: checkpoint is gone, as the SQL savers' ``delete_orphans``. Returns how many.
+#: After a prune or a run's deletion: drop the effects, the tries and the step rows
+#: whose checkpoint is gone, as the SQL savers' ``delete_orphans``. Returns how many.
 ORPHANS = Script(
     "ledger_orphans",
     _GUARD
@@ -154,11 +154,13 @@ for i = 1, #fx, 2 do
     n = n + 1
   end
 end
-for _, f in ipairs(redis.call('HKEYS', KEYS[9])) do
-  local task_at = string.find(f, '%z[^%z]*$')
-  if redis.call('HEXISTS', KEYS[1], string.sub(f, 1, task_at - 1)) == 0 then
-    redis.call('HDEL', KEYS[9], f)
-    n = n + 1
+for _, key in ipairs({KEYS[9], KEYS[10]}) do
+  for _, f in ipairs(redis.call('HKEYS', key)) do
+    local task_at = string.find(f, '%z[^%z]*$')
+    if redis.call('HEXISTS', KEYS[1], string.sub(f, 1, task_at - 1)) == 0 then
+      redis.call('HDEL', key, f)
+      n = n + 1
+    end
   end
 end
 return n

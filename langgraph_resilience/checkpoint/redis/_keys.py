@@ -58,6 +58,7 @@ move them together, so a thread's ledger never outlives it nor is lost before it
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from langgraph_resilience.errors import ConfigError
@@ -65,6 +66,7 @@ from langgraph_resilience.errors import ConfigError
 __all__ = [
     "check_prefix",
     "counts_key",
+    "keyable",
     "ledger_keys",
     "LedgerKeys",
     "limit_keys",
@@ -130,6 +132,20 @@ def check_prefix(prefix: str) -> str:
             "(the braces are the thread's hash tag), e.g. prefix='lgr'"
         )
     return prefix
+
+
+def keyable(thread_ids: Sequence[str]) -> list[str]:
+    """The thread ids a key can name (UTF-8 text): a thread under another id (a
+    lone surrogate, refused at every write) is stored nowhere, so a delete of it
+    has nothing to drop, as the SQL savers' ``Dialect.list_param`` leaves it out."""
+    found = []
+    for t in map(str, thread_ids):
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError:
+            continue
+        found.append(t)
+    return found
 
 
 def thread_keys(prefix: str, thread_id: str) -> ThreadKeys:

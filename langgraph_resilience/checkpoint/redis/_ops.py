@@ -36,6 +36,7 @@ from langgraph_resilience.checkpoint.redis._keys import (
     ThreadKeys,
     check_prefix,
     counts_key,
+    keyable,
     ledger_keys,
     member,
     run_key,
@@ -180,7 +181,11 @@ def put(
     stored is kept (a no-op), or with ``replace`` replaced (`_scripts.REPLACE`)."""
     del new_versions  # the whole checkpoint is one record, as SqliteSaver keeps it
     thread_id, ns, parent_id = _base.thread_key(config)
-    type_, blob = serde.dumps_typed(checkpoint)
+    try:
+        type_, blob = serde.dumps_typed(checkpoint)
+    except TypeError as exc:  # named by its channel, as on SQL
+        values = list(checkpoint.get("channel_values", {}).items())
+        raise _base.unstorable(serde, values, "", exc) from exc
     meta_dict = get_checkpoint_metadata(config, metadata)
     meta = json.dumps(meta_dict, ensure_ascii=False).encode("utf-8", "ignore")
     cid = checkpoint["id"]
@@ -289,7 +294,10 @@ def put_writes(
     args: list[Any] = []
     for i, (channel, value) in enumerate(writes):
         idx = WRITES_IDX_MAP.get(channel, i)
-        type_, blob = serde.dumps_typed(value)
+        try:
+            type_, blob = serde.dumps_typed(value)
+        except TypeError as exc:  # named by its channel, as on SQL
+            raise _base.unstorable(serde, writes, task_path, exc) from exc
         args += [
             f"{task_id}\0{idx}",
             pack_write(cid, task_id, task_path, idx, channel, type_, blob),
@@ -435,6 +443,8 @@ def _batches(items: list[T], size: int) -> Iterator[list[T]]:
 
 def delete_thread(place: Place, thread_id: str) -> Ops[str | None]:
     """Drop the thread; returns its cold-tier object, if it was demoted."""
+    if not keyable([thread_id]):
+        return None  # stored nowhere
     keys = place.keys(thread_id)
     replies = yield [
         ("GET", keys.archived),
@@ -492,7 +502,7 @@ def copy_thread(place: Place, source: str, target: str) -> Ops[None]:
 
 
 def prune(place: Place, thread_ids: Sequence[str], strategy: str) -> Ops[None]:
-    threads = _threads.check_prune_args(thread_ids, strategy)
+    threads = keyable(_threads.check_prune_args(thread_ids, strategy))
     if strategy in _threads.DELETE_STRATEGIES:
         yield [("DEL", *place.keys(t), *ledger_keys(place.prefix, t)) for t in threads] + (
             [

@@ -46,6 +46,7 @@ from langgraph_resilience.checkpoint.ledger._runs import (
     RunRecord,
     one_open_run,
 )
+from langgraph_resilience.checkpoint.redis._keys import keyable
 from langgraph_resilience.checkpoint.redis._ops import Command, Ops, Place, run
 from langgraph_resilience.checkpoint.redis._runlog import (
     Decided,
@@ -511,7 +512,7 @@ def active_runs(place: Place) -> Ops[int]:
 def drop_threads(place: Place, thread_ids: Sequence[str]) -> Ops[None]:
     """Delete the threads' runs and takeovers, and their queue entries (as the SQL
     savers' ``delete_thread`` deletes their rows)."""
-    threads = [str(t) for t in thread_ids]
+    threads = keyable(thread_ids)
     if not threads:
         return
     listed = yield [("HKEYS", runs_key(place.prefix, t)) for t in threads]
