@@ -86,7 +86,10 @@ class AsyncResilience(Hooks, AsyncArchival):
             LeaseLost: the run's worker no longer holds its lease.
         """
         put, ledger = self._checked_put(config, checkpoint, metadata, new_versions)
-        ledger = await _run_end.aend_checked(ledger, config, checkpoint, metadata, self.alist)
+        # A checked put's own transaction refuses an archived thread: its end check
+        # reads the hot tier, restoring nothing (a restore would let the put split it).
+        listing = self._ahot_list if put.check_fork else self.alist
+        ledger = await _run_end.aend_checked(ledger, config, checkpoint, metadata, listing)
         await self._write(
             lambda: self._put_and_runs(put, ledger),
             fence=_runs.fence_of(config),
@@ -152,6 +155,25 @@ class AsyncResilience(Hooks, AsyncArchival):
     ) -> AsyncIterator[CheckpointTuple]:
         """As LangGraph's `alist` (``filter``, ``before``, ``limit``); an undecodable row
         raises `CheckpointCorrupt`."""
+        async for item in self._alisting(config, filter, before, limit, restore=True):
+            yield item
+
+    def _ahot_list(
+        self, config: RunnableConfig | None, *, before: RunnableConfig | None = None
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Async twin of `SyncResilience._hot_list`."""
+        return self._alisting(config, None, before, None, restore=False)
+
+    async def _alisting(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+        *,
+        restore: bool,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Async twin of `SyncResilience._listing`."""
         if config is not None:
             config = _base.check_config_thread(config)
         listed = cast(
@@ -163,7 +185,7 @@ class AsyncResilience(Hooks, AsyncArchival):
             try:
                 item = await listed.__anext__()
             except StopAsyncIteration:
-                if found or not await self._arestored(config):
+                if found or not restore or not await self._arestored(config):
                     return
                 found = True  # was archived: list it again, once
                 listed = cast(Any, super().alist(config, filter=filter, before=before, limit=limit))

@@ -290,7 +290,10 @@ class SyncResilience(Hooks, SyncArchival):
             LeaseLost: the run's worker no longer holds its lease.
         """
         put, ledger = self._checked_put(config, checkpoint, metadata, new_versions)
-        ledger = _run_end.end_checked(ledger, config, checkpoint, metadata, self.list)
+        # A checked put's own transaction refuses an archived thread: its end check
+        # reads the hot tier, restoring nothing (a restore would let the put split it).
+        listing = self._hot_list if put.check_fork else self.list
+        ledger = _run_end.end_checked(ledger, config, checkpoint, metadata, listing)
         self._write(
             lambda: self._put_and_runs(put, ledger),
             fence=_runs.fence_of(config),
@@ -355,6 +358,25 @@ class SyncResilience(Hooks, SyncArchival):
     ) -> Iterator[CheckpointTuple]:
         """As LangGraph's `list` (``filter``, ``before``, ``limit``); an undecodable row
         raises `CheckpointCorrupt`."""
+        yield from self._listing(config, filter, before, limit, restore=True)
+
+    def _hot_list(
+        self, config: RunnableConfig | None, *, before: RunnableConfig | None = None
+    ) -> Iterator[CheckpointTuple]:
+        """`list` of the hot tier only: an archived thread lists nothing, and stays
+        archived."""
+        return self._listing(config, None, before, None, restore=False)
+
+    def _listing(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+        *,
+        restore: bool,
+    ) -> Iterator[CheckpointTuple]:
+        """`list`; an archived thread restored and listed again if ``restore``."""
         if config is not None:
             config = _base.check_config_thread(config)
         listed = cast(
@@ -366,7 +388,7 @@ class SyncResilience(Hooks, SyncArchival):
             try:
                 item = next(listed)
             except StopIteration:
-                if found or not self._restored(config):
+                if found or not restore or not self._restored(config):
                     return
                 found = True  # was archived: list it again, once
                 listed = cast(Any, super().list(config, filter=filter, before=before, limit=limit))
