@@ -22,9 +22,6 @@ import subprocess
 import sys
 import textwrap
 import uuid
-import warnings
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +30,11 @@ import redis
 from langgraph.types import Command
 from redis_servers import REDIS_DOWN, REDIS_URL, flush_prefix
 from test_deploy import SENT, build, build_enriched
+from test_redis_runlog import two_async_savers, two_savers
 
 from langgraph_resilience import acheck_deploy, check_deploy
 from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
 from langgraph_resilience.checkpoint.redis._keys import thread_keys
-from langgraph_resilience.checkpoint.redis.aio import AsyncResilientRedisSaver
-from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
-from langgraph_resilience.checkpoint.sqlite.aio import AsyncResilientSqliteSaver
 from langgraph_resilience.errors import CheckpointCorrupt
 from langgraph_resilience.graph import _upgrade
 from langgraph_resilience.graph._versions import MIGRATED_KEY, VERSION_KEY
@@ -53,38 +48,6 @@ def _prefix() -> str:
 
 def _config(thread: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread}}
-
-
-@contextmanager
-def two_savers(tmp_path: Path) -> Iterator[tuple[ResilientSqliteSaver, ResilientRedisSaver]]:
-    prefix = _prefix()
-    with ResilientSqliteSaver.from_conn_string(str(tmp_path / "s.db")) as sql:
-        sql.setup()
-        with ResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix) as red:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                red.setup()
-            try:
-                yield sql, red
-            finally:
-                flush_prefix(prefix)
-
-
-@asynccontextmanager
-async def two_async_savers(
-    tmp_path: Path,
-) -> AsyncIterator[tuple[AsyncResilientSqliteSaver, AsyncResilientRedisSaver]]:
-    prefix = _prefix()
-    async with AsyncResilientSqliteSaver.from_conn_string(str(tmp_path / "a.db")) as sql:
-        await sql.setup()
-        async with AsyncResilientRedisSaver.from_conn_string(REDIS_URL, prefix=prefix) as red:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                await red.setup()
-            try:
-                yield sql, red
-            finally:
-                flush_prefix(prefix)
 
 
 #: The new versions checked: a bare rename (blocks the paused thread), the rename
