@@ -86,7 +86,11 @@ def summary(samples: list[float]) -> str:
 def redis_size(saver: Any, ids: list[str]) -> int:
     """The memory of every key the threads ``ids`` have on the server (known by name:
     the savers never list the keyspace)."""
-    from langgraph_resilience.checkpoint.redis._keys import counts_key, ledger_keys, thread_keys
+    from langgraph_resilience.checkpoint.redis.store._keys import (
+        counts_key,
+        ledger_keys,
+        thread_keys,
+    )
 
     prefix = saver.place.prefix
     keys = [k for t in ids for k in (*thread_keys(prefix, t), *ledger_keys(prefix, t))]

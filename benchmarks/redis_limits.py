@@ -35,7 +35,7 @@ from limits import STEPS, throughput
 from langgraph_resilience import Limit, NodePolicy, ResilientState, ResilientStateGraph
 from langgraph_resilience._util._process import process_id
 from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
-from langgraph_resilience.checkpoint.redis._keys import limit_keys
+from langgraph_resilience.checkpoint.redis.store._keys import limit_keys
 from langgraph_resilience.limits._admit import asks_of
 
 URL = os.environ.get("LGR_REDIS_URL", "redis://127.0.0.1:6379/9")

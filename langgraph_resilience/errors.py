@@ -58,7 +58,7 @@ are exported nowhere (a stored error's text may name the first two)::
     ├── CliError                 a command that cannot go on: one line, exit code 2
     ├── DemoFailed               the demo could not run, or a claim did not hold
     └── Archived                 a Redis script found its thread in the cold tier:
-                                 the saver restores it and runs again (redis/_tier)
+                                 the saver restores it and runs again (redis/store/_tier)
 
 The driver's own exceptions (``sqlite3.Error``, ``psycopg.Error``) are mapped to
 these at the saver boundary only where the saver knows more than the driver

@@ -106,7 +106,7 @@ def _redis_ledger_sql(prefix: str, query: str, params: tuple[Any, ...]) -> list[
     if any(t not in _REDIS_LEDGER for t in tables):
         raise NotImplementedError(f"no SQL on Redis (a test's SQL: {query!r})")
     from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
-    from langgraph_resilience.checkpoint.redis._runlog_parts import read_threads
+    from langgraph_resilience.checkpoint.redis.runlog._runlog_parts import read_threads
     from langgraph_resilience.checkpoint.store._store import Stmt
 
     def select() -> Any:

@@ -142,7 +142,7 @@ def set_run_log_status(prefix: str, thread_id: str, status: str) -> None:
     each the JSON of the SQL row), as an UPDATE of ``resilience_run_log`` would."""
     import json
 
-    from langgraph_resilience.checkpoint.redis._keys import ledger_keys
+    from langgraph_resilience.checkpoint.redis.store._keys import ledger_keys
     from langgraph_resilience.checkpoint.store._schema import RUN_LOG
 
     column = RUN_LOG.names.index("status")
@@ -163,7 +163,8 @@ def set_run_log_status(prefix: str, thread_id: str, status: str) -> None:
 def drop_runs_of(prefix: str, run_id: str) -> None:
     """Delete the runs of ``run_id``'s thread under ``prefix``, as the saver's
     ``delete_thread`` does first (`_runs.drop_threads`), its checkpoints kept."""
-    from langgraph_resilience.checkpoint.redis import ResilientRedisSaver, _runs
+    from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
+    from langgraph_resilience.checkpoint.redis.ledger import _runs
 
     found = run_record(prefix, run_id)
     assert found is not None, f"no run {run_id!r} under {prefix!r}"

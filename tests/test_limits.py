@@ -377,9 +377,9 @@ def test_each_limits_scripts_touch_one_slot_of_its_own(odd: str) -> None:
     tag), whatever its name; a name written like another's tag has other keys."""
     from redis.crc import key_slot
 
-    from langgraph_resilience.checkpoint.redis._keys import limit_keys, limit_tag
-    from langgraph_resilience.checkpoint.redis._limits import acquire
-    from langgraph_resilience.checkpoint.redis._ops import Place
+    from langgraph_resilience.checkpoint.redis.ledger._limits import acquire
+    from langgraph_resilience.checkpoint.redis.store._keys import limit_keys, limit_tag
+    from langgraph_resilience.checkpoint.redis.store._ops import Place
     from langgraph_resilience.limits._admit import asks_of
 
     limits = [Limit(odd, concurrency=2, rate=3, per=1.0), Limit("other", concurrency=1)]
@@ -463,7 +463,7 @@ async def test_a_redis_saver_closing_frees_the_slots_still_waiting(
 def test_the_heartbeat_renews_a_running_trys_hold_on_redis() -> None:
     """The process's heartbeat (`_drive._renew_live`) renews each running try's
     hold on the limits it holds (Redis finds a hold by its limit)."""
-    from langgraph_resilience.checkpoint.redis._keys import limit_keys
+    from langgraph_resilience.checkpoint.redis.store._keys import limit_keys
     from langgraph_resilience.limits import _drive
 
     limit = Limit(name(), concurrency=1)

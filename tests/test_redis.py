@@ -26,10 +26,11 @@ from redis.crc import key_slot
 from redis_servers import REDIS_DOWN, REDIS_URL, PrivateRedis, flush_prefix, private_redis_server
 
 from langgraph_resilience import ResilientStateGraph, TransientError
-from langgraph_resilience.checkpoint.redis import ResilientRedisSaver, _common
-from langgraph_resilience.checkpoint.redis._durability import durability
-from langgraph_resilience.checkpoint.redis._keys import thread_keys
+from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
 from langgraph_resilience.checkpoint.redis.aio import AsyncResilientRedisSaver
+from langgraph_resilience.checkpoint.redis.store import _common
+from langgraph_resilience.checkpoint.redis.store._durability import durability
+from langgraph_resilience.checkpoint.redis.store._keys import thread_keys
 from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.errors import CheckpointConflict, CheckpointCorrupt, ConfigError
 from langgraph_resilience.policy import Backoff
@@ -537,7 +538,7 @@ def test_an_idle_thread_is_demoted_and_resumes_from_the_cold_tier(
 @needs_redis
 def test_a_thread_written_while_being_demoted_stays_hot(prefix: str, tmp_path: Path) -> None:
     from langgraph_resilience import Archive
-    from langgraph_resilience.checkpoint.redis import _ops
+    from langgraph_resilience.checkpoint.redis.store import _ops
 
     with ResilientRedisSaver.from_conn_string(
         REDIS_URL, prefix=prefix, archive=Archive(f"file://{tmp_path}/cold")

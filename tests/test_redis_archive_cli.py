@@ -21,7 +21,7 @@ from redis_servers import REDIS_DOWN, REDIS_URL, flush_prefix
 from test_redis_runlog import config, pipeline
 
 from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
-from langgraph_resilience.checkpoint.redis._keys import thread_keys
+from langgraph_resilience.checkpoint.redis.store._keys import thread_keys
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver
 
 pytestmark = pytest.mark.skipif(REDIS_DOWN is not None, reason=REDIS_DOWN or "")

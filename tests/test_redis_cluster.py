@@ -29,8 +29,8 @@ from langgraph_resilience import (
     run_report,
 )
 from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
-from langgraph_resilience.checkpoint.redis._keys import ledger_keys
 from langgraph_resilience.checkpoint.redis.aio import AsyncResilientRedisSaver
+from langgraph_resilience.checkpoint.redis.store._keys import ledger_keys
 from langgraph_resilience.errors import LimitBusy
 from langgraph_resilience.history._runs import alist_runs, list_runs
 from langgraph_resilience.limits import limit_states

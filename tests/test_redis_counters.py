@@ -1,4 +1,4 @@
-"""The save counters on Redis (`checkpoint.redis._counts`), side by side with SQLite.
+"""The save counters on Redis (`checkpoint.redis.store._counts`), side by side with SQLite.
 
 - the same graph counts the same checkpoint and write tries on Redis as on
   SQLite, and `recovery_metrics` reads the same save success rate (sync and
@@ -24,11 +24,11 @@ from langgraph.checkpoint.base import empty_checkpoint
 from redis_servers import REDIS_DOWN, REDIS_URL, flush_prefix
 from test_redis_runlog import config, pipeline, two_async_savers, two_savers
 
-import langgraph_resilience.checkpoint.redis._driver as _driver
+import langgraph_resilience.checkpoint.redis.store._driver as _driver
 from langgraph_resilience import arecovery_metrics, recovery_metrics
 from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
-from langgraph_resilience.checkpoint.redis._keys import counts_key
-from langgraph_resilience.checkpoint.redis._scripts import PUT_WRITES
+from langgraph_resilience.checkpoint.redis.store._keys import counts_key
+from langgraph_resilience.checkpoint.redis.store._scripts import PUT_WRITES
 from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.checkpoint.store._counters import (
     CHECKPOINT_FAILED,

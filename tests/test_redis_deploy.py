@@ -1,4 +1,4 @@
-"""`check_deploy` on Redis (`checkpoint.redis._runlog_parts.RedisHistory.heads`),
+"""`check_deploy` on Redis (`checkpoint.redis.runlog._runlog_parts.RedisHistory.heads`),
 compared side by side with the same threads on SQLite.
 
 - threads in flight (one paused at an interrupt, one paused after a degraded
@@ -34,7 +34,7 @@ from test_redis_runlog import two_async_savers, two_savers
 
 from langgraph_resilience import acheck_deploy, check_deploy
 from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
-from langgraph_resilience.checkpoint.redis._keys import thread_keys
+from langgraph_resilience.checkpoint.redis.store._keys import thread_keys
 from langgraph_resilience.errors import CheckpointCorrupt
 from langgraph_resilience.graph import _upgrade
 from langgraph_resilience.graph._versions import MIGRATED_KEY, VERSION_KEY

@@ -28,7 +28,7 @@ from langgraph_resilience import NodePolicy, ResilientStateGraph, side_effect
 from langgraph_resilience.checkpoint import EffectRecord, OutcomeFields
 from langgraph_resilience.checkpoint.ledger._ledger import AttemptRecord
 from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
-from langgraph_resilience.checkpoint.redis._keys import thread_keys
+from langgraph_resilience.checkpoint.redis.store._keys import thread_keys
 from langgraph_resilience.errors import CheckpointCorrupt
 from langgraph_resilience.policy import Backoff
 

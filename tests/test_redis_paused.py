@@ -26,8 +26,8 @@ from redis_servers import REDIS_DOWN, REDIS_URL, flush_prefix
 
 from langgraph_resilience import Archive, ResilientStateGraph, Worker
 from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
-from langgraph_resilience.checkpoint.redis._keys import ledger_keys, thread_keys
 from langgraph_resilience.checkpoint.redis.aio import AsyncResilientRedisSaver
+from langgraph_resilience.checkpoint.redis.store._keys import ledger_keys, thread_keys
 
 pytestmark = pytest.mark.skipif(REDIS_DOWN is not None, reason=REDIS_DOWN or "")
 

@@ -1,4 +1,4 @@
-"""The run ledger on Redis (`checkpoint.redis._runlog`): run rows, recoveries and
+"""The run ledger on Redis (`checkpoint.redis.runlog._runlog`): run rows, recoveries and
 their readers, compared side by side with the same graph on SQLite.
 
 - a run whose step c fails (partial_complete), then `retry_failed`: the same
@@ -31,8 +31,8 @@ from langgraph.checkpoint.base import empty_checkpoint
 from redis_servers import REDIS_DOWN, REDIS_URL, flush_prefix
 from test_worker_crash import result, steps, submit, wait_for, work
 
-import langgraph_resilience.checkpoint.redis._ops as _ops
-import langgraph_resilience.checkpoint.redis._runlog as _runlog
+import langgraph_resilience.checkpoint.redis.runlog._runlog as _runlog
+import langgraph_resilience.checkpoint.redis.store._ops as _ops
 from langgraph_resilience import (
     NodePolicy,
     PermanentError,
@@ -46,8 +46,8 @@ from langgraph_resilience import (
 )
 from langgraph_resilience.checkpoint import Fence
 from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
-from langgraph_resilience.checkpoint.redis._keys import ledger_keys
 from langgraph_resilience.checkpoint.redis.aio import AsyncResilientRedisSaver
+from langgraph_resilience.checkpoint.redis.store._keys import ledger_keys
 from langgraph_resilience.checkpoint.runlog._events import note_recovery
 from langgraph_resilience.checkpoint.runlog._run_log import PutLedger
 from langgraph_resilience.checkpoint.sqlite import ResilientSqliteSaver

@@ -1,4 +1,4 @@
-"""The run queue on Redis (`checkpoint.redis._runs`): what the Worker tests do
+"""The run queue on Redis (`checkpoint.redis.ledger._runs`): what the Worker tests do
 not reach. A crash between a script and its queue index write loses no run, a
 claim retried after a lost reply claims nothing more, a run id stays with its
 thread, a deleted thread's runs go with it, and a run's record is in its
@@ -15,10 +15,10 @@ import redis
 from redis.crc import key_slot
 from redis_servers import REDIS_DOWN, REDIS_URL, expire_run_lease, flush_prefix
 
-import langgraph_resilience.checkpoint.redis._runs as _runs
+import langgraph_resilience.checkpoint.redis.ledger._runs as _runs
 from langgraph_resilience.checkpoint import Fence
 from langgraph_resilience.checkpoint.redis import ResilientRedisSaver
-from langgraph_resilience.checkpoint.redis._keys import thread_keys
+from langgraph_resilience.checkpoint.redis.store._keys import thread_keys
 from langgraph_resilience.errors import ConfigError, LeaseLost
 
 pytestmark = pytest.mark.skipif(REDIS_DOWN is not None, reason=REDIS_DOWN or "")

@@ -165,7 +165,7 @@ class RunLedgerHistory(Protocol):
     (`run_report`, `recovery_metrics`, `list_runs`, `check_deploy`'s heads) and
     what a run's driver,
     ``retry_failed`` and a resume tell it (`runlog._history.History`; on Redis,
-    `redis._runlog_parts.RedisHistory`)."""
+    `redis.runlog._runlog_parts.RedisHistory`)."""
 
     def runs(self, thread_id: str | None = None) -> list[RunRecord]: ...
 

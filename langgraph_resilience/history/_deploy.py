@@ -5,7 +5,7 @@ interrupt, a `Budget` or a `Limit`, or ended with a partial result that waits
 for ``retry_failed``; a queued `Worker` run that has not started has no state
 yet, and nothing to check) is read once, all in one read
 (`checkpoint.runlog._heads`; on Redis, each thread's rows and head in one
-script, the threads one after another: `redis._runlog_parts`), and planned as
+script, the threads one after another: `redis.runlog._runlog_parts`), and planned as
 the new graph would plan it on its next run (`graph._versions.plan`): ``ok`` (it
 goes on as stored), ``migrates`` (these migrations and renames would run) or
 ``blocked`` (why: a removed node, a newer version stored it, a required field

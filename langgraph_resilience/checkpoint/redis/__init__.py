@@ -1,28 +1,14 @@
 """`ResilientRedisSaver`: a LangGraph checkpointer on plain Redis >= 7 (no modules).
 
-``aio``: its async twin, `AsyncResilientRedisSaver`. The rooms: ``_keys`` (the
-key schema: one hash tag per thread), ``_scripts`` (the Lua that stores and
-reads a thread atomically), ``_records`` (a checkpoint or write in a hash
-field, with its checksum), ``_ops`` (every operation, written once for both
-twins), ``_driver`` (pipelines, retries, script reloads), ``_durability`` (what
-the server keeps on disk), ``_tier`` (demotion to the cold tier and restore),
-``_common`` (options, setup checks, refusals). The run queue under leases, for
-the `Worker`: ``_runs`` (its operations and keys), ``_runs_scripts`` (its Lua),
-``_runs_fence`` (fenced writes), ``_runs_parts`` (``saver.runs``) and
-``_runs_saver`` (what the twins add: ``runs``, ``read_run``, ``list_runs``).
-The ledgers: ``_effects`` (the effect ledger), ``_attempts`` (a task's failed
-tries), ``_effects_lua`` (their scripts), ``_effects_parts`` (``saver.effects``,
-``saver.attempts``). The run log's step rows: ``_steps`` (stored with a task's
-writes; ``step_history`` and ``history.tally``). Shared `Limit`s: ``_limits``
-(their operations, and the releases riding every write), ``_limits_lua`` (their
-scripts), ``_limits_parts`` (``saver.limits``).
-The run ledger (run rows,
-recoveries): ``_runlog_rows`` (the snapshot the SQL savers' statements run on),
-``_runlog`` (its scripts: a thread's rows read, decided, stored with a
-compare-and-set in the script of their checkpoint or writes) and
-``_runlog_parts`` (``saver.history``: what `run_report`, `recovery_metrics`,
-`list_runs` and `check_deploy` read). The save counters: ``_counts`` (counted by
-the scripts of ``put`` and ``put_writes``; ``read_counters``).
+``aio``: its async twin, `AsyncResilientRedisSaver`. Beside the twins, three
+rooms, as the SQL savers' ``store/``, ``ledger/`` and ``runlog/``:
+``store/`` (how a thread is kept: the key schema, the Lua that stores and reads
+it, the records, every operation written once for both twins, the driver, the
+server's durability, the cold tier, the save counters), ``ledger/`` (what a step
+leaves outside its checkpoint: effects, failed attempts, shared `Limit`s, the run
+queue under leases) and ``runlog/`` (the run ledger: step rows, run rows and
+recoveries, and what `run_report`, `recovery_metrics`, `list_runs` and
+`check_deploy` read).
 """
 
 from __future__ import annotations
@@ -42,25 +28,26 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-import langgraph_resilience.checkpoint.redis._runs as _runs
+import langgraph_resilience.checkpoint.redis.ledger._runs as _runs
 from langgraph_resilience.checkpoint.archive._moves import ArchiveReport
 from langgraph_resilience.checkpoint.archive._objects import Archive
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES
-from langgraph_resilience.checkpoint.redis import _ops, _steps
-from langgraph_resilience.checkpoint.redis._common import (
+from langgraph_resilience.checkpoint.redis.ledger._runs_saver import RunsSaver
+from langgraph_resilience.checkpoint.redis.runlog import _steps
+from langgraph_resilience.checkpoint.redis.runlog._runlog_parts import RedisHistory
+from langgraph_resilience.checkpoint.redis.store import _ops
+from langgraph_resilience.checkpoint.redis.store._common import (
     DEFAULT_TTL,
     RedisCommon,
     check_version,
     config_reply,
     judge,
 )
-from langgraph_resilience.checkpoint.redis._counts import counted, read_counts
-from langgraph_resilience.checkpoint.redis._driver import ALL_SCRIPTS, drive, retried
-from langgraph_resilience.checkpoint.redis._durability import Durability
-from langgraph_resilience.checkpoint.redis._ops import Ops, T
-from langgraph_resilience.checkpoint.redis._runlog_parts import RedisHistory
-from langgraph_resilience.checkpoint.redis._runs_saver import RunsSaver
-from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
+from langgraph_resilience.checkpoint.redis.store._counts import counted, read_counts
+from langgraph_resilience.checkpoint.redis.store._driver import ALL_SCRIPTS, drive, retried
+from langgraph_resilience.checkpoint.redis.store._durability import Durability
+from langgraph_resilience.checkpoint.redis.store._ops import Ops, T
+from langgraph_resilience.checkpoint.redis.store._tier import Archived, pack_dumps, unpack_dumps
 from langgraph_resilience.checkpoint.runlog import _run_end, _run_log
 from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.checkpoint.saver._base import flush_quietly

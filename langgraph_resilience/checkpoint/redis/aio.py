@@ -21,31 +21,32 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-import langgraph_resilience.checkpoint.redis._runs as _runs
+import langgraph_resilience.checkpoint.redis.ledger._runs as _runs
 from langgraph_resilience.checkpoint.archive._moves import ArchiveReport
 from langgraph_resilience.checkpoint.archive._objects import Archive
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
-from langgraph_resilience.checkpoint.redis import _ops, _steps
-from langgraph_resilience.checkpoint.redis._common import (
+from langgraph_resilience.checkpoint.redis.ledger._effects_parts import (
+    AsyncRedisAttempts,
+    AsyncRedisEffects,
+)
+from langgraph_resilience.checkpoint.redis.ledger._limits_parts import AsyncRedisLimits
+from langgraph_resilience.checkpoint.redis.ledger._runs_saver import AsyncRunsSaver
+from langgraph_resilience.checkpoint.redis.runlog import _steps
+from langgraph_resilience.checkpoint.redis.runlog._runlog_parts import AsyncRedisHistory
+from langgraph_resilience.checkpoint.redis.store import _ops
+from langgraph_resilience.checkpoint.redis.store._common import (
     DEFAULT_TTL,
     RedisCommon,
     check_version,
     config_reply,
     judge,
 )
-from langgraph_resilience.checkpoint.redis._counts import counted, read_counts
-from langgraph_resilience.checkpoint.redis._driver import ALL_SCRIPTS, adrive, aretried
-from langgraph_resilience.checkpoint.redis._durability import Durability
-from langgraph_resilience.checkpoint.redis._effects_parts import (
-    AsyncRedisAttempts,
-    AsyncRedisEffects,
-)
-from langgraph_resilience.checkpoint.redis._limits_parts import AsyncRedisLimits
-from langgraph_resilience.checkpoint.redis._ops import Ops, T
-from langgraph_resilience.checkpoint.redis._runlog_parts import AsyncRedisHistory
-from langgraph_resilience.checkpoint.redis._runs_saver import AsyncRunsSaver
-from langgraph_resilience.checkpoint.redis._tier import Archived, pack_dumps, unpack_dumps
+from langgraph_resilience.checkpoint.redis.store._counts import counted, read_counts
+from langgraph_resilience.checkpoint.redis.store._driver import ALL_SCRIPTS, adrive, aretried
+from langgraph_resilience.checkpoint.redis.store._durability import Durability
+from langgraph_resilience.checkpoint.redis.store._ops import Ops, T
+from langgraph_resilience.checkpoint.redis.store._tier import Archived, pack_dumps, unpack_dumps
 from langgraph_resilience.checkpoint.runlog import _run_end, _run_log
 from langgraph_resilience.checkpoint.saver import _threads
 from langgraph_resilience.checkpoint.saver._base import aflush_quietly

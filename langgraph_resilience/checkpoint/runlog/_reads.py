@@ -131,7 +131,7 @@ def effects(thread_id: str) -> Read[Sequence[EffectRecord]]:
 
 
 def counters(since: float | None) -> Read[dict[str, int]]:
-    """The save counters (`store._counters`; on Redis, `redis._counts`); none on a
+    """The save counters (`store._counters`; on Redis, `redis.store._counts`); none on a
     saver that keeps none."""
     return Read(
         sync=lambda s: s.read_counters(since) if isinstance(s, SaveCounters) else {},

@@ -172,7 +172,7 @@ def read_tally(
 
 def tally_rows(rows: Iterable[Sequence[Any]]) -> tuple[dict[str, int], dict[str, float]]:
     """`read_tally`'s sums, from (path, status, usage, seconds) of a run's
-    top-level step rows (the Redis savers' too, `redis._steps`)."""
+    top-level step rows (the Redis savers' too, `redis.runlog._steps`)."""
     counts: dict[str, int] = {}
     usage: dict[str, float] = {}
     for path, status, used, seconds in rows:

@@ -33,10 +33,10 @@ from langgraph_resilience.checkpoint.ledger._ledger import (
     judge_intent,
 )
 from langgraph_resilience.checkpoint.ledger._runs import Fence
-from langgraph_resilience.checkpoint.redis._effects_lua import CLAIM, OUTCOMES, RENEW, TAKE
-from langgraph_resilience.checkpoint.redis._ops import Command, Ops, Place, T, _hot, run
-from langgraph_resilience.checkpoint.redis._runs_fence import fence_command
-from langgraph_resilience.checkpoint.redis._tier import Archived
+from langgraph_resilience.checkpoint.redis.ledger._effects_lua import CLAIM, OUTCOMES, RENEW, TAKE
+from langgraph_resilience.checkpoint.redis.ledger._runs_fence import fence_command
+from langgraph_resilience.checkpoint.redis.store._ops import Command, Ops, Place, T, _hot, run
+from langgraph_resilience.checkpoint.redis.store._tier import Archived
 from langgraph_resilience.checkpoint.store._sums import effect_mismatch, outcome_sum
 
 __all__ = [

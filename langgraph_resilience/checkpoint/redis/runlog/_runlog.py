@@ -36,21 +36,27 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP
 
 from langgraph_resilience._langgraph import INTERRUPT_CHANNEL
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
-from langgraph_resilience.checkpoint.redis._keys import (
+from langgraph_resilience.checkpoint.redis.runlog._runlog_rows import (
+    LEDGER_TABLES,
+    LedgerSnapshot,
+    changes,
+    latest_paused,
+)
+from langgraph_resilience.checkpoint.redis.store._keys import (
     SEP,
     ThreadKeys,
     ledger_keys,
     runlog_key,
     thread_keys,
 )
-from langgraph_resilience.checkpoint.redis._runlog_rows import (
-    LEDGER_TABLES,
-    LedgerSnapshot,
-    changes,
-    latest_paused,
+from langgraph_resilience.checkpoint.redis.store._scripts import (
+    _GUARD,
+    _RENEW,
+    ARCHIVED,
+    LEDGER,
+    Script,
 )
-from langgraph_resilience.checkpoint.redis._scripts import _GUARD, _RENEW, ARCHIVED, LEDGER, Script
-from langgraph_resilience.checkpoint.redis._tier import Archived
+from langgraph_resilience.checkpoint.redis.store._tier import Archived
 from langgraph_resilience.checkpoint.store._schema import RUN_LOG, RUNS, STEPS
 from langgraph_resilience.checkpoint.store._store import Statements
 

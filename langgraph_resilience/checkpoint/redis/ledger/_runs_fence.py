@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph_resilience.checkpoint.ledger._runs import Fence, lease_lost_error
-from langgraph_resilience.checkpoint.redis._runs_scripts import FENCED, LEASE_LOST
+from langgraph_resilience.checkpoint.redis.ledger._runs_scripts import FENCED, LEASE_LOST
 from langgraph_resilience.errors import LeaseLost
 
 __all__ = ["fence_command", "lease_lost_of", "runs_key"]

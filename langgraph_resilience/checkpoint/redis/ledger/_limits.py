@@ -31,13 +31,13 @@ from typing import Any
 
 from langgraph_resilience.checkpoint.ledger._limits import Admission, LimitAsk, LimitRow, window
 from langgraph_resilience.checkpoint.ledger._releases import PendingReleases, Waiting
-from langgraph_resilience.checkpoint.redis._keys import limit_keys, limits_key
-from langgraph_resilience.checkpoint.redis._limits_lua import (
+from langgraph_resilience.checkpoint.redis.ledger._limits_lua import (
     LIMIT_ACQUIRE,
     LIMIT_PAUSE,
     LIMIT_RENEW,
 )
-from langgraph_resilience.checkpoint.redis._ops import Command, Ops, Place, T, run
+from langgraph_resilience.checkpoint.redis.store._keys import limit_keys, limits_key
+from langgraph_resilience.checkpoint.redis.store._ops import Command, Ops, Place, T, run
 
 __all__ = ["acquire", "nothing", "pause", "read", "releasing", "renew"]
 

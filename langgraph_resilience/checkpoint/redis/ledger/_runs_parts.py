@@ -12,10 +12,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-import langgraph_resilience.checkpoint.redis._runs as _runs
+import langgraph_resilience.checkpoint.redis.ledger._runs as _runs
 from langgraph_resilience.checkpoint.ledger._lease_judge import Claimant
 from langgraph_resilience.checkpoint.ledger._runs import Blob, Fence, RunRecord
-from langgraph_resilience.checkpoint.redis._ops import Ops
+from langgraph_resilience.checkpoint.redis.store._ops import Ops
 from langgraph_resilience.checkpoint.saver._base import check_thread_id
 
 __all__ = ["AsyncRedisRuns", "RedisRuns"]

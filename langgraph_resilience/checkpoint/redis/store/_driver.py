@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 
 from redis import exceptions as rx
 
-from langgraph_resilience.checkpoint.redis._effects_lua import LEDGER_SCRIPTS
-from langgraph_resilience.checkpoint.redis._limits_lua import LIMIT_SCRIPTS
-from langgraph_resilience.checkpoint.redis._ops import Command, Ops
-from langgraph_resilience.checkpoint.redis._runlog import RUNLOG_SCRIPTS
-from langgraph_resilience.checkpoint.redis._runs_fence import lease_lost_of
-from langgraph_resilience.checkpoint.redis._runs_scripts import RUN_SCRIPTS
-from langgraph_resilience.checkpoint.redis._scripts import SCRIPTS, Script
+from langgraph_resilience.checkpoint.redis.ledger._effects_lua import LEDGER_SCRIPTS
+from langgraph_resilience.checkpoint.redis.ledger._limits_lua import LIMIT_SCRIPTS
+from langgraph_resilience.checkpoint.redis.ledger._runs_fence import lease_lost_of
+from langgraph_resilience.checkpoint.redis.ledger._runs_scripts import RUN_SCRIPTS
+from langgraph_resilience.checkpoint.redis.runlog._runlog import RUNLOG_SCRIPTS
+from langgraph_resilience.checkpoint.redis.store._ops import Command, Ops
+from langgraph_resilience.checkpoint.redis.store._scripts import SCRIPTS, Script
 from langgraph_resilience.errors import StoreUnavailable
 from langgraph_resilience.policy import Backoff
 

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
-import langgraph_resilience.checkpoint.redis._runs as _runs
+import langgraph_resilience.checkpoint.redis.ledger._runs as _runs
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
-from langgraph_resilience.checkpoint.redis._ops import Ops, Place
-from langgraph_resilience.checkpoint.redis._runs_parts import AsyncRedisRuns, RedisRuns
+from langgraph_resilience.checkpoint.redis.ledger._runs_parts import AsyncRedisRuns, RedisRuns
+from langgraph_resilience.checkpoint.redis.store._ops import Ops, Place
 
 __all__ = ["AsyncRunsSaver", "RunsSaver"]
 

@@ -11,7 +11,7 @@ same clock, as the SQL savers judge them by ``NOW()``. Times are stored as text
 
 from __future__ import annotations
 
-from langgraph_resilience.checkpoint.redis._scripts import Script
+from langgraph_resilience.checkpoint.redis.store._scripts import Script
 
 __all__ = ["LIMIT_ACQUIRE", "LIMIT_PAUSE", "LIMIT_RENEW", "LIMIT_SCRIPTS"]
 

@@ -11,9 +11,9 @@ arguments the run and its token; a stale token is refused with a
 
 from __future__ import annotations
 
-from langgraph_resilience.checkpoint.redis._effects_lua import ATTEMPT, OUTCOMES, TAKE
-from langgraph_resilience.checkpoint.redis._effects_lua import CLAIM as EFFECT_CLAIM
-from langgraph_resilience.checkpoint.redis._scripts import (
+from langgraph_resilience.checkpoint.redis.ledger._effects_lua import ATTEMPT, OUTCOMES, TAKE
+from langgraph_resilience.checkpoint.redis.ledger._effects_lua import CLAIM as EFFECT_CLAIM
+from langgraph_resilience.checkpoint.redis.store._scripts import (
     _RENEW,
     LEDGER,
     PUT,

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from langgraph_resilience.checkpoint.redis._keys import counts_key, runlog_key, threads_key
-from langgraph_resilience.checkpoint.redis._ops import Ops, Place
+from langgraph_resilience.checkpoint.redis.store._keys import counts_key, runlog_key, threads_key
+from langgraph_resilience.checkpoint.redis.store._ops import Ops, Place
 from langgraph_resilience.checkpoint.store._counters import (
     BUCKET_SECONDS,
     COUNTER_NAMES,

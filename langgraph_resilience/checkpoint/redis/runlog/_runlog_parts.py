@@ -23,17 +23,14 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-import langgraph_resilience.checkpoint.redis._runs as _runs
-import langgraph_resilience.checkpoint.redis._steps as _steps
+import langgraph_resilience.checkpoint.redis.ledger._runs as _runs
+import langgraph_resilience.checkpoint.redis.runlog._steps as _steps
 import langgraph_resilience.checkpoint.runlog._events as _events
 import langgraph_resilience.checkpoint.runlog._run_log as _run_log
 import langgraph_resilience.checkpoint.runlog._run_log_reads as _run_reads
 from langgraph_resilience.checkpoint.ledger._runs import RunRecord
-from langgraph_resilience.checkpoint.redis._effects import unpack
-from langgraph_resilience.checkpoint.redis._keys import SEP, runlog_key
-from langgraph_resilience.checkpoint.redis._ops import Ops, Place
-from langgraph_resilience.checkpoint.redis._records import checkpoint_row, write_channel
-from langgraph_resilience.checkpoint.redis._runlog import (
+from langgraph_resilience.checkpoint.redis.ledger._effects import unpack
+from langgraph_resilience.checkpoint.redis.runlog._runlog import (
     Held,
     apply,
     held_of,
@@ -45,7 +42,10 @@ from langgraph_resilience.checkpoint.redis._runlog import (
     step_of,
     text,
 )
-from langgraph_resilience.checkpoint.redis._runlog_rows import LedgerSnapshot
+from langgraph_resilience.checkpoint.redis.runlog._runlog_rows import LedgerSnapshot
+from langgraph_resilience.checkpoint.redis.store._keys import SEP, runlog_key
+from langgraph_resilience.checkpoint.redis.store._ops import Ops, Place
+from langgraph_resilience.checkpoint.redis.store._records import checkpoint_row, write_channel
 from langgraph_resilience.checkpoint.runlog._events import StoredAttempt
 from langgraph_resilience.checkpoint.runlog._heads import Head, read_heads
 from langgraph_resilience.checkpoint.runlog._run_log_reads import Cursor, RunLogRecord

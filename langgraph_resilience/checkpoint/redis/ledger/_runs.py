@@ -46,18 +46,8 @@ from langgraph_resilience.checkpoint.ledger._runs import (
     RunRecord,
     one_open_run,
 )
-from langgraph_resilience.checkpoint.redis._keys import keyable
-from langgraph_resilience.checkpoint.redis._ops import Command, Ops, Place, run
-from langgraph_resilience.checkpoint.redis._runlog import (
-    Decided,
-    decide,
-    held_of,
-    read_command,
-    script_keys,
-)
-from langgraph_resilience.checkpoint.redis._runlog import index as runlog_index
-from langgraph_resilience.checkpoint.redis._runs_fence import runs_key
-from langgraph_resilience.checkpoint.redis._runs_scripts import (
+from langgraph_resilience.checkpoint.redis.ledger._runs_fence import runs_key
+from langgraph_resilience.checkpoint.redis.ledger._runs_scripts import (
     CANCEL,
     CLAIM,
     FINISH,
@@ -67,6 +57,16 @@ from langgraph_resilience.checkpoint.redis._runs_scripts import (
     SETTLE,
     SUBMIT,
 )
+from langgraph_resilience.checkpoint.redis.runlog._runlog import (
+    Decided,
+    decide,
+    held_of,
+    read_command,
+    script_keys,
+)
+from langgraph_resilience.checkpoint.redis.runlog._runlog import index as runlog_index
+from langgraph_resilience.checkpoint.redis.store._keys import keyable
+from langgraph_resilience.checkpoint.redis.store._ops import Command, Ops, Place, run
 from langgraph_resilience.checkpoint.runlog._run_sql import cancel_worker_run, finish_worker_run
 from langgraph_resilience.checkpoint.store._store import SQLITE, Statements
 from langgraph_resilience.errors import ConfigError

@@ -12,11 +12,11 @@ from dataclasses import asdict
 
 from langgraph_resilience.checkpoint.ledger._ledger import AttemptKey, AttemptRecord
 from langgraph_resilience.checkpoint.ledger._runs import Fence
-from langgraph_resilience.checkpoint.redis._effects_lua import ATTEMPT
-from langgraph_resilience.checkpoint.redis._keys import SEP
-from langgraph_resilience.checkpoint.redis._ops import Ops, Place, _hot, run
-from langgraph_resilience.checkpoint.redis._runs_fence import fence_command
-from langgraph_resilience.checkpoint.redis._tier import Archived
+from langgraph_resilience.checkpoint.redis.ledger._effects_lua import ATTEMPT
+from langgraph_resilience.checkpoint.redis.ledger._runs_fence import fence_command
+from langgraph_resilience.checkpoint.redis.store._keys import SEP
+from langgraph_resilience.checkpoint.redis.store._ops import Ops, Place, _hot, run
+from langgraph_resilience.checkpoint.redis.store._tier import Archived
 
 __all__ = ["read_attempts", "record_attempt"]
 

@@ -12,7 +12,7 @@ thread's TTL when it writes.
 
 from __future__ import annotations
 
-from langgraph_resilience.checkpoint.redis._scripts import _GUARD, _RENEW, Script
+from langgraph_resilience.checkpoint.redis.store._scripts import _GUARD, _RENEW, Script
 
 __all__ = [
     "ATTEMPT",

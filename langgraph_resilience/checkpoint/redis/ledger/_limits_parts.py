@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-import langgraph_resilience.checkpoint.redis._limits as _limits
+import langgraph_resilience.checkpoint.redis.ledger._limits as _limits
 from langgraph_resilience.checkpoint.ledger._limits import (
     Admission,
     AsyncLimits,
@@ -21,7 +21,7 @@ from langgraph_resilience.checkpoint.ledger._limits import (
     LimitRow,
     Limits,
 )
-from langgraph_resilience.checkpoint.redis._ops import Ops, T
+from langgraph_resilience.checkpoint.redis.store._ops import Ops, T
 
 __all__ = ["AsyncRedisLimits", "RedisLimits"]
 

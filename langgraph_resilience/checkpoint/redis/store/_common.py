@@ -37,14 +37,14 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph_resilience.checkpoint.archive._objects import Archive, archive_of
 from langgraph_resilience.checkpoint.archive._sizes import DEFAULT_WARN_BYTES, SizeBudget
 from langgraph_resilience.checkpoint.ledger._ledger import EffectRecord
-from langgraph_resilience.checkpoint.redis._counts import counted
-from langgraph_resilience.checkpoint.redis._durability import Durability, durability
-from langgraph_resilience.checkpoint.redis._effects import riding
-from langgraph_resilience.checkpoint.redis._effects_parts import RedisAttempts, RedisEffects
-from langgraph_resilience.checkpoint.redis._limits import releasing
-from langgraph_resilience.checkpoint.redis._limits_parts import RedisLimits
-from langgraph_resilience.checkpoint.redis._ops import Ops, Place, T
-from langgraph_resilience.checkpoint.redis._tier import object_key
+from langgraph_resilience.checkpoint.redis.ledger._effects import riding
+from langgraph_resilience.checkpoint.redis.ledger._effects_parts import RedisAttempts, RedisEffects
+from langgraph_resilience.checkpoint.redis.ledger._limits import releasing
+from langgraph_resilience.checkpoint.redis.ledger._limits_parts import RedisLimits
+from langgraph_resilience.checkpoint.redis.store._counts import counted
+from langgraph_resilience.checkpoint.redis.store._durability import Durability, durability
+from langgraph_resilience.checkpoint.redis.store._ops import Ops, Place, T
+from langgraph_resilience.checkpoint.redis.store._tier import object_key
 from langgraph_resilience.checkpoint.runlog._run_log import PutLedger, ledger_of_put
 from langgraph_resilience.checkpoint.saver._base import SaverState
 from langgraph_resilience.checkpoint.saver._savers import LeaseStops

@@ -19,8 +19,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_resilience.checkpoint.redis._ops import Ops, Place
-from langgraph_resilience.checkpoint.redis._tier import Archived
+from langgraph_resilience.checkpoint.redis.store._ops import Ops, Place
+from langgraph_resilience.checkpoint.redis.store._tier import Archived
 from langgraph_resilience.checkpoint.runlog import _scope
 from langgraph_resilience.checkpoint.runlog._run_log import WriteLedger, ledger_of_writes
 from langgraph_resilience.checkpoint.runlog._run_log_reads import (

@@ -30,8 +30,19 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_resilience.checkpoint.archive._sizes import SizeBudget, channel_sizes
 from langgraph_resilience.checkpoint.ledger._runs import fence_of
-from langgraph_resilience.checkpoint.redis._effects_lua import ORPHANS
-from langgraph_resilience.checkpoint.redis._keys import (
+from langgraph_resilience.checkpoint.redis.ledger._effects_lua import ORPHANS
+from langgraph_resilience.checkpoint.redis.ledger._runs_fence import fence_command
+from langgraph_resilience.checkpoint.redis.ledger._runs_scripts import REINDEX
+from langgraph_resilience.checkpoint.redis.runlog._runlog import (
+    NO_ROWS,
+    Decided,
+    decide,
+    index,
+    read_ledger,
+    script_keys,
+)
+from langgraph_resilience.checkpoint.redis.runlog._runlog_rows import LedgerSnapshot
+from langgraph_resilience.checkpoint.redis.store._keys import (
     SEP,
     ThreadKeys,
     check_prefix,
@@ -45,19 +56,12 @@ from langgraph_resilience.checkpoint.redis._keys import (
     thread_keys,
     threads_key,
 )
-from langgraph_resilience.checkpoint.redis._records import pack_checkpoint, pack_write, read_tuple
-from langgraph_resilience.checkpoint.redis._runlog import (
-    NO_ROWS,
-    Decided,
-    decide,
-    index,
-    read_ledger,
-    script_keys,
+from langgraph_resilience.checkpoint.redis.store._records import (
+    pack_checkpoint,
+    pack_write,
+    read_tuple,
 )
-from langgraph_resilience.checkpoint.redis._runlog_rows import LedgerSnapshot
-from langgraph_resilience.checkpoint.redis._runs_fence import fence_command
-from langgraph_resilience.checkpoint.redis._runs_scripts import REINDEX
-from langgraph_resilience.checkpoint.redis._scripts import (
+from langgraph_resilience.checkpoint.redis.store._scripts import (
     ARCHIVED,
     DELETE_RUN,
     DEMOTE,
@@ -69,7 +73,7 @@ from langgraph_resilience.checkpoint.redis._scripts import (
     RESTORE,
     Script,
 )
-from langgraph_resilience.checkpoint.redis._tier import Archived
+from langgraph_resilience.checkpoint.redis.store._tier import Archived
 from langgraph_resilience.checkpoint.runlog._run_log import (
     PutLedger,
     WriteLedger,

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-import langgraph_resilience.checkpoint.redis._attempts as _attempts
-import langgraph_resilience.checkpoint.redis._effects as _effects
+import langgraph_resilience.checkpoint.redis.ledger._attempts as _attempts
+import langgraph_resilience.checkpoint.redis.ledger._effects as _effects
 from langgraph_resilience.checkpoint.ledger._ledger import (
     AttemptKey,
     AttemptRecord,
@@ -26,7 +26,7 @@ from langgraph_resilience.checkpoint.ledger._ledger import (
     OutcomeFields,
 )
 from langgraph_resilience.checkpoint.ledger._runs import Fence
-from langgraph_resilience.checkpoint.redis._ops import Ops, T
+from langgraph_resilience.checkpoint.redis.store._ops import Ops, T
 from langgraph_resilience.checkpoint.saver._base import seal
 from langgraph_resilience.checkpoint.saver._interfaces import (
     AsyncAttempts,
